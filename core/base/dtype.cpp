@@ -1,0 +1,65 @@
+#include <ballast/dtype.hpp>
+
+#include <array>
+#include <limits>
+
+namespace ballast {
+namespace {
+
+struct TypeRow {
+  std::string_view name;
+  unsigned bits;
+};
+
+// Indexed by the ONNX type number.
+constexpr std::array<TypeRow, kMaxKnownDataType + 1> kTypes = {{
+    {"undefined", 0},      {"float", 32},         {"uint8", 8},           {"int8", 8},
+    {"uint16", 16},        {"int16", 16},         {"int32", 32},          {"int64", 64},
+    {"string", 0},         {"bool", 8},           {"float16", 16},        {"double", 64},
+    {"uint32", 32},        {"uint64", 64},        {"complex64", 64},      {"complex128", 128},
+    {"bfloat16", 16},      {"float8e4m3fn", 8},   {"float8e4m3fnuz", 8},  {"float8e5m2", 8},
+    {"float8e5m2fnuz", 8}, {"uint4", 4},          {"int4", 4},            {"float4e2m1", 4},
+}};
+
+}  // namespace
+
+bool is_known_dtype(std::int32_t raw) noexcept { return raw >= 0 && raw <= kMaxKnownDataType; }
+
+std::string_view dtype_name(DataType t) noexcept {
+  auto raw = static_cast<std::int32_t>(t);
+  return is_known_dtype(raw) ? kTypes[static_cast<std::size_t>(raw)].name : std::string_view("unknown");
+}
+
+std::optional<DataType> dtype_from_name(std::string_view name) noexcept {
+  for (std::size_t i = 0; i < kTypes.size(); ++i) {
+    if (kTypes[i].name == name) return static_cast<DataType>(i);
+  }
+  return std::nullopt;
+}
+
+unsigned dtype_bits(DataType t) noexcept {
+  auto raw = static_cast<std::int32_t>(t);
+  return is_known_dtype(raw) ? kTypes[static_cast<std::size_t>(raw)].bits : 0;
+}
+
+std::optional<std::uint64_t> dtype_storage_bytes(DataType t, std::uint64_t elements) noexcept {
+  const unsigned bits = dtype_bits(t);
+  if (bits == 0) return std::nullopt;
+  if (bits == 4) return elements / 2 + (elements & 1);
+  const std::uint64_t per = bits / 8;
+  if (elements > std::numeric_limits<std::uint64_t>::max() / per) return std::nullopt;
+  return elements * per;
+}
+
+std::optional<std::uint64_t> element_count(std::span<const std::int64_t> dims) noexcept {
+  std::uint64_t n = 1;
+  for (std::int64_t d : dims) {
+    if (d < 0) return std::nullopt;
+    const auto u = static_cast<std::uint64_t>(d);
+    if (u != 0 && n > std::numeric_limits<std::uint64_t>::max() / u) return std::nullopt;
+    n *= u;
+  }
+  return n;
+}
+
+}  // namespace ballast

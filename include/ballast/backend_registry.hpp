@@ -1,0 +1,53 @@
+// Choosing a backend by string. Grammar:
+//   name[:device][?key=value(&key=value)*]
+// name: cpu | cuda | hip | vulkan; device: an index or GPU-<uuid>.
+// Examples: "cpu", "cuda:0", "vulkan:GPU-1f2e...?validation=on".
+#pragma once
+
+#include <ballast/gpu_backend.hpp>
+#include <ballast/status.hpp>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ballast {
+
+struct BackendConfig {
+  std::string name;
+  std::optional<int> device_index;   // ":1"
+  std::optional<std::string> device_uuid;  // ":GPU-..."
+  std::map<std::string, std::string, std::less<>> options;  // "?k=v&k2=v2"
+  std::string text;  // the string it was parsed from
+};
+
+// Pure parsing; unknown backend names are accepted here and refused by open_backend.
+Result<BackendConfig> parse_backend_config(std::string_view text);
+
+// Names open_backend knows, in a fixed order: cpu, cuda, hip, vulkan.
+const std::vector<std::string>& known_backend_names();
+
+// Opens a backend. The CPU backend is built in; the others are plugins
+// loaded on first use. Failure is specific and never falls back:
+// unknown name (lists the known ones), plugin not found (lists the paths
+// searched), `unavailable` (the plugin's reason: no driver, no device).
+Result<std::unique_ptr<GpuBackend>> open_backend(std::string_view config);
+
+struct BackendListing {
+  enum class State { available, unavailable, not_found, load_error };
+  std::string name;
+  State state = State::not_found;
+  std::string reason;                  // for anything but available
+  std::string library;                 // plugin path when found ("built in" for cpu)
+  std::vector<std::string> searched;   // paths tried when not found
+  std::vector<DeviceInfo> devices;
+  Capabilities capabilities;           // of device 0, when available
+};
+std::string_view backend_state_name(BackendListing::State s) noexcept;
+
+std::vector<BackendListing> list_backends();
+
+}  // namespace ballast

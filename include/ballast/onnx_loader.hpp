@@ -1,0 +1,101 @@
+// load_onnx: memory-maps a .onnx file, decodes the protobuf wire format in
+// place, and fills a WeightStore without copying weight bytes.
+#pragma once
+
+#include <ballast/status.hpp>
+#include <ballast/weight_store.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ballast {
+
+// Loader failures are ballast::Error values whose `file`, `tensor` and
+// `offset` fields say where; the code says which kind (not_found,
+// path_escapes, out_of_bounds, size_mismatch, overflow, malformed,
+// unsupported, io).
+using LoaderError = Error;
+
+struct LoadOptions {
+  // External data whose resolved target (after symlinks) lies outside the
+  // model's directory is refused unless this is set (symlinked caches).
+  bool allow_external_outside_model_dir = false;
+  // Refuse tensors with more elements than this (absurd dims are an attack).
+  std::uint64_t max_tensor_elements = std::uint64_t{1} << 40;
+};
+
+// A node of the graph (any nesting depth), kept so that tools can tell what
+// consumes each weight. Only integer attributes are kept.
+struct NodeInfo {
+  std::string name;
+  std::string op_type;
+  std::string domain;  // "" for the default ONNX domain
+  std::vector<std::string> inputs;   // "" marks an omitted optional input
+  std::vector<std::string> outputs;
+  std::map<std::string, std::int64_t, std::less<>> int_attributes;
+  unsigned depth = 0;  // 0 = main graph
+};
+
+// A string tensor: listed, but not a weight.
+struct StringTensorInfo {
+  std::string name;
+  std::vector<std::int64_t> dims;
+  WeightSource source = WeightSource::initializer;
+};
+
+// Something the loader did not treat as fatal but a person should see.
+struct LoadNote {
+  std::string tensor;
+  std::string message;
+};
+
+class Model {
+ public:
+  Model();
+  ~Model();
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+
+  const std::filesystem::path& path() const noexcept;
+  std::uint64_t file_size() const noexcept;  // bytes of the .onnx itself
+
+  WeightStore& store() noexcept;
+  const WeightStore& store() const noexcept;
+
+  std::optional<ValueId> value_id(std::string_view name) const;
+  std::string_view value_name(ValueId id) const;
+  ValueId intern(std::string_view name);
+
+  // Weights in file order (the store's map is unordered).
+  const std::vector<ValueId>& weight_order() const noexcept;
+  const std::vector<NodeInfo>& nodes() const noexcept;
+  const std::vector<StringTensorInfo>& string_tensors() const noexcept;
+  const std::vector<LoadNote>& notes() const noexcept;
+
+  std::int64_t ir_version() const noexcept;
+  // (domain, version) pairs from opset_import.
+  const std::vector<std::pair<std::string, std::int64_t>>& opsets() const noexcept;
+
+  struct Impl;
+  Impl& impl() noexcept { return *impl_; }
+  const Impl& impl() const noexcept { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+Result<Model> load_onnx(const std::filesystem::path& path, const LoadOptions& options = {});
+
+// Same decoder over bytes already in memory (fuzzing, tests). External data
+// is resolved against `base_dir`; the caller keeps `bytes` alive as long as
+// the Model.
+Result<Model> load_onnx_from_bytes(std::span<const std::byte> bytes, const std::filesystem::path& base_dir,
+                                   const LoadOptions& options = {});
+
+}  // namespace ballast

@@ -1,0 +1,106 @@
+// Errors are values in ballast: every fallible call returns Status or
+// Result<T>. Nothing throws across the public API or the plugin boundary.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace ballast {
+
+enum class ErrorCode : std::uint8_t {
+  ok = 0,
+  invalid_argument,   // bad config string, bad launch parameters, usage
+  not_found,          // file, weight, plugin, device
+  path_escapes,       // external-data location leaves the model directory
+  out_of_bounds,      // a byte range past the end of its file or buffer
+  size_mismatch,      // declared length disagrees with dtype x dims
+  overflow,           // arithmetic on sizes/offsets would overflow
+  malformed,          // protobuf wire format or ONNX structure is wrong
+  unsupported,        // valid input that ballast does not handle
+  io,                 // the operating system refused a read/map/stat
+  unavailable,        // backend present but no driver/device
+  out_of_memory,      // host or device allocation failed
+  device_error,       // a driver call failed (carries the driver's name for it)
+  abi_mismatch,       // plugin built against another ballast/compiler
+  wrong_kind,         // derivation value kind (single vs pair) mismatch
+  checksum_mismatch,  // external-data checksum differs from the bytes
+  internal,           // a broken invariant inside ballast
+};
+
+const char* error_code_name(ErrorCode code) noexcept;
+
+// One error: a code plus everything needed to say what and where in one line.
+struct Error {
+  ErrorCode code = ErrorCode::internal;
+  std::string message;                // what went wrong
+  std::string file;                   // file involved, if any
+  std::string tensor;                 // tensor/weight name, if any
+  std::optional<std::uint64_t> offset;  // byte offset in `file`, if any
+  std::string native;                 // the driver's own error name, e.g. CUDA_ERROR_OUT_OF_MEMORY
+  std::string context;                // "while ..." chain, outermost first
+
+  // Prefixes the context chain: errors gain context as they rise.
+  Error& with_context(std::string what) &;
+  Error&& with_context(std::string what) &&;
+
+  // "<code>: <context>: <message> [file=..., tensor=..., offset=..., native=...]"
+  std::string to_string() const;
+};
+
+inline Error make_error(ErrorCode code, std::string message) {
+  Error e;
+  e.code = code;
+  e.message = std::move(message);
+  return e;
+}
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Error error) : error_(std::move(error)) {}  // NOLINT: implicit by design
+
+  static Status ok_status() { return Status(); }
+  bool ok() const noexcept { return !error_.has_value(); }
+  explicit operator bool() const noexcept { return ok(); }
+  ErrorCode code() const noexcept { return error_ ? error_->code : ErrorCode::ok; }
+  const Error& error() const { return *error_; }
+  Error& error() { return *error_; }
+  std::string to_string() const { return error_ ? error_->to_string() : std::string("ok"); }
+  Status&& with_context(std::string what) && {
+    if (error_) error_->with_context(std::move(what));
+    return std::move(*this);
+  }
+
+ private:
+  std::optional<Error> error_;
+};
+
+template <class T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT
+  Result(Error error) : v_(std::in_place_index<1>, std::move(error)) {}  // NOLINT
+  Result(Status status) : v_(std::in_place_index<1>, status.ok() ? make_error(ErrorCode::internal, "Result built from an ok Status") : std::move(status.error())) {}  // NOLINT
+
+  bool ok() const noexcept { return v_.index() == 0; }
+  explicit operator bool() const noexcept { return ok(); }
+  T& value() & { return std::get<0>(v_); }
+  const T& value() const& { return std::get<0>(v_); }
+  T&& value() && { return std::get<0>(std::move(v_)); }
+  T* operator->() { return &std::get<0>(v_); }
+  const T* operator->() const { return &std::get<0>(v_); }
+  T& operator*() & { return std::get<0>(v_); }
+  const T& operator*() const& { return std::get<0>(v_); }
+  const Error& error() const { return std::get<1>(v_); }
+  Error& error() { return std::get<1>(v_); }
+  Status status() const { return ok() ? Status() : Status(error()); }
+  ErrorCode code() const noexcept { return ok() ? ErrorCode::ok : std::get<1>(v_).code; }
+
+ private:
+  std::variant<T, Error> v_;
+};
+
+}  // namespace ballast

@@ -1,0 +1,167 @@
+// WeightStore: a model's weights keyed by the graph value they initialize,
+// resolved zero-copy, plus the accounting of which mapped bytes the graph
+// actually references (the rest is dead weight).
+#pragma once
+
+#include <ballast/dtype.hpp>
+#include <ballast/status.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace ballast {
+
+// A graph value interned per model. Model::value_id / Model::value_name map
+// between ids and names.
+struct ValueId {
+  std::uint32_t index = 0;
+  friend bool operator==(ValueId, ValueId) = default;
+  friend auto operator<=>(ValueId, ValueId) = default;
+};
+
+}  // namespace ballast
+
+template <>
+struct std::hash<ballast::ValueId> {
+  std::size_t operator()(ballast::ValueId v) const noexcept { return std::hash<std::uint32_t>{}(v.index); }
+};
+
+namespace ballast {
+
+using Bytes = std::span<const std::byte>;
+
+// Where in the graph the weight was found.
+enum class WeightSource : std::uint8_t {
+  initializer,  // main graph initializer
+  constant,     // value of a Constant node (main graph or subgraph)
+  subgraph,     // initializer of a nested If/Loop/Scan body
+};
+std::string_view weight_source_name(WeightSource s) noexcept;
+
+// An external_data entry as written in the model, and what it resolved to.
+struct ExternalLocation {
+  std::string location;             // as written in the model
+  std::filesystem::path resolved;   // absolute, symlinks resolved
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;         // computed from dtype x dims when absent
+  bool length_was_given = false;
+  std::optional<std::string> checksum;  // SHA-1 hex digest as written
+  std::vector<std::pair<std::string, std::string>> unknown_keys;  // kept, reported
+};
+
+struct WeightRef {
+  DataType dtype = DataType::undefined;
+  std::vector<std::int64_t> dims;
+  WeightSource source = WeightSource::initializer;
+
+  enum class Storage : std::uint8_t {
+    inline_borrowed,  // bytes point into the memory-mapped .onnx file
+    inline_owned,     // decoded (e.g. varint int32_data); bytes point into `owned`
+    external,         // bytes live in a mapped external-data file
+  };
+  Storage storage = Storage::inline_borrowed;
+
+  Bytes inline_bytes;  // valid for inline_* storage
+  std::shared_ptr<const std::vector<std::byte>> owned;  // inline_owned only
+  std::optional<ExternalLocation> external;             // external only
+
+  bool is_external() const noexcept { return storage == Storage::external; }
+  // Length of the raw little-endian bytes this weight denotes.
+  std::uint64_t byte_length() const noexcept {
+    return is_external() ? external->length : inline_bytes.size();
+  }
+};
+
+using MappingId = std::uint32_t;
+
+struct MmapProvenance {
+  MappingId mapping = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+};
+
+struct ByteRange {
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+  friend bool operator==(const ByteRange&, const ByteRange&) = default;
+};
+
+// Per mapped external file: the union of the ranges initializers reference.
+struct ReferencedWeightBytes {
+  struct File {
+    MappingId mapping = 0;
+    std::filesystem::path path;
+    std::uint64_t mapped_bytes = 0;
+    std::uint64_t referenced_bytes = 0;  // size of the union, clipped to the file
+    std::vector<ByteRange> ranges;       // merged, sorted, non-overlapping
+  };
+  std::vector<File> files;  // in mapping-id order
+  std::uint64_t total = 0;
+};
+
+struct DeadRanges {
+  MappingId mapping = 0;
+  std::filesystem::path path;
+  std::vector<ByteRange> ranges;  // mapped bytes no weight points at
+  std::uint64_t total = 0;
+};
+
+class WeightStore {
+ public:
+  WeightStore();
+  ~WeightStore();
+  WeightStore(WeightStore&&) noexcept;
+  WeightStore& operator=(WeightStore&&) noexcept;
+  WeightStore(const WeightStore&) = delete;
+  WeightStore& operator=(const WeightStore&) = delete;
+
+  // The descriptors, keyed by the value they initialize.
+  std::unordered_map<ValueId, WeightRef> weights;
+
+  // Maps `path` read-only and registers it under its canonical path.
+  // Idempotent: the same file mapped twice returns the same id, one mapping.
+  Result<MappingId> map_external(const std::filesystem::path& path);
+
+  // The raw little-endian bytes of `weight`: inline bytes are borrowed,
+  // external ones sliced from their mapping. nullopt when the file is not
+  // mapped or the range is out of bounds (overflow-safe).
+  std::optional<Bytes> bytes(const WeightRef& weight) const;
+
+  // A stable mapping id and the validated absolute range of an external weight.
+  std::optional<MmapProvenance> external_mmap_provenance(const WeightRef& weight) const;
+
+  std::optional<Bytes> mmap_region_bytes(MappingId mapping, std::uint64_t offset, std::uint64_t length) const;
+  std::optional<Bytes> mmap_full_bytes(MappingId mapping) const;
+  std::optional<MappingId> mapping_for(const std::filesystem::path& path) const;
+  std::optional<std::filesystem::path> mapping_path(MappingId mapping) const;
+  std::size_t mapping_count() const noexcept;
+
+  // Sum of the sizes of the mapped external files (an upper bound on use).
+  std::uint64_t mapped_external_bytes() const;
+
+  // Union of referenced ranges per mapped file.
+  ReferencedWeightBytes referenced_weight_bytes() const;
+
+  // Mapped bytes that no weight references; saturates at zero.
+  std::uint64_t unreferenced_external_bytes(const ReferencedWeightBytes& referenced) const;
+  std::vector<DeadRanges> dead_ranges(const ReferencedWeightBytes& referenced) const;
+
+  // Keeps `anchor` alive as long as the store (e.g. the .onnx mapping that
+  // inline weights borrow from).
+  void keep_alive(std::shared_ptr<const void> anchor);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ballast
