@@ -7,6 +7,8 @@
 // not available everywhere), so results do not depend on the compiler.
 //
 // Function names are part of the contract with the GPU backends: keep them.
+// HIP sources include <hip/hip_runtime.h> first (it declares the device
+// memcpy used by the bit casts); CUDA declares it implicitly.
 #pragma once
 
 #include <cstdint>
