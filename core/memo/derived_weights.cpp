@@ -1,0 +1,180 @@
+#include <ballast/derived_weights.hpp>
+
+#include "memo/memo_map.hpp"
+
+#include <cstdio>
+#include <string>
+
+namespace ballast {
+
+namespace memo {
+std::string hex(std::uint64_t v) {
+  char buf[19];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+}  // namespace memo
+
+// One map per derivation: the value types differ, and a map shared by all
+// kinds is exactly where a single pointer would be read as a pair.
+struct DerivedWeights::Impl {
+  memo::MemoMap<DerivedPtr> transpose{Derivation::transpose};
+  memo::MemoMap<DerivedPtr> to_f16{Derivation::to_f16};
+  memo::MemoMap<DerivedPtr> dequant_int4{Derivation::dequant_int4};
+  memo::MemoMap<DerivedPair> repack_int4{Derivation::repack_int4};
+  memo::MemoMap<DerivedPair> quant_int8{Derivation::quant_int8};
+
+  // Callers have checked the kind: these never see the other form.
+  memo::MemoMap<DerivedPtr>& single(Derivation kind) noexcept {
+    switch (kind) {
+      case Derivation::to_f16: return to_f16;
+      case Derivation::dequant_int4: return dequant_int4;
+      default: return transpose;
+    }
+  }
+  memo::MemoMap<DerivedPair>& pair(Derivation kind) noexcept {
+    return kind == Derivation::quant_int8 ? quant_int8 : repack_int4;
+  }
+};
+
+DerivedWeights::DerivedWeights(std::string label) : label_(std::move(label)), impl_(std::make_unique<Impl>()) {}
+DerivedWeights::~DerivedWeights() = default;
+
+Status DerivedWeights::check_kind(Derivation kind, bool want_pair) {
+  const auto raw = static_cast<int>(kind);
+  if (raw < 0 || raw >= kDerivationCount)
+    return make_error(ErrorCode::invalid_argument, "unknown derivation " + std::to_string(raw));
+  if (derive::yields_pair(kind) == want_pair) return {};
+  const std::string name(derivation_name(kind));
+  return want_pair ? make_error(ErrorCode::wrong_kind, name + " yields one pointer, not a pair: use the *_ptr methods")
+                   : make_error(ErrorCode::wrong_kind, name + " yields a pair, not one pointer: use the *_pair methods");
+}
+
+std::optional<DevicePtr> DerivedWeights::find_ptr(Derivation kind, std::uint64_t key) const noexcept {
+  return impl_->single(kind).find(key);
+}
+std::optional<DevicePair> DerivedWeights::find_pair(Derivation kind, std::uint64_t key) const noexcept {
+  return impl_->pair(kind).find(key);
+}
+
+Result<std::optional<DevicePtr>> DerivedWeights::get_ptr(Derivation kind, std::uint64_t key) const {
+  if (Status s = check_kind(kind, false); !s.ok()) return s;
+  return find_ptr(kind, key);
+}
+Result<std::optional<DevicePair>> DerivedWeights::get_pair(Derivation kind, std::uint64_t key) const {
+  if (Status s = check_kind(kind, true); !s.ok()) return s;
+  return find_pair(kind, key);
+}
+
+// Inserting can only fail for want of host memory (or a caller inserting
+// into its own build); neither may escape as an exception.
+Result<Insertion<DerivedPtr>> DerivedWeights::store_ptr(Derivation kind, std::uint64_t key, DerivedPtr value) {
+  try {
+    return impl_->single(kind).insert(key, value);
+  } catch (const std::bad_alloc&) {
+    return make_error(ErrorCode::out_of_memory, "no host memory for a memo entry");
+  }
+}
+Result<Insertion<DerivedPair>> DerivedWeights::store_pair(Derivation kind, std::uint64_t key, DerivedPair value) {
+  try {
+    return impl_->pair(kind).insert(key, value);
+  } catch (const std::bad_alloc&) {
+    return make_error(ErrorCode::out_of_memory, "no host memory for a memo entry");
+  }
+}
+Result<Insertion<DerivedPtr>> DerivedWeights::insert_ptr(Derivation kind, std::uint64_t key, DerivedPtr value) {
+  if (Status s = check_kind(kind, false); !s.ok()) return s;
+  return store_ptr(kind, key, value);
+}
+Result<Insertion<DerivedPair>> DerivedWeights::insert_pair(Derivation kind, std::uint64_t key, DerivedPair value) {
+  if (Status s = check_kind(kind, true); !s.ok()) return s;
+  return store_pair(kind, key, value);
+}
+
+Result<DevicePtr> DerivedWeights::build_ptr(Derivation kind, std::uint64_t key, detail::BuildRef<DerivedPtr> build) {
+  try {
+    return impl_->single(kind).get_or_build(key, build);
+  } catch (const std::bad_alloc&) {
+    return make_error(ErrorCode::out_of_memory, "no host memory for a memo entry");
+  }
+}
+Result<DevicePair> DerivedWeights::build_pair(Derivation kind, std::uint64_t key, detail::BuildRef<DerivedPair> build) {
+  try {
+    return impl_->pair(kind).get_or_build(key, build);
+  } catch (const std::bad_alloc&) {
+    return make_error(ErrorCode::out_of_memory, "no host memory for a memo entry");
+  }
+}
+
+std::size_t DerivedWeights::len() const noexcept {
+  const Impl& m = *impl_;
+  return m.transpose.len() + m.to_f16.len() + m.dequant_int4.len() + m.repack_int4.len() + m.quant_int8.len();
+}
+
+std::uint64_t DerivedWeights::bytes() const noexcept {
+  const Impl& m = *impl_;
+  return m.transpose.bytes() + m.to_f16.bytes() + m.dequant_int4.bytes() + m.repack_int4.bytes() +
+         m.quant_int8.bytes();
+}
+
+DerivedWeightsStats DerivedWeights::stats() const noexcept {
+  DerivedWeightsStats out;
+  const Impl& m = *impl_;
+  m.transpose.add_stats(out);
+  m.to_f16.add_stats(out);
+  m.dequant_int4.add_stats(out);
+  m.repack_int4.add_stats(out);
+  m.quant_int8.add_stats(out);
+  return out;
+}
+
+namespace {
+
+// Frees values and keeps going past refusals, remembering the first.
+class Freer {
+ public:
+  Freer(GpuBackend& backend, const std::string& label) : backend_(backend), label_(label) {}
+
+  void free_value(Derivation kind, std::uint64_t key, const DerivedPtr& value, const char* half) {
+    Status s = backend_.free(value.ptr);
+    if (s.ok()) {
+      out_.bytes_freed += value.bytes;
+      out_.allocations_freed += 1;
+      return;
+    }
+    out_.failed_frees += 1;
+    if (out_.status.ok())
+      out_.status = std::move(s).with_context("freeing " + std::string(derivation_name(kind)) + half + " value " +
+                                              memo::hex(value.ptr) + " of key " + memo::hex(key));
+  }
+
+  Released finish() && {
+    if (out_.failed_frees > 1)
+      out_.status.error().message += " (and " + std::to_string(out_.failed_frees - 1) + " more refused free" +
+                                     (out_.failed_frees == 2 ? ")" : "s)");
+    if (!out_.status.ok()) out_.status.error().with_context("releasing " + label_);
+    return std::move(out_);
+  }
+
+ private:
+  GpuBackend& backend_;
+  const std::string& label_;
+  Released out_;
+};
+
+}  // namespace
+
+Released DerivedWeights::release(GpuBackend& backend) {
+  Freer freer(backend, label_);
+  Impl& m = *impl_;
+  for (auto* map : {&m.transpose, &m.to_f16, &m.dequant_int4})
+    for (const auto& [key, value] : map->take_all()) freer.free_value(map->kind(), key, value, "");
+  for (auto* map : {&m.repack_int4, &m.quant_int8})
+    for (const auto& [key, value] : map->take_all()) {
+      freer.free_value(map->kind(), key, value.first, " first");
+      freer.free_value(map->kind(), key, value.second, " second");
+    }
+  return std::move(freer).finish();
+}
+
+}  // namespace ballast
