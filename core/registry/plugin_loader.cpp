@@ -1,0 +1,159 @@
+#include "registry/plugin_loader.hpp"
+
+#include "registry/shared_library.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+namespace ballast::registry {
+namespace {
+
+void add_unique(std::vector<std::string>& dirs, std::string dir) {
+  if (dir.empty()) return;
+  std::error_code ec;
+  const auto absolute = std::filesystem::absolute(dir, ec);
+  if (!ec) dir = absolute.lexically_normal().string();
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  for (const auto& d : dirs) {
+    if (d == dir) return;
+  }
+  dirs.push_back(std::move(dir));
+}
+
+std::string describe(const char* text) { return text == nullptr ? "(null)" : "\"" + std::string(text) + "\""; }
+
+Error abi_error(const std::string& library, const std::string& what) {
+  Error e = make_error(ErrorCode::abi_mismatch, what);
+  e.file = library;
+  return e;
+}
+
+// Reads the descriptor's plain-C fields; nothing C++ crosses before these pass.
+Result<const BallastPluginDescriptor*> checked_descriptor(const SharedLibrary& lib, std::string_view name) {
+  auto symbol = find_symbol(lib, kDescriptorSymbol);
+  if (!symbol.ok()) {
+    Error e = std::move(symbol.error());
+    e.code = ErrorCode::abi_mismatch;
+    e.message = "not a ballast plugin: " + e.message;
+    return e;
+  }
+  using DescriptorFn = const BallastPluginDescriptor* (*)();
+  auto fn = reinterpret_cast<DescriptorFn>(*symbol);
+  const BallastPluginDescriptor* d = fn();
+  if (d == nullptr) return abi_error(lib.path, std::string(kDescriptorSymbol) + "() returned null");
+  if (d->abi_version != BALLAST_PLUGIN_ABI_VERSION) {
+    return abi_error(lib.path, "plugin ABI version " + std::to_string(d->abi_version) + ", core expects " +
+                                   std::to_string(BALLAST_PLUGIN_ABI_VERSION));
+  }
+  if (d->fingerprint == nullptr || std::strcmp(d->fingerprint, plugin_detail::kFingerprint) != 0) {
+    return abi_error(lib.path, "plugin build fingerprint " + describe(d->fingerprint) + ", core is " +
+                                   describe(plugin_detail::kFingerprint));
+  }
+  if (d->name == nullptr || std::string_view(d->name) != name) {
+    return abi_error(lib.path, "plugin names itself " + describe(d->name) + ", expected \"" + std::string(name) + "\"");
+  }
+  if (d->create == nullptr) return abi_error(lib.path, "plugin descriptor has no create function");
+  return d;
+}
+
+}  // namespace
+
+struct PluginLoader::Slot {
+  std::string name;
+  std::once_flag once;
+  std::unique_ptr<Result<LoadedPlugin>> outcome;
+};
+
+std::vector<std::string> default_plugin_search_dirs() {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("BALLAST_PLUGIN_PATH")) {
+    std::string_view rest = env;
+    while (true) {
+      const auto sep = rest.find(plugin_path_separator());
+      add_unique(dirs, std::string(rest.substr(0, sep)));
+      if (sep == std::string_view::npos) break;
+      rest.remove_prefix(sep + 1);
+    }
+  }
+  add_unique(dirs, core_library_directory());
+  add_unique(dirs, BALLAST_INSTALL_PLUGIN_DIR);
+  return dirs;
+}
+
+PluginLoader::PluginLoader(std::vector<std::string> search_dirs) {
+  for (auto& d : search_dirs) add_unique(dirs_, std::move(d));
+}
+
+// Plugin objects go, their libraries stay: something the plugin made
+// (a static, a thread) may still run code from them.
+PluginLoader::~PluginLoader() {
+  for (auto& s : slots_) {
+    if (s->outcome && s->outcome->ok()) delete (*s->outcome)->plugin;
+  }
+}
+
+std::vector<std::string> PluginLoader::candidate_paths(std::string_view name) const {
+  std::vector<std::string> paths;
+  const std::string file = plugin_file_name(name);
+  for (const auto& d : dirs_) paths.push_back((std::filesystem::path(d) / file).string());
+  return paths;
+}
+
+PluginLoader::Slot& PluginLoader::slot(std::string_view name) {
+  std::lock_guard lock(slots_mutex_);
+  for (auto& s : slots_) {
+    if (s->name == name) return *s;
+  }
+  slots_.push_back(std::make_unique<Slot>());
+  slots_.back()->name = std::string(name);
+  return *slots_.back();
+}
+
+Result<LoadedPlugin> PluginLoader::load(std::string_view name) {
+  Slot& s = slot(name);
+  std::call_once(s.once, [&] { s.outcome = std::make_unique<Result<LoadedPlugin>>(load_uncached(name)); });
+  return *s.outcome;
+}
+
+Result<LoadedPlugin> PluginLoader::load_uncached(std::string_view name) const {
+  const auto candidates = candidate_paths(name);
+  for (const auto& path : candidates) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) continue;
+    // The first file found is the plugin: a broken one is reported, never
+    // skipped in favour of another copy further down the path.
+    auto lib = open_shared_library(path);
+    if (!lib.ok()) return std::move(lib.error()).with_context("loading plugin " + path);
+    auto descriptor = checked_descriptor(*lib, name);
+    if (!descriptor.ok()) return std::move(descriptor.error()).with_context("checking plugin " + path);
+    BackendPlugin* plugin = nullptr;
+    try {
+      plugin = (*descriptor)->create();
+    } catch (...) {
+      Error e = make_error(ErrorCode::internal, "plugin create() threw an exception");
+      e.file = path;
+      return e;
+    }
+    if (plugin == nullptr) {
+      Error e = make_error(ErrorCode::internal, "plugin create() returned null");
+      e.file = path;
+      return e;
+    }
+    return LoadedPlugin{plugin, path};
+  }
+  std::string searched;
+  for (const auto& p : candidates) searched += (searched.empty() ? "" : ", ") + p;
+  if (searched.empty()) searched = "(no search folders)";
+  return make_error(ErrorCode::not_found, "plugin " + plugin_file_name(name) + " for backend \"" + std::string(name) +
+                                              "\" not found; searched: " + searched);
+}
+
+PluginLoader& process_plugin_loader() {
+  // Never destroyed: backends opened through it may live until exit.
+  static PluginLoader* loader = new PluginLoader(default_plugin_search_dirs());
+  return *loader;
+}
+
+}  // namespace ballast::registry

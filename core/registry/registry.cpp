@@ -1,0 +1,184 @@
+#include "registry/registry.hpp"
+
+#include "cpu/cpu_plugin.hpp"
+
+#include <ballast/plugin_abi.hpp>
+
+#include <algorithm>
+#include <cctype>
+
+namespace ballast {
+namespace registry {
+namespace {
+
+constexpr std::string_view kBuiltIn = "built in";
+
+bool is_known(std::string_view name) {
+  const auto& known = known_backend_names();
+  return std::find(known.begin(), known.end(), name) != known.end();
+}
+
+std::string known_list() {
+  std::string out;
+  for (const auto& n : known_backend_names()) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+Result<LoadedPlugin> find_plugin(PluginLoader& loader, std::string_view name) {
+  if (name == "cpu") return LoadedPlugin{&cpu::plugin(), std::string(kBuiltIn)};
+  return loader.load(name);
+}
+
+Error thrown(std::string_view what) {
+  return make_error(ErrorCode::internal, "plugin " + std::string(what) + " threw an exception");
+}
+
+// Plugins promise not to throw; this keeps a broken one from taking the
+// caller down with it.
+Result<std::vector<DeviceInfo>> devices_of(BackendPlugin& plugin) {
+  try {
+    return plugin.devices();
+  } catch (...) {
+    return thrown("devices()");
+  }
+}
+
+Result<std::unique_ptr<GpuBackend>> open_with(BackendPlugin& plugin, const BackendConfig& config) {
+  try {
+    auto backend = plugin.open(config);
+    if (backend.ok() && *backend == nullptr) return make_error(ErrorCode::internal, "plugin open() returned null");
+    return backend;
+  } catch (...) {
+    return thrown("open()");
+  }
+}
+
+bool same_uuid(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
+std::string device_list(const std::vector<DeviceInfo>& devices) {
+  std::string out;
+  for (const auto& d : devices) {
+    out += (out.empty() ? "" : "; ") + std::to_string(d.index) + ": " + d.name + " (" + d.uuid + ")";
+  }
+  return out;
+}
+
+// The plugin opens the device; the registry first makes sure the one asked
+// for exists so the error can list the ones that do.
+Status check_device(const BackendConfig& config, const std::vector<DeviceInfo>& devices) {
+  if (devices.empty()) return make_error(ErrorCode::unavailable, "backend \"" + config.name + "\" reports no devices");
+  if (config.device_index && static_cast<std::size_t>(*config.device_index) >= devices.size()) {
+    return make_error(ErrorCode::not_found, "no device with index " + std::to_string(*config.device_index) +
+                                                "; available devices: " + device_list(devices));
+  }
+  if (config.device_uuid) {
+    const bool found = std::any_of(devices.begin(), devices.end(),
+                                   [&](const DeviceInfo& d) { return same_uuid(d.uuid, *config.device_uuid); });
+    if (!found) {
+      return make_error(ErrorCode::not_found,
+                        "no device with UUID " + *config.device_uuid + "; available devices: " + device_list(devices));
+    }
+  }
+  return {};
+}
+
+BackendListing::State load_state(ErrorCode code) {
+  return code == ErrorCode::not_found ? BackendListing::State::not_found : BackendListing::State::load_error;
+}
+
+BackendListing listing_for(PluginLoader& loader, const std::string& name) {
+  BackendListing out;
+  out.name = name;
+  auto loaded = find_plugin(loader, name);
+  if (!loaded.ok()) {
+    out.state = load_state(loaded.code());
+    out.reason = loaded.error().to_string();
+    if (out.state == BackendListing::State::not_found) out.searched = loader.candidate_paths(name);
+    return out;
+  }
+  out.library = loaded->library;
+  auto devices = devices_of(*loaded->plugin);
+  if (!devices.ok()) {
+    out.state = BackendListing::State::unavailable;
+    out.reason = devices.error().to_string();
+    return out;
+  }
+  out.devices = std::move(*devices);
+  BackendConfig first;
+  first.name = name;
+  first.text = name;
+  if (auto s = check_device(first, out.devices); !s.ok()) {
+    out.state = BackendListing::State::unavailable;
+    out.reason = s.to_string();
+    return out;
+  }
+  // Capabilities belong to an opened device; device 0 stands for the backend.
+  first.device_index = 0;
+  first.text = name + ":0";
+  auto backend = open_with(*loaded->plugin, first);
+  if (!backend.ok()) {
+    out.state = BackendListing::State::unavailable;
+    out.reason = std::move(backend.error()).with_context("opening device 0").to_string();
+    return out;
+  }
+  out.capabilities = (*backend)->capabilities();
+  out.state = BackendListing::State::available;
+  return out;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<GpuBackend>> open_backend(PluginLoader& loader, std::string_view text) {
+  auto config = parse_backend_config(text);
+  if (!config.ok()) return config.error();
+  const std::string context = "opening backend \"" + config->text + "\"";
+  if (!is_known(config->name)) {
+    return make_error(ErrorCode::invalid_argument,
+                      "unknown backend \"" + config->name + "\"; known backends: " + known_list());
+  }
+  auto loaded = find_plugin(loader, config->name);
+  if (!loaded.ok()) return std::move(loaded.error()).with_context(context);
+  auto devices = devices_of(*loaded->plugin);
+  if (!devices.ok()) return std::move(devices.error()).with_context(context);
+  if (auto s = check_device(*config, *devices); !s.ok()) return std::move(s).with_context(context);
+  auto backend = open_with(*loaded->plugin, *config);
+  if (!backend.ok()) return std::move(backend.error()).with_context(context);
+  return backend;
+}
+
+std::vector<BackendListing> list_backends(PluginLoader& loader) {
+  std::vector<BackendListing> out;
+  for (const auto& name : known_backend_names()) out.push_back(listing_for(loader, name));
+  return out;
+}
+
+}  // namespace registry
+
+const std::vector<std::string>& known_backend_names() {
+  static const std::vector<std::string> names = {"cpu", "cuda", "hip", "vulkan"};
+  return names;
+}
+
+std::string_view backend_state_name(BackendListing::State s) noexcept {
+  switch (s) {
+    case BackendListing::State::available: return "available";
+    case BackendListing::State::unavailable: return "unavailable";
+    case BackendListing::State::not_found: return "not found";
+    case BackendListing::State::load_error: return "load error";
+  }
+  return "unknown";
+}
+
+const char* build_fingerprint() noexcept { return plugin_detail::kFingerprint; }
+
+Result<std::unique_ptr<GpuBackend>> open_backend(std::string_view config) {
+  return registry::open_backend(registry::process_plugin_loader(), config);
+}
+
+std::vector<BackendListing> list_backends() { return registry::list_backends(registry::process_plugin_loader()); }
+
+}  // namespace ballast

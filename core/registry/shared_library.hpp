@@ -1,0 +1,35 @@
+// The operating-system side of plugin loading, kept to these few calls so
+// that a port touches one small file (shared_library_posix.cpp today).
+#pragma once
+
+#include <ballast/status.hpp>
+
+#include <string>
+#include <string_view>
+
+namespace ballast::registry {
+
+// An opened library. Never closed: plugin code and the objects it made
+// must stay valid for the life of the process.
+struct SharedLibrary {
+  void* handle = nullptr;
+  std::string path;
+};
+
+// Loads with every symbol resolved now and nothing exported to other
+// libraries; failure carries the loader's own message.
+Result<SharedLibrary> open_shared_library(const std::string& path);
+
+// The address of `symbol`, or a not_found error with the loader's message.
+Result<void*> find_symbol(const SharedLibrary& library, const char* symbol);
+
+// "libballast-cuda.so" on POSIX.
+std::string plugin_file_name(std::string_view backend);
+
+// Separator of the entries of BALLAST_PLUGIN_PATH (':' on POSIX).
+char plugin_path_separator() noexcept;
+
+// Folder holding libballast itself; empty when the system cannot tell.
+std::string core_library_directory();
+
+}  // namespace ballast::registry

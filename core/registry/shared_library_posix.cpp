@@ -1,0 +1,49 @@
+#include "registry/shared_library.hpp"
+
+#include <dlfcn.h>
+
+#include <string>
+
+namespace ballast::registry {
+
+Result<SharedLibrary> open_shared_library(const std::string& path) {
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = ::dlerror();
+    Error e = make_error(ErrorCode::io, std::string("dlopen failed: ") + (why != nullptr ? why : "unknown reason"));
+    e.file = path;
+    return e;
+  }
+  return SharedLibrary{handle, path};
+}
+
+Result<void*> find_symbol(const SharedLibrary& library, const char* symbol) {
+  ::dlerror();  // clear, so a stale message is never reported
+  void* address = ::dlsym(library.handle, symbol);
+  if (address == nullptr) {
+    const char* why = ::dlerror();
+    Error e = make_error(ErrorCode::not_found, std::string("symbol ") + symbol + " not exported" +
+                                                   (why != nullptr ? std::string(": ") + why : std::string()));
+    e.file = library.path;
+    return e;
+  }
+  return address;
+}
+
+std::string plugin_file_name(std::string_view backend) { return "libballast-" + std::string(backend) + ".so"; }
+
+char plugin_path_separator() noexcept { return ':'; }
+
+std::string core_library_directory() {
+  Dl_info info{};
+  // Any function defined in libballast identifies the library it lives in.
+  if (::dladdr(reinterpret_cast<const void*>(&core_library_directory), &info) == 0 || info.dli_fname == nullptr) {
+    return {};
+  }
+  std::string path = info.dli_fname;
+  const auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return {};
+  return path.substr(0, slash == 0 ? 1 : slash);
+}
+
+}  // namespace ballast::registry

@@ -1,0 +1,109 @@
+// ballast-conformance --backend <config> [doctest options]
+//
+// One binary for every backend: it opens the backend named by --backend
+// (default cpu) and runs every conformance test against it. A backend that
+// is not there on this machine (plugin not built/installed, no driver, no
+// device) prints `skipped: <reason>` and exits 77, which ctest reports as
+// a skip; every other failure to open is a failure.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include "conformance/conformance.hpp"
+
+#include <ballast/backend_registry.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace conformance {
+namespace {
+std::unique_ptr<ballast::GpuBackend> g_backend;
+std::string g_config = "cpu";
+}  // namespace
+
+ballast::GpuBackend& gpu() { return *g_backend; }
+const std::string& backend_config() { return g_config; }
+
+}  // namespace conformance
+
+namespace {
+
+constexpr int kExitSkip = 77;
+constexpr int kExitUsage = 2;
+
+// Whether an open failure means "this backend is not on this machine":
+// the plugin was not found, or it reports no driver/device. A device that
+// was asked for by index or UUID and does not exist is a failure.
+bool backend_absent(const ballast::Error& e, const std::string& name) {
+  if (e.code == ballast::ErrorCode::unavailable) return true;
+  if (e.code != ballast::ErrorCode::not_found) return false;
+  for (const auto& listing : ballast::list_backends()) {
+    if (listing.name == name) return listing.state == ballast::BackendListing::State::not_found;
+  }
+  return false;
+}
+
+// Pulls `--backend X` / `--backend=X` out of argv; the rest goes to doctest.
+bool take_backend_arg(int argc, char** argv, std::string& config, std::vector<char*>& rest) {
+  rest.push_back(argv[0]);
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--backend") {
+      if (i + 1 >= argc) return false;
+      config = argv[++i];
+    } else if (arg.substr(0, 10) == "--backend=") {
+      config = std::string(arg.substr(10));
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<char*> doctest_args;
+  if (!take_backend_arg(argc, argv, conformance::g_config, doctest_args)) {
+    std::fprintf(stderr, "usage: ballast-conformance --backend <name[:device][?key=value...]> [doctest options]\n");
+    return kExitUsage;
+  }
+  const std::string& config = conformance::g_config;
+
+  auto opened = ballast::open_backend(config);
+  if (!opened.ok()) {
+    const auto parsed = ballast::parse_backend_config(config);
+    if (parsed.ok() && backend_absent(opened.error(), parsed->name)) {
+      std::printf("skipped: %s\n", opened.error().to_string().c_str());
+      return kExitSkip;
+    }
+    std::fprintf(stderr, "ballast-conformance: cannot open backend: %s\n", opened.error().to_string().c_str());
+    return 1;
+  }
+  conformance::g_backend = std::move(*opened);
+  const auto& info = conformance::gpu().info();
+  std::printf("ballast-conformance: backend \"%s\": %s device %d: %s (%s)\n", config.c_str(), info.backend.c_str(),
+              info.index, info.name.c_str(), info.uuid.c_str());
+
+  const auto before = conformance::gpu().counters();
+  doctest::Context context;
+  context.applyCommandLine(static_cast<int>(doctest_args.size()), doctest_args.data());
+  int result = context.run();
+  if (context.shouldExit()) {
+    conformance::g_backend.reset();
+    return result;
+  }
+  const auto after = conformance::gpu().counters();
+  if (after.live_allocations != before.live_allocations || after.live_registrations != before.live_registrations) {
+    std::fprintf(stderr, "ballast-conformance: the run leaked %llu allocations and %llu registrations\n",
+                 static_cast<unsigned long long>(after.live_allocations - before.live_allocations),
+                 static_cast<unsigned long long>(after.live_registrations - before.live_registrations));
+    result = 1;
+  }
+  conformance::g_backend.reset();
+  return result;
+}

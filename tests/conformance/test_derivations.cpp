@@ -1,0 +1,103 @@
+// Every derivation x source type x shape against the scalar reference.
+#include "conformance/conformance.hpp"
+#include "conformance/derivation_cases.hpp"
+
+#include <vector>
+
+using namespace conformance;
+using ballast::DataType;
+using ballast::Derivation;
+using ballast::ZeroPoints;
+
+namespace {
+
+void run_all(const std::vector<DerivationCase>& cases) {
+  for (const auto& c : cases) {
+    INFO(c.label);
+    const std::string failure = run_derivation_case(c);
+    CHECK_MESSAGE(failure.empty(), c.label << ": " << failure);
+  }
+}
+
+struct Shape {
+  std::uint64_t rows, cols;
+};
+
+struct Int4Shape {
+  std::uint64_t n, k;
+  std::uint32_t block_size;
+};
+
+// 1x1, single rows and columns, odd sizes, K not a multiple of the block
+// size, K smaller than one block, several blocks with a partial last one.
+const Int4Shape kInt4Shapes[] = {{1, 1, 16},   {1, 16, 16},  {3, 17, 16},  {2, 15, 16},  {5, 100, 32},
+                                 {4, 64, 64},  {2, 33, 128}, {3, 300, 256}, {6, 129, 16}, {1, 7, 32},
+                                 {9, 1000, 64}, {7, 8, 16}};
+
+}  // namespace
+
+TEST_CASE("derivations: transpose of every element width") {
+  LeakCheck leaks;
+  std::vector<DerivationCase> cases;
+  std::uint64_t seed = 100;
+  for (DataType t : {DataType::uint8, DataType::float16, DataType::bfloat16, DataType::float32, DataType::int32,
+                     DataType::float64, DataType::int64}) {
+    for (Shape s : {Shape{1, 1}, Shape{1, 9}, Shape{9, 1}, Shape{7, 13}, Shape{33, 65}, Shape{128, 256},
+                    Shape{257, 129}, Shape{64, 1}, Shape{3, 1031}}) {
+      cases.push_back(transpose_case(t, s.rows, s.cols, ++seed));
+    }
+  }
+  run_all(cases);
+}
+
+TEST_CASE("derivations: to_f16 from float and bfloat16") {
+  LeakCheck leaks;
+  std::vector<DerivationCase> cases;
+  std::uint64_t seed = 200;
+  for (DataType t : {DataType::float32, DataType::bfloat16}) {
+    for (Shape s : {Shape{1, 1}, Shape{1, 7}, Shape{3, 333}, Shape{256, 257}, Shape{1, 65537}}) {
+      cases.push_back(to_f16_case(t, s.rows, s.cols, false, ++seed));
+      cases.push_back(to_f16_case(t, s.rows, s.cols, true, ++seed));
+    }
+  }
+  run_all(cases);
+}
+
+TEST_CASE("derivations: dequant_int4 and repack_int4, every scale type and zero-point form") {
+  LeakCheck leaks;
+  std::vector<DerivationCase> cases;
+  std::uint64_t seed = 300;
+  for (Derivation kind : {Derivation::dequant_int4, Derivation::repack_int4}) {
+    for (DataType scales : {DataType::float32, DataType::float16}) {
+      for (ZeroPoints zp : {ZeroPoints::absent, ZeroPoints::packed_u4, ZeroPoints::unpacked}) {
+        for (const auto& s : kInt4Shapes) cases.push_back(int4_case(kind, scales, zp, s.n, s.k, s.block_size, false, ++seed));
+        cases.push_back(int4_case(kind, scales, zp, 5, 77, 16, true, ++seed));
+      }
+    }
+  }
+  run_all(cases);
+}
+
+TEST_CASE("derivations: quant_int8 from float and float16") {
+  LeakCheck leaks;
+  std::vector<DerivationCase> cases;
+  std::uint64_t seed = 400;
+  for (DataType t : {DataType::float32, DataType::float16}) {
+    for (Shape s : {Shape{1, 1}, Shape{1, 7}, Shape{2, 1}, Shape{5, 33}, Shape{17, 1000}, Shape{64, 4096}}) {
+      cases.push_back(quant_int8_case(t, s.rows, s.cols, false, ++seed));
+    }
+    cases.push_back(quant_int8_case(t, 8, 37, true, ++seed));
+  }
+  run_all(cases);
+}
+
+TEST_CASE("derivations: large shapes (4096 x 4096)") {
+  LeakCheck leaks;
+  constexpr std::uint64_t kN = 4096;
+  run_all({transpose_case(DataType::float32, kN, kN, 501)});
+  run_all({transpose_case(DataType::float16, kN - 1, kN + 3, 502)});
+  run_all({to_f16_case(DataType::float32, kN, kN, true, 503)});
+  run_all({int4_case(Derivation::dequant_int4, DataType::float16, ZeroPoints::packed_u4, kN, kN, 32, false, 504)});
+  run_all({int4_case(Derivation::repack_int4, DataType::float32, ZeroPoints::unpacked, kN, kN + 5, 128, false, 505)});
+  run_all({quant_int8_case(DataType::float32, kN, kN, false, 506)});
+}

@@ -1,0 +1,113 @@
+// Bad launches are errors, not crashes, and leave the backend usable.
+#include "conformance/conformance.hpp"
+#include "conformance/derivation_cases.hpp"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+using namespace conformance;
+using ballast::DataType;
+using ballast::Derivation;
+using ballast::DerivationLaunch;
+using ballast::ZeroPoints;
+
+namespace {
+
+// launch + synchronize: a backend may refuse at launch or report at sync.
+bool refused(const DerivationLaunch& l, std::string& why) {
+  const auto launched = gpu().launch(l);
+  const auto synced = gpu().synchronize();
+  why = launched.ok() ? synced.to_string() : launched.to_string();
+  return !launched.ok() || !synced.ok();
+}
+
+}  // namespace
+
+TEST_CASE("launch validation: bad shapes and bad pointers are errors and the backend stays usable") {
+  LeakCheck leaks;
+  DeviceBuffer src = upload(random_bytes(1 << 16, 7));
+  DeviceBuffer scales = upload(random_bytes(1 << 12, 8));
+  DeviceBuffer dst = allocate(1 << 16);
+  DeviceBuffer dst2 = allocate(1 << 12);
+  DeviceBuffer small = allocate(64);
+  DevicePtr freed = 0;
+  {
+    DeviceBuffer gone = allocate(1 << 16);
+    freed = gone.ptr();
+  }
+
+  DerivationLaunch transpose;
+  transpose.kind = Derivation::transpose;
+  transpose.src_type = DataType::float32;
+  transpose.rows = 32;
+  transpose.cols = 32;  // 4096 bytes
+  transpose.src = src.ptr();
+  transpose.dst = dst.ptr();
+
+  DerivationLaunch dequant;
+  dequant.kind = Derivation::dequant_int4;
+  dequant.src_type = DataType::float32;
+  dequant.rows = 4;
+  dequant.cols = 64;
+  dequant.block_size = 32;
+  dequant.src = src.ptr();
+  dequant.scales = scales.ptr();
+  dequant.dst = dst.ptr();
+
+  DerivationLaunch quant;
+  quant.kind = Derivation::quant_int8;
+  quant.src_type = DataType::float32;
+  quant.rows = 8;
+  quant.cols = 64;
+  quant.src = src.ptr();
+  quant.dst = dst.ptr();
+  quant.dst2 = dst2.ptr();
+
+  struct Bad {
+    const char* what;
+    DerivationLaunch launch;
+  };
+  std::vector<Bad> bad;
+  auto with = [](DerivationLaunch l, const std::function<void(DerivationLaunch&)>& change) {
+    change(l);
+    return l;
+  };
+  bad.push_back({"block_size 24", with(dequant, [](auto& l) { l.block_size = 24; })});
+  bad.push_back({"block_size 8", with(dequant, [](auto& l) { l.block_size = 8; })});
+  bad.push_back({"block_size 0", with(dequant, [](auto& l) { l.block_size = 0; })});
+  bad.push_back({"int4 scales of type int8", with(dequant, [](auto& l) { l.src_type = DataType::int8; })});
+  bad.push_back({"to_f16 from int8", with(transpose, [](auto& l) {
+                   l.kind = Derivation::to_f16;
+                   l.src_type = DataType::int8;
+                 })});
+  bad.push_back({"transpose of strings", with(transpose, [](auto& l) { l.src_type = DataType::string; })});
+  bad.push_back({"derivation kind 9", with(transpose, [](auto& l) { l.kind = static_cast<Derivation>(9); })});
+  bad.push_back({"rows x cols overflows", with(transpose, [](auto& l) {
+                   l.rows = 1ull << 33;
+                   l.cols = 1ull << 33;
+                 })});
+  bad.push_back({"source larger than its allocation", with(transpose, [&](auto& l) { l.src = small.ptr(); })});
+  bad.push_back({"destination larger than its allocation", with(transpose, [&](auto& l) { l.dst = small.ptr(); })});
+  bad.push_back({"destination runs past the end from an interior pointer",
+                 with(transpose, [&](auto& l) { l.dst = dst.ptr() + (1 << 16) - 8; })});
+  bad.push_back({"null source", with(transpose, [](auto& l) { l.src = 0; })});
+  bad.push_back({"null destination", with(transpose, [](auto& l) { l.dst = 0; })});
+  bad.push_back({"unknown source pointer", with(transpose, [](auto& l) { l.src = 0xdead0000ull; })});
+  bad.push_back({"freed source pointer", with(transpose, [&](auto& l) { l.src = freed; })});
+  bad.push_back({"int4 without scales", with(dequant, [](auto& l) { l.scales = 0; })});
+  bad.push_back({"packed zero points missing", with(dequant, [](auto& l) { l.zero_points = ZeroPoints::packed_u4; })});
+  bad.push_back({"pair derivation without its second output", with(quant, [](auto& l) { l.dst2 = 0; })});
+  bad.push_back({"second output too small", with(quant, [&](auto& l) { l.dst2 = small.ptr() + 60; })});
+
+  for (const auto& b : bad) {
+    INFO(b.what);
+    std::string why;
+    CHECK_MESSAGE(refused(b.launch, why), b.what << " was accepted");
+  }
+
+  // Still usable: a valid launch after all that succeeds and is correct.
+  const std::string failure = run_derivation_case(transpose_case(DataType::float32, 31, 17, 9));
+  CHECK_MESSAGE(failure.empty(), failure);
+  CHECK(gpu().synchronize().ok());
+}

@@ -1,0 +1,86 @@
+// A stand-in plugin library, built several times with different
+// descriptors and behaviours (see CMakeLists.txt) so the registry's checks
+// and error paths can be exercised without any GPU.
+//   FAKE_ABI_VERSION, FAKE_FINGERPRINT, FAKE_NAME: the descriptor fields
+//   FAKE_BEHAVIOUR: fake::Behaviour::{working, unavailable, throws}
+#include <ballast/plugin_abi.hpp>
+
+#include <stdexcept>
+#include <string>
+
+namespace fake {
+
+enum class Behaviour { working, unavailable, throws };
+
+ballast::DeviceInfo device(int index) {
+  ballast::DeviceInfo d;
+  d.backend = FAKE_NAME;
+  d.index = index;
+  d.name = "fake device " + std::to_string(index);
+  d.uuid = "GPU-0000000" + std::to_string(index) + "-aaaa-bbbb-cccc-0123456789AB";
+  d.memory_bytes = (std::uint64_t{1} << 30) * static_cast<std::uint64_t>(index + 1);
+  return d;
+}
+
+// Remembers which device it was opened for; every operation is refused.
+class Backend final : public ballast::GpuBackend {
+ public:
+  explicit Backend(ballast::DeviceInfo info) : info_(std::move(info)) {
+    caps_.host_registration = false;
+    caps_.host_registration_note = "fake backend: uploads only";
+    caps_.max_single_allocation = 1 << 20;
+  }
+  const ballast::DeviceInfo& info() const override { return info_; }
+  const ballast::Capabilities& capabilities() const override { return caps_; }
+  ballast::Result<ballast::DevicePtr> allocate(std::uint64_t, std::uint64_t) override { return refuse(); }
+  ballast::Status free(ballast::DevicePtr) override { return refuse(); }
+  ballast::AllocationCounters counters() const override { return {}; }
+  ballast::Status copy_to_device(ballast::DevicePtr, std::uint64_t, std::span<const std::byte>) override { return refuse(); }
+  ballast::Status copy_to_host(std::span<std::byte>, ballast::DevicePtr, std::uint64_t) override { return refuse(); }
+  ballast::Status copy_device(ballast::DevicePtr, std::uint64_t, ballast::DevicePtr, std::uint64_t, std::uint64_t) override {
+    return refuse();
+  }
+  ballast::Result<ballast::DevicePtr> register_host(const void*, std::uint64_t, ballast::HostAccess) override {
+    return refuse();
+  }
+  ballast::Status unregister_host(ballast::DevicePtr) override { return refuse(); }
+  ballast::Status launch(const ballast::DerivationLaunch&) override { return refuse(); }
+  ballast::Status synchronize() override { return {}; }
+
+ private:
+  static ballast::Error refuse() { return ballast::make_error(ballast::ErrorCode::unsupported, "fake backend"); }
+  ballast::DeviceInfo info_;
+  ballast::Capabilities caps_;
+};
+
+class Plugin final : public ballast::BackendPlugin {
+ public:
+  ballast::Result<std::vector<ballast::DeviceInfo>> devices() override {
+    switch (FAKE_BEHAVIOUR) {
+      case Behaviour::unavailable:
+        return ballast::make_error(ballast::ErrorCode::unavailable, "no fake physical device (test plugin)");
+      case Behaviour::throws: throw std::runtime_error("fake plugin throws");
+      case Behaviour::working: break;
+    }
+    return std::vector<ballast::DeviceInfo>{device(0), device(1)};
+  }
+
+  ballast::Result<std::unique_ptr<ballast::GpuBackend>> open(const ballast::BackendConfig& config) override {
+    if (!config.options.empty() && config.options.begin()->first != "validation") {
+      return ballast::make_error(ballast::ErrorCode::invalid_argument,
+                                 "unknown option \"" + config.options.begin()->first + "\"; known: validation");
+    }
+    int index = config.device_index.value_or(0);
+    if (config.device_uuid) index = config.device_uuid->find("00000001") != std::string::npos ? 1 : 0;
+    return std::unique_ptr<ballast::GpuBackend>(std::make_unique<Backend>(device(index)));
+  }
+};
+
+ballast::BackendPlugin* create() { return new Plugin(); }
+
+}  // namespace fake
+
+extern "C" const BallastPluginDescriptor* ballast_plugin_descriptor() {
+  static const BallastPluginDescriptor descriptor{FAKE_ABI_VERSION, FAKE_FINGERPRINT, FAKE_NAME, &fake::create};
+  return &descriptor;
+}

@@ -1,0 +1,276 @@
+// The loader against fake plugin libraries: each lives alone in its own
+// folder under FAKE_PLUGIN_ROOT (see CMakeLists.txt).
+#include "registry/plugin_loader.hpp"
+#include "registry/registry.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+using namespace ballast;
+using ballast::registry::PluginLoader;
+
+namespace {
+
+std::string fake_dir(const std::string& kind) { return std::string(FAKE_PLUGIN_ROOT) + "/" + kind; }
+std::string fake_library(const std::string& kind) { return fake_dir(kind) + "/libballast-vulkan.so"; }
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// A fresh empty folder, removed again at the end of the test.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    path = std::filesystem::temp_directory_path() / ("ballast-registry-test-" + std::to_string(::getpid()) + "-" +
+                                                     std::to_string(counter()++));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a plugin not on the search path is not_found and lists every path searched") {
+  TempDir a, b;
+  PluginLoader loader({a.path.string(), b.path.string()});
+  auto loaded = loader.load("cuda");
+  REQUIRE_FALSE(loaded.ok());
+  CHECK(loaded.code() == ErrorCode::not_found);
+  const std::string text = loaded.error().to_string();
+  CHECK(contains(text, (a.path / "libballast-cuda.so").string()));
+  CHECK(contains(text, (b.path / "libballast-cuda.so").string()));
+  CHECK(loader.candidate_paths("cuda") ==
+        std::vector<std::string>{(a.path / "libballast-cuda.so").string(), (b.path / "libballast-cuda.so").string()});
+
+  auto opened = registry::open_backend(loader, "cuda:0");
+  REQUIRE_FALSE(opened.ok());
+  CHECK(opened.code() == ErrorCode::not_found);
+  CHECK(contains(opened.error().to_string(), "opening backend \"cuda:0\""));
+}
+
+TEST_CASE("the search path: BALLAST_PLUGIN_PATH folders, then libballast's folder, then the install folder") {
+  TempDir a, b;
+  const std::string value = a.path.string() + "::" + b.path.string() + "/:" + a.path.string();
+  const char* old = std::getenv("BALLAST_PLUGIN_PATH");
+  const std::string saved = old != nullptr ? old : "";
+  ::setenv("BALLAST_PLUGIN_PATH", value.c_str(), 1);
+  const auto dirs = registry::default_plugin_search_dirs();
+  if (old != nullptr) {
+    ::setenv("BALLAST_PLUGIN_PATH", saved.c_str(), 1);
+  } else {
+    ::unsetenv("BALLAST_PLUGIN_PATH");
+  }
+  REQUIRE(dirs.size() == 4);
+  CHECK(dirs[0] == a.path.string());
+  CHECK(dirs[1] == b.path.string());  // empty entries and duplicates dropped, trailing '/' trimmed
+  CHECK(dirs[2] == std::string(BALLAST_BINARY_DIR) + "/lib");
+  CHECK(dirs[3] == BALLAST_INSTALL_PLUGIN_DIR_FOR_TESTS);
+}
+
+TEST_CASE("plugins whose descriptor does not match are abi_mismatch errors naming both values and the library") {
+  struct Row {
+    std::string kind;
+    std::vector<std::string> mentions;
+  };
+  const Row table[] = {
+      {"wrong_abi", {"plugin ABI version 8", "core expects 1"}},
+      {"wrong_fingerprint", {"\"ballast-0.0.0,other-compiler,other-stdlib\"", build_fingerprint()}},
+      {"wrong_name", {"names itself \"cuda\"", "expected \"vulkan\""}},
+      {"no_symbol", {"not a ballast plugin", "ballast_plugin_descriptor"}},
+  };
+  for (const auto& row : table) {
+    CAPTURE(row.kind);
+    PluginLoader loader({fake_dir(row.kind)});
+    auto loaded = loader.load("vulkan");
+    REQUIRE_FALSE(loaded.ok());
+    CHECK(loaded.code() == ErrorCode::abi_mismatch);
+    CHECK(loaded.error().file == fake_library(row.kind));
+    const std::string text = loaded.error().to_string();
+    CAPTURE(text);
+    for (const auto& m : row.mentions) CHECK(contains(text, m));
+
+    auto opened = registry::open_backend(loader, "vulkan");
+    REQUIRE_FALSE(opened.ok());
+    CHECK(opened.code() == ErrorCode::abi_mismatch);
+  }
+}
+
+TEST_CASE("a file that is not a loadable library is reported with the loader's message") {
+  TempDir dir;
+  std::ofstream(dir.path / "libballast-hip.so") << "this is not an ELF file";
+  PluginLoader loader({dir.path.string()});
+  auto loaded = loader.load("hip");
+  REQUIRE_FALSE(loaded.ok());
+  CHECK(loaded.code() == ErrorCode::io);
+  CHECK(contains(loaded.error().message, "dlopen failed"));
+  CHECK(contains(loaded.error().message, "libballast-hip.so"));  // dlerror names the file
+  CHECK(loaded.error().file == (dir.path / "libballast-hip.so").string());
+}
+
+TEST_CASE("the first plugin found is the one used: a broken one is never skipped for another") {
+  PluginLoader loader({fake_dir("wrong_abi"), fake_dir("working")});
+  auto loaded = loader.load("vulkan");
+  REQUIRE_FALSE(loaded.ok());
+  CHECK(loaded.code() == ErrorCode::abi_mismatch);
+}
+
+TEST_CASE("each plugin is loaded once, even when many threads ask at the same time") {
+  PluginLoader loader({fake_dir("working")});
+  std::vector<BackendPlugin*> seen(8, nullptr);
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    threads.emplace_back([&, i] {
+      auto loaded = loader.load("vulkan");
+      if (loaded.ok()) seen[i] = loaded->plugin;
+    });
+  }
+  for (auto& t : threads) t.join();
+  REQUIRE(seen[0] != nullptr);
+  for (auto* p : seen) CHECK(p == seen[0]);
+  auto again = loader.load("vulkan");
+  REQUIRE(again.ok());
+  CHECK(again->plugin == seen[0]);
+  CHECK(again->library == fake_library("working"));
+}
+
+TEST_CASE("a plugin reporting unavailable passes its reason through with context") {
+  PluginLoader loader({fake_dir("unavailable")});
+  auto opened = registry::open_backend(loader, "vulkan:0");
+  REQUIRE_FALSE(opened.ok());
+  CHECK(opened.code() == ErrorCode::unavailable);
+  CHECK(opened.error().to_string() ==
+        "unavailable: opening backend \"vulkan:0\": no fake physical device (test plugin)");
+}
+
+TEST_CASE("a plugin that throws is contained as an internal error") {
+  PluginLoader loader({fake_dir("throws")});
+  auto opened = registry::open_backend(loader, "vulkan");
+  REQUIRE_FALSE(opened.ok());
+  CHECK(opened.code() == ErrorCode::internal);
+  CHECK(contains(opened.error().message, "threw"));
+}
+
+TEST_CASE("devices are chosen by index or UUID and a missing one lists the available ones") {
+  PluginLoader loader({fake_dir("working")});
+  SUBCASE("default device") {
+    auto b = registry::open_backend(loader, "vulkan");
+    REQUIRE_MESSAGE(b.ok(), b.status().to_string());
+    CHECK((*b)->info().index == 0);
+  }
+  SUBCASE("by index") {
+    auto b = registry::open_backend(loader, "vulkan:1");
+    REQUIRE_MESSAGE(b.ok(), b.status().to_string());
+    CHECK((*b)->info().index == 1);
+  }
+  SUBCASE("by UUID, any case") {
+    auto b = registry::open_backend(loader, "vulkan:GPU-00000001-AAAA-bbbb-cccc-0123456789ab");
+    REQUIRE_MESSAGE(b.ok(), b.status().to_string());
+    CHECK((*b)->info().index == 1);
+  }
+  SUBCASE("index out of range") {
+    auto b = registry::open_backend(loader, "vulkan:2");
+    REQUIRE_FALSE(b.ok());
+    CHECK(b.code() == ErrorCode::not_found);
+    CHECK(b.error().to_string() ==
+          "not_found: opening backend \"vulkan:2\": no device with index 2; available devices: "
+          "0: fake device 0 (GPU-00000000-aaaa-bbbb-cccc-0123456789AB); "
+          "1: fake device 1 (GPU-00000001-aaaa-bbbb-cccc-0123456789AB)");
+  }
+  SUBCASE("unknown UUID") {
+    auto b = registry::open_backend(loader, "vulkan:GPU-00000009-aaaa-bbbb-cccc-0123456789ab");
+    REQUIRE_FALSE(b.ok());
+    CHECK(b.code() == ErrorCode::not_found);
+    CHECK(contains(b.error().message, "no device with UUID GPU-00000009-aaaa-bbbb-cccc-0123456789ab"));
+    CHECK(contains(b.error().message, "1: fake device 1"));
+  }
+  SUBCASE("the plugin's own refusal of an option comes through") {
+    auto b = registry::open_backend(loader, "vulkan?colour=blue");
+    REQUIRE_FALSE(b.ok());
+    CHECK(b.code() == ErrorCode::invalid_argument);
+    CHECK(contains(b.error().to_string(), "unknown option \"colour\""));
+  }
+}
+
+TEST_CASE("list_backends reports every known backend with its state, reason and devices") {
+  PluginLoader loader({fake_dir("working")});
+  const auto listing = registry::list_backends(loader);
+  REQUIRE(listing.size() == known_backend_names().size());
+  for (std::size_t i = 0; i < listing.size(); ++i) CHECK(listing[i].name == known_backend_names()[i]);
+
+  const auto& cpu = listing[0];
+  CHECK(cpu.state == BackendListing::State::available);
+  CHECK(cpu.library == "built in");
+  CHECK_FALSE(cpu.devices.empty());
+  CHECK(cpu.capabilities.max_single_allocation > 0);
+
+  for (const auto* missing : {&listing[1], &listing[2]}) {
+    CAPTURE(missing->name);
+    CHECK(missing->state == BackendListing::State::not_found);
+    CHECK(backend_state_name(missing->state) == "not found");
+    CHECK(missing->searched == loader.candidate_paths(missing->name));
+    CHECK(contains(missing->reason, "libballast-" + missing->name + ".so"));
+  }
+
+  const auto& vulkan = listing[3];
+  CHECK(vulkan.state == BackendListing::State::available);
+  CHECK(vulkan.reason.empty());
+  CHECK(vulkan.library == fake_library("working"));
+  REQUIRE(vulkan.devices.size() == 2);
+  CHECK(vulkan.devices[1].name == "fake device 1");
+  CHECK(vulkan.devices[1].memory_bytes == (std::uint64_t{2} << 30));
+  CHECK_FALSE(vulkan.capabilities.host_registration);
+  CHECK(vulkan.capabilities.host_registration_note == "fake backend: uploads only");
+}
+
+TEST_CASE("list_backends reports unavailable and load errors with their reasons") {
+  PluginLoader unavailable({fake_dir("unavailable")});
+  const auto u = registry::list_backends(unavailable)[3];
+  CHECK(u.state == BackendListing::State::unavailable);
+  CHECK(u.library == fake_library("unavailable"));
+  CHECK(contains(u.reason, "no fake physical device"));
+  CHECK(u.devices.empty());
+
+  PluginLoader broken({fake_dir("wrong_fingerprint")});
+  const auto b = registry::list_backends(broken)[3];
+  CHECK(b.state == BackendListing::State::load_error);
+  CHECK(backend_state_name(b.state) == "load error");
+  CHECK(contains(b.reason, "abi_mismatch"));
+  CHECK(b.searched.empty());
+}
+
+TEST_CASE("several backends are open at once, from one plugin and from several") {
+  PluginLoader loader({fake_dir("working")});
+  auto cpu1 = registry::open_backend(loader, "cpu");
+  auto cpu2 = registry::open_backend(loader, "cpu:0");
+  auto v0 = registry::open_backend(loader, "vulkan:0");
+  auto v1 = registry::open_backend(loader, "vulkan:1");
+  REQUIRE_MESSAGE(cpu1.ok(), cpu1.status().to_string());
+  REQUIRE_MESSAGE(cpu2.ok(), cpu2.status().to_string());
+  REQUIRE(v0.ok());
+  REQUIRE(v1.ok());
+  CHECK(cpu1->get() != cpu2->get());
+  CHECK((*cpu1)->info().backend == "cpu");
+  CHECK((*v0)->info().index == 0);
+  CHECK((*v1)->info().index == 1);
+  // The two CPU backends are independent: one's allocation is not the other's.
+  auto p = (*cpu1)->allocate(64, 64);
+  REQUIRE(p.ok());
+  CHECK((*cpu1)->counters().live_allocations == 1);
+  CHECK((*cpu2)->counters().live_allocations == 0);
+  CHECK((*cpu1)->free(*p).ok());
+}

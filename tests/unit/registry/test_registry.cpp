@@ -1,0 +1,65 @@
+// The public registry functions, over the process-wide plugin search path.
+#include <ballast/backend_registry.hpp>
+#include <ballast/plugin_abi.hpp>
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+using namespace ballast;
+
+TEST_CASE("the known backends, in their fixed order") {
+  CHECK(known_backend_names() == std::vector<std::string>{"cpu", "cuda", "hip", "vulkan"});
+}
+
+TEST_CASE("an unknown backend name is refused with the list of known ones") {
+  auto opened = open_backend("opencl:0");
+  REQUIRE_FALSE(opened.ok());
+  CHECK(opened.code() == ErrorCode::invalid_argument);
+  CHECK(opened.error().message == "unknown backend \"opencl\"; known backends: cpu, cuda, hip, vulkan");
+}
+
+TEST_CASE("a malformed config string is refused before anything is loaded") {
+  auto opened = open_backend("cuda:");
+  REQUIRE_FALSE(opened.ok());
+  CHECK(opened.code() == ErrorCode::invalid_argument);
+  CHECK(opened.error().message.find("\"cuda:\" at position 5") != std::string::npos);
+}
+
+TEST_CASE("the built-in CPU backend opens, twice, as independent backends") {
+  auto a = open_backend("cpu");
+  auto b = open_backend("cpu");
+  REQUIRE_MESSAGE(a.ok(), a.status().to_string());
+  REQUIRE_MESSAGE(b.ok(), b.status().to_string());
+  CHECK(a->get() != b->get());
+  CHECK((*a)->info().backend == "cpu");
+  CHECK((*a)->info().name == (*b)->info().name);
+}
+
+TEST_CASE("the CPU backend refuses a device it does not have") {
+  auto opened = open_backend("cpu:5");
+  REQUIRE_FALSE(opened.ok());
+  CHECK(opened.code() == ErrorCode::not_found);
+  CHECK(opened.error().message.find("available devices: 0: ") != std::string::npos);
+}
+
+TEST_CASE("list_backends names every known backend with a state, and cpu is always available") {
+  const auto listing = list_backends();
+  REQUIRE(listing.size() == 4);
+  for (std::size_t i = 0; i < listing.size(); ++i) {
+    CAPTURE(listing[i].name);
+    CHECK(listing[i].name == known_backend_names()[i]);
+    CHECK_FALSE(backend_state_name(listing[i].state).empty());
+    const bool available = listing[i].state == BackendListing::State::available;
+    CHECK(available == listing[i].reason.empty());
+    if (available) CHECK_FALSE(listing[i].devices.empty());
+    if (listing[i].state == BackendListing::State::not_found) CHECK_FALSE(listing[i].searched.empty());
+  }
+  CHECK(listing[0].state == BackendListing::State::available);
+  CHECK(listing[0].library == "built in");
+}
+
+TEST_CASE("the core's fingerprint is the one plugins are compared against") {
+  CHECK(std::string(build_fingerprint()) == plugin_detail::kFingerprint);
+  CHECK(std::string(build_fingerprint()).find("ballast-" BALLAST_VERSION_STRING) == 0);
+}
