@@ -1,0 +1,58 @@
+// Resolving a tensor's external_data entries to a validated range of a
+// mapped file. External data is a classic attack surface, so every
+// location is checked before anything is opened.
+#pragma once
+
+#include <ballast/dtype.hpp>
+#include <ballast/onnx_loader.hpp>
+
+#include "onnx/wire_reader.hpp"
+
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace ballast::onnx {
+
+struct ExternalEntry {
+  std::string_view key;
+  std::string_view value;
+  std::uint64_t offset = 0;  // of the entry in the .onnx, for errors
+};
+
+// Lexical checks on a location as written: not empty, relative, no `..`
+// component (either separator), no NUL. path_escapes / malformed otherwise.
+Status check_location_text(std::string_view location);
+
+class ExternalResolver {
+ public:
+  // `model_dir` is where relative locations start; `model_file` names the
+  // .onnx in errors. Maps files into `store`, once per file.
+  ExternalResolver(std::filesystem::path model_dir, std::string model_file, const LoadOptions& options,
+                   WeightStore& store);
+
+  // Builds the ExternalLocation of tensor `tensor` (dtype x elements give
+  // the expected length). Unknown keys are kept and reported in `notes`.
+  Result<ExternalLocation> resolve(const std::vector<ExternalEntry>& entries, std::string_view tensor,
+                                   DataType dtype, std::uint64_t elements, std::uint64_t tensor_offset,
+                                   std::vector<LoadNote>& notes);
+
+ private:
+  struct ResolvedFile {
+    std::filesystem::path canonical;
+    std::uint64_t size = 0;
+  };
+  Result<ResolvedFile> open_location(const std::string& location);
+  Result<std::filesystem::path> canonical_model_dir();
+
+  std::filesystem::path model_dir_;
+  std::optional<std::filesystem::path> canonical_dir_;
+  std::string model_file_;
+  const LoadOptions& options_;
+  WeightStore& store_;
+  // Many tensors share one file: resolve and stat each location once.
+  std::unordered_map<std::string, ResolvedFile> cache_;
+};
+
+}  // namespace ballast::onnx

@@ -1,0 +1,385 @@
+#include "onnx/graph_decoder.hpp"
+
+#include "onnx/inline_data.hpp"
+
+#include <cstring>
+
+namespace ballast::onnx {
+
+namespace {
+
+// Field numbers from onnx.proto.
+namespace model_field {
+constexpr std::uint32_t kIrVersion = 1, kGraph = 7, kOpsetImport = 8;
+}
+namespace opset_field {
+constexpr std::uint32_t kDomain = 1, kVersion = 2;
+}
+namespace graph_field {
+constexpr std::uint32_t kNode = 1, kInitializer = 5, kSparseInitializer = 15;
+}
+namespace node_field {
+constexpr std::uint32_t kInput = 1, kOutput = 2, kName = 3, kOpType = 4, kAttribute = 5, kDomain = 7;
+}
+namespace attr_field {
+constexpr std::uint32_t kName = 1, kF = 2, kI = 3, kS = 4, kT = 5, kG = 6, kFloats = 7, kInts = 8, kStrings = 9,
+                        kTensors = 10, kGraphs = 11, kType = 20, kSparseTensor = 22;
+}
+namespace sparse_field {
+constexpr std::uint32_t kValues = 1;
+}
+constexpr std::int64_t kAttrTypeInt = 2;
+
+// The scalar parts of an AttributeProto; repeated parts are re-read from
+// `message` when needed.
+struct Attribute {
+  WireField message;
+  std::string_view name;
+  std::int64_t type = 0;
+  std::optional<std::int64_t> i;
+  std::optional<std::uint32_t> f_bits;
+  std::optional<WireField> t;
+  std::optional<WireField> sparse_tensor;
+  std::uint64_t strings = 0;
+  bool has_s = false;
+};
+
+Result<Attribute> scan_attribute(const WireField& message) {
+  Attribute a;
+  a.message = message;
+  WireReader reader(message.payload, message.payload_offset);
+  while (!reader.at_end()) {
+    auto next = reader.next();
+    if (!next) return next.error();
+    const WireField& f = *next;
+    Status s;
+    switch (f.number) {
+      case attr_field::kName:
+        s = expect_wire_type(f, WireType::len, "AttributeProto.name");
+        a.name = f.text();
+        break;
+      case attr_field::kF:
+        s = expect_wire_type(f, WireType::fixed32, "AttributeProto.f");
+        a.f_bits = static_cast<std::uint32_t>(f.value);
+        break;
+      case attr_field::kI:
+        s = expect_wire_type(f, WireType::varint, "AttributeProto.i");
+        a.i = static_cast<std::int64_t>(f.value);
+        break;
+      case attr_field::kS:
+        s = expect_wire_type(f, WireType::len, "AttributeProto.s");
+        a.has_s = true;
+        break;
+      case attr_field::kT:
+        s = expect_wire_type(f, WireType::len, "AttributeProto.t");
+        a.t = f;
+        break;
+      case attr_field::kG: s = expect_wire_type(f, WireType::len, "AttributeProto.g"); break;
+      case attr_field::kFloats:
+        if (f.type != WireType::len) s = expect_wire_type(f, WireType::fixed32, "AttributeProto.floats");
+        break;
+      case attr_field::kInts:
+        if (f.type != WireType::len) s = expect_wire_type(f, WireType::varint, "AttributeProto.ints");
+        break;
+      case attr_field::kStrings:
+        s = expect_wire_type(f, WireType::len, "AttributeProto.strings");
+        ++a.strings;
+        break;
+      case attr_field::kTensors: s = expect_wire_type(f, WireType::len, "AttributeProto.tensors"); break;
+      case attr_field::kGraphs: s = expect_wire_type(f, WireType::len, "AttributeProto.graphs"); break;
+      case attr_field::kType:
+        s = expect_wire_type(f, WireType::varint, "AttributeProto.type");
+        a.type = static_cast<std::int64_t>(f.value);
+        break;
+      case attr_field::kSparseTensor:
+        s = expect_wire_type(f, WireType::len, "AttributeProto.sparse_tensor");
+        a.sparse_tensor = f;
+        break;
+      default: break;
+    }
+    if (!s.ok()) return s;
+  }
+  return a;
+}
+
+bool is_constant_op(const NodeInfo& node) {
+  return node.op_type == "Constant" && (node.domain.empty() || node.domain == "ai.onnx");
+}
+
+bool is_constant_value_attribute(std::string_view name) {
+  return name == "value" || name == "value_float" || name == "value_floats" || name == "value_int" ||
+         name == "value_ints" || name == "value_string" || name == "value_strings" || name == "sparse_value";
+}
+
+std::shared_ptr<const std::vector<std::byte>> owned_bytes(const void* data, std::size_t size) {
+  auto v = std::make_shared<std::vector<std::byte>>(size);
+  if (size != 0) std::memcpy(v->data(), data, size);
+  return v;
+}
+
+std::shared_ptr<const std::vector<std::byte>> owned_int64_le(std::int64_t value) {
+  std::byte bytes[8];
+  for (int k = 0; k < 8; ++k) bytes[k] = static_cast<std::byte>((static_cast<std::uint64_t>(value) >> (8 * k)) & 0xffu);
+  return owned_bytes(bytes, 8);
+}
+
+}  // namespace
+
+ModelDecoder::ModelDecoder(Model::Impl& model, std::string model_file, std::filesystem::path model_dir,
+                           const LoadOptions& options)
+    : model_(model),
+      model_file_(model_file),
+      external_(std::move(model_dir), model_file, options, model.store),
+      tensors_(std::move(model_file), options, external_, model.notes) {}
+
+Error ModelDecoder::error_at(ErrorCode code, std::string message, std::string_view tensor,
+                             std::uint64_t offset) const {
+  Error e = make_error(code, std::move(message));
+  e.file = model_file_;
+  e.tensor = std::string(tensor);
+  e.offset = offset;
+  return e;
+}
+
+Status ModelDecoder::decode(Bytes bytes) {
+  WireReader reader(bytes, 0);
+  while (!reader.at_end()) {
+    auto next = reader.next();
+    if (!next) return next.error();
+    const WireField& f = *next;
+    switch (f.number) {
+      case model_field::kIrVersion:
+        if (Status s = expect_wire_type(f, WireType::varint, "ModelProto.ir_version"); !s.ok()) return s;
+        model_.ir_version = static_cast<std::int64_t>(f.value);
+        break;
+      case model_field::kOpsetImport: {
+        if (Status s = expect_wire_type(f, WireType::len, "ModelProto.opset_import"); !s.ok()) return s;
+        std::pair<std::string, std::int64_t> opset;
+        WireReader op(f.payload, f.payload_offset);
+        while (!op.at_end()) {
+          auto g = op.next();
+          if (!g) return g.error();
+          if (g->number == opset_field::kDomain) {
+            if (Status s = expect_wire_type(*g, WireType::len, "OperatorSetIdProto.domain"); !s.ok()) return s;
+            opset.first = std::string(g->text());
+          } else if (g->number == opset_field::kVersion) {
+            if (Status s = expect_wire_type(*g, WireType::varint, "OperatorSetIdProto.version"); !s.ok()) return s;
+            opset.second = static_cast<std::int64_t>(g->value);
+          }
+        }
+        model_.opsets.push_back(std::move(opset));
+        break;
+      }
+      case model_field::kGraph:
+        if (Status s = expect_wire_type(f, WireType::len, "ModelProto.graph"); !s.ok()) return s;
+        if (Status s = decode_graph(f, 0); !s.ok()) return s;
+        break;
+      default: break;  // producer, metadata, functions, training info
+    }
+  }
+  return {};
+}
+
+Status ModelDecoder::decode_graph(const WireField& graph, unsigned depth) {
+  if (depth > kMaxGraphDepth)
+    return error_at(ErrorCode::malformed, "subgraphs nested deeper than " + std::to_string(kMaxGraphDepth) + " levels",
+                    "", graph.offset);
+  const WeightSource source = depth == 0 ? WeightSource::initializer : WeightSource::subgraph;
+  WireReader reader(graph.payload, graph.payload_offset);
+  while (!reader.at_end()) {
+    auto next = reader.next();
+    if (!next) return next.error();
+    const WireField& f = *next;
+    switch (f.number) {
+      case graph_field::kNode:
+        if (Status s = expect_wire_type(f, WireType::len, "GraphProto.node"); !s.ok()) return s;
+        if (Status s = decode_node(f, depth); !s.ok()) return s;
+        break;
+      case graph_field::kInitializer:
+        if (Status s = expect_wire_type(f, WireType::len, "GraphProto.initializer"); !s.ok()) return s;
+        if (Status s = add_tensor(f, source, {}); !s.ok()) return s;
+        break;
+      case graph_field::kSparseInitializer: {
+        if (Status s = expect_wire_type(f, WireType::len, "GraphProto.sparse_initializer"); !s.ok()) return s;
+        std::string_view name;
+        WireReader sparse(f.payload, f.payload_offset);
+        while (!sparse.at_end()) {
+          auto g = sparse.next();
+          if (!g) return g.error();
+          if (g->number == sparse_field::kValues && g->type == WireType::len) name = TensorDecoder::name_of(*g);
+        }
+        model_.notes.push_back({std::string(name), "sparse_initializer is not supported: not loaded as a weight"});
+        break;
+      }
+      default: break;  // name, inputs, outputs, value_info, annotations
+    }
+  }
+  return {};
+}
+
+Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
+  NodeInfo node;
+  node.depth = depth;
+  WireReader reader(node_field.payload, node_field.payload_offset);
+  while (!reader.at_end()) {
+    auto next = reader.next();
+    if (!next) return next.error();
+    const WireField& f = *next;
+    Status s;
+    switch (f.number) {
+      case node_field::kInput:
+        s = expect_wire_type(f, WireType::len, "NodeProto.input");
+        node.inputs.emplace_back(f.text());
+        break;
+      case node_field::kOutput:
+        s = expect_wire_type(f, WireType::len, "NodeProto.output");
+        node.outputs.emplace_back(f.text());
+        break;
+      case node_field::kName:
+        s = expect_wire_type(f, WireType::len, "NodeProto.name");
+        node.name = std::string(f.text());
+        break;
+      case node_field::kOpType:
+        s = expect_wire_type(f, WireType::len, "NodeProto.op_type");
+        node.op_type = std::string(f.text());
+        break;
+      case node_field::kDomain:
+        s = expect_wire_type(f, WireType::len, "NodeProto.domain");
+        node.domain = std::string(f.text());
+        break;
+      case node_field::kAttribute: {
+        s = expect_wire_type(f, WireType::len, "NodeProto.attribute");
+        if (!s.ok()) break;
+        auto attr = scan_attribute(f);
+        if (!attr) return attr.error();
+        if (attr->i && (attr->type == kAttrTypeInt || attr->type == 0))
+          node.int_attributes.insert_or_assign(std::string(attr->name), *attr->i);
+        break;
+      }
+      default: break;
+    }
+    if (!s.ok()) return s;
+  }
+  for (const std::string& v : node.inputs)
+    if (!v.empty()) model_.intern(v);
+  for (const std::string& v : node.outputs)
+    if (!v.empty()) model_.intern(v);
+
+  // Second pass over the attributes: subgraphs and Constant values, now that
+  // the node's op type and outputs are known whatever the field order.
+  const bool constant = is_constant_op(node);
+  bool have_value = false;
+  WireReader again(node_field.payload, node_field.payload_offset);
+  while (!again.at_end()) {
+    auto next = again.next();
+    if (!next) return next.error();
+    if (next->number != node_field::kAttribute) continue;
+    auto attr = scan_attribute(*next);
+    if (!attr) return attr.error();
+    WireReader inner(attr->message.payload, attr->message.payload_offset);
+    while (!inner.at_end()) {
+      auto g = inner.next();
+      if (!g) return g.error();
+      if (g->number == attr_field::kG || g->number == attr_field::kGraphs)
+        if (Status s = decode_graph(*g, depth + 1); !s.ok()) return s;
+    }
+    if (constant && is_constant_value_attribute(attr->name)) {
+      const std::string_view out = node.outputs.empty() ? std::string_view() : std::string_view(node.outputs[0]);
+      if (have_value)
+        return error_at(ErrorCode::malformed, "Constant node has more than one value attribute", out, next->offset);
+      have_value = true;
+      if (Status s = decode_constant(attr->message, attr->name, node, *next); !s.ok()) return s;
+    }
+  }
+  if (constant && !have_value)
+    return error_at(ErrorCode::malformed, "Constant node has no value attribute",
+                    node.outputs.empty() ? std::string_view() : std::string_view(node.outputs[0]), node_field.offset);
+  model_.nodes.push_back(std::move(node));
+  return {};
+}
+
+Status ModelDecoder::decode_constant(const WireField& attribute, std::string_view attr_name, const NodeInfo& node,
+                                     const WireField& node_field) {
+  if (node.outputs.empty() || node.outputs[0].empty())
+    return error_at(ErrorCode::malformed, "Constant node without an output", node.name, node_field.offset);
+  const std::string& name = node.outputs[0];
+  auto attr = scan_attribute(attribute);
+  if (!attr) return attr.error();
+
+  if (attr_name == "value") {
+    if (!attr->t) return error_at(ErrorCode::malformed, "Constant 'value' attribute without a tensor", name, attribute.offset);
+    return add_tensor(*attr->t, WeightSource::constant, name);
+  }
+  if (attr_name == "sparse_value") {
+    model_.notes.push_back({name, "Constant sparse_value is not supported: not loaded as a weight"});
+    return {};
+  }
+  if (attr_name == "value_string" || attr_name == "value_strings") {
+    StringTensorInfo info;
+    info.name = name;
+    info.source = WeightSource::constant;
+    if (attr_name == "value_strings") info.dims = {static_cast<std::int64_t>(attr->strings)};
+    model_.string_tensors.push_back(std::move(info));
+    return {};
+  }
+
+  WeightRef w;
+  w.source = WeightSource::constant;
+  w.storage = WeightRef::Storage::inline_owned;
+  if (attr_name == "value_float") {
+    const std::uint32_t bits = attr->f_bits.value_or(0);
+    std::byte le[4];
+    for (int k = 0; k < 4; ++k) le[k] = static_cast<std::byte>((bits >> (8 * k)) & 0xffu);
+    w.dtype = DataType::float32;
+    w.owned = owned_bytes(le, 4);
+  } else if (attr_name == "value_int") {
+    w.dtype = DataType::int64;
+    w.owned = owned_int64_le(attr->i.value_or(0));
+  } else if (attr_name == "value_floats") {
+    auto data = gather_fixed(attribute, attr_field::kFloats, 4, "AttributeProto.floats");
+    if (!data) return std::move(data.error());
+    w.dtype = DataType::float32;
+    w.dims = {static_cast<std::int64_t>(data->count)};
+    if (data->owned) {
+      w.owned = data->owned;
+    } else {
+      w.storage = WeightRef::Storage::inline_borrowed;  // a packed run is already float32 LE
+      w.inline_bytes = data->bytes;
+    }
+  } else {  // value_ints
+    auto count = count_varints(attribute, attr_field::kInts, "AttributeProto.ints");
+    if (!count) return std::move(count.error());
+    auto data = gather_varints(attribute, attr_field::kInts, *count, 8, false, "AttributeProto.ints");
+    if (!data) return std::move(data.error());
+    w.dtype = DataType::int64;
+    w.dims = {static_cast<std::int64_t>(*count)};
+    w.owned = data->owned;
+  }
+  if (w.owned) w.inline_bytes = Bytes(w.owned->data(), w.owned->size());
+  return add_weight(name, std::move(w), attribute.offset);
+}
+
+Status ModelDecoder::add_tensor(const WireField& tensor, WeightSource source, std::string_view name_override) {
+  auto decoded = tensors_.decode(tensor, source, name_override);
+  if (!decoded) return std::move(decoded.error());
+  if (decoded->is_string) {
+    StringTensorInfo info;
+    info.name = std::string(decoded->name);
+    info.dims = std::move(decoded->weight.dims);
+    info.source = source;
+    model_.string_tensors.push_back(std::move(info));
+    return {};
+  }
+  return add_weight(decoded->name, std::move(decoded->weight), tensor.offset);
+}
+
+Status ModelDecoder::add_weight(std::string_view name, WeightRef weight, std::uint64_t offset) {
+  if (name.empty()) return error_at(ErrorCode::malformed, "weight without a name", name, offset);
+  const ValueId id = model_.intern(name);
+  auto [it, inserted] = model_.store.weights.try_emplace(id, std::move(weight));
+  if (!inserted) return error_at(ErrorCode::malformed, "duplicate weight name '" + std::string(name) + "'", name, offset);
+  model_.weight_order.push_back(id);
+  return {};
+}
+
+}  // namespace ballast::onnx

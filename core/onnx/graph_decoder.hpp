@@ -1,0 +1,38 @@
+// Walks ModelProto -> GraphProto -> NodeProto -> AttributeProto (and the
+// subgraphs inside attributes) over the wire format, filling a Model.
+#pragma once
+
+#include "onnx/external_data.hpp"
+#include "onnx/model_impl.hpp"
+#include "onnx/tensor_decoder.hpp"
+#include "onnx/wire_reader.hpp"
+
+namespace ballast::onnx {
+
+// Subgraphs nest through attributes; deeper than this is an attack, not a model.
+inline constexpr unsigned kMaxGraphDepth = 64;
+
+class ModelDecoder {
+ public:
+  ModelDecoder(Model::Impl& model, std::string model_file, std::filesystem::path model_dir,
+               const LoadOptions& options);
+
+  // Decodes a whole ModelProto; offsets in errors are offsets in `bytes`.
+  Status decode(Bytes bytes);
+
+ private:
+  Status decode_graph(const WireField& graph, unsigned depth);
+  Status decode_node(const WireField& node, unsigned depth);
+  Status decode_constant(const WireField& attribute, std::string_view attr_name, const NodeInfo& node,
+                         const WireField& node_field);
+  Status add_weight(std::string_view name, WeightRef weight, std::uint64_t offset);
+  Status add_tensor(const WireField& tensor, WeightSource source, std::string_view name_override);
+  Error error_at(ErrorCode code, std::string message, std::string_view tensor, std::uint64_t offset) const;
+
+  Model::Impl& model_;
+  std::string model_file_;
+  ExternalResolver external_;
+  TensorDecoder tensors_;
+};
+
+}  // namespace ballast::onnx

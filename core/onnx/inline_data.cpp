@@ -1,0 +1,122 @@
+#include "onnx/inline_data.hpp"
+
+#include <cstring>
+#include <new>
+
+namespace ballast::onnx {
+
+namespace {
+
+// Calls fn(field) for every occurrence of field `number` in `message`.
+template <class Fn>
+Status for_each_occurrence(const WireField& message, std::uint32_t number, Fn&& fn) {
+  WireReader reader(message.payload, message.payload_offset);
+  while (!reader.at_end()) {
+    auto field = reader.next();
+    if (!field) return field.error();
+    if (field->number != number) continue;
+    if (Status s = fn(*field); !s.ok()) return s;
+  }
+  return {};
+}
+
+WireType fixed_type(std::size_t width) { return width == 4 ? WireType::fixed32 : WireType::fixed64; }
+
+Result<std::shared_ptr<std::vector<std::byte>>> allocate(std::uint64_t bytes) {
+  try {
+    return std::make_shared<std::vector<std::byte>>(static_cast<std::size_t>(bytes));
+  } catch (const std::bad_alloc&) {
+    return make_error(ErrorCode::out_of_memory, "cannot allocate " + std::to_string(bytes) + " bytes for decoded values");
+  } catch (const std::length_error&) {
+    return make_error(ErrorCode::out_of_memory, "cannot allocate " + std::to_string(bytes) + " bytes for decoded values");
+  }
+}
+
+}  // namespace
+
+Result<InlineData> gather_fixed(const WireField& message, std::uint32_t number, std::size_t width,
+                                std::string_view what) {
+  std::uint64_t count = 0;
+  std::uint32_t runs = 0;
+  Bytes single;
+  Status scanned = for_each_occurrence(message, number, [&](const WireField& f) -> Status {
+    ++runs;
+    if (f.type == WireType::len) {
+      if (f.payload.size() % width != 0)
+        return wire_error("packed " + std::string(what) + " is " + std::to_string(f.payload.size()) +
+                              " bytes, not a multiple of " + std::to_string(width),
+                          f.payload_offset);
+      count += f.payload.size() / width;
+      single = f.payload;
+      return {};
+    }
+    if (Status s = expect_wire_type(f, fixed_type(width), what); !s.ok()) return s;
+    ++count;
+    single = {};
+    return {};
+  });
+  if (!scanned.ok()) return scanned;
+  if (runs == 1 && single.data() != nullptr) return InlineData{single, nullptr, count};
+  if (runs == 0) return InlineData{};
+
+  auto buffer = allocate(count * width);
+  if (!buffer) return buffer.error();
+  std::byte* out = (*buffer)->data();
+  Status copied = for_each_occurrence(message, number, [&](const WireField& f) -> Status {
+    if (!f.payload.empty()) std::memcpy(out, f.payload.data(), f.payload.size());
+    out += f.payload.size();
+    return {};
+  });
+  if (!copied.ok()) return copied;
+  std::shared_ptr<const std::vector<std::byte>> owned = std::move(*buffer);
+  return InlineData{Bytes(owned->data(), owned->size()), owned, count};
+}
+
+Result<std::uint64_t> count_varints(const WireField& message, std::uint32_t number, std::string_view what) {
+  std::uint64_t count = 0;
+  Status scanned = for_each_occurrence(message, number, [&](const WireField& f) -> Status {
+    if (f.type == WireType::len) {
+      auto n = count_packed_varints(f, what);
+      if (!n) return n.error();
+      count += *n;
+      return {};
+    }
+    if (Status s = expect_wire_type(f, WireType::varint, what); !s.ok()) return s;
+    ++count;
+    return {};
+  });
+  if (!scanned.ok()) return scanned;
+  return count;
+}
+
+Result<InlineData> gather_varints(const WireField& message, std::uint32_t number, std::uint64_t count,
+                                  std::size_t out_width, bool as_bool, std::string_view what) {
+  auto buffer = allocate(count * out_width);
+  if (!buffer) return buffer.error();
+  std::byte* out = (*buffer)->data();
+  std::byte* const end = out + count * out_width;
+  auto put = [&](std::uint64_t v) {
+    if (out == end) return false;
+    if (as_bool) v = (v & 0xffffffffu) != 0 ? 1 : 0;
+    for (std::size_t i = 0; i < out_width; ++i) *out++ = static_cast<std::byte>((v >> (8 * i)) & 0xffu);
+    return true;
+  };
+  Status written = for_each_occurrence(message, number, [&](const WireField& f) -> Status {
+    if (f.type != WireType::len) {
+      if (!put(f.value)) return wire_error(std::string(what) + " changed between passes", f.offset);
+      return {};
+    }
+    std::size_t pos = 0;
+    std::uint64_t v = 0;
+    while (pos < f.payload.size()) {
+      if (!read_varint(f.payload, pos, v) || !put(v))
+        return wire_error("malformed packed " + std::string(what), f.payload_offset + pos);
+    }
+    return {};
+  });
+  if (!written.ok()) return written;
+  std::shared_ptr<const std::vector<std::byte>> owned = std::move(*buffer);
+  return InlineData{Bytes(owned->data(), owned->size()), owned, count};
+}
+
+}  // namespace ballast::onnx

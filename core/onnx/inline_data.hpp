@@ -1,0 +1,35 @@
+// Gathering the values of one repeated field of a message into the raw
+// little-endian bytes of a tensor: borrowed when the field is a single
+// packed fixed-width run (already the right bytes), owned otherwise.
+#pragma once
+
+#include "onnx/wire_reader.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+namespace ballast::onnx {
+
+struct InlineData {
+  Bytes bytes;
+  std::shared_ptr<const std::vector<std::byte>> owned;  // null when borrowed
+  std::uint64_t count = 0;                              // values gathered
+};
+
+// Field `number` of `message` holds fixed-width values of `width` bytes
+// (4 or 8), packed or not. Borrowed when exactly one packed run is present.
+Result<InlineData> gather_fixed(const WireField& message, std::uint32_t number, std::size_t width,
+                                std::string_view what);
+
+// Number of varint values field `number` of `message` holds (packed or not).
+Result<std::uint64_t> count_varints(const WireField& message, std::uint32_t number, std::string_view what);
+
+// Field `number` of `message` holds varints: each becomes `out_width` bytes
+// little-endian (its low bytes), or one 0/1 byte when `as_bool`. The caller
+// has checked the count with count_varints.
+Result<InlineData> gather_varints(const WireField& message, std::uint32_t number, std::uint64_t count,
+                                  std::size_t out_width, bool as_bool, std::string_view what);
+
+}  // namespace ballast::onnx

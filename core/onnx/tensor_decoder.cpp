@@ -1,0 +1,316 @@
+#include "onnx/tensor_decoder.hpp"
+
+#include "onnx/inline_data.hpp"
+
+#include <array>
+
+namespace ballast::onnx {
+
+namespace {
+
+// TensorProto field numbers (onnx.proto).
+enum TensorField : std::uint32_t {
+  kDims = 1,
+  kDataType = 2,
+  kSegment = 3,
+  kFloatData = 4,
+  kInt32Data = 5,
+  kStringData = 6,
+  kInt64Data = 7,
+  kName = 8,
+  kRawData = 9,
+  kDoubleData = 10,
+  kUint64Data = 11,
+  kExternalData = 13,
+  kDataLocation = 14,
+};
+
+constexpr std::array<std::uint32_t, 5> kTypedFields = {kFloatData, kInt32Data, kInt64Data, kDoubleData, kUint64Data};
+
+std::string_view typed_field_name(std::uint32_t number) {
+  switch (number) {
+    case kFloatData: return "float_data";
+    case kInt32Data: return "int32_data";
+    case kInt64Data: return "int64_data";
+    case kDoubleData: return "double_data";
+    case kUint64Data: return "uint64_data";
+  }
+  return "?";
+}
+
+// Which typed field the ONNX spec stores each dtype in (onnx.proto comments
+// on TensorProto): float_data for float and complex64; int32_data for every
+// type of 16 bits or fewer (bit patterns for the float ones, two 4-bit
+// values per element for the 4-bit ones) and int32; int64_data for int64;
+// double_data for double and complex128; uint64_data for uint32 and uint64.
+std::uint32_t typed_field_for(DataType t) {
+  switch (t) {
+    case DataType::float32:
+    case DataType::complex64: return kFloatData;
+    case DataType::int64: return kInt64Data;
+    case DataType::float64:
+    case DataType::complex128: return kDoubleData;
+    case DataType::uint32:
+    case DataType::uint64: return kUint64Data;
+    default: return kInt32Data;
+  }
+}
+
+// How many values of the typed field a tensor of `elements` elements needs.
+std::uint64_t typed_value_count(DataType t, std::uint64_t elements) {
+  if (t == DataType::complex64 || t == DataType::complex128) return elements * 2;  // bounded by max_tensor_elements
+  if (dtype_bits(t) == 4) return elements / 2 + (elements & 1);
+  return elements;
+}
+
+// Bytes each int32_data / uint64_data value turns into.
+std::size_t varint_out_width(DataType t) {
+  const unsigned bits = dtype_bits(t);
+  return bits <= 8 ? 1 : bits / 8;
+}
+
+struct Scan {
+  std::string_view name;
+  std::vector<std::int64_t> dims;
+  std::optional<std::uint64_t> data_type;
+  std::optional<WireField> raw_data;
+  std::optional<std::uint64_t> segment_at;
+  std::array<std::uint32_t, 16> typed_occurrences{};  // indexed by field number
+  std::uint64_t string_count = 0;
+  std::vector<ExternalEntry> external;
+  std::uint64_t data_location = 0;
+};
+
+Status scan_entry(const WireField& field, ExternalEntry& entry) {
+  WireReader reader(field.payload, field.payload_offset);
+  entry.offset = field.offset;
+  while (!reader.at_end()) {
+    auto f = reader.next();
+    if (!f) return f.error();
+    if (f->number == 1 || f->number == 2) {
+      if (Status s = expect_wire_type(*f, WireType::len, f->number == 1 ? "StringStringEntryProto.key"
+                                                                          : "StringStringEntryProto.value");
+          !s.ok())
+        return s;
+      (f->number == 1 ? entry.key : entry.value) = f->text();
+    }
+  }
+  return {};
+}
+
+Status scan_tensor(const WireField& message, Scan& scan) {
+  WireReader reader(message.payload, message.payload_offset);
+  while (!reader.at_end()) {
+    auto next = reader.next();
+    if (!next) return next.error();
+    const WireField& f = *next;
+    switch (f.number) {
+      case kDims:
+        if (f.type == WireType::varint) {
+          scan.dims.push_back(static_cast<std::int64_t>(f.value));
+        } else {
+          if (Status s = expect_wire_type(f, WireType::len, "TensorProto.dims"); !s.ok()) return s;
+          auto n = count_packed_varints(f, "TensorProto.dims");
+          if (!n) return n.error();
+          scan.dims.reserve(scan.dims.size() + static_cast<std::size_t>(*n));
+          std::size_t pos = 0;
+          std::uint64_t v = 0;
+          while (read_varint(f.payload, pos, v)) scan.dims.push_back(static_cast<std::int64_t>(v));
+        }
+        break;
+      case kDataType:
+        if (Status s = expect_wire_type(f, WireType::varint, "TensorProto.data_type"); !s.ok()) return s;
+        scan.data_type = f.value;
+        break;
+      case kSegment:
+        scan.segment_at = f.offset;
+        break;
+      case kFloatData:
+      case kDoubleData:
+        if (f.type != WireType::len) {
+          if (Status s = expect_wire_type(f, f.number == kFloatData ? WireType::fixed32 : WireType::fixed64,
+                                          f.number == kFloatData ? "TensorProto.float_data" : "TensorProto.double_data");
+              !s.ok())
+            return s;
+        }
+        ++scan.typed_occurrences[f.number];
+        break;
+      case kInt32Data:
+      case kInt64Data:
+      case kUint64Data:
+        if (f.type != WireType::len) {
+          if (Status s = expect_wire_type(f, WireType::varint, "TensorProto." + std::string(typed_field_name(f.number)));
+              !s.ok())
+            return s;
+        }
+        ++scan.typed_occurrences[f.number];
+        break;
+      case kStringData:
+        if (Status s = expect_wire_type(f, WireType::len, "TensorProto.string_data"); !s.ok()) return s;
+        ++scan.string_count;
+        break;
+      case kName:
+        if (Status s = expect_wire_type(f, WireType::len, "TensorProto.name"); !s.ok()) return s;
+        scan.name = f.text();
+        break;
+      case kRawData:
+        if (Status s = expect_wire_type(f, WireType::len, "TensorProto.raw_data"); !s.ok()) return s;
+        scan.raw_data = f;
+        break;
+      case kExternalData: {
+        if (Status s = expect_wire_type(f, WireType::len, "TensorProto.external_data"); !s.ok()) return s;
+        ExternalEntry entry;
+        if (Status s = scan_entry(f, entry); !s.ok()) return s;
+        scan.external.push_back(entry);
+        break;
+      }
+      case kDataLocation:
+        if (Status s = expect_wire_type(f, WireType::varint, "TensorProto.data_location"); !s.ok()) return s;
+        scan.data_location = f.value;
+        break;
+      default: break;  // doc_string, metadata and fields of later schema versions
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+std::string_view TensorDecoder::name_of(const WireField& field) {
+  WireReader reader(field.payload, field.payload_offset);
+  std::string_view name;
+  while (!reader.at_end()) {
+    auto f = reader.next();
+    if (!f) break;
+    if (f->number == kName && f->type == WireType::len) name = f->text();
+  }
+  return name;
+}
+
+Result<DecodedTensor> TensorDecoder::decode(const WireField& field, WeightSource source,
+                                            std::string_view name_override) {
+  Scan scan;
+  DecodedTensor out;
+  auto fail = [&](ErrorCode code, std::string message, std::uint64_t offset) {
+    Error e = make_error(code, std::move(message));
+    e.file = model_file_;
+    e.tensor = std::string(out.name);
+    e.offset = offset;
+    return e;
+  };
+  auto located = [&](Error e) {
+    if (e.file.empty()) e.file = model_file_;
+    if (e.tensor.empty()) e.tensor = std::string(out.name);
+    return e;
+  };
+
+  Status scanned = scan_tensor(field, scan);
+  out.name = name_override.empty() ? scan.name : name_override;
+  if (!scanned.ok()) return located(std::move(scanned.error()));
+
+  if (scan.segment_at) return fail(ErrorCode::unsupported, "segmented tensors are not supported", *scan.segment_at);
+  if (!scan.data_type || *scan.data_type == 0 || *scan.data_type > static_cast<std::uint64_t>(kMaxKnownDataType))
+    return fail(ErrorCode::unsupported,
+                scan.data_type ? "unknown data_type " + std::to_string(static_cast<std::int64_t>(*scan.data_type))
+                               : std::string("data_type is missing (undefined)"),
+                field.offset);
+  const auto dtype = static_cast<DataType>(*scan.data_type);
+
+  for (std::int64_t d : scan.dims)
+    if (d < 0) return fail(ErrorCode::malformed, "negative dimension " + std::to_string(d), field.offset);
+  const auto elements = element_count(scan.dims);
+  if (!elements) return fail(ErrorCode::overflow, "the product of the dims overflows 64 bits", field.offset);
+  if (*elements > options_.max_tensor_elements)
+    return fail(ErrorCode::overflow,
+                std::to_string(*elements) + " elements exceed LoadOptions::max_tensor_elements (" +
+                    std::to_string(options_.max_tensor_elements) + ")",
+                field.offset);
+
+  WeightRef& w = out.weight;
+  w.dtype = dtype;
+  w.dims = std::move(scan.dims);
+  w.source = source;
+  if (dtype == DataType::string) {
+    out.is_string = true;
+    return out;
+  }
+
+  std::uint32_t typed = 0;
+  for (std::uint32_t number : kTypedFields) {
+    if (scan.typed_occurrences[number] == 0) continue;
+    if (typed != 0)
+      return fail(ErrorCode::malformed,
+                  "both " + std::string(typed_field_name(typed)) + " and " + std::string(typed_field_name(number)) +
+                      " hold data",
+                  field.offset);
+    typed = number;
+  }
+  const bool has_inline = scan.raw_data.has_value() || typed != 0;
+
+  if (scan.data_location > 1)
+    return fail(ErrorCode::unsupported, "unknown data_location " + std::to_string(scan.data_location), field.offset);
+  if (scan.data_location == 1) {
+    if (has_inline) return fail(ErrorCode::malformed, "external tensor also carries inline data", field.offset);
+    auto loc = external_.resolve(scan.external, out.name, dtype, *elements, field.offset, notes_);
+    if (!loc) return located(std::move(loc.error()));
+    w.storage = WeightRef::Storage::external;
+    w.external = std::move(*loc);
+    return out;
+  }
+  if (!scan.external.empty())
+    notes_.push_back({std::string(out.name), "external_data entries ignored: data_location is not EXTERNAL"});
+
+  const std::uint64_t needed = *dtype_storage_bytes(dtype, *elements);  // fits: elements <= max_tensor_elements
+  if (scan.raw_data) {
+    if (typed != 0)
+      return fail(ErrorCode::malformed, "both raw_data and " + std::string(typed_field_name(typed)) + " hold data",
+                  field.offset);
+    if (scan.raw_data->payload.size() != needed)
+      return fail(ErrorCode::size_mismatch,
+                  "raw_data is " + std::to_string(scan.raw_data->payload.size()) + " bytes but " +
+                      std::string(dtype_name(dtype)) + " x dims need " + std::to_string(needed),
+                  scan.raw_data->payload_offset);
+    w.storage = WeightRef::Storage::inline_borrowed;
+    w.inline_bytes = scan.raw_data->payload;
+    return out;
+  }
+  if (typed == 0) {
+    if (needed != 0)
+      return fail(ErrorCode::size_mismatch, "no data for " + std::to_string(*elements) + " elements", field.offset);
+    w.storage = WeightRef::Storage::inline_borrowed;
+    return out;
+  }
+
+  if (typed != typed_field_for(dtype))
+    return fail(ErrorCode::malformed,
+                std::string(typed_field_name(typed)) + " cannot hold " + std::string(dtype_name(dtype)) +
+                    " values (the spec puts them in " + std::string(typed_field_name(typed_field_for(dtype))) + ")",
+                field.offset);
+  const std::uint64_t values = typed_value_count(dtype, *elements);
+  const std::string what = "TensorProto." + std::string(typed_field_name(typed));
+  auto mismatch = [&](std::uint64_t got) {
+    return fail(ErrorCode::size_mismatch,
+                std::string(typed_field_name(typed)) + " has " + std::to_string(got) + " values but " +
+                    std::string(dtype_name(dtype)) + " x dims need " + std::to_string(values),
+                field.offset);
+  };
+
+  Result<InlineData> data = InlineData{};
+  if (typed == kFloatData || typed == kDoubleData) {
+    data = gather_fixed(field, typed, typed == kFloatData ? 4 : 8, what);
+    if (!data) return located(std::move(data.error()));
+    if (data->count != values) return mismatch(data->count);
+  } else {
+    auto count = count_varints(field, typed, what);
+    if (!count) return located(std::move(count.error()));
+    if (*count != values) return mismatch(*count);
+    data = gather_varints(field, typed, values, varint_out_width(dtype), dtype == DataType::bool_, what);
+    if (!data) return located(std::move(data.error()));
+  }
+  w.inline_bytes = data->bytes;
+  w.owned = data->owned;
+  w.storage = data->owned ? WeightRef::Storage::inline_owned : WeightRef::Storage::inline_borrowed;
+  return out;
+}
+
+}  // namespace ballast::onnx
