@@ -1,0 +1,96 @@
+#include "allocator.hpp"
+
+#include <cstdio>
+#include <new>
+#include <string>
+
+namespace ballast::cpu {
+
+namespace {
+
+// Every block starts on a cache line, whatever was asked, so kernels never
+// share a line between two allocations.
+constexpr std::uint64_t kMinAlignment = 64;
+constexpr std::uint64_t kMaxAlignment = 1ull << 30;
+
+std::string hex(DevicePtr p) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(p));
+  return buf;
+}
+
+}  // namespace
+
+Allocator::Allocator(std::uint64_t max_single_allocation) : max_single_(max_single_allocation) {}
+
+Allocator::~Allocator() {
+  for (const auto& [ptr, block] : blocks_)
+    ::operator delete(reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr)), std::align_val_t(block.alignment));
+}
+
+Result<DevicePtr> Allocator::allocate(std::uint64_t bytes, std::uint64_t alignment) {
+  if (alignment != 0 && (alignment & (alignment - 1)) != 0)
+    return make_error(ErrorCode::invalid_argument, "alignment " + std::to_string(alignment) + " is not a power of two");
+  if (alignment > kMaxAlignment)
+    return make_error(ErrorCode::invalid_argument,
+                      "alignment " + std::to_string(alignment) + " exceeds the largest supported, " + std::to_string(kMaxAlignment));
+  if (bytes > max_single_)
+    return make_error(ErrorCode::out_of_memory, std::to_string(bytes) + " bytes requested; the largest single allocation is " +
+                                                    std::to_string(max_single_) + " bytes (physical memory)");
+  const std::uint64_t align = alignment < kMinAlignment ? kMinAlignment : alignment;
+  // Zero bytes still takes one, so the pointer is unique and freeable.
+  void* p = ::operator new(static_cast<std::size_t>(bytes == 0 ? 1 : bytes), std::align_val_t(align), std::nothrow);
+  if (p == nullptr)
+    return make_error(ErrorCode::out_of_memory, "the system refused " + std::to_string(bytes) + " bytes");
+  const auto ptr = static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(p));
+  std::lock_guard<std::mutex> lock(mutex_);
+  blocks_.emplace(ptr, Block{bytes, align});
+  live_bytes_ += bytes;
+  return ptr;
+}
+
+Status Allocator::free(DevicePtr ptr) {
+  Block block;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = blocks_.find(ptr);
+    if (it == blocks_.end())
+      return make_error(ErrorCode::invalid_argument,
+                        "free of " + hex(ptr) + ", which is not a live allocation (never allocated, already freed, or not its start)");
+    block = it->second;
+    live_bytes_ -= block.bytes;
+    blocks_.erase(it);
+  }
+  ::operator delete(reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr)), std::align_val_t(block.alignment));
+  return {};
+}
+
+bool Allocator::find(DevicePtr ptr, DevicePtr& base, std::uint64_t& bytes) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = blocks_.upper_bound(ptr);
+  if (it == blocks_.begin()) return false;
+  --it;
+  if (ptr - it->first > it->second.bytes) return false;  // one past the end still "belongs" (empty ranges)
+  base = it->first;
+  bytes = it->second.bytes;
+  return true;
+}
+
+bool Allocator::contains(DevicePtr ptr, std::uint64_t bytes) const {
+  DevicePtr base;
+  std::uint64_t size;
+  if (!find(ptr, base, size)) return false;
+  return bytes <= size && ptr - base <= size - bytes;
+}
+
+std::uint64_t Allocator::live_allocations() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return blocks_.size();
+}
+
+std::uint64_t Allocator::live_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return live_bytes_;
+}
+
+}  // namespace ballast::cpu

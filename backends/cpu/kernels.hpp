@@ -1,0 +1,52 @@
+// The CPU derivation kernels. `run_derivation` splits a launch over the
+// pool; the per-row work comes from a RowKernels table: the portable one
+// (plain C++ over kernel_math.hpp, auto-vectorised) or, where the CPU has
+// them, hand-vectorised versions (x86-64 AVX2 + F16C). Both produce the
+// same bits; the unit tests hold them to the scalar reference.
+#pragma once
+
+#include <ballast/derivation.hpp>
+
+#include <cstdint>
+
+namespace ballast::cpu {
+
+class ThreadPool;
+
+struct Int4Args {
+  const std::uint8_t* b = nullptr;  // [N, k_blocks, block_size/2]
+  const void* scales = nullptr;     // [N, k_blocks] f32 or f16
+  const void* zero_points = nullptr;
+  ZeroPoints zero_point_form = ZeroPoints::absent;
+  bool f16_scales = false;
+  std::uint64_t n = 0, k = 0, block_size = 0, k_blocks = 0;
+  std::uint16_t* f16_out = nullptr;  // dequant_int4: [N, K]
+  std::uint32_t* words = nullptr;    // repack_int4: [N, ceil(K/8)]
+  std::uint32_t* pairs = nullptr;    // repack_int4: [N, k_blocks] (scale, -scale*zp)
+};
+
+struct Quant8Args {
+  const void* src = nullptr;  // [N, K] f32 or f16
+  bool f16_src = false;
+  std::uint64_t n = 0, k = 0;
+  std::int8_t* codes = nullptr;  // [N, K]
+  float* scales = nullptr;       // [N]
+};
+
+struct RowKernels {
+  const char* name;
+  void (*to_f16_from_f32)(const float* src, std::uint16_t* dst, std::uint64_t count);
+  void (*to_f16_from_bf16)(const std::uint16_t* src, std::uint16_t* dst, std::uint64_t count);
+  void (*dequant_int4_rows)(const Int4Args& a, std::uint64_t row_begin, std::uint64_t row_end);
+  void (*repack_int4_rows)(const Int4Args& a, std::uint64_t row_begin, std::uint64_t row_end);
+  void (*quant_int8_rows)(const Quant8Args& a, std::uint64_t row_begin, std::uint64_t row_end);
+};
+
+const RowKernels& portable_kernels();
+// The vectorised table when this CPU supports it, else nullptr.
+const RowKernels* simd_kernels();
+
+// Runs a launch whose pointers have been validated; blocks until done.
+void run_derivation(const DerivationLaunch& launch, const RowKernels& kernels, ThreadPool& pool);
+
+}  // namespace ballast::cpu

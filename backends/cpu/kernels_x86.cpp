@@ -1,0 +1,253 @@
+// Row kernels vectorised by hand for x86-64 CPUs with AVX2 and F16C (every
+// x86-64 CPU since about 2013), chosen at run time so the library itself
+// still runs on any x86-64. Same bits as the portable table: the f16
+// conversion is F16C's vcvtps2ph with round-to-nearest-even, which matches
+// kernel_math.hpp bit for bit (tests/unit/cpu checks both tables), and the
+// f32 arithmetic is the same IEEE operations in the same order.
+#include "int4_access.hpp"
+#include "kernels.hpp"
+
+#include <common/kernel_math.hpp>
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#define BALLAST_SIMD __attribute__((target("avx2,f16c")))
+
+namespace ballast::cpu {
+
+namespace {
+
+constexpr int kRne = _MM_FROUND_TO_NEAREST_INT;
+
+BALLAST_SIMD void to_f16_from_f32(const float* src, std::uint16_t* dst, std::uint64_t count) {
+  std::uint64_t i = 0;
+  for (; i + 32 <= count; i += 32) {
+    const __m256 a = _mm256_loadu_ps(src + i), b = _mm256_loadu_ps(src + i + 8);
+    const __m256 c = _mm256_loadu_ps(src + i + 16), d = _mm256_loadu_ps(src + i + 24);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(a, kRne));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 8), _mm256_cvtps_ph(b, kRne));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 16), _mm256_cvtps_ph(c, kRne));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 24), _mm256_cvtps_ph(d, kRne));
+  }
+  for (; i + 8 <= count; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), kRne));
+  for (; i < count; ++i) dst[i] = kmath::f16_bits_from_f32(src[i]);
+}
+
+// bf16 is the top half of an f32: widen, shift, convert.
+BALLAST_SIMD inline __m128i bf16x8_to_f16x8(const std::uint16_t* src) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  const __m256i f = _mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16);
+  return _mm256_cvtps_ph(_mm256_castsi256_ps(f), kRne);
+}
+
+BALLAST_SIMD void to_f16_from_bf16(const std::uint16_t* src, std::uint16_t* dst, std::uint64_t count) {
+  std::uint64_t i = 0;
+  for (; i + 32 <= count; i += 32) {
+    const __m128i a = bf16x8_to_f16x8(src + i), b = bf16x8_to_f16x8(src + i + 8);
+    const __m128i c = bf16x8_to_f16x8(src + i + 16), d = bf16x8_to_f16x8(src + i + 24);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 8), b);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 16), c);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 24), d);
+  }
+  for (; i + 8 <= count; i += 8) _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), bf16x8_to_f16x8(src + i));
+  for (; i < count; ++i) dst[i] = kmath::f16_bits_from_bf16_bits(src[i]);
+}
+
+// ---------------------------------------------------------------- int4
+// Eight consecutive blocks' scales or zero points of row n, as f32.
+BALLAST_SIMD inline __m256 int4_scales8(const Int4Args& a, std::uint64_t n, std::uint64_t block) {
+  const std::uint64_t i = n * a.k_blocks + block;
+  if (a.f16_scales)
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(a.scales) + i)));
+  return _mm256_loadu_ps(static_cast<const float*>(a.scales) + i);
+}
+
+BALLAST_SIMD inline __m256 int4_zero_points8(const Int4Args& a, std::uint64_t n, std::uint64_t block) {
+  if (a.zero_point_form == ZeroPoints::absent) return _mm256_set1_ps(kmath::kDefaultZeroPoint);
+  if (a.zero_point_form == ZeroPoints::unpacked) {
+    const std::uint64_t i = n * a.k_blocks + block;
+    if (a.f16_scales)
+      return _mm256_cvtph_ps(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(a.zero_points) + i)));
+    return _mm256_loadu_ps(static_cast<const float*>(a.zero_points) + i);
+  }
+  alignas(32) float z[8];
+  for (int i = 0; i < 8; ++i) z[i] = int4_zero_point(a, n, block + i);
+  return _mm256_load_ps(z);
+}
+
+BALLAST_SIMD void dequant_int4_rows(const Int4Args& a, std::uint64_t row_begin, std::uint64_t row_end) {
+  const __m256 q_low = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256 q_high = _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15);
+  const __m128i nibble = _mm_set1_epi8(0x0f);
+  const __m128i even_bytes = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m128i odd_bytes = _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+  for (std::uint64_t n = row_begin; n < row_end; ++n) {
+    const std::uint8_t* row = a.b + n * int4_row_bytes(a);
+    std::uint16_t* out = a.f16_out + n * a.k;
+    for (std::uint64_t block = 0; block < a.k_blocks; ++block) {
+      const float scale = int4_scale(a, n, block), zp = int4_zero_point(a, n, block);
+      // The block's 16 possible results, split into low and high bytes so
+      // that pshufb can look codes up 16 at a time.
+      const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(zp);
+      const __m128i h0 = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_sub_ps(q_low, z), s), kRne);
+      const __m128i h1 = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_sub_ps(q_high, z), s), kRne);
+      const __m128i table_lo = _mm_unpacklo_epi64(_mm_shuffle_epi8(h0, even_bytes), _mm_shuffle_epi8(h1, even_bytes));
+      const __m128i table_hi = _mm_unpacklo_epi64(_mm_shuffle_epi8(h0, odd_bytes), _mm_shuffle_epi8(h1, odd_bytes));
+
+      const std::uint64_t first = block * a.block_size;
+      const std::uint64_t cols = std::min<std::uint64_t>(a.block_size, a.k - first);
+      const std::uint8_t* bytes = row + block * (a.block_size / 2);
+      std::uint16_t* o = out + first;
+      std::uint64_t c = 0;
+      for (; c + 32 <= cols; c += 32) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + c / 2));
+        const __m128i lo = _mm_and_si128(v, nibble), hi = _mm_and_si128(_mm_srli_epi16(v, 4), nibble);
+        const __m128i i0 = _mm_unpacklo_epi8(lo, hi), i1 = _mm_unpackhi_epi8(lo, hi);  // column order
+        const __m128i l0 = _mm_shuffle_epi8(table_lo, i0), g0 = _mm_shuffle_epi8(table_hi, i0);
+        const __m128i l1 = _mm_shuffle_epi8(table_lo, i1), g1 = _mm_shuffle_epi8(table_hi, i1);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c), _mm_unpacklo_epi8(l0, g0));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c + 8), _mm_unpackhi_epi8(l0, g0));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c + 16), _mm_unpacklo_epi8(l1, g1));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c + 24), _mm_unpackhi_epi8(l1, g1));
+      }
+      for (; c + 16 <= cols; c += 16) {
+        const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + c / 2));
+        const __m128i lo = _mm_and_si128(v, nibble), hi = _mm_and_si128(_mm_srli_epi16(v, 4), nibble);
+        const __m128i i0 = _mm_unpacklo_epi8(lo, hi);
+        const __m128i l0 = _mm_shuffle_epi8(table_lo, i0), g0 = _mm_shuffle_epi8(table_hi, i0);
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c), _mm_unpacklo_epi8(l0, g0));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c + 8), _mm_unpackhi_epi8(l0, g0));
+      }
+      for (; c < cols; ++c) o[c] = kmath::dequant_f16_bits(kmath::int4_code(bytes, c), zp, scale);
+    }
+  }
+}
+
+BALLAST_SIMD void repack_int4_rows(const Int4Args& a, std::uint64_t row_begin, std::uint64_t row_end) {
+  const std::uint64_t words = (a.k + 7) / 8, full_words = a.k / 8;
+  const __m256i nibbles = _mm256_set1_epi32(0x0f0f0f0f), bytes02 = _mm256_set1_epi32(0x00ff00ff);
+  const __m256i low_half = _mm256_set1_epi32(0x0000ffff);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (std::uint64_t n = row_begin; n < row_end; ++n) {
+    const std::uint8_t* row = a.b + n * int4_row_bytes(a);
+    std::uint32_t* out = a.words + n * words;
+    std::uint64_t j = 0;
+    for (; j + 8 <= full_words; j += 8) {  // the steps of int4_repack_bytes, eight words at a time
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 4 * j));
+      __m256i even = _mm256_and_si256(v, nibbles);
+      __m256i odd = _mm256_and_si256(_mm256_srli_epi32(v, 4), nibbles);
+      even = _mm256_and_si256(_mm256_or_si256(even, _mm256_srli_epi32(even, 4)), bytes02);
+      odd = _mm256_and_si256(_mm256_or_si256(odd, _mm256_srli_epi32(odd, 4)), bytes02);
+      even = _mm256_and_si256(_mm256_or_si256(even, _mm256_srli_epi32(even, 8)), low_half);
+      odd = _mm256_and_si256(_mm256_or_si256(odd, _mm256_srli_epi32(odd, 8)), low_half);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), _mm256_or_si256(even, _mm256_slli_epi32(odd, 16)));
+    }
+    for (; j < full_words; ++j) {
+      std::uint32_t v;
+      std::memcpy(&v, row + 4 * j, 4);
+      out[j] = int4_repack_bytes(v);
+    }
+    if (full_words < words) out[full_words] = int4_partial_word(a, n, full_words);
+
+    std::uint32_t* pairs = a.pairs + n * a.k_blocks;
+    std::uint64_t b = 0;
+    for (; b + 8 <= a.k_blocks; b += 8) {
+      const __m256 s = int4_scales8(a, n, b), z = int4_zero_points8(a, n, b);
+      const __m128i hs = _mm256_cvtps_ph(s, kRne);
+      const __m128i ho = _mm256_cvtps_ph(_mm256_xor_ps(_mm256_mul_ps(s, z), sign), kRne);  // -(s*z)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(pairs + b), _mm_unpacklo_epi16(hs, ho));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(pairs + b + 4), _mm_unpackhi_epi16(hs, ho));
+    }
+    for (; b < a.k_blocks; ++b) pairs[b] = kmath::repack_scale_pair(int4_scale(a, n, b), int4_zero_point(a, n, b));
+  }
+}
+
+// ---------------------------------------------------------------- int8
+template <bool F16>
+BALLAST_SIMD inline __m256 load8(const void* src, std::uint64_t i) {
+  if constexpr (F16)
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(src) + i)));
+  else return _mm256_loadu_ps(static_cast<const float*>(src) + i);
+}
+
+template <bool F16>
+BALLAST_SIMD inline float load1(const void* src, std::uint64_t i) {
+  if constexpr (F16) return kmath::f32_from_f16_bits(static_cast<const std::uint16_t*>(src)[i]);
+  else return static_cast<const float*>(src)[i];
+}
+
+// maxps(a, m) returns m when a is NaN, exactly kmath::abs_max_step.
+template <bool F16>
+BALLAST_SIMD float row_abs_max(const void* src, std::uint64_t base, std::uint64_t k) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 m0 = _mm256_setzero_ps(), m1 = m0, m2 = m0, m3 = m0;
+  std::uint64_t i = 0;
+  for (; i + 32 <= k; i += 32) {
+    m0 = _mm256_max_ps(_mm256_and_ps(load8<F16>(src, base + i), abs_mask), m0);
+    m1 = _mm256_max_ps(_mm256_and_ps(load8<F16>(src, base + i + 8), abs_mask), m1);
+    m2 = _mm256_max_ps(_mm256_and_ps(load8<F16>(src, base + i + 16), abs_mask), m2);
+    m3 = _mm256_max_ps(_mm256_and_ps(load8<F16>(src, base + i + 24), abs_mask), m3);
+  }
+  for (; i + 8 <= k; i += 8) m0 = _mm256_max_ps(_mm256_and_ps(load8<F16>(src, base + i), abs_mask), m0);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3)));
+  float m = 0.0f;
+  for (float lane : lanes) m = kmath::abs_max_step(m, lane);
+  for (; i < k; ++i) m = kmath::abs_max_step(m, load1<F16>(src, base + i));
+  return m;
+}
+
+// clamp(round_half_even(w / scale), -127, 127), NaN -> 0: kmath::quant_int8_code.
+BALLAST_SIMD inline __m256i codes8(__m256 w, __m256 scale) {
+  const __m256 r = _mm256_div_ps(w, scale);
+  const __m256 nan = _mm256_cmp_ps(r, r, _CMP_UNORD_Q);
+  const __m256 clamped = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+  const __m256i i = _mm256_cvtps_epi32(_mm256_round_ps(clamped, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  return _mm256_andnot_si256(_mm256_castps_si256(nan), i);
+}
+
+template <bool F16>
+BALLAST_SIMD void quant_int8_rows_typed(const Quant8Args& a, std::uint64_t row_begin, std::uint64_t row_end) {
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (std::uint64_t n = row_begin; n < row_end; ++n) {
+    const std::uint64_t base = n * a.k;
+    const float scale = kmath::quant_int8_scale(row_abs_max<F16>(a.src, base, a.k));
+    a.scales[n] = scale;
+    std::int8_t* codes = a.codes + base;
+    if (scale == 0.0f) {
+      std::memset(codes, 0, a.k);
+      continue;
+    }
+    const __m256 s = _mm256_set1_ps(scale);
+    std::uint64_t i = 0;
+    for (; i + 32 <= a.k; i += 32) {
+      const __m256i c0 = codes8(load8<F16>(a.src, base + i), s), c1 = codes8(load8<F16>(a.src, base + i + 8), s);
+      const __m256i c2 = codes8(load8<F16>(a.src, base + i + 16), s), c3 = codes8(load8<F16>(a.src, base + i + 24), s);
+      const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(c0, c1), _mm256_packs_epi32(c2, c3));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), _mm256_permutevar8x32_epi32(packed, order));
+    }
+    for (; i < a.k; ++i) codes[i] = kmath::quant_int8_code(load1<F16>(a.src, base + i), scale);
+  }
+}
+
+void quant_int8_rows(const Quant8Args& a, std::uint64_t row_begin, std::uint64_t row_end) {
+  if (a.f16_src) quant_int8_rows_typed<true>(a, row_begin, row_end);
+  else quant_int8_rows_typed<false>(a, row_begin, row_end);
+}
+
+}  // namespace
+
+const RowKernels* simd_kernels() {
+  static const RowKernels table{"avx2+f16c", to_f16_from_f32, to_f16_from_bf16, dequant_int4_rows, repack_int4_rows,
+                                quant_int8_rows};
+  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return supported ? &table : nullptr;
+}
+
+}  // namespace ballast::cpu

@@ -1,0 +1,91 @@
+// The built-in CPU backend as a BackendPlugin, so the registry treats it
+// like every other backend. Config options (after '?'):
+//   threads=N   worker threads including the caller, 1..1024 (default: all
+//               hardware threads this process may run on)
+//   simd=on|off off forces the portable kernels (for comparison/debugging)
+#include "cpu_plugin.hpp"
+#include "device.hpp"
+#include "system_info.hpp"
+
+#include <charconv>
+#include <string>
+
+namespace ballast::cpu {
+
+namespace {
+
+constexpr const char* kKnownKeys = "threads, simd";
+
+Result<DeviceOptions> parse_options(const BackendConfig& config) {
+  DeviceOptions o;
+  for (const auto& [key, value] : config.options) {
+    if (key == "threads") {
+      unsigned n = 0;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (ec != std::errc() || end != value.data() + value.size() || n < 1 || n > 1024)
+        return make_error(ErrorCode::invalid_argument, "cpu option threads=" + value + ": expected a whole number from 1 to 1024");
+      o.threads = n;
+    } else if (key == "simd") {
+      if (value != "on" && value != "off")
+        return make_error(ErrorCode::invalid_argument, "cpu option simd=" + value + ": expected on or off");
+      o.simd = value == "on";
+    } else {
+      return make_error(ErrorCode::invalid_argument,
+                        "unknown cpu option '" + key + "'; known keys: " + std::string(kKnownKeys));
+    }
+  }
+  return o;
+}
+
+class CpuPlugin final : public BackendPlugin {
+ public:
+  CpuPlugin() {
+    info_.backend = "cpu";
+    info_.index = 0;
+    info_.name = cpu_model_name();
+    info_.uuid = cpu_uuid();
+    info_.memory_bytes = physical_memory_bytes();
+    caps_.host_registration = true;
+    caps_.read_only_registration = true;
+    caps_.import_alignment = 1;
+    caps_.max_single_allocation = info_.memory_bytes;
+    caps_.flushes_f16_subnormals = false;
+  }
+
+  Result<std::vector<DeviceInfo>> devices() override { return std::vector<DeviceInfo>{info_}; }
+
+  Result<std::unique_ptr<GpuBackend>> open(const BackendConfig& config) override {
+    const std::string doing = "opening '" + (config.text.empty() ? std::string("cpu") : config.text) + "'";
+    if (!config.name.empty() && config.name != "cpu")
+      return make_error(ErrorCode::invalid_argument, "the cpu plugin cannot open backend '" + config.name + "'")
+          .with_context(doing);
+    if (config.device_index && *config.device_index != 0)
+      return make_error(ErrorCode::not_found, "cpu has one device, index 0; there is no device " +
+                                                  std::to_string(*config.device_index))
+          .with_context(doing);
+    if (config.device_uuid && *config.device_uuid != info_.uuid)
+      return make_error(ErrorCode::not_found, "no cpu device with UUID " + *config.device_uuid + "; this one is " + info_.uuid)
+          .with_context(doing);
+    auto options = parse_options(config);
+    if (!options) return std::move(options.error()).with_context(doing);
+    if (options->threads == 0) options->threads = hardware_threads();
+    try {
+      return std::unique_ptr<GpuBackend>(std::make_unique<CpuDevice>(info_, caps_, *options));
+    } catch (const std::exception& e) {  // thread creation or memory: never across the boundary
+      return make_error(ErrorCode::out_of_memory, std::string("cannot start the cpu device: ") + e.what()).with_context(doing);
+    }
+  }
+
+ private:
+  DeviceInfo info_;
+  Capabilities caps_;
+};
+
+}  // namespace
+
+BackendPlugin& plugin() {
+  static CpuPlugin instance;
+  return instance;
+}
+
+}  // namespace ballast::cpu

@@ -1,0 +1,254 @@
+// Every CPU derivation against the scalar reference, for both kernel tables
+// (simd on/off) and several thread counts, on the shapes and values where
+// kernels go wrong: 1x1, odd K, K not a multiple of block_size, each
+// zero-point form, f32/f16 scales, bf16 sources, NaN, inf, subnormals.
+// (The full matrix is the conformance suite's; this pins the kernels here.)
+#include "cpu_test_support.hpp"
+
+#include <reference/reference.hpp>
+
+#include "cpu/device.hpp"
+
+#include <cmath>
+#include <random>
+
+using namespace ballast;
+using cpu_test::bytes_of;
+using cpu_test::download;
+using cpu_test::upload;
+namespace ref = ballast::reference;
+
+namespace {
+
+const std::vector<std::map<std::string, std::string, std::less<>>> kConfigs = {
+    {{"threads", "1"}, {"simd", "on"}},
+    {{"threads", "2"}, {"simd", "off"}},
+    {{"threads", "3"}, {"simd", "on"}},
+};
+
+std::vector<std::byte> random_bytes(std::mt19937& rng, std::uint64_t n) {
+  std::vector<std::byte> v(n);
+  for (auto& b : v) b = static_cast<std::byte>(rng());
+  return v;
+}
+
+// f32 values over every exponent, with the awkward ones mixed in.
+float awkward_f32(std::mt19937& rng) {
+  static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 65504.0f, 65520.0f, -65519.996f,
+                                  std::ldexp(1.0f, -24), std::ldexp(1.0f, -25), std::ldexp(3.0f, -26),
+                                  std::ldexp(1.0f, -14), 1.0f + std::ldexp(1.0f, -11), 1e-45f, 3.4e38f};
+  const std::uint32_t pick = rng() % 8;
+  if (pick == 0) return special[rng() % std::size(special)];
+  if (pick < 4) {  // in f16 range, including its subnormals
+    const std::uint32_t e = 127 - 26 + rng() % 42;
+    std::uint32_t bits = (rng() & 0x807fffffu) | (e << 23);
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  std::uint32_t bits = rng();
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Uploads the inputs, runs the launch on the backend and checks the outputs
+// against the reference under the documented tolerances.
+void check_against_reference(GpuBackend& b, DerivationLaunch shape, const ref::Inputs& in) {
+  auto sizes = derivation_sizes(shape);
+  REQUIRE_MESSAGE(sizes.ok(), sizes.error().to_string());
+  auto expected = ref::derive(shape, in);
+  REQUIRE_MESSAGE(expected.ok(), expected.error().to_string());
+  auto put = [&](std::span<const std::byte> s) {
+    return s.empty() ? DevicePtr{0} : upload(b, std::vector<std::byte>(s.begin(), s.end()));
+  };
+  shape.src = put(in.src);
+  shape.scales = put(in.scales);
+  shape.zero_point = put(in.zero_points);
+  shape.dst = *b.allocate(sizes->dst_bytes);
+  shape.dst2 = sizes->dst2_bytes ? *b.allocate(sizes->dst2_bytes) : 0;
+  const Status st = b.launch(shape);
+  REQUIRE_MESSAGE(st.ok(), st.to_string());
+  REQUIRE(b.synchronize().ok());
+  const auto dst = download(b, shape.dst, sizes->dst_bytes);
+  const auto dst2 = download(b, shape.dst2, sizes->dst2_bytes);
+  const ref::Comparison c = ref::compare(shape, *expected, dst, dst2, {});
+  CHECK_MESSAGE(c.ok, std::string(derivation_name(shape.kind)) << " " << shape.rows << "x" << shape.cols << ": "
+                                                               << c.mismatches << " mismatches; first: " << c.message);
+  if (shape.kind == Derivation::quant_int8)  // the CPU divides exactly: codes match, not just within 1
+    CHECK(dst == expected->dst);
+  for (DevicePtr p : {shape.src, shape.scales, shape.zero_point, shape.dst, shape.dst2})
+    if (p) CHECK(b.free(p).ok());
+}
+
+}  // namespace
+
+TEST_CASE("transpose of every element size") {
+  std::mt19937 rng(1);
+  for (const auto& config : kConfigs) {
+    auto b = cpu_test::open_cpu(config);
+    for (DataType t : {DataType::uint8, DataType::float16, DataType::float32, DataType::float64}) {
+      for (auto [r, c] : {std::pair{1, 1}, {1, 7}, {7, 1}, {3, 5}, {37, 129}, {200, 333}, {64, 64}}) {
+        DerivationLaunch s;
+        s.kind = Derivation::transpose;
+        s.src_type = t;
+        s.rows = r;
+        s.cols = c;
+        const auto src = random_bytes(rng, r * c * dtype_bits(t) / 8);
+        check_against_reference(*b, s, {src});
+      }
+    }
+  }
+}
+
+TEST_CASE("to_f16 from f32 and bf16") {
+  std::mt19937 rng(2);
+  for (const auto& config : kConfigs) {
+    auto b = cpu_test::open_cpu(config);
+    for (std::uint64_t n : {1u, 3u, 31u, 64u, 1000u, 100003u}) {
+      std::vector<float> f(n);
+      for (auto& x : f) x = awkward_f32(rng);
+      DerivationLaunch s;
+      s.kind = Derivation::to_f16;
+      s.src_type = DataType::float32;
+      s.rows = 1;
+      s.cols = n;
+      check_against_reference(*b, s, {bytes_of(f)});
+    }
+    // Every bf16 pattern, as a [256, 256] weight.
+    std::vector<std::uint16_t> all(65536);
+    for (std::uint32_t i = 0; i < 65536; ++i) all[i] = static_cast<std::uint16_t>(i);
+    DerivationLaunch s;
+    s.kind = Derivation::to_f16;
+    s.src_type = DataType::bfloat16;
+    s.rows = 256;
+    s.cols = 256;
+    check_against_reference(*b, s, {bytes_of(all)});
+    s.rows = 1;
+    s.cols = 5;
+    check_against_reference(*b, s, {bytes_of(std::vector<std::uint16_t>{0x3f80, 0x7fc1, 0x0001, 0x477f, 0xc77f})});
+  }
+}
+
+namespace {
+
+struct Int4Case {
+  std::uint64_t n, k;
+  std::uint32_t block_size;
+};
+
+const Int4Case kInt4Cases[] = {{1, 1, 16},   {1, 16, 16},  {3, 17, 16},  {2, 8, 16},   {5, 100, 32},
+                               {4, 200, 64}, {7, 40, 16},  {2, 1000, 128}, {9, 4096, 32}, {3, 257, 256},
+                               {6, 33, 16},  {33, 96, 16}, {2, 250, 16}};
+
+// int4 inputs: random codes; scales over a wide range with a few NaN, inf,
+// tiny (subnormal results) and huge (overflowing) ones; zero points in the
+// given form, unpacked ones mostly integers but some halves and a NaN.
+ref::Inputs int4_inputs(std::mt19937& rng, const DerivationLaunch& s, std::vector<std::byte> store[3]) {
+  const std::uint64_t kb = k_blocks(s.cols, s.block_size);
+  const bool f16 = s.src_type == DataType::float16;
+  store[0] = random_bytes(rng, s.rows * kb * s.block_size / 2);
+  std::vector<float> scales(s.rows * kb), zps(s.rows * kb);
+  for (auto& x : scales) {
+    const std::uint32_t pick = rng() % 16;
+    x = pick == 0 ? awkward_f32(rng) : std::ldexp(static_cast<float>(rng() % 2000) / 1000.0f - 1.0f, static_cast<int>(rng() % 40) - 30);
+  }
+  for (auto& z : zps) {
+    const std::uint32_t pick = rng() % 20;
+    z = pick == 0 ? NAN : pick == 1 ? 7.5f : pick == 2 ? -1.0f : static_cast<float>(rng() % 16);
+  }
+  auto as_type = [&](const std::vector<float>& v) {
+    if (!f16) return bytes_of(v);
+    std::vector<std::uint16_t> h(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) h[i] = ref::f16_from_f32(v[i]);
+    return bytes_of(h);
+  };
+  store[1] = as_type(scales);
+  if (s.zero_points == ZeroPoints::packed_u4) store[2] = random_bytes(rng, s.rows * ((kb + 1) / 2));
+  else if (s.zero_points == ZeroPoints::unpacked) store[2] = as_type(zps);
+  else store[2].clear();
+  return {store[0], store[1], store[2]};
+}
+
+}  // namespace
+
+TEST_CASE("dequant_int4 and repack_int4: every zero-point form and scale type") {
+  std::mt19937 rng(3);
+  for (const auto& config : kConfigs) {
+    auto b = cpu_test::open_cpu(config);
+    for (Derivation kind : {Derivation::dequant_int4, Derivation::repack_int4})
+      for (DataType scale_type : {DataType::float32, DataType::float16})
+        for (ZeroPoints zp : {ZeroPoints::absent, ZeroPoints::packed_u4, ZeroPoints::unpacked})
+          for (const Int4Case& c : kInt4Cases) {
+            DerivationLaunch s;
+            s.kind = kind;
+            s.src_type = scale_type;
+            s.rows = c.n;
+            s.cols = c.k;
+            s.block_size = c.block_size;
+            s.zero_points = zp;
+            std::vector<std::byte> store[3];
+            const ref::Inputs in = int4_inputs(rng, s, store);
+            check_against_reference(*b, s, in);
+          }
+  }
+}
+
+TEST_CASE("quant_int8 from f32 and f16: zero rows, NaN, inf, subnormals") {
+  std::mt19937 rng(4);
+  for (const auto& config : kConfigs) {
+    auto b = cpu_test::open_cpu(config);
+    for (auto [n, k] : {std::pair{1, 1}, {3, 7}, {5, 33}, {64, 1000}, {4, 32}, {2, 4099}}) {
+      std::vector<float> w(static_cast<std::size_t>(n * k));
+      for (int r = 0; r < n; ++r) {
+        const int flavour = r % 4;  // normal, all zero, tiny (scale may underflow), awkward
+        for (int i = 0; i < k; ++i) {
+          float& x = w[static_cast<std::size_t>(r * k + i)];
+          std::uniform_real_distribution<float> d(-3.0f, 3.0f);
+          x = flavour == 0 ? d(rng) : flavour == 1 ? 0.0f : flavour == 2 ? d(rng) * 1e-44f : awkward_f32(rng);
+        }
+      }
+      DerivationLaunch s;
+      s.kind = Derivation::quant_int8;
+      s.src_type = DataType::float32;
+      s.rows = n;
+      s.cols = k;
+      check_against_reference(*b, s, {bytes_of(w)});
+      std::vector<std::uint16_t> h(w.size());
+      for (std::size_t i = 0; i < w.size(); ++i) h[i] = ref::f16_from_f32(w[i]);
+      s.src_type = DataType::float16;
+      check_against_reference(*b, s, {bytes_of(h)});
+    }
+  }
+}
+
+TEST_CASE("both kernel tables are in use where the CPU allows") {
+  // simd=off must not change a single bit; simd=on must actually select the
+  // vector table on a CPU that has it (otherwise the tests above compared
+  // the portable table with itself).
+  std::mt19937 rng(5);
+  std::vector<float> f(4096);
+  for (auto& x : f) x = awkward_f32(rng);
+  auto on = cpu_test::open_cpu({{"simd", "on"}});
+  auto off = cpu_test::open_cpu({{"simd", "off"}});
+  const std::string vector_set = ballast::cpu::simd_kernels() ? ballast::cpu::simd_kernels()->name : "portable";
+  CHECK(std::string(dynamic_cast<ballast::cpu::CpuDevice&>(*on).kernel_set()) == vector_set);
+  CHECK(std::string(dynamic_cast<ballast::cpu::CpuDevice&>(*off).kernel_set()) == "portable");
+  DerivationLaunch s;
+  s.kind = Derivation::to_f16;
+  s.src_type = DataType::float32;
+  s.rows = 64;
+  s.cols = 64;
+  std::vector<std::byte> results[2];
+  int i = 0;
+  for (GpuBackend* b : {on.get(), off.get()}) {
+    DerivationLaunch l = s;
+    l.src = upload(*b, bytes_of(f));
+    l.dst = *b->allocate(8192);
+    REQUIRE(b->launch(l).ok());
+    results[i++] = download(*b, l.dst, 8192);
+    CHECK(b->free(l.src).ok());
+    CHECK(b->free(l.dst).ok());
+  }
+  CHECK(results[0] == results[1]);  // NaN payloads included
+}

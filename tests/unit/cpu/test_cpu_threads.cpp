@@ -1,0 +1,57 @@
+// Launches, allocations and registrations from several threads at once on
+// one CPU backend (run under ThreadSanitizer by the tsan stage).
+#include "cpu_test_support.hpp"
+
+#include <reference/reference.hpp>
+
+#include <atomic>
+#include <thread>
+
+using namespace ballast;
+using cpu_test::bytes_of;
+
+TEST_CASE("concurrent launches give the same results as serial ones") {
+  auto b = cpu_test::open_cpu({{"threads", "2"}});
+  std::vector<float> w(64 * 48);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 97) * 0.37f - 11.0f;
+  DerivationLaunch shape;
+  shape.kind = Derivation::quant_int8;
+  shape.src_type = DataType::float32;
+  shape.rows = 64;
+  shape.cols = 48;
+  auto expected = reference::derive(shape, {bytes_of(w)});
+  REQUIRE(expected.ok());
+  // The weight is registered once, read-only, and shared by every thread.
+  auto reg = b->register_host(w.data(), w.size() * 4, HostAccess::read_only);
+  REQUIRE(reg.ok());
+
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int iter = 0; iter < 20; ++iter) {
+        DerivationLaunch l = shape;
+        l.src = *reg;
+        auto dst = b->allocate(64 * 48);
+        auto dst2 = b->allocate(64 * 4);
+        if (!dst.ok() || !dst2.ok()) {
+          ++failures;
+          return;
+        }
+        l.dst = *dst;
+        l.dst2 = *dst2;
+        std::vector<std::byte> codes(64 * 48), scales(64 * 4);
+        const bool ok = b->launch(l).ok() && b->copy_to_host(codes, *dst, 0).ok() && b->copy_to_host(scales, *dst2, 0).ok();
+        if (!ok || codes != expected->dst || scales != expected->dst2) ++failures;
+        if (!b->free(*dst).ok() || !b->free(*dst2).ok()) ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(failures.load() == 0);
+  CHECK(b->unregister_host(*reg).ok());
+  const auto c = b->counters();
+  CHECK(c.live_allocations == 0);
+  CHECK(c.live_bytes == 0);
+  CHECK(c.live_registrations == 0);
+}
