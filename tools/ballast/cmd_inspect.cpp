@@ -1,0 +1,269 @@
+// `ballast inspect MODEL [--json] [--hash] [--map FILE.svg]`: every weight of
+// a model, where its bytes live, and how much of each external file is dead.
+#include "command.hpp"
+#include "support_format.hpp"
+#include "support_hash.hpp"
+#include "support_model.hpp"
+#include "support_progress.hpp"
+#include "support_svg.hpp"
+
+#include <ballast/onnx_loader.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <optional>
+#include <string>
+
+namespace ballast::cli {
+namespace {
+
+struct InspectOptions {
+  std::string model;
+  bool json = false;
+  bool hash = false;
+  std::string map;
+  LoadOptions load;
+};
+
+struct Totals {
+  std::uint64_t weights = 0;
+  std::uint64_t inline_weights = 0;
+  std::uint64_t external_weights = 0;
+  std::uint64_t weight_bytes = 0;    // sum of every weight's length (aliases counted each time)
+  std::uint64_t inline_bytes = 0;
+  std::uint64_t external_bytes = 0;  // declared external lengths, aliases counted each time
+  std::uint64_t mapped_bytes = 0;
+  std::uint64_t referenced_bytes = 0;
+  std::uint64_t unreferenced_bytes = 0;
+};
+
+Totals totals_of(const std::vector<NamedWeight>& weights, const std::vector<FileAccounting>& files) {
+  Totals t;
+  for (const auto& w : weights) {
+    ++t.weights;
+    const std::uint64_t n = w.ref->byte_length();
+    t.weight_bytes += n;
+    if (w.ref->is_external()) {
+      ++t.external_weights;
+      t.external_bytes += n;
+    } else {
+      ++t.inline_weights;
+      t.inline_bytes += n;
+    }
+  }
+  for (const auto& f : files) {
+    t.mapped_bytes += f.mapped_bytes;
+    t.referenced_bytes += f.referenced_bytes;
+    t.unreferenced_bytes += f.unreferenced_bytes;
+  }
+  return t;
+}
+
+// SHA-256 of every weight's bytes, in order; nullopt where the bytes are not
+// available (a range the store refuses).
+std::vector<std::optional<std::string>> hash_weights(const WeightStore& store, const std::vector<NamedWeight>& weights) {
+  std::uint64_t total = 0;
+  for (const auto& w : weights) total += w.ref->byte_length();
+  ProgressBar bar("hashing", total);
+  std::vector<std::optional<std::string>> out;
+  out.reserve(weights.size());
+  for (const auto& w : weights) {
+    const std::optional<Bytes> bytes = store.bytes(*w.ref);
+    if (!bytes) {
+      out.emplace_back();
+      continue;
+    }
+    out.emplace_back(hex_digest(Digest::sha256, *bytes, [&bar](std::uint64_t n) { bar.advance(n); }));
+  }
+  return out;
+}
+
+std::string_view location_kind(const WeightRef& w) { return w.is_external() ? "external" : "inline"; }
+
+nlohmann::json ranges_json(const std::vector<ByteRange>& ranges) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& r : ranges) out.push_back({r.offset, r.length});
+  return out;
+}
+
+int print_json(const Model& model, const std::vector<NamedWeight>& weights,
+               const std::vector<std::optional<std::string>>& hashes, const std::vector<FileAccounting>& files,
+               const Totals& t) {
+  using nlohmann::json;
+  json doc;
+  doc["model"] = model.path().string();
+  json& jw = doc["weights"] = json::array();
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    const WeightRef& w = *weights[i].ref;
+    json e;
+    e["name"] = std::string(weights[i].name);
+    e["source"] = std::string(weight_source_name(w.source));
+    e["dtype"] = std::string(dtype_name(w.dtype));
+    e["dims"] = w.dims;
+    e["bytes"] = w.byte_length();
+    e["location"] = std::string(location_kind(w));
+    if (w.is_external()) {
+      e["file"] = w.external->resolved.string();
+      e["offset"] = w.external->offset;
+    } else {
+      e["file"] = nullptr;
+      e["offset"] = nullptr;
+    }
+    e["length"] = w.byte_length();
+    if (!hashes.empty()) e["sha256"] = hashes[i] ? json(*hashes[i]) : json(nullptr);
+    jw.push_back(std::move(e));
+  }
+  json& jf = doc["external_files"] = json::array();
+  for (const auto& f : files) {
+    jf.push_back({{"path", f.path.string()},
+                  {"mapped_bytes", f.mapped_bytes},
+                  {"referenced_bytes", f.referenced_bytes},
+                  {"unreferenced_bytes", f.unreferenced_bytes},
+                  {"dead_ranges", ranges_json(f.dead_ranges)}});
+  }
+  json& js = doc["string_tensors"] = json::array();
+  for (const auto& s : model.string_tensors()) {
+    js.push_back({{"name", s.name}, {"dims", s.dims}, {"source", std::string(weight_source_name(s.source))}});
+  }
+  json& jn = doc["notes"] = json::array();
+  for (const auto& n : model.notes()) jn.push_back({{"tensor", n.tensor}, {"message", n.message}});
+  doc["totals"] = {{"weights", t.weights},
+                   {"inline_weights", t.inline_weights},
+                   {"external_weights", t.external_weights},
+                   {"weight_bytes", t.weight_bytes},
+                   {"inline_bytes", t.inline_bytes},
+                   {"external_bytes", t.external_bytes},
+                   {"external_files", files.size()},
+                   {"mapped_bytes", t.mapped_bytes},
+                   {"referenced_bytes", t.referenced_bytes},
+                   {"unreferenced_bytes", t.unreferenced_bytes},
+                   {"onnx_file_bytes", model.file_size()}};
+  // Invalid UTF-8 in names (the proto does not enforce it) is replaced, not fatal.
+  std::cout << doc.dump(1, ' ', false, json::error_handler_t::replace) << '\n';
+  return kExitOk;
+}
+
+std::string display_location(const WeightRef& w) {
+  return w.is_external() ? w.external->location : std::string("-");
+}
+
+int print_table(const Model& model, const std::vector<NamedWeight>& weights,
+                const std::vector<std::optional<std::string>>& hashes, const std::vector<FileAccounting>& files,
+                const Totals& t) {
+  std::ostream& out = std::cout;
+  out << "model: " << model.path().string() << " (" << human_bytes(model.file_size()) << ", ir_version "
+      << model.ir_version() << ", opsets";
+  for (const auto& [domain, version] : model.opsets()) out << ' ' << (domain.empty() ? "ai.onnx" : domain) << '/' << version;
+  out << ")\n\n";
+
+  std::vector<std::string> header = {"NAME", "SOURCE", "DTYPE", "SHAPE", "BYTES", "WHERE", "FILE", "OFFSET"};
+  std::vector<bool> right = {false, false, false, false, true, false, false, true};
+  if (!hashes.empty()) {
+    header.push_back("SHA256");
+    right.push_back(false);
+  }
+  Table table(header, right);
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    const WeightRef& w = *weights[i].ref;
+    std::vector<std::string> row = {std::string(weights[i].name),
+                                    std::string(weight_source_name(w.source)),
+                                    std::string(dtype_name(w.dtype)),
+                                    shape_string(w.dims),
+                                    human_bytes(w.byte_length()),
+                                    std::string(location_kind(w)),
+                                    display_location(w),
+                                    w.is_external() ? std::to_string(w.external->offset) : "-"};
+    if (!hashes.empty()) row.push_back(hashes[i].value_or("(unavailable)"));
+    table.add(std::move(row));
+  }
+  table.print(out);
+
+  out << "\nweights: " << t.weights << " (" << t.inline_weights << " inline, " << human_bytes(t.inline_bytes) << "; "
+      << t.external_weights << " external, " << human_bytes(t.external_bytes) << "), total "
+      << human_bytes(t.weight_bytes) << '\n';
+  if (!files.empty()) {
+    out << "external data: " << files.size() << " file" << (files.size() == 1 ? "" : "s") << ", mapped "
+        << human_bytes(t.mapped_bytes) << ", referenced " << human_bytes(t.referenced_bytes) << ", unreferenced "
+        << human_bytes(t.unreferenced_bytes) << " (" << percent(t.unreferenced_bytes, t.mapped_bytes) << ")\n";
+  }
+
+  if (!files.empty()) {
+    out << "\nexternal files:\n";
+    Table ft({"FILE", "MAPPED", "REFERENCED", "UNREFERENCED", "DEAD"}, {false, true, true, true, true});
+    for (const auto& f : files) {
+      ft.add({f.path.string(), human_bytes(f.mapped_bytes), human_bytes(f.referenced_bytes),
+              human_bytes(f.unreferenced_bytes), percent(f.unreferenced_bytes, f.mapped_bytes)});
+    }
+    ft.print(out, "  ");
+    for (const auto& f : files) {
+      if (f.dead_ranges.empty()) continue;
+      out << "  dead ranges of " << f.path.filename().string() << ":\n";
+      // A fragmented file could list thousands; the JSON has them all.
+      constexpr std::size_t kShown = 20;
+      for (std::size_t i = 0; i < f.dead_ranges.size() && i < kShown; ++i) {
+        const ByteRange& r = f.dead_ranges[i];
+        out << "    [" << r.offset << ", " << r.offset + r.length << ")  " << human_bytes(r.length) << '\n';
+      }
+      if (f.dead_ranges.size() > kShown) {
+        out << "    ... " << f.dead_ranges.size() - kShown << " more (see --json)\n";
+      }
+    }
+  }
+
+  if (!model.string_tensors().empty()) {
+    out << "\nstring tensors (listed, not weights):\n";
+    for (const auto& s : model.string_tensors()) {
+      out << "  " << s.name << "  " << weight_source_name(s.source) << "  " << shape_string(s.dims) << '\n';
+    }
+  }
+  if (!model.notes().empty()) {
+    out << "\nnotes:\n";
+    for (const auto& n : model.notes()) {
+      out << "  " << (n.tensor.empty() ? std::string("(model)") : n.tensor) << ": " << n.message << '\n';
+    }
+  }
+  return kExitOk;
+}
+
+int run_inspect(const InspectOptions& opt) {
+  Result<Model> loaded = load_onnx(opt.model, opt.load);
+  if (!loaded) {
+    report_error("inspect", loaded.error());
+    return kExitBadInput;
+  }
+  const Model& model = *loaded;
+  const std::vector<NamedWeight> weights = weights_in_order(model);
+  const std::vector<FileAccounting> files = account_external_files(model.store());
+  const Totals totals = totals_of(weights, files);
+  std::vector<std::optional<std::string>> hashes;
+  if (opt.hash) hashes = hash_weights(model.store(), weights);
+
+  if (!opt.map.empty()) {
+    Status written = write_dead_weight_map(opt.map, model.path().filename().string(), files);
+    if (!written.ok()) {
+      report_error("inspect", written.error());
+      return kExitBadInput;
+    }
+  }
+  return opt.json ? print_json(model, weights, hashes, files, totals) : print_table(model, weights, hashes, files, totals);
+}
+
+const RegisterCommand kInspect{{
+    "inspect",
+    "List a model's weights, where their bytes live, and the dead bytes of each external file",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto opt = std::make_shared<InspectOptions>();
+      sub.add_option("MODEL", opt->model, "the .onnx file")->required();
+      sub.add_flag("--json", opt->json, "machine-readable output (schema in docs/tools.md)");
+      sub.add_flag("--hash", opt->hash, "add the SHA-256 of every weight's bytes (reads them all)");
+      sub.add_option("--map", opt->map, "write an SVG map of referenced vs dead bytes per external file")
+          ->type_name("FILE.svg");
+      sub.add_flag("--allow-external-outside-model-dir", opt->load.allow_external_outside_model_dir,
+                   "accept external data whose resolved path leaves the model's folder (symlinked caches)");
+      return [opt] { return run_inspect(*opt); };
+    },
+}};
+
+}  // namespace
+}  // namespace ballast::cli
