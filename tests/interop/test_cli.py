@@ -1,0 +1,263 @@
+#!/usr/bin/python3
+"""CLI behaviour of `ballast inspect` and `ballast verify`: exit codes on good,
+corrupted, truncated and hostile models; one-line errors naming what and
+where; a well-formed --map SVG; verify catching a single flipped byte.
+
+Exit 0 pass, 1 fail, 77 skipped (with the reason printed).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+FAILURES = []
+
+
+def skip(reason):
+    print("skipped: " + reason)
+    sys.exit(77)
+
+
+def expect(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        FAILURES.append(what)
+    return ok
+
+
+class Cli:
+    def __init__(self, ballast):
+        self.ballast = ballast
+
+    def __call__(self, *args):
+        proc = subprocess.run([self.ballast, *map(str, args)], capture_output=True, text=True, timeout=120)
+        return proc.returncode, proc.stdout, proc.stderr
+
+
+def one_line_error(stderr, *must_contain):
+    lines = [l for l in stderr.splitlines() if l.strip()]
+    return len(lines) == 1 and all(s in lines[0] for s in must_contain)
+
+
+# ---------------------------------------------------------------------------
+# Model surgery: copies of the sample model with one thing broken.
+
+
+def copy_sample(src_dir, dst_dir):
+    shutil.rmtree(dst_dir, ignore_errors=True)
+    shutil.copytree(src_dir, dst_dir)
+    return os.path.join(dst_dir, "sample.onnx")
+
+
+def external_entries(model):
+    """name -> dict of external_data keys for every external initializer."""
+    return {t.name: {e.key: e.value for e in t.external_data}
+            for t in model.graph.initializer if t.data_location == 1}
+
+
+def rewrite(model_path, tensor_name, **changes):
+    import onnx
+    model = onnx.load(model_path, load_external_data=False)
+    for t in model.graph.initializer:
+        if t.name != tensor_name:
+            continue
+        entries = {e.key: e.value for e in t.external_data}
+        entries.update({k: str(v) for k, v in changes.items()})
+        del t.external_data[:]
+        for k, v in entries.items():
+            e = t.external_data.add()
+            e.key, e.value = k, v
+    onnx.save_model(model, model_path)
+
+
+def flip_byte(path, offset):
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ 0x01]))
+
+
+# ---------------------------------------------------------------------------
+
+
+def test_good(cli, sample, work):
+    rc, out, err = cli("inspect", sample)
+    expect(rc == 0, "inspect sample: exit 0 (got %d; %s)" % (rc, err.strip()))
+    expect("layer3.qweight" in out and "dead ranges" in out and "MiB" in out,
+           "inspect sample: table lists weights, human sizes and dead ranges")
+
+    rc, out, err = cli("inspect", "--json", sample)
+    doc = json.loads(out) if rc == 0 else {}
+    expect(rc == 0 and {"weights", "external_files", "totals"} <= set(doc), "inspect --json: required top-level keys")
+    if doc:
+        keys = {"name", "source", "dtype", "dims", "bytes", "location", "file", "offset", "length"}
+        expect(all(keys <= set(w) for w in doc["weights"]), "inspect --json: every weight has the documented keys")
+        expect(all("sha256" not in w for w in doc["weights"]), "inspect --json: no sha256 without --hash")
+        f = doc["external_files"][0]
+        expect({"path", "mapped_bytes", "referenced_bytes", "unreferenced_bytes", "dead_ranges"} <= set(f),
+               "inspect --json: external file keys")
+        expect(f["unreferenced_bytes"] * 2 == f["mapped_bytes"] and f["dead_ranges"] == [[0, f["unreferenced_bytes"]]],
+               "inspect --json: the sample's orphaned prefix is exactly the first half (%r)" % f["dead_ranges"])
+
+    rc, out, err = cli("verify", sample)
+    expect(rc == 0 and "ok" in out, "verify sample: exit 0 (got %d; %s%s)" % (rc, out.strip(), err.strip()))
+
+    svg = os.path.join(work, "map.svg")
+    rc, out, err = cli("inspect", sample, "--map", svg)
+    expect(rc == 0 and os.path.exists(svg), "inspect --map: exit 0 and the file exists")
+    try:
+        root = ET.parse(svg).getroot()
+        ns = "{http://www.w3.org/2000/svg}"
+        fills = {r.get("fill") for r in root.iter(ns + "rect")}
+        texts = " ".join("".join(t.itertext()) for t in root.iter(ns + "text"))
+        expect(root.tag == ns + "svg", "--map: root element is svg")
+        expect(len(fills & {"#2f6fd0", "#e0452b"}) == 2, "--map: referenced and dead drawn in two colours")
+        expect("referenced" in texts and "dead" in texts and "sample.weights" in texts,
+               "--map: legend, file label and byte counts present")
+    except ET.ParseError as e:
+        expect(False, "--map: well-formed XML (%s)" % e)
+
+    rc, out, err = cli("inspect", sample, "--map", "/nonexistent-dir/x.svg")
+    expect(rc == 2 and one_line_error(err, "x.svg"), "--map to an unwritable path: exit 2, one line naming it")
+
+
+def test_checksums(cli, sample_dir, work):
+    import onnx
+    model = onnx.load(os.path.join(sample_dir, "sample.onnx"), load_external_data=False)
+    entries = external_entries(model)
+    checked = [n for n, e in entries.items() if "checksum" in e]
+    unchecked = [n for n, e in entries.items() if "checksum" not in e]
+    if not expect(checked and unchecked, "sample has tensors with and without checksum"):
+        return
+    name = checked[0]
+    e = entries[name]
+
+    path = copy_sample(sample_dir, os.path.join(work, "flipped"))
+    flip_byte(os.path.join(os.path.dirname(path), e["location"]), int(e["offset"]) + int(e["length"]) // 2)
+    rc, out, err = cli("verify", path)
+    expect(rc == 1 and name in out and "checksum" in out,
+           "verify: one flipped byte in %s -> exit 1 naming the tensor (got %d: %s)" % (name, rc, out.strip()))
+    rc, _, err = cli("inspect", path)
+    expect(rc == 0, "inspect does not read weight bytes: a flipped byte still inspects (exit %d, %s)" % (rc, err.strip()))
+
+    path = copy_sample(sample_dir, os.path.join(work, "flipped_dead"))
+    flip_byte(os.path.join(os.path.dirname(path), e["location"]), 10)  # inside the orphaned prefix
+    rc, out, _ = cli("verify", path)
+    expect(rc == 0, "verify: a flipped byte in the dead prefix is not a failure (exit %d)" % rc)
+
+    path = copy_sample(sample_dir, os.path.join(work, "bad_checksum"))
+    rewrite(path, name, checksum="0" * 40)
+    rc, out, _ = cli("verify", path)
+    expect(rc == 1 and name in out, "verify: a wrong checksum entry -> exit 1 naming %s" % name)
+
+
+def test_truncated(cli, sample_dir, work):
+    path = copy_sample(sample_dir, os.path.join(work, "truncated_data"))
+    data = os.path.join(os.path.dirname(path), "sample.weights")
+    size = os.path.getsize(data)
+    with open(data, "r+b") as f:
+        f.truncate(size - 100)
+    rc, out, err = cli("verify", path)
+    expect(rc == 1, "verify: external data truncated by 100 bytes -> exit 1 (got %d: %s %s)"
+           % (rc, out.strip(), err.strip()))
+    rc, out, err = cli("inspect", path)
+    expect(rc in (0, 2) and (rc == 0 or one_line_error(err, "out_of_bounds")),
+           "inspect: truncated external data -> exit 0 or a one-line out_of_bounds error (got %d: %s)" % (rc, err.strip()))
+
+    path = copy_sample(sample_dir, os.path.join(work, "truncated_onnx"))
+    with open(path, "rb") as f:
+        blob = f.read()
+    with open(path, "wb") as f:
+        f.write(blob[: len(blob) // 2])
+    for command in ("inspect", "verify"):
+        rc, _, err = cli(command, path)
+        expect(rc == 2 and one_line_error(err, "malformed", "sample.onnx"),
+               "%s: .onnx cut in half -> exit 2, one line naming malformed and the file (got %d: %s)"
+               % (command, rc, err.strip()))
+
+
+def test_hostile(cli, sample_dir, work):
+    cases = [
+        ("traversal", {"location": "../sample.weights"}, "path_escapes"),
+        ("absolute", {"location": os.path.join(sample_dir, "sample.weights")}, "path_escapes"),
+        ("missing_file", {"location": "no_such.weights"}, "not_found"),
+        ("offset_overflow", {"offset": str(2**64 - 16)}, None),
+        ("length_past_eof", {"length": str(2**40)}, None),
+    ]
+    for label, change, code in cases:
+        path = copy_sample(sample_dir, os.path.join(work, "hostile_" + label))
+        rewrite(path, "layer0.weight", **change)
+        rc, out, err = cli("inspect", path)
+        if code:
+            expect(rc == 2 and one_line_error(err, code, "layer0.weight"),
+                   "inspect %s: exit 2, one line naming %s and the tensor (got %d: %s)" % (label, code, rc, err.strip()))
+        else:
+            expect(rc == 2 and one_line_error(err, "layer0.weight"),
+                   "inspect %s: exit 2, one line naming the tensor (got %d: %s)" % (label, rc, err.strip()))
+            rc, out, err = cli("verify", path)
+            expect(rc in (1, 2), "verify %s: non-zero exit (got %d)" % (label, rc))
+
+    # Symlink escape: the data file is a link to a file outside the model folder.
+    outside = os.path.join(work, "outside.weights")
+    shutil.copy(os.path.join(sample_dir, "sample.weights"), outside)
+    path = copy_sample(sample_dir, os.path.join(work, "hostile_symlink"))
+    os.remove(os.path.join(os.path.dirname(path), "sample.weights"))
+    os.symlink(outside, os.path.join(os.path.dirname(path), "sample.weights"))
+    rc, _, err = cli("inspect", path)
+    expect(rc == 2 and one_line_error(err, "path_escapes"),
+           "inspect symlink escape: exit 2, one line naming path_escapes (got %d: %s)" % (rc, err.strip()))
+    rc, _, err = cli("verify", "--allow-external-outside-model-dir", path)
+    expect(rc == 0, "verify --allow-external-outside-model-dir accepts the symlinked cache (got %d: %s)" % (rc, err.strip()))
+
+    # A FIFO where the data file should be: refused, never opened for reading.
+    path = copy_sample(sample_dir, os.path.join(work, "hostile_fifo"))
+    os.remove(os.path.join(os.path.dirname(path), "sample.weights"))
+    os.mkfifo(os.path.join(os.path.dirname(path), "sample.weights"))
+    rc, _, err = cli("inspect", path)
+    expect(rc == 2 and one_line_error(err), "inspect FIFO data file: exit 2, one line (got %d: %s)" % (rc, err.strip()))
+
+    rc, _, err = cli("inspect", os.path.join(work, "does_not_exist.onnx"))
+    expect(rc == 2 and one_line_error(err, "not_found", "does_not_exist.onnx"), "inspect missing model: exit 2 (%s)" % err.strip())
+    rc, _, err = cli("inspect", work)
+    expect(rc == 2 and one_line_error(err), "inspect a directory: exit 2, one line (got %d: %s)" % (rc, err.strip()))
+    rc, _, _ = cli("inspect")
+    expect(rc == 2, "inspect without MODEL: usage error exit 2")
+    rc, _, _ = cli("verify", "--no-such-flag", "x.onnx")
+    expect(rc == 2, "verify with an unknown flag: usage error exit 2")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--ballast", required=True)
+    p.add_argument("--gen", required=True)
+    p.add_argument("--work", required=True)
+    a = p.parse_args()
+    try:
+        import onnx  # noqa: F401
+    except ImportError as e:
+        skip("%s has no onnx (%s); install python3-onnx" % (sys.executable, e))
+    shutil.rmtree(a.work, ignore_errors=True)
+    os.makedirs(a.work)
+    sample_dir = os.path.join(a.work, "sample")
+    gen = subprocess.run([sys.executable, os.path.join(a.gen, "make_sample_model.py"), sample_dir],
+                         capture_output=True, text=True)
+    if gen.returncode != 0 or gen.stdout:
+        print("FAIL: make_sample_model.py exit %d, stdout %r\n%s" % (gen.returncode, gen.stdout, gen.stderr))
+        return 1
+    cli = Cli(a.ballast)
+    sample = os.path.join(sample_dir, "sample.onnx")
+    test_good(cli, sample, a.work)
+    test_checksums(cli, sample_dir, a.work)
+    test_truncated(cli, sample_dir, a.work)
+    test_hostile(cli, sample_dir, a.work)
+    print("%d check(s) failed" % len(FAILURES) if FAILURES else "all CLI checks passed")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
