@@ -1,0 +1,80 @@
+// Buffers addressed by their device addresses.
+//
+// Every allocation and host registration is one VkBuffer bound to its own
+// VkDeviceMemory. The ordered map from buffer address ranges back to buffers
+// lets free, the copies and kernel launches accept any pointer, including
+// one inside an allocation, and check that a byte range stays inside it.
+#pragma once
+
+#include "device.hpp"
+
+#include <ballast/gpu_backend.hpp>
+
+#include <map>
+
+namespace ballast::vulkan {
+
+struct Buffer {
+  enum class Kind : std::uint8_t { allocation, registration };
+  VkBuffer buffer = VK_NULL_HANDLE;
+  VkDeviceMemory memory = VK_NULL_HANDLE;
+  DevicePtr address = 0;          // the buffer's own device address
+  std::uint64_t size = 0;         // of the VkBuffer
+  DevicePtr user_ptr = 0;         // what allocate/register_host returned
+  std::uint64_t user_bytes = 0;   // what the caller asked for
+  Kind kind = Kind::allocation;
+  bool read_only = false;
+};
+
+// Destroys the buffer and frees its memory (no-op on null handles).
+void destroy_buffer(const Device& device, Buffer& buffer);
+
+// A device-local buffer of at least `bytes` (>= 4, a multiple of 4) whose
+// returned pointer is aligned to `alignment`.
+Result<Buffer> create_device_buffer(const Device& device, std::uint64_t bytes, std::uint64_t alignment);
+
+namespace detail {
+// Creates a buffer of `size` and binds fresh memory of a type allowed by
+// `type_filter` and the buffer's requirements, with `required` flags and
+// preferably `preferred`; `memory_pnext` extends the allocation (a
+// host-pointer import) and `memory_size`, when non-zero, fixes its size.
+Result<Buffer> create_bound_buffer(const Device& device, std::uint64_t size, const void* buffer_pnext,
+                                   const void* memory_pnext, std::uint32_t type_filter, VkMemoryPropertyFlags required,
+                                   VkMemoryPropertyFlags preferred, std::uint64_t memory_size = 0);
+}  // namespace detail
+
+// A host-visible, coherent, persistently mapped buffer (for staging).
+struct MappedBuffer {
+  Buffer buffer;
+  std::byte* mapped = nullptr;
+};
+Result<MappedBuffer> create_staging_buffer(const Device& device, std::uint64_t bytes);
+void destroy_staging_buffer(const Device& device, MappedBuffer& staging);
+
+// A resolved byte range: the buffer and the offset inside it.
+struct BufferRange {
+  const Buffer* buffer = nullptr;
+  std::uint64_t offset = 0;  // from buffer->address
+};
+
+class BufferMap {
+ public:
+  void insert(Buffer buffer);
+  // Removes the buffer whose user pointer is exactly `ptr` and of `kind`;
+  // invalid_argument when there is none (unknown pointer, double free,
+  // interior pointer, wrong kind).
+  Result<Buffer> take(DevicePtr ptr, Buffer::Kind kind);
+  // [ptr, ptr + bytes) must lie inside one live allocation or registration.
+  // `operand` names the range in the error ("dst", "scales", ...).
+  Result<BufferRange> resolve(DevicePtr ptr, std::uint64_t bytes, std::string_view operand) const;
+  // Everything still live, emptied (for the backend's destructor).
+  std::vector<Buffer> take_all();
+
+  AllocationCounters counters() const { return counters_; }
+
+ private:
+  std::map<DevicePtr, Buffer> by_address_;  // keyed by Buffer::address
+  AllocationCounters counters_;
+};
+
+}  // namespace ballast::vulkan

@@ -1,0 +1,184 @@
+#include "kernels.hpp"
+
+#include "embedded_shaders.hpp"
+
+#include <cstring>
+
+namespace ballast::vulkan {
+namespace {
+
+const shaders::Spirv& spirv_of(Derivation kind) {
+  switch (kind) {
+    case Derivation::transpose: return shaders::transpose;
+    case Derivation::to_f16: return shaders::to_f16;
+    case Derivation::dequant_int4: return shaders::dequant_int4;
+    case Derivation::repack_int4: return shaders::repack_int4;
+    case Derivation::quant_int8: return shaders::quant_int8;
+  }
+  return shaders::transpose;
+}
+
+void set_address(std::uint32_t (&out)[2], DevicePtr ptr) {
+  const DevicePtr aligned = ptr & ~DevicePtr{3};
+  out[0] = static_cast<std::uint32_t>(aligned);
+  out[1] = static_cast<std::uint32_t>(aligned >> 32);
+}
+
+std::uint32_t shift_of(DevicePtr ptr, unsigned operand) { return static_cast<std::uint32_t>(ptr & 3) << (2 * operand); }
+
+// Operand order of the shifts field (OP_* in common.glsl).
+enum Operand : unsigned { kSrc = 0, kScales = 1, kZeroPoints = 2, kDst = 3, kDst2 = 4 };
+
+std::uint32_t word_count(DevicePtr ptr, std::uint64_t bytes) {
+  return static_cast<std::uint32_t>(((ptr & 3) + bytes + 3) >> 2);
+}
+
+std::uint32_t variant_of(const DerivationLaunch& l) {
+  switch (l.kind) {
+    case Derivation::transpose: return dtype_bits(l.src_type) / 8;
+    case Derivation::to_f16: return l.src_type == DataType::bfloat16 ? 1 : 0;
+    default: return l.src_type == DataType::float16 ? 1 : 0;
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Kernels>> Kernels::create(const Device& device, std::uint32_t max_groups) {
+  std::unique_ptr<Kernels> k(new Kernels(device, max_groups));
+  VkPushConstantRange range{};
+  range.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+  range.size = sizeof(PushConstants);
+  VkPipelineLayoutCreateInfo info{};
+  info.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO;
+  info.pushConstantRangeCount = 1;
+  info.pPushConstantRanges = &range;
+  if (auto s = vk_check(device.fns().CreatePipelineLayout(device.handle(), &info, nullptr, &k->layout_), "vkCreatePipelineLayout"); !s)
+    return s.error();
+  return k;
+}
+
+Kernels::~Kernels() {
+  const DeviceFns& f = device_.fns();
+  for (auto& [key, pipeline] : pipelines_) f.DestroyPipeline(device_.handle(), pipeline, nullptr);
+  for (auto& [key, module] : modules_) f.DestroyShaderModule(device_.handle(), module, nullptr);
+  if (layout_ != VK_NULL_HANDLE) f.DestroyPipelineLayout(device_.handle(), layout_, nullptr);
+}
+
+Result<VkPipeline> Kernels::pipeline(Derivation kind, std::uint32_t variant, std::uint32_t zero_points) {
+  const auto key = std::make_tuple(kind, variant, zero_points);
+  if (auto it = pipelines_.find(key); it != pipelines_.end()) return it->second;
+  const DeviceFns& f = device_.fns();
+
+  auto module_it = modules_.find(kind);
+  if (module_it == modules_.end()) {
+    const shaders::Spirv& spirv = spirv_of(kind);
+    std::vector<std::uint32_t> words(spirv.size / 4);
+    std::memcpy(words.data(), spirv.bytes, words.size() * 4);
+    VkShaderModuleCreateInfo info{};
+    info.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO;
+    info.codeSize = words.size() * 4;
+    info.pCode = words.data();
+    VkShaderModule module = VK_NULL_HANDLE;
+    if (auto s = vk_check(f.CreateShaderModule(device_.handle(), &info, nullptr, &module), "vkCreateShaderModule"); !s)
+      return std::move(s).with_context("loading the " + std::string(derivation_name(kind)) + " shader");
+    module_it = modules_.emplace(kind, module).first;
+  }
+
+  const std::uint32_t constants[3] = {kWorkgroupSize, variant, zero_points};
+  VkSpecializationMapEntry entries[3];
+  for (std::uint32_t i = 0; i < 3; ++i) entries[i] = {i, i * 4, 4};
+  VkSpecializationInfo specialization{3, entries, sizeof constants, constants};
+  VkComputePipelineCreateInfo info{};
+  info.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO;
+  info.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
+  info.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+  info.stage.module = module_it->second;
+  info.stage.pName = "main";
+  info.stage.pSpecializationInfo = &specialization;
+  info.layout = layout_;
+  VkPipeline pipeline = VK_NULL_HANDLE;
+  if (auto s = vk_check(f.CreateComputePipelines(device_.handle(), VK_NULL_HANDLE, 1, &info, nullptr, &pipeline),
+                        "vkCreateComputePipelines");
+      !s)
+    return std::move(s).with_context("building the " + std::string(derivation_name(kind)) + " pipeline");
+  pipelines_.emplace(key, pipeline);
+  return pipeline;
+}
+
+void Kernels::split(std::vector<Dispatch>& out, VkPipeline pipeline, const PushConstants& params, std::uint32_t total,
+                    std::uint32_t items_per_group) const {
+  const std::uint64_t groups = (std::uint64_t{total} + items_per_group - 1) / items_per_group;
+  for (std::uint64_t first = 0; first < groups; first += max_groups_) {
+    Dispatch d;
+    d.pipeline = pipeline;
+    d.params = params;
+    d.params.total = total;
+    d.params.base = static_cast<std::uint32_t>(first * items_per_group);
+    d.groups = static_cast<std::uint32_t>(std::min<std::uint64_t>(max_groups_, groups - first));
+    out.push_back(d);
+  }
+}
+
+Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const DerivationSizes& sizes) {
+  std::vector<Dispatch> out;
+  const std::uint32_t zp = (l.kind == Derivation::dequant_int4 || l.kind == Derivation::repack_int4)
+                               ? static_cast<std::uint32_t>(l.zero_points)
+                               : 0;
+  auto pipe = pipeline(l.kind, variant_of(l), zp);
+  if (!pipe) return pipe.error();
+
+  PushConstants p{};
+  set_address(p.src, l.src);
+  set_address(p.scales, l.scales);
+  set_address(p.zero_points, l.zero_point);
+  set_address(p.dst, l.dst);
+  set_address(p.dst2, l.dst2);
+  p.shifts = shift_of(l.src, kSrc) | shift_of(l.scales, kScales) | shift_of(l.zero_point, kZeroPoints) |
+             shift_of(l.dst, kDst) | shift_of(l.dst2, kDst2);
+  // Every operand is < 4 GiB (the backend checks), so 32-bit sizes and
+  // offsets suffice in the shaders.
+  p.rows = static_cast<std::uint32_t>(l.rows);
+  p.cols = static_cast<std::uint32_t>(l.cols);
+  p.block_size = l.block_size;
+  p.dst_bytes = static_cast<std::uint32_t>(sizes.dst_bytes);
+  p.dst2_bytes = static_cast<std::uint32_t>(sizes.dst2_bytes);
+
+  switch (l.kind) {
+    case Derivation::transpose:
+    case Derivation::to_f16:
+    case Derivation::dequant_int4:
+      if (sizes.dst_bytes != 0) split(out, *pipe, p, word_count(l.dst, sizes.dst_bytes), kWorkgroupSize);
+      break;
+    case Derivation::repack_int4: {
+      p.mode = 0;
+      split(out, *pipe, p, word_count(l.dst, sizes.dst_bytes), kWorkgroupSize);
+      // The pairs pass writes dst2 through the shader's dst slot.
+      PushConstants pairs = p;
+      pairs.mode = 1;
+      set_address(pairs.dst, l.dst2);
+      pairs.shifts = (p.shifts & ~(3u << (2 * kDst))) | static_cast<std::uint32_t>((l.dst2 & 3) << (2 * kDst));
+      pairs.dst_bytes = static_cast<std::uint32_t>(sizes.dst2_bytes);
+      split(out, *pipe, pairs, word_count(l.dst2, sizes.dst2_bytes), kWorkgroupSize);
+      break;
+    }
+    case Derivation::quant_int8:
+      if (l.rows != 0) split(out, *pipe, p, static_cast<std::uint32_t>(l.rows), 1);
+      break;
+  }
+  return out;
+}
+
+void Kernels::record(VkCommandBuffer cb, const std::vector<Dispatch>& dispatches) const {
+  const DeviceFns& f = device_.fns();
+  VkPipeline bound = VK_NULL_HANDLE;
+  for (const Dispatch& d : dispatches) {
+    if (d.pipeline != bound) {
+      f.CmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, d.pipeline);
+      bound = d.pipeline;
+    }
+    f.CmdPushConstants(cb, layout_, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof(PushConstants), &d.params);
+    f.CmdDispatch(cb, d.groups, 1, 1);
+  }
+}
+
+}  // namespace ballast::vulkan

@@ -1,0 +1,76 @@
+// The derivation kernels: pipelines built lazily from the embedded SPIR-V
+// (one per shader and dtype variant, through specialisation constants) and
+// the dispatches of one launch, split where the work exceeds one
+// dispatch's workgroup count.
+#pragma once
+
+#include "allocator.hpp"
+
+#include <ballast/derivation.hpp>
+
+#include <map>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+namespace ballast::vulkan {
+
+// Mirrors `Params` in shaders/common.glsl (std430 push-constant layout).
+struct PushConstants {
+  std::uint32_t src[2];
+  std::uint32_t scales[2];
+  std::uint32_t zero_points[2];
+  std::uint32_t dst[2];
+  std::uint32_t dst2[2];
+  std::uint32_t shifts;
+  std::uint32_t rows;
+  std::uint32_t cols;
+  std::uint32_t block_size;
+  std::uint32_t dst_bytes;
+  std::uint32_t dst2_bytes;
+  std::uint32_t base;
+  std::uint32_t total;
+  std::uint32_t mode;
+};
+static_assert(sizeof(PushConstants) == 76);
+
+inline constexpr std::uint32_t kWorkgroupSize = 64;
+
+struct Dispatch {
+  VkPipeline pipeline = VK_NULL_HANDLE;
+  PushConstants params{};
+  std::uint32_t groups = 0;
+};
+
+class Kernels {
+ public:
+  // `max_groups` caps the workgroups of one dispatch (the device's
+  // maxComputeWorkGroupCount[0], or less to exercise splitting).
+  static Result<std::unique_ptr<Kernels>> create(const Device& device, std::uint32_t max_groups);
+  ~Kernels();
+  Kernels(const Kernels&) = delete;
+  Kernels& operator=(const Kernels&) = delete;
+
+  // The dispatches computing `launch`, whose pointers are already checked
+  // against `sizes`. Builds pipelines on first use.
+  Result<std::vector<Dispatch>> plan(const DerivationLaunch& launch, const DerivationSizes& sizes);
+  // Records them (push constants + dispatch each).
+  void record(VkCommandBuffer cb, const std::vector<Dispatch>& dispatches) const;
+
+  std::uint32_t max_groups() const { return max_groups_; }
+
+ private:
+  Kernels(const Device& device, std::uint32_t max_groups) : device_(device), max_groups_(max_groups) {}
+  Result<VkPipeline> pipeline(Derivation kind, std::uint32_t variant, std::uint32_t zero_points);
+  // Appends the dispatches for `total` work items, `items_per_group` each.
+  void split(std::vector<Dispatch>& out, VkPipeline pipeline, const PushConstants& params, std::uint32_t total,
+             std::uint32_t items_per_group) const;
+
+  const Device& device_;
+  std::uint32_t max_groups_;
+  VkPipelineLayout layout_ = VK_NULL_HANDLE;
+  std::map<Derivation, VkShaderModule> modules_;
+  std::map<std::tuple<Derivation, std::uint32_t, std::uint32_t>, VkPipeline> pipelines_;
+};
+
+}  // namespace ballast::vulkan

@@ -1,0 +1,49 @@
+// The plugin entry point: the descriptor the registry checks before any C++
+// object crosses, and the BackendPlugin behind it.
+#include "backend.hpp"
+
+#include <ballast/plugin_abi.hpp>
+
+#include <exception>
+
+namespace ballast::vulkan {
+namespace {
+
+class VulkanPlugin final : public BackendPlugin {
+ public:
+  Result<std::vector<DeviceInfo>> devices() override {
+    try {
+      return list_devices();
+    } catch (const std::exception& e) {
+      return make_error(ErrorCode::internal, std::string("vulkan: ") + e.what());
+    }
+  }
+
+  Result<std::unique_ptr<GpuBackend>> open(const BackendConfig& config) override {
+    try {
+      auto backend = VulkanBackend::open(config);
+      if (!backend) return backend.error();
+      return std::unique_ptr<GpuBackend>(std::move(*backend));
+    } catch (const std::exception& e) {  // std::bad_alloc from a container: never across the boundary
+      return make_error(ErrorCode::internal, std::string("vulkan: ") + e.what());
+    }
+  }
+};
+
+BackendPlugin* create_plugin() {
+  try {
+    return new VulkanPlugin();
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+const BallastPluginDescriptor kDescriptor = {BALLAST_PLUGIN_ABI_VERSION, plugin_detail::kFingerprint, "vulkan",
+                                             &create_plugin};
+
+}  // namespace
+}  // namespace ballast::vulkan
+
+extern "C" __attribute__((visibility("default"))) const BallastPluginDescriptor* ballast_plugin_descriptor() {
+  return &ballast::vulkan::kDescriptor;
+}

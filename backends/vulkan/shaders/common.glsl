@@ -1,0 +1,152 @@
+// Shared by every derivation shader: operands addressed by buffer device
+// addresses (as uvec2, so no shaderInt64 is needed), read and written only
+// as 32-bit words (so no 8/16-bit storage features are needed), and the
+// per-element math of backends/common/kernel_math.hpp ported bit for bit.
+#extension GL_EXT_buffer_reference : require
+#extension GL_EXT_buffer_reference_uvec2 : require
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 1) const uint VARIANT = 0;    // per shader: element size, source type
+layout(constant_id = 2) const uint ZERO_POINTS = 0;  // int4: 0 absent, 1 packed u4, 2 unpacked
+
+layout(buffer_reference, std430, buffer_reference_align = 4) buffer Words { uint w[]; };
+
+// Addresses are rounded down to 4 bytes on the host; the low two bits of
+// each operand's address are in `shifts` (2 bits per operand, in the order
+// of the OP_ constants) so byte offsets become word indices here.
+layout(push_constant) uniform Params {
+  uvec2 src;
+  uvec2 scales;
+  uvec2 zero_points;
+  uvec2 dst;
+  uvec2 dst2;
+  uint shifts;
+  uint rows;
+  uint cols;
+  uint block_size;
+  uint dst_bytes;   // bytes of the output this dispatch writes
+  uint dst2_bytes;
+  uint base;        // first work item of this dispatch (large launches are split)
+  uint total;       // work items in the whole launch
+  uint mode;        // shader-specific (repack_int4: 0 words, 1 scale pairs)
+} p;
+
+const uint OP_SRC = 0u, OP_SCALES = 1u, OP_ZP = 2u, OP_DST = 3u, OP_DST2 = 4u;
+
+uint op_shift(uint op) { return (p.shifts >> (2u * op)) & 3u; }
+
+uvec2 op_base(uint op) {
+  if (op == OP_SRC) return p.src;
+  if (op == OP_SCALES) return p.scales;
+  if (op == OP_ZP) return p.zero_points;
+  if (op == OP_DST) return p.dst;
+  return p.dst2;
+}
+
+uint work_item() { return p.base + gl_WorkGroupID.x * gl_WorkGroupSize.x + gl_LocalInvocationID.x; }
+
+// ------------------------------------------------------------ byte access
+uint load_word(uint op, uint word) { return Words(op_base(op)).w[word]; }
+
+uint read_u8(uint op, uint offset) {
+  const uint b = op_shift(op) + offset;
+  return (load_word(op, b >> 2) >> (8u * (b & 3u))) & 0xffu;
+}
+
+uint read_u16(uint op, uint offset) {
+  const uint b = op_shift(op) + offset;
+  const uint lo = load_word(op, b >> 2);
+  if ((b & 3u) != 3u) return (lo >> (8u * (b & 3u))) & 0xffffu;
+  return (lo >> 24) | ((load_word(op, (b >> 2) + 1u) & 0xffu) << 8);
+}
+
+uint read_u32(uint op, uint offset) {
+  const uint b = op_shift(op) + offset;
+  const uint s = b & 3u;
+  const uint lo = load_word(op, b >> 2);
+  if (s == 0u) return lo;
+  return (lo >> (8u * s)) | (load_word(op, (b >> 2) + 1u) << (32u - 8u * s));
+}
+
+// Output words: word `word` of the operand's aligned view covers operand
+// bytes [4*word - shift, 4*word - shift + 4). `mask` marks the bytes that
+// belong to the operand; the others belong to someone else (a neighbouring
+// row written by another workgroup, another tensor) and are preserved with
+// atomics. Whole words are plain stores.
+void store_word(uint op, uint word, uint value, uint mask) {
+  if (mask == 0xffffffffu) {
+    Words(op_base(op)).w[word] = value;
+  } else if (mask != 0u) {
+    atomicAnd(Words(op_base(op)).w[word], ~mask);
+    atomicOr(Words(op_base(op)).w[word], value & mask);
+  }
+}
+
+// Words of the aligned view of an operand of `bytes` bytes.
+uint word_count(uint op, uint bytes) { return (op_shift(op) + bytes + 3u) >> 2; }
+
+// ------------------------------------------------------------ kernel_math
+uint f16_bits_from_f32_bits(uint x) {
+  const uint sign = (x >> 16) & 0x8000u;
+  const uint ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) {
+    if (ax == 0x7f800000u) return sign | 0x7c00u;
+    return sign | 0x7e00u | ((ax >> 13) & 0x3ffu);
+  }
+  if (ax >= 0x477ff000u) return sign | 0x7c00u;
+  if (ax >= 0x38800000u) {
+    const uint m = ax - (112u << 23);
+    return sign | ((m + 0xfffu + ((m >> 13) & 1u)) >> 13);
+  }
+  const uint e = ax >> 23;
+  const uint shift = 126u - e;
+  if (shift > 24u) return sign;
+  const uint significand = (ax & 0x7fffffu) | 0x800000u;
+  uint q = significand >> shift;
+  const uint rem = significand & ((1u << shift) - 1u);
+  const uint half_ = 1u << (shift - 1u);
+  if (rem > half_ || (rem == half_ && (q & 1u) != 0u)) ++q;
+  return sign | q;
+}
+
+uint f32_bits_from_f16_bits(uint h) {
+  const uint sign = (h & 0x8000u) << 16;
+  uint e = (h >> 10) & 0x1fu;
+  uint m = h & 0x3ffu;
+  if (e == 0x1fu) return sign | 0x7f800000u | (m << 13) | (m != 0u ? 0x400000u : 0u);
+  if (e != 0u) return sign | ((e + 112u) << 23) | (m << 13);
+  if (m == 0u) return sign;
+  // Subnormal f16: normalise (findMSB gives the leading bit, 0..9).
+  const uint lead = uint(findMSB(m));
+  e = 113u - (10u - lead);
+  m = (m << (10u - lead)) & 0x3ffu;
+  return sign | (e << 23) | (m << 13);
+}
+
+int round_half_even_bits(uint x) {
+  const uint ax = x & 0x7fffffffu;
+  const uint e = ax >> 23;
+  uint magnitude;
+  if (e < 126u) {
+    magnitude = 0u;
+  } else if (e >= 150u) {
+    magnitude = ((ax & 0x7fffffu) | 0x800000u) << (e - 150u);
+  } else {
+    const uint significand = (ax & 0x7fffffu) | 0x800000u;
+    const uint shift = 150u - e;
+    magnitude = significand >> shift;
+    const uint rem = significand & ((1u << shift) - 1u);
+    const uint half_ = 1u << (shift - 1u);
+    if (rem > half_ || (rem == half_ && (magnitude & 1u) != 0u)) ++magnitude;
+  }
+  const int m = int(magnitude);
+  return (x >> 31) != 0u ? -m : m;
+}
+
+bool is_nan_bits(uint x) { return (x & 0x7fffffffu) > 0x7f800000u; }
+
+// Float arithmetic here must match IEEE f32 exactly. Drivers may flush
+// subnormal inputs to zero (shaderDenormPreserveFloat32 is optional), so
+// callers keep subnormals out of the hardware operations where that would
+// change a result that is visible after rounding.
+bool is_subnormal_bits(uint x) { return (x & 0x7f800000u) == 0u && (x & 0x7fffffu) != 0u; }

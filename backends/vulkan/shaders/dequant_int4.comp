@@ -1,0 +1,46 @@
+#version 460
+// dequant_int4: f16 [N, K] = (q - zp) * scale in f32, rounded once to f16.
+// One invocation per 32-bit word of the output.
+#include "common.glsl"
+#include "int4_common.glsl"
+
+// (q - zp) * scale exactly as IEEE f32 would give it, then to f16. `precise`
+// forbids fusing the two operations. A subnormal zero point is the one
+// input a flushing driver would get visibly wrong (q = 0 gives -zp, whose
+// sign survives to the f16 zero); everything else that is subnormal
+// rounds to a signed f16 zero either way.
+uint dequant_f16(uint q, uint zp_bits, uint scale_bits_) {
+  precise float diff;
+  if (is_subnormal_bits(zp_bits))
+    diff = q == 0u ? uintBitsToFloat(zp_bits ^ 0x80000000u) : float(q);
+  else
+    diff = float(q) - uintBitsToFloat(zp_bits);
+  precise float value = diff * uintBitsToFloat(scale_bits_);
+  return f16_bits_from_f32_bits(floatBitsToUint(value));
+}
+
+uint f16_of(uint e) {
+  const uint n = e / p.cols;
+  const uint k = e - n * p.cols;
+  const uint block = k / p.block_size;
+  return dequant_f16(int4_code(n, k), zero_point_bits(n, block), scale_bits(n, block));
+}
+
+void main() {
+  const uint word = work_item();
+  if (word >= p.total) return;
+  const int first = int(4u * word) - int(op_shift(OP_DST));
+  if (op_shift(OP_DST) == 0u && uint(first) + 4u <= p.dst_bytes) {
+    const uint e = uint(first) >> 1;
+    store_word(OP_DST, word, f16_of(e) | (f16_of(e + 1u) << 16), 0xffffffffu);
+    return;
+  }
+  uint value = 0u, mask = 0u;
+  for (uint b = 0u; b < 4u; ++b) {
+    const int o = first + int(b);
+    if (o < 0 || uint(o) >= p.dst_bytes) continue;
+    value |= ((f16_of(uint(o) >> 1) >> (8u * (uint(o) & 1u))) & 0xffu) << (8u * b);
+    mask |= 0xffu << (8u * b);
+  }
+  store_word(OP_DST, word, value, mask);
+}

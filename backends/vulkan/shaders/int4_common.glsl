@@ -1,0 +1,28 @@
+// MatMulNBits bits=4 operands, shared by dequant_int4 and repack_int4.
+// VARIANT: scales (and unpacked zero points) are f32 (0) or f16 (1).
+
+uint k_blocks() { return (p.cols + p.block_size - 1u) / p.block_size; }
+
+// Column k of row n: byte k/2 of the row's bytes, low nibble for even k.
+uint int4_code(uint n, uint k) {
+  const uint row_bytes = k_blocks() * (p.block_size >> 1);
+  const uint byte_ = read_u8(OP_SRC, n * row_bytes + (k >> 1));
+  return (k & 1u) != 0u ? (byte_ >> 4) : (byte_ & 0xfu);
+}
+
+// A value of the scales' type as f32 bits.
+uint scale_type_bits(uint op, uint index) {
+  return VARIANT == 0u ? read_u32(op, 4u * index) : f32_bits_from_f16_bits(read_u16(op, 2u * index));
+}
+
+uint scale_bits(uint n, uint block) { return scale_type_bits(OP_SCALES, n * k_blocks() + block); }
+
+// The block's zero point as f32 bits.
+uint zero_point_bits(uint n, uint block) {
+  if (ZERO_POINTS == 0u) return floatBitsToUint(8.0);
+  if (ZERO_POINTS == 1u) {
+    const uint byte_ = read_u8(OP_ZP, n * ((k_blocks() + 1u) >> 1) + (block >> 1));
+    return floatBitsToUint(float((block & 1u) != 0u ? (byte_ >> 4) : (byte_ & 0xfu)));
+  }
+  return scale_type_bits(OP_ZP, n * k_blocks() + block);
+}

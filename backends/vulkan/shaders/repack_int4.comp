@@ -1,0 +1,73 @@
+#version 460
+// repack_int4, two passes selected by p.mode:
+//  0: words [N, ceil(K/8)]: nibble i of word (n, j) holds column
+//     8j + (0,2,4,6,1,3,5,7)[i]; columns past K hold the block's zero point;
+//  1: pairs [N, k_blocks] of f16 (scale, -scale*zp), scale in the low half.
+// One invocation per 32-bit word of the output being written; outputs are
+// 32-bit values, so an unaligned destination splits them across words.
+#include "common.glsl"
+#include "int4_common.glsl"
+
+// kernel_math's zero_point_code: a float zero point as a padding nibble.
+uint zero_point_code(uint n, uint block) {
+  if (ZERO_POINTS == 0u) return 8u;
+  const uint bits = zero_point_bits(n, block);
+  if (ZERO_POINTS == 1u) return uint(uintBitsToFloat(bits));
+  if (is_nan_bits(bits)) return 8u;
+  if ((bits >> 31) != 0u || (bits & 0x7fffffffu) == 0u || is_subnormal_bits(bits)) return 0u;  // <= 0, or rounds to 0
+  if (uintBitsToFloat(bits) >= 15.0) return 15u;
+  return uint(round_half_even_bits(bits));
+}
+
+uint repacked_word(uint index) {
+  const uint per_row = (p.cols + 7u) >> 3;
+  const uint n = index / per_row;
+  const uint j = index - n * per_row;
+  uint word = 0u;
+  for (uint c = 0u; c < 8u; ++c) {
+    const uint k = 8u * j + c;
+    const uint code = k < p.cols ? int4_code(n, k) : zero_point_code(n, k / p.block_size);
+    const uint nibble = (c >> 1) | ((c & 1u) << 2);
+    word |= (code & 0xfu) << (4u * nibble);
+  }
+  return word;
+}
+
+uint scale_pair(uint index) {
+  const uint kb = k_blocks();
+  const uint n = index / kb;
+  const uint block = index - n * kb;
+  const uint s = scale_bits(n, block);
+  const uint zp = zero_point_bits(n, block);
+  precise float offset = -(uintBitsToFloat(s) * uintBitsToFloat(zp));
+  return f16_bits_from_f32_bits(s) | (f16_bits_from_f32_bits(floatBitsToUint(offset)) << 16);
+}
+
+uint output_value(uint index) { return p.mode == 0u ? repacked_word(index) : scale_pair(index); }
+
+void main() {
+  const uint word = work_item();
+  if (word >= p.total) return;
+  const uint shift = op_shift(OP_DST);
+  const int first = int(4u * word) - int(shift);
+  if (shift == 0u) {
+    store_word(OP_DST, word, output_value(word), 0xffffffffu);
+    return;
+  }
+  // Bytes [first, first + 4) straddle values first/4 and first/4 + 1.
+  uint value = 0u, mask = 0u;
+  int cached_index = -1;
+  uint cached = 0u;
+  for (uint b = 0u; b < 4u; ++b) {
+    const int o = first + int(b);
+    if (o < 0 || uint(o) >= p.dst_bytes) continue;
+    const int index = o >> 2;
+    if (index != cached_index) {
+      cached = output_value(uint(index));
+      cached_index = index;
+    }
+    value |= ((cached >> (8u * (uint(o) & 3u))) & 0xffu) << (8u * b);
+    mask |= 0xffu << (8u * b);
+  }
+  store_word(OP_DST, word, value, mask);
+}

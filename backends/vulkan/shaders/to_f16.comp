@@ -1,0 +1,29 @@
+#version 460
+// to_f16: f32 (VARIANT 0) or bf16 (VARIANT 1) to f16, round to nearest
+// even by integer logic (no driver conversion, no subnormal flushing). One
+// invocation per 32-bit word of the output.
+#include "common.glsl"
+
+uint f16_of(uint e) {
+  const uint bits = VARIANT == 0u ? read_u32(OP_SRC, 4u * e) : read_u16(OP_SRC, 2u * e) << 16;
+  return f16_bits_from_f32_bits(bits);
+}
+
+void main() {
+  const uint word = work_item();
+  if (word >= p.total) return;
+  const int first = int(4u * word) - int(op_shift(OP_DST));
+  if (op_shift(OP_DST) == 0u && uint(first) + 4u <= p.dst_bytes) {
+    const uint e = uint(first) >> 1;
+    store_word(OP_DST, word, f16_of(e) | (f16_of(e + 1u) << 16), 0xffffffffu);
+    return;
+  }
+  uint value = 0u, mask = 0u;
+  for (uint b = 0u; b < 4u; ++b) {
+    const int o = first + int(b);
+    if (o < 0 || uint(o) >= p.dst_bytes) continue;
+    value |= ((f16_of(uint(o) >> 1) >> (8u * (uint(o) & 1u))) & 0xffu) << (8u * b);
+    mask |= 0xffu << (8u * b);
+  }
+  store_word(OP_DST, word, value, mask);
+}

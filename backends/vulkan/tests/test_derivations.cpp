@@ -1,0 +1,457 @@
+// Every derivation against a host computation built from
+// backends/common/kernel_math.hpp, at aligned and unaligned pointers, with
+// guard bytes around every output to prove nothing outside it is written.
+#include "support.hpp"
+
+#include "common/kernel_math.hpp"
+
+#include <random>
+#include <thread>
+
+namespace ballast::vulkan::test {
+namespace {
+
+using Bytes = std::vector<std::uint8_t>;
+
+template <class T>
+Bytes bytes_of(const std::vector<T>& v) {
+  Bytes out(v.size() * sizeof(T));
+  if (!out.empty()) std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+template <class T>
+std::vector<T> values_of(const Bytes& b) {
+  std::vector<T> out(b.size() / sizeof(T));
+  if (!out.empty()) std::memcpy(out.data(), b.data(), out.size() * sizeof(T));
+  return out;
+}
+
+constexpr std::uint8_t kGuard = 0xab;
+constexpr std::uint64_t kGuardBytes = 9;
+
+struct Run {
+  Bytes dst, dst2;
+};
+
+// Uploads the inputs `shift` bytes into their buffers, runs `l` (pointers
+// filled in here) and returns the outputs; fails if a guard byte changed.
+Run run(VulkanBackend& b, DerivationLaunch l, const Bytes& src, const Bytes& scales, const Bytes& zero_points,
+        std::uint64_t shift) {
+  auto sizes = derivation_sizes(l);
+  REQUIRE(sizes.ok());
+  REQUIRE(sizes->src_bytes == src.size());
+  REQUIRE(sizes->scales_bytes == scales.size());
+  REQUIRE(sizes->zero_point_bytes == zero_points.size());
+  std::vector<DevicePtr> owned;
+  auto input = [&](const Bytes& data) -> DevicePtr {
+    if (data.empty()) return 0;
+    auto p = b.allocate(data.size() + shift, 256);
+    REQUIRE(p.ok());
+    owned.push_back(*p);
+    REQUIRE(b.copy_to_device(*p, shift, std::as_bytes(std::span(data))).ok());
+    return *p + shift;
+  };
+  auto output = [&](std::uint64_t bytes) -> DevicePtr {
+    if (bytes == 0) return 0;
+    Bytes guarded(bytes + 2 * kGuardBytes + shift, kGuard);
+    auto p = b.allocate(guarded.size(), 256);
+    REQUIRE(p.ok());
+    owned.push_back(*p);
+    REQUIRE(b.copy_to_device(*p, 0, std::as_bytes(std::span(guarded))).ok());
+    return *p + kGuardBytes + shift;
+  };
+  l.src = input(src);
+  l.scales = input(scales);
+  l.zero_point = input(zero_points);
+  l.dst = output(sizes->dst_bytes);
+  l.dst2 = output(sizes->dst2_bytes);
+  const Status launched = b.launch(l);
+  INFO(launched.to_string());
+  REQUIRE(launched.ok());
+  const Status synced = b.synchronize();
+  INFO(synced.to_string());
+  REQUIRE(synced.ok());
+  Run r;
+  auto fetch = [&](DevicePtr p, std::uint64_t bytes) {
+    if (bytes == 0) return Bytes{};
+    Bytes all = download<std::uint8_t>(b, p - kGuardBytes, bytes + 2 * kGuardBytes);
+    for (std::uint64_t i = 0; i < kGuardBytes; ++i) {
+      CHECK(all[i] == kGuard);
+      CHECK(all[kGuardBytes + bytes + i] == kGuard);
+    }
+    return Bytes(all.begin() + kGuardBytes, all.end() - kGuardBytes);
+  };
+  r.dst = fetch(l.dst, sizes->dst_bytes);
+  r.dst2 = fetch(l.dst2, sizes->dst2_bytes);
+  for (DevicePtr p : owned) CHECK(b.free(p).ok());
+  return r;
+}
+
+// f32 values covering every path of the f16 conversion.
+std::vector<float> awkward_floats(std::size_t count, std::uint32_t seed) {
+  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.5f, 65504.0f, 65519.996f, 65520.0f, -70000.0f, 6.0e-8f, 2.9e-8f,
+                          3.0e-8f, 6.1e-5f, 6.0e-5f, 1.0e-40f, -1.0e-45f, 0.333333f};
+  const std::uint32_t specials[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc12345u, 0x7f800001u, 0x387fe000u,
+                                    0x33000000u, 0x33000001u, 0x337fffffu, 0x38800000u - 1u};
+  for (std::uint32_t s : specials) v.push_back(kmath::f32_from_bits(s));
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<std::uint32_t> bits;
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  while (v.size() < count) v.push_back(v.size() % 3 == 0 ? kmath::f32_from_bits(bits(rng)) : normal(rng));
+  v.resize(count);
+  return v;
+}
+
+const std::uint64_t kShifts[] = {0, 1, 2, 3};
+
+}  // namespace
+
+TEST_CASE("transpose: every element size, shapes and alignments, bit-exact") {
+  auto b = open();
+  std::mt19937 rng(1);
+  for (DataType t : {DataType::uint8, DataType::float16, DataType::float32, DataType::float64}) {
+    const std::uint64_t size = dtype_bits(t) / 8;
+    for (auto [rows, cols] : {std::pair<std::uint64_t, std::uint64_t>{1, 1}, {7, 13}, {64, 33}, {129, 250}, {1, 1000}}) {
+      for (std::uint64_t shift : kShifts) {
+        CAPTURE(size);
+        CAPTURE(rows);
+        CAPTURE(cols);
+        CAPTURE(shift);
+        Bytes src(rows * cols * size);
+        for (auto& x : src) x = static_cast<std::uint8_t>(rng());
+        DerivationLaunch l;
+        l.kind = Derivation::transpose;
+        l.src_type = t;
+        l.rows = rows;
+        l.cols = cols;
+        const Run r = run(*b, l, src, {}, {}, shift);
+        Bytes expected(src.size());
+        for (std::uint64_t i = 0; i < rows; ++i)
+          for (std::uint64_t j = 0; j < cols; ++j)
+            std::memcpy(&expected[(j * rows + i) * size], &src[(i * cols + j) * size], size);
+        CHECK(r.dst == expected);
+      }
+    }
+  }
+}
+
+TEST_CASE("to_f16 from f32 and bf16: round to nearest even, inf, NaN, subnormals, bit-exact") {
+  auto b = open();
+  const std::vector<float> f = awkward_floats(2001, 2);
+  for (std::uint64_t shift : kShifts) {
+    CAPTURE(shift);
+    DerivationLaunch l;
+    l.kind = Derivation::to_f16;
+    l.src_type = DataType::float32;
+    l.rows = 1;
+    l.cols = f.size();
+    const auto got = values_of<std::uint16_t>(run(*b, l, bytes_of(f), {}, {}, shift).dst);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < f.size(); ++i) wrong += got[i] != kmath::f16_bits_from_f32(f[i]);
+    CHECK(wrong == 0);
+
+    std::vector<std::uint16_t> bf(f.size());
+    for (std::size_t i = 0; i < f.size(); ++i) bf[i] = static_cast<std::uint16_t>(kmath::f32_bits(f[i]) >> 16);
+    l.src_type = DataType::bfloat16;
+    l.rows = 3;
+    l.cols = 667;
+    const auto got_bf = values_of<std::uint16_t>(run(*b, l, bytes_of(bf), {}, {}, shift).dst);
+    wrong = 0;
+    for (std::size_t i = 0; i < bf.size(); ++i) wrong += got_bf[i] != kmath::f16_bits_from_bf16_bits(bf[i]);
+    CHECK(wrong == 0);
+  }
+}
+
+namespace {
+
+struct Int4Case {
+  std::uint64_t n, k;
+  std::uint32_t block;
+};
+
+struct Int4Inputs {
+  Bytes b, scales, zero_points;
+  std::vector<float> scale_f, zp_f;  // per (n, block), as f32
+};
+
+Int4Inputs make_int4(const Int4Case& c, DataType scale_type, ZeroPoints zp, std::mt19937& rng) {
+  const std::uint64_t kb = k_blocks(c.k, c.block);
+  Int4Inputs in;
+  in.b.resize(c.n * kb * c.block / 2);
+  for (auto& x : in.b) x = static_cast<std::uint8_t>(rng());
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  const bool f16 = scale_type == DataType::float16;
+  auto push_typed = [&](Bytes& out, float v) -> float {
+    if (f16) {
+      const std::uint16_t h = kmath::f16_bits_from_f32(v);
+      out.push_back(static_cast<std::uint8_t>(h));
+      out.push_back(static_cast<std::uint8_t>(h >> 8));
+      return kmath::f32_from_f16_bits(h);
+    }
+    const std::uint32_t u = kmath::f32_bits(v);
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::uint8_t>(u >> (8 * i)));
+    return v;
+  };
+  for (std::uint64_t i = 0; i < c.n * kb; ++i) in.scale_f.push_back(push_typed(in.scales, normal(rng)));
+  if (zp == ZeroPoints::packed_u4) {
+    in.zero_points.resize(c.n * ((kb + 1) / 2));
+    for (auto& x : in.zero_points) x = static_cast<std::uint8_t>(rng());
+    for (std::uint64_t n = 0; n < c.n; ++n)
+      for (std::uint64_t blk = 0; blk < kb; ++blk)
+        in.zp_f.push_back(kmath::zero_point_packed(in.zero_points.data(), kb, n, blk));
+  } else if (zp == ZeroPoints::unpacked) {
+    std::uniform_real_distribution<float> z(-1.0f, 16.5f);
+    for (std::uint64_t i = 0; i < c.n * kb; ++i) {
+      const float v = i % 5 == 0 ? std::round(z(rng)) : (i % 7 == 0 ? 7.5f : z(rng));
+      in.zp_f.push_back(push_typed(in.zero_points, v));
+    }
+  } else {
+    in.zp_f.assign(c.n * kb, kmath::kDefaultZeroPoint);
+  }
+  return in;
+}
+
+const Int4Case kInt4Cases[] = {{1, 16, 16}, {3, 50, 16}, {5, 130, 32}, {4, 7, 16}, {17, 1000, 64}, {2, 4096, 128}};
+
+}  // namespace
+
+TEST_CASE("dequant_int4 and repack_int4: scale types, zero-point forms, ragged K, bit-exact") {
+  auto b = open();
+  std::mt19937 rng(3);
+  for (DataType st : {DataType::float32, DataType::float16}) {
+    for (ZeroPoints zp : {ZeroPoints::absent, ZeroPoints::packed_u4, ZeroPoints::unpacked}) {
+      for (const Int4Case& c : kInt4Cases) {
+        const std::uint64_t shift = (c.n + c.k) % 4;
+        CAPTURE(dtype_name(st));
+        CAPTURE(static_cast<int>(zp));
+        CAPTURE(c.n);
+        CAPTURE(c.k);
+        CAPTURE(c.block);
+        CAPTURE(shift);
+        const Int4Inputs in = make_int4(c, st, zp, rng);
+        const std::uint64_t kb = k_blocks(c.k, c.block);
+        DerivationLaunch l;
+        l.kind = Derivation::dequant_int4;
+        l.src_type = st;
+        l.rows = c.n;
+        l.cols = c.k;
+        l.block_size = c.block;
+        l.zero_points = zp;
+        const auto deq = values_of<std::uint16_t>(run(*b, l, in.b, in.scales, in.zero_points, shift).dst);
+        std::size_t wrong = 0;
+        for (std::uint64_t n = 0; n < c.n; ++n) {
+          const std::uint8_t* row = in.b.data() + n * kb * c.block / 2;
+          for (std::uint64_t k = 0; k < c.k; ++k) {
+            const std::uint64_t blk = k / c.block;
+            const auto want = kmath::dequant_f16_bits(kmath::int4_code(row, k), in.zp_f[n * kb + blk], in.scale_f[n * kb + blk]);
+            wrong += deq[n * c.k + k] != want;
+          }
+        }
+        CHECK(wrong == 0);
+
+        l.kind = Derivation::repack_int4;
+        const Run r = run(*b, l, in.b, in.scales, in.zero_points, shift);
+        const auto words = values_of<std::uint32_t>(r.dst);
+        const auto pairs = values_of<std::uint32_t>(r.dst2);
+        const std::uint64_t per_row = (c.k + 7) / 8;
+        wrong = 0;
+        for (std::uint64_t n = 0; n < c.n; ++n) {
+          const std::uint8_t* row = in.b.data() + n * kb * c.block / 2;
+          for (std::uint64_t j = 0; j < per_row; ++j) {
+            std::uint32_t codes[8];
+            for (std::uint32_t cc = 0; cc < 8; ++cc) {
+              const std::uint64_t k = 8 * j + cc;
+              codes[cc] = k < c.k ? kmath::int4_code(row, k)
+                                  : (zp == ZeroPoints::unpacked ? kmath::zero_point_code(in.zp_f[n * kb + k / c.block])
+                                                                : static_cast<std::uint32_t>(in.zp_f[n * kb + k / c.block]));
+            }
+            wrong += words[n * per_row + j] != kmath::repack_word(codes);
+          }
+          for (std::uint64_t blk = 0; blk < kb; ++blk)
+            wrong += pairs[n * kb + blk] != kmath::repack_scale_pair(in.scale_f[n * kb + blk], in.zp_f[n * kb + blk]);
+        }
+        CHECK(wrong == 0);
+      }
+    }
+  }
+}
+
+namespace {
+
+struct Quantised {
+  std::vector<std::int8_t> codes;
+  std::vector<float> scales;
+};
+
+Quantised quant_reference(const std::vector<float>& w, std::uint64_t n, std::uint64_t k) {
+  Quantised q;
+  for (std::uint64_t r = 0; r < n; ++r) {
+    float max = 0.0f;
+    for (std::uint64_t c = 0; c < k; ++c) max = kmath::abs_max_step(max, w[r * k + c]);
+    const float scale = kmath::quant_int8_scale(max);
+    q.scales.push_back(scale);
+    for (std::uint64_t c = 0; c < k; ++c) q.codes.push_back(kmath::quant_int8_code(w[r * k + c], scale));
+  }
+  return q;
+}
+
+void check_quant(VulkanBackend& b, const std::vector<float>& w, std::uint64_t n, std::uint64_t k, DataType type,
+                 std::uint64_t shift) {
+  CAPTURE(n);
+  CAPTURE(k);
+  CAPTURE(shift);
+  Bytes src;
+  std::vector<float> as_f32 = w;
+  if (type == DataType::float16) {
+    std::vector<std::uint16_t> h(w.size());
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      h[i] = kmath::f16_bits_from_f32(w[i]);
+      as_f32[i] = kmath::f32_from_f16_bits(h[i]);
+    }
+    src = bytes_of(h);
+  } else {
+    src = bytes_of(w);
+  }
+  DerivationLaunch l;
+  l.kind = Derivation::quant_int8;
+  l.src_type = type;
+  l.rows = n;
+  l.cols = k;
+  const Run r = run(b, l, src, {}, {}, shift);
+  const Quantised want = quant_reference(as_f32, n, k);
+  const auto scales = values_of<std::uint32_t>(r.dst2);
+  std::size_t wrong_scales = 0, off_by_one = 0, wrong_codes = 0;
+  for (std::uint64_t i = 0; i < n; ++i) wrong_scales += scales[i] != kmath::f32_bits(want.scales[i]);
+  for (std::size_t i = 0; i < want.codes.size(); ++i) {
+    const int d = static_cast<std::int8_t>(r.dst[i]) - want.codes[i];
+    off_by_one += d == 1 || d == -1;
+    wrong_codes += d > 1 || d < -1;
+  }
+  CHECK(wrong_scales == 0);
+  CHECK(wrong_codes == 0);
+  CHECK(off_by_one <= want.codes.size() / 1000);  // the documented tolerance, rarely used
+}
+
+}  // namespace
+
+TEST_CASE("quant_int8 from f32 and f16: scales bit-exact, codes within one") {
+  auto b = open();
+  std::mt19937 rng(4);
+  for (DataType t : {DataType::float32, DataType::float16}) {
+    CAPTURE(dtype_name(t));
+    for (auto [n, k] : {std::pair<std::uint64_t, std::uint64_t>{1, 1}, {3, 7}, {33, 1000}, {5, 4097}}) {
+      std::normal_distribution<float> normal(0.0f, 2.0f);
+      std::vector<float> w(n * k);
+      for (auto& x : w) x = normal(rng);
+      check_quant(*b, w, n, k, t, (n * k) % 4);
+    }
+    // Awkward rows: all zero, subnormal only (f32), a NaN, an infinity, tiny maxima.
+    const std::uint64_t k = 19;
+    std::vector<float> w(6 * k, 0.0f);
+    for (std::uint64_t c = 0; c < k; ++c) {
+      w[1 * k + c] = kmath::f32_from_bits(1 + 37 * c) * (c % 2 ? -1.0f : 1.0f);  // subnormals
+      w[2 * k + c] = static_cast<float>(c) - 9.0f;
+      w[3 * k + c] = static_cast<float>(c) * 0.25f;
+      w[4 * k + c] = 1.0e-37f * static_cast<float>(c + 1);  // scale underflows into subnormals
+      w[5 * k + c] = -1.0e-3f * static_cast<float>(c);
+    }
+    w[2 * k + 4] = std::numeric_limits<float>::quiet_NaN();
+    w[3 * k + 5] = std::numeric_limits<float>::infinity();
+    check_quant(*b, w, 6, k, t, 1);
+  }
+}
+
+TEST_CASE("work beyond one dispatch is split, not truncated") {
+  auto b = open("?max_workgroups=2");
+  const std::vector<float> f = awkward_floats(64 * 2 * 4 * 5 + 17, 5);  // words need several dispatches
+  DerivationLaunch l;
+  l.kind = Derivation::to_f16;
+  l.src_type = DataType::float32;
+  l.rows = 1;
+  l.cols = f.size();
+  const auto got = values_of<std::uint16_t>(run(*b, l, bytes_of(f), {}, {}, 1).dst);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < f.size(); ++i) wrong += got[i] != kmath::f16_bits_from_f32(f[i]);
+  CHECK(wrong == 0);
+
+  std::vector<float> w(11 * 9);
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 13) - 6.0f;
+  check_quant(*b, w, 11, 9, DataType::float32, 0);  // 11 rows, 2 workgroups per dispatch
+}
+
+TEST_CASE("launches are validated before anything runs") {
+  auto b = open();
+  auto small = b->allocate(16, 256);
+  auto big = b->allocate(4096, 256);
+  REQUIRE(small.ok());
+  REQUIRE(big.ok());
+  DerivationLaunch l;
+  l.kind = Derivation::transpose;
+  l.src_type = DataType::float32;
+  l.rows = 8;
+  l.cols = 8;
+  l.src = *big;
+  l.dst = *small;  // 256 bytes needed
+  Status s = b->launch(l);
+  CHECK(s.code() == ErrorCode::out_of_bounds);
+  CHECK(s.error().message.find("dst") != std::string::npos);
+  l.dst = *big + 4096 - 256;
+  l.src = 0xdead0000;
+  s = b->launch(l);
+  CHECK(s.code() == ErrorCode::invalid_argument);
+  CHECK(s.error().message.find("src") != std::string::npos);
+  l.src_type = DataType::string;
+  CHECK(b->launch(l).code() == ErrorCode::unsupported);
+  DerivationLaunch q;
+  q.kind = Derivation::dequant_int4;
+  q.src_type = DataType::float32;
+  q.rows = 1;
+  q.cols = 16;
+  q.block_size = 16;
+  q.src = *big;
+  q.scales = *big + 8;
+  q.dst = *big + 64;
+  q.zero_points = ZeroPoints::packed_u4;
+  q.zero_point = 0;  // missing
+  s = b->launch(q);
+  CHECK(s.code() == ErrorCode::invalid_argument);
+  CHECK(s.error().message.find("zero_points") != std::string::npos);
+  CHECK(b->synchronize().ok());
+  CHECK(b->free(*small).ok());
+  CHECK(b->free(*big).ok());
+}
+
+TEST_CASE("launches from several threads") {
+  auto b = open();
+  std::vector<std::thread> threads;
+  std::vector<int> ok(3, 0);
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      const std::vector<float> f = awkward_floats(3000 + 7 * t, 10 + t);
+      DerivationLaunch l;
+      l.kind = Derivation::to_f16;
+      l.src_type = DataType::float32;
+      l.rows = 1;
+      l.cols = f.size();
+      auto src = b->allocate(f.size() * 4, 256);
+      auto dst = b->allocate(f.size() * 2, 256);
+      if (!src || !dst) return;
+      if (!b->copy_to_device(*src, 0, std::as_bytes(std::span(f))).ok()) return;
+      l.src = *src;
+      l.dst = *dst;
+      for (int round = 0; round < 4; ++round)
+        if (!b->launch(l).ok()) return;
+      if (!b->synchronize().ok()) return;
+      std::vector<std::uint16_t> got(f.size());
+      if (!b->copy_to_host(std::as_writable_bytes(std::span(got)), *dst, 0).ok()) return;
+      for (std::size_t i = 0; i < f.size(); ++i)
+        if (got[i] != kmath::f16_bits_from_f32(f[i])) return;
+      if (b->free(*src).ok() && b->free(*dst).ok()) ok[t] = 1;
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(ok == std::vector<int>{1, 1, 1});
+}
+
+}  // namespace ballast::vulkan::test
