@@ -1,0 +1,69 @@
+// GpuBackend over a vendor runtime described by a DriverApi table: the one
+// host-side implementation behind the CUDA and HIP plugins.
+#pragma once
+
+#include "gpu_plugin/device_ranges.hpp"
+#include "gpu_plugin/driver_api.hpp"
+
+#include <ballast/gpu_backend.hpp>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string_view>
+
+namespace ballast::gpu {
+
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", the form nvidia-smi prints.
+std::string format_uuid(const std::array<std::uint8_t, 16>& bytes);
+
+// An error for a failed driver call: the vendor's error name in `native`,
+// the operation in the message.
+Error native_error(const DriverApi& api, NativeCode code, std::string_view operation);
+
+class RuntimeBackend final : public GpuBackend {
+ public:
+  // Opens device `index` with its own stream.
+  static Result<std::unique_ptr<GpuBackend>> open(const DriverApi& api, int index);
+  ~RuntimeBackend() override;
+
+  const DeviceInfo& info() const override { return info_; }
+  const Capabilities& capabilities() const override { return caps_; }
+
+  Result<DevicePtr> allocate(std::uint64_t bytes, std::uint64_t alignment) override;
+  Status free(DevicePtr ptr) override;
+  AllocationCounters counters() const override;
+
+  Status copy_to_device(DevicePtr dst, std::uint64_t dst_offset, std::span<const std::byte> src) override;
+  Status copy_to_host(std::span<std::byte> dst, DevicePtr src, std::uint64_t src_offset) override;
+  Status copy_device(DevicePtr dst, std::uint64_t dst_offset, DevicePtr src, std::uint64_t src_offset,
+                     std::uint64_t bytes) override;
+
+  Result<DevicePtr> register_host(const void* host, std::uint64_t bytes, HostAccess access) override;
+  Status unregister_host(DevicePtr ptr) override;
+
+  Status launch(const DerivationLaunch& launch) override;
+  Status synchronize() override;
+
+ private:
+  RuntimeBackend(const DriverApi& api, int index, void* stream, DeviceInfo info, Capabilities caps);
+
+  // Makes the device current for this thread and refuses to go on after a
+  // sticky error (the context is unusable; say so every time).
+  Status enter(std::string_view operation);
+  // Turns a driver result into a Status, remembering sticky errors.
+  Status check(NativeCode code, std::string_view operation);
+  Status copy(void* dst, const void* src, std::uint64_t bytes, CopyKind kind, bool wait, std::string_view operation);
+
+  const DriverApi& api_;
+  const int index_;
+  void* const stream_;
+  const DeviceInfo info_;
+  const Capabilities caps_;
+
+  mutable std::mutex mutex_;
+  DeviceRanges ranges_;
+  std::optional<Error> sticky_;
+};
+
+}  // namespace ballast::gpu
