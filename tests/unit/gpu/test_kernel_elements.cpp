@@ -1,0 +1,70 @@
+// The GPU kernels' per-thread arithmetic, run on the CPU and compared with
+// the scalar reference under the documented tolerances.
+#include "derivation_cases.hpp"
+#include "host_kernels.hpp"
+#include "reference/reference.hpp"
+
+#include <ballast/dtype.hpp>
+
+#include <doctest/doctest.h>
+
+using namespace ballast;
+using namespace ballast::gpu;
+
+namespace {
+
+std::uint64_t address(const std::vector<std::byte>& v) { return reinterpret_cast<std::uintptr_t>(v.data()); }
+std::uint64_t address(std::vector<std::byte>& v) { return reinterpret_cast<std::uintptr_t>(v.data()); }
+
+}  // namespace
+
+TEST_CASE("kernel per-thread bodies match the scalar reference for every derivation") {
+  int checked = 0;
+  for (const testing::Case& c : testing::derivation_cases()) {
+    CAPTURE(c.name);
+    auto sizes = derivation_sizes(c.shape);
+    REQUIRE(sizes.ok());
+    auto expected = reference::derive(c.shape, {c.src, c.scales, c.zero_points});
+    REQUIRE_MESSAGE(expected.ok(), expected.error().to_string());
+
+    std::vector<std::byte> dst(sizes->dst_bytes), dst2(sizes->dst2_bytes);
+    KernelArgs a;
+    a.kind = static_cast<KernelKind>(c.shape.kind);
+    a.src_type = static_cast<KernelType>(c.shape.src_type);
+    a.element_bytes = dtype_bits(c.shape.src_type) / 8;
+    a.block_size = c.shape.block_size;
+    a.zero_points = static_cast<KernelZeroPoints>(c.shape.zero_points);
+    a.rows = c.shape.rows;
+    a.cols = c.shape.cols;
+    a.src = address(c.src);
+    a.scales = address(c.scales);
+    a.zero_point = address(c.zero_points);
+    a.dst = address(dst);
+    a.dst2 = address(dst2);
+    testing::run_on_host(a);
+
+    const reference::Comparison cmp = reference::compare(c.shape, *expected, dst, dst2);
+    CHECK_MESSAGE(cmp.ok, cmp.message);
+    ++checked;
+  }
+  CHECK(checked > 100);
+}
+
+TEST_CASE("eight codes of a group are read low nibble first, whatever the alignment") {
+  const std::uint8_t bytes[5] = {0x21, 0x43, 0x65, 0x87, 0xa9};
+  CHECK(elem::load_u32_le(bytes) == 0x87654321u);
+  CHECK(elem::load_u32_le(bytes + 1) == 0xa9876543u);
+  for (std::uint32_t c = 0; c < 8; ++c) CHECK(elem::nibble(0x87654321u, c) == c + 1);
+}
+
+TEST_CASE("repack padding past K holds the block's zero-point code") {
+  // Columns 0..2 valid (codes 1, 2, 3), the rest padding with zero point 9.
+  const std::uint32_t word = elem::repack_group(0x00000321u, 3, 9.0f);
+  // Nibble i holds column [0,2,4,6,1,3,5,7][i].
+  const std::uint32_t expected_columns[8] = {1, 3, 9, 9, 2, 9, 9, 9};
+  for (std::uint32_t i = 0; i < 8; ++i) CHECK(((word >> (4 * i)) & 0xf) == expected_columns[i]);
+  // Unpacked float zero points round half to even and clamp.
+  CHECK(((elem::repack_group(0, 0, 7.5f)) & 0xf) == 8);
+  CHECK(((elem::repack_group(0, 0, 20.0f)) & 0xf) == 15);
+  CHECK(((elem::repack_group(0, 0, -3.0f)) & 0xf) == 0);
+}
