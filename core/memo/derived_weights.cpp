@@ -8,21 +8,24 @@
 namespace ballast {
 
 namespace memo {
+
 std::string hex(std::uint64_t v) {
   char buf[19];
   std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
   return buf;
 }
+
 }  // namespace memo
 
 // One map per derivation: the value types differ, and a map shared by all
 // kinds is exactly where a single pointer would be read as a pair.
 struct DerivedWeights::Impl {
-  memo::MemoMap<DerivedPtr> transpose{Derivation::transpose};
-  memo::MemoMap<DerivedPtr> to_f16{Derivation::to_f16};
-  memo::MemoMap<DerivedPtr> dequant_int4{Derivation::dequant_int4};
-  memo::MemoMap<DerivedPair> repack_int4{Derivation::repack_int4};
-  memo::MemoMap<DerivedPair> quant_int8{Derivation::quant_int8};
+  memo::HitCounters counters;
+  memo::MemoMap<DerivedPtr> transpose{Derivation::transpose, counters};
+  memo::MemoMap<DerivedPtr> to_f16{Derivation::to_f16, counters};
+  memo::MemoMap<DerivedPtr> dequant_int4{Derivation::dequant_int4, counters};
+  memo::MemoMap<DerivedPair> repack_int4{Derivation::repack_int4, counters};
+  memo::MemoMap<DerivedPair> quant_int8{Derivation::quant_int8, counters};
 
   // Callers have checked the kind: these never see the other form.
   memo::MemoMap<DerivedPtr>& single(Derivation kind) noexcept {
@@ -120,6 +123,7 @@ std::uint64_t DerivedWeights::bytes() const noexcept {
 DerivedWeightsStats DerivedWeights::stats() const noexcept {
   DerivedWeightsStats out;
   const Impl& m = *impl_;
+  m.counters.add_to(out);
   m.transpose.add_stats(out);
   m.to_f16.add_stats(out);
   m.dequant_int4.add_stats(out);

@@ -1,17 +1,27 @@
 // MemoMap<V>: the memo of ONE derivation, sharded by key, with single-flight
 // builds. DerivedWeights holds one per derivation.
 //
-// Why shards of shared_mutex: a hit is on the path of every layer of every
-// forward pass, from many threads at once. With one lock, every hit would
-// bounce that lock's cache line between cores even when all are readers.
-// Sharding by a hash of the key spreads hits over many independent lines,
-// and within a shard readers still share. Counters live in the shard for
-// the same reason.
+// Why this shape: a hit is on the path of every layer of every forward
+// pass, from many threads at once, so a hit writes to no cache line that
+// another thread also writes. Even a shared_mutex fails that: taking it for
+// reading is a write to the lock word, and two threads hitting keys in the
+// same shard bounce that line between their cores. So:
+//   - Memoized values live in an append-only open-addressing table per
+//     shard. A slot is written once, then published with a release store of
+//     its state; readers probe without any lock (acquire loads). The table
+//     only grows: a bigger copy is published and the old one is retired, not
+//     freed, until the map is destroyed, so a reader still probing it stays
+//     safe. (Old tables sum to less than the live one.)
+//   - Everything that changes the map (insert, starting and finishing a
+//     build, release) takes the shard's mutex. Shards keep unrelated first
+//     touches from queueing on one mutex; builds run with no lock held.
+//   - Hit and miss counters are per thread (hit_counters.hpp).
 #pragma once
 
 #include <ballast/derived_weights.hpp>
 
-#include <algorithm>
+#include "memo/hit_counters.hpp"
+
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -21,15 +31,27 @@
 #include <mutex>
 #include <new>
 #include <optional>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace ballast::memo {
 
 std::string hex(std::uint64_t v);
+
+// Keys are device pointers: aligned, so their low bits say nothing. A full
+// 64-bit mix (murmur3's finaliser) spreads every key bit over the hash: the
+// top bits pick the shard, the low bits the table slot.
+constexpr std::uint64_t mix(std::uint64_t k) noexcept {
+  k ^= k >> 33;
+  k *= 0xff51afd7ed558ccdull;
+  k ^= k >> 33;
+  k *= 0xc4ceb9fe1a85ec53ull;
+  k ^= k >> 33;
+  return k;
+}
 
 // One build in progress; waiters block on it outside the shard lock.
 template <class V>
@@ -37,9 +59,9 @@ struct Flight {
   std::mutex mutex;
   std::condition_variable done_cv;
   bool done = false;
-  std::optional<V> value;  // set on success
+  std::optional<V> value;      // set on success
   std::optional<Error> error;  // set on failure
-  std::thread::id builder = std::this_thread::get_id();
+  const std::thread::id builder = std::this_thread::get_id();
 
   void finish(std::optional<V> v, std::optional<Error> e) {
     {
@@ -61,91 +83,89 @@ class MemoMap {
  public:
   using Value = typename V::value_type;
 
-  // 64 shards: with a dozen threads hitting random keys, two land on one
-  // shard rarely, and each shard costs only a couple of cache lines.
+  // 64 shards: with a dozen threads missing on random keys, two rarely
+  // queue on one mutex, and an empty shard costs one cache line.
   static constexpr unsigned kShardBits = 6;
   static constexpr std::size_t kShards = std::size_t{1} << kShardBits;
 
-  explicit MemoMap(Derivation kind) : kind_(kind) {}
-  Derivation kind() const noexcept { return kind_; }
-
-  // Keys are device pointers: aligned, so their low bits say nothing.
-  // A multiplicative hash moves the well-mixed high bits to the index.
-  // Public so tests can pick keys that share a shard.
-  static std::size_t shard_index(std::uint64_t key) noexcept {
-    return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> (64 - kShardBits));
+  MemoMap(Derivation kind, HitCounters& counters) : kind_(kind), counters_(counters) {}
+  MemoMap(const MemoMap&) = delete;
+  MemoMap& operator=(const MemoMap&) = delete;
+  ~MemoMap() {
+    for (Shard& s : shards_) delete s.table.load(std::memory_order_relaxed);
   }
 
+  Derivation kind() const noexcept { return kind_; }
+
+  // Public so tests can pick keys that share a shard.
+  static std::size_t shard_index(std::uint64_t key) noexcept { return shard_of(mix(key)); }
+
+  // The hot path: no lock, no shared write.
   std::optional<Value> find(std::uint64_t key) const noexcept {
-    const Shard& s = shard(key);
-    std::shared_lock lock(s.mutex);
-    auto it = s.entries.find(key);
-    if (it != s.entries.end() && !it->second.flight) {
-      s.hits.fetch_add(1, std::memory_order_relaxed);
-      return it->second.stored->value();
+    const std::uint64_t hash = mix(key);
+    const V* v = lookup(shards_[shard_of(hash)], key, hash);
+    if (v != nullptr) {
+      counters_.hit();
+      return v->value();
     }
-    s.misses.fetch_add(1, std::memory_order_relaxed);
+    counters_.miss();
     return std::nullopt;
   }
 
   Result<Insertion<V>> insert(std::uint64_t key, const V& value) {
-    Shard& s = shard(key);
+    const std::uint64_t hash = mix(key);
+    Shard& s = shards_[shard_of(hash)];
     for (;;) {
       std::shared_ptr<Flight<V>> flight;
       {
-        std::unique_lock lock(s.mutex);
-        auto [it, fresh] = s.entries.try_emplace(key);
-        if (fresh) {
-          it->second.stored = value;
-          s.ready += 1;
-          s.bytes += bytes_of(value);
+        std::lock_guard lock(s.mutex);
+        if (const V* held = lookup(s, key, hash)) {
+          s.rejected.fetch_add(1, std::memory_order_relaxed);
+          return Insertion<V>{held->value(), value};
+        }
+        auto it = s.flights.find(key);
+        if (it == s.flights.end()) {
+          reserve_locked(s, s.flights.size() + 1);
+          publish_locked(s, key, value);
           return Insertion<V>{value.value(), std::nullopt};
         }
-        if (!it->second.flight) {
-          s.rejected.fetch_add(1, std::memory_order_relaxed);
-          return Insertion<V>{it->second.stored->value(), value};
-        }
-        flight = it->second.flight;
+        flight = it->second;
       }
       if (flight->builder == std::this_thread::get_id()) return recursion_error(key, "insert into");
-      // The builder wins if it succeeds; if it fails the entry is gone and
+      // The builder wins if it succeeds; if it fails there is no entry and
       // the next round stores our value.
       flight->wait();
     }
   }
 
   template <class Build>
-  Result<Value> get_or_build(std::uint64_t key, Build&& build) {
-    Shard& s = shard(key);
-    {
-      std::shared_lock lock(s.mutex);
-      auto it = s.entries.find(key);
-      if (it != s.entries.end() && !it->second.flight) {
-        s.hits.fetch_add(1, std::memory_order_relaxed);
-        return it->second.stored->value();
-      }
+  Result<Value> get_or_build(std::uint64_t key, Build& build) {
+    const std::uint64_t hash = mix(key);
+    Shard& s = shards_[shard_of(hash)];
+    if (const V* v = lookup(s, key, hash)) {
+      counters_.hit();
+      return v->value();
     }
-    s.misses.fetch_add(1, std::memory_order_relaxed);
+    counters_.miss();
 
     std::shared_ptr<Flight<V>> flight;
     bool building = false;
     {
-      std::unique_lock lock(s.mutex);
-      auto [it, fresh] = s.entries.try_emplace(key);
-      if (!fresh && !it->second.flight) return it->second.stored->value();  // built between our two looks
-      if (fresh) {
-        try {
-          it->second.flight = std::make_shared<Flight<V>>();
-        } catch (const std::bad_alloc&) {
-          s.entries.erase(it);
-          return make_error(ErrorCode::out_of_memory, "no host memory for a memo entry");
-        }
+      std::lock_guard lock(s.mutex);
+      if (const V* v = lookup(s, key, hash)) return v->value();  // finished between our two looks
+      auto it = s.flights.find(key);
+      if (it != s.flights.end()) {
+        flight = it->second;
+        s.waits.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        // Room for this value is made now (every flight holds a slot), so a
+        // finished build can always be stored without allocating.
+        reserve_locked(s, s.flights.size() + 1);
+        flight = std::make_shared<Flight<V>>();
+        s.flights.emplace(key, flight);
         building = true;
         s.builds.fetch_add(1, std::memory_order_relaxed);
-      } else {
-        s.waits.fetch_add(1, std::memory_order_relaxed);
       }
-      flight = it->second.flight;
     }
 
     if (!building) {
@@ -158,21 +178,20 @@ class MemoMap {
     Result<V> built = run(build);
     if (!built.ok()) built.error().with_context("building " + std::string(derivation_name(kind_)) + " of key " + hex(key));
     {
-      std::unique_lock lock(s.mutex);
-      // Only the builder removes an entry in flight, so `key` is still here.
-      auto it = s.entries.try_emplace(key).first;
+      std::lock_guard lock(s.mutex);
+      s.flights.erase(key);
       if (built.ok()) {
-        it->second.stored = built.value();
-        it->second.flight.reset();
-        s.ready += 1;
-        s.bytes += bytes_of(built.value());
-      } else {
-        s.entries.erase(it);  // not memoized: the next caller builds again
-        s.failed_builds.fetch_add(1, std::memory_order_relaxed);
+        try {
+          reserve_locked(s, 1);  // a no-op unless release() ran during the build
+          publish_locked(s, key, built.value());
+        } catch (const std::bad_alloc&) {
+          built = make_error(ErrorCode::out_of_memory, "no host memory to memoize a finished build of key " + hex(key));
+        }
       }
+      if (!built.ok()) s.failed_builds.fetch_add(1, std::memory_order_relaxed);  // not memoized: the next caller builds again
     }
-    // Publish to waiters only after the map is final, so a woken waiter
-    // that retries sees either the value or no entry, never the flight.
+    // Waiters wake only after the map is final, so one that retries sees
+    // the value or no entry, never the finished flight.
     if (built.ok()) {
       flight->finish(built.value(), std::nullopt);
       return built.value().value();
@@ -181,34 +200,46 @@ class MemoMap {
     return built.error();
   }
 
-  // Removes every memoized value and hands them back; builds still in
-  // flight keep their entries (release must not race with builds).
-  std::vector<std::pair<std::uint64_t, V>> take_all() {
+  // Removes every memoized value and hands them back. The emptied tables
+  // are retired, not freed, so a (misbehaving) concurrent reader stays
+  // memory-safe. Builds still in flight are left alone and land afterwards.
+  std::vector<std::pair<std::uint64_t, V>> take_all() noexcept {
     std::vector<std::pair<std::uint64_t, V>> out;
     for (Shard& s : shards_) {
-      std::unique_lock lock(s.mutex);
-      out.reserve(out.size() + s.ready);
-      for (auto it = s.entries.begin(); it != s.entries.end();) {
-        if (it->second.flight) {
-          ++it;
-          continue;
-        }
-        out.emplace_back(it->first, *it->second.stored);
-        it = s.entries.erase(it);
+      std::lock_guard lock(s.mutex);
+      Table* t = s.table.load(std::memory_order_relaxed);
+      if (t == nullptr) continue;
+      try {
+        out.reserve(out.size() + s.count.load(std::memory_order_relaxed));
+        for (std::size_t i = 0; i <= t->mask; ++i)
+          if (t->slots[i].full.load(std::memory_order_relaxed)) out.emplace_back(t->slots[i].key, t->slots[i].value);
+      } catch (const std::bad_alloc&) {
+        continue;  // leave this shard as it is rather than lose its values
       }
-      s.ready = 0;
-      s.bytes = 0;
+      s.table.store(nullptr, std::memory_order_release);
+      Table* oldest = t;
+      while (oldest->retired) oldest = oldest->retired.get();
+      oldest->retired = std::move(s.retired);
+      s.retired.reset(t);
+      s.count.store(0, std::memory_order_relaxed);
+      s.bytes.store(0, std::memory_order_relaxed);
     }
     return out;
   }
 
-  std::size_t len() const noexcept { return sum([](const Shard& s) { return std::uint64_t{s.ready}; }); }
-  std::uint64_t bytes() const noexcept { return sum([](const Shard& s) { return s.bytes; }); }
+  std::size_t len() const noexcept {
+    std::size_t total = 0;
+    for (const Shard& s : shards_) total += s.count.load(std::memory_order_relaxed);
+    return total;
+  }
+  std::uint64_t bytes() const noexcept {
+    std::uint64_t total = 0;
+    for (const Shard& s : shards_) total += s.bytes.load(std::memory_order_relaxed);
+    return total;
+  }
 
   void add_stats(DerivedWeightsStats& out) const noexcept {
     for (const Shard& s : shards_) {
-      out.hits += s.hits.load(std::memory_order_relaxed);
-      out.misses += s.misses.load(std::memory_order_relaxed);
       out.builds += s.builds.load(std::memory_order_relaxed);
       out.failed_builds += s.failed_builds.load(std::memory_order_relaxed);
       out.waits += s.waits.load(std::memory_order_relaxed);
@@ -217,36 +248,84 @@ class MemoMap {
   }
 
  private:
+  struct Slot {
+    std::atomic<bool> full{false};  // released after key and value are written; never cleared
+    std::uint64_t key = 0;
+    V value{};
+  };
 
-  struct Entry {
-    std::optional<V> stored;            // set once built or inserted
-    std::shared_ptr<Flight<V>> flight;  // set while a build runs
+  // Power-of-two capacity, linear probing, at most half full. `retired`
+  // chains the tables this one replaced (kept for readers still in them).
+  struct Table {
+    explicit Table(std::size_t capacity) : mask(capacity - 1), slots(new Slot[capacity]) {}
+    std::size_t mask;
+    std::unique_ptr<Slot[]> slots;
+    std::unique_ptr<Table> retired;
   };
 
   struct alignas(64) Shard {
-    mutable std::shared_mutex mutex;
-    std::unordered_map<std::uint64_t, Entry> entries;
-    std::size_t ready = 0;    // entries with a value; under the lock
-    std::uint64_t bytes = 0;  // their byte sizes; under the lock
-    mutable std::atomic<std::uint64_t> hits{0};
-    mutable std::atomic<std::uint64_t> misses{0};
+    std::atomic<Table*> table{nullptr};  // owned; null until the first value
+    std::atomic<std::size_t> count{0};   // written under the mutex
+    std::atomic<std::uint64_t> bytes{0};  // written under the mutex
+    std::mutex mutex;
+    std::unordered_map<std::uint64_t, std::shared_ptr<Flight<V>>> flights;  // under the mutex
+    std::unique_ptr<Table> retired;  // under the mutex
     std::atomic<std::uint64_t> builds{0};
     std::atomic<std::uint64_t> failed_builds{0};
     std::atomic<std::uint64_t> waits{0};
     std::atomic<std::uint64_t> rejected{0};
   };
 
-  Shard& shard(std::uint64_t key) noexcept { return shards_[shard_index(key)]; }
-  const Shard& shard(std::uint64_t key) const noexcept { return shards_[shard_index(key)]; }
+  static std::size_t shard_of(std::uint64_t hash) noexcept {
+    return static_cast<std::size_t>(hash >> (64 - kShardBits));
+  }
 
-  template <class F>
-  std::uint64_t sum(F field) const noexcept {
-    std::uint64_t total = 0;
-    for (const Shard& s : shards_) {
-      std::shared_lock lock(s.mutex);
-      total += field(s);
+  static const V* lookup(const Shard& s, std::uint64_t key, std::uint64_t hash) noexcept {
+    const Table* t = s.table.load(std::memory_order_acquire);
+    if (t == nullptr) return nullptr;
+    for (std::size_t i = static_cast<std::size_t>(hash) & t->mask;; i = (i + 1) & t->mask) {
+      const Slot& slot = t->slots[i];
+      if (!slot.full.load(std::memory_order_acquire)) return nullptr;
+      if (slot.key == key) return &slot.value;
     }
-    return total;
+  }
+
+  static void place(Table& t, std::uint64_t key, const V& value, std::memory_order order) noexcept {
+    for (std::size_t i = static_cast<std::size_t>(mix(key)) & t.mask;; i = (i + 1) & t.mask) {
+      Slot& slot = t.slots[i];
+      if (slot.full.load(std::memory_order_relaxed)) continue;
+      slot.key = key;
+      slot.value = value;
+      slot.full.store(true, order);
+      return;
+    }
+  }
+
+  // Makes room for `more` values beyond those stored, keeping the table at
+  // most half full (so every probe ends at an empty slot). Callers reserve
+  // for every build in flight too. May throw bad_alloc, changing nothing.
+  static void reserve_locked(Shard& s, std::size_t more) {
+    Table* old = s.table.load(std::memory_order_relaxed);
+    const std::size_t needed = s.count.load(std::memory_order_relaxed) + more;
+    const std::size_t capacity = old == nullptr ? 0 : old->mask + 1;
+    if (needed * 2 <= capacity) return;
+    std::size_t grown = capacity == 0 ? 8 : capacity;
+    while (grown < needed * 2) grown *= 2;
+    auto fresh = std::make_unique<Table>(grown);
+    if (old != nullptr)
+      for (std::size_t i = 0; i <= old->mask; ++i)
+        if (old->slots[i].full.load(std::memory_order_relaxed))
+          place(*fresh, old->slots[i].key, old->slots[i].value, std::memory_order_relaxed);
+    if (old != nullptr) fresh->retired.reset(old);
+    s.table.store(fresh.release(), std::memory_order_release);  // publishes every slot copied above
+  }
+
+  // Needs room reserved. Stores and publishes one value.
+  static void publish_locked(Shard& s, std::uint64_t key, const V& value) noexcept {
+    Table* t = s.table.load(std::memory_order_relaxed);
+    place(*t, key, value, std::memory_order_release);
+    s.count.store(s.count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    s.bytes.store(s.bytes.load(std::memory_order_relaxed) + bytes_of(value), std::memory_order_relaxed);
   }
 
   static std::uint64_t bytes_of(const DerivedPtr& v) noexcept { return v.bytes; }
@@ -272,6 +351,7 @@ class MemoMap {
   }
 
   Derivation kind_;
+  HitCounters& counters_;
   std::array<Shard, kShards> shards_;
 };
 
