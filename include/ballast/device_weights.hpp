@@ -1,0 +1,60 @@
+// DeviceWeights: makes a model's source weights visible to one backend.
+//
+// External weights are read in place: each mapped data file is registered
+// with the backend ONCE, whole, and a weight's device pointer is the
+// registration's pointer plus the weight's offset, so a weight is
+// contiguous for its full length wherever it sits in the file. Where the
+// backend cannot register host memory (capability absent) or refuses this
+// mapping (e.g. too large to lock), that file's weights are uploaded
+// instead, and `residency()` says so and why: never a silent copy.
+//
+// Inline weights (stored inside the .onnx itself) are uploaded: they are
+// small, and registering many small ranges that share pages would collide
+// on vendors that register whole pages.
+//
+// Thread safety: resolve() may be called from many threads; release() must
+// not race with it.
+#pragma once
+
+#include <ballast/gpu_backend.hpp>
+#include <ballast/model_resource.hpp>
+#include <ballast/weight_store.hpp>
+
+#include <memory>
+#include <string>
+
+namespace ballast {
+
+struct WeightResidency {
+  std::uint64_t registered_files = 0;   // mappings registered zero-copy
+  std::uint64_t registered_bytes = 0;   // their whole size
+  std::uint64_t uploaded_weights = 0;   // weights copied to device memory
+  std::uint64_t uploaded_bytes = 0;
+  std::uint64_t fallback_files = 0;     // mappings that could not be registered
+  std::string fallback_reason;          // the first reason, e.g. "backend cannot register host memory: ..."
+};
+
+class DeviceWeights final : public ModelResource<GpuBackend> {
+ public:
+  // `store` must outlive this object.
+  DeviceWeights(GpuBackend& backend, const WeightStore& store, std::string label = "source weights");
+  ~DeviceWeights() override;
+  DeviceWeights(const DeviceWeights&) = delete;
+  DeviceWeights& operator=(const DeviceWeights&) = delete;
+
+  // The device pointer of weight `id`: registered (zero-copy) or uploaded on
+  // first use; the same pointer afterwards.
+  Result<DevicePtr> resolve(ValueId id);
+
+  WeightResidency residency() const;
+
+  std::string label() const override;
+  // Frees the uploads and unregisters the registrations. Idempotent.
+  Released release(GpuBackend& backend) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ballast

@@ -1,0 +1,311 @@
+// ballast derive MODEL --backend NAME [--dump DIR]: the main job end to end.
+// Opens the model, makes its source weights visible to the backend, runs
+// every derivation that applies through the model's DerivedWeights memo,
+// reports per derivation, then tears everything down and reports that too.
+#include "command.hpp"
+#include "support_derive_plan.hpp"
+#include "support_format.hpp"
+#include "support_model.hpp"
+#include "support_npy.hpp"
+#include "support_progress.hpp"
+
+#include <ballast/backend_registry.hpp>
+#include <ballast/derived_weights.hpp>
+#include <ballast/device_weights.hpp>
+#include <ballast/model_resource.hpp>
+#include <ballast/onnx_loader.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+namespace ballast::cli {
+namespace {
+
+struct Options {
+  std::string model;
+  std::string backend = "cpu";
+  std::string dump;
+};
+
+struct KindTotals {
+  std::uint64_t count = 0;
+  std::uint64_t bytes_read = 0;
+  std::uint64_t bytes_written = 0;
+  double seconds = 0;
+};
+
+std::string npy_descr(DataType t) {
+  switch (t) {
+    case DataType::float32: return "<f4";
+    case DataType::float16: return "<f2";
+    case DataType::bfloat16: return "<u2";
+    default: return "|u1";
+  }
+}
+
+// One output tensor of a derivation, for --dump.
+struct Output {
+  std::string suffix;
+  std::string descr;
+  std::vector<std::uint64_t> shape;
+  DevicePtr ptr = 0;
+  std::uint64_t bytes = 0;
+};
+
+std::vector<Output> outputs_of(const PlannedDerivation& p, const DerivationSizes& sizes, DevicePtr dst, DevicePtr dst2,
+                               const std::vector<std::int64_t>& source_dims) {
+  const DerivationLaunch& l = p.launch;
+  const std::string kind(derivation_name(p.kind));
+  switch (p.kind) {
+    case Derivation::transpose:
+      return {{kind, npy_descr(l.src_type), {l.cols, l.rows}, dst, sizes.dst_bytes}};
+    case Derivation::to_f16: {
+      std::vector<std::uint64_t> shape(source_dims.begin(), source_dims.end());
+      return {{kind, "<f2", shape, dst, sizes.dst_bytes}};
+    }
+    case Derivation::dequant_int4:
+      return {{kind, "<f2", {l.rows, l.cols}, dst, sizes.dst_bytes}};
+    case Derivation::repack_int4:
+      return {{kind + ".words", "<u4", {l.rows, (l.cols + 7) / 8}, dst, sizes.dst_bytes},
+              {kind + ".scale_offset", "<f2", {l.rows, k_blocks(l.cols, l.block_size), 2}, dst2, sizes.dst2_bytes}};
+    case Derivation::quant_int8:
+      return {{kind + ".codes", "|i1", {l.rows, l.cols}, dst, sizes.dst_bytes},
+              {kind + ".scales", "<f4", {l.rows}, dst2, sizes.dst2_bytes}};
+  }
+  return {};
+}
+
+class DeriveJob {
+ public:
+  DeriveJob(const Options& opt, Model& model, GpuBackend& gpu)
+      : opt_(opt), model_(model), gpu_(gpu), sources_(gpu, model.store()), host_(gpu) {
+    host_.add(sources_);
+    host_.add(memo_);
+  }
+
+  int run(const std::vector<PlannedDerivation>& plan) {
+    std::uint64_t total = 0;
+    for (const auto& p : plan) {
+      auto s = derivation_sizes(p.launch);
+      if (s.ok()) total += s->src_bytes;
+    }
+    ProgressBar bar("deriving", total);
+    for (const auto& p : plan) {
+      if (Status s = run_one(p); !s.ok()) {
+        failure_ = std::move(s).with_context("deriving " + std::string(derivation_name(p.kind)) + " of '" + p.weight + "'");
+        break;
+      }
+      auto sizes = derivation_sizes(p.launch);
+      if (sizes.ok()) bar.advance(sizes->src_bytes);
+    }
+    return 0;
+  }
+
+  void print_report(std::ostream& out) const {
+    Table t({"derivation", "count", "read", "written", "time", "GB/s"}, {false, true, true, true, true, true});
+    for (int k = 0; k < kDerivationCount; ++k) {
+      const KindTotals& kt = totals_[static_cast<std::size_t>(k)];
+      if (kt.count == 0) continue;
+      char time[32], rate[32];
+      std::snprintf(time, sizeof time, "%.3f ms", kt.seconds * 1e3);
+      const double gbps = kt.seconds > 0 ? static_cast<double>(kt.bytes_read + kt.bytes_written) / kt.seconds / 1e9 : 0;
+      std::snprintf(rate, sizeof rate, "%.2f", gbps);
+      t.add({std::string(derivation_name(static_cast<Derivation>(k))), std::to_string(kt.count), human_bytes(kt.bytes_read),
+             human_bytes(kt.bytes_written), time, rate});
+    }
+    out << "derivations on " << gpu_.info().backend << " (" << gpu_.info().name << "):\n";
+    t.print(out, "  ");
+    const WeightResidency r = sources_.residency();
+    out << "source weights: " << r.registered_files << " file(s) registered zero-copy (" << human_bytes(r.registered_bytes)
+        << "), " << r.uploaded_weights << " weight(s) uploaded (" << human_bytes(r.uploaded_bytes) << ")\n";
+    if (r.fallback_files != 0)
+      out << "upload fallback for " << r.fallback_files << " file(s): " << r.fallback_reason << "\n";
+    const DerivedWeightsStats st = memo_.stats();
+    out << "memo: " << memo_.len() << " entries, " << human_bytes(memo_.bytes()) << ", " << st.builds << " builds, "
+        << st.hits << " hits\n";
+  }
+
+  const Status& failure() const { return failure_; }
+  TeardownReport teardown() { return host_.teardown(gpu_); }
+
+ private:
+  Result<DevicePtr> resolve(ValueId id) { return sources_.resolve(id); }
+
+  // Allocates the outputs, launches, waits; frees the outputs on failure.
+  template <class Derived>
+  Result<Derived> build(DerivationLaunch l, const DerivationSizes& sizes, const PlannedDerivation& p) {
+    auto dst = gpu_.allocate(sizes.dst_bytes);
+    if (!dst.ok()) return dst.error();
+    DevicePtr dst2 = 0;
+    if (sizes.dst2_bytes != 0) {
+      auto second = gpu_.allocate(sizes.dst2_bytes);
+      if (!second.ok()) {
+        static_cast<void>(gpu_.free(*dst));
+        return second.error();
+      }
+      dst2 = *second;
+    }
+    l.dst = *dst;
+    l.dst2 = dst2;
+    const auto start = std::chrono::steady_clock::now();
+    Status s = gpu_.launch(l);
+    if (s.ok()) s = gpu_.synchronize();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!s.ok()) {
+      static_cast<void>(gpu_.free(*dst));
+      if (dst2 != 0) static_cast<void>(gpu_.free(dst2));
+      return s.error();
+    }
+    KindTotals& kt = totals_[static_cast<std::size_t>(p.kind)];
+    kt.count += 1;
+    kt.bytes_read += sizes.src_bytes + sizes.scales_bytes + sizes.zero_point_bytes;
+    kt.bytes_written += sizes.dst_bytes + sizes.dst2_bytes;
+    kt.seconds += seconds;
+    if constexpr (std::is_same_v<Derived, DerivedPtr>) {
+      return DerivedPtr{*dst, sizes.dst_bytes};
+    } else {
+      return DerivedPair{{*dst, sizes.dst_bytes}, {dst2, sizes.dst2_bytes}};
+    }
+  }
+
+  Status run_one(const PlannedDerivation& p) {
+    DerivationLaunch l = p.launch;
+    auto sizes = derivation_sizes(l);
+    if (!sizes.ok()) return sizes.status();
+    auto src = resolve(p.source);
+    if (!src.ok()) return src.status();
+    DevicePtr key = *src;
+    if (p.of_transposed) {
+      // Quantise per output channel: the [N, K] transposed copy, itself a memo value.
+      const WeightRef& w = model_.store().weights.at(p.source);
+      PlannedDerivation t = p;
+      t.kind = Derivation::transpose;
+      t.launch.kind = Derivation::transpose;
+      t.launch.rows = static_cast<std::uint64_t>(w.dims[0]);
+      t.launch.cols = static_cast<std::uint64_t>(w.dims[1]);
+      t.launch.src = *src;
+      auto tsizes = derivation_sizes(t.launch);
+      if (!tsizes.ok()) return tsizes.status();
+      auto transposed = memo_.get_or_build_ptr(derive::transpose, *src,
+                                               [&] { return build<DerivedPtr>(t.launch, *tsizes, t); });
+      if (!transposed.ok()) return transposed.status();
+      key = *transposed;
+    }
+    l.src = key;
+    if (p.scales) {
+      auto s = resolve(*p.scales);
+      if (!s.ok()) return s.status();
+      l.scales = *s;
+    }
+    if (p.zero_points) {
+      auto z = resolve(*p.zero_points);
+      if (!z.ok()) return z.status();
+      l.zero_point = *z;
+    }
+    DevicePtr dst = 0, dst2 = 0;
+    if (derivation_yields_pair(p.kind)) {
+      auto v = memo_.get_or_build_pair(p.kind, key, [&] { return build<DerivedPair>(l, *sizes, p); });
+      if (!v.ok()) return v.status();
+      dst = v->first;
+      dst2 = v->second;
+    } else {
+      auto v = memo_.get_or_build_ptr(p.kind, key, [&] { return build<DerivedPtr>(l, *sizes, p); });
+      if (!v.ok()) return v.status();
+      dst = *v;
+    }
+    if (!opt_.dump.empty()) return dump(p, *sizes, dst, dst2);
+    return Status();
+  }
+
+  Status dump(const PlannedDerivation& p, const DerivationSizes& sizes, DevicePtr dst, DevicePtr dst2) {
+    const WeightRef& w = model_.store().weights.at(p.source);
+    for (const Output& o : outputs_of(p, sizes, dst, dst2, w.dims)) {
+      std::vector<std::byte> host(o.bytes);
+      if (Status s = gpu_.copy_to_host(host, o.ptr, 0); !s.ok()) return std::move(s).with_context("reading back " + o.suffix);
+      const auto path = std::filesystem::path(opt_.dump) / (safe_file_stem(p.weight) + "." + o.suffix + ".npy");
+      if (Status s = write_npy(path, o.descr, o.shape, host); !s.ok()) return s;
+    }
+    return Status();
+  }
+
+  const Options& opt_;
+  Model& model_;
+  GpuBackend& gpu_;
+  DeviceWeights sources_;
+  DerivedWeights memo_{"derived weights"};
+  TeardownHost<GpuBackend> host_;  // declared last: destroyed (and backstops) first
+  std::array<KindTotals, kDerivationCount> totals_{};
+  Status failure_;
+};
+
+int run_derive(const Options& opt) {
+  auto model = load_onnx(opt.model);
+  if (!model.ok()) {
+    report_error("derive", model.error());
+    return kExitBadInput;
+  }
+  auto plan = plan_derivations(*model);
+  if (!plan.ok()) {
+    report_error("derive", plan.error());
+    return kExitBadInput;
+  }
+  auto gpu = open_backend(opt.backend);
+  if (!gpu.ok()) {
+    report_error("derive", gpu.error());
+    return kExitBadInput;
+  }
+  if (!opt.dump.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(opt.dump, ec);
+    if (ec) {
+      Error e = make_error(ErrorCode::io, "cannot create dump directory: " + ec.message());
+      e.file = opt.dump;
+      report_error("derive", e);
+      return kExitBadInput;
+    }
+  }
+  const AllocationCounters baseline = (*gpu)->counters();
+  TeardownReport report;
+  Status failure;
+  {
+    DeriveJob job(opt, *model, **gpu);
+    job.run(*plan);
+    job.print_report(std::cout);
+    failure = job.failure();
+    report = job.teardown();
+  }
+  std::cout << report.to_string();
+  const AllocationCounters after = (*gpu)->counters();
+  std::cout << "device after teardown: " << after.live_allocations - baseline.live_allocations << " live allocation(s), "
+            << after.live_registrations - baseline.live_registrations << " live registration(s)\n";
+  if (!failure.ok()) {
+    report_error("derive", failure.error());
+    return kExitBadInput;
+  }
+  if (!report.ok() || after.live_allocations != baseline.live_allocations ||
+      after.live_registrations != baseline.live_registrations) {
+    std::cerr << "ballast derive: teardown did not return the device to its baseline\n";
+    return kExitVerifyFailed;
+  }
+  return kExitOk;
+}
+
+const RegisterCommand kDerive{{
+    "derive",
+    "Run every derivation that applies to MODEL's weights on a backend, then tear down",
+    [](CLI::App& sub) {
+      auto opt = std::make_shared<Options>();
+      sub.add_option("model", opt->model, "the .onnx file")->required();
+      sub.add_option("--backend", opt->backend, "backend config string, e.g. cpu, vulkan:0, cuda:GPU-<uuid>")
+          ->capture_default_str();
+      sub.add_option("--dump", opt->dump, "write every derived tensor to DIR as .npy (pairs as two files)");
+      return [opt] { return run_derive(*opt); };
+    },
+}};
+
+}  // namespace
+}  // namespace ballast::cli
