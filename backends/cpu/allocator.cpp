@@ -1,5 +1,7 @@
 #include "allocator.hpp"
 
+#include <sys/mman.h>
+
 #include <cstdio>
 #include <new>
 #include <string>
@@ -12,6 +14,10 @@ namespace {
 // share a line between two allocations.
 constexpr std::uint64_t kMinAlignment = 64;
 constexpr std::uint64_t kMaxAlignment = 1ull << 30;
+// Large blocks start on a 2 MiB boundary, fill whole 2 MiB pages and ask
+// for transparent huge pages: the kernels (a transpose above all) walk
+// many rows at once, and 4 KiB pages would make every row a TLB miss.
+constexpr std::uint64_t kHugePage = 2ull << 20;
 
 std::string hex(DevicePtr p) {
   char buf[24];
@@ -37,11 +43,20 @@ Result<DevicePtr> Allocator::allocate(std::uint64_t bytes, std::uint64_t alignme
   if (bytes > max_single_)
     return make_error(ErrorCode::out_of_memory, std::to_string(bytes) + " bytes requested; the largest single allocation is " +
                                                     std::to_string(max_single_) + " bytes (physical memory)");
-  const std::uint64_t align = alignment < kMinAlignment ? kMinAlignment : alignment;
+  std::uint64_t align = alignment < kMinAlignment ? kMinAlignment : alignment;
   // Zero bytes still takes one, so the pointer is unique and freeable.
-  void* p = ::operator new(static_cast<std::size_t>(bytes == 0 ? 1 : bytes), std::align_val_t(align), std::nothrow);
+  std::uint64_t reserve = bytes == 0 ? 1 : bytes;
+  const bool huge = bytes >= kHugePage && bytes <= max_single_ - kHugePage;
+  if (huge) {
+    align = align < kHugePage ? kHugePage : align;
+    reserve = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  }
+  void* p = ::operator new(static_cast<std::size_t>(reserve), std::align_val_t(align), std::nothrow);
   if (p == nullptr)
     return make_error(ErrorCode::out_of_memory, "the system refused " + std::to_string(bytes) + " bytes");
+#ifdef MADV_HUGEPAGE
+  if (huge) (void)::madvise(p, reserve, MADV_HUGEPAGE);  // a hint: refusal only costs speed
+#endif
   const auto ptr = static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(p));
   std::lock_guard<std::mutex> lock(mutex_);
   blocks_.emplace(ptr, Block{bytes, align});

@@ -1,5 +1,4 @@
-// Splitting a launch over the pool, and the transpose (plain blocked loops;
-// the element moves are all the work there is).
+// Splitting a launch over the pool.
 #include "kernels.hpp"
 
 #include "thread_pool.hpp"
@@ -16,35 +15,21 @@ T* as(DevicePtr p) {
   return reinterpret_cast<T*>(static_cast<std::uintptr_t>(p));
 }
 
-// Tiles small enough that a tile's source rows and destination rows both
-// stay in L1 while it is moved.
-template <class T>
-void transpose_tiles(const T* src, T* dst, std::uint64_t rows, std::uint64_t cols, std::uint64_t col_begin,
-                     std::uint64_t col_end) {
-  constexpr std::uint64_t kTile = 128 / sizeof(T) < 16 ? 16 : 128 / sizeof(T);
-  for (std::uint64_t r0 = 0; r0 < rows; r0 += kTile) {
-    const std::uint64_t r1 = std::min(rows, r0 + kTile);
-    for (std::uint64_t c0 = col_begin; c0 < col_end; c0 += kTile) {
-      const std::uint64_t c1 = std::min(col_end, c0 + kTile);
-      for (std::uint64_t c = c0; c < c1; ++c) {
-        T* out = dst + c * rows;
-        for (std::uint64_t r = r0; r < r1; ++r) out[r] = src[r * cols + c];
-      }
-    }
-  }
-}
-
-template <class T>
-void transpose(const DerivationLaunch& l, ThreadPool& pool) {
-  const T* src = as<const T>(l.src);
-  T* dst = as<T>(l.dst);
+void transpose(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {
+  const unsigned element_bytes = dtype_bits(l.src_type) / 8;
+  const void* src = as<const void>(l.src);
+  void* dst = as<void>(l.dst);
   if (l.rows == 1 || l.cols == 1) {  // a vector: the bytes do not move
-    std::memcpy(dst, src, l.rows * l.cols * sizeof(T));
+    std::memcpy(dst, src, l.rows * l.cols * element_bytes);
     return;
   }
   // Split the source columns (destination rows) so each thread writes a
-  // contiguous stretch of the destination.
-  pool.parallel_for(l.cols, [&](std::uint64_t c0, std::uint64_t c1) { transpose_tiles(src, dst, l.rows, l.cols, c0, c1); });
+  // contiguous stretch of the destination; 64-column steps keep every
+  // chunk on whole tiles.
+  const std::uint64_t steps = (l.cols + 63) / 64;
+  pool.parallel_for(steps, [&](std::uint64_t s0, std::uint64_t s1) {
+    kernels.transpose_cols(src, dst, l.rows, l.cols, element_bytes, s0 * 64, std::min(l.cols, s1 * 64));
+  });
 }
 
 // A few chunks per thread keep every core busy when one is slowed by other
@@ -57,14 +42,7 @@ std::uint64_t chunks_for(ThreadPool& pool, std::uint64_t rows) {
 
 void run_derivation(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {
   switch (l.kind) {
-    case Derivation::transpose:
-      switch (dtype_bits(l.src_type)) {
-        case 8: transpose<std::uint8_t>(l, pool); break;
-        case 16: transpose<std::uint16_t>(l, pool); break;
-        case 32: transpose<std::uint32_t>(l, pool); break;
-        case 64: transpose<std::uint64_t>(l, pool); break;
-      }
-      return;
+    case Derivation::transpose: transpose(l, kernels, pool); return;
     case Derivation::to_f16: {
       auto* dst = as<std::uint16_t>(l.dst);
       const std::uint64_t count = l.rows * l.cols;

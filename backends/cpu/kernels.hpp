@@ -35,6 +35,11 @@ struct Quant8Args {
 
 struct RowKernels {
   const char* name;
+  // Source columns [col_begin, col_end) of a [rows, cols] matrix of
+  // `element_bytes`-wide elements (1, 2, 4 or 8) to the destination rows of
+  // the same numbers in the [cols, rows] transpose.
+  void (*transpose_cols)(const void* src, void* dst, std::uint64_t rows, std::uint64_t cols, unsigned element_bytes,
+                         std::uint64_t col_begin, std::uint64_t col_end);
   void (*to_f16_from_f32)(const float* src, std::uint16_t* dst, std::uint64_t count);
   void (*to_f16_from_bf16)(const std::uint16_t* src, std::uint16_t* dst, std::uint64_t count);
   void (*dequant_int4_rows)(const Int4Args& a, std::uint64_t row_begin, std::uint64_t row_end);

@@ -11,6 +11,34 @@ namespace ballast::cpu {
 
 namespace {
 
+// Tiles small enough that a tile's source and destination lines stay in
+// cache while it is moved.
+template <class T>
+void transpose_tiles(const T* src, T* dst, std::uint64_t rows, std::uint64_t cols, std::uint64_t col_begin,
+                     std::uint64_t col_end) {
+  constexpr std::uint64_t kTile = 32;
+  for (std::uint64_t r0 = 0; r0 < rows; r0 += kTile) {
+    const std::uint64_t r1 = r0 + kTile < rows ? r0 + kTile : rows;
+    for (std::uint64_t c0 = col_begin; c0 < col_end; c0 += kTile) {
+      const std::uint64_t c1 = c0 + kTile < col_end ? c0 + kTile : col_end;
+      for (std::uint64_t c = c0; c < c1; ++c) {
+        T* out = dst + c * rows;
+        for (std::uint64_t r = r0; r < r1; ++r) out[r] = src[r * cols + c];
+      }
+    }
+  }
+}
+
+void transpose_cols(const void* src, void* dst, std::uint64_t rows, std::uint64_t cols, unsigned element_bytes,
+                    std::uint64_t col_begin, std::uint64_t col_end) {
+  switch (element_bytes) {
+    case 1: return transpose_tiles(static_cast<const std::uint8_t*>(src), static_cast<std::uint8_t*>(dst), rows, cols, col_begin, col_end);
+    case 2: return transpose_tiles(static_cast<const std::uint16_t*>(src), static_cast<std::uint16_t*>(dst), rows, cols, col_begin, col_end);
+    case 4: return transpose_tiles(static_cast<const std::uint32_t*>(src), static_cast<std::uint32_t*>(dst), rows, cols, col_begin, col_end);
+    case 8: return transpose_tiles(static_cast<const std::uint64_t*>(src), static_cast<std::uint64_t*>(dst), rows, cols, col_begin, col_end);
+  }
+}
+
 void to_f16_from_f32(const float* src, std::uint16_t* dst, std::uint64_t count) {
   for (std::uint64_t i = 0; i < count; ++i) dst[i] = kmath::f16_bits_from_f32(src[i]);
 }
@@ -78,7 +106,7 @@ void quant_int8_rows(const Quant8Args& a, std::uint64_t row_begin, std::uint64_t
 }  // namespace
 
 const RowKernels& portable_kernels() {
-  static const RowKernels table{"portable", to_f16_from_f32, to_f16_from_bf16, dequant_int4_rows, repack_int4_rows,
+  static const RowKernels table{"portable", transpose_cols, to_f16_from_f32, to_f16_from_bf16, dequant_int4_rows, repack_int4_rows,
                                 quant_int8_rows};
   return table;
 }

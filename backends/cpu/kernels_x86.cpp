@@ -22,6 +22,146 @@ namespace {
 
 constexpr int kRne = _MM_FROUND_TO_NEAREST_INT;
 
+// ---------------------------------------------------------------- transpose
+// Register transposes of one small square block (16x16 bytes, 8x8 of 2-
+// and 4-byte elements, 4x4 of 8-byte ones): every load and store is a
+// vector.
+BALLAST_SIMD inline void block8x8_u32(const std::uint32_t* src, std::uint64_t src_stride, std::uint32_t* dst,
+                                      std::uint64_t dst_stride) {
+  __m256 r[8], t[8], u[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(reinterpret_cast<const float*>(src + i * src_stride));
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(reinterpret_cast<float*>(dst + i * dst_stride), _mm256_permute2f128_ps(u[i], u[i + 4], 0x20));
+    _mm256_storeu_ps(reinterpret_cast<float*>(dst + (i + 4) * dst_stride), _mm256_permute2f128_ps(u[i], u[i + 4], 0x31));
+  }
+}
+
+BALLAST_SIMD inline void block8x8_u16(const std::uint16_t* src, std::uint64_t src_stride, std::uint16_t* dst,
+                                      std::uint64_t dst_stride) {
+  __m128i a[8], b[8], c[8];
+  for (int i = 0; i < 8; ++i) a[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * src_stride));
+  for (int i = 0; i < 8; i += 2) {
+    b[i] = _mm_unpacklo_epi16(a[i], a[i + 1]);      // columns 0..3 of rows i, i+1
+    b[i + 1] = _mm_unpackhi_epi16(a[i], a[i + 1]);  // columns 4..7
+  }
+  for (int i = 0; i < 8; i += 4) {
+    c[i] = _mm_unpacklo_epi32(b[i], b[i + 2]);          // columns 0,1 of rows i..i+3
+    c[i + 1] = _mm_unpackhi_epi32(b[i], b[i + 2]);      // columns 2,3
+    c[i + 2] = _mm_unpacklo_epi32(b[i + 1], b[i + 3]);  // columns 4,5
+    c[i + 3] = _mm_unpackhi_epi32(b[i + 1], b[i + 3]);  // columns 6,7
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * i) * dst_stride), _mm_unpacklo_epi64(c[i], c[i + 4]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * i + 1) * dst_stride), _mm_unpackhi_epi64(c[i], c[i + 4]));
+  }
+}
+
+BALLAST_SIMD inline void block16x16_u8(const std::uint8_t* src, std::uint64_t src_stride, std::uint8_t* dst,
+                                       std::uint64_t dst_stride) {
+  __m128i a[16], b[16], c[16], d[16];
+  for (int i = 0; i < 16; ++i) a[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * src_stride));
+  for (int i = 0; i < 16; i += 2) {  // rows i, i+1 interleaved: columns 0..7, then 8..15
+    b[i] = _mm_unpacklo_epi8(a[i], a[i + 1]);
+    b[i + 1] = _mm_unpackhi_epi8(a[i], a[i + 1]);
+  }
+  for (int j = 0; j < 16; j += 4) {  // rows j..j+3: columns 0..3, 4..7, 8..11, 12..15
+    c[j] = _mm_unpacklo_epi16(b[j], b[j + 2]);
+    c[j + 1] = _mm_unpackhi_epi16(b[j], b[j + 2]);
+    c[j + 2] = _mm_unpacklo_epi16(b[j + 1], b[j + 3]);
+    c[j + 3] = _mm_unpackhi_epi16(b[j + 1], b[j + 3]);
+  }
+  for (int k = 0; k < 16; k += 8)  // rows k..k+7: d[k + t] holds columns 2t, 2t+1
+    for (int m = 0; m < 4; ++m) {
+      d[k + 2 * m] = _mm_unpacklo_epi32(c[k + m], c[k + 4 + m]);
+      d[k + 2 * m + 1] = _mm_unpackhi_epi32(c[k + m], c[k + 4 + m]);
+    }
+  for (int t = 0; t < 8; ++t) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * t) * dst_stride), _mm_unpacklo_epi64(d[t], d[8 + t]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * t + 1) * dst_stride), _mm_unpackhi_epi64(d[t], d[8 + t]));
+  }
+}
+
+BALLAST_SIMD inline void block4x4_u64(const std::uint64_t* src, std::uint64_t src_stride, std::uint64_t* dst,
+                                      std::uint64_t dst_stride) {
+  __m256d a[4];
+  for (int i = 0; i < 4; ++i) a[i] = _mm256_loadu_pd(reinterpret_cast<const double*>(src + i * src_stride));
+  const __m256d t0 = _mm256_unpacklo_pd(a[0], a[1]), t1 = _mm256_unpackhi_pd(a[0], a[1]);
+  const __m256d t2 = _mm256_unpacklo_pd(a[2], a[3]), t3 = _mm256_unpackhi_pd(a[2], a[3]);
+  _mm256_storeu_pd(reinterpret_cast<double*>(dst), _mm256_permute2f128_pd(t0, t2, 0x20));
+  _mm256_storeu_pd(reinterpret_cast<double*>(dst + dst_stride), _mm256_permute2f128_pd(t1, t3, 0x20));
+  _mm256_storeu_pd(reinterpret_cast<double*>(dst + 2 * dst_stride), _mm256_permute2f128_pd(t0, t2, 0x31));
+  _mm256_storeu_pd(reinterpret_cast<double*>(dst + 3 * dst_stride), _mm256_permute2f128_pd(t1, t3, 0x31));
+}
+
+// 64 bytes, unaligned on either side.
+BALLAST_SIMD inline void store_line(void* dst, const void* src) {
+  const __m256i a = _mm256_loadu_si256(static_cast<const __m256i*>(src));
+  const __m256i b = _mm256_loadu_si256(static_cast<const __m256i*>(src) + 1);
+  _mm256_storeu_si256(static_cast<__m256i*>(dst), a);
+  _mm256_storeu_si256(static_cast<__m256i*>(dst) + 1, b);
+}
+
+// Blocks of L x L elements, L = one 64-byte line of them: the block's L
+// source lines are read whole into a contiguous buffer, transposed into a
+// second one, and written out as L whole destination lines. Working on the
+// matrices directly would touch each line a few bytes at a time while
+// dozens of others (a power-of-two stride apart, so in the same cache set)
+// compete for it. Edges that do not fill a block move one element at a time.
+template <class T, std::uint64_t B, void (*Block)(const T*, std::uint64_t, T*, std::uint64_t)>
+BALLAST_SIMD void transpose_blocked(const void* src_bytes, void* dst_bytes, std::uint64_t rows, std::uint64_t cols,
+                                    std::uint64_t col_begin, std::uint64_t col_end) {
+  constexpr std::uint64_t L = 64 / sizeof(T);
+  alignas(64) T staged[L * L];  // the source block, rows contiguous
+  alignas(64) T buffer[L * L];  // its transpose
+  // Super-tiles of kSuper x kSuper elements keep the pages and lines in
+  // flight within the TLB's and L2's reach.
+  constexpr std::uint64_t kSuper = 256;
+  const T* src = static_cast<const T*>(src_bytes);
+  T* dst = static_cast<T*>(dst_bytes);
+  for (std::uint64_t sc = col_begin; sc < col_end; sc += kSuper) {
+    const std::uint64_t sc1 = std::min(col_end, sc + kSuper);
+    for (std::uint64_t sr = 0; sr < rows; sr += kSuper) {
+      const std::uint64_t sr1 = std::min(rows, sr + kSuper);
+      for (std::uint64_t r0 = sr; r0 < sr1; r0 += L) {
+        const std::uint64_t r1 = std::min(sr1, r0 + L);
+        for (std::uint64_t c0 = sc; c0 < sc1; c0 += L) {
+          const std::uint64_t c1 = std::min(sc1, c0 + L);
+          if (c1 - c0 == L && r1 - r0 == L) {
+            for (std::uint64_t i = 0; i < L; ++i) store_line(staged + i * L, src + (r0 + i) * cols + c0);
+            for (std::uint64_t rg = 0; rg < L; rg += B)
+              for (std::uint64_t cg = 0; cg < L; cg += B) Block(staged + rg * L + cg, L, buffer + cg * L + rg, L);
+            for (std::uint64_t j = 0; j < L; ++j) store_line(dst + (c0 + j) * rows + r0, buffer + j * L);
+          } else {
+            for (std::uint64_t c = c0; c < c1; ++c)
+              for (std::uint64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
+          }
+        }
+      }
+    }
+  }
+}
+
+BALLAST_SIMD void transpose_cols(const void* src, void* dst, std::uint64_t rows, std::uint64_t cols,
+                                 unsigned element_bytes, std::uint64_t col_begin, std::uint64_t col_end) {
+  switch (element_bytes) {
+    case 1: return transpose_blocked<std::uint8_t, 16, block16x16_u8>(src, dst, rows, cols, col_begin, col_end);
+    case 2: return transpose_blocked<std::uint16_t, 8, block8x8_u16>(src, dst, rows, cols, col_begin, col_end);
+    case 4: return transpose_blocked<std::uint32_t, 8, block8x8_u32>(src, dst, rows, cols, col_begin, col_end);
+    case 8: return transpose_blocked<std::uint64_t, 4, block4x4_u64>(src, dst, rows, cols, col_begin, col_end);
+  }
+}
+
+
 BALLAST_SIMD void to_f16_from_f32(const float* src, std::uint16_t* dst, std::uint64_t count) {
   std::uint64_t i = 0;
   for (; i + 32 <= count; i += 32) {
@@ -244,7 +384,7 @@ void quant_int8_rows(const Quant8Args& a, std::uint64_t row_begin, std::uint64_t
 }  // namespace
 
 const RowKernels* simd_kernels() {
-  static const RowKernels table{"avx2+f16c", to_f16_from_f32, to_f16_from_bf16, dequant_int4_rows, repack_int4_rows,
+  static const RowKernels table{"avx2+f16c", transpose_cols, to_f16_from_f32, to_f16_from_bf16, dequant_int4_rows, repack_int4_rows,
                                 quant_int8_rows};
   static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
   return supported ? &table : nullptr;

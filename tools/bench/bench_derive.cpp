@@ -1,0 +1,229 @@
+// bench_derive: every derivation on one backend, each next to a device copy
+// of matching size in the same run, reporting effective bandwidth
+// ((bytes read + bytes written) / time) and, after the run, the ratio of
+// each derivation's bandwidth to the copy's (the README figures; targets:
+// >= 0.7x, transpose >= 0.5x).
+//
+//   bench_derive [--backend CONFIG] [google benchmark flags]
+//
+// CONFIG is an open_backend() string ("cpu", "cpu?threads=1", "vulkan:0"),
+// default "cpu". The "memcpy" rows use the backend's own copy_device, which
+// on the CPU spreads the copy over every thread just as the kernels do, so
+// both sides of the ratio use the same cores.
+#include <ballast/backend_registry.hpp>
+#include <ballast/gpu_backend.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace ballast;
+
+std::unique_ptr<GpuBackend> g_backend;
+
+struct Case {
+  std::string name;
+  DerivationLaunch shape;
+  double target;  // minimum ratio to the copy's bandwidth
+};
+
+DerivationLaunch make(Derivation kind, DataType type, std::uint64_t rows, std::uint64_t cols, std::uint32_t block = 0,
+                      ZeroPoints zp = ZeroPoints::absent) {
+  DerivationLaunch l;
+  l.kind = kind;
+  l.src_type = type;
+  l.rows = rows;
+  l.cols = cols;
+  l.block_size = block;
+  l.zero_points = zp;
+  return l;
+}
+
+std::vector<Case> cases() {
+  using D = Derivation;
+  using T = DataType;
+  return {
+      {"transpose/f32/4096x4096", make(D::transpose, T::float32, 4096, 4096), 0.5},
+      {"transpose/f16/4096x4096", make(D::transpose, T::float16, 4096, 4096), 0.5},
+      {"to_f16/f32/4096x4096", make(D::to_f16, T::float32, 4096, 4096), 0.7},
+      {"to_f16/bf16/4096x4096", make(D::to_f16, T::bfloat16, 4096, 4096), 0.7},
+      {"dequant_int4/f32_scales/packed_zp/4096x8192/bs32",
+       make(D::dequant_int4, T::float32, 4096, 8192, 32, ZeroPoints::packed_u4), 0.7},
+      {"dequant_int4/f16_scales/no_zp/4096x8192/bs128", make(D::dequant_int4, T::float16, 4096, 8192, 128), 0.7},
+      {"repack_int4/f32_scales/packed_zp/8192x8192/bs32",
+       make(D::repack_int4, T::float32, 8192, 8192, 32, ZeroPoints::packed_u4), 0.7},
+      {"repack_int4/f16_scales/no_zp/8192x8192/bs128", make(D::repack_int4, T::float16, 8192, 8192, 128), 0.7},
+      {"quant_int8/f32/4096x4096", make(D::quant_int8, T::float32, 4096, 4096), 0.7},
+      {"quant_int8/f16/4096x4096", make(D::quant_int8, T::float16, 4096, 4096), 0.7},
+  };
+}
+
+void fail(benchmark::State& state, const std::string& what, const Status& st) {
+  state.SkipWithError((what + ": " + st.to_string()).c_str());
+}
+
+// Device buffers for one case at a time, so the run never holds more than
+// one case's memory.
+struct Buffers {
+  std::string owner;
+  std::vector<DevicePtr> ptrs;
+  void release() {
+    for (DevicePtr p : ptrs) (void)g_backend->free(p);
+    ptrs.clear();
+    owner.clear();
+  }
+  // Allocates and fills `bytes` with a pattern of plausible values; 0 is
+  // returned for empty operands.
+  Result<DevicePtr> add(std::uint64_t bytes, std::uint32_t fill) {
+    if (bytes == 0) return DevicePtr{0};
+    auto p = g_backend->allocate(bytes);
+    if (!p) return p;
+    ptrs.push_back(*p);
+    std::vector<std::byte> host(bytes);
+    std::uint32_t x = fill;
+    for (std::uint64_t i = 0; i + 4 <= bytes; i += 4) {
+      x = x * 1664525u + 1013904223u;
+      // Normal, moderate floats whatever the operand's type: every f32,
+      // f16 and bf16 lane gets an exponent just below 1 and a random sign
+      // and mantissa. (Subnormal operands would make the benchmark measure
+      // the CPU's microcode assists instead of the kernels.)
+      const std::uint32_t v = (x & 0x83ff83ffu) | 0x3c003c00u;
+      std::memcpy(host.data() + i, &v, 4);
+    }
+    if (auto st = g_backend->copy_to_device(*p, 0, host); !st) return st;
+    return *p;
+  }
+};
+
+Buffers g_buffers;
+
+std::uint64_t traffic(const DerivationSizes& s) {
+  return s.src_bytes + s.scales_bytes + s.zero_point_bytes + s.dst_bytes + s.dst2_bytes;
+}
+
+void bench_derivation(benchmark::State& state, const Case& c) {
+  auto sizes = derivation_sizes(c.shape);
+  if (!sizes) return fail(state, "shape", sizes.status());
+  DerivationLaunch l = c.shape;
+  if (g_buffers.owner != c.name) {
+    g_buffers.release();
+    Result<DevicePtr> ptrs[] = {g_buffers.add(sizes->src_bytes, 1), g_buffers.add(sizes->scales_bytes, 2),
+                                g_buffers.add(sizes->zero_point_bytes, 3), g_buffers.add(sizes->dst_bytes, 4),
+                                g_buffers.add(sizes->dst2_bytes, 5)};
+    for (auto& p : ptrs)
+      if (!p) return fail(state, "allocate", p.status());
+    g_buffers.owner = c.name;
+  }
+  // Operands in the order added above, skipping the empty ones.
+  std::size_t next = 0;
+  auto take = [&](std::uint64_t bytes) { return bytes ? g_buffers.ptrs[next++] : DevicePtr{0}; };
+  l.src = take(sizes->src_bytes);
+  l.scales = take(sizes->scales_bytes);
+  l.zero_point = take(sizes->zero_point_bytes);
+  l.dst = take(sizes->dst_bytes);
+  l.dst2 = take(sizes->dst2_bytes);
+  for (auto _ : state) {
+    if (auto st = g_backend->launch(l); !st) return fail(state, "launch", st);
+    if (auto st = g_backend->synchronize(); !st) return fail(state, "synchronize", st);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * traffic(*sizes)));
+}
+
+// A device-to-device copy moving as many bytes (read + written) as the case.
+void bench_copy(benchmark::State& state, const Case& c) {
+  auto sizes = derivation_sizes(c.shape);
+  if (!sizes) return fail(state, "shape", sizes.status());
+  const std::uint64_t bytes = traffic(*sizes) / 2;
+  const std::string owner = "copy " + std::to_string(bytes);
+  if (g_buffers.owner != owner) {
+    g_buffers.release();
+    auto a = g_buffers.add(bytes, 6), b = g_buffers.add(bytes, 7);
+    if (!a || !b) return fail(state, "allocate", a ? b.status() : a.status());
+    g_buffers.owner = owner;
+  }
+  for (auto _ : state) {
+    if (auto st = g_backend->copy_device(g_buffers.ptrs[1], 0, g_buffers.ptrs[0], 0, bytes); !st)
+      return fail(state, "copy_device", st);
+    if (auto st = g_backend->synchronize(); !st) return fail(state, "synchronize", st);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * bytes));
+}
+
+// Prints as usual and remembers each run's bandwidth for the ratio table.
+class RecordingReporter : public benchmark::ConsoleReporter {
+ public:
+  std::map<std::string, double> bytes_per_second;
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) {
+      const auto it = r.counters.find("bytes_per_second");
+      if (!r.error_occurred && it != r.counters.end()) bytes_per_second[r.benchmark_name()] = it->second.value;
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+};
+
+// Removes "--backend X" / "--backend=X" from argv before Google Benchmark
+// sees (and rejects) it.
+std::string take_backend_flag(int& argc, char** argv) {
+  std::string config = "cpu";
+  int out = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--backend" && i + 1 < argc) {
+      config = argv[++i];
+    } else if (a.rfind("--backend=", 0) == 0) {
+      config = a.substr(10);
+    } else {
+      argv[out++] = argv[i];
+    }
+  }
+  argc = out;
+  return config;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string config = take_backend_flag(argc, argv);
+  auto opened = open_backend(config);
+  if (!opened) {
+    std::fprintf(stderr, "bench_derive: cannot open backend '%s': %s\n", config.c_str(), opened.error().to_string().c_str());
+    return 2;
+  }
+  g_backend = std::move(opened.value());
+  std::printf("backend: %s (%s, %s)\n", config.c_str(), g_backend->info().name.c_str(), g_backend->info().uuid.c_str());
+
+  const std::vector<Case> all = cases();
+  for (const Case& c : all) {
+    benchmark::RegisterBenchmark(("derive/" + c.name).c_str(), bench_derivation, c)->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("memcpy/" + c.name).c_str(), bench_copy, c)->UseRealTime()->Unit(benchmark::kMillisecond);
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+  RecordingReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  g_buffers.release();
+
+  std::printf("\n%-52s %10s %10s %7s %7s\n", "derivation", "GB/s", "copy GB/s", "ratio", "target");
+  bool all_met = true;
+  for (const Case& c : all) {
+    const auto d = reporter.bytes_per_second.find("derive/" + c.name + "/real_time");
+    const auto m = reporter.bytes_per_second.find("memcpy/" + c.name + "/real_time");
+    if (d == reporter.bytes_per_second.end() || m == reporter.bytes_per_second.end() || m->second <= 0) continue;
+    const double ratio = d->second / m->second;
+    all_met = all_met && ratio >= c.target;
+    std::printf("%-52s %10.2f %10.2f %7.2f %6.1fx%s\n", c.name.c_str(), d->second / 1e9, m->second / 1e9, ratio,
+                c.target, ratio >= c.target ? "" : "  BELOW TARGET");
+  }
+  std::printf("%s\n", all_met ? "all ratios meet their targets" : "some ratios are below target");
+  benchmark::Shutdown();
+  g_backend.reset();
+  return 0;
+}
