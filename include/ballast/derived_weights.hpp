@@ -41,10 +41,10 @@
 // ErrorCode::internal error for the builder and every waiter.
 //
 // Thread safety: every method may be called concurrently, except release()
-// and destruction, which must not race with builds of this memo. Hits take a
-// shared lock on one of many shards, so lookups never queue behind one
-// global lock. The destructor frees nothing (the memo holds no backend):
-// call release() first, e.g. through a TeardownHost.
+// and destruction (teardown), which must not overlap other use. Hits take
+// no lock and write no shared cache line. The destructor frees nothing
+// (the memo holds no backend): call release() first, e.g. through a
+// TeardownHost. Full story: docs/derived_weights.md.
 #pragma once
 
 #include <ballast/derivation.hpp>

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include "memo/memo_map.hpp"
+#include "unit/memo/recording_backend.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -324,4 +325,62 @@ TEST_CASE("8 threads x 10,000 keys, each touched many times in random order: one
   CHECK(s.hits + s.misses == calls);
   CHECK(s.builds + s.waits <= s.misses);
   MESSAGE("hits " << s.hits << ", misses " << s.misses << ", builds " << s.builds << ", waits " << s.waits);
+}
+
+TEST_CASE("hit and miss counts stay exact with more live threads than counter stripes") {
+  // More threads at once than memo::HitCounters::kOwned: the extra ones
+  // share the overflow stripe, and no count may be lost either way.
+  constexpr int kThreads = 80;
+  constexpr int kLookups = 500;
+  DerivedWeights memo;
+  REQUIRE(memo.insert_ptr(derive::to_f16, 0x4000, DerivedPtr{0x4001, 1}).ok());
+  Rendezvous all(kThreads);
+  std::atomic<int> late{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&] {
+      if (!all.arrive_and_wait()) late.fetch_add(1);  // every thread alive (and leasing) at once
+      for (int i = 0; i < kLookups; ++i) {
+        static_cast<void>(memo.get_ptr(derive::to_f16, 0x4000));
+        static_cast<void>(memo.get_ptr(derive::to_f16, 0x4100));
+      }
+    });
+  join_all(threads);
+  CHECK(late.load() == 0);
+  const DerivedWeightsStats s = memo.stats();
+  CHECK(s.hits == std::uint64_t{kThreads} * kLookups);
+  CHECK(s.misses == std::uint64_t{kThreads} * kLookups);
+}
+
+TEST_CASE("a build still running when the memo is released lands afterwards and is freed by the next release") {
+  test::RecordingBackend gpu;
+  DerivedWeights memo;
+  const DevicePtr early = gpu.allocate(8).value();
+  const DevicePtr late_value = gpu.allocate(8).value();
+  REQUIRE(memo.insert_ptr(derive::transpose, 0x10, DerivedPtr{early, 8}).ok());
+  std::atomic<bool> building{false};
+  std::atomic<bool> released{false};
+  Result<DevicePtr> late = make_error(ErrorCode::internal, "not run");
+  std::thread builder([&] {
+    late = memo.get_or_build_ptr(derive::transpose, 0x20, [&]() -> Result<DerivedPtr> {
+      building = true;
+      eventually([&] { return released.load(); });
+      return DerivedPtr{late_value, 8};
+    });
+  });
+  REQUIRE(eventually([&] { return building.load(); }));
+  // release() racing a build is misuse; it must still be memory-safe and
+  // lose nothing.
+  CHECK(memo.release(gpu).allocations_freed == 1);
+  CHECK(gpu.freed() == std::vector<DevicePtr>{early});
+  released = true;
+  builder.join();
+  REQUIRE(late.ok());
+  CHECK(*late == late_value);
+  CHECK(memo.get_ptr(derive::transpose, 0x20) == late_value);
+  CHECK_FALSE(memo.get_ptr(derive::transpose, 0x10).has_value());
+  CHECK(memo.len() == 1);
+  CHECK(memo.release(gpu).allocations_freed == 1);
+  CHECK(gpu.freed() == std::vector<DevicePtr>{early, late_value});
+  CHECK(gpu.counters().live_allocations == 0);
 }
