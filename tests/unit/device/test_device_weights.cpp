@@ -1,0 +1,201 @@
+// DeviceWeights against the real CPU backend (whose registration is the
+// identity, so zero-copy is observable as pointer equality) and against
+// wrappers that lack or refuse registration (so the upload fallback is).
+#include <ballast/backend_registry.hpp>
+#include <ballast/device_weights.hpp>
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <vector>
+
+using namespace ballast;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Forwards everything to a real backend; registration can be switched off
+// (capability absent) or made to fail (capability present, call refused).
+class Wrapper final : public GpuBackend {
+ public:
+  enum class Mode { no_capability, refuse };
+  Wrapper(GpuBackend& inner, Mode mode) : inner_(inner), mode_(mode), caps_(inner.capabilities()) {
+    if (mode == Mode::no_capability) {
+      caps_.host_registration = false;
+      caps_.host_registration_note = "test double without registration";
+    }
+  }
+  const DeviceInfo& info() const override { return inner_.info(); }
+  const Capabilities& capabilities() const override { return caps_; }
+  Result<DevicePtr> allocate(std::uint64_t b, std::uint64_t a) override { return inner_.allocate(b, a); }
+  Status free(DevicePtr p) override { return inner_.free(p); }
+  AllocationCounters counters() const override { return inner_.counters(); }
+  Status copy_to_device(DevicePtr d, std::uint64_t o, std::span<const std::byte> s) override { return inner_.copy_to_device(d, o, s); }
+  Status copy_to_host(std::span<std::byte> d, DevicePtr s, std::uint64_t o) override { return inner_.copy_to_host(d, s, o); }
+  Status copy_device(DevicePtr d, std::uint64_t a, DevicePtr s, std::uint64_t b, std::uint64_t n) override {
+    return inner_.copy_device(d, a, s, b, n);
+  }
+  Result<DevicePtr> register_host(const void*, std::uint64_t, HostAccess) override {
+    Error e = make_error(mode_ == Mode::refuse ? ErrorCode::device_error : ErrorCode::unsupported, "registration refused");
+    e.native = "TEST_REGISTRATION_REFUSED";
+    return e;
+  }
+  Status unregister_host(DevicePtr p) override { return inner_.unregister_host(p); }
+  Status launch(const DerivationLaunch& l) override { return inner_.launch(l); }
+  Status synchronize() override { return inner_.synchronize(); }
+
+ private:
+  GpuBackend& inner_;
+  Mode mode_;
+  Capabilities caps_;
+};
+
+struct Fixture {
+  fs::path dir;
+  WeightStore store;
+  std::vector<std::byte> file_bytes;
+  std::shared_ptr<std::vector<std::byte>> inline_bytes;
+  ValueId head{0}, straddle{1}, inline_id{2};
+  MappingId mapping_id = 0;
+
+  Fixture() {
+    dir = fs::temp_directory_path() / ("ballast_device_weights_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    file_bytes.resize(3 * 4096 + 17);
+    for (std::size_t i = 0; i < file_bytes.size(); ++i) file_bytes[i] = static_cast<std::byte>((i * 131 + 7) & 0xff);
+    std::ofstream(dir / "w.bin", std::ios::binary)
+        .write(reinterpret_cast<const char*>(file_bytes.data()), static_cast<std::streamsize>(file_bytes.size()));
+    auto mapping = store.map_external(dir / "w.bin");
+    REQUIRE(mapping.ok());
+    mapping_id = *mapping;
+    store.weights[head] = external(0, 64);
+    // Straddles the middle of the mapping, across a page boundary.
+    store.weights[straddle] = external(file_bytes.size() / 2 - 1000, 2000);
+    inline_bytes = std::make_shared<std::vector<std::byte>>(96);
+    std::iota(reinterpret_cast<unsigned char*>(inline_bytes->data()),
+              reinterpret_cast<unsigned char*>(inline_bytes->data()) + inline_bytes->size(), 1);
+    WeightRef in;
+    in.dtype = DataType::uint8;
+    in.dims = {96};
+    in.storage = WeightRef::Storage::inline_owned;
+    in.owned = inline_bytes;
+    in.inline_bytes = Bytes(inline_bytes->data(), inline_bytes->size());
+    store.weights[inline_id] = in;
+  }
+  ~Fixture() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+
+  WeightRef external(std::uint64_t offset, std::uint64_t length) {
+    WeightRef w;
+    w.dtype = DataType::uint8;
+    w.dims = {static_cast<std::int64_t>(length)};
+    w.storage = WeightRef::Storage::external;
+    ExternalLocation loc;
+    loc.location = "w.bin";
+    loc.resolved = fs::canonical(dir / "w.bin");
+    loc.offset = offset;
+    loc.length = length;
+    w.external = loc;
+    return w;
+  }
+
+  std::vector<std::byte> read_back(GpuBackend& gpu, DevicePtr ptr, std::size_t n) {
+    std::vector<std::byte> out(n);
+    REQUIRE(gpu.copy_to_host(out, ptr, 0).ok());
+    return out;
+  }
+  std::vector<std::byte> expected(ValueId id) {
+    auto b = store.bytes(store.weights.at(id));
+    REQUIRE(b.has_value());
+    return {b->begin(), b->end()};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("external weights are registered once, whole, and read in place; inline weights are uploaded") {
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  GpuBackend& g = **gpu;
+  const AllocationCounters before = g.counters();
+  Fixture f;
+  {
+    DeviceWeights dw(g, f.store);
+    auto a = dw.resolve(f.head);
+    auto b = dw.resolve(f.straddle);
+    auto c = dw.resolve(f.inline_id);
+    REQUIRE(a.ok());
+    REQUIRE(b.ok());
+    REQUIRE(c.ok());
+    // CPU registration is the identity: the device pointer IS the mapped byte.
+    auto whole = f.store.mmap_full_bytes(f.mapping_id);
+    REQUIRE(whole.has_value());
+    CHECK(*a == reinterpret_cast<DevicePtr>(whole->data()));
+    CHECK(*b == reinterpret_cast<DevicePtr>(whole->data()) + f.file_bytes.size() / 2 - 1000);
+    CHECK(*c != reinterpret_cast<DevicePtr>(f.inline_bytes->data()));
+    CHECK(f.read_back(g, *b, 2000) == f.expected(f.straddle));
+    CHECK(f.read_back(g, *c, 96) == f.expected(f.inline_id));
+    CHECK(dw.resolve(f.head).value() == *a);  // memoized
+
+    const WeightResidency r = dw.residency();
+    CHECK(r.registered_files == 1);
+    CHECK(r.registered_bytes == f.file_bytes.size());
+    CHECK(r.uploaded_weights == 1);
+    CHECK(r.uploaded_bytes == 96);
+    CHECK(r.fallback_files == 0);
+    CHECK(g.counters().live_registrations == before.live_registrations + 1);
+
+    Released first = dw.release(g);
+    CHECK(first.status.ok());
+    CHECK(first.bytes_freed == 96);
+    CHECK(first.allocations_freed == 1);
+    Released second = dw.release(g);
+    CHECK(second.status.ok());
+    CHECK(second.allocations_freed == 0);
+  }
+  CHECK(g.counters().live_allocations == before.live_allocations);
+  CHECK(g.counters().live_registrations == before.live_registrations);
+}
+
+TEST_CASE("without registration every weight is uploaded, and the fallback says why") {
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  for (auto mode : {Wrapper::Mode::no_capability, Wrapper::Mode::refuse}) {
+    Wrapper w(**gpu, mode);
+    Fixture f;
+    const AllocationCounters before = w.counters();
+    DeviceWeights dw(w, f.store);
+    auto b = dw.resolve(f.straddle);
+    REQUIRE(b.ok());
+    CHECK(f.read_back(w, *b, 2000) == f.expected(f.straddle));
+    REQUIRE(dw.resolve(f.head).ok());
+    const WeightResidency r = dw.residency();
+    CHECK(r.registered_files == 0);
+    CHECK(r.uploaded_weights == 2);
+    CHECK(r.fallback_files == 1);
+    if (mode == Wrapper::Mode::no_capability) {
+      CHECK(r.fallback_reason.find("test double without registration") != std::string::npos);
+    } else {
+      CHECK(r.fallback_reason.find("TEST_REGISTRATION_REFUSED") != std::string::npos);
+    }
+    CHECK(dw.release(w).status.ok());
+    CHECK(w.counters().live_allocations == before.live_allocations);
+  }
+}
+
+TEST_CASE("an unknown weight or an out-of-bounds range is an error, not a crash") {
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  Fixture f;
+  f.store.weights[ValueId{9}] = f.external(f.file_bytes.size() - 10, 20);
+  DeviceWeights dw(**gpu, f.store);
+  CHECK(dw.resolve(ValueId{42}).code() == ErrorCode::not_found);
+  auto oob = dw.resolve(ValueId{9});
+  CHECK(oob.code() == ErrorCode::out_of_bounds);
+  CHECK(oob.error().file.find("w.bin") != std::string::npos);
+  CHECK(dw.release(**gpu).status.ok());
+}
