@@ -18,35 +18,68 @@ std::string hex(std::uint64_t v) {
 // End of a range as an exclusive bound; zero-byte ranges still own their start.
 std::uint64_t end_of(const DeviceRange& r) { return r.start + (r.bytes == 0 ? 1 : r.bytes); }
 
+bool holds(const DeviceRange& r, DevicePtr ptr) { return ptr >= r.start && ptr < end_of(r); }
+
+bool holds_all(const DeviceRange& r, DevicePtr ptr, std::uint64_t bytes) {
+  const std::uint64_t offset = ptr - r.start;
+  return holds(r, ptr) && bytes <= r.bytes && offset <= r.bytes - bytes;
+}
+
 }  // namespace
 
 bool DeviceRanges::add(const DeviceRange& range) {
-  auto next = ranges_.lower_bound(range.start);
-  if (next != ranges_.end() && next->first < end_of(range)) return false;
-  if (next != ranges_.begin() && end_of(std::prev(next)->second) > range.start) return false;
-  ranges_.emplace(range.start, range);
+  if (range.kind == RangeKind::registration) {
+    registrations_.emplace(range.start, range);
+    return true;
+  }
+  auto next = allocations_.lower_bound(range.start);
+  if (next != allocations_.end() && next->first < end_of(range)) return false;
+  if (next != allocations_.begin() && end_of(std::prev(next)->second) > range.start) return false;
+  allocations_.emplace(range.start, range);
   return true;
 }
 
 std::optional<DeviceRange> DeviceRanges::take(DevicePtr start, RangeKind kind) {
-  auto it = ranges_.find(start);
-  if (it == ranges_.end() || it->second.kind != kind) return std::nullopt;
+  if (kind == RangeKind::allocation) {
+    auto it = allocations_.find(start);
+    if (it == allocations_.end()) return std::nullopt;
+    DeviceRange r = it->second;
+    allocations_.erase(it);
+    return r;
+  }
+  auto it = registrations_.find(start);
+  if (it == registrations_.end()) return std::nullopt;
   DeviceRange r = it->second;
-  ranges_.erase(it);
+  registrations_.erase(it);
   return r;
 }
 
 Result<DeviceRange> DeviceRanges::resolve(DevicePtr ptr, std::uint64_t bytes, Access access,
                                           std::string_view operand) const {
   const std::string what(operand);
-  auto it = ranges_.upper_bound(ptr);
-  if (it == ranges_.begin())
-    return make_error(ErrorCode::invalid_argument, what + " " + hex(ptr) + " is not inside any allocation or registration of this backend");
-  const DeviceRange& r = std::prev(it)->second;
-  if (ptr >= end_of(r))
-    return make_error(ErrorCode::invalid_argument, what + " " + hex(ptr) + " is not inside any allocation or registration of this backend");
-  const std::uint64_t offset = ptr - r.start;
-  if (bytes > r.bytes || offset > r.bytes - bytes) {
+  // The candidate that holds ptr: the allocation, or the registrations
+  // (several may overlap; prefer one that holds all bytes and allows the access).
+  const DeviceRange* found = nullptr;
+  if (auto it = allocations_.upper_bound(ptr); it != allocations_.begin() && holds(std::prev(it)->second, ptr)) {
+    found = &std::prev(it)->second;
+  } else {
+    int best = -1;
+    for (const auto& [start, r] : registrations_) {
+      if (start > ptr) break;
+      if (!holds(r, ptr)) continue;
+      const int score = (holds_all(r, ptr, bytes) ? 2 : 0) + (access == Access::read || !r.read_only ? 1 : 0);
+      if (score > best) {
+        best = score;
+        found = &r;
+      }
+    }
+  }
+  if (found == nullptr)
+    return make_error(ErrorCode::invalid_argument,
+                      what + " " + hex(ptr) + " is not inside any allocation or registration of this backend");
+  const DeviceRange& r = *found;
+  if (!holds_all(r, ptr, bytes)) {
+    const std::uint64_t offset = ptr - r.start;
     Error e = make_error(ErrorCode::out_of_bounds, what + " needs " + std::to_string(bytes) + " bytes at offset " +
                                                        std::to_string(offset) + " of a " + std::to_string(r.bytes) +
                                                        "-byte " + (r.kind == RangeKind::allocation ? "allocation" : "registration"));
@@ -60,21 +93,19 @@ Result<DeviceRange> DeviceRanges::resolve(DevicePtr ptr, std::uint64_t bytes, Ac
 
 AllocationCounters DeviceRanges::counters() const {
   AllocationCounters c;
-  for (const auto& [start, r] : ranges_) {
-    if (r.kind == RangeKind::allocation) {
-      ++c.live_allocations;
-      c.live_bytes += r.bytes;
-    } else {
-      ++c.live_registrations;
-    }
+  for (const auto& [start, r] : allocations_) {
+    ++c.live_allocations;
+    c.live_bytes += r.bytes;
   }
+  c.live_registrations = registrations_.size();
   return c;
 }
 
 std::vector<DeviceRange> DeviceRanges::all() const {
   std::vector<DeviceRange> out;
-  out.reserve(ranges_.size());
-  for (const auto& [start, r] : ranges_) out.push_back(r);
+  out.reserve(allocations_.size() + registrations_.size());
+  for (const auto& [start, r] : allocations_) out.push_back(r);
+  for (const auto& [start, r] : registrations_) out.push_back(r);
   return out;
 }
 

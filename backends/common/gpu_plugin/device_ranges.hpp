@@ -29,12 +29,14 @@ struct DeviceRange {
 
 enum class Access : std::uint8_t { read, write };
 
+// Allocations never overlap. Registrations may: a sub-range of a mapping
+// already registered is served from the same pinned pages, so two handles
+// can cover the same addresses (even the same start, counted twice).
 class DeviceRanges {
  public:
-  // False when `range` overlaps one already held (a driver bug or reuse
-  // of a registration the caller never unregistered).
+  // False when an allocation overlaps one already held (a driver bug).
   bool add(const DeviceRange& range);
-  // Removes the range that starts exactly at `start` and has `kind`.
+  // Removes one range that starts exactly at `start` and has `kind`.
   std::optional<DeviceRange> take(DevicePtr start, RangeKind kind);
   // The range holding all of [ptr, ptr + bytes); errors name `operand`.
   Result<DeviceRange> resolve(DevicePtr ptr, std::uint64_t bytes, Access access, std::string_view operand) const;
@@ -42,7 +44,8 @@ class DeviceRanges {
   std::vector<DeviceRange> all() const;
 
  private:
-  std::map<DevicePtr, DeviceRange> ranges_;
+  std::map<DevicePtr, DeviceRange> allocations_;
+  std::multimap<DevicePtr, DeviceRange> registrations_;
 };
 
 }  // namespace ballast::gpu

@@ -90,12 +90,9 @@ RuntimeBackend::~RuntimeBackend() {
   api_.set_device(index_);
   api_.stream_synchronize(stream_);
   for (const DeviceRange& r : ranges_.all()) {
-    if (r.kind == RangeKind::allocation) {
-      api_.free(r.driver_base);
-    } else {
-      api_.host_unregister(r.host);
-    }
+    if (r.kind == RangeKind::allocation) api_.free(r.driver_base);
   }
+  for (const Pinned& p : pinned_) api_.host_unregister(p.host);
   api_.stream_destroy(stream_);
 }
 
@@ -220,53 +217,70 @@ Result<DevicePtr> RuntimeBackend::register_host(const void* host, std::uint64_t 
     return make_error(ErrorCode::invalid_argument, "register_host: the range must be non-null and non-empty");
   if (!caps_.host_registration)
     return make_error(ErrorCode::unsupported, std::string("register_host: ") + caps_.host_registration_note);
+  const bool read_only = access == HostAccess::read_only;
+  if (read_only && !caps_.read_only_registration)
+    return make_error(ErrorCode::unsupported, std::string("register_host read-only: ") + caps_.host_registration_note);
   const std::uint64_t a = caps_.import_alignment;
-  const auto address = reinterpret_cast<std::uintptr_t>(host);
+  const auto address = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(host));
   std::uint64_t end = 0;
   if (add_overflows(address, bytes, end) || add_overflows(end, a - 1, end))
     return make_error(ErrorCode::overflow, "register_host: range end overflows");
   const std::uint64_t base = address & ~(a - 1);
   end &= ~(a - 1);
-  const bool read_only = access == HostAccess::read_only;
   const std::string op = "register " + std::to_string(bytes) + " host bytes at " + hex(address) +
                          (read_only ? " read-only" : " read-write");
   if (Status s = enter(op); !s) return s;
 
   std::lock_guard lock(mutex_);
-  const void* widened = as_pointer(base);
-  if (NativeCode c = api_.host_register(widened, end - base, read_only && caps_.read_only_registration);
-      c != kNativeSuccess) {
-    return native_error(api_, c, op);
+  Pinned* pin = nullptr;
+  for (Pinned& p : pinned_) {
+    const auto p_base = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(p.host));
+    if (p_base <= base && end <= p_base + p.bytes && (read_only || !p.read_only)) pin = &p;
   }
-  DevicePtr device_base = 0;
-  if (NativeCode c = api_.host_device_pointer(&device_base, widened); c != kNativeSuccess) {
-    api_.host_unregister(widened);
-    return native_error(api_, c, op + " (device pointer)");
+  if (pin == nullptr) {
+    Pinned fresh;
+    fresh.host = as_pointer(base);
+    fresh.bytes = end - base;
+    fresh.read_only = read_only;
+    if (NativeCode c = api_.host_register(fresh.host, fresh.bytes, read_only); c != kNativeSuccess)
+      return native_error(api_, c, op);
+    if (NativeCode c = api_.host_device_pointer(&fresh.device, fresh.host); c != kNativeSuccess) {
+      api_.host_unregister(fresh.host);
+      return native_error(api_, c, op + " (device pointer)");
+    }
+    pinned_.push_back(fresh);
+    pin = &pinned_.back();
   }
-  const DevicePtr device = device_base + (address - base);
-  if (!ranges_.add({device, bytes, RangeKind::registration, read_only, device_base, widened})) {
-    api_.host_unregister(widened);
-    return make_error(ErrorCode::invalid_argument, op + ": overlaps a range this backend already holds");
-  }
+  const auto pin_base = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(pin->host));
+  const DevicePtr device = pin->device + (address - pin_base);
+  ++pin->users;
+  ranges_.add({device, bytes, RangeKind::registration, read_only, pin->device, pin->host});
   return device;
 }
 
 Status RuntimeBackend::unregister_host(DevicePtr ptr) {
-  std::optional<DeviceRange> r;
+  const std::string op = "unregister host range at " + hex(ptr);
+  const void* release = nullptr;
   {
     std::lock_guard lock(mutex_);
-    r = ranges_.take(ptr, RangeKind::registration);
+    std::optional<DeviceRange> r = ranges_.take(ptr, RangeKind::registration);
+    if (!r)
+      return make_error(ErrorCode::invalid_argument, "unregister_host: " + hex(ptr) + " is not a live registration of this backend");
+    for (auto it = pinned_.begin(); it != pinned_.end(); ++it) {
+      if (it->host != r->host || it->device != r->driver_base) continue;
+      if (--it->users == 0) {
+        release = it->host;
+        pinned_.erase(it);
+      }
+      break;
+    }
   }
-  if (!r)
-    return make_error(ErrorCode::invalid_argument, "unregister_host: " + hex(ptr) + " is not a live registration of this backend");
-  const std::string op = "unregister host range at " + hex(ptr);
+  if (release == nullptr) return {};  // other handles still use the pinned pages
   if (Status s = enter(op); !s) return s;
   // Kernels still queued may read the range: let them finish first.
-  if (Status s = check(api_.stream_synchronize(stream_), op + " (waiting for the stream)"); !s) {
-    api_.host_unregister(r->host);
-    return s;
-  }
-  return check(api_.host_unregister(r->host), op);
+  const Status drained = check(api_.stream_synchronize(stream_), op + " (waiting for the stream)");
+  const Status released = check(api_.host_unregister(release), op);
+  return drained.ok() ? released : drained;
 }
 
 Status RuntimeBackend::launch(const DerivationLaunch& l) {

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 namespace ballast::gpu {
 
@@ -61,8 +62,20 @@ class RuntimeBackend final : public GpuBackend {
   const DeviceInfo info_;
   const Capabilities caps_;
 
+  // One driver registration (pinned, device-mapped pages) may serve several
+  // register_host handles: a range inside one already pinned reuses it,
+  // since the runtimes refuse to pin the same pages twice.
+  struct Pinned {
+    const void* host = nullptr;  // widened to the import alignment
+    std::uint64_t bytes = 0;
+    DevicePtr device = 0;
+    bool read_only = false;
+    int users = 0;
+  };
+
   mutable std::mutex mutex_;
   DeviceRanges ranges_;
+  std::vector<Pinned> pinned_;
   std::optional<Error> sticky_;
 };
 

@@ -250,20 +250,57 @@ TEST_CASE("registration: driver failures are errors with the driver's name and l
 
   auto ok = b->register_host(mapping.data(), 1024, HostAccess::read_only);
   REQUIRE(ok.ok());
-  auto overlapping = b->register_host(mapping.data() + 8, 64, HostAccess::read_only);
-  REQUIRE_FALSE(overlapping.ok());
-  CHECK(overlapping.error().native == "hostErrorHostMemoryAlreadyRegistered");
+  // Straddling the end of a pinned range: the runtime refuses to pin pages twice.
+  auto straddling = b->register_host(mapping.data() + 128, 1024, HostAccess::read_only);
+  REQUIRE_FALSE(straddling.ok());
+  CHECK(straddling.error().native == "hostErrorHostMemoryAlreadyRegistered");
+  CHECK(b->counters().live_registrations == 1);
   CHECK(b->unregister_host(*ok).ok());
   CHECK(b->register_host(nullptr, 10, HostAccess::read_only).code() == ErrorCode::invalid_argument);
   CHECK(b->register_host(mapping.data(), 0, HostAccess::read_only).code() == ErrorCode::invalid_argument);
 }
 
-TEST_CASE("registration: without read-only support the capability says so and why") {
+TEST_CASE("registration: a range inside one already registered shares its pinned pages") {
+  auto b = open_host();
+  std::vector<std::byte> mapping(8192);
+  for (std::size_t i = 0; i < mapping.size(); ++i) mapping[i] = static_cast<std::byte>(i * 13 + 1);
+  auto whole = b->register_host(mapping.data(), mapping.size(), HostAccess::read_only);
+  REQUIRE(whole.ok());
+  auto part = b->register_host(mapping.data() + 4096 + 16, 2048, HostAccess::read_only);
+  REQUIRE_MESSAGE(part.ok(), part.error().to_string());
+  auto twice = b->register_host(mapping.data() + 4096 + 16, 2048, HostAccess::read_only);
+  REQUIRE(twice.ok());
+  CHECK(*part == *whole + 4096 + 16);
+  CHECK(HostDriver::live_registrations() == 1);
+  CHECK(b->counters().live_registrations == 3);
+  CHECK(download(*b, *part, 2048) == std::vector<std::byte>(mapping.begin() + 4112, mapping.begin() + 4112 + 2048));
+  // A read-write handle cannot ride on read-only pinned pages.
+  CHECK_FALSE(b->register_host(mapping.data() + 64, 64, HostAccess::read_write).ok());
+
+  CHECK(b->unregister_host(*whole).ok());
+  CHECK(HostDriver::live_registrations() == 1);  // still used by `part`
+  CHECK(download(*b, *part, 16) == std::vector<std::byte>(mapping.begin() + 4112, mapping.begin() + 4128));
+  CHECK(b->unregister_host(*part).ok());
+  CHECK(b->unregister_host(*twice).ok());
+  CHECK(b->unregister_host(*twice).code() == ErrorCode::invalid_argument);
+  CHECK(HostDriver::live_registrations() == 0);
+  CHECK(b->counters().live_registrations == 0);
+}
+
+TEST_CASE("registration: without read-only support, read-only requests are unsupported and say why") {
   auto b = open_host(1, false);
   CHECK(b->capabilities().host_registration);
   CHECK_FALSE(b->capabilities().read_only_registration);
   CHECK_FALSE(b->capabilities().host_registration_note.empty());
   CHECK(b->capabilities().import_alignment == 64);
+  std::vector<std::byte> mapping(256);
+  auto ro = b->register_host(mapping.data(), mapping.size(), HostAccess::read_only);
+  REQUIRE_FALSE(ro.ok());
+  CHECK(ro.error().code == ErrorCode::unsupported);
+  CHECK(HostDriver::calls(Op::host_register) == 0);
+  auto rw = b->register_host(mapping.data(), mapping.size(), HostAccess::read_write);
+  REQUIRE(rw.ok());
+  CHECK(b->unregister_host(*rw).ok());
 }
 
 TEST_CASE("launch: shapes and operands are validated before the driver sees them") {
