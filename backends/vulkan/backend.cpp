@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdio>
 #include <limits>
 
 namespace ballast::vulkan {
@@ -88,7 +89,7 @@ Result<std::unique_ptr<VulkanBackend>> VulkanBackend::open(const BackendConfig& 
   auto options = parse_options(config);
   if (!options) return options.error();
   std::unique_ptr<VulkanBackend> b(new VulkanBackend());
-  if (options->validation) b->log_ = std::make_unique<ValidationLog>();
+  if (options->validation) b->log_ = std::make_shared<ValidationLog>();
 
   auto instance = Instance::create(b->log_.get());
   if (!instance) return instance.error();
@@ -127,6 +128,14 @@ VulkanBackend::~VulkanBackend() {
   if (queue_) (void)queue_->wait_idle();
   // Whatever the caller did not release goes with the backend.
   for (Buffer& b : buffers_.take_all()) destroy_buffer(*device_, b);
+  kernels_.reset();
+  queue_.reset();
+  device_.reset();
+  instance_.reset();
+  // No later call can report what the layer said while tearing down
+  // (leaked objects, say): make it visible at least.
+  if (log_)
+    if (auto e = log_->take_pending()) std::fprintf(stderr, "ballast vulkan: at teardown: %s\n", e->to_string().c_str());
 }
 
 Status VulkanBackend::pending_validation_error() {

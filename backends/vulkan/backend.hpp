@@ -44,6 +44,8 @@ class VulkanBackend final : public GpuBackend {
   // For the plugin's own tests.
   bool validation_enabled() const { return log_ != nullptr; }
   std::uint64_t validation_messages() const { return log_ ? log_->message_count() : 0; }
+  // Outlives the backend, so tests can count messages raised at teardown.
+  std::shared_ptr<const ValidationLog> validation_log() const { return log_; }
   std::uint32_t max_groups_per_dispatch() const { return kernels_->max_groups(); }
 
  private:
@@ -55,7 +57,7 @@ class VulkanBackend final : public GpuBackend {
 
   // Declaration order is destruction order, reversed: the log outlives the
   // instance that reports into it, the device outlives every buffer.
-  std::unique_ptr<ValidationLog> log_;
+  std::shared_ptr<ValidationLog> log_;
   std::unique_ptr<Instance> instance_;
   std::unique_ptr<Device> device_;
   std::unique_ptr<Queue> queue_;

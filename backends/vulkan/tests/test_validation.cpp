@@ -64,6 +64,10 @@ TEST_CASE("with validation on, a full workload raises zero validation messages")
   CHECK(b.free(*dst).ok());
   CHECK(b.synchronize().ok());
   CHECK(b.validation_messages() == 0);
+  // Teardown (destroying the device and the instance) is validated too.
+  auto log = b.validation_log();
+  attempt = make_error(ErrorCode::internal, "closed");
+  CHECK(log->message_count() == 0);
 }
 
 }  // namespace ballast::vulkan::test
