@@ -121,7 +121,11 @@ template <class T, std::uint64_t B, void (*Block)(const T*, std::uint64_t, T*, s
 BALLAST_SIMD void transpose_blocked(const void* src_bytes, void* dst_bytes, std::uint64_t rows, std::uint64_t cols,
                                     std::uint64_t col_begin, std::uint64_t col_end) {
   constexpr std::uint64_t L = 64 / sizeof(T);
-  alignas(64) T staged[L * L];  // the source block, rows contiguous
+  // A block of B rows reads B source lines at once; more than 8 of them a
+  // power-of-two stride apart would not fit in one set of an 8-way L1, so
+  // those are first copied to a contiguous buffer.
+  constexpr bool kStage = B > 8;
+  alignas(64) T staged[kStage ? L * L : 1];  // the source block, rows contiguous
   alignas(64) T buffer[L * L];  // its transpose
   // Super-tiles of kSuper x kSuper elements keep the pages and lines in
   // flight within the TLB's and L2's reach.
@@ -137,9 +141,15 @@ BALLAST_SIMD void transpose_blocked(const void* src_bytes, void* dst_bytes, std:
         for (std::uint64_t c0 = sc; c0 < sc1; c0 += L) {
           const std::uint64_t c1 = std::min(sc1, c0 + L);
           if (c1 - c0 == L && r1 - r0 == L) {
-            for (std::uint64_t i = 0; i < L; ++i) store_line(staged + i * L, src + (r0 + i) * cols + c0);
-            for (std::uint64_t rg = 0; rg < L; rg += B)
-              for (std::uint64_t cg = 0; cg < L; cg += B) Block(staged + rg * L + cg, L, buffer + cg * L + rg, L);
+            if constexpr (kStage) {
+              for (std::uint64_t i = 0; i < L; ++i) store_line(staged + i * L, src + (r0 + i) * cols + c0);
+              for (std::uint64_t rg = 0; rg < L; rg += B)
+                for (std::uint64_t cg = 0; cg < L; cg += B) Block(staged + rg * L + cg, L, buffer + cg * L + rg, L);
+            } else {
+              for (std::uint64_t rg = 0; rg < L; rg += B)
+                for (std::uint64_t cg = 0; cg < L; cg += B)
+                  Block(src + (r0 + rg) * cols + c0 + cg, cols, buffer + cg * L + rg, L);
+            }
             for (std::uint64_t j = 0; j < L; ++j) store_line(dst + (c0 + j) * rows + r0, buffer + j * L);
           } else {
             for (std::uint64_t c = c0; c < c1; ++c)
@@ -216,9 +226,14 @@ BALLAST_SIMD inline __m256 int4_zero_points8(const Int4Args& a, std::uint64_t n,
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const std::uint16_t*>(a.zero_points) + i)));
     return _mm256_loadu_ps(static_cast<const float*>(a.zero_points) + i);
   }
-  alignas(32) float z[8];
-  for (int i = 0; i < 8; ++i) z[i] = int4_zero_point(a, n, block + i);
-  return _mm256_load_ps(z);
+  // Packed: eight nibbles in four bytes (block is a multiple of 8, so they
+  // start on a byte and stay inside the row).
+  std::uint32_t v;
+  std::memcpy(&v, static_cast<const std::uint8_t*>(a.zero_points) + n * ((a.k_blocks + 1) / 2) + block / 2, 4);
+  const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+  const __m256i codes = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(v)), shifts),
+                                         _mm256_set1_epi32(0xf));
+  return _mm256_cvtepi32_ps(codes);
 }
 
 BALLAST_SIMD void dequant_int4_rows(const Int4Args& a, std::uint64_t row_begin, std::uint64_t row_end) {
@@ -230,8 +245,18 @@ BALLAST_SIMD void dequant_int4_rows(const Int4Args& a, std::uint64_t row_begin, 
   for (std::uint64_t n = row_begin; n < row_end; ++n) {
     const std::uint8_t* row = a.b + n * int4_row_bytes(a);
     std::uint16_t* out = a.f16_out + n * a.k;
+    alignas(32) float scales[8], zero_points[8];
     for (std::uint64_t block = 0; block < a.k_blocks; ++block) {
-      const float scale = int4_scale(a, n, block), zp = int4_zero_point(a, n, block);
+      // Scales and zero points eight blocks at a time.
+      const std::uint64_t lane = block % 8;
+      if (lane == 0 && block + 8 <= a.k_blocks) {
+        _mm256_store_ps(scales, int4_scales8(a, n, block));
+        _mm256_store_ps(zero_points, int4_zero_points8(a, n, block));
+      } else if (block >= a.k_blocks / 8 * 8) {
+        scales[lane] = int4_scale(a, n, block);
+        zero_points[lane] = int4_zero_point(a, n, block);
+      }
+      const float scale = scales[lane], zp = zero_points[lane];
       // The block's 16 possible results, split into low and high bytes so
       // that pshufb can look codes up 16 at a time.
       const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(zp);
