@@ -9,6 +9,7 @@
 
 #include <common/kernel_math.hpp>
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -347,9 +348,37 @@ BALLAST_SIMD inline float load1(const void* src, std::uint64_t i) {
   else return static_cast<const float*>(src)[i];
 }
 
+// For f16 the maximum is taken on the bits: with the sign cleared, f16
+// patterns order like their values, and NaN patterns (above 0x7c00) are
+// zeroed so they are ignored, as in kmath::abs_max_step.
+BALLAST_SIMD inline __m256i f16_abs_max_step(__m256i m, const std::uint16_t* src) {
+  const __m256i a = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)), _mm256_set1_epi16(0x7fff));
+  return _mm256_max_epu16(m, _mm256_andnot_si256(_mm256_cmpgt_epi16(a, _mm256_set1_epi16(0x7c00)), a));
+}
+
+BALLAST_SIMD inline float row_abs_max_f16(const std::uint16_t* src, std::uint64_t k) {
+  __m256i m0 = _mm256_setzero_si256(), m1 = m0;
+  std::uint64_t i = 0;
+  for (; i + 32 <= k; i += 32) {
+    m0 = f16_abs_max_step(m0, src + i);
+    m1 = f16_abs_max_step(m1, src + i + 16);
+  }
+  for (; i + 16 <= k; i += 16) m0 = f16_abs_max_step(m0, src + i);
+  alignas(32) std::uint16_t lanes[16];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_max_epu16(m0, m1));
+  std::uint16_t best = 0;
+  for (std::uint16_t lane : lanes) best = lane > best ? lane : best;
+  for (; i < k; ++i) {
+    const std::uint16_t a = src[i] & 0x7fff;
+    if (a <= 0x7c00 && a > best) best = a;
+  }
+  return kmath::f32_from_f16_bits(best);
+}
+
 // maxps(a, m) returns m when a is NaN, exactly kmath::abs_max_step.
 template <bool F16>
 BALLAST_SIMD float row_abs_max(const void* src, std::uint64_t base, std::uint64_t k) {
+  if constexpr (F16) return row_abs_max_f16(static_cast<const std::uint16_t*>(src) + base, k);
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 m0 = _mm256_setzero_ps(), m1 = m0, m2 = m0, m3 = m0;
   std::uint64_t i = 0;
@@ -390,8 +419,16 @@ BALLAST_SIMD void quant_int8_rows_typed(const Quant8Args& a, std::uint64_t row_b
       continue;
     }
     const __m256 s = _mm256_set1_ps(scale);
+    // While this row (already in cache from the max pass) is coded, pull
+    // the next row in, so its max pass does not wait on memory.
+    constexpr std::uint64_t kElementBytes = F16 ? 2 : 4;
+    const char* next_row = static_cast<const char*>(a.src) + (base + a.k) * kElementBytes;
+    const bool prefetch = n + 1 < row_end;
     std::uint64_t i = 0;
     for (; i + 32 <= a.k; i += 32) {
+      if (prefetch)
+        for (std::uint64_t line = 0; line < 32 * kElementBytes; line += 64)
+          _mm_prefetch(next_row + i * kElementBytes + line, _MM_HINT_T0);
       const __m256i c0 = codes8(load8<F16>(a.src, base + i), s), c1 = codes8(load8<F16>(a.src, base + i + 8), s);
       const __m256i c2 = codes8(load8<F16>(a.src, base + i + 16), s), c3 = codes8(load8<F16>(a.src, base + i + 24), s);
       const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(c0, c1), _mm256_packs_epi32(c2, c3));
@@ -406,12 +443,25 @@ void quant_int8_rows(const Quant8Args& a, std::uint64_t row_begin, std::uint64_t
   else quant_int8_rows_typed<false>(a, row_begin, row_end);
 }
 
+// CPUID and XGETBV directly: clang's __builtin_cpu_supports knows no "f16c".
+bool cpu_has_avx2_and_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+  const bool osxsave = c & (1u << 27), avx = c & (1u << 28), f16c = c & (1u << 29);
+  if (!osxsave || !avx || !f16c) return false;
+  unsigned xcr0_low = 0, xcr0_high = 0;
+  __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+  if ((xcr0_low & 6u) != 6u) return false;  // the OS saves XMM and YMM state
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return b & (1u << 5);  // AVX2
+}
+
 }  // namespace
 
 const RowKernels* simd_kernels() {
   static const RowKernels table{"avx2+f16c", transpose_cols, to_f16_from_f32, to_f16_from_bf16, dequant_int4_rows, repack_int4_rows,
                                 quant_int8_rows};
-  static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool supported = cpu_has_avx2_and_f16c();
   return supported ? &table : nullptr;
 }
 
