@@ -1,0 +1,86 @@
+// `ballast backends` end to end: the real binary, with the plugin search
+// path pointed at the fake plugins (the one documented variable).
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+namespace {
+
+struct Run {
+  int exit_code = -1;
+  std::string out;
+};
+
+Run run(const std::string& plugin_dir, const std::string& args) {
+  const std::string command = "BALLAST_PLUGIN_PATH='" + plugin_dir + "' '" BALLAST_CLI "' backends " + args + " 2>&1";
+  Run r;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buf[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+const std::string kFakes = FAKE_PLUGIN_ROOT;
+
+}  // namespace
+
+TEST_CASE("ballast backends --json lists every backend with state, devices and capabilities") {
+  const Run r = run(kFakes + "/working", "--json");
+  REQUIRE(r.exit_code == 0);
+  const auto doc = nlohmann::json::parse(r.out);
+  const auto& backends = doc.at("backends");
+  REQUIRE(backends.size() == 4);
+  CHECK(backends[0]["name"] == "cpu");
+  CHECK(backends[0]["state"] == "available");
+  CHECK(backends[0]["library"] == "built in");
+  CHECK(backends[0]["devices"].size() >= 1);
+  CHECK(backends[0]["capabilities"]["max_single_allocation"].get<std::uint64_t>() > 0);
+
+  CHECK(backends[1]["name"] == "cuda");
+  CHECK(backends[1]["available"] == false);
+  if (backends[1]["state"] == "not found") {
+    CHECK(backends[1]["searched"][0] == kFakes + "/working/libballast-cuda.so");
+    CHECK(backends[1]["capabilities"].is_null());
+  }
+
+  const auto& vulkan = backends[3];
+  CHECK(vulkan["state"] == "available");
+  CHECK(vulkan["library"] == kFakes + "/working/libballast-vulkan.so");
+  REQUIRE(vulkan["devices"].size() == 2);
+  CHECK(vulkan["devices"][1]["name"] == "fake device 1");
+  CHECK(vulkan["devices"][1]["uuid"] == "GPU-00000001-aaaa-bbbb-cccc-0123456789AB");
+  CHECK(vulkan["devices"][1]["memory_bytes"] == 2147483648ull);
+  CHECK(vulkan["capabilities"]["host_registration"] == false);
+  CHECK(vulkan["capabilities"]["host_registration_note"] == "fake backend: uploads only");
+  CHECK(doc.at("plugin_search_path")[0] == kFakes + "/working");
+}
+
+TEST_CASE("ballast backends prints a table with reasons, and the upload fallback") {
+  const Run ok = run(kFakes + "/working", "");
+  REQUIRE(ok.exit_code == 0);
+  CHECK(ok.out.find("host registration: not supported (fake backend: uploads only): weights are uploaded instead") !=
+        std::string::npos);
+  CHECK(ok.out.find("fake device 1") != std::string::npos);
+
+  const Run unavailable = run(kFakes + "/unavailable", "");
+  REQUIRE(unavailable.exit_code == 0);
+  CHECK(unavailable.out.find("vulkan: unavailable") != std::string::npos);
+  CHECK(unavailable.out.find("no fake physical device (test plugin)") != std::string::npos);
+
+  const Run broken = run(kFakes + "/wrong_abi", "");
+  REQUIRE(broken.exit_code == 0);
+  CHECK(broken.out.find("vulkan: load error") != std::string::npos);
+  CHECK(broken.out.find("plugin ABI version 8, core expects 1") != std::string::npos);
+}
+
+TEST_CASE("ballast backends refuses unknown options with the usage exit code") {
+  CHECK(run(kFakes + "/working", "--bogus").exit_code == 2);
+}

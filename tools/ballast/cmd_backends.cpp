@@ -1,0 +1,117 @@
+// `ballast backends [--json]`: every backend ballast knows, whether it is
+// here and usable (and if not, exactly why), its devices and what they can
+// do, notably whether weights can be read in place or must be uploaded.
+#include "command.hpp"
+#include "registry/plugin_loader.hpp"
+#include "support_format.hpp"
+
+#include <ballast/backend_registry.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <memory>
+#include <string>
+
+namespace ballast::cli {
+namespace {
+
+std::string registration_summary(const Capabilities& caps) {
+  if (!caps.host_registration) {
+    return "not supported (" + (caps.host_registration_note.empty() ? std::string("no reason given")
+                                                                     : caps.host_registration_note) +
+           "): weights are uploaded instead";
+  }
+  return std::string("supported, zero-copy (read-only: ") + (caps.read_only_registration ? "yes" : "no") +
+         ", import alignment " + human_bytes(caps.import_alignment) + ")";
+}
+
+std::string devices_cell(const BackendListing& b) {
+  return b.devices.empty() ? std::string("-") : std::to_string(b.devices.size());
+}
+
+int print_table(const std::vector<BackendListing>& listing, const std::vector<std::string>& search_dirs) {
+  auto& out = std::cout;
+  Table summary({"backend", "state", "devices", "library"}, {false, false, true, false});
+  for (const auto& b : listing) {
+    summary.add({b.name, std::string(backend_state_name(b.state)), devices_cell(b), b.library.empty() ? "-" : b.library});
+  }
+  summary.print(out);
+
+  for (const auto& b : listing) {
+    out << '\n' << b.name << ": " << backend_state_name(b.state) << '\n';
+    if (!b.library.empty()) out << "  library: " << b.library << '\n';
+    // A not-found reason is the searched list again; the list reads better.
+    if (!b.reason.empty() && b.searched.empty()) out << "  reason: " << b.reason << '\n';
+    if (!b.searched.empty()) {
+      out << "  searched:\n";
+      for (const auto& p : b.searched) out << "    " << p << '\n';
+    }
+    if (!b.devices.empty()) {
+      Table devices({"index", "name", "uuid", "memory"}, {true, false, false, true});
+      for (const auto& d : b.devices) devices.add({std::to_string(d.index), d.name, d.uuid, human_bytes(d.memory_bytes)});
+      devices.print(out, "  ");
+    }
+    if (b.state == BackendListing::State::available) {
+      const auto& caps = b.capabilities;
+      out << "  device 0 capabilities:\n";
+      out << "    host registration: " << registration_summary(caps) << '\n';
+      out << "    max single allocation: " << human_bytes(caps.max_single_allocation) << '\n';
+      out << "    f16 subnormals: " << (caps.flushes_f16_subnormals ? "may be flushed to zero" : "kept") << '\n';
+    }
+  }
+
+  out << "\nplugin search path (BALLAST_PLUGIN_PATH, then next to libballast, then the install folder):\n";
+  for (const auto& d : search_dirs) out << "  " << d << '\n';
+  return kExitOk;
+}
+
+int print_json(const std::vector<BackendListing>& listing, const std::vector<std::string>& search_dirs) {
+  nlohmann::json backends = nlohmann::json::array();
+  for (const auto& b : listing) {
+    nlohmann::json j;
+    j["name"] = b.name;
+    j["state"] = std::string(backend_state_name(b.state));
+    j["available"] = b.state == BackendListing::State::available;
+    j["reason"] = b.reason;
+    j["library"] = b.library;
+    j["searched"] = b.searched;
+    nlohmann::json devices = nlohmann::json::array();
+    for (const auto& d : b.devices) {
+      devices.push_back({{"index", d.index}, {"name", d.name}, {"uuid", d.uuid}, {"memory_bytes", d.memory_bytes}});
+    }
+    j["devices"] = devices;
+    if (b.state == BackendListing::State::available) {
+      const auto& c = b.capabilities;
+      j["capabilities"] = {{"host_registration", c.host_registration},
+                           {"read_only_registration", c.read_only_registration},
+                           {"host_registration_note", c.host_registration_note},
+                           {"import_alignment", c.import_alignment},
+                           {"max_single_allocation", c.max_single_allocation},
+                           {"flushes_f16_subnormals", c.flushes_f16_subnormals}};
+    } else {
+      j["capabilities"] = nullptr;
+    }
+    backends.push_back(std::move(j));
+  }
+  nlohmann::json doc = {{"backends", backends}, {"plugin_search_path", search_dirs}};
+  std::cout << doc.dump(2) << '\n';
+  return kExitOk;
+}
+
+const RegisterCommand kBackends{{
+    "backends",
+    "List every backend: found, available or why not, its devices and capabilities",
+    [](CLI::App& sub) -> std::function<int()> {
+      auto json = std::make_shared<bool>(false);
+      sub.add_flag("--json", *json, "machine-readable output");
+      return [json] {
+        const auto listing = list_backends();
+        const auto& dirs = registry::process_plugin_loader().search_dirs();
+        return *json ? print_json(listing, dirs) : print_table(listing, dirs);
+      };
+    },
+}};
+
+}  // namespace
+}  // namespace ballast::cli
