@@ -237,61 +237,65 @@ BALLAST_SIMD inline __m256 int4_zero_points8(const Int4Args& a, std::uint64_t n,
   return _mm256_cvtepi32_ps(codes);
 }
 
-BALLAST_SIMD void dequant_int4_rows(const Int4Args& a, std::uint64_t row_begin, std::uint64_t row_end) {
+// One block: its 16 possible results (q - zp) * scale, split into low and
+// high bytes so that pshufb looks codes up 16 at a time. `s` and `z` hold
+// the block's scale and zero point in every lane.
+BALLAST_SIMD inline void dequant_block(__m256 s, __m256 z, const std::uint8_t* bytes, std::uint16_t* o,
+                                       std::uint64_t cols) {
   const __m256 q_low = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256 q_high = _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15);
   const __m128i nibble = _mm_set1_epi8(0x0f);
   const __m128i even_bytes = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
   const __m128i odd_bytes = _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m128i h0 = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_sub_ps(q_low, z), s), kRne);
+  const __m128i h1 = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_sub_ps(q_high, z), s), kRne);
+  const __m128i table_lo = _mm_unpacklo_epi64(_mm_shuffle_epi8(h0, even_bytes), _mm_shuffle_epi8(h1, even_bytes));
+  const __m128i table_hi = _mm_unpacklo_epi64(_mm_shuffle_epi8(h0, odd_bytes), _mm_shuffle_epi8(h1, odd_bytes));
+  std::uint64_t c = 0;
+  for (; c + 32 <= cols; c += 32) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + c / 2));
+    const __m128i lo = _mm_and_si128(v, nibble), hi = _mm_and_si128(_mm_srli_epi16(v, 4), nibble);
+    const __m128i i0 = _mm_unpacklo_epi8(lo, hi), i1 = _mm_unpackhi_epi8(lo, hi);  // column order
+    const __m128i l0 = _mm_shuffle_epi8(table_lo, i0), g0 = _mm_shuffle_epi8(table_hi, i0);
+    const __m128i l1 = _mm_shuffle_epi8(table_lo, i1), g1 = _mm_shuffle_epi8(table_hi, i1);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c), _mm_unpacklo_epi8(l0, g0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c + 8), _mm_unpackhi_epi8(l0, g0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c + 16), _mm_unpacklo_epi8(l1, g1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c + 24), _mm_unpackhi_epi8(l1, g1));
+  }
+  for (; c + 16 <= cols; c += 16) {
+    const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + c / 2));
+    const __m128i lo = _mm_and_si128(v, nibble), hi = _mm_and_si128(_mm_srli_epi16(v, 4), nibble);
+    const __m128i i0 = _mm_unpacklo_epi8(lo, hi);
+    const __m128i l0 = _mm_shuffle_epi8(table_lo, i0), g0 = _mm_shuffle_epi8(table_hi, i0);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c), _mm_unpacklo_epi8(l0, g0));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c + 8), _mm_unpackhi_epi8(l0, g0));
+  }
+  const float scale = _mm256_cvtss_f32(s), zp = _mm256_cvtss_f32(z);
+  for (; c < cols; ++c) o[c] = kmath::dequant_f16_bits(kmath::int4_code(bytes, c), zp, scale);
+}
+
+BALLAST_SIMD void dequant_int4_rows(const Int4Args& a, std::uint64_t row_begin, std::uint64_t row_end) {
+  const std::uint64_t block_bytes = a.block_size / 2;
   for (std::uint64_t n = row_begin; n < row_end; ++n) {
     const std::uint8_t* row = a.b + n * int4_row_bytes(a);
     std::uint16_t* out = a.f16_out + n * a.k;
-    alignas(32) float scales[8], zero_points[8];
-    for (std::uint64_t block = 0; block < a.k_blocks; ++block) {
-      // Scales and zero points eight blocks at a time.
-      const std::uint64_t lane = block % 8;
-      if (lane == 0 && block + 8 <= a.k_blocks) {
-        _mm256_store_ps(scales, int4_scales8(a, n, block));
-        _mm256_store_ps(zero_points, int4_zero_points8(a, n, block));
-      } else if (block >= a.k_blocks / 8 * 8) {
-        scales[lane] = int4_scale(a, n, block);
-        zero_points[lane] = int4_zero_point(a, n, block);
+    auto cols_of = [&](std::uint64_t block) { return std::min<std::uint64_t>(a.block_size, a.k - block * a.block_size); };
+    std::uint64_t block = 0;
+    // Scales and zero points eight blocks at a time, each broadcast from
+    // its lane in registers.
+    for (; block + 8 <= a.k_blocks; block += 8) {
+      const __m256 s8 = int4_scales8(a, n, block), z8 = int4_zero_points8(a, n, block);
+      for (int lane = 0; lane < 8; ++lane) {
+        const __m256i pick = _mm256_set1_epi32(lane);
+        const std::uint64_t b = block + static_cast<std::uint64_t>(lane);
+        dequant_block(_mm256_permutevar8x32_ps(s8, pick), _mm256_permutevar8x32_ps(z8, pick), row + b * block_bytes,
+                      out + b * a.block_size, cols_of(b));
       }
-      const float scale = scales[lane], zp = zero_points[lane];
-      // The block's 16 possible results, split into low and high bytes so
-      // that pshufb can look codes up 16 at a time.
-      const __m256 s = _mm256_set1_ps(scale), z = _mm256_set1_ps(zp);
-      const __m128i h0 = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_sub_ps(q_low, z), s), kRne);
-      const __m128i h1 = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_sub_ps(q_high, z), s), kRne);
-      const __m128i table_lo = _mm_unpacklo_epi64(_mm_shuffle_epi8(h0, even_bytes), _mm_shuffle_epi8(h1, even_bytes));
-      const __m128i table_hi = _mm_unpacklo_epi64(_mm_shuffle_epi8(h0, odd_bytes), _mm_shuffle_epi8(h1, odd_bytes));
-
-      const std::uint64_t first = block * a.block_size;
-      const std::uint64_t cols = std::min<std::uint64_t>(a.block_size, a.k - first);
-      const std::uint8_t* bytes = row + block * (a.block_size / 2);
-      std::uint16_t* o = out + first;
-      std::uint64_t c = 0;
-      for (; c + 32 <= cols; c += 32) {
-        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + c / 2));
-        const __m128i lo = _mm_and_si128(v, nibble), hi = _mm_and_si128(_mm_srli_epi16(v, 4), nibble);
-        const __m128i i0 = _mm_unpacklo_epi8(lo, hi), i1 = _mm_unpackhi_epi8(lo, hi);  // column order
-        const __m128i l0 = _mm_shuffle_epi8(table_lo, i0), g0 = _mm_shuffle_epi8(table_hi, i0);
-        const __m128i l1 = _mm_shuffle_epi8(table_lo, i1), g1 = _mm_shuffle_epi8(table_hi, i1);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c), _mm_unpacklo_epi8(l0, g0));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c + 8), _mm_unpackhi_epi8(l0, g0));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c + 16), _mm_unpacklo_epi8(l1, g1));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c + 24), _mm_unpackhi_epi8(l1, g1));
-      }
-      for (; c + 16 <= cols; c += 16) {
-        const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + c / 2));
-        const __m128i lo = _mm_and_si128(v, nibble), hi = _mm_and_si128(_mm_srli_epi16(v, 4), nibble);
-        const __m128i i0 = _mm_unpacklo_epi8(lo, hi);
-        const __m128i l0 = _mm_shuffle_epi8(table_lo, i0), g0 = _mm_shuffle_epi8(table_hi, i0);
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c), _mm_unpacklo_epi8(l0, g0));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c + 8), _mm_unpackhi_epi8(l0, g0));
-      }
-      for (; c < cols; ++c) o[c] = kmath::dequant_f16_bits(kmath::int4_code(bytes, c), zp, scale);
     }
+    for (; block < a.k_blocks; ++block)
+      dequant_block(_mm256_set1_ps(int4_scale(a, n, block)), _mm256_set1_ps(int4_zero_point(a, n, block)),
+                    row + block * block_bytes, out + block * a.block_size, cols_of(block));
   }
 }
 
