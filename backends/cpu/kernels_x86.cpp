@@ -237,27 +237,58 @@ BALLAST_SIMD inline __m256 int4_zero_points8(const Int4Args& a, std::uint64_t n,
   return _mm256_cvtepi32_ps(codes);
 }
 
-// One block: its 16 possible results (q - zp) * scale, split into low and
-// high bytes so that pshufb looks codes up 16 at a time. `s` and `z` hold
-// the block's scale and zero point in every lane.
-BALLAST_SIMD inline void dequant_block(__m256 s, __m256 z, const std::uint8_t* bytes, std::uint16_t* o,
-                                       std::uint64_t cols) {
+// A block's 16 possible results (q - zp) * scale as f16, split into a table
+// of low bytes and one of high bytes so that pshufb looks codes up 16 at a
+// time. `s` and `z` hold the block's scale and zero point in every lane.
+struct BlockTables {
+  __m128i lo, hi;
+};
+
+BALLAST_SIMD inline BlockTables block_tables(__m256 s, __m256 z) {
   const __m256 q_low = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256 q_high = _mm256_setr_ps(8, 9, 10, 11, 12, 13, 14, 15);
-  const __m128i nibble = _mm_set1_epi8(0x0f);
   const __m128i even_bytes = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, -1, -1, -1, -1, -1, -1, -1, -1);
   const __m128i odd_bytes = _mm_setr_epi8(1, 3, 5, 7, 9, 11, 13, 15, -1, -1, -1, -1, -1, -1, -1, -1);
   const __m128i h0 = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_sub_ps(q_low, z), s), kRne);
   const __m128i h1 = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_sub_ps(q_high, z), s), kRne);
-  const __m128i table_lo = _mm_unpacklo_epi64(_mm_shuffle_epi8(h0, even_bytes), _mm_shuffle_epi8(h1, even_bytes));
-  const __m128i table_hi = _mm_unpacklo_epi64(_mm_shuffle_epi8(h0, odd_bytes), _mm_shuffle_epi8(h1, odd_bytes));
+  return {_mm_unpacklo_epi64(_mm_shuffle_epi8(h0, even_bytes), _mm_shuffle_epi8(h1, even_bytes)),
+          _mm_unpacklo_epi64(_mm_shuffle_epi8(h0, odd_bytes), _mm_shuffle_epi8(h1, odd_bytes))};
+}
+
+// 64 columns from 32 bytes: the low 16 bytes' codes are looked up in the
+// low 128-bit lane of the tables, the high 16 bytes' in the high lane (the
+// same block's tables twice, or two consecutive 32-column blocks').
+BALLAST_SIMD inline void dequant_64(__m256i table_lo, __m256i table_hi, const std::uint8_t* bytes, std::uint16_t* o) {
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
+  const __m256i lo = _mm256_and_si256(v, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+  const __m256i i0 = _mm256_unpacklo_epi8(lo, hi), i1 = _mm256_unpackhi_epi8(lo, hi);  // columns 0-15 | 32-47, 16-31 | 48-63
+  const __m256i l0 = _mm256_shuffle_epi8(table_lo, i0), g0 = _mm256_shuffle_epi8(table_hi, i0);
+  const __m256i l1 = _mm256_shuffle_epi8(table_lo, i1), g1 = _mm256_shuffle_epi8(table_hi, i1);
+  const __m256i a = _mm256_unpacklo_epi8(l0, g0), b = _mm256_unpackhi_epi8(l0, g0);  // 0-7 | 32-39, 8-15 | 40-47
+  const __m256i c = _mm256_unpacklo_epi8(l1, g1), d = _mm256_unpackhi_epi8(l1, g1);  // 16-23 | 48-55, 24-31 | 56-63
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_permute2x128_si256(a, b, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 16), _mm256_permute2x128_si256(c, d, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32), _mm256_permute2x128_si256(a, b, 0x31));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 48), _mm256_permute2x128_si256(c, d, 0x31));
+}
+
+// One block of `cols` columns.
+BALLAST_SIMD inline void dequant_block(__m256 s, __m256 z, const std::uint8_t* bytes, std::uint16_t* o,
+                                       std::uint64_t cols) {
+  const BlockTables t = block_tables(s, z);
+  const __m128i nibble = _mm_set1_epi8(0x0f);
   std::uint64_t c = 0;
+  if (cols >= 64) {
+    const __m256i table_lo = _mm256_broadcastsi128_si256(t.lo), table_hi = _mm256_broadcastsi128_si256(t.hi);
+    for (; c + 64 <= cols; c += 64) dequant_64(table_lo, table_hi, bytes + c / 2, o + c);
+  }
   for (; c + 32 <= cols; c += 32) {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + c / 2));
     const __m128i lo = _mm_and_si128(v, nibble), hi = _mm_and_si128(_mm_srli_epi16(v, 4), nibble);
     const __m128i i0 = _mm_unpacklo_epi8(lo, hi), i1 = _mm_unpackhi_epi8(lo, hi);  // column order
-    const __m128i l0 = _mm_shuffle_epi8(table_lo, i0), g0 = _mm_shuffle_epi8(table_hi, i0);
-    const __m128i l1 = _mm_shuffle_epi8(table_lo, i1), g1 = _mm_shuffle_epi8(table_hi, i1);
+    const __m128i l0 = _mm_shuffle_epi8(t.lo, i0), g0 = _mm_shuffle_epi8(t.hi, i0);
+    const __m128i l1 = _mm_shuffle_epi8(t.lo, i1), g1 = _mm_shuffle_epi8(t.hi, i1);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c), _mm_unpacklo_epi8(l0, g0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c + 8), _mm_unpackhi_epi8(l0, g0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c + 16), _mm_unpacklo_epi8(l1, g1));
@@ -267,7 +298,7 @@ BALLAST_SIMD inline void dequant_block(__m256 s, __m256 z, const std::uint8_t* b
     const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + c / 2));
     const __m128i lo = _mm_and_si128(v, nibble), hi = _mm_and_si128(_mm_srli_epi16(v, 4), nibble);
     const __m128i i0 = _mm_unpacklo_epi8(lo, hi);
-    const __m128i l0 = _mm_shuffle_epi8(table_lo, i0), g0 = _mm_shuffle_epi8(table_hi, i0);
+    const __m128i l0 = _mm_shuffle_epi8(t.lo, i0), g0 = _mm_shuffle_epi8(t.hi, i0);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c), _mm_unpacklo_epi8(l0, g0));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c + 8), _mm_unpackhi_epi8(l0, g0));
   }
@@ -286,11 +317,22 @@ BALLAST_SIMD void dequant_int4_rows(const Int4Args& a, std::uint64_t row_begin, 
     // its lane in registers.
     for (; block + 8 <= a.k_blocks; block += 8) {
       const __m256 s8 = int4_scales8(a, n, block), z8 = int4_zero_points8(a, n, block);
-      for (int lane = 0; lane < 8; ++lane) {
-        const __m256i pick = _mm256_set1_epi32(lane);
-        const std::uint64_t b = block + static_cast<std::uint64_t>(lane);
-        dequant_block(_mm256_permutevar8x32_ps(s8, pick), _mm256_permutevar8x32_ps(z8, pick), row + b * block_bytes,
-                      out + b * a.block_size, cols_of(b));
+      if (a.block_size == 32 && cols_of(block + 7) == 32) {
+        // Two 32-column blocks per 256-bit step, one in each lane.
+        for (int i = 0; i < 8; i += 2) {
+          const BlockTables t0 = block_tables(_mm256_permutevar8x32_ps(s8, _mm256_set1_epi32(i)), _mm256_permutevar8x32_ps(z8, _mm256_set1_epi32(i)));
+          const BlockTables t1 =
+              block_tables(_mm256_permutevar8x32_ps(s8, _mm256_set1_epi32(i + 1)), _mm256_permutevar8x32_ps(z8, _mm256_set1_epi32(i + 1)));
+          const std::uint64_t b = block + static_cast<std::uint64_t>(i);
+          dequant_64(_mm256_set_m128i(t1.lo, t0.lo), _mm256_set_m128i(t1.hi, t0.hi), row + b * block_bytes,
+                     out + b * a.block_size);
+        }
+        continue;
+      }
+      for (int i = 0; i < 8; ++i) {
+        const std::uint64_t b = block + static_cast<std::uint64_t>(i);
+        dequant_block(_mm256_permutevar8x32_ps(s8, _mm256_set1_epi32(i)), _mm256_permutevar8x32_ps(z8, _mm256_set1_epi32(i)),
+                      row + b * block_bytes, out + b * a.block_size, cols_of(b));
       }
     }
     for (; block < a.k_blocks; ++block)
