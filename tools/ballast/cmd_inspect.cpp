@@ -81,8 +81,8 @@ std::vector<std::optional<std::string>> hash_weights(const WeightStore& store, c
 
 std::string_view location_kind(const WeightRef& w) { return w.is_external() ? "external" : "inline"; }
 
-nlohmann::json ranges_json(const std::vector<ByteRange>& ranges) {
-  nlohmann::json out = nlohmann::json::array();
+nlohmann::ordered_json ranges_json(const std::vector<ByteRange>& ranges) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
   for (const auto& r : ranges) out.push_back({r.offset, r.length});
   return out;
 }
@@ -90,10 +90,12 @@ nlohmann::json ranges_json(const std::vector<ByteRange>& ranges) {
 int print_json(const Model& model, const std::vector<NamedWeight>& weights,
                const std::vector<std::optional<std::string>>& hashes, const std::vector<FileAccounting>& files,
                const Totals& t) {
-  using nlohmann::json;
+  using json = nlohmann::ordered_json;
   json doc;
   doc["model"] = model.path().string();
-  json& jw = doc["weights"] = json::array();
+  // Arrays are built apart and moved in: ordered_json keeps keys in a vector,
+  // so a reference into `doc` would not survive the next key.
+  json jw = json::array();
   for (std::size_t i = 0; i < weights.size(); ++i) {
     const WeightRef& w = *weights[i].ref;
     json e;
@@ -114,7 +116,8 @@ int print_json(const Model& model, const std::vector<NamedWeight>& weights,
     if (!hashes.empty()) e["sha256"] = hashes[i] ? json(*hashes[i]) : json(nullptr);
     jw.push_back(std::move(e));
   }
-  json& jf = doc["external_files"] = json::array();
+  doc["weights"] = std::move(jw);
+  json jf = json::array();
   for (const auto& f : files) {
     jf.push_back({{"path", f.path.string()},
                   {"mapped_bytes", f.mapped_bytes},
@@ -122,12 +125,15 @@ int print_json(const Model& model, const std::vector<NamedWeight>& weights,
                   {"unreferenced_bytes", f.unreferenced_bytes},
                   {"dead_ranges", ranges_json(f.dead_ranges)}});
   }
-  json& js = doc["string_tensors"] = json::array();
+  doc["external_files"] = std::move(jf);
+  json js = json::array();
   for (const auto& s : model.string_tensors()) {
     js.push_back({{"name", s.name}, {"dims", s.dims}, {"source", std::string(weight_source_name(s.source))}});
   }
-  json& jn = doc["notes"] = json::array();
+  doc["string_tensors"] = std::move(js);
+  json jn = json::array();
   for (const auto& n : model.notes()) jn.push_back({{"tensor", n.tensor}, {"message", n.message}});
+  doc["notes"] = std::move(jn);
   doc["totals"] = {{"weights", t.weights},
                    {"inline_weights", t.inline_weights},
                    {"external_weights", t.external_weights},
@@ -140,7 +146,7 @@ int print_json(const Model& model, const std::vector<NamedWeight>& weights,
                    {"unreferenced_bytes", t.unreferenced_bytes},
                    {"onnx_file_bytes", model.file_size()}};
   // Invalid UTF-8 in names (the proto does not enforce it) is replaced, not fatal.
-  std::cout << doc.dump(1, ' ', false, json::error_handler_t::replace) << '\n';
+  std::cout << doc.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
   return kExitOk;
 }
 
