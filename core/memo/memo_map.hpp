@@ -185,6 +185,8 @@ class MemoMap {
           reserve_locked(s, 1);  // a no-op unless release() ran during the build
           publish_locked(s, key, built.value());
         } catch (const std::bad_alloc&) {
+          // Reachable only when release() raced this build (misuse) and the
+          // host is out of memory: the value cannot be kept, nor freed here.
           built = make_error(ErrorCode::out_of_memory, "no host memory to memoize a finished build of key " + hex(key));
         }
       }
