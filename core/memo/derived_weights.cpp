@@ -19,6 +19,7 @@ std::string hex(std::uint64_t v) {
 
 // One map per derivation: the value types differ, and a map shared by all
 // kinds is exactly where a single pointer would be read as a pair.
+static_assert(kDerivationCount == 5, "a new derivation needs its map here and its tag in derived_weights.hpp");
 struct DerivedWeights::Impl {
   memo::HitCounters counters;
   memo::MemoMap<DerivedPtr> transpose{Derivation::transpose, counters};
