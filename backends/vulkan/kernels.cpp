@@ -147,18 +147,18 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
     case Derivation::transpose:
     case Derivation::to_f16:
     case Derivation::dequant_int4:
-      if (sizes.dst_bytes != 0) split(out, *pipe, p, word_count(l.dst, sizes.dst_bytes), kWorkgroupSize);
+      if (sizes.dst_bytes != 0) split(out, *pipe, p, word_count(l.dst, sizes.dst_bytes), kWorkgroupSize * kWordsPerInvocation);
       break;
     case Derivation::repack_int4: {
       p.mode = 0;
-      split(out, *pipe, p, word_count(l.dst, sizes.dst_bytes), kWorkgroupSize);
+      split(out, *pipe, p, word_count(l.dst, sizes.dst_bytes), kWorkgroupSize * kWordsPerInvocation);
       // The pairs pass writes dst2 through the shader's dst slot.
       PushConstants pairs = p;
       pairs.mode = 1;
       set_address(pairs.dst, l.dst2);
       pairs.shifts = (p.shifts & ~(3u << (2 * kDst))) | static_cast<std::uint32_t>((l.dst2 & 3) << (2 * kDst));
       pairs.dst_bytes = static_cast<std::uint32_t>(sizes.dst2_bytes);
-      split(out, *pipe, pairs, word_count(l.dst2, sizes.dst2_bytes), kWorkgroupSize);
+      split(out, *pipe, pairs, word_count(l.dst2, sizes.dst2_bytes), kWorkgroupSize * kWordsPerInvocation);
       break;
     }
     case Derivation::quant_int8:

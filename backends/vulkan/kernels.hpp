@@ -35,6 +35,8 @@ struct PushConstants {
 static_assert(sizeof(PushConstants) == 76);
 
 inline constexpr std::uint32_t kWorkgroupSize = 64;
+// WORDS_PER_INVOCATION in shaders/common.glsl.
+inline constexpr std::uint32_t kWordsPerInvocation = 16;
 
 struct Dispatch {
   VkPipeline pipeline = VK_NULL_HANDLE;

@@ -43,7 +43,20 @@ uvec2 op_base(uint op) {
   return p.dst2;
 }
 
-uint work_item() { return p.base + gl_WorkGroupID.x * gl_WorkGroupSize.x + gl_LocalInvocationID.x; }
+// Word kernels: each invocation handles WORDS_PER_INVOCATION output words,
+// strided by the dispatch's invocation count (neighbouring invocations
+// touch neighbouring words), so a dispatch of g workgroups covers
+// g * local_size * WORDS_PER_INVOCATION words from p.base. Fewer, fuller
+// workgroups matter on CPU drivers, where each workgroup has a fixed cost.
+const uint WORDS_PER_INVOCATION = 16u;
+
+void process_word(uint word);
+
+void run_words() {
+  const uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+  uint word = p.base + gl_GlobalInvocationID.x;
+  for (uint i = 0u; i < WORDS_PER_INVOCATION && word < p.total; ++i, word += stride) process_word(word);
+}
 
 // ------------------------------------------------------------ byte access
 uint load_word(uint op, uint word) { return Words(op_base(op)).w[word]; }

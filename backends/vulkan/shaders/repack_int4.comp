@@ -23,6 +23,16 @@ uint repacked_word(uint index) {
   const uint per_row = (p.cols + 7u) >> 3;
   const uint n = index / per_row;
   const uint j = index - n * per_row;
+  if (op_shift(OP_SRC) == 0u && 8u * j + 8u <= p.cols) {
+    // Columns 8j..8j+7 are the four bytes at 4j of the row (rows are whole
+    // words: block_size/2 >= 8 bytes per block): one load, then reorder the
+    // nibbles from column order 0..7 to 0,2,4,6,1,3,5,7.
+    const uint row_words = k_blocks() * (p.block_size >> 3);
+    const uint codes = load_word(OP_SRC, n * row_words + j);
+    uint word = 0u;
+    for (uint c = 0u; c < 8u; ++c) word |= ((codes >> (4u * c)) & 0xfu) << (4u * ((c >> 1) | ((c & 1u) << 2)));
+    return word;
+  }
   uint word = 0u;
   for (uint c = 0u; c < 8u; ++c) {
     const uint k = 8u * j + c;
@@ -45,9 +55,7 @@ uint scale_pair(uint index) {
 
 uint output_value(uint index) { return p.mode == 0u ? repacked_word(index) : scale_pair(index); }
 
-void main() {
-  const uint word = work_item();
-  if (word >= p.total) return;
+void process_word(uint word) {
   const uint shift = op_shift(OP_DST);
   const int first = int(4u * word) - int(shift);
   if (shift == 0u) {
@@ -71,3 +79,5 @@ void main() {
   }
   store_word(OP_DST, word, value, mask);
 }
+
+void main() { run_words(); }

@@ -9,9 +9,7 @@ uint f16_of(uint e) {
   return f16_bits_from_f32_bits(bits);
 }
 
-void main() {
-  const uint word = work_item();
-  if (word >= p.total) return;
+void process_word(uint word) {
   const int first = int(4u * word) - int(op_shift(OP_DST));
   if (op_shift(OP_DST) == 0u && uint(first) + 4u <= p.dst_bytes) {
     const uint e = uint(first) >> 1;
@@ -27,3 +25,5 @@ void main() {
   }
   store_word(OP_DST, word, value, mask);
 }
+
+void main() { run_words(); }

@@ -12,9 +12,7 @@ uint source_offset(uint o) {
   return (r * p.cols + c) * size + (o - e * size);
 }
 
-void main() {
-  const uint word = work_item();
-  if (word >= p.total) return;
+void process_word(uint word) {
   const int first = int(4u * word) - int(op_shift(OP_DST));  // output byte of the word's low byte
   const bool aligned = op_shift(OP_DST) == 0u && op_shift(OP_SRC) == 0u;
   if (aligned && VARIANT >= 4u && uint(first) + 4u <= p.dst_bytes) {
@@ -37,3 +35,5 @@ void main() {
   }
   store_word(OP_DST, word, value, mask);
 }
+
+void main() { run_words(); }

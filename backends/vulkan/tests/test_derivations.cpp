@@ -364,7 +364,8 @@ TEST_CASE("quant_int8 from f32 and f16: scales bit-exact, codes within one") {
 
 TEST_CASE("work beyond one dispatch is split, not truncated") {
   auto b = open("?max_workgroups=2");
-  const std::vector<float> f = awkward_floats(64 * 2 * 4 * 5 + 17, 5);  // words need several dispatches
+  // Two f16 per word; with two workgroups per dispatch this needs four dispatches.
+  const std::vector<float> f = awkward_floats(2 * (2 * kWorkgroupSize * kWordsPerInvocation) * 3 + 17, 5);
   DerivationLaunch l;
   l.kind = Derivation::to_f16;
   l.src_type = DataType::float32;
