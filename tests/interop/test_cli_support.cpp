@@ -1,0 +1,151 @@
+// The CLI's shared helpers: human sizes, tables, digests, the dead-weight map
+// and the per-file accounting that inspect prints.
+#include "support_format.hpp"
+#include "support_hash.hpp"
+#include "support_model.hpp"
+#include "support_svg.hpp"
+
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace cli = ballast::cli;
+
+namespace {
+
+ballast::Bytes as_bytes(const std::string& s) {
+  return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
+}
+
+std::size_t count(const std::string& text, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("human_bytes uses powers of 1024 with two decimals and exact bytes below 1 KiB") {
+  CHECK(cli::human_bytes(0) == "0 B");
+  CHECK(cli::human_bytes(1023) == "1023 B");
+  CHECK(cli::human_bytes(1024) == "1.00 KiB");
+  CHECK(cli::human_bytes(1536) == "1.50 KiB");
+  CHECK(cli::human_bytes(std::uint64_t{3} << 20) == "3.00 MiB");
+  CHECK(cli::human_bytes(std::uint64_t{4} << 30) == "4.00 GiB");
+  CHECK(cli::human_bytes(std::numeric_limits<std::uint64_t>::max()) == "16.00 EiB");
+}
+
+TEST_CASE("shape_string and percent") {
+  CHECK(cli::shape_string(std::vector<std::int64_t>{}) == "[]");
+  CHECK(cli::shape_string(std::vector<std::int64_t>{256, 512}) == "[256, 512]");
+  CHECK(cli::percent(1, 0) == "-");
+  CHECK(cli::percent(1, 2) == "50.00%");
+  CHECK(cli::percent(8'320'000'000ULL, 16'633'000'000ULL) == "50.02%");
+}
+
+TEST_CASE("Table pads columns to the widest cell and right-aligns numbers") {
+  cli::Table t({"NAME", "BYTES"}, {false, true});
+  t.add({"a", "1 B"});
+  t.add({"longer_name", "10.00 KiB"});
+  t.add({"short"});  // missing cells are empty, not a crash
+  std::ostringstream out;
+  t.print(out, "  ");
+  CHECK(out.str() ==
+        "  NAME             BYTES\n"
+        "  a                  1 B\n"
+        "  longer_name  10.00 KiB\n"
+        "  short\n");
+}
+
+TEST_CASE("hex_digest matches the FIPS test vectors and reports every chunk") {
+  CHECK(cli::hex_digest(cli::Digest::sha1, as_bytes("abc")) == "a9993e364706816aba3e25717850c26c9cd0d89d");
+  CHECK(cli::hex_digest(cli::Digest::sha256, as_bytes("abc")) ==
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(cli::hex_digest(cli::Digest::sha256, {}) ==
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+
+  const std::string big((std::size_t{20} << 20) + 3, '\0');
+  std::uint64_t seen = 0;
+  int calls = 0;
+  const std::string chunked = cli::hex_digest(cli::Digest::sha1, as_bytes(big), [&](std::uint64_t n) {
+    seen += n;
+    ++calls;
+  });
+  CHECK(seen == big.size());
+  CHECK(calls == 3);  // 8 MiB chunks
+  CHECK(chunked == cli::hex_digest(cli::Digest::sha1, as_bytes(big)));
+}
+
+TEST_CASE("the dead-weight map escapes names and clips hostile ranges") {
+  cli::FileAccounting f;
+  f.path = "dir/<evil & \"name\">\x01.bin";
+  f.mapped_bytes = 1000;
+  f.referenced_bytes = 600;
+  f.unreferenced_bytes = 400;
+  f.referenced_ranges = {{400, 600}};
+  f.dead_ranges = {{0, 400},
+                   {5000, 10},                                             // past the end: not drawn
+                   {std::numeric_limits<std::uint64_t>::max() - 5, 100}};  // would overflow: not drawn
+  const std::string svg = cli::dead_weight_map_svg("m.onnx", {f});
+  CHECK(svg.find("&lt;evil &amp; &quot;name&quot;&gt;.bin") != std::string::npos);
+  CHECK(svg.find('\x01') == std::string::npos);
+  CHECK(svg.find("<evil") == std::string::npos);
+  CHECK(count(svg, "fill=\"#e0452b\"") == 2);  // one dead range drawn + the legend swatch
+  CHECK(count(svg, "fill=\"#2f6fd0\"") == 2);  // one referenced range drawn + the legend swatch
+  CHECK(svg.find("dead 400 B (40.00%) in 3 ranges") != std::string::npos);
+  CHECK(svg.rfind("</svg>\n") == svg.size() - 7);
+
+  const std::string empty = cli::dead_weight_map_svg("m.onnx", {});
+  CHECK(empty.find("no external data files") != std::string::npos);
+}
+
+TEST_CASE("write_dead_weight_map names the file it cannot write") {
+  const ballast::Status s = cli::write_dead_weight_map("/nonexistent-dir/x.svg", "m", {});
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.code() == ballast::ErrorCode::io);
+  CHECK(s.error().file == "/nonexistent-dir/x.svg");
+}
+
+TEST_CASE("account_external_files: referenced union and dead ranges of a hand-built store") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(BALLAST_BINARY_DIR) / "tests" / "interop" / "cli_support_store";
+  fs::create_directories(dir);
+  const fs::path blob = dir / "blob.bin";
+  {
+    std::ofstream out(blob, std::ios::binary | std::ios::trunc);
+    const std::string bytes(4096, 'x');
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  ballast::WeightStore store;
+  auto id = store.map_external(blob);
+  REQUIRE(id.ok());
+  auto add = [&](std::uint32_t value, std::uint64_t offset, std::uint64_t length) {
+    ballast::WeightRef w;
+    w.dtype = ballast::DataType::uint8;
+    w.dims = {static_cast<std::int64_t>(length)};
+    w.storage = ballast::WeightRef::Storage::external;
+    ballast::ExternalLocation loc;
+    loc.location = "blob.bin";
+    loc.resolved = fs::canonical(blob);
+    loc.offset = offset;
+    loc.length = length;
+    w.external = loc;
+    store.weights.emplace(ballast::ValueId{value}, std::move(w));
+  };
+  add(0, 2048, 1024);
+  add(1, 2048, 1024);  // aliased: counts once
+  add(2, 2560, 1024);  // overlaps: union is [2048, 3584)
+
+  const auto files = cli::account_external_files(store);
+  REQUIRE(files.size() == 1);
+  CHECK(files[0].mapped_bytes == 4096);
+  CHECK(files[0].referenced_bytes == 1536);
+  CHECK(files[0].unreferenced_bytes == 2560);
+  CHECK(files[0].dead_ranges == std::vector<ballast::ByteRange>{{0, 2048}, {3584, 512}});
+}
