@@ -231,6 +231,53 @@ def test_hostile(cli, sample_dir, work):
     expect(rc == 2, "verify with an unknown flag: usage error exit 2")
 
 
+def test_progress_bar(cli, work):
+    """The bar shows on a terminal for large checksummed files, never in a pipe."""
+    import hashlib
+    import pty
+    import onnx
+    from onnx import TensorProto, helper
+    folder = os.path.join(work, "progress")
+    os.makedirs(folder, exist_ok=True)
+    n = 80 << 20  # above the 64 MiB threshold; a sparse file of zeros
+    with open(os.path.join(folder, "zeros.bin"), "wb") as f:
+        f.truncate(n)
+    digest = hashlib.sha1()
+    chunk = bytes(1 << 20)
+    for _ in range(n >> 20):
+        digest.update(chunk)
+    t = TensorProto(name="zeros", data_type=TensorProto.UINT8, dims=[n], data_location=TensorProto.EXTERNAL)
+    for k, v in (("location", "zeros.bin"), ("offset", "0"), ("length", str(n)), ("checksum", digest.hexdigest())):
+        e = t.external_data.add()
+        e.key, e.value = k, v
+    graph = helper.make_graph([helper.make_node("Identity", ["zeros"], ["y"])], "g", [],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, [n])], initializer=[t])
+    path = os.path.join(folder, "progress.onnx")
+    onnx.save_model(helper.make_model(graph), path)
+
+    rc, out, err = cli("verify", path)
+    expect(rc == 0 and "\r" not in err and err.strip() == "",
+           "verify 80 MiB with stderr in a pipe: exit 0, no progress output (got %d, %r)" % (rc, err[:80]))
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([cli.ballast, "verify", path], stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    seen = b""
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:
+            break
+        if not data:
+            break
+        seen += data
+    proc.wait(timeout=120)
+    os.close(master)
+    text = seen.decode(errors="replace")
+    expect(proc.returncode == 0 and "verifying checksums [" in text and "100.0%" in text,
+           "verify with stderr on a terminal: a progress bar reaching 100%% (got %d, %r)" % (proc.returncode, text[-120:]))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--ballast", required=True)
@@ -255,6 +302,7 @@ def main():
     test_checksums(cli, sample_dir, a.work)
     test_truncated(cli, sample_dir, a.work)
     test_hostile(cli, sample_dir, a.work)
+    test_progress_bar(cli, a.work)
     print("%d check(s) failed" % len(FAILURES) if FAILURES else "all CLI checks passed")
     return 1 if FAILURES else 0
 
