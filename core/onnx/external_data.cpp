@@ -4,7 +4,6 @@
 #include "store/mapped_file.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <system_error>
 
 namespace ballast::onnx {
@@ -20,19 +19,28 @@ Error located(ErrorCode code, std::string message, std::string file, std::string
   return e;
 }
 
-// Strict decimal: digits only, no sign, no blanks.
-Result<std::uint64_t> parse_decimal(std::string_view text, std::string_view key) {
-  if (text.empty() || !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return make_error(ErrorCode::malformed,
-                      "external data '" + std::string(key) + "' is not a decimal number: '" + std::string(text) + "'");
-  std::uint64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec == std::errc::result_out_of_range)
-    return make_error(ErrorCode::overflow, "external data '" + std::string(key) + "' does not fit in 64 bits: " +
-                                               std::string(text));
-  if (ec != std::errc() || end != text.data() + text.size())
-    return make_error(ErrorCode::malformed, "external data '" + std::string(key) + "' is not a decimal number");
-  return value;
+// Strict decimal: digits only, no sign, no blanks. Runs for two keys of
+// every external tensor, so the happy path builds no Result.
+enum class Decimal { ok, not_a_number, too_big };
+Decimal parse_decimal(std::string_view text, std::uint64_t& value) {
+  if (text.empty()) return Decimal::not_a_number;
+  std::uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return Decimal::not_a_number;
+    const auto digit = static_cast<std::uint64_t>(c - '0');
+    if (v > UINT64_MAX / 10 || (v == UINT64_MAX / 10 && digit > UINT64_MAX % 10)) return Decimal::too_big;
+    v = v * 10 + digit;
+  }
+  value = v;
+  return Decimal::ok;
+}
+
+Error decimal_error(Decimal d, std::string_view key, std::string_view text) {
+  if (d == Decimal::too_big)
+    return make_error(ErrorCode::overflow,
+                      "external data '" + std::string(key) + "' does not fit in 64 bits: " + std::string(text));
+  return make_error(ErrorCode::malformed,
+                    "external data '" + std::string(key) + "' is not a decimal number: '" + std::string(text) + "'");
 }
 
 bool is_inside(const std::filesystem::path& dir, const std::filesystem::path& target) {
@@ -85,11 +93,20 @@ Result<std::filesystem::path> ExternalResolver::canonical_model_dir() {
   return dir;
 }
 
-Result<ExternalResolver::ResolvedFile> ExternalResolver::open_location(const std::string& location) {
-  if (auto it = cache_.find(location); it != cache_.end()) return it->second;
-  if (Status s = check_location_text(location); !s.ok()) return s;
+const ExternalResolver::ResolvedFile* ExternalResolver::open_location(const std::string& location, Error& error) {
+  if (last_file_ && location == last_location_) return last_file_;
+  auto failed = [&error](Error e) -> const ResolvedFile* {
+    error = std::move(e);
+    return nullptr;
+  };
+  if (auto it = cache_.find(location); it != cache_.end()) {
+    last_location_ = location;
+    last_file_ = &it->second;
+    return last_file_;
+  }
+  if (Status s = check_location_text(location); !s.ok()) return failed(std::move(s.error()));
   auto dir = canonical_model_dir();
-  if (!dir) return dir.error();
+  if (!dir) return failed(std::move(dir.error()));
   const std::filesystem::path joined = *dir / location;
 
   std::error_code ec;
@@ -98,7 +115,7 @@ Result<ExternalResolver::ResolvedFile> ExternalResolver::open_location(const std
     Error e = make_error(ec == std::errc::no_such_file_or_directory ? ErrorCode::not_found : ErrorCode::io,
                          "external data file '" + location + "' cannot be resolved: " + ec.message());
     e.file = joined.string();
-    return e;
+    return failed(std::move(e));
   }
   if (!options_.allow_external_outside_model_dir && !is_inside(*dir, target)) {
     Error e = make_error(ErrorCode::path_escapes,
@@ -106,21 +123,22 @@ Result<ExternalResolver::ResolvedFile> ExternalResolver::open_location(const std
                              ", outside the model directory " + dir->string() +
                              " (set LoadOptions::allow_external_outside_model_dir to allow symlinked caches)");
     e.file = joined.string();
-    return e;
+    return failed(std::move(e));
   }
-  if (Status s = store::require_regular_file(target); !s.ok()) return s;
+  if (Status s = store::require_regular_file(target); !s.ok()) return failed(std::move(s.error()));
   auto id = store_.map_external(target);
-  if (!id) return id.error();
+  if (!id) return failed(std::move(id.error()));
   auto full = store_.mmap_full_bytes(*id);
-  if (!full) return make_error(ErrorCode::internal, "mapping vanished right after it was made");
-  ResolvedFile file{target, full->size()};
-  cache_.emplace(location, file);
-  return file;
+  if (!full) return failed(make_error(ErrorCode::internal, "mapping vanished right after it was made"));
+  auto [it, inserted] = cache_.emplace(location, ResolvedFile{target, full->size()});
+  last_location_ = location;
+  last_file_ = &it->second;
+  return last_file_;
 }
 
-Result<ExternalLocation> ExternalResolver::resolve(const std::vector<ExternalEntry>& entries, std::string_view tensor,
-                                                   DataType dtype, std::uint64_t elements,
-                                                   std::uint64_t tensor_offset, std::vector<LoadNote>& notes) {
+Status ExternalResolver::resolve(std::span<const ExternalEntry> entries, std::string_view tensor, DataType dtype,
+                                 std::uint64_t elements, std::uint64_t tensor_offset, std::vector<LoadNote>& notes,
+                                 ExternalLocation& loc) {
   auto fail = [&](Error e, std::uint64_t at) {
     if (e.file.empty()) e.file = model_file_;
     if (e.tensor.empty()) e.tensor = std::string(tensor);
@@ -128,21 +146,21 @@ Result<ExternalLocation> ExternalResolver::resolve(const std::vector<ExternalEnt
     return e;
   };
 
-  ExternalLocation loc;
   std::optional<std::uint64_t> given_length;
   bool has_location = false;
   // Later entries win, as in the reference implementation.
   for (const ExternalEntry& entry : entries) {
     if (entry.key == "location") {
-      loc.location = std::string(entry.value);
+      loc.location.assign(entry.value);
       has_location = true;
     } else if (entry.key == "offset" || entry.key == "length") {
-      auto v = parse_decimal(entry.value, entry.key);
-      if (!v) return fail(v.error(), entry.offset);
+      std::uint64_t v = 0;
+      if (Decimal d = parse_decimal(entry.value, v); d != Decimal::ok)
+        return fail(decimal_error(d, entry.key, entry.value), entry.offset);
       if (entry.key == "offset")
-        loc.offset = *v;
+        loc.offset = v;
       else
-        given_length = *v;
+        given_length = v;
     } else if (entry.key == "checksum") {
       loc.checksum = std::string(entry.value);
     } else {
@@ -165,21 +183,26 @@ Result<ExternalLocation> ExternalResolver::resolve(const std::vector<ExternalEnt
   loc.length = *needed;
   loc.length_was_given = given_length.has_value();
 
-  auto file = open_location(loc.location);
-  if (!file) return fail(std::move(file.error()), tensor_offset);
-  loc.resolved = file->canonical;
+  const ResolvedFile* file = last_file_ && loc.location == last_location_ ? last_file_ : nullptr;
+  if (!file) {
+    Error open_error;
+    file = open_location(loc.location, open_error);
+    if (!file) return fail(std::move(open_error), tensor_offset);
+  }
+  const ResolvedFile& resolved = *file;
+  loc.resolved = std::filesystem::path(resolved.canonical);  // copy-construct + move: far cheaper than path::operator=
 
   if (loc.length > UINT64_MAX - loc.offset)
     return located(ErrorCode::out_of_bounds,
                    "external data offset " + std::to_string(loc.offset) + " + length " + std::to_string(loc.length) +
                        " overflows",
                    loc.resolved.string(), tensor, loc.offset);
-  if (!store::range_inside(loc.offset, loc.length, file->size))
+  if (!store::range_inside(loc.offset, loc.length, resolved.size))
     return located(ErrorCode::out_of_bounds,
                    "external data range [" + std::to_string(loc.offset) + ", " + std::to_string(loc.offset + loc.length) +
-                       ") lies past the end of the " + std::to_string(file->size) + "-byte file",
+                       ") lies past the end of the " + std::to_string(resolved.size) + "-byte file",
                    loc.resolved.string(), tensor, loc.offset);
-  return loc;
+  return {};
 }
 
 }  // namespace ballast::onnx

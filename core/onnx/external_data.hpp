@@ -8,6 +8,7 @@
 
 #include "onnx/wire_reader.hpp"
 
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -34,16 +35,18 @@ class ExternalResolver {
 
   // Builds the ExternalLocation of tensor `tensor` (dtype x elements give
   // the expected length). Unknown keys are kept and reported in `notes`.
-  Result<ExternalLocation> resolve(const std::vector<ExternalEntry>& entries, std::string_view tensor,
-                                   DataType dtype, std::uint64_t elements, std::uint64_t tensor_offset,
-                                   std::vector<LoadNote>& notes);
+  Status resolve(std::span<const ExternalEntry> entries, std::string_view tensor, DataType dtype,
+                 std::uint64_t elements, std::uint64_t tensor_offset, std::vector<LoadNote>& notes,
+                 ExternalLocation& loc);
 
  private:
   struct ResolvedFile {
     std::filesystem::path canonical;
     std::uint64_t size = 0;
   };
-  Result<ResolvedFile> open_location(const std::string& location);
+  // Points into cache_ (stable: unordered_map nodes do not move).
+  // nullptr (and `error` set) when the location is refused.
+  const ResolvedFile* open_location(const std::string& location, Error& error);
   Result<std::filesystem::path> canonical_model_dir();
 
   std::filesystem::path model_dir_;
@@ -53,6 +56,9 @@ class ExternalResolver {
   WeightStore& store_;
   // Many tensors share one file: resolve and stat each location once.
   std::unordered_map<std::string, ResolvedFile> cache_;
+  // Consecutive tensors nearly always name the same file: skip the hash then.
+  std::string last_location_;
+  const ResolvedFile* last_file_ = nullptr;
 };
 
 }  // namespace ballast::onnx

@@ -49,9 +49,8 @@ Result<Attribute> scan_attribute(const WireField& message) {
   a.message = message;
   WireReader reader(message.payload, message.payload_offset);
   while (!reader.at_end()) {
-    auto next = reader.next();
-    if (!next) return next.error();
-    const WireField& f = *next;
+    WireField f;
+    if (!reader.next(f)) return reader.error();
     Status s;
     switch (f.number) {
       case attr_field::kName:
@@ -144,9 +143,8 @@ Error ModelDecoder::error_at(ErrorCode code, std::string message, std::string_vi
 Status ModelDecoder::decode(Bytes bytes) {
   WireReader reader(bytes, 0);
   while (!reader.at_end()) {
-    auto next = reader.next();
-    if (!next) return next.error();
-    const WireField& f = *next;
+    WireField f;
+    if (!reader.next(f)) return reader.error();
     switch (f.number) {
       case model_field::kIrVersion:
         if (Status s = expect_wire_type(f, WireType::varint, "ModelProto.ir_version"); !s.ok()) return s;
@@ -185,11 +183,11 @@ Status ModelDecoder::decode_graph(const WireField& graph, unsigned depth) {
     return error_at(ErrorCode::malformed, "subgraphs nested deeper than " + std::to_string(kMaxGraphDepth) + " levels",
                     "", graph.offset);
   const WeightSource source = depth == 0 ? WeightSource::initializer : WeightSource::subgraph;
+  if (depth == 0) reserve_for(graph);
   WireReader reader(graph.payload, graph.payload_offset);
   while (!reader.at_end()) {
-    auto next = reader.next();
-    if (!next) return next.error();
-    const WireField& f = *next;
+    WireField f;
+    if (!reader.next(f)) return reader.error();
     switch (f.number) {
       case graph_field::kNode:
         if (Status s = expect_wire_type(f, WireType::len, "GraphProto.node"); !s.ok()) return s;
@@ -217,14 +215,29 @@ Status ModelDecoder::decode_graph(const WireField& graph, unsigned depth) {
   return {};
 }
 
+// Sizing the tables once up front saves rehashing them as a model with
+// tens of thousands of initializers is read (a tag walk: payloads skipped).
+void ModelDecoder::reserve_for(const WireField& graph) {
+  std::size_t initializers = 0, nodes = 0;
+  WireReader reader(graph.payload, graph.payload_offset);
+  WireField f;
+  while (!reader.at_end() && reader.next(f)) {
+    if (f.number == graph_field::kInitializer) ++initializers;
+    if (f.number == graph_field::kNode) ++nodes;
+  }
+  model_.store.weights.reserve(model_.store.weights.size() + initializers);
+  model_.weight_order.reserve(model_.weight_order.size() + initializers);
+  model_.ids.reserve(model_.ids.size() + initializers + 2 * nodes);
+  model_.nodes.reserve(model_.nodes.size() + nodes);
+}
+
 Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
   NodeInfo node;
   node.depth = depth;
   WireReader reader(node_field.payload, node_field.payload_offset);
   while (!reader.at_end()) {
-    auto next = reader.next();
-    if (!next) return next.error();
-    const WireField& f = *next;
+    WireField f;
+    if (!reader.next(f)) return reader.error();
     Status s;
     switch (f.number) {
       case node_field::kInput:
@@ -360,20 +373,20 @@ Status ModelDecoder::decode_constant(const WireField& attribute, std::string_vie
 }
 
 Status ModelDecoder::add_tensor(const WireField& tensor, WeightSource source, std::string_view name_override) {
-  auto decoded = tensors_.decode(tensor, source, name_override);
-  if (!decoded) return std::move(decoded.error());
-  if (decoded->is_string) {
+  DecodedTensor& decoded = decoded_;
+  if (Status s = tensors_.decode(tensor, source, name_override, decoded); !s.ok()) return s;
+  if (decoded.is_string) {
     StringTensorInfo info;
-    info.name = std::string(decoded->name);
-    info.dims = std::move(decoded->weight.dims);
+    info.name = std::string(decoded.name);
+    info.dims = std::move(decoded.weight.dims);
     info.source = source;
     model_.string_tensors.push_back(std::move(info));
     return {};
   }
-  return add_weight(decoded->name, std::move(decoded->weight), tensor.offset);
+  return add_weight(decoded.name, std::move(decoded.weight), tensor.offset);
 }
 
-Status ModelDecoder::add_weight(std::string_view name, WeightRef weight, std::uint64_t offset) {
+Status ModelDecoder::add_weight(std::string_view name, WeightRef&& weight, std::uint64_t offset) {
   if (name.empty()) return error_at(ErrorCode::malformed, "weight without a name", name, offset);
   const ValueId id = model_.intern(name);
   auto [it, inserted] = model_.store.weights.try_emplace(id, std::move(weight));

@@ -22,10 +22,11 @@ class ModelDecoder {
 
  private:
   Status decode_graph(const WireField& graph, unsigned depth);
+  void reserve_for(const WireField& graph);
   Status decode_node(const WireField& node, unsigned depth);
   Status decode_constant(const WireField& attribute, std::string_view attr_name, const NodeInfo& node,
                          const WireField& node_field);
-  Status add_weight(std::string_view name, WeightRef weight, std::uint64_t offset);
+  Status add_weight(std::string_view name, WeightRef&& weight, std::uint64_t offset);
   Status add_tensor(const WireField& tensor, WeightSource source, std::string_view name_override);
   Error error_at(ErrorCode code, std::string message, std::string_view tensor, std::uint64_t offset) const;
 
@@ -33,6 +34,7 @@ class ModelDecoder {
   std::string model_file_;
   ExternalResolver external_;
   TensorDecoder tensors_;
+  DecodedTensor decoded_;  // reused for every tensor
 };
 
 }  // namespace ballast::onnx

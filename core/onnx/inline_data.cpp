@@ -11,11 +11,11 @@ namespace {
 template <class Fn>
 Status for_each_occurrence(const WireField& message, std::uint32_t number, Fn&& fn) {
   WireReader reader(message.payload, message.payload_offset);
+  WireField field;
   while (!reader.at_end()) {
-    auto field = reader.next();
-    if (!field) return field.error();
-    if (field->number != number) continue;
-    if (Status s = fn(*field); !s.ok()) return s;
+    if (!reader.next(field)) return reader.error();
+    if (field.number != number) continue;
+    if (Status s = fn(field); !s.ok()) return s;
   }
   return {};
 }

@@ -3,11 +3,13 @@
 namespace ballast {
 
 ValueId Model::Impl::intern(std::string_view name) {
-  if (auto it = ids.find(name); it != ids.end()) return ValueId{it->second};
+  // Store first, then look up once with a view of the stored copy: one hash
+  // probe per name (this runs for every value of every node).
   const auto index = static_cast<std::uint32_t>(names.size());
   const std::string& stored = names.emplace_back(name);
-  ids.emplace(std::string_view(stored), index);
-  return ValueId{index};
+  auto [it, inserted] = ids.try_emplace(std::string_view(stored), index);
+  if (!inserted) names.pop_back();
+  return ValueId{it->second};
 }
 
 Model::Model() : impl_(std::make_unique<Impl>()) {}

@@ -77,22 +77,20 @@ struct Scan {
   std::optional<std::uint64_t> segment_at;
   std::array<std::uint32_t, 16> typed_occurrences{};  // indexed by field number
   std::uint64_t string_count = 0;
-  std::vector<ExternalEntry> external;
+  std::vector<ExternalEntry>* external = nullptr;  // the decoder's reused buffer
   std::uint64_t data_location = 0;
 };
 
 Status scan_entry(const WireField& field, ExternalEntry& entry) {
   WireReader reader(field.payload, field.payload_offset);
   entry.offset = field.offset;
+  WireField f;
   while (!reader.at_end()) {
-    auto f = reader.next();
-    if (!f) return f.error();
-    if (f->number == 1 || f->number == 2) {
-      if (Status s = expect_wire_type(*f, WireType::len, f->number == 1 ? "StringStringEntryProto.key"
-                                                                          : "StringStringEntryProto.value");
-          !s.ok())
-        return s;
-      (f->number == 1 ? entry.key : entry.value) = f->text();
+    if (!reader.next(f)) return reader.error();
+    if (f.number == 1 || f.number == 2) {
+      if (f.type != WireType::len)
+        return wire_type_error(f, WireType::len, f.number == 1 ? "StringStringEntryProto.key" : "StringStringEntryProto.value");
+      (f.number == 1 ? entry.key : entry.value) = f.text();
     }
   }
   return {};
@@ -101,9 +99,8 @@ Status scan_entry(const WireField& field, ExternalEntry& entry) {
 Status scan_tensor(const WireField& message, Scan& scan) {
   WireReader reader(message.payload, message.payload_offset);
   while (!reader.at_end()) {
-    auto next = reader.next();
-    if (!next) return next.error();
-    const WireField& f = *next;
+    WireField f;
+    if (!reader.next(f)) return reader.error();
     switch (f.number) {
       case kDims:
         if (f.type == WireType::varint) {
@@ -161,7 +158,7 @@ Status scan_tensor(const WireField& message, Scan& scan) {
         if (Status s = expect_wire_type(f, WireType::len, "TensorProto.external_data"); !s.ok()) return s;
         ExternalEntry entry;
         if (Status s = scan_entry(f, entry); !s.ok()) return s;
-        scan.external.push_back(entry);
+        scan.external->push_back(entry);
         break;
       }
       case kDataLocation:
@@ -187,10 +184,12 @@ std::string_view TensorDecoder::name_of(const WireField& field) {
   return name;
 }
 
-Result<DecodedTensor> TensorDecoder::decode(const WireField& field, WeightSource source,
-                                            std::string_view name_override) {
+Status TensorDecoder::decode(const WireField& field, WeightSource source, std::string_view name_override,
+                             DecodedTensor& out) {
   Scan scan;
-  DecodedTensor out;
+  entries_.clear();
+  scan.external = &entries_;
+  out = DecodedTensor{};
   auto fail = [&](ErrorCode code, std::string message, std::uint64_t offset) {
     Error e = make_error(code, std::move(message));
     e.file = model_file_;
@@ -232,7 +231,7 @@ Result<DecodedTensor> TensorDecoder::decode(const WireField& field, WeightSource
   w.source = source;
   if (dtype == DataType::string) {
     out.is_string = true;
-    return out;
+    return {};
   }
 
   std::uint32_t typed = 0;
@@ -251,13 +250,12 @@ Result<DecodedTensor> TensorDecoder::decode(const WireField& field, WeightSource
     return fail(ErrorCode::unsupported, "unknown data_location " + std::to_string(scan.data_location), field.offset);
   if (scan.data_location == 1) {
     if (has_inline) return fail(ErrorCode::malformed, "external tensor also carries inline data", field.offset);
-    auto loc = external_.resolve(scan.external, out.name, dtype, *elements, field.offset, notes_);
-    if (!loc) return located(std::move(loc.error()));
     w.storage = WeightRef::Storage::external;
-    w.external = std::move(*loc);
-    return out;
+    Status resolved = external_.resolve(entries_, out.name, dtype, *elements, field.offset, notes_, w.external.emplace());
+    if (!resolved.ok()) return located(std::move(resolved.error()));
+    return {};
   }
-  if (!scan.external.empty())
+  if (!entries_.empty())
     notes_.push_back({std::string(out.name), "external_data entries ignored: data_location is not EXTERNAL"});
 
   const std::uint64_t needed = *dtype_storage_bytes(dtype, *elements);  // fits: elements <= max_tensor_elements
@@ -272,13 +270,13 @@ Result<DecodedTensor> TensorDecoder::decode(const WireField& field, WeightSource
                   scan.raw_data->payload_offset);
     w.storage = WeightRef::Storage::inline_borrowed;
     w.inline_bytes = scan.raw_data->payload;
-    return out;
+    return {};
   }
   if (typed == 0) {
     if (needed != 0)
       return fail(ErrorCode::size_mismatch, "no data for " + std::to_string(*elements) + " elements", field.offset);
     w.storage = WeightRef::Storage::inline_borrowed;
-    return out;
+    return {};
   }
 
   if (typed != typed_field_for(dtype))
@@ -310,7 +308,7 @@ Result<DecodedTensor> TensorDecoder::decode(const WireField& field, WeightSource
   w.inline_bytes = data->bytes;
   w.owned = data->owned;
   w.storage = data->owned ? WeightRef::Storage::inline_owned : WeightRef::Storage::inline_borrowed;
-  return out;
+  return {};
 }
 
 }  // namespace ballast::onnx

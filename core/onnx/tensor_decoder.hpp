@@ -29,7 +29,8 @@ class TensorDecoder {
   // Decodes the TensorProto in `field` (a length-delimited field). The
   // weight is named `name_override` when that is not empty (a Constant
   // node's value is keyed by the node's output), else by the proto's name.
-  Result<DecodedTensor> decode(const WireField& field, WeightSource source, std::string_view name_override);
+  // Fills `out` (reused by the caller: no per-tensor moves of the result).
+  Status decode(const WireField& field, WeightSource source, std::string_view name_override, DecodedTensor& out);
 
   // The name field of a TensorProto, for messages about tensors that are
   // not decoded further (sparse values).
@@ -40,6 +41,7 @@ class TensorDecoder {
   const LoadOptions& options_;
   ExternalResolver& external_;
   std::vector<LoadNote>& notes_;
+  std::vector<ExternalEntry> entries_;  // reused: no allocation per external tensor
 };
 
 }  // namespace ballast::onnx
