@@ -14,7 +14,8 @@ TEST_CASE("the " GPU_PLUGIN_NAME " plugin loads and reports its devices or why i
   REQUIRE_MESSAGE(library != nullptr, dlerror());
   using Entry = const BallastPluginDescriptor* (*)();
   auto entry = reinterpret_cast<Entry>(dlsym(library, "ballast_plugin_descriptor"));
-  REQUIRE(entry != nullptr);
+  const bool exported = entry != nullptr;
+  REQUIRE(exported);
   const BallastPluginDescriptor* d = entry();
   REQUIRE(d != nullptr);
   CHECK(std::string(d->name) == GPU_PLUGIN_NAME);
