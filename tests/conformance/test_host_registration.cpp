@@ -168,7 +168,7 @@ TEST_CASE("host registration: a read-only file mapping read in place by copies a
     struct Range {
       std::uint64_t offset, bytes;
     };
-    for (const Range r : {Range{16, 4096 * 3 + 48}, Range{align + 64, 12345 * 4},
+    for (const Range r : {Range{16, 4096 * 3 + 48}, Range{std::max<std::uint64_t>(align, 16) + 48, 12345 * 4},
                           Range{down16(map.size() / 2) + 32, 40000},
                           Range{down16(map.size() - 10000 * 4 - 13), 10000 * 4 + 13}}) {
       CAPTURE(r.offset);
