@@ -67,28 +67,34 @@ BALLAST_SIMD inline void block8x8_u16(const std::uint16_t* src, std::uint64_t sr
   }
 }
 
-BALLAST_SIMD inline void block16x16_u8(const std::uint8_t* src, std::uint64_t src_stride, std::uint8_t* dst,
+// Two 16x16 byte blocks side by side (16 rows x 32 columns), one per
+// 128-bit lane, with the unpack steps of a 16x16 byte transpose: bytes, then pairs,
+// quads and halves of rows interleaved.
+BALLAST_SIMD inline void block16x32_u8(const std::uint8_t* src, std::uint64_t src_stride, std::uint8_t* dst,
                                        std::uint64_t dst_stride) {
-  __m128i a[16], b[16], c[16], d[16];
-  for (int i = 0; i < 16; ++i) a[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * src_stride));
-  for (int i = 0; i < 16; i += 2) {  // rows i, i+1 interleaved: columns 0..7, then 8..15
-    b[i] = _mm_unpacklo_epi8(a[i], a[i + 1]);
-    b[i + 1] = _mm_unpackhi_epi8(a[i], a[i + 1]);
+  __m256i a[16], b[16], c[16], d[16];
+  for (int i = 0; i < 16; ++i) a[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i * src_stride));
+  for (int i = 0; i < 16; i += 2) {
+    b[i] = _mm256_unpacklo_epi8(a[i], a[i + 1]);
+    b[i + 1] = _mm256_unpackhi_epi8(a[i], a[i + 1]);
   }
-  for (int j = 0; j < 16; j += 4) {  // rows j..j+3: columns 0..3, 4..7, 8..11, 12..15
-    c[j] = _mm_unpacklo_epi16(b[j], b[j + 2]);
-    c[j + 1] = _mm_unpackhi_epi16(b[j], b[j + 2]);
-    c[j + 2] = _mm_unpacklo_epi16(b[j + 1], b[j + 3]);
-    c[j + 3] = _mm_unpackhi_epi16(b[j + 1], b[j + 3]);
+  for (int j = 0; j < 16; j += 4) {
+    c[j] = _mm256_unpacklo_epi16(b[j], b[j + 2]);
+    c[j + 1] = _mm256_unpackhi_epi16(b[j], b[j + 2]);
+    c[j + 2] = _mm256_unpacklo_epi16(b[j + 1], b[j + 3]);
+    c[j + 3] = _mm256_unpackhi_epi16(b[j + 1], b[j + 3]);
   }
-  for (int k = 0; k < 16; k += 8)  // rows k..k+7: d[k + t] holds columns 2t, 2t+1
+  for (int k = 0; k < 16; k += 8)
     for (int m = 0; m < 4; ++m) {
-      d[k + 2 * m] = _mm_unpacklo_epi32(c[k + m], c[k + 4 + m]);
-      d[k + 2 * m + 1] = _mm_unpackhi_epi32(c[k + m], c[k + 4 + m]);
+      d[k + 2 * m] = _mm256_unpacklo_epi32(c[k + m], c[k + 4 + m]);
+      d[k + 2 * m + 1] = _mm256_unpackhi_epi32(c[k + m], c[k + 4 + m]);
     }
   for (int t = 0; t < 8; ++t) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * t) * dst_stride), _mm_unpacklo_epi64(d[t], d[8 + t]));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * t + 1) * dst_stride), _mm_unpackhi_epi64(d[t], d[8 + t]));
+    const __m256i even = _mm256_unpacklo_epi64(d[t], d[8 + t]), odd = _mm256_unpackhi_epi64(d[t], d[8 + t]);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * t) * dst_stride), _mm256_castsi256_si128(even));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * t + 1) * dst_stride), _mm256_castsi256_si128(odd));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (16 + 2 * t) * dst_stride), _mm256_extracti128_si256(even, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (16 + 2 * t + 1) * dst_stride), _mm256_extracti128_si256(odd, 1));
   }
 }
 
@@ -118,7 +124,7 @@ BALLAST_SIMD inline void store_line(void* dst, const void* src) {
 // matrices directly would touch each line a few bytes at a time while
 // dozens of others (a power-of-two stride apart, so in the same cache set)
 // compete for it. Edges that do not fill a block move one element at a time.
-template <class T, std::uint64_t B, void (*Block)(const T*, std::uint64_t, T*, std::uint64_t)>
+template <class T, std::uint64_t B, std::uint64_t BC, void (*Block)(const T*, std::uint64_t, T*, std::uint64_t)>
 BALLAST_SIMD void transpose_blocked(const void* src_bytes, void* dst_bytes, std::uint64_t rows, std::uint64_t cols,
                                     std::uint64_t col_begin, std::uint64_t col_end) {
   constexpr std::uint64_t L = 64 / sizeof(T);
@@ -145,10 +151,10 @@ BALLAST_SIMD void transpose_blocked(const void* src_bytes, void* dst_bytes, std:
             if constexpr (kStage) {
               for (std::uint64_t i = 0; i < L; ++i) store_line(staged + i * L, src + (r0 + i) * cols + c0);
               for (std::uint64_t rg = 0; rg < L; rg += B)
-                for (std::uint64_t cg = 0; cg < L; cg += B) Block(staged + rg * L + cg, L, buffer + cg * L + rg, L);
+                for (std::uint64_t cg = 0; cg < L; cg += BC) Block(staged + rg * L + cg, L, buffer + cg * L + rg, L);
             } else {
               for (std::uint64_t rg = 0; rg < L; rg += B)
-                for (std::uint64_t cg = 0; cg < L; cg += B)
+                for (std::uint64_t cg = 0; cg < L; cg += BC)
                   Block(src + (r0 + rg) * cols + c0 + cg, cols, buffer + cg * L + rg, L);
             }
             for (std::uint64_t j = 0; j < L; ++j) store_line(dst + (c0 + j) * rows + r0, buffer + j * L);
@@ -165,10 +171,10 @@ BALLAST_SIMD void transpose_blocked(const void* src_bytes, void* dst_bytes, std:
 BALLAST_SIMD void transpose_cols(const void* src, void* dst, std::uint64_t rows, std::uint64_t cols,
                                  unsigned element_bytes, std::uint64_t col_begin, std::uint64_t col_end) {
   switch (element_bytes) {
-    case 1: return transpose_blocked<std::uint8_t, 16, block16x16_u8>(src, dst, rows, cols, col_begin, col_end);
-    case 2: return transpose_blocked<std::uint16_t, 8, block8x8_u16>(src, dst, rows, cols, col_begin, col_end);
-    case 4: return transpose_blocked<std::uint32_t, 8, block8x8_u32>(src, dst, rows, cols, col_begin, col_end);
-    case 8: return transpose_blocked<std::uint64_t, 4, block4x4_u64>(src, dst, rows, cols, col_begin, col_end);
+    case 1: return transpose_blocked<std::uint8_t, 16, 32, block16x32_u8>(src, dst, rows, cols, col_begin, col_end);
+    case 2: return transpose_blocked<std::uint16_t, 8, 8, block8x8_u16>(src, dst, rows, cols, col_begin, col_end);
+    case 4: return transpose_blocked<std::uint32_t, 8, 8, block8x8_u32>(src, dst, rows, cols, col_begin, col_end);
+    case 8: return transpose_blocked<std::uint64_t, 4, 4, block4x4_u64>(src, dst, rows, cols, col_begin, col_end);
   }
 }
 
