@@ -47,23 +47,29 @@ BALLAST_SIMD inline void block8x8_u32(const std::uint32_t* src, std::uint64_t sr
   }
 }
 
-BALLAST_SIMD inline void block8x8_u16(const std::uint16_t* src, std::uint64_t src_stride, std::uint16_t* dst,
-                                      std::uint64_t dst_stride) {
-  __m128i a[8], b[8], c[8];
-  for (int i = 0; i < 8; ++i) a[i] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i * src_stride));
+// Two 8x8 blocks of 2-byte elements side by side (8 rows x 16 columns),
+// one per 128-bit lane: rows interleaved in pairs, then pairs of pairs,
+// then halves, as in any unpack-based 8x8 transpose.
+BALLAST_SIMD inline void block8x16_u16(const std::uint16_t* src, std::uint64_t src_stride, std::uint16_t* dst,
+                                       std::uint64_t dst_stride) {
+  __m256i a[8], b[8], c[8];
+  for (int i = 0; i < 8; ++i) a[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i * src_stride));
   for (int i = 0; i < 8; i += 2) {
-    b[i] = _mm_unpacklo_epi16(a[i], a[i + 1]);      // columns 0..3 of rows i, i+1
-    b[i + 1] = _mm_unpackhi_epi16(a[i], a[i + 1]);  // columns 4..7
+    b[i] = _mm256_unpacklo_epi16(a[i], a[i + 1]);
+    b[i + 1] = _mm256_unpackhi_epi16(a[i], a[i + 1]);
   }
   for (int i = 0; i < 8; i += 4) {
-    c[i] = _mm_unpacklo_epi32(b[i], b[i + 2]);          // columns 0,1 of rows i..i+3
-    c[i + 1] = _mm_unpackhi_epi32(b[i], b[i + 2]);      // columns 2,3
-    c[i + 2] = _mm_unpacklo_epi32(b[i + 1], b[i + 3]);  // columns 4,5
-    c[i + 3] = _mm_unpackhi_epi32(b[i + 1], b[i + 3]);  // columns 6,7
+    c[i] = _mm256_unpacklo_epi32(b[i], b[i + 2]);
+    c[i + 1] = _mm256_unpackhi_epi32(b[i], b[i + 2]);
+    c[i + 2] = _mm256_unpacklo_epi32(b[i + 1], b[i + 3]);
+    c[i + 3] = _mm256_unpackhi_epi32(b[i + 1], b[i + 3]);
   }
   for (int i = 0; i < 4; ++i) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * i) * dst_stride), _mm_unpacklo_epi64(c[i], c[i + 4]));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * i + 1) * dst_stride), _mm_unpackhi_epi64(c[i], c[i + 4]));
+    const __m256i even = _mm256_unpacklo_epi64(c[i], c[i + 4]), odd = _mm256_unpackhi_epi64(c[i], c[i + 4]);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * i) * dst_stride), _mm256_castsi256_si128(even));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (2 * i + 1) * dst_stride), _mm256_castsi256_si128(odd));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (8 + 2 * i) * dst_stride), _mm256_extracti128_si256(even, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (8 + 2 * i + 1) * dst_stride), _mm256_extracti128_si256(odd, 1));
   }
 }
 
@@ -172,7 +178,7 @@ BALLAST_SIMD void transpose_cols(const void* src, void* dst, std::uint64_t rows,
                                  unsigned element_bytes, std::uint64_t col_begin, std::uint64_t col_end) {
   switch (element_bytes) {
     case 1: return transpose_blocked<std::uint8_t, 16, 32, block16x32_u8>(src, dst, rows, cols, col_begin, col_end);
-    case 2: return transpose_blocked<std::uint16_t, 8, 8, block8x8_u16>(src, dst, rows, cols, col_begin, col_end);
+    case 2: return transpose_blocked<std::uint16_t, 8, 16, block8x16_u16>(src, dst, rows, cols, col_begin, col_end);
     case 4: return transpose_blocked<std::uint32_t, 8, 8, block8x8_u32>(src, dst, rows, cols, col_begin, col_end);
     case 8: return transpose_blocked<std::uint64_t, 4, 4, block4x4_u64>(src, dst, rows, cols, col_begin, col_end);
   }
