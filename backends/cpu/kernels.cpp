@@ -15,6 +15,12 @@ T* as(DevicePtr p) {
   return reinterpret_cast<T*>(static_cast<std::uintptr_t>(p));
 }
 
+// A few chunks per thread keep every core busy when one is slowed by other
+// load, without many hand-offs.
+std::uint64_t chunks_for(ThreadPool& pool, std::uint64_t rows) {
+  return std::min<std::uint64_t>(rows, pool.threads() * 4ull);
+}
+
 void transpose(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {
   const unsigned element_bytes = dtype_bits(l.src_type) / 8;
   const void* src = as<const void>(l.src);
@@ -29,13 +35,7 @@ void transpose(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool&
   const std::uint64_t steps = (l.cols + 63) / 64;
   pool.parallel_for(steps, [&](std::uint64_t s0, std::uint64_t s1) {
     kernels.transpose_cols(src, dst, l.rows, l.cols, element_bytes, s0 * 64, std::min(l.cols, s1 * 64));
-  });
-}
-
-// A few chunks per thread keep every core busy when one is slowed by other
-// load, without many hand-offs.
-std::uint64_t chunks_for(ThreadPool& pool, std::uint64_t rows) {
-  return std::min<std::uint64_t>(rows, pool.threads() * 4ull);
+  }, chunks_for(pool, steps));
 }
 
 }  // namespace
@@ -52,7 +52,7 @@ void run_derivation(const DerivationLaunch& l, const RowKernels& kernels, Thread
         const std::uint64_t i0 = g0 * 64, i1 = std::min(count, g1 * 64);
         if (l.src_type == DataType::float32) kernels.to_f16_from_f32(as<const float>(l.src) + i0, dst + i0, i1 - i0);
         else kernels.to_f16_from_bf16(as<const std::uint16_t>(l.src) + i0, dst + i0, i1 - i0);
-      });
+      }, chunks_for(pool, groups));
       return;
     }
     case Derivation::dequant_int4:
