@@ -18,7 +18,8 @@ ProgressBar::~ProgressBar() {
 
 void ProgressBar::advance(std::uint64_t bytes) {
   done_ = std::min(total_, done_ + bytes);
-  if (!visible_) return;
+  // The destructor draws the finished bar (with its newline) exactly once.
+  if (!visible_ || done_ == total_) return;
   const auto now = std::chrono::steady_clock::now();
   if (now - last_draw_ < std::chrono::milliseconds(100)) return;
   last_draw_ = now;
