@@ -456,17 +456,41 @@ BALLAST_SIMD float row_abs_max(const void* src, std::uint64_t base, std::uint64_
 }
 
 // clamp(round_half_even(w / scale), -127, 127), NaN -> 0: kmath::quant_int8_code.
+// With a normal, finite scale no quotient exceeds 127 * (1 + 2^-22) in
+// magnitude, which rounds to at most 127, so the clamp can be skipped
+// (kClamp false); a subnormal or infinite scale needs it.
+template <bool kClamp>
 BALLAST_SIMD inline __m256i codes8(__m256 w, __m256 scale) {
-  const __m256 r = _mm256_div_ps(w, scale);
+  __m256 r = _mm256_div_ps(w, scale);
   const __m256 nan = _mm256_cmp_ps(r, r, _CMP_UNORD_Q);
-  const __m256 clamped = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
-  const __m256i i = _mm256_cvtps_epi32(_mm256_round_ps(clamped, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  if constexpr (kClamp) r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+  const __m256i i = _mm256_cvtps_epi32(_mm256_round_ps(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   return _mm256_andnot_si256(_mm256_castps_si256(nan), i);
+}
+
+template <bool F16, bool kClamp>
+BALLAST_SIMD void code_row(const void* src, std::uint64_t base, std::uint64_t k, float scale, std::int8_t* codes,
+                           const char* next_row) {
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m256 s = _mm256_set1_ps(scale);
+  constexpr std::uint64_t kElementBytes = F16 ? 2 : 4;
+  std::uint64_t i = 0;
+  for (; i + 32 <= k; i += 32) {
+    if (next_row != nullptr)
+      for (std::uint64_t line = 0; line < 32 * kElementBytes; line += 64)
+        _mm_prefetch(next_row + i * kElementBytes + line, _MM_HINT_T0);
+    const __m256i c0 = codes8<kClamp>(load8<F16>(src, base + i), s);
+    const __m256i c1 = codes8<kClamp>(load8<F16>(src, base + i + 8), s);
+    const __m256i c2 = codes8<kClamp>(load8<F16>(src, base + i + 16), s);
+    const __m256i c3 = codes8<kClamp>(load8<F16>(src, base + i + 24), s);
+    const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(c0, c1), _mm256_packs_epi32(c2, c3));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), _mm256_permutevar8x32_epi32(packed, order));
+  }
+  for (; i < k; ++i) codes[i] = kmath::quant_int8_code(load1<F16>(src, base + i), scale);
 }
 
 template <bool F16>
 BALLAST_SIMD void quant_int8_rows_typed(const Quant8Args& a, std::uint64_t row_begin, std::uint64_t row_end) {
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (std::uint64_t n = row_begin; n < row_end; ++n) {
     const std::uint64_t base = n * a.k;
     const float scale = kmath::quant_int8_scale(row_abs_max<F16>(a.src, base, a.k));
@@ -476,23 +500,12 @@ BALLAST_SIMD void quant_int8_rows_typed(const Quant8Args& a, std::uint64_t row_b
       std::memset(codes, 0, a.k);
       continue;
     }
-    const __m256 s = _mm256_set1_ps(scale);
     // While this row (already in cache from the max pass) is coded, pull
     // the next row in, so its max pass does not wait on memory.
-    constexpr std::uint64_t kElementBytes = F16 ? 2 : 4;
-    const char* next_row = static_cast<const char*>(a.src) + (base + a.k) * kElementBytes;
-    const bool prefetch = n + 1 < row_end;
-    std::uint64_t i = 0;
-    for (; i + 32 <= a.k; i += 32) {
-      if (prefetch)
-        for (std::uint64_t line = 0; line < 32 * kElementBytes; line += 64)
-          _mm_prefetch(next_row + i * kElementBytes + line, _MM_HINT_T0);
-      const __m256i c0 = codes8(load8<F16>(a.src, base + i), s), c1 = codes8(load8<F16>(a.src, base + i + 8), s);
-      const __m256i c2 = codes8(load8<F16>(a.src, base + i + 16), s), c3 = codes8(load8<F16>(a.src, base + i + 24), s);
-      const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(c0, c1), _mm256_packs_epi32(c2, c3));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), _mm256_permutevar8x32_epi32(packed, order));
-    }
-    for (; i < a.k; ++i) codes[i] = kmath::quant_int8_code(load1<F16>(a.src, base + i), scale);
+    const char* next_row =
+        n + 1 < row_end ? static_cast<const char*>(a.src) + (base + a.k) * (F16 ? 2 : 4) : nullptr;
+    if (scale >= 0x1p-126f && scale <= 0x1.fffffep127f) code_row<F16, false>(a.src, base, a.k, scale, codes, next_row);
+    else code_row<F16, true>(a.src, base, a.k, scale, codes, next_row);
   }
 }
 
