@@ -58,14 +58,18 @@ __device__ inline void divmod(uint64_t i, uint64_t d, bool narrow, uint64_t& q, 
 // One TILE x TILE tile per block iteration through shared memory, so both
 // the read of [rows, cols] and the write of [cols, rows] walk memory along
 // rows. Narrow elements get wider tiles so a warp still touches whole
-// 32-byte sectors. The +1 column staggers shared-memory banks.
+// 32-byte sectors. Rows of the tile are padded to one 4-byte word more than
+// a multiple of 128 bytes, so the column-wise reads of the second phase hit
+// 32 different banks (a +1 element pad would leave 1- and 2-byte tiles with
+// 4- and 2-way conflicts).
 constexpr unsigned kTileThreadsX = 32;
 constexpr unsigned kTileThreadsY = 8;
 
 template <class T, unsigned TILE>
 __global__ void __launch_bounds__(kTileThreadsX* kTileThreadsY)
     transpose_kernel(const T* __restrict__ src, T* __restrict__ dst, uint64_t rows, uint64_t cols) {
-  __shared__ T tile[TILE][TILE + 1];
+  constexpr unsigned kPad = sizeof(T) < 4 ? 4 / sizeof(T) : 1;
+  __shared__ T tile[TILE][TILE + kPad];
   const uint64_t tiles_c = (cols + TILE - 1) / TILE;
   const uint64_t tiles = tiles_c * ((rows + TILE - 1) / TILE);
   for (uint64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
