@@ -99,10 +99,14 @@ TEST_CASE("derivations: large shapes (4096 x 4096)") {
     c.verify_row_bands = kBand;
     return c;
   };
-  run_all({transpose_case(DataType::float32, kN, kN, 501)});
-  run_all({transpose_case(DataType::float16, kN - 1, kN + 3, 502)});
-  run_all({banded(to_f16_case(DataType::float32, kN, kN, true, 503))});
-  run_all({banded(int4_case(Derivation::dequant_int4, DataType::float16, ZeroPoints::packed_u4, kN, kN, 32, false, 504))});
-  run_all({banded(int4_case(Derivation::repack_int4, DataType::float32, ZeroPoints::unpacked, kN, kN + 5, 128, false, 505))});
-  run_all({banded(quant_int8_case(DataType::float32, kN, kN, false, 506))});
+  SUBCASE("transpose float 4096x4096") { run_all({transpose_case(DataType::float32, kN, kN, 501)}); }
+  SUBCASE("transpose float16 4095x4099") { run_all({transpose_case(DataType::float16, kN - 1, kN + 3, 502)}); }
+  SUBCASE("to_f16 4096x4096") { run_all({banded(to_f16_case(DataType::float32, kN, kN, true, 503))}); }
+  SUBCASE("dequant_int4 4096x4096") {
+    run_all({banded(int4_case(Derivation::dequant_int4, DataType::float16, ZeroPoints::packed_u4, kN, kN, 32, false, 504))});
+  }
+  SUBCASE("repack_int4 4096x4101") {
+    run_all({banded(int4_case(Derivation::repack_int4, DataType::float32, ZeroPoints::unpacked, kN, kN + 5, 128, false, 505))});
+  }
+  SUBCASE("quant_int8 4096x4096") { run_all({banded(quant_int8_case(DataType::float32, kN, kN, false, 506))}); }
 }
