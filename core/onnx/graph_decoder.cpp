@@ -42,6 +42,7 @@ struct Attribute {
   std::optional<WireField> sparse_tensor;
   std::uint64_t strings = 0;
   bool has_s = false;
+  bool has_graphs = false;  // g or graphs: subgraphs to walk
 };
 
 Result<Attribute> scan_attribute(const WireField& message) {
@@ -73,7 +74,10 @@ Result<Attribute> scan_attribute(const WireField& message) {
         s = expect_wire_type(f, WireType::len, "AttributeProto.t");
         a.t = f;
         break;
-      case attr_field::kG: s = expect_wire_type(f, WireType::len, "AttributeProto.g"); break;
+      case attr_field::kG:
+        s = expect_wire_type(f, WireType::len, "AttributeProto.g");
+        a.has_graphs = true;
+        break;
       case attr_field::kFloats:
         if (f.type != WireType::len) s = expect_wire_type(f, WireType::fixed32, "AttributeProto.floats");
         break;
@@ -85,7 +89,10 @@ Result<Attribute> scan_attribute(const WireField& message) {
         ++a.strings;
         break;
       case attr_field::kTensors: s = expect_wire_type(f, WireType::len, "AttributeProto.tensors"); break;
-      case attr_field::kGraphs: s = expect_wire_type(f, WireType::len, "AttributeProto.graphs"); break;
+      case attr_field::kGraphs:
+        s = expect_wire_type(f, WireType::len, "AttributeProto.graphs");
+        a.has_graphs = true;
+        break;
       case attr_field::kType:
         s = expect_wire_type(f, WireType::varint, "AttributeProto.type");
         a.type = static_cast<std::int64_t>(f.value);
@@ -234,6 +241,7 @@ void ModelDecoder::reserve_for(const WireField& graph) {
 Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
   NodeInfo node;
   node.depth = depth;
+  bool has_subgraphs = false;
   WireReader reader(node_field.payload, node_field.payload_offset);
   while (!reader.at_end()) {
     WireField f;
@@ -265,6 +273,7 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
         if (!s.ok()) break;
         auto attr = scan_attribute(f);
         if (!attr) return attr.error();
+        has_subgraphs = has_subgraphs || attr->has_graphs;
         if (attr->i && (attr->type == kAttrTypeInt || attr->type == 0))
           node.int_attributes.insert_or_assign(std::string(attr->name), *attr->i);
         break;
@@ -281,6 +290,10 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
   // Second pass over the attributes: subgraphs and Constant values, now that
   // the node's op type and outputs are known whatever the field order.
   const bool constant = is_constant_op(node);
+  if (!constant && !has_subgraphs) {  // the common case: nothing more to read
+    model_.nodes.push_back(std::move(node));
+    return {};
+  }
   bool have_value = false;
   WireReader again(node_field.payload, node_field.payload_offset);
   while (!again.at_end()) {

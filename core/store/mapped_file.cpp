@@ -11,8 +11,9 @@ namespace ballast::store {
 
 namespace bip = boost::interprocess;
 
+// Only the region is kept: the mapping outlives the file descriptor, and a
+// model saved with one file per tensor may map thousands of files.
 struct MappedFile::Region {
-  bip::file_mapping file;
   bip::mapped_region region;
 };
 
@@ -70,8 +71,10 @@ Result<std::shared_ptr<const MappedFile>> MappedFile::open(const std::filesystem
   if (size == 0) return std::shared_ptr<const MappedFile>(std::move(mapped));  // nothing to map
   try {
     auto region = std::make_unique<Region>();
-    region->file = bip::file_mapping(path.c_str(), bip::read_only);
-    region->region = bip::mapped_region(region->file, bip::read_only, 0, static_cast<std::size_t>(size));
+    {
+      const bip::file_mapping file(path.c_str(), bip::read_only);
+      region->region = bip::mapped_region(file, bip::read_only, 0, static_cast<std::size_t>(size));
+    }
     mapped->data_ = static_cast<const std::byte*>(region->region.get_address());
     mapped->region_ = std::move(region);
   } catch (const bip::interprocess_exception& ex) {

@@ -4,8 +4,10 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -254,4 +256,31 @@ TEST_CASE("keep_alive anchors live exactly as long as the store; moves keep ever
     CHECK_FALSE(store.mmap_full_bytes(*id).has_value());
   }
   CHECK(watch.expired());
+}
+
+TEST_CASE("mappings do not hold a file descriptor each: thousands of files map") {
+  ScratchDir dir("store-many");
+  WeightStore store;
+  // A low descriptor limit for the duration: a mapping that kept its
+  // descriptor would run out long before the last file.
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  rlimit low = saved;
+  low.rlim_cur = std::min<rlim_t>(saved.rlim_cur, 256);
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  struct Restore {
+    rlimit limit;
+    ~Restore() { ::setrlimit(RLIMIT_NOFILE, &limit); }
+  } restore{saved};
+  const int files = 600;
+  for (int i = 0; i < files; ++i) {
+    auto p = dir.write_pattern("f" + std::to_string(i) + ".bin", 8);
+    auto id = store.map_external(p);
+    REQUIRE_MESSAGE(id.ok(), id.error().to_string());
+  }
+  CHECK(store.mapping_count() == files);
+  CHECK(store.mapped_external_bytes() == 8u * files);
+  auto first = store.mmap_full_bytes(1);
+  REQUIRE(first.has_value());
+  CHECK(std::to_integer<int>((*first)[7]) == 7);
 }
