@@ -307,7 +307,9 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
       auto g = inner.next();
       if (!g) return g.error();
       if (g->number == attr_field::kG || g->number == attr_field::kGraphs)
-        if (Status s = decode_graph(*g, depth + 1); !s.ok()) return s;
+        if (Status s = decode_graph(*g, depth + 1); !s.ok())
+          return std::move(s).with_context("in subgraph '" + std::string(attr->name) + "' of node '" + node.name +
+                                           "' (" + node.op_type + ")");
     }
     if (constant && is_constant_value_attribute(attr->name)) {
       const std::string_view out = node.outputs.empty() ? std::string_view() : std::string_view(node.outputs[0]);

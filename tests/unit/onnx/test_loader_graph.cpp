@@ -160,6 +160,18 @@ TEST_CASE("initializers of If/Loop/Scan bodies and nested subgraphs are weights 
   CHECK(model.nodes().size() == 5);
 }
 
+TEST_CASE("errors inside subgraphs say which node and attribute they came from") {
+  Proto bad = tensor("bad_w", 1, {2});
+  raw_data(bad, {1, 2, 3});
+  Proto body = graph({}, {bad});
+  Proto m = model(graph({node("Loop", {"", "c"}, {"o"}, {attribute_graph("body", body)})}, {}));
+  auto r = load_proto(m);
+  REQUIRE(r.code() == ErrorCode::size_mismatch);
+  CHECK(r.error().tensor == "bad_w");
+  CHECK(r.error().context.find("body") != std::string::npos);
+  CHECK(r.error().context.find("Loop") != std::string::npos);
+}
+
 TEST_CASE("nodes keep integer attributes (MatMulNBits, Gemm) and values are interned") {
   Proto mmnb = node("MatMulNBits", {"x", "B", "scales", "", "zero_points"}, {"y"},
                     {attribute_int("K", 4096), attribute_int("N", 11008), attribute_int("bits", 4),
