@@ -287,13 +287,19 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
   for (const std::string& v : node.outputs)
     if (!v.empty()) model_.intern(v);
 
+  // The node goes in before the nodes of its subgraphs: parents first.
+  const bool constant = is_constant_op(node);
+  const std::size_t index = model_.nodes.size();
+  model_.nodes.push_back(std::move(node));
+  if (!constant && !has_subgraphs) return {};  // the common case: nothing more to read
+
   // Second pass over the attributes: subgraphs and Constant values, now that
   // the node's op type and outputs are known whatever the field order.
-  const bool constant = is_constant_op(node);
-  if (!constant && !has_subgraphs) {  // the common case: nothing more to read
-    model_.nodes.push_back(std::move(node));
-    return {};
-  }
+  // model_.nodes grows while subgraphs are read: look the node up by index.
+  auto self = [this, index]() -> const NodeInfo& { return model_.nodes[index]; };
+  auto first_output = [&self]() {
+    return self().outputs.empty() ? std::string_view() : std::string_view(self().outputs[0]);
+  };
   bool have_value = false;
   WireReader again(node_field.payload, node_field.payload_offset);
   while (!again.at_end()) {
@@ -308,21 +314,19 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
       if (!g) return g.error();
       if (g->number == attr_field::kG || g->number == attr_field::kGraphs)
         if (Status s = decode_graph(*g, depth + 1); !s.ok())
-          return std::move(s).with_context("in subgraph '" + std::string(attr->name) + "' of node '" + node.name +
-                                           "' (" + node.op_type + ")");
+          return std::move(s).with_context("in subgraph '" + std::string(attr->name) + "' of node '" + self().name +
+                                           "' (" + self().op_type + ")");
     }
     if (constant && is_constant_value_attribute(attr->name)) {
-      const std::string_view out = node.outputs.empty() ? std::string_view() : std::string_view(node.outputs[0]);
       if (have_value)
-        return error_at(ErrorCode::malformed, "Constant node has more than one value attribute", out, next->offset);
+        return error_at(ErrorCode::malformed, "Constant node has more than one value attribute", first_output(),
+                        next->offset);
       have_value = true;
-      if (Status s = decode_constant(attr->message, attr->name, node, *next); !s.ok()) return s;
+      if (Status s = decode_constant(attr->message, attr->name, self(), *next); !s.ok()) return s;
     }
   }
   if (constant && !have_value)
-    return error_at(ErrorCode::malformed, "Constant node has no value attribute",
-                    node.outputs.empty() ? std::string_view() : std::string_view(node.outputs[0]), node_field.offset);
-  model_.nodes.push_back(std::move(node));
+    return error_at(ErrorCode::malformed, "Constant node has no value attribute", first_output(), node_field.offset);
   return {};
 }
 

@@ -157,6 +157,11 @@ TEST_CASE("initializers of If/Loop/Scan bodies and nested subgraphs are weights 
   }
   CHECK(saw_scan);
   CHECK(max_depth == 2);
+  // Parents come before the nodes of their subgraphs.
+  REQUIRE(model.nodes().size() >= 3);
+  CHECK(model.nodes()[0].op_type == "If");
+  CHECK(model.nodes()[0].depth == 0);
+  CHECK(model.nodes()[1].depth == 1);
   CHECK(model.nodes().size() == 5);
 }
 
