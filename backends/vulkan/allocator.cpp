@@ -1,6 +1,5 @@
 #include "allocator.hpp"
 
-#include <bit>
 #include <sstream>
 
 namespace ballast::vulkan {
