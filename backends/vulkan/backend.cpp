@@ -144,6 +144,18 @@ Status VulkanBackend::pending_validation_error() {
   return {};
 }
 
+Status VulkanBackend::check_memory_object_limit() const {
+  // Each allocation and registration is one VkDeviceMemory; the staging
+  // buffer is one more. Drivers cap how many may exist (4096 on some).
+  const std::uint64_t limit = device_->physical().properties.limits.maxMemoryAllocationCount;
+  const AllocationCounters c = buffers_.counters();
+  if (c.live_allocations + c.live_registrations + 1 >= limit)
+    return make_error(ErrorCode::out_of_memory, "this device allows " + std::to_string(limit) +
+                                                    " live memory allocations (maxMemoryAllocationCount) and ballast uses "
+                                                    "one per allocation or registration; free some first");
+  return {};
+}
+
 Result<BufferRange> VulkanBackend::resolve(DevicePtr ptr, std::uint64_t offset, std::uint64_t bytes,
                                            std::string_view operand, bool writes) const {
   if (offset > std::numeric_limits<DevicePtr>::max() - ptr)
@@ -164,6 +176,7 @@ Result<DevicePtr> VulkanBackend::allocate(std::uint64_t bytes, std::uint64_t ali
   if (alignment > capabilities_.max_single_allocation)
     return make_error(ErrorCode::invalid_argument, "alignment " + std::to_string(alignment) +
                                                        " exceeds the largest allocation this device can make");
+  if (auto s = check_memory_object_limit(); !s) return std::move(s).with_context("allocating " + std::to_string(bytes) + " bytes");
   auto b = create_device_buffer(*device_, bytes, alignment);
   if (!b) return std::move(b.error()).with_context("allocating " + std::to_string(bytes) + " bytes on " + info().name);
   b->kind = Buffer::Kind::allocation;
@@ -220,6 +233,7 @@ Status VulkanBackend::copy_device(DevicePtr dst, std::uint64_t dst_offset, Devic
 Result<DevicePtr> VulkanBackend::register_host(const void* host, std::uint64_t bytes, HostAccess access) {
   std::lock_guard lock(mutex_);
   if (auto s = pending_validation_error(); !s) return s.error();
+  if (auto s = check_memory_object_limit(); !s) return std::move(s).with_context("registering host memory");
   auto b = import_host_range(*device_, host, bytes, access == HostAccess::read_only);
   if (!b) return std::move(b.error()).with_context("registering " + std::to_string(bytes) + " bytes of host memory");
   const DevicePtr ptr = b->user_ptr;

@@ -52,6 +52,7 @@ class VulkanBackend final : public GpuBackend {
   VulkanBackend() = default;
   // The validation message an earlier call left behind, if any.
   Status pending_validation_error();
+  Status check_memory_object_limit() const;
   Result<BufferRange> resolve(DevicePtr ptr, std::uint64_t offset, std::uint64_t bytes, std::string_view operand,
                               bool writes) const;
 
