@@ -246,31 +246,30 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
   while (!reader.at_end()) {
     WireField f;
     if (!reader.next(f)) return reader.error();
-    Status s;
+    // Every known field of a node is length-delimited.
+    if (f.type != WireType::len && (f.number == node_field::kInput || f.number == node_field::kOutput ||
+                                    f.number == node_field::kName || f.number == node_field::kOpType ||
+                                    f.number == node_field::kDomain || f.number == node_field::kAttribute))
+      return wire_type_error(f, WireType::len, "NodeProto field");
     switch (f.number) {
       case node_field::kInput:
-        s = expect_wire_type(f, WireType::len, "NodeProto.input");
+        if (node.inputs.empty()) node.inputs.reserve(4);  // one allocation for the usual node
         node.inputs.emplace_back(f.text());
         break;
       case node_field::kOutput:
-        s = expect_wire_type(f, WireType::len, "NodeProto.output");
+        if (node.outputs.empty()) node.outputs.reserve(2);
         node.outputs.emplace_back(f.text());
         break;
       case node_field::kName:
-        s = expect_wire_type(f, WireType::len, "NodeProto.name");
         node.name = std::string(f.text());
         break;
       case node_field::kOpType:
-        s = expect_wire_type(f, WireType::len, "NodeProto.op_type");
         node.op_type = std::string(f.text());
         break;
       case node_field::kDomain:
-        s = expect_wire_type(f, WireType::len, "NodeProto.domain");
         node.domain = std::string(f.text());
         break;
       case node_field::kAttribute: {
-        s = expect_wire_type(f, WireType::len, "NodeProto.attribute");
-        if (!s.ok()) break;
         auto attr = scan_attribute(f);
         if (!attr) return attr.error();
         has_subgraphs = has_subgraphs || attr->has_graphs;
@@ -280,7 +279,6 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
       }
       default: break;
     }
-    if (!s.ok()) return s;
   }
   for (const std::string& v : node.inputs)
     if (!v.empty()) model_.intern(v);

@@ -3,7 +3,7 @@
 
 #include <ballast/onnx_loader.hpp>
 
-#include <deque>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -15,9 +15,19 @@ struct Model::Impl {
   std::uint64_t file_size = 0;
   WeightStore store;
 
-  // Interned value names. A deque never moves its strings, so the map can
-  // key on views into them: one copy of each name.
-  std::deque<std::string> names;
+  // Interned value names: one copy of each, packed into large chunks that
+  // never move (no allocation per name); the map keys on views into them.
+  class NameArena {
+   public:
+    std::string_view copy(std::string_view name);
+
+   private:
+    static constexpr std::size_t kChunk = 64 * 1024;
+    std::vector<std::unique_ptr<char[]>> chunks_;
+    std::size_t used_ = kChunk;  // bytes used in chunks_.back()
+  };
+  NameArena arena;
+  std::vector<std::string_view> names;
   std::unordered_map<std::string_view, std::uint32_t> ids;
 
   std::vector<ValueId> weight_order;
