@@ -114,6 +114,7 @@ Status CpuDevice::launch(const DerivationLaunch& l) {
   const std::string doing = "cpu: launch " + std::string(derivation_name(l.kind));
   auto sizes = derivation_sizes(l);
   if (!sizes) return std::move(sizes.error()).with_context(doing);
+  if (Status a = check_operand_alignment(l); !a.ok()) return std::move(a).with_context(doing);
   const DerivationSizes& s = *sizes;
   struct Operand {
     const char* name;

@@ -118,6 +118,7 @@ Result<std::unique_ptr<VulkanBackend>> VulkanBackend::open(const BackendConfig& 
   c.import_alignment = physical.host_import ? physical.import_alignment : 1;
   c.max_single_allocation = physical.max_allocation;
   c.flushes_f16_subnormals = false;  // f16 conversion is integer logic in the shaders
+  c.unaligned_operands = true;       // shaders address 32-bit words and shift partial ones
   c.host_registration_note = physical.host_import_note;
   if (auto s = b->pending_validation_error(); !s) return std::move(s).with_context("opening " + config.text);
   return b;

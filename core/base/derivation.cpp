@@ -1,5 +1,6 @@
 #include <ballast/derivation.hpp>
 
+#include <cstdio>
 #include <limits>
 #include <string>
 
@@ -19,6 +20,53 @@ bool mul(std::uint64_t a, std::uint64_t b, std::uint64_t& out) {
 }
 
 Error overflow(const char* what) { return make_error(ErrorCode::overflow, std::string(what) + " overflows 64 bits"); }
+
+std::string hex(std::uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+Status check_operand_alignment(const DerivationLaunch& l) {
+  struct Operand {
+    const char* name;
+    DevicePtr ptr;
+    std::uint64_t align;
+  };
+  const std::uint64_t scale = derivation_operand_alignment(l.src_type);
+  Operand ops[5] = {};
+  switch (l.kind) {
+    case Derivation::transpose:
+      ops[0] = {"src", l.src, scale};
+      ops[1] = {"dst", l.dst, scale};
+      break;
+    case Derivation::to_f16:
+      ops[0] = {"src", l.src, scale};
+      ops[1] = {"dst", l.dst, 2};
+      break;
+    case Derivation::quant_int8:
+      ops[0] = {"src", l.src, scale};
+      ops[1] = {"dst2", l.dst2, 4};
+      break;
+    case Derivation::dequant_int4:
+    case Derivation::repack_int4:
+      ops[0] = {"scales", l.scales, scale};
+      ops[1] = {"zero_points", l.zero_point, l.zero_points == ZeroPoints::unpacked ? scale : 1};
+      ops[2] = {"dst", l.dst, l.kind == Derivation::dequant_int4 ? 2u : 4u};
+      ops[3] = {"dst2", l.dst2, 2};
+      break;
+  }
+  for (const Operand& op : ops) {
+    if (op.name == nullptr || op.align <= 1 || op.ptr % op.align == 0) continue;
+    return make_error(ErrorCode::invalid_argument, std::string(op.name) + ": device pointer " + hex(op.ptr) +
+                                                       " is not aligned to its " + std::to_string(op.align) + "-byte elements");
+  }
+  return Status();
+}
+
+namespace {
 
 }  // namespace
 

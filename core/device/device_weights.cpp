@@ -101,7 +101,14 @@ Result<DevicePtr> DeviceWeights::resolve(ValueId id) {
     auto prov = m.store->external_mmap_provenance(ref);
     if (prov) {
       const DevicePtr base = m.registration_for(prov->mapping);
-      if (base != 0) ptr = base + prov->offset;
+      // A weight at an offset its kernels cannot read in place (not aligned
+      // to its element size) is uploaded instead, and counted.
+      if (base != 0) {
+        const DevicePtr in_place = base + prov->offset;
+        if (m.backend->capabilities().unaligned_operands || in_place % derivation_operand_alignment(ref.dtype) == 0)
+          ptr = in_place;
+        else m.residency.misaligned_uploads += 1;
+      }
     }
   }
   if (ptr == 0) {

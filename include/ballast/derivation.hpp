@@ -65,8 +65,22 @@ struct DerivationSizes {
 
 // Validates the shape/type fields of `launch` (not the pointers) and returns
 // the byte sizes of every operand; invalid_argument/unsupported/overflow
-// errors say which field is wrong.
+// errors say which field is wrong. Whether pointers lie inside live
+// allocations is the backend's check.
 Result<DerivationSizes> derivation_sizes(const DerivationLaunch& launch);
+
+// For backends whose kernels read whole, naturally aligned elements (CPU,
+// CUDA, HIP; see Capabilities::unaligned_operands): each non-zero operand
+// pointer must be a multiple of its element size. invalid_argument names
+// the operand otherwise.
+Status check_operand_alignment(const DerivationLaunch& launch);
+
+// The alignment a source weight of type `t` needs to be read in place by
+// such a kernel: its element size (1 for sub-byte types).
+inline std::uint64_t derivation_operand_alignment(DataType t) {
+  const unsigned bits = dtype_bits(t);
+  return bits >= 8 ? bits / 8 : 1;
+}
 
 inline std::uint64_t k_blocks(std::uint64_t k, std::uint64_t block_size) {
   return (k + block_size - 1) / block_size;

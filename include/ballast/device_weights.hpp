@@ -8,6 +8,9 @@
 // mapping (e.g. too large to lock), that file's weights are uploaded
 // instead, and `residency()` says so and why: never a silent copy.
 //
+// A weight whose offset in its file is not a multiple of its element size
+// is uploaded too (kernels read whole, naturally aligned elements).
+//
 // Inline weights (stored inside the .onnx itself) are uploaded: they are
 // small, and registering many small ranges that share pages would collide
 // on vendors that register whole pages.
@@ -30,6 +33,8 @@ struct WeightResidency {
   std::uint64_t registered_bytes = 0;   // their whole size
   std::uint64_t uploaded_weights = 0;   // weights copied to device memory
   std::uint64_t uploaded_bytes = 0;
+  std::uint64_t misaligned_uploads = 0; // weights in a registered file uploaded because their
+                                        // offset is not aligned to their element size
   std::uint64_t fallback_files = 0;     // mappings that could not be registered
   std::string fallback_reason;          // the first reason, e.g. "backend cannot register host memory: ..."
 };

@@ -122,6 +122,8 @@ class DeriveJob {
     const WeightResidency r = sources_.residency();
     out << "source weights: " << r.registered_files << " file(s) registered zero-copy (" << human_bytes(r.registered_bytes)
         << "), " << r.uploaded_weights << " weight(s) uploaded (" << human_bytes(r.uploaded_bytes) << ")\n";
+    if (r.misaligned_uploads != 0)
+      out << r.misaligned_uploads << " weight(s) uploaded because their file offset is not aligned to their element size\n";
     if (r.fallback_files != 0)
       out << "upload fallback for " << r.fallback_files << " file(s): " << r.fallback_reason << "\n";
     const DerivedWeightsStats st = memo_.stats();

@@ -287,6 +287,7 @@ Status RuntimeBackend::launch(const DerivationLaunch& l) {
   const std::string op = "launch " + std::string(derivation_name(l.kind));
   auto sizes = derivation_sizes(l);
   if (!sizes) return std::move(sizes.error().with_context(op));
+  if (Status a = check_operand_alignment(l); !a.ok()) return std::move(a).with_context(op);
   const DerivationSizes& s = *sizes;
   const bool zero_points = l.zero_points != ZeroPoints::absent;
   const bool int4 = l.kind == Derivation::dequant_int4 || l.kind == Derivation::repack_int4;

@@ -44,3 +44,38 @@ TEST_CASE("bad launches are refused with the field named") {
   l.cols = 1ull << 40;
   CHECK(derivation_sizes(l).code() == ErrorCode::overflow);
 }
+
+TEST_CASE("check_operand_alignment: operands aligned to their element size; zero pointers pass") {
+  DerivationLaunch l;
+  l.kind = Derivation::transpose;
+  l.src_type = DataType::float32;
+  l.rows = 2;
+  l.cols = 3;
+  CHECK(check_operand_alignment(l).ok());
+  l.src = 0x1000;
+  l.dst = 0x2000;
+  CHECK(check_operand_alignment(l).ok());
+  l.src = 0x1002;
+  CHECK(derivation_sizes(l).ok());  // sizes do not look at pointers
+  Status bad = check_operand_alignment(l);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.code() == ErrorCode::invalid_argument);
+  CHECK(bad.error().message == "src: device pointer 0x1002 is not aligned to its 4-byte elements");
+
+  DerivationLaunch q;
+  q.kind = Derivation::dequant_int4;
+  q.src_type = DataType::float16;
+  q.rows = 1;
+  q.cols = 16;
+  q.block_size = 16;
+  q.src = 0x1001;  // B is bytes: any address
+  q.scales = 0x2002;
+  q.zero_points = ZeroPoints::packed_u4;
+  q.zero_point = 0x3003;
+  q.dst = 0x4002;
+  CHECK(check_operand_alignment(q).ok());
+  q.zero_points = ZeroPoints::unpacked;
+  CHECK(check_operand_alignment(q).error().message.rfind("zero_points:", 0) == 0);
+  CHECK(derivation_operand_alignment(DataType::int4) == 1);
+  CHECK(derivation_operand_alignment(DataType::float64) == 8);
+}

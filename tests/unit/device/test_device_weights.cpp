@@ -199,3 +199,28 @@ TEST_CASE("an unknown weight or an out-of-bounds range is an error, not a crash"
   CHECK(oob.error().file.find("w.bin") != std::string::npos);
   CHECK(dw.release(**gpu).status.ok());
 }
+
+TEST_CASE("a registered file's weight at an offset its kernels cannot read in place is uploaded") {
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  Fixture f;
+  WeightRef odd = f.external(4096 + 2, 64);  // float32 at an offset that is not a multiple of 4
+  odd.dtype = DataType::float32;
+  odd.dims = {16};
+  f.store.weights[ValueId{7}] = odd;
+  DeviceWeights dw(**gpu, f.store);
+  auto whole = f.store.mmap_full_bytes(f.mapping_id);
+  REQUIRE(whole.has_value());
+  auto aligned = dw.resolve(f.head);
+  auto moved = dw.resolve(ValueId{7});
+  REQUIRE(aligned.ok());
+  REQUIRE(moved.ok());
+  CHECK(*aligned == reinterpret_cast<DevicePtr>(whole->data()));
+  CHECK(*moved % 4 == 0);
+  CHECK(f.read_back(**gpu, *moved, 64) == f.expected(ValueId{7}));
+  const WeightResidency r = dw.residency();
+  CHECK(r.registered_files == 1);
+  CHECK(r.misaligned_uploads == 1);
+  CHECK(r.uploaded_weights == 1);
+  CHECK(dw.release(**gpu).status.ok());
+}
