@@ -1,4 +1,5 @@
 #include "allocator.hpp"
+#include "base/hex.hpp"
 
 #include <sys/mman.h>
 
@@ -18,12 +19,6 @@ constexpr std::uint64_t kMaxAlignment = 1ull << 30;
 // for transparent huge pages: the kernels (a transpose above all) walk
 // many rows at once, and 4 KiB pages would make every row a TLB miss.
 constexpr std::uint64_t kHugePage = 2ull << 20;
-
-std::string hex(DevicePtr p) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(p));
-  return buf;
-}
 
 }  // namespace
 

@@ -1,4 +1,5 @@
 #include "device.hpp"
+#include "base/hex.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -9,12 +10,6 @@
 namespace ballast::cpu {
 
 namespace {
-
-std::string hex(DevicePtr p) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(p));
-  return buf;
-}
 
 void* host(DevicePtr p) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(p)); }
 

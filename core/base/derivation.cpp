@@ -1,5 +1,7 @@
 #include <ballast/derivation.hpp>
 
+#include "base/hex.hpp"
+
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -20,12 +22,6 @@ bool mul(std::uint64_t a, std::uint64_t b, std::uint64_t& out) {
 }
 
 Error overflow(const char* what) { return make_error(ErrorCode::overflow, std::string(what) + " overflows 64 bits"); }
-
-std::string hex(std::uint64_t v) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 }  // namespace
 

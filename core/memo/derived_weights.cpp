@@ -1,21 +1,12 @@
 #include <ballast/derived_weights.hpp>
 
 #include "memo/memo_map.hpp"
+#include "base/hex.hpp"
 
 #include <cstdio>
 #include <string>
 
 namespace ballast {
-
-namespace memo {
-
-std::string hex(std::uint64_t v) {
-  char buf[19];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
-}  // namespace memo
 
 // One map per derivation: the value types differ, and a map shared by all
 // kinds is exactly where a single pointer would be read as a pair.
@@ -150,7 +141,7 @@ class Freer {
     out_.failed_frees += 1;
     if (out_.status.ok())
       out_.status = std::move(s).with_context("freeing " + std::string(derivation_name(kind)) + half + " value " +
-                                              memo::hex(value.ptr) + " of key " + memo::hex(key));
+                                              hex(value.ptr) + " of key " + hex(key));
   }
 
   Released finish() && {

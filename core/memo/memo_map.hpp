@@ -20,6 +20,7 @@
 
 #include <ballast/derived_weights.hpp>
 
+#include "base/hex.hpp"
 #include "memo/hit_counters.hpp"
 
 #include <array>
@@ -39,7 +40,6 @@
 
 namespace ballast::memo {
 
-std::string hex(std::uint64_t v);
 
 // Keys are device pointers: aligned, so their low bits say nothing. A full
 // 64-bit mix (murmur3's finaliser) spreads every key bit over the hash: the
