@@ -2,30 +2,17 @@
 // this machine) and "failed" (anything else), run as ctest runs it.
 #include <doctest/doctest.h>
 
-#include <sys/wait.h>
+#include "run_program.hpp"
 
-#include <cstdio>
 #include <string>
 
 namespace {
 
-struct Run {
-  int exit_code = -1;
-  std::string out;
-};
+using ballast::test::Run;
+using ballast::test::run_program;
 
 Run conformance(const std::string& plugin_dir, const std::string& config) {
-  const std::string command = "BALLAST_PLUGIN_PATH='" + plugin_dir + "' '" BALLAST_CONFORMANCE "' --backend '" + config +
-                              "' -tc=none 2>&1";
-  Run r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return run_program("BALLAST_PLUGIN_PATH='" + plugin_dir + "' '" BALLAST_CONFORMANCE "' --backend '" + config + "' -tc=none");
 }
 
 const std::string kFakes = FAKE_PLUGIN_ROOT;
