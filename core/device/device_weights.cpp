@@ -91,7 +91,7 @@ Result<DevicePtr> DeviceWeights::resolve(ValueId id) {
   if (!bytes) {
     Error e = make_error(ErrorCode::out_of_bounds, "weight bytes are not mapped or out of bounds");
     if (ref.external) {
-      e.file = ref.external->resolved.string();
+      e.file = ref.external->resolved().string();
       e.offset = ref.external->offset;
     }
     return e;

@@ -93,14 +93,14 @@ Result<std::filesystem::path> ExternalResolver::canonical_model_dir() {
   return dir;
 }
 
-const ExternalResolver::ResolvedFile* ExternalResolver::open_location(const std::string& location, Error& error) {
-  if (last_file_ && location == last_location_) return last_file_;
+const ExternalResolver::ResolvedFile* ExternalResolver::open_location(std::string_view location_text, Error& error) {
+  if (last_file_ && location_text == last_file_->file->location) return last_file_;
   auto failed = [&error](Error e) -> const ResolvedFile* {
     error = std::move(e);
     return nullptr;
   };
+  std::string location(location_text);
   if (auto it = cache_.find(location); it != cache_.end()) {
-    last_location_ = location;
     last_file_ = &it->second;
     return last_file_;
   }
@@ -110,7 +110,7 @@ const ExternalResolver::ResolvedFile* ExternalResolver::open_location(const std:
   const std::filesystem::path joined = *dir / location;
 
   std::error_code ec;
-  const std::filesystem::path target = std::filesystem::canonical(joined, ec);
+  std::filesystem::path target = std::filesystem::canonical(joined, ec);
   if (ec) {
     Error e = make_error(ec == std::errc::no_such_file_or_directory ? ErrorCode::not_found : ErrorCode::io,
                          "external data file '" + location + "' cannot be resolved: " + ec.message());
@@ -130,8 +130,8 @@ const ExternalResolver::ResolvedFile* ExternalResolver::open_location(const std:
   if (!id) return failed(std::move(id.error()));
   auto full = store_.mmap_full_bytes(*id);
   if (!full) return failed(make_error(ErrorCode::internal, "mapping vanished right after it was made"));
-  auto [it, inserted] = cache_.emplace(location, ResolvedFile{target, full->size()});
-  last_location_ = location;
+  auto file = std::make_shared<const ExternalFile>(ExternalFile{location, std::move(target)});
+  auto [it, inserted] = cache_.emplace(std::move(location), ResolvedFile{std::move(file), full->size()});
   last_file_ = &it->second;
   return last_file_;
 }
@@ -147,12 +147,11 @@ Status ExternalResolver::resolve(std::span<const ExternalEntry> entries, std::st
   };
 
   std::optional<std::uint64_t> given_length;
-  bool has_location = false;
+  std::optional<std::string_view> location;
   // Later entries win, as in the reference implementation.
   for (const ExternalEntry& entry : entries) {
     if (entry.key == "location") {
-      loc.location.assign(entry.value);
-      has_location = true;
+      location = entry.value;
     } else if (entry.key == "offset" || entry.key == "length") {
       std::uint64_t v = 0;
       if (Decimal d = parse_decimal(entry.value, v); d != Decimal::ok)
@@ -169,7 +168,7 @@ Status ExternalResolver::resolve(std::span<const ExternalEntry> entries, std::st
                                                 std::string(entry.value) + "' kept and ignored"});
     }
   }
-  if (!has_location) return fail(make_error(ErrorCode::malformed, "external data without a location"), tensor_offset);
+  if (!location) return fail(make_error(ErrorCode::malformed, "external data without a location"), tensor_offset);
 
   const auto needed = dtype_storage_bytes(dtype, elements);
   if (!needed)
@@ -183,25 +182,22 @@ Status ExternalResolver::resolve(std::span<const ExternalEntry> entries, std::st
   loc.length = *needed;
   loc.length_was_given = given_length.has_value();
 
-  const ResolvedFile* file = last_file_ && loc.location == last_location_ ? last_file_ : nullptr;
-  if (!file) {
-    Error open_error;
-    file = open_location(loc.location, open_error);
-    if (!file) return fail(std::move(open_error), tensor_offset);
-  }
+  Error open_error;
+  const ResolvedFile* file = open_location(*location, open_error);
+  if (!file) return fail(std::move(open_error), tensor_offset);
   const ResolvedFile& resolved = *file;
-  loc.resolved = std::filesystem::path(resolved.canonical);  // copy-construct + move: far cheaper than path::operator=
+  loc.file = resolved.file;
 
   if (loc.length > UINT64_MAX - loc.offset)
     return located(ErrorCode::out_of_bounds,
                    "external data offset " + std::to_string(loc.offset) + " + length " + std::to_string(loc.length) +
                        " overflows",
-                   loc.resolved.string(), tensor, loc.offset);
+                   loc.resolved().string(), tensor, loc.offset);
   if (!store::range_inside(loc.offset, loc.length, resolved.size))
     return located(ErrorCode::out_of_bounds,
                    "external data range [" + std::to_string(loc.offset) + ", " + std::to_string(loc.offset + loc.length) +
                        ") lies past the end of the " + std::to_string(resolved.size) + "-byte file",
-                   loc.resolved.string(), tensor, loc.offset);
+                   loc.resolved().string(), tensor, loc.offset);
   return {};
 }
 

@@ -41,12 +41,12 @@ class ExternalResolver {
 
  private:
   struct ResolvedFile {
-    std::filesystem::path canonical;
+    std::shared_ptr<const ExternalFile> file;  // shared by every weight in it
     std::uint64_t size = 0;
   };
   // Points into cache_ (stable: unordered_map nodes do not move).
   // nullptr (and `error` set) when the location is refused.
-  const ResolvedFile* open_location(const std::string& location, Error& error);
+  const ResolvedFile* open_location(std::string_view location, Error& error);
   Result<std::filesystem::path> canonical_model_dir();
 
   std::filesystem::path model_dir_;
@@ -57,7 +57,6 @@ class ExternalResolver {
   // Many tensors share one file: resolve and stat each location once.
   std::unordered_map<std::string, ResolvedFile> cache_;
   // Consecutive tensors nearly always name the same file: skip the hash then.
-  std::string last_location_;
   const ResolvedFile* last_file_ = nullptr;
 };
 

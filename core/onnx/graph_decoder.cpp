@@ -182,6 +182,16 @@ Status ModelDecoder::decode(Bytes bytes) {
       default: break;  // producer, metadata, functions, training info
     }
   }
+  // Nothing grows any more: point the nodes at their values and attributes.
+  const std::span<const std::string_view> values(model_.node_values);
+  const std::span<const IntAttribute> attributes(model_.node_attributes);
+  for (std::size_t i = 0; i < slices_.size(); ++i) {
+    NodeInfo& node = model_.nodes[i];
+    const NodeSlices& at = slices_[i];
+    node.inputs = values.subspan(at.inputs_begin, at.inputs_count);
+    node.outputs = values.subspan(at.outputs_begin, at.outputs_count);
+    node.int_attributes = attributes.subspan(at.attributes_begin, at.attributes_count);
+  }
   return {};
 }
 
@@ -234,14 +244,22 @@ void ModelDecoder::reserve_for(const WireField& graph) {
   }
   model_.store.weights.reserve(model_.store.weights.size() + initializers);
   model_.weight_order.reserve(model_.weight_order.size() + initializers);
-  model_.ids.reserve(model_.ids.size() + initializers + 2 * nodes);
+  model_.names.reserve(initializers + 2 * nodes);
   model_.nodes.reserve(model_.nodes.size() + nodes);
+  slices_.reserve(slices_.size() + nodes);
+  model_.node_values.reserve(model_.node_values.size() + 3 * nodes);
 }
 
 Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
   NodeInfo node;
   node.depth = depth;
   bool has_subgraphs = false;
+  // Inputs and outputs may interleave on the wire; each list must end up
+  // contiguous in model_.node_values, so gather them here first.
+  inputs_.clear();
+  outputs_.clear();
+  NodeSlices slices;
+  slices.attributes_begin = model_.node_attributes.size();
   WireReader reader(node_field.payload, node_field.payload_offset);
   while (!reader.at_end()) {
     WireField f;
@@ -252,52 +270,43 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
                                     f.number == node_field::kDomain || f.number == node_field::kAttribute))
       return wire_type_error(f, WireType::len, "NodeProto field");
     switch (f.number) {
-      case node_field::kInput:
-        if (node.inputs.empty()) node.inputs.reserve(4);  // one allocation for the usual node
-        node.inputs.emplace_back(f.text());
-        break;
-      case node_field::kOutput:
-        if (node.outputs.empty()) node.outputs.reserve(2);
-        node.outputs.emplace_back(f.text());
-        break;
-      case node_field::kName:
-        node.name = std::string(f.text());
-        break;
-      case node_field::kOpType:
-        node.op_type = std::string(f.text());
-        break;
-      case node_field::kDomain:
-        node.domain = std::string(f.text());
-        break;
+      case node_field::kInput: inputs_.push_back(f.text()); break;
+      case node_field::kOutput: outputs_.push_back(f.text()); break;
+      case node_field::kName: node.name = f.text(); break;
+      case node_field::kOpType: node.op_type = f.text(); break;
+      case node_field::kDomain: node.domain = f.text(); break;
       case node_field::kAttribute: {
         auto attr = scan_attribute(f);
         if (!attr) return attr.error();
         has_subgraphs = has_subgraphs || attr->has_graphs;
         if (attr->i && (attr->type == kAttrTypeInt || attr->type == 0))
-          node.int_attributes.insert_or_assign(std::string(attr->name), *attr->i);
+          model_.node_attributes.push_back({attr->name, *attr->i});
         break;
       }
       default: break;
     }
   }
-  for (const std::string& v : node.inputs)
+  for (std::string_view v : inputs_)
     if (!v.empty()) model_.intern(v);
-  for (const std::string& v : node.outputs)
+  for (std::string_view v : outputs_)
     if (!v.empty()) model_.intern(v);
+  slices.attributes_count = model_.node_attributes.size() - slices.attributes_begin;
+  slices.inputs_begin = model_.node_values.size();
+  slices.inputs_count = inputs_.size();
+  model_.node_values.insert(model_.node_values.end(), inputs_.begin(), inputs_.end());
+  slices.outputs_begin = model_.node_values.size();
+  slices.outputs_count = outputs_.size();
+  model_.node_values.insert(model_.node_values.end(), outputs_.begin(), outputs_.end());
+  const std::string_view first_output = outputs_.empty() ? std::string_view() : outputs_.front();
 
   // The node goes in before the nodes of its subgraphs: parents first.
   const bool constant = is_constant_op(node);
-  const std::size_t index = model_.nodes.size();
-  model_.nodes.push_back(std::move(node));
+  model_.nodes.push_back(node);
+  slices_.push_back(slices);
   if (!constant && !has_subgraphs) return {};  // the common case: nothing more to read
 
   // Second pass over the attributes: subgraphs and Constant values, now that
   // the node's op type and outputs are known whatever the field order.
-  // model_.nodes grows while subgraphs are read: look the node up by index.
-  auto self = [this, index]() -> const NodeInfo& { return model_.nodes[index]; };
-  auto first_output = [&self]() {
-    return self().outputs.empty() ? std::string_view() : std::string_view(self().outputs[0]);
-  };
   bool have_value = false;
   WireReader again(node_field.payload, node_field.payload_offset);
   while (!again.at_end()) {
@@ -312,27 +321,26 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
       if (!g) return g.error();
       if (g->number == attr_field::kG || g->number == attr_field::kGraphs)
         if (Status s = decode_graph(*g, depth + 1); !s.ok())
-          return std::move(s).with_context("in subgraph '" + std::string(attr->name) + "' of node '" + self().name +
-                                           "' (" + self().op_type + ")");
+          return std::move(s).with_context("in subgraph '" + std::string(attr->name) + "' of node '" +
+                                           std::string(node.name) + "' (" + std::string(node.op_type) + ")");
     }
     if (constant && is_constant_value_attribute(attr->name)) {
       if (have_value)
-        return error_at(ErrorCode::malformed, "Constant node has more than one value attribute", first_output(),
+        return error_at(ErrorCode::malformed, "Constant node has more than one value attribute", first_output,
                         next->offset);
       have_value = true;
-      if (Status s = decode_constant(attr->message, attr->name, self(), *next); !s.ok()) return s;
+      if (Status s = decode_constant(attr->message, attr->name, node.name, first_output, *next); !s.ok()) return s;
     }
   }
   if (constant && !have_value)
-    return error_at(ErrorCode::malformed, "Constant node has no value attribute", first_output(), node_field.offset);
+    return error_at(ErrorCode::malformed, "Constant node has no value attribute", first_output, node_field.offset);
   return {};
 }
 
-Status ModelDecoder::decode_constant(const WireField& attribute, std::string_view attr_name, const NodeInfo& node,
-                                     const WireField& node_field) {
-  if (node.outputs.empty() || node.outputs[0].empty())
-    return error_at(ErrorCode::malformed, "Constant node without an output", node.name, node_field.offset);
-  const std::string& name = node.outputs[0];
+Status ModelDecoder::decode_constant(const WireField& attribute, std::string_view attr_name,
+                                     std::string_view node_name, std::string_view name, const WireField& node_field) {
+  if (name.empty())
+    return error_at(ErrorCode::malformed, "Constant node without an output", node_name, node_field.offset);
   auto attr = scan_attribute(attribute);
   if (!attr) return attr.error();
 
@@ -341,12 +349,12 @@ Status ModelDecoder::decode_constant(const WireField& attribute, std::string_vie
     return add_tensor(*attr->t, WeightSource::constant, name);
   }
   if (attr_name == "sparse_value") {
-    model_.notes.push_back({name, "Constant sparse_value is not supported: not loaded as a weight"});
+    model_.notes.push_back({std::string(name), "Constant sparse_value is not supported: not loaded as a weight"});
     return {};
   }
   if (attr_name == "value_string" || attr_name == "value_strings") {
     StringTensorInfo info;
-    info.name = name;
+    info.name = std::string(name);
     info.source = WeightSource::constant;
     if (attr_name == "value_strings") info.dims = {static_cast<std::int64_t>(attr->strings)};
     model_.string_tensors.push_back(std::move(info));
@@ -395,7 +403,7 @@ Status ModelDecoder::add_tensor(const WireField& tensor, WeightSource source, st
   if (decoded.is_string) {
     StringTensorInfo info;
     info.name = std::string(decoded.name);
-    info.dims = std::move(decoded.weight.dims);
+    info.dims = decoded.weight.dims.to_vector();
     info.source = source;
     model_.string_tensors.push_back(std::move(info));
     return {};

@@ -71,7 +71,7 @@ std::size_t varint_out_width(DataType t) {
 
 struct Scan {
   std::string_view name;
-  std::vector<std::int64_t> dims;
+  Dims dims;
   std::optional<std::uint64_t> data_type;
   std::optional<WireField> raw_data;
   std::optional<std::uint64_t> segment_at;

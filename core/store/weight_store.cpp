@@ -53,8 +53,8 @@ struct WeightStore::Impl {
   }
 
   std::optional<MmapProvenance> provenance(const WeightRef& weight) const {
-    if (!weight.is_external() || !weight.external) return std::nullopt;
-    const auto id = lookup(weight.external->resolved);
+    if (!weight.is_external() || !weight.external || !weight.external->file) return std::nullopt;
+    const auto id = lookup(weight.external->resolved());
     if (!id) return std::nullopt;
     const Mapping* m = find(*id);
     const ExternalLocation& ext = *weight.external;
@@ -156,9 +156,14 @@ std::uint64_t WeightStore::mapped_external_bytes() const {
 ReferencedWeightBytes WeightStore::referenced_weight_bytes() const {
   BALLAST_STORE_READ({});
   std::vector<std::vector<ByteRange>> per_mapping(im.mappings.size());
+  // Weights share a handful of ExternalFiles: look each one's mapping up once.
+  std::unordered_map<const ExternalFile*, std::optional<MappingId>> mapping_of;
   for (const auto& [id, weight] : weights) {
-    if (!weight.is_external() || !weight.external) continue;
-    const auto mapping = im.lookup(weight.external->resolved);
+    if (!weight.is_external() || !weight.external || !weight.external->file) continue;
+    const ExternalFile* file = weight.external->file.get();
+    auto [it, fresh] = mapping_of.try_emplace(file);
+    if (fresh) it->second = im.lookup(file->resolved);
+    const auto mapping = it->second;
     if (!mapping) continue;
     per_mapping[*mapping - 1].push_back({weight.external->offset, weight.external->length});
   }

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <map>
+#include <span>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,16 +30,31 @@ struct LoadOptions {
   std::uint64_t max_tensor_elements = std::uint64_t{1} << 40;
 };
 
+// An integer attribute of a node (others are not kept).
+struct IntAttribute {
+  std::string_view name;
+  std::int64_t value = 0;
+};
+
 // A node of the graph (any nesting depth), kept so that tools can tell what
-// consumes each weight. Only integer attributes are kept.
+// consumes each weight. The views point into the model's own bytes and
+// tables: they live exactly as long as the Model (moving it keeps them).
 struct NodeInfo {
-  std::string name;
-  std::string op_type;
-  std::string domain;  // "" for the default ONNX domain
-  std::vector<std::string> inputs;   // "" marks an omitted optional input
-  std::vector<std::string> outputs;
-  std::map<std::string, std::int64_t, std::less<>> int_attributes;
+  std::string_view name;
+  std::string_view op_type;
+  std::string_view domain;  // "" for the default ONNX domain
+  std::span<const std::string_view> inputs;   // "" marks an omitted optional input
+  std::span<const std::string_view> outputs;
+  std::span<const IntAttribute> int_attributes;  // in file order
   unsigned depth = 0;  // 0 = main graph
+
+  // The last value given for integer attribute `attribute` (protobuf: later wins).
+  std::optional<std::int64_t> int_attribute(std::string_view attribute) const noexcept {
+    std::optional<std::int64_t> found;
+    for (const IntAttribute& a : int_attributes)
+      if (a.name == attribute) found = a.value;
+    return found;
+  }
 };
 
 // A string tensor: listed, but not a weight.
@@ -94,7 +109,7 @@ Result<Model> load_onnx(const std::filesystem::path& path, const LoadOptions& op
 
 // Same decoder over bytes already in memory (fuzzing, tests). External data
 // is resolved against `base_dir`; the caller keeps `bytes` alive as long as
-// the Model.
+// the Model (inline weights and node names point into them).
 Result<Model> load_onnx_from_bytes(std::span<const std::byte> bytes, const std::filesystem::path& base_dir,
                                    const LoadOptions& options = {});
 

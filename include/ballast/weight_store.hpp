@@ -3,6 +3,7 @@
 // actually references (the rest is dead weight).
 #pragma once
 
+#include <ballast/dims.hpp>
 #include <ballast/dtype.hpp>
 #include <ballast/status.hpp>
 
@@ -47,20 +48,30 @@ enum class WeightSource : std::uint8_t {
 };
 std::string_view weight_source_name(WeightSource s) noexcept;
 
+// An external-data file as a model names it, and what that resolved to.
+// Every weight stored in the file shares one of these: opening a model
+// with ten thousand external tensors copies no paths.
+struct ExternalFile {
+  std::string location;            // as written in the model
+  std::filesystem::path resolved;  // absolute, symlinks resolved
+};
+
 // An external_data entry as written in the model, and what it resolved to.
 struct ExternalLocation {
-  std::string location;             // as written in the model
-  std::filesystem::path resolved;   // absolute, symlinks resolved
+  std::shared_ptr<const ExternalFile> file;
   std::uint64_t offset = 0;
   std::uint64_t length = 0;         // computed from dtype x dims when absent
   bool length_was_given = false;
   std::optional<std::string> checksum;  // SHA-1 hex digest as written
   std::vector<std::pair<std::string, std::string>> unknown_keys;  // kept, reported
+
+  const std::string& location() const noexcept { return file->location; }
+  const std::filesystem::path& resolved() const noexcept { return file->resolved; }
 };
 
 struct WeightRef {
   DataType dtype = DataType::undefined;
-  std::vector<std::int64_t> dims;
+  Dims dims;
   WeightSource source = WeightSource::initializer;
 
   enum class Storage : std::uint8_t {

@@ -131,8 +131,7 @@ TEST_CASE("account_external_files: referenced union and dead ranges of a hand-bu
     w.dims = {static_cast<std::int64_t>(length)};
     w.storage = ballast::WeightRef::Storage::external;
     ballast::ExternalLocation loc;
-    loc.location = "blob.bin";
-    loc.resolved = fs::canonical(blob);
+    loc.file = std::make_shared<const ballast::ExternalFile>(ballast::ExternalFile{"blob.bin", fs::canonical(blob)});
     loc.offset = offset;
     loc.length = length;
     w.external = loc;

@@ -57,7 +57,7 @@ struct Output {
 };
 
 std::vector<Output> outputs_of(const PlannedDerivation& p, const DerivationSizes& sizes, DevicePtr dst, DevicePtr dst2,
-                               const std::vector<std::int64_t>& source_dims) {
+                               std::span<const std::int64_t> source_dims) {
   const DerivationLaunch& l = p.launch;
   const std::string kind(derivation_name(p.kind));
   switch (p.kind) {

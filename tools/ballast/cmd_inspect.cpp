@@ -102,11 +102,11 @@ int print_json(const Model& model, const std::vector<NamedWeight>& weights,
     e["name"] = std::string(weights[i].name);
     e["source"] = std::string(weight_source_name(w.source));
     e["dtype"] = std::string(dtype_name(w.dtype));
-    e["dims"] = w.dims;
+    e["dims"] = w.dims.to_vector();
     e["bytes"] = w.byte_length();
     e["location"] = std::string(location_kind(w));
     if (w.is_external()) {
-      e["file"] = w.external->resolved.string();
+      e["file"] = w.external->resolved().string();
       e["offset"] = w.external->offset;
     } else {
       e["file"] = nullptr;
@@ -151,7 +151,7 @@ int print_json(const Model& model, const std::vector<NamedWeight>& weights,
 }
 
 std::string display_location(const WeightRef& w) {
-  return w.is_external() ? w.external->location : std::string("-");
+  return w.is_external() ? w.external->location() : std::string("-");
 }
 
 int print_table(const Model& model, const std::vector<NamedWeight>& weights,

@@ -34,7 +34,7 @@ std::string lower(std::string s) {
 }
 
 std::string where(std::string_view name, const WeightRef& w) {
-  return "tensor=" + std::string(name) + " file=" + w.external->resolved.string() +
+  return "tensor=" + std::string(name) + " file=" + w.external->resolved().string() +
          " offset=" + std::to_string(w.external->offset) + " length=" + std::to_string(w.external->length);
 }
 

@@ -6,7 +6,7 @@
 namespace ballast::cli {
 namespace {
 
-const WeightRef* weight_of(const Model& model, const std::string& name, ValueId& id) {
+const WeightRef* weight_of(const Model& model, std::string_view name, ValueId& id) {
   auto v = model.value_id(name);
   if (!v) return nullptr;
   auto it = model.store().weights.find(*v);
@@ -17,15 +17,12 @@ const WeightRef* weight_of(const Model& model, const std::string& name, ValueId&
 
 Error node_error(const NodeInfo& node, std::string why) {
   Error e = make_error(ErrorCode::invalid_argument, std::move(why));
-  e.tensor = node.name.empty() ? node.op_type : node.name;
-  return e.with_context("planning derivations for " + node.op_type + " node '" + node.name + "'");
+  e.tensor = std::string(node.name.empty() ? node.op_type : node.name);
+  return e.with_context("planning derivations for " + std::string(node.op_type) + " node '" + std::string(node.name) +
+                        "'");
 }
 
-std::optional<std::int64_t> attr(const NodeInfo& node, const char* name) {
-  auto it = node.int_attributes.find(name);
-  if (it == node.int_attributes.end()) return std::nullopt;
-  return it->second;
-}
+std::optional<std::int64_t> attr(const NodeInfo& node, const char* name) { return node.int_attribute(name); }
 
 Status plan_nbits(const Model& model, const NodeInfo& node, std::set<std::pair<int, std::uint32_t>>& seen,
                   std::vector<PlannedDerivation>& out) {
@@ -64,7 +61,7 @@ Status plan_nbits(const Model& model, const NodeInfo& node, std::set<std::pair<i
     if (!seen.insert({static_cast<int>(kind), b_id.index}).second) continue;
     PlannedDerivation p;
     p.kind = kind;
-    p.weight = node.inputs[1];
+    p.weight = std::string(node.inputs[1]);
     p.source = b_id;
     p.scales = s_id;
     if (zp != nullptr) p.zero_points = zp_id;
@@ -90,7 +87,7 @@ Status plan_dense(const Model& model, const NodeInfo& node, std::set<std::pair<i
     if (!seen.insert({static_cast<int>(kind), id.index}).second) return;
     PlannedDerivation p;
     p.kind = kind;
-    p.weight = node.inputs[1];
+    p.weight = std::string(node.inputs[1]);
     p.source = id;
     p.of_transposed = of_transposed;
     p.launch.kind = kind;

@@ -95,8 +95,7 @@ struct Fixture {
     w.dims = {static_cast<std::int64_t>(length)};
     w.storage = WeightRef::Storage::external;
     ExternalLocation loc;
-    loc.location = "w.bin";
-    loc.resolved = fs::canonical(dir / "w.bin");
+    loc.file = std::make_shared<const ExternalFile>(ExternalFile{"w.bin", fs::canonical(dir / "w.bin")});
     loc.offset = offset;
     loc.length = length;
     w.external = loc;

@@ -21,8 +21,8 @@ TEST_CASE("external data in a subdirectory resolves, slices and records the loca
   CHECK(w.storage == WeightRef::Storage::external);
   CHECK(w.is_external());
   REQUIRE(w.external.has_value());
-  CHECK(w.external->location == "weights/deep/blob.bin");
-  CHECK(w.external->resolved == blob);
+  CHECK(w.external->location() == "weights/deep/blob.bin");
+  CHECK(w.external->resolved() == blob);
   CHECK(w.external->offset == 1024);
   CHECK(w.external->length == 64);
   CHECK(w.external->length_was_given);
@@ -132,8 +132,8 @@ TEST_CASE("symlinks that stay inside the model directory are followed") {
   std::filesystem::create_symlink(blob, dir / "link.bin");
   auto model = load_written(dir, {external_tensor("w", 4, at("link.bin", 16))});
   REQUIRE_MESSAGE(model.ok(), model.error().to_string());
-  CHECK(weight_named(*model, "w").external->resolved == blob);
-  CHECK(weight_named(*model, "w").external->location == "link.bin");
+  CHECK(weight_named(*model, "w").external->resolved() == blob);
+  CHECK(weight_named(*model, "w").external->location() == "link.bin");
   CHECK(bytes_named(*model, "w") == pattern(16, 16));
 }
 

@@ -76,7 +76,7 @@ TEST_CASE("hostile external data locations") {
     auto r = load_written(dir, {external_tensor("a", 4, at("escape.bin", 0)), external_tensor("b", 4, at("cache/secret.bin", 16))},
                           allow);
     REQUIRE_MESSAGE(r.ok(), r.error().to_string());
-    CHECK(weight_named(*r, "a").external->resolved == secret);
+    CHECK(weight_named(*r, "a").external->resolved() == secret);
     CHECK(r->store().mapping_count() == 1);
     // Traversal and absolute paths stay refused even then, and devices stay unmappable.
     CHECK(load_written(dir, {external_tensor("v", 4, at("../hostile-outside/secret.bin", 0))}, allow).code() ==

@@ -22,8 +22,7 @@ WeightRef external_ref(const std::filesystem::path& resolved, std::uint64_t offs
   w.dims = {static_cast<std::int64_t>(length)};
   w.storage = WeightRef::Storage::external;
   ExternalLocation loc;
-  loc.location = resolved.filename().string();
-  loc.resolved = resolved;
+  loc.file = std::make_shared<const ExternalFile>(ExternalFile{resolved.filename().string(), resolved});
   loc.offset = offset;
   loc.length = length;
   w.external = loc;

@@ -24,7 +24,7 @@ TEST_CASE("const WeightStore queries run concurrently with each other and with m
     w.dtype = DataType::uint8;
     w.storage = WeightRef::Storage::external;
     ExternalLocation loc;
-    loc.resolved = blob;
+    loc.file = std::make_shared<const ExternalFile>(ExternalFile{"blob", blob});
     loc.offset = i * 1024;
     loc.length = 1024 + (i % 3) * 512;  // overlapping neighbours
     w.external = loc;
