@@ -244,7 +244,7 @@ void ModelDecoder::reserve_for(const WireField& graph) {
   }
   model_.store.weights.reserve(model_.store.weights.size() + initializers);
   model_.weight_order.reserve(model_.weight_order.size() + initializers);
-  model_.names.reserve(initializers + 2 * nodes);
+  model_.names.reserve(initializers);
   model_.nodes.reserve(model_.nodes.size() + nodes);
   slices_.reserve(slices_.size() + nodes);
   model_.node_values.reserve(model_.node_values.size() + 3 * nodes);
@@ -286,10 +286,6 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
       default: break;
     }
   }
-  for (std::string_view v : inputs_)
-    if (!v.empty()) model_.intern(v);
-  for (std::string_view v : outputs_)
-    if (!v.empty()) model_.intern(v);
   slices.attributes_count = model_.node_attributes.size() - slices.attributes_begin;
   slices.inputs_begin = model_.node_values.size();
   slices.inputs_count = inputs_.size();

@@ -13,13 +13,20 @@ WeightStore& Model::store() noexcept { return impl_->store; }
 const WeightStore& Model::store() const noexcept { return impl_->store; }
 
 std::optional<ValueId> Model::value_id(std::string_view name) const {
+  impl_->intern_node_values();
   if (auto id = impl_->names.find(name)) return ValueId{*id};
   return std::nullopt;
 }
 
-std::string_view Model::value_name(ValueId id) const { return impl_->names.name(id.index); }
+std::string_view Model::value_name(ValueId id) const {
+  impl_->intern_node_values();
+  return impl_->names.name(id.index);
+}
 
-ValueId Model::intern(std::string_view name) { return impl_->intern(name); }
+ValueId Model::intern(std::string_view name) {
+  impl_->intern_node_values();
+  return impl_->intern(name);
+}
 
 const std::vector<ValueId>& Model::weight_order() const noexcept { return impl_->weight_order; }
 const std::vector<NodeInfo>& Model::nodes() const noexcept { return impl_->nodes; }

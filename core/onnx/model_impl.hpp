@@ -5,6 +5,7 @@
 
 #include "onnx/name_table.hpp"
 
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,7 +17,19 @@ struct Model::Impl {
   std::uint64_t file_size = 0;
   WeightStore store;
 
-  onnx::NameTable names;  // ValueId <-> name
+  // ValueId <-> name. Opening a model interns only the weights' names; the
+  // other values the nodes name are interned the first time anyone asks for
+  // an id or a name (an engine that only wants weights never pays for the
+  // tens of thousands of activation names). Mutable for that one-time fill,
+  // which std::call_once makes safe from concurrent const callers.
+  mutable onnx::NameTable names;
+  mutable std::once_flag node_values_interned;
+  void intern_node_values() const {
+    std::call_once(node_values_interned, [this] {
+      for (std::string_view v : node_values)
+        if (!v.empty()) names.intern(v);
+    });
+  }
 
   std::vector<ValueId> weight_order;
   std::vector<NodeInfo> nodes;
@@ -29,6 +42,7 @@ struct Model::Impl {
   std::int64_t ir_version = 0;
   std::vector<std::pair<std::string, std::int64_t>> opsets;
 
+  // For the loader: interns without first filling in the node values.
   ValueId intern(std::string_view name) { return ValueId{names.intern(name)}; }
 };
 

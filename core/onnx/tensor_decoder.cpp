@@ -75,7 +75,7 @@ struct Scan {
   std::optional<std::uint64_t> data_type;
   std::optional<WireField> raw_data;
   std::optional<std::uint64_t> segment_at;
-  std::array<std::uint32_t, 16> typed_occurrences{};  // indexed by field number
+  std::uint32_t typed_seen = 0;  // bit n: typed field number n holds data
   std::uint64_t string_count = 0;
   std::vector<ExternalEntry>* external = nullptr;  // the decoder's reused buffer
   std::uint64_t data_location = 0;
@@ -130,7 +130,7 @@ Status scan_tensor(const WireField& message, Scan& scan) {
               !s.ok())
             return s;
         }
-        ++scan.typed_occurrences[f.number];
+        scan.typed_seen |= 1u << f.number;
         break;
       case kInt32Data:
       case kInt64Data:
@@ -140,7 +140,7 @@ Status scan_tensor(const WireField& message, Scan& scan) {
               !s.ok())
             return s;
         }
-        ++scan.typed_occurrences[f.number];
+        scan.typed_seen |= 1u << f.number;
         break;
       case kStringData:
         if (Status s = expect_wire_type(f, WireType::len, "TensorProto.string_data"); !s.ok()) return s;
@@ -189,7 +189,7 @@ Status TensorDecoder::decode(const WireField& field, WeightSource source, std::s
   Scan scan;
   entries_.clear();
   scan.external = &entries_;
-  out = DecodedTensor{};
+  out.reset();
   auto fail = [&](ErrorCode code, std::string message, std::uint64_t offset) {
     Error e = make_error(code, std::move(message));
     e.file = model_file_;
@@ -236,7 +236,7 @@ Status TensorDecoder::decode(const WireField& field, WeightSource source, std::s
 
   std::uint32_t typed = 0;
   for (std::uint32_t number : kTypedFields) {
-    if (scan.typed_occurrences[number] == 0) continue;
+    if ((scan.typed_seen & (1u << number)) == 0) continue;
     if (typed != 0)
       return fail(ErrorCode::malformed,
                   "both " + std::string(typed_field_name(typed)) + " and " + std::string(typed_field_name(number)) +

@@ -18,6 +18,20 @@ struct DecodedTensor {
   std::string_view name;  // the name the weight goes by (see decode)
   bool is_string = false;  // string tensors are listed, never weights
   WeightRef weight;        // dims and source are set for strings too
+
+  // Back to a fresh state, field by field: assigning a whole new WeightRef
+  // costs more than decoding a small tensor.
+  void reset() noexcept {
+    name = {};
+    is_string = false;
+    weight.dtype = DataType::undefined;
+    weight.dims.clear();
+    weight.source = WeightSource::initializer;
+    weight.storage = WeightRef::Storage::inline_borrowed;
+    weight.inline_bytes = {};
+    weight.owned.reset();
+    weight.external.reset();
+  }
 };
 
 class TensorDecoder {

@@ -71,7 +71,7 @@ class Dims {
   }
   void take(Dims& other) noexcept {
     heap_ = std::move(other.heap_);
-    std::copy(other.inline_, other.inline_ + kInline, inline_);
+    if (!heap_) std::copy(other.inline_, other.inline_ + other.size_, inline_);
     size_ = other.size_;
     capacity_ = other.capacity_;
     other.size_ = 0;
@@ -84,7 +84,7 @@ class Dims {
     capacity_ = n;
   }
 
-  std::int64_t inline_[kInline] = {};
+  std::int64_t inline_[kInline];  // only [0, size_) is ever read: no zeroing on the hot path
   std::unique_ptr<std::int64_t[]> heap_;
   std::size_t size_ = 0;
   std::size_t capacity_ = kInline;

@@ -83,6 +83,10 @@ class Model {
   WeightStore& store() noexcept;
   const WeightStore& store() const noexcept;
 
+  // Every value the graph names (weights, node inputs and outputs) has an
+  // id. Weights get theirs while the model is opened; the first call to any
+  // of these three numbers the rest (once, thread-safe), so opening stays
+  // proportional to the weights, not to the activations.
   std::optional<ValueId> value_id(std::string_view name) const;
   std::string_view value_name(ValueId id) const;
   ValueId intern(std::string_view name);

@@ -18,7 +18,7 @@
 #include <memory>
 #include <vector>
 
-#define BALLAST_PLUGIN_ABI_VERSION 1u
+#define BALLAST_PLUGIN_ABI_VERSION 2u
 
 namespace ballast {
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -57,13 +58,22 @@ inline Error make_error(ErrorCode code, std::string message) {
   return e;
 }
 
+// Ok is a null pointer: the success path, which runs once per protobuf
+// field while a model is opened, builds and returns one machine word.
 class [[nodiscard]] Status {
  public:
-  Status() = default;
-  Status(Error error) : error_(std::move(error)) {}  // NOLINT: implicit by design
+  Status() noexcept = default;
+  Status(Error error) : error_(std::make_unique<Error>(std::move(error))) {}  // NOLINT: implicit by design
+  Status(const Status& other) : error_(other.error_ ? std::make_unique<Error>(*other.error_) : nullptr) {}
+  Status(Status&&) noexcept = default;
+  Status& operator=(const Status& other) {
+    if (this != &other) error_ = other.error_ ? std::make_unique<Error>(*other.error_) : nullptr;
+    return *this;
+  }
+  Status& operator=(Status&&) noexcept = default;
 
   static Status ok_status() { return Status(); }
-  bool ok() const noexcept { return !error_.has_value(); }
+  bool ok() const noexcept { return error_ == nullptr; }
   explicit operator bool() const noexcept { return ok(); }
   ErrorCode code() const noexcept { return error_ ? error_->code : ErrorCode::ok; }
   const Error& error() const { return *error_; }
@@ -75,7 +85,7 @@ class [[nodiscard]] Status {
   }
 
  private:
-  std::optional<Error> error_;
+  std::unique_ptr<Error> error_;
 };
 
 template <class T>

@@ -88,7 +88,8 @@ TEST_CASE("plugins whose descriptor does not match are abi_mismatch errors namin
     std::vector<std::string> mentions;
   };
   const Row table[] = {
-      {"wrong_abi", {"plugin ABI version 8", "core expects 1"}},
+      {"wrong_abi",  // the fake claims the core's version + 7
+       {"plugin ABI version " + std::to_string(BALLAST_PLUGIN_ABI_VERSION + 7), "core expects " + std::to_string(BALLAST_PLUGIN_ABI_VERSION)}},
       {"wrong_fingerprint", {"\"ballast-0.0.0,other-compiler,other-stdlib\"", build_fingerprint()}},
       {"wrong_name", {"names itself \"cuda\"", "expected \"vulkan\""}},
       {"no_symbol", {"not a ballast plugin", "ballast_plugin_descriptor"}},
