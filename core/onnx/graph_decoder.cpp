@@ -182,16 +182,6 @@ Status ModelDecoder::decode(Bytes bytes) {
       default: break;  // producer, metadata, functions, training info
     }
   }
-  // Nothing grows any more: point the nodes at their values and attributes.
-  const std::span<const std::string_view> values(model_.node_values);
-  const std::span<const IntAttribute> attributes(model_.node_attributes);
-  for (std::size_t i = 0; i < slices_.size(); ++i) {
-    NodeInfo& node = model_.nodes[i];
-    const NodeSlices& at = slices_[i];
-    node.inputs = values.subspan(at.inputs_begin, at.inputs_count);
-    node.outputs = values.subspan(at.outputs_begin, at.outputs_count);
-    node.int_attributes = attributes.subspan(at.attributes_begin, at.attributes_count);
-  }
   return {};
 }
 
@@ -245,21 +235,19 @@ void ModelDecoder::reserve_for(const WireField& graph) {
   model_.store.weights.reserve(model_.store.weights.size() + initializers);
   model_.weight_order.reserve(model_.weight_order.size() + initializers);
   model_.names.reserve(initializers);
-  model_.nodes.reserve(model_.nodes.size() + nodes);
-  slices_.reserve(slices_.size() + nodes);
-  model_.node_values.reserve(model_.node_values.size() + 3 * nodes);
+  model_.node_records.reserve(model_.node_records.size() + nodes);
 }
 
+// Opening only validates a node and remembers where it is; the NodeInfo
+// table is built from these records on first use (build_node_table).
+// Constant nodes and nodes with subgraphs are read further now: they hold
+// weights.
 Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
   NodeInfo node;
   node.depth = depth;
   bool has_subgraphs = false;
-  // Inputs and outputs may interleave on the wire; each list must end up
-  // contiguous in model_.node_values, so gather them here first.
-  inputs_.clear();
-  outputs_.clear();
-  NodeSlices slices;
-  slices.attributes_begin = model_.node_attributes.size();
+  std::string_view first_output;
+  bool seen_output = false;
   WireReader reader(node_field.payload, node_field.payload_offset);
   while (!reader.at_end()) {
     WireField f;
@@ -270,35 +258,26 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
                                     f.number == node_field::kDomain || f.number == node_field::kAttribute))
       return wire_type_error(f, WireType::len, "NodeProto field");
     switch (f.number) {
-      case node_field::kInput: inputs_.push_back(f.text()); break;
-      case node_field::kOutput: outputs_.push_back(f.text()); break;
+      case node_field::kOutput:
+        if (!seen_output) first_output = f.text();
+        seen_output = true;
+        break;
       case node_field::kName: node.name = f.text(); break;
       case node_field::kOpType: node.op_type = f.text(); break;
       case node_field::kDomain: node.domain = f.text(); break;
       case node_field::kAttribute: {
-        auto attr = scan_attribute(f);
+        auto attr = scan_attribute(f);  // validates every attribute now, so the later table build cannot fail
         if (!attr) return attr.error();
         has_subgraphs = has_subgraphs || attr->has_graphs;
-        if (attr->i && (attr->type == kAttrTypeInt || attr->type == 0))
-          model_.node_attributes.push_back({attr->name, *attr->i});
         break;
       }
       default: break;
     }
   }
-  slices.attributes_count = model_.node_attributes.size() - slices.attributes_begin;
-  slices.inputs_begin = model_.node_values.size();
-  slices.inputs_count = inputs_.size();
-  model_.node_values.insert(model_.node_values.end(), inputs_.begin(), inputs_.end());
-  slices.outputs_begin = model_.node_values.size();
-  slices.outputs_count = outputs_.size();
-  model_.node_values.insert(model_.node_values.end(), outputs_.begin(), outputs_.end());
-  const std::string_view first_output = outputs_.empty() ? std::string_view() : outputs_.front();
+  model_.node_records.push_back({node_field.payload, node_field.payload_offset, depth});
 
   // The node goes in before the nodes of its subgraphs: parents first.
   const bool constant = is_constant_op(node);
-  model_.nodes.push_back(node);
-  slices_.push_back(slices);
   if (!constant && !has_subgraphs) return {};  // the common case: nothing more to read
 
   // Second pass over the attributes: subgraphs and Constant values, now that
@@ -414,6 +393,66 @@ Status ModelDecoder::add_weight(std::string_view name, WeightRef&& weight, std::
   if (!inserted) return error_at(ErrorCode::malformed, "duplicate weight name '" + std::string(name) + "'", name, offset);
   model_.weight_order.push_back(id);
   return {};
+}
+
+void build_node_table(Model::Impl& model) {
+  struct Slices {
+    std::size_t inputs_begin = 0, inputs_count = 0;
+    std::size_t outputs_begin = 0, outputs_count = 0;
+    std::size_t attributes_begin = 0, attributes_count = 0;
+  };
+  std::vector<Slices> slices;
+  slices.reserve(model.node_records.size());
+  model.nodes.reserve(model.node_records.size());
+  std::vector<std::string_view> inputs, outputs;
+  for (const Model::Impl::NodeRecord& record : model.node_records) {
+    NodeInfo node;
+    node.depth = record.depth;
+    inputs.clear();
+    outputs.clear();
+    Slices at;
+    at.attributes_begin = model.node_attributes.size();
+    WireReader reader(record.payload, record.payload_offset);
+    WireField f;
+    // The loader validated every record: a failure here cannot happen, and
+    // would only end this node's list early.
+    while (!reader.at_end() && reader.next(f)) {
+      if (f.type != WireType::len) continue;
+      switch (f.number) {
+        case node_field::kInput: inputs.push_back(f.text()); break;
+        case node_field::kOutput: outputs.push_back(f.text()); break;
+        case node_field::kName: node.name = f.text(); break;
+        case node_field::kOpType: node.op_type = f.text(); break;
+        case node_field::kDomain: node.domain = f.text(); break;
+        case node_field::kAttribute: {
+          auto attr = scan_attribute(f);
+          if (attr && attr->i && (attr->type == kAttrTypeInt || attr->type == 0))
+            model.node_attributes.push_back({attr->name, *attr->i});
+          break;
+        }
+        default: break;
+      }
+    }
+    at.attributes_count = model.node_attributes.size() - at.attributes_begin;
+    at.inputs_begin = model.node_values.size();
+    at.inputs_count = inputs.size();
+    model.node_values.insert(model.node_values.end(), inputs.begin(), inputs.end());
+    at.outputs_begin = model.node_values.size();
+    at.outputs_count = outputs.size();
+    model.node_values.insert(model.node_values.end(), outputs.begin(), outputs.end());
+    model.nodes.push_back(node);
+    slices.push_back(at);
+  }
+  // Nothing grows any more: point the nodes at their values and attributes.
+  const std::span<const std::string_view> values(model.node_values);
+  const std::span<const IntAttribute> attributes(model.node_attributes);
+  for (std::size_t i = 0; i < slices.size(); ++i) {
+    NodeInfo& node = model.nodes[i];
+    const Slices& at = slices[i];
+    node.inputs = values.subspan(at.inputs_begin, at.inputs_count);
+    node.outputs = values.subspan(at.outputs_begin, at.outputs_count);
+    node.int_attributes = attributes.subspan(at.attributes_begin, at.attributes_count);
+  }
 }
 
 }  // namespace ballast::onnx

@@ -12,6 +12,10 @@ namespace ballast::onnx {
 // Subgraphs nest through attributes; deeper than this is an attack, not a model.
 inline constexpr unsigned kMaxGraphDepth = 64;
 
+// Fills model.nodes (and the tables their spans point into) from
+// model.node_records; runs once, on first use (Model::Impl::build_nodes).
+void build_node_table(Model::Impl& model);
+
 class ModelDecoder {
  public:
   ModelDecoder(Model::Impl& model, std::string model_file, std::filesystem::path model_dir,
@@ -35,16 +39,6 @@ class ModelDecoder {
   ExternalResolver external_;
   TensorDecoder tensors_;
   DecodedTensor decoded_;  // reused for every tensor
-
-  // Where each node's lists lie in model_.node_values / node_attributes
-  // (indexes, not spans: those tables grow until decode() ends).
-  struct NodeSlices {
-    std::size_t inputs_begin = 0, inputs_count = 0;
-    std::size_t outputs_begin = 0, outputs_count = 0;
-    std::size_t attributes_begin = 0, attributes_count = 0;
-  };
-  std::vector<NodeSlices> slices_;  // parallel to model_.nodes
-  std::vector<std::string_view> inputs_, outputs_;  // reused by decode_node
 };
 
 }  // namespace ballast::onnx

@@ -1,6 +1,14 @@
 #include "onnx/model_impl.hpp"
 
+#include "onnx/graph_decoder.hpp"
+
 namespace ballast {
+
+void Model::Impl::build_nodes() const {
+  // The table is derived state: building it does not change what the Model
+  // is, hence const, and call_once makes concurrent first calls safe.
+  std::call_once(nodes_built, [this] { onnx::build_node_table(const_cast<Impl&>(*this)); });
+}
 
 Model::Model() : impl_(std::make_unique<Impl>()) {}
 Model::~Model() = default;
@@ -29,7 +37,10 @@ ValueId Model::intern(std::string_view name) {
 }
 
 const std::vector<ValueId>& Model::weight_order() const noexcept { return impl_->weight_order; }
-const std::vector<NodeInfo>& Model::nodes() const noexcept { return impl_->nodes; }
+const std::vector<NodeInfo>& Model::nodes() const {
+  impl_->build_nodes();
+  return impl_->nodes;
+}
 const std::vector<StringTensorInfo>& Model::string_tensors() const noexcept { return impl_->string_tensors; }
 const std::vector<LoadNote>& Model::notes() const noexcept { return impl_->notes; }
 std::int64_t Model::ir_version() const noexcept { return impl_->ir_version; }

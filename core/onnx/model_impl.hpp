@@ -25,6 +25,7 @@ struct Model::Impl {
   mutable onnx::NameTable names;
   mutable std::once_flag node_values_interned;
   void intern_node_values() const {
+    build_nodes();
     std::call_once(node_values_interned, [this] {
       for (std::string_view v : node_values)
         if (!v.empty()) names.intern(v);
@@ -32,11 +33,24 @@ struct Model::Impl {
   }
 
   std::vector<ValueId> weight_order;
-  std::vector<NodeInfo> nodes;
-  // What the nodes' spans point into; filled while decoding, then frozen
-  // (ModelDecoder::decode points the spans here only once nothing grows).
-  std::vector<std::string_view> node_values;
-  std::vector<IntAttribute> node_attributes;
+
+  // Where each node is (its NodeProto payload, validated by the loader) and
+  // how deep, parents before the nodes of their subgraphs. The NodeInfo
+  // table is built from these on first use, so opening a model pays for
+  // walking its nodes but not for tabulating them.
+  struct NodeRecord {
+    Bytes payload;
+    std::uint64_t payload_offset = 0;
+    unsigned depth = 0;
+  };
+  std::vector<NodeRecord> node_records;
+  mutable std::once_flag nodes_built;
+  mutable std::vector<NodeInfo> nodes;
+  // What the nodes' spans point into; frozen once built.
+  mutable std::vector<std::string_view> node_values;
+  mutable std::vector<IntAttribute> node_attributes;
+  void build_nodes() const;
+
   std::vector<StringTensorInfo> string_tensors;
   std::vector<LoadNote> notes;
   std::int64_t ir_version = 0;

@@ -81,7 +81,29 @@ struct Scan {
   std::uint64_t data_location = 0;
 };
 
+// Every external tensor has three or four of these entries, so they are a
+// third of the fields of a large model. Protobuf writers emit them as
+// exactly `0x0A len key 0x12 len value` with short strings: recognise that
+// byte pattern directly and leave anything else to the general reader.
+bool scan_entry_fast(const WireField& field, ExternalEntry& entry) noexcept {
+  const Bytes p = field.payload;
+  const std::size_t n = p.size();
+  auto byte = [&p](std::size_t i) { return std::to_integer<std::uint8_t>(p[i]); };
+  if (n < 4 || byte(0) != 0x0A || byte(1) >= 0x80) return false;
+  const std::size_t key_length = byte(1);
+  const std::size_t value_tag_at = 2 + key_length;
+  if (value_tag_at + 2 > n || byte(value_tag_at) != 0x12 || byte(value_tag_at + 1) >= 0x80) return false;
+  const std::size_t value_length = byte(value_tag_at + 1);
+  if (value_tag_at + 2 + value_length != n) return false;
+  const auto* text = reinterpret_cast<const char*>(p.data());
+  entry.offset = field.offset;
+  entry.key = std::string_view(text + 2, key_length);
+  entry.value = std::string_view(text + value_tag_at + 2, value_length);
+  return true;
+}
+
 Status scan_entry(const WireField& field, ExternalEntry& entry) {
+  if (scan_entry_fast(field, entry)) return {};
   WireReader reader(field.payload, field.payload_offset);
   entry.offset = field.offset;
   WireField f;

@@ -110,39 +110,41 @@ inline std::uint64_t load_le(const std::byte* p, std::size_t n) noexcept {
   f.number = number;
   const std::size_t value_pos = pos_;
   f.payload_offset = base_ + pos_;
-  switch (raw_type) {
-    case 0:
-      f.type = WireType::varint;
-      if (!read_varint(bytes_, pos_, f.value))
-        return fail("truncated, overlong or overflowing varint", f.payload_offset, number);
-      f.payload = bytes_.subspan(value_pos, pos_ - value_pos);
-      return true;
-    case 1:
-    case 5: {
-      f.type = raw_type == 1 ? WireType::fixed64 : WireType::fixed32;
-      const std::size_t width = raw_type == 1 ? 8 : 4;
-      if (bytes_.size() - pos_ < width)
-        return fail(raw_type == 1 ? "truncated fixed64" : "truncated fixed32", f.payload_offset, number);
-      f.payload = bytes_.subspan(pos_, width);
-      f.value = detail::load_le(f.payload.data(), width);
-      pos_ += width;
-      return true;
-    }
-    case 2: {
-      f.type = WireType::len;
-      std::uint64_t length = 0;
-      if (!read_varint(bytes_, pos_, length)) return fail("truncated or overlong length", f.payload_offset, number);
-      const std::uint64_t left = bytes_.size() - pos_;
-      if (length > left) return fail("claims more bytes than remain in field", f.payload_offset, number, length, left);
-      f.payload_offset = base_ + pos_;
-      f.payload = bytes_.subspan(pos_, static_cast<std::size_t>(length));
-      pos_ += static_cast<std::size_t>(length);
-      return true;
-    }
-    case 3:
-    case 4: return fail("protobuf groups are not supported", f.offset, number);
-    default: return fail("invalid wire type", f.offset, number, raw_type);
+  // Length-delimited and varint fields are nearly all of an ONNX file: test
+  // for them first with plain branches (a jump table costs a hard-to-predict
+  // indirect branch per field).
+  if (raw_type == 2) [[likely]] {
+    f.type = WireType::len;
+    std::uint64_t length = 0;
+    if (!read_varint(bytes_, pos_, length)) [[unlikely]]
+      return fail("truncated or overlong length", f.payload_offset, number);
+    const std::uint64_t left = bytes_.size() - pos_;
+    if (length > left) [[unlikely]]
+      return fail("claims more bytes than remain in field", f.payload_offset, number, length, left);
+    f.payload_offset = base_ + pos_;
+    f.payload = bytes_.subspan(pos_, static_cast<std::size_t>(length));
+    pos_ += static_cast<std::size_t>(length);
+    return true;
   }
+  if (raw_type == 0) {
+    f.type = WireType::varint;
+    if (!read_varint(bytes_, pos_, f.value)) [[unlikely]]
+      return fail("truncated, overlong or overflowing varint", f.payload_offset, number);
+    f.payload = bytes_.subspan(value_pos, pos_ - value_pos);
+    return true;
+  }
+  if (raw_type == 1 || raw_type == 5) {
+    f.type = raw_type == 1 ? WireType::fixed64 : WireType::fixed32;
+    const std::size_t width = raw_type == 1 ? 8 : 4;
+    if (bytes_.size() - pos_ < width)
+      return fail(raw_type == 1 ? "truncated fixed64" : "truncated fixed32", f.payload_offset, number);
+    f.payload = bytes_.subspan(pos_, width);
+    f.value = detail::load_le(f.payload.data(), width);
+    pos_ += width;
+    return true;
+  }
+  if (raw_type == 3 || raw_type == 4) return fail("protobuf groups are not supported", f.offset, number);
+  return fail("invalid wire type", f.offset, number, raw_type);
 }
 
 

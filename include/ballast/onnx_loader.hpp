@@ -93,7 +93,9 @@ class Model {
 
   // Weights in file order (the store's map is unordered).
   const std::vector<ValueId>& weight_order() const noexcept;
-  const std::vector<NodeInfo>& nodes() const noexcept;
+  // Every node at every depth, parents first. Built on the first call
+  // (once, thread-safe; opening only validates the nodes).
+  const std::vector<NodeInfo>& nodes() const;
   const std::vector<StringTensorInfo>& string_tensors() const noexcept;
   const std::vector<LoadNote>& notes() const noexcept;
 
