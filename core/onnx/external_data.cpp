@@ -24,6 +24,16 @@ Error located(ErrorCode code, std::string message, std::string file, std::string
 enum class Decimal { ok, not_a_number, too_big };
 Decimal parse_decimal(std::string_view text, std::uint64_t& value) {
   if (text.empty()) return Decimal::not_a_number;
+  if (text.size() <= 19) {  // at most 19 digits cannot overflow 64 bits: no check per digit
+    std::uint64_t v = 0;
+    for (char c : text) {
+      const auto digit = static_cast<unsigned char>(c - '0');
+      if (digit > 9) return Decimal::not_a_number;
+      v = v * 10 + digit;
+    }
+    value = v;
+    return Decimal::ok;
+  }
   std::uint64_t v = 0;
   for (char c : text) {
     if (c < '0' || c > '9') return Decimal::not_a_number;

@@ -108,8 +108,8 @@ Result<Attribute> scan_attribute(const WireField& message) {
   return a;
 }
 
-bool is_constant_op(const NodeInfo& node) {
-  return node.op_type == "Constant" && (node.domain.empty() || node.domain == "ai.onnx");
+bool is_constant_op(std::string_view op_type, std::string_view domain) {
+  return op_type == "Constant" && (domain.empty() || domain == "ai.onnx");
 }
 
 bool is_constant_value_attribute(std::string_view name) {
@@ -243,8 +243,8 @@ void ModelDecoder::reserve_for(const WireField& graph) {
 // Constant nodes and nodes with subgraphs are read further now: they hold
 // weights.
 Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
-  NodeInfo node;
-  node.depth = depth;
+  // Plain locals, not a NodeInfo: zeroing one per node was measurable.
+  std::string_view name, op_type, domain;
   bool has_subgraphs = false;
   std::string_view first_output;
   bool seen_output = false;
@@ -262,9 +262,9 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
         if (!seen_output) first_output = f.text();
         seen_output = true;
         break;
-      case node_field::kName: node.name = f.text(); break;
-      case node_field::kOpType: node.op_type = f.text(); break;
-      case node_field::kDomain: node.domain = f.text(); break;
+      case node_field::kName: name = f.text(); break;
+      case node_field::kOpType: op_type = f.text(); break;
+      case node_field::kDomain: domain = f.text(); break;
       case node_field::kAttribute: {
         auto attr = scan_attribute(f);  // validates every attribute now, so the later table build cannot fail
         if (!attr) return attr.error();
@@ -277,7 +277,7 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
   model_.node_records.push_back({node_field.payload, node_field.payload_offset, depth});
 
   // The node goes in before the nodes of its subgraphs: parents first.
-  const bool constant = is_constant_op(node);
+  const bool constant = is_constant_op(op_type, domain);
   if (!constant && !has_subgraphs) return {};  // the common case: nothing more to read
 
   // Second pass over the attributes: subgraphs and Constant values, now that
@@ -297,14 +297,14 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
       if (g->number == attr_field::kG || g->number == attr_field::kGraphs)
         if (Status s = decode_graph(*g, depth + 1); !s.ok())
           return std::move(s).with_context("in subgraph '" + std::string(attr->name) + "' of node '" +
-                                           std::string(node.name) + "' (" + std::string(node.op_type) + ")");
+                                           std::string(name) + "' (" + std::string(op_type) + ")");
     }
     if (constant && is_constant_value_attribute(attr->name)) {
       if (have_value)
         return error_at(ErrorCode::malformed, "Constant node has more than one value attribute", first_output,
                         next->offset);
       have_value = true;
-      if (Status s = decode_constant(attr->message, attr->name, node.name, first_output, *next); !s.ok()) return s;
+      if (Status s = decode_constant(attr->message, attr->name, name, first_output, *next); !s.ok()) return s;
     }
   }
   if (constant && !have_value)

@@ -28,3 +28,20 @@ TEST_CASE("Result holds either a value or an error") {
   Status failed = make_error(ErrorCode::io, "read failed");
   CHECK(std::move(failed).with_context("reading x").to_string() == "io: reading x: read failed");
 }
+
+TEST_CASE("Status is one pointer: ok is null, errors copy deeply and move cheaply") {
+  static_assert(sizeof(Status) == sizeof(void*));
+  Status ok;
+  Status copy_of_ok = ok;
+  CHECK(copy_of_ok.ok());
+  Status failed = make_error(ErrorCode::malformed, "bad tag");
+  Status copied = failed;
+  copied.error().message = "changed";
+  CHECK(failed.error().message == "bad tag");  // a deep copy
+  Status moved = std::move(copied);
+  CHECK(moved.code() == ErrorCode::malformed);
+  copied = failed;  // assigning to a moved-from Status works
+  CHECK(copied.error().message == "bad tag");
+  failed = ok;
+  CHECK(failed.ok());
+}
