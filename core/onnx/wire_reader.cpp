@@ -57,15 +57,22 @@ Error WireReader::error() const {
   if (!error_what_) return make_error(ErrorCode::internal, "no wire format error to report");
   std::string message = error_what_;
   const std::string_view what(error_what_);
+  // append(), not "literal" + string: GCC 12 warns (-Wrestrict, a false
+  // positive) on that form in optimised builds.
   if (what == "invalid field number") {
-    message += " " + std::to_string(error_number_);
+    message.append(" ").append(std::to_string(error_number_));
   } else if (what == "claims more bytes than remain in field") {
-    message = "field " + std::to_string(error_number_) + " claims " + std::to_string(error_a_) + " bytes but only " +
-              std::to_string(error_b_) + " remain";
+    message.assign("field ")
+        .append(std::to_string(error_number_))
+        .append(" claims ")
+        .append(std::to_string(error_a_))
+        .append(" bytes but only ")
+        .append(std::to_string(error_b_))
+        .append(" remain");
   } else if (what == "invalid wire type") {
-    message += " " + std::to_string(error_a_) + " in field " + std::to_string(error_number_);
+    message.append(" ").append(std::to_string(error_a_)).append(" in field ").append(std::to_string(error_number_));
   } else if (error_number_ != 0) {
-    message += " (field " + std::to_string(error_number_) + ")";
+    message.append(" (field ").append(std::to_string(error_number_)).append(")");
   }
   return wire_error(std::move(message), error_offset_);
 }

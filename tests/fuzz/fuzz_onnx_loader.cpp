@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -54,6 +55,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (std::byte x : *b) sink ^= std::to_integer<std::uint8_t>(x);
     (void)model->value_name(id);
   }
+  // The node table and the other values' ids are built on first use from
+  // what the open validated: every view must be readable and every value a
+  // node names must have an id that maps back to it.
+  std::size_t text = 0;
+  for (const ballast::NodeInfo& node : model->nodes()) {
+    text += node.name.size() + node.op_type.size() + node.domain.size();
+    for (const auto& a : node.int_attributes) text += a.name.size();
+    for (auto list : {node.inputs, node.outputs}) {
+      for (std::string_view v : list) {
+        text += v.size();
+        if (v.empty()) continue;
+        auto id = model->value_id(v);
+        if (!id || model->value_name(*id) != v) __builtin_trap();
+      }
+    }
+  }
+  sink ^= static_cast<std::uint8_t>(text);
   auto referenced = store.referenced_weight_bytes();
   (void)store.dead_ranges(referenced);
   if (store.unreferenced_external_bytes(referenced) > store.mapped_external_bytes()) __builtin_trap();
