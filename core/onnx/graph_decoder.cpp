@@ -378,7 +378,7 @@ Status ModelDecoder::add_tensor(const WireField& tensor, WeightSource source, st
   if (decoded.is_string) {
     StringTensorInfo info;
     info.name = std::string(decoded.name);
-    info.dims = decoded.weight.dims.to_vector();
+    info.dims = std::move(decoded.weight.dims);
     info.source = source;
     model_.string_tensors.push_back(std::move(info));
     return {};

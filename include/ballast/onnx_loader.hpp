@@ -60,7 +60,7 @@ struct NodeInfo {
 // A string tensor: listed, but not a weight.
 struct StringTensorInfo {
   std::string name;
-  std::vector<std::int64_t> dims;
+  Dims dims;
   WeightSource source = WeightSource::initializer;
 };
 
@@ -87,6 +87,8 @@ class Model {
   // id. Weights get theirs while the model is opened; the first call to any
   // of these three numbers the rest (once, thread-safe), so opening stays
   // proportional to the weights, not to the activations.
+  // The const calls may run concurrently; intern() (which adds a name the
+  // graph does not have) may not run alongside any of them.
   std::optional<ValueId> value_id(std::string_view name) const;
   std::string_view value_name(ValueId id) const;
   ValueId intern(std::string_view name);

@@ -128,7 +128,7 @@ int print_json(const Model& model, const std::vector<NamedWeight>& weights,
   doc["external_files"] = std::move(jf);
   json js = json::array();
   for (const auto& s : model.string_tensors()) {
-    js.push_back({{"name", s.name}, {"dims", s.dims}, {"source", std::string(weight_source_name(s.source))}});
+    js.push_back({{"name", s.name}, {"dims", s.dims.to_vector()}, {"source", std::string(weight_source_name(s.source))}});
   }
   doc["string_tensors"] = std::move(js);
   json jn = json::array();
