@@ -1,7 +1,6 @@
 #include <ballast/dtype.hpp>
 
 #include <array>
-#include <limits>
 
 namespace ballast {
 namespace {
@@ -46,18 +45,18 @@ std::optional<std::uint64_t> dtype_storage_bytes(DataType t, std::uint64_t eleme
   const unsigned bits = dtype_bits(t);
   if (bits == 0) return std::nullopt;
   if (bits == 4) return elements / 2 + (elements & 1);
-  const std::uint64_t per = bits / 8;
-  if (elements > std::numeric_limits<std::uint64_t>::max() / per) return std::nullopt;
-  return elements * per;
+  std::uint64_t bytes = 0;
+  if (__builtin_mul_overflow(elements, std::uint64_t{bits / 8}, &bytes)) return std::nullopt;
+  return bytes;
 }
 
 std::optional<std::uint64_t> element_count(std::span<const std::int64_t> dims) noexcept {
+  // Overflow checked by the multiply itself: a division per dim (the
+  // obvious check) costs more than the rest of a small tensor's decoding.
   std::uint64_t n = 1;
   for (std::int64_t d : dims) {
     if (d < 0) return std::nullopt;
-    const auto u = static_cast<std::uint64_t>(d);
-    if (u != 0 && n > std::numeric_limits<std::uint64_t>::max() / u) return std::nullopt;
-    n *= u;
+    if (__builtin_mul_overflow(n, static_cast<std::uint64_t>(d), &n)) return std::nullopt;
   }
   return n;
 }

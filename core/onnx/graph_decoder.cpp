@@ -401,9 +401,14 @@ void build_node_table(Model::Impl& model) {
     std::size_t outputs_begin = 0, outputs_count = 0;
     std::size_t attributes_begin = 0, attributes_count = 0;
   };
+  // Built aside and swapped in at the end: if an allocation throws, the
+  // Model's tables stay empty and the next call starts over.
+  std::vector<NodeInfo> nodes;
+  std::vector<std::string_view> values;
+  std::vector<IntAttribute> attributes;
   std::vector<Slices> slices;
   slices.reserve(model.node_records.size());
-  model.nodes.reserve(model.node_records.size());
+  nodes.reserve(model.node_records.size());
   std::vector<std::string_view> inputs, outputs;
   for (const Model::Impl::NodeRecord& record : model.node_records) {
     NodeInfo node;
@@ -411,7 +416,7 @@ void build_node_table(Model::Impl& model) {
     inputs.clear();
     outputs.clear();
     Slices at;
-    at.attributes_begin = model.node_attributes.size();
+    at.attributes_begin = attributes.size();
     WireReader reader(record.payload, record.payload_offset);
     WireField f;
     // The loader validated every record: a failure here cannot happen, and
@@ -427,32 +432,36 @@ void build_node_table(Model::Impl& model) {
         case node_field::kAttribute: {
           auto attr = scan_attribute(f);
           if (attr && attr->i && (attr->type == kAttrTypeInt || attr->type == 0))
-            model.node_attributes.push_back({attr->name, *attr->i});
+            attributes.push_back({attr->name, *attr->i});
           break;
         }
         default: break;
       }
     }
-    at.attributes_count = model.node_attributes.size() - at.attributes_begin;
-    at.inputs_begin = model.node_values.size();
+    at.attributes_count = attributes.size() - at.attributes_begin;
+    at.inputs_begin = values.size();
     at.inputs_count = inputs.size();
-    model.node_values.insert(model.node_values.end(), inputs.begin(), inputs.end());
-    at.outputs_begin = model.node_values.size();
+    values.insert(values.end(), inputs.begin(), inputs.end());
+    at.outputs_begin = values.size();
     at.outputs_count = outputs.size();
-    model.node_values.insert(model.node_values.end(), outputs.begin(), outputs.end());
-    model.nodes.push_back(node);
+    values.insert(values.end(), outputs.begin(), outputs.end());
+    nodes.push_back(node);
     slices.push_back(at);
   }
-  // Nothing grows any more: point the nodes at their values and attributes.
-  const std::span<const std::string_view> values(model.node_values);
-  const std::span<const IntAttribute> attributes(model.node_attributes);
+  // Nothing grows any more: point the nodes at their values and attributes
+  // (a vector's buffer survives the swap below).
+  const std::span<const std::string_view> all_values(values);
+  const std::span<const IntAttribute> all_attributes(attributes);
   for (std::size_t i = 0; i < slices.size(); ++i) {
-    NodeInfo& node = model.nodes[i];
+    NodeInfo& node = nodes[i];
     const Slices& at = slices[i];
-    node.inputs = values.subspan(at.inputs_begin, at.inputs_count);
-    node.outputs = values.subspan(at.outputs_begin, at.outputs_count);
-    node.int_attributes = attributes.subspan(at.attributes_begin, at.attributes_count);
+    node.inputs = all_values.subspan(at.inputs_begin, at.inputs_count);
+    node.outputs = all_values.subspan(at.outputs_begin, at.outputs_count);
+    node.int_attributes = all_attributes.subspan(at.attributes_begin, at.attributes_count);
   }
+  model.nodes.swap(nodes);
+  model.node_values.swap(values);
+  model.node_attributes.swap(attributes);
 }
 
 }  // namespace ballast::onnx

@@ -19,6 +19,7 @@ Result<Model> decode_into_new_model(Bytes bytes, std::filesystem::path path, std
   Model::Impl& impl = model.impl();
   impl.path = std::move(path);
   impl.file_size = file_size;
+  impl.bytes_anchor = anchor;
   if (anchor) impl.store.keep_alive(std::move(anchor));
   const std::string file = impl.path.string();
   onnx::ModelDecoder decoder(impl, file, base_dir, options);

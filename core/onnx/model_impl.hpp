@@ -5,6 +5,7 @@
 
 #include "onnx/name_table.hpp"
 
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -16,6 +17,9 @@ struct Model::Impl {
   std::filesystem::path path;
   std::uint64_t file_size = 0;
   WeightStore store;
+  // The .onnx mapping, held here too: the node records and the tables built
+  // from them on first use point into it even if the store is moved out.
+  std::shared_ptr<const void> bytes_anchor;
 
   // ValueId <-> name. Opening a model interns only the weights' names; the
   // other values the nodes name are interned the first time anyone asks for

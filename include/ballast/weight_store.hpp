@@ -65,8 +65,15 @@ struct ExternalLocation {
   std::optional<std::string> checksum;  // SHA-1 hex digest as written
   std::vector<std::pair<std::string, std::string>> unknown_keys;  // kept, reported
 
-  const std::string& location() const noexcept { return file->location; }
-  const std::filesystem::path& resolved() const noexcept { return file->resolved; }
+  // Empty when no file is set (a default-built location).
+  const std::string& location() const noexcept { return file ? file->location : no_file().location; }
+  const std::filesystem::path& resolved() const noexcept { return file ? file->resolved : no_file().resolved; }
+
+ private:
+  static const ExternalFile& no_file() noexcept {
+    static const ExternalFile empty;
+    return empty;
+  }
 };
 
 struct WeightRef {

@@ -16,6 +16,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <fcntl.h>
@@ -29,7 +30,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
-#include <cmath>
+#include <csignal>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,8 +45,8 @@ namespace fs = std::filesystem;
 constexpr std::uint64_t kInitializers = 10000;
 constexpr std::uint64_t kBigBytes = std::uint64_t{4} << 30;
 constexpr std::uint64_t kSmallBytes = std::uint64_t{4} << 20;
-constexpr int kRounds = 20;
-constexpr int kPerBatch = 10;
+constexpr int kRounds = 40;
+constexpr int kPerBatch = 5;
 
 fs::path model_path(std::uint64_t external_bytes) {
   return fs::path(BALLAST_BENCH_MODEL_DIR) /
@@ -182,8 +183,13 @@ class OnnxLoadServer {
       close(from_child[0]);
       return nullptr;
     }
-    auto server = std::unique_ptr<OnnxLoadServer>(new OnnxLoadServer(pid, fdopen(to_child[1], "w"), fdopen(from_child[0], "r")));
-    if (server->read_line().find("\"ready\"") == std::string::npos) return nullptr;
+    FILE* to = fdopen(to_child[1], "w");
+    FILE* from = fdopen(from_child[0], "r");
+    if (!to) close(to_child[1]);
+    if (!from) close(from_child[0]);
+    // The destructor closes what opened and reaps the child either way.
+    auto server = std::unique_ptr<OnnxLoadServer>(new OnnxLoadServer(pid, to, from));
+    if (!to || !from || server->read_line().find("\"ready\"") == std::string::npos) return nullptr;
     return server;
   }
 
@@ -199,8 +205,8 @@ class OnnxLoadServer {
 
   // Total wall and CPU time of `count` loads.
   std::optional<Timing> batch(int count) {
-    std::fprintf(to_, "%d\n", count);
-    std::fflush(to_);
+    // A python that died shows as a failed write (SIGPIPE is ignored in main).
+    if (std::fprintf(to_, "%d\n", count) < 0 || std::fflush(to_) != 0) return std::nullopt;
     const std::string line = read_line();
     const Timing t{json_number(line, "wall_s"), json_number(line, "cpu_s")};
     if (t.wall_s <= 0 || t.cpu_s <= 0) return std::nullopt;
@@ -227,12 +233,19 @@ double process_cpu_seconds() {
 }
 
 // Total wall and CPU time of `count` opens (freeing the model not counted).
-std::optional<Timing> ballast_batch(const fs::path& model, int count) {
+// With `tables`, each open is followed by the first nodes() and value_id()
+// calls, which build what opening defers: the full cost for an engine that
+// wants every node and every value's id (onnx.load builds all of that).
+std::optional<Timing> ballast_batch(const fs::path& model, int count, bool tables = false) {
   Timing total;
   for (int i = 0; i < count; ++i) {
     const auto w0 = std::chrono::steady_clock::now();
     const double c0 = process_cpu_seconds();
     auto opened = ballast::load_onnx(model);
+    if (tables && opened) {
+      benchmark::DoNotOptimize(opened->nodes().size());
+      benchmark::DoNotOptimize(opened->value_id("x0"));
+    }
     const double c1 = process_cpu_seconds();
     const auto w1 = std::chrono::steady_clock::now();
     if (!opened) return std::nullopt;
@@ -242,34 +255,45 @@ std::optional<Timing> ballast_batch(const fs::path& model, int count) {
   return total;
 }
 
-double median(std::vector<double> v) {
+// The q-quantile (0..1) by linear interpolation between order statistics.
+double quantile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  const double at = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(at);
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (at - static_cast<double>(lo)) * (v[hi] - v[lo]);
 }
+double median(const std::vector<double>& v) { return quantile(v, 0.5); }
 
 // Rounds of (onnx.load batch, 4 GiB opens, 4 MiB opens).
 struct Interleaved {
   int rounds = 0;
   int per_batch = 0;
-  Timing big, small, python;  // medians per open
-  Timing big_over_small, big_over_python;  // medians of the per-round ratios
+  Timing big, small, python, big_tables;  // medians per open
+  Timing big_over_small, big_over_python, tables_over_python;  // medians of the per-round ratios
+  // Quartiles of the per-round CPU ratios: how much one round says.
+  double big_over_small_q1 = 0, big_over_small_q3 = 0, big_over_python_q1 = 0, big_over_python_q3 = 0;
 };
 
 std::optional<Interleaved> interleaved_rounds(int rounds, int per_batch) {
   auto server = OnnxLoadServer::start(model_path(kBigBytes));
   if (!server) return std::nullopt;
-  std::vector<double> bw, bc, sw, sc, pw, pc, r_bs_w, r_bs_c, r_bp_w, r_bp_c;
+  std::vector<double> bw, bc, sw, sc, pw, pc, tw, tc, r_bs_w, r_bs_c, r_bp_w, r_bp_c, r_tp_w, r_tp_c;
   for (int r = 0; r < rounds; ++r) {
     // python, then the two ballast batches in alternating order: each
     // ballast batch follows python (cold caches) in half of the rounds.
-    std::optional<Timing> t[3];
+    std::optional<Timing> t[4];
     t[2] = server->batch(per_batch);
     for (int k = 0; k < 2; ++k) {
       const bool big = (r + k) % 2 == 0;
       t[big ? 0 : 1] = ballast_batch(model_path(big ? kBigBytes : kSmallBytes), per_batch);
     }
-    if (!t[0] || !t[1] || !t[2]) return std::nullopt;
+    t[3] = ballast_batch(model_path(kBigBytes), per_batch, true);  // informational, after the judged pair
+    if (!t[0] || !t[1] || !t[2] || !t[3]) return std::nullopt;
+    tw.push_back(t[3]->wall_s / per_batch);
+    tc.push_back(t[3]->cpu_s / per_batch);
+    r_tp_w.push_back(t[3]->wall_s / t[2]->wall_s);
+    r_tp_c.push_back(t[3]->cpu_s / t[2]->cpu_s);
     bw.push_back(t[0]->wall_s / per_batch);
     bc.push_back(t[0]->cpu_s / per_batch);
     sw.push_back(t[1]->wall_s / per_batch);
@@ -289,6 +313,12 @@ std::optional<Interleaved> interleaved_rounds(int rounds, int per_batch) {
   out.python = {median(pw), median(pc)};
   out.big_over_small = {median(r_bs_w), median(r_bs_c)};
   out.big_over_python = {median(r_bp_w), median(r_bp_c)};
+  out.big_over_small_q1 = quantile(r_bs_c, 0.25);
+  out.big_over_small_q3 = quantile(r_bs_c, 0.75);
+  out.big_over_python_q1 = quantile(r_bp_c, 0.25);
+  out.big_over_python_q3 = quantile(r_bp_c, 0.75);
+  out.big_tables = {median(tw), median(tc)};
+  out.tables_over_python = {median(r_tp_w), median(r_tp_c)};
   return out;
 }
 
@@ -333,7 +363,12 @@ void report(const RecordingReporter& rec) {
     std::printf("onnx.load(load_external_data=False), 4 GiB model: %.3f ms wall, %.3f ms CPU (%s, in-process)\n",
                 il->python.wall_s * 1e3, il->python.cpu_s * 1e3, BALLAST_BENCH_PYTHON);
     ratio("open_4GiB / open_4MiB", il->big_over_small, 1.2);
+    std::printf("  per-round CPU ratio quartiles %.3f .. %.3f\n", il->big_over_small_q1, il->big_over_small_q3);
     ratio("ballast_open / onnx_load", il->big_over_python, 0.5);
+    std::printf("  per-round CPU ratio quartiles %.3f .. %.3f\n", il->big_over_python_q1, il->big_over_python_q3);
+    std::printf("for information, open + first nodes() + value_id() (builds the deferred tables): %.3f ms CPU, "
+                "%.3f of onnx.load (CPU; no target)\n",
+                il->big_tables.cpu_s * 1e3, il->tables_over_python.cpu_s);
   } else {
     std::printf("interleaved timing unavailable (python with onnx at %s?)\n", BALLAST_BENCH_PYTHON);
   }
@@ -356,7 +391,20 @@ void report(const RecordingReporter& rec) {
 
 }  // namespace
 
+// Pins this process, and so the python server it spawns, to the CPU it is
+// running on: on a shared virtual machine each virtual CPU sees its own
+// neighbours' load, and the two sides of a ratio should see the same.
+int pin_to_current_cpu() {
+  const int cpu = sched_getcpu();
+  if (cpu < 0) return -1;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return sched_setaffinity(0, sizeof set, &set) == 0 ? cpu : -1;
+}
+
 int main(int argc, char** argv) {
+  std::signal(SIGPIPE, SIG_IGN);  // a python server that dies must not kill the report
   if (!ensure_model(kBigBytes) || !ensure_model(kSmallBytes)) {
     std::fprintf(stderr, "bench_open: cannot generate the benchmark models in %s\n", BALLAST_BENCH_MODEL_DIR);
     return 1;
@@ -368,6 +416,8 @@ int main(int argc, char** argv) {
   RecordingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
+  const int cpu = pin_to_current_cpu();
+  if (cpu >= 0) std::printf("\n(interleaved rounds pinned to CPU %d, python server included)\n", cpu);
   report(reporter);
   return 0;
 }

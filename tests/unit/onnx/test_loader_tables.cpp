@@ -110,10 +110,30 @@ TEST_CASE("node table and activation ids are built on first use and survive movi
   CHECK(again.value_name(fresh) == "added.by.engine");
 }
 
+namespace {
+// A chain of `count` Mul nodes, each with its own weight: enough nodes that
+// the first calls below overlap the table build (run under TSan too).
+Proto chain_model(int count) {
+  Proto g;
+  g.str(2, "chain");
+  for (int i = 0; i < count; ++i) {
+    const std::string x = "x" + std::to_string(i), w = "w" + std::to_string(i), y = "x" + std::to_string(i + 1);
+    g.msg(1, node("Mul", {x, w}, {y}, {attribute_int("axis", i)}));
+  }
+  for (int i = 0; i < count; ++i) {
+    Proto t = tensor("w" + std::to_string(i), 1, {1});
+    raw_data(t, {0, 0, 128, 63});
+    g.msg(5, t);
+  }
+  return model(g);
+}
+}  // namespace
+
 TEST_CASE("the first nodes()/value_id() calls may race: every thread sees the same complete tables") {
-  const Proto m = two_layer_model();
+  constexpr int kNodes = 3000;
+  const Proto m = chain_model(kNodes);
   auto model = load_proto(m);
-  REQUIRE(model.ok());
+  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
   const Model& shared = *model;
   std::atomic<bool> go{false};
   std::atomic<int> wrong{0};
@@ -122,10 +142,14 @@ TEST_CASE("the first nodes()/value_id() calls may race: every thread sees the sa
     threads.emplace_back([&, t] {
       while (!go.load()) std::this_thread::yield();
       if (t % 2 == 0) {
-        if (shared.nodes().size() != 2 || shared.nodes()[1].outputs[0] != "y") ++wrong;
+        const auto& nodes = shared.nodes();
+        if (nodes.size() != kNodes || nodes.back().outputs[0] != "x" + std::to_string(kNodes) ||
+            nodes[t].int_attribute("axis") != t)
+          ++wrong;
       }
-      auto h = shared.value_id("h");
-      if (!h || shared.value_name(*h) != "h") ++wrong;
+      const std::string name = "x" + std::to_string(kNodes - t);  // an activation: numbered on first use
+      auto id = shared.value_id(name);
+      if (!id || shared.value_name(*id) != name) ++wrong;
     });
   }
   go = true;
@@ -179,4 +203,33 @@ TEST_CASE("external_data entries: the byte-pattern fast path and the general rea
     CHECK(bytes_named(*model, name) == bytes_named(*model, "plain"));
   }
   CHECK(weight_named(*model, "long").external->location() == long_dir + "/blob.bin");
+}
+
+TEST_CASE("the node table does not depend on the store: moving the store out keeps nodes() and ids working") {
+  ScratchDir dir("tables-store-moved");
+  const Proto m = two_layer_model();
+  Result<Model> opened = load_onnx(dir.write("model.onnx", m.data));
+  REQUIRE_MESSAGE(opened.ok(), opened.error().to_string());
+  {
+    WeightStore taken = std::move(opened->store());  // the store's hold on the .onnx mapping goes with it...
+    CHECK(taken.weights.size() == 2);
+  }  // ...and ends here
+  const auto& nodes = opened->nodes();  // built now, from the mapped file
+  REQUIRE(nodes.size() == 2);
+  CHECK(nodes[0].inputs[1] == "w1");
+  auto h = opened->value_id("h");
+  REQUIRE(h.has_value());
+  CHECK(opened->value_name(*h) == "h");
+}
+
+TEST_CASE("a default-built ExternalLocation reads as empty, not as a null dereference") {
+  ExternalLocation loc;
+  CHECK(loc.location().empty());
+  CHECK(loc.resolved().empty());
+  WeightRef w;
+  w.storage = WeightRef::Storage::external;
+  w.external = loc;
+  WeightStore store;
+  CHECK_FALSE(store.bytes(w).has_value());
+  CHECK_FALSE(store.external_mmap_provenance(w).has_value());
 }
