@@ -420,7 +420,10 @@ void build_node_table(Model::Impl& model) {
     WireReader reader(record.payload, record.payload_offset);
     WireField f;
     // The loader validated every record: a failure here cannot happen, and
-    // would only end this node's list early.
+    // would only end this node's list early. This loop reads the same
+    // fields as ModelDecoder::decode_node; a change to one is a change to
+    // both. They are kept apart on purpose: one shared reader (a template
+    // that collects the lists only here) made opens about 6% slower.
     while (!reader.at_end() && reader.next(f)) {
       if (f.type != WireType::len) continue;
       switch (f.number) {

@@ -60,10 +60,17 @@ struct ChildResult {
   struct rusage usage {};
 };
 
-std::optional<ChildResult> run_child(const std::vector<std::string>& args, std::string* captured) {
+// Starts args[0] with these file actions; nullopt when it cannot start.
+std::optional<pid_t> spawn(const std::vector<std::string>& args, const posix_spawn_file_actions_t& actions) {
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ) != 0) return std::nullopt;
+  return pid;
+}
+
+std::optional<ChildResult> run_child(const std::vector<std::string>& args, std::string* captured) {
   int pipe_fds[2] = {-1, -1};
   if (pipe(pipe_fds) != 0) return std::nullopt;
   posix_spawn_file_actions_t actions;
@@ -75,11 +82,10 @@ std::optional<ChildResult> run_child(const std::vector<std::string>& args, std::
   }
   posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
   posix_spawn_file_actions_addclose(&actions, pipe_fds[1]);
-  pid_t pid = -1;
-  const int spawned = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  const auto pid = spawn(args, actions);
   posix_spawn_file_actions_destroy(&actions);
   close(pipe_fds[1]);
-  if (spawned != 0) {
+  if (!pid) {
     close(pipe_fds[0]);
     return std::nullopt;
   }
@@ -90,7 +96,7 @@ std::optional<ChildResult> run_child(const std::vector<std::string>& args, std::
   }
   close(pipe_fds[0]);
   ChildResult r;
-  if (wait4(pid, &r.status, 0, &r.usage) != pid) return std::nullopt;
+  if (wait4(*pid, &r.status, 0, &r.usage) != *pid) return std::nullopt;
   return r;
 }
 
@@ -151,7 +157,7 @@ double json_number(const std::string& text, const std::string& key) {
 }
 
 // A python process that times onnx.load in batches when asked
-// (tools/bench/time_onnx_load.py --serve), up for the whole run.
+// (tools/bench/time_onnx_load.py), up for the whole run.
 class OnnxLoadServer {
  public:
   static std::unique_ptr<OnnxLoadServer> start(const fs::path& model) {
@@ -162,23 +168,18 @@ class OnnxLoadServer {
       close(to_child[1]);
       return nullptr;
     }
-    const std::vector<std::string> args = {BALLAST_BENCH_PYTHON,
-                                           std::string(BALLAST_SOURCE_DIR) + "/tools/bench/time_onnx_load.py",
-                                           model.string(), "--serve"};
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, to_child[0], STDIN_FILENO);
     posix_spawn_file_actions_adddup2(&actions, from_child[1], STDOUT_FILENO);
     for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1]}) posix_spawn_file_actions_addclose(&actions, fd);
-    pid_t pid = -1;
-    const int spawned = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+    const auto pid = spawn({BALLAST_BENCH_PYTHON, std::string(BALLAST_SOURCE_DIR) + "/tools/bench/time_onnx_load.py",
+                            model.string()},
+                           actions);
     posix_spawn_file_actions_destroy(&actions);
     close(to_child[0]);
     close(from_child[1]);
-    if (spawned != 0) {
+    if (!pid) {
       close(to_child[1]);
       close(from_child[0]);
       return nullptr;
@@ -188,7 +189,7 @@ class OnnxLoadServer {
     if (!to) close(to_child[1]);
     if (!from) close(from_child[0]);
     // The destructor closes what opened and reaps the child either way.
-    auto server = std::unique_ptr<OnnxLoadServer>(new OnnxLoadServer(pid, to, from));
+    auto server = std::unique_ptr<OnnxLoadServer>(new OnnxLoadServer(*pid, to, from));
     if (!to || !from || server->read_line().find("\"ready\"") == std::string::npos) return nullptr;
     return server;
   }
