@@ -241,7 +241,7 @@ void ModelDecoder::reserve_for(const WireField& graph) {
 // Opening only validates a node and remembers where it is; the NodeInfo
 // table is built from these records on first use (build_node_table).
 // Constant nodes and nodes with subgraphs are read further now: they hold
-// weights.
+// weights. build_node_table reads the same fields (see the note there).
 Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
   // Plain locals, not a NodeInfo: zeroing one per node was measurable.
   std::string_view name, op_type, domain;
