@@ -47,6 +47,14 @@ Result<Buffer> import_host_range(const Device& device, const void* host, std::ui
   if (!b) {
     Error e = b.error();
     if (e.code == ErrorCode::device_error) e.code = ErrorCode::unsupported;
+    // NVIDIA's driver pins imported pages for writing, so it refuses a
+    // write-protected mapping (a model's data file mapped read-only) with
+    // VK_ERROR_OUT_OF_DEVICE_MEMORY: that is the driver declining these
+    // pages, not a device out of memory, and the caller should upload.
+    if (read_only && e.code == ErrorCode::out_of_memory) {
+      e.code = ErrorCode::unsupported;
+      e.message += ": the driver refuses to import these read-only host pages; upload instead";
+    }
     e.with_context("importing " + std::to_string(size) + " bytes of host memory");
     return e;
   }

@@ -32,6 +32,15 @@ struct DerivedWeights::Impl {
   }
 };
 
+std::string DerivationKey::to_string() const {
+  std::string out = "source " + hex(source) + " [" + std::to_string(rows) + " x " + std::to_string(cols) + "] " +
+                    std::string(dtype_name(src_type));
+  if (block_size != 0) out += " block " + std::to_string(block_size);
+  if (scales != 0) out += " scales " + hex(scales);
+  if (zero_point != 0) out += " zero points " + hex(zero_point);
+  return out;
+}
+
 DerivedWeights::DerivedWeights(std::string label) : label_(std::move(label)), impl_(std::make_unique<Impl>()) {}
 DerivedWeights::~DerivedWeights() = default;
 
@@ -45,59 +54,59 @@ Status DerivedWeights::check_kind(Derivation kind, bool want_pair) {
                    : make_error(ErrorCode::wrong_kind, name + " yields a pair, not one pointer: use the *_pair methods");
 }
 
-std::optional<DevicePtr> DerivedWeights::find_ptr(Derivation kind, std::uint64_t key) const noexcept {
+std::optional<DevicePtr> DerivedWeights::find_ptr(Derivation kind, const DerivationKey& key) const noexcept {
   return impl_->single(kind).find(key);
 }
-std::optional<DevicePair> DerivedWeights::find_pair(Derivation kind, std::uint64_t key) const noexcept {
+std::optional<DevicePair> DerivedWeights::find_pair(Derivation kind, const DerivationKey& key) const noexcept {
   return impl_->pair(kind).find(key);
 }
 
-Result<std::optional<DevicePtr>> DerivedWeights::get_ptr(Derivation kind, std::uint64_t key) const {
+Result<std::optional<DevicePtr>> DerivedWeights::get_ptr(Derivation kind, const DerivationKey& key) const {
   if (Status s = check_kind(kind, false); !s.ok()) return s;
   return find_ptr(kind, key);
 }
-Result<std::optional<DevicePair>> DerivedWeights::get_pair(Derivation kind, std::uint64_t key) const {
+Result<std::optional<DevicePair>> DerivedWeights::get_pair(Derivation kind, const DerivationKey& key) const {
   if (Status s = check_kind(kind, true); !s.ok()) return s;
   return find_pair(kind, key);
 }
 
 // Inserting can only fail for want of host memory (or a caller inserting
 // into its own build); neither may escape as an exception.
-Result<Insertion<DerivedPtr>> DerivedWeights::store_ptr(Derivation kind, std::uint64_t key, DerivedPtr value) {
+Result<Insertion<DerivedPtr>> DerivedWeights::store_ptr(Derivation kind, const DerivationKey& key, DerivedPtr value) {
   try {
     return impl_->single(kind).insert(key, value);
   } catch (const std::bad_alloc&) {
-    return make_error(ErrorCode::out_of_memory, "no host memory for a memo entry");
+    return memo::oom_error();
   }
 }
-Result<Insertion<DerivedPair>> DerivedWeights::store_pair(Derivation kind, std::uint64_t key, DerivedPair value) {
+Result<Insertion<DerivedPair>> DerivedWeights::store_pair(Derivation kind, const DerivationKey& key, DerivedPair value) {
   try {
     return impl_->pair(kind).insert(key, value);
   } catch (const std::bad_alloc&) {
-    return make_error(ErrorCode::out_of_memory, "no host memory for a memo entry");
+    return memo::oom_error();
   }
 }
-Result<Insertion<DerivedPtr>> DerivedWeights::insert_ptr(Derivation kind, std::uint64_t key, DerivedPtr value) {
+Result<Insertion<DerivedPtr>> DerivedWeights::insert_ptr(Derivation kind, const DerivationKey& key, DerivedPtr value) {
   if (Status s = check_kind(kind, false); !s.ok()) return s;
   return store_ptr(kind, key, value);
 }
-Result<Insertion<DerivedPair>> DerivedWeights::insert_pair(Derivation kind, std::uint64_t key, DerivedPair value) {
+Result<Insertion<DerivedPair>> DerivedWeights::insert_pair(Derivation kind, const DerivationKey& key, DerivedPair value) {
   if (Status s = check_kind(kind, true); !s.ok()) return s;
   return store_pair(kind, key, value);
 }
 
-Result<DevicePtr> DerivedWeights::build_ptr(Derivation kind, std::uint64_t key, detail::BuildRef<DerivedPtr> build) {
+Result<DevicePtr> DerivedWeights::build_ptr(Derivation kind, const DerivationKey& key, detail::BuildRef<DerivedPtr> build) {
   try {
     return impl_->single(kind).get_or_build(key, build);
   } catch (const std::bad_alloc&) {
-    return make_error(ErrorCode::out_of_memory, "no host memory for a memo entry");
+    return memo::oom_error();
   }
 }
-Result<DevicePair> DerivedWeights::build_pair(Derivation kind, std::uint64_t key, detail::BuildRef<DerivedPair> build) {
+Result<DevicePair> DerivedWeights::build_pair(Derivation kind, const DerivationKey& key, detail::BuildRef<DerivedPair> build) {
   try {
     return impl_->pair(kind).get_or_build(key, build);
   } catch (const std::bad_alloc&) {
-    return make_error(ErrorCode::out_of_memory, "no host memory for a memo entry");
+    return memo::oom_error();
   }
 }
 
@@ -131,7 +140,7 @@ class Freer {
  public:
   Freer(GpuBackend& backend, const std::string& label) : backend_(backend), label_(label) {}
 
-  void free_value(Derivation kind, std::uint64_t key, const DerivedPtr& value, const char* half) {
+  void free_value(Derivation kind, const DerivationKey& key, const DerivedPtr& value, const char* half) {
     Status s = backend_.free(value.ptr);
     if (s.ok()) {
       out_.bytes_freed += value.bytes;
@@ -139,16 +148,25 @@ class Freer {
       return;
     }
     out_.failed_frees += 1;
-    if (out_.status.ok())
-      out_.status = std::move(s).with_context("freeing " + std::string(derivation_name(kind)) + half + " value " +
-                                              hex(value.ptr) + " of key " + hex(key));
+    if (!out_.status.ok()) return;
+    try {
+      s.error().with_context("freeing " + std::string(derivation_name(kind)) + half + " value " + hex(value.ptr) +
+                             " of " + key.to_string());
+    } catch (const std::bad_alloc&) {
+      // The backend's own error still says what failed; keep going.
+    }
+    out_.status = std::move(s);
   }
 
   Released finish() && {
-    if (out_.failed_frees > 1)
-      out_.status.error().message += " (and " + std::to_string(out_.failed_frees - 1) + " more refused free" +
-                                     (out_.failed_frees == 2 ? ")" : "s)");
-    if (!out_.status.ok()) out_.status.error().with_context("releasing " + label_);
+    try {
+      if (out_.failed_frees > 1)
+        out_.status.error().message += " (and " + std::to_string(out_.failed_frees - 1) + " more refused free" +
+                                       (out_.failed_frees == 2 ? ")" : "s)");
+      if (!out_.status.ok()) out_.status.error().with_context("releasing " + label_);
+    } catch (const std::bad_alloc&) {
+      // Context is a courtesy: the error and the counts are already in out_.
+    }
     return std::move(out_);
   }
 

@@ -41,9 +41,8 @@
 namespace ballast::memo {
 
 
-// Keys are device pointers: aligned, so their low bits say nothing. A full
-// 64-bit mix (murmur3's finaliser) spreads every key bit over the hash: the
-// top bits pick the shard, the low bits the table slot.
+// A full 64-bit mix (murmur3's finaliser) spreads every input bit over the
+// hash: the top bits pick the shard, the low bits the table slot.
 constexpr std::uint64_t mix(std::uint64_t k) noexcept {
   k ^= k >> 33;
   k *= 0xff51afd7ed558ccdull;
@@ -52,6 +51,31 @@ constexpr std::uint64_t mix(std::uint64_t k) noexcept {
   k ^= k >> 33;
   return k;
 }
+
+// Pointers are aligned, so their low bits say little. Each field is
+// multiplied by its own odd constant (independent multiplies, issued in
+// parallel) and the sum goes through one mix: a hit pays for one mix, not
+// one per field.
+inline std::uint64_t hash_key(const DerivationKey& k) noexcept {
+  const std::uint64_t small = std::uint64_t{k.block_size} | (std::uint64_t{static_cast<std::uint8_t>(k.src_type)} << 32) |
+                              (std::uint64_t{static_cast<std::uint8_t>(k.zero_points)} << 40);
+  return mix(k.source * 0x9e3779b97f4a7c15ull + k.scales * 0xc2b2ae3d27d4eb4full +
+             k.zero_point * 0x165667b19e3779f9ull + k.rows * 0x27d4eb2f165667c5ull + k.cols * 0x94d049bb133111ebull +
+             small * 0xbf58476d1ce4e5b9ull);
+}
+
+// An out_of_memory error whose message fits std::string's inline buffer:
+// making it allocates nothing, so it can be reported when nothing else can.
+inline Error oom_error() noexcept {
+  Error e;
+  e.code = ErrorCode::out_of_memory;
+  e.message = "host memory";
+  return e;
+}
+
+struct KeyHash {
+  std::size_t operator()(const DerivationKey& k) const noexcept { return static_cast<std::size_t>(hash_key(k)); }
+};
 
 // One build in progress; waiters block on it outside the shard lock.
 template <class V>
@@ -98,11 +122,11 @@ class MemoMap {
   Derivation kind() const noexcept { return kind_; }
 
   // Public so tests can pick keys that share a shard.
-  static std::size_t shard_index(std::uint64_t key) noexcept { return shard_of(mix(key)); }
+  static std::size_t shard_index(const DerivationKey& key) noexcept { return shard_of(hash_key(key)); }
 
   // The hot path: no lock, no shared write.
-  std::optional<Value> find(std::uint64_t key) const noexcept {
-    const std::uint64_t hash = mix(key);
+  std::optional<Value> find(const DerivationKey& key) const noexcept {
+    const std::uint64_t hash = hash_key(key);
     const V* v = lookup(shards_[shard_of(hash)], key, hash);
     if (v != nullptr) {
       counters_.hit();
@@ -112,8 +136,8 @@ class MemoMap {
     return std::nullopt;
   }
 
-  Result<Insertion<V>> insert(std::uint64_t key, const V& value) {
-    const std::uint64_t hash = mix(key);
+  Result<Insertion<V>> insert(const DerivationKey& key, const V& value) {
+    const std::uint64_t hash = hash_key(key);
     Shard& s = shards_[shard_of(hash)];
     for (;;) {
       std::shared_ptr<Flight<V>> flight;
@@ -139,74 +163,49 @@ class MemoMap {
   }
 
   template <class Build>
-  Result<Value> get_or_build(std::uint64_t key, Build& build) {
-    const std::uint64_t hash = mix(key);
+  Result<Value> get_or_build(const DerivationKey& key, Build& build) {
+    const std::uint64_t hash = hash_key(key);
     Shard& s = shards_[shard_of(hash)];
     if (const V* v = lookup(s, key, hash)) {
       counters_.hit();
       return v->value();
     }
-    counters_.miss();
 
     std::shared_ptr<Flight<V>> flight;
     bool building = false;
     {
       std::lock_guard lock(s.mutex);
-      if (const V* v = lookup(s, key, hash)) return v->value();  // finished between our two looks
+      if (const V* v = lookup(s, key, hash)) {  // finished between our two looks: a hit after all
+        counters_.hit();
+        return v->value();
+      }
+      counters_.miss();
       auto it = s.flights.find(key);
       if (it != s.flights.end()) {
         flight = it->second;
+        if (flight->builder == std::this_thread::get_id()) return recursion_error(key, "build");
         s.waits.fetch_add(1, std::memory_order_relaxed);
       } else {
         // Room for this value is made now (every flight holds a slot), so a
         // finished build can always be stored without allocating.
         reserve_locked(s, s.flights.size() + 1);
         flight = std::make_shared<Flight<V>>();
-        s.flights.emplace(key, flight);
-        building = true;
+        s.flights.emplace(key, flight);  // may throw: nothing is registered then
         s.builds.fetch_add(1, std::memory_order_relaxed);
+        building = true;
       }
     }
-
-    if (!building) {
-      if (flight->builder == std::this_thread::get_id()) return recursion_error(key, "build");
-      flight->wait();
-      if (flight->error) return *flight->error;
-      return flight->value->value();
-    }
-
-    Result<V> built = run(build);
-    if (!built.ok()) built.error().with_context("building " + std::string(derivation_name(kind_)) + " of key " + hex(key));
-    {
-      std::lock_guard lock(s.mutex);
-      s.flights.erase(key);
-      if (built.ok()) {
-        try {
-          reserve_locked(s, 1);  // a no-op unless release() ran during the build
-          publish_locked(s, key, built.value());
-        } catch (const std::bad_alloc&) {
-          // Reachable only when release() raced this build (misuse) and the
-          // host is out of memory: the value cannot be kept, nor freed here.
-          built = make_error(ErrorCode::out_of_memory, "no host memory to memoize a finished build of key " + hex(key));
-        }
-      }
-      if (!built.ok()) s.failed_builds.fetch_add(1, std::memory_order_relaxed);  // not memoized: the next caller builds again
-    }
-    // Waiters wake only after the map is final, so one that retries sees
-    // the value or no entry, never the finished flight.
-    if (built.ok()) {
-      flight->finish(built.value(), std::nullopt);
-      return built.value().value();
-    }
-    flight->finish(std::nullopt, built.error());
-    return built.error();
+    if (building) return build_registered(s, key, std::move(flight), build);  // with no lock held
+    flight->wait();
+    if (flight->error) return *flight->error;  // a copy that fails throws bad_alloc: the caller maps it
+    return flight->value->value();
   }
 
   // Removes every memoized value and hands them back. The emptied tables
   // are retired, not freed, so a (misbehaving) concurrent reader stays
   // memory-safe. Builds still in flight are left alone and land afterwards.
-  std::vector<std::pair<std::uint64_t, V>> take_all() noexcept {
-    std::vector<std::pair<std::uint64_t, V>> out;
+  std::vector<std::pair<DerivationKey, V>> take_all() noexcept {
+    std::vector<std::pair<DerivationKey, V>> out;
     for (Shard& s : shards_) {
       std::lock_guard lock(s.mutex);
       Table* t = s.table.load(std::memory_order_relaxed);
@@ -252,7 +251,7 @@ class MemoMap {
  private:
   struct Slot {
     std::atomic<bool> full{false};  // released after key and value are written; never cleared
-    std::uint64_t key = 0;
+    DerivationKey key{};
     V value{};
   };
 
@@ -270,7 +269,7 @@ class MemoMap {
     std::atomic<std::size_t> count{0};   // written under the mutex
     std::atomic<std::uint64_t> bytes{0};  // written under the mutex
     std::mutex mutex;
-    std::unordered_map<std::uint64_t, std::shared_ptr<Flight<V>>> flights;  // under the mutex
+    std::unordered_map<DerivationKey, std::shared_ptr<Flight<V>>, KeyHash> flights;  // under the mutex
     std::unique_ptr<Table> retired;  // under the mutex
     std::atomic<std::uint64_t> builds{0};
     std::atomic<std::uint64_t> failed_builds{0};
@@ -282,7 +281,7 @@ class MemoMap {
     return static_cast<std::size_t>(hash >> (64 - kShardBits));
   }
 
-  static const V* lookup(const Shard& s, std::uint64_t key, std::uint64_t hash) noexcept {
+  static const V* lookup(const Shard& s, const DerivationKey& key, std::uint64_t hash) noexcept {
     const Table* t = s.table.load(std::memory_order_acquire);
     if (t == nullptr) return nullptr;
     for (std::size_t i = static_cast<std::size_t>(hash) & t->mask;; i = (i + 1) & t->mask) {
@@ -292,8 +291,8 @@ class MemoMap {
     }
   }
 
-  static void place(Table& t, std::uint64_t key, const V& value, std::memory_order order) noexcept {
-    for (std::size_t i = static_cast<std::size_t>(mix(key)) & t.mask;; i = (i + 1) & t.mask) {
+  static void place(Table& t, const DerivationKey& key, const V& value, std::memory_order order) noexcept {
+    for (std::size_t i = static_cast<std::size_t>(hash_key(key)) & t.mask;; i = (i + 1) & t.mask) {
       Slot& slot = t.slots[i];
       if (slot.full.load(std::memory_order_relaxed)) continue;
       slot.key = key;
@@ -323,11 +322,65 @@ class MemoMap {
   }
 
   // Needs room reserved. Stores and publishes one value.
-  static void publish_locked(Shard& s, std::uint64_t key, const V& value) noexcept {
+  static void publish_locked(Shard& s, const DerivationKey& key, const V& value) noexcept {
     Table* t = s.table.load(std::memory_order_relaxed);
     place(*t, key, value, std::memory_order_release);
     s.count.store(s.count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     s.bytes.store(s.bytes.load(std::memory_order_relaxed) + bytes_of(value), std::memory_order_relaxed);
+  }
+
+  // The builder's side. From here on the flight is registered, and every
+  // way out (success, an error, an exception while building the error)
+  // deregisters it and wakes its waiters: the guard does it without
+  // allocating, so running out of host memory cannot strand a waiter.
+  template <class Build>
+  Result<Value> build_registered(Shard& s, const DerivationKey& key, std::shared_ptr<Flight<V>> flight, Build& build) {
+    struct Settle {
+      Shard& s;
+      const DerivationKey& key;
+      Flight<V>& flight;
+      bool done = false;
+      ~Settle() {
+        if (done) return;
+        {
+          std::lock_guard lock(s.mutex);
+          s.flights.erase(key);
+          s.failed_builds.fetch_add(1, std::memory_order_relaxed);
+        }
+        flight.finish(std::nullopt, oom_error());
+      }
+    } settle{s, key, *flight};
+
+    Result<V> built = run(build);
+    if (!built.ok()) built.error().with_context("building " + std::string(derivation_name(kind_)) + " of " + key.to_string());
+    {
+      std::lock_guard lock(s.mutex);
+      s.flights.erase(key);
+      if (built.ok()) {
+        try {
+          reserve_locked(s, 1);  // a no-op unless release() ran during the build
+          publish_locked(s, key, built.value());
+        } catch (const std::bad_alloc&) {
+          // Reachable only when release() raced this build (misuse) and the
+          // host is out of memory: the value cannot be kept, nor freed here.
+          built = oom_error();
+        }
+      }
+      if (!built.ok()) s.failed_builds.fetch_add(1, std::memory_order_relaxed);  // not memoized: the next caller builds again
+      settle.done = true;
+    }
+    // Waiters wake only after the map is final, so one that retries sees
+    // the value or no entry, never the finished flight.
+    if (built.ok()) {
+      flight->finish(built.value(), std::nullopt);
+      return built.value().value();
+    }
+    try {
+      flight->finish(std::nullopt, built.error());
+    } catch (const std::bad_alloc&) {
+      flight->finish(std::nullopt, oom_error());
+    }
+    return std::move(built.error());
   }
 
   static std::uint64_t bytes_of(const DerivedPtr& v) noexcept { return v.bytes; }
@@ -336,19 +389,25 @@ class MemoMap {
   // The build must not leave waiters hanging, so whatever it throws ends
   // here as an error value.
   template <class Build>
-  static Result<V> run(Build& build) {
+  static Result<V> run(Build& build) noexcept {
     try {
-      return build();
-    } catch (const std::exception& e) {
-      return make_error(ErrorCode::internal, std::string("build threw: ") + e.what());
-    } catch (...) {
-      return make_error(ErrorCode::internal, "build threw a non-standard exception");
+      try {
+        return build();
+      } catch (const std::bad_alloc&) {
+        return oom_error();
+      } catch (const std::exception& e) {
+        return make_error(ErrorCode::internal, std::string("build threw: ") + e.what());
+      } catch (...) {
+        return make_error(ErrorCode::internal, "build threw a non-standard exception");
+      }
+    } catch (...) {  // describing the exception ran out of memory
+      return oom_error();
     }
   }
 
-  Error recursion_error(std::uint64_t key, const char* what) const {
+  Error recursion_error(const DerivationKey& key, const char* what) const {
     return make_error(ErrorCode::invalid_argument,
-                      std::string(what) + " " + std::string(derivation_name(kind_)) + " of key " + hex(key) +
+                      std::string(what) + " " + std::string(derivation_name(kind_)) + " of " + key.to_string() +
                           " from inside its own build");
   }
 

@@ -1,7 +1,16 @@
 // DerivedWeights: a model's memo of derived weight encodings on one device.
 //
-// Key:   the SOURCE weight's device pointer (owned by whoever uploaded or
-//        registered it; the memo never frees a key).
+// Most engines call derive() / derive_all() (derive.hpp), which plan, size,
+// launch, synchronize and memoize in one call. This is the memo under them.
+//
+// Key:   a DerivationKey: EVERYTHING the value depends on, i.e. the launch
+//        minus its outputs: the source's device pointer, the shape (rows,
+//        cols), the source or scales type, the int4 block size and zero-point
+//        form, and the scales and zero-point pointers. Two weights that share
+//        bytes (tied embeddings, deduplicated blobs) but differ in shape, or
+//        two MatMulNBits nodes sharing B with different scales, are different
+//        keys; the same bytes with the same parameters are one entry, shared.
+//        The memo never frees what a key points at.
 // Value: what a derivation produced from it: one device pointer
 //        (transpose, to_f16, dequant_int4) or a pair (repack_int4,
 //        quant_int8). The memo OWNS values and frees them in release().
@@ -9,10 +18,14 @@
 // Prefer get_or_build_*: it looks up, and on a miss runs your `build` once
 // even when many threads miss together (single-flight), outside any lock.
 //
-//   Result<DevicePtr> w = memo.get_or_build_ptr(derive::transpose, src, [&]() -> Result<DerivedPtr> {
+//   const DerivationKey key = DerivationKey::of(launch);   // launch: shape and operands filled, dst empty
+//   Result<DevicePtr> w = memo.get_or_build_ptr(derive::transpose, key, [&]() -> Result<DerivedPtr> {
 //     auto dst = gpu.allocate(bytes);
 //     if (!dst) return dst.error();
-//     if (Status s = gpu.launch({...}); !s.ok()) { static_cast<void>(gpu.free(*dst)); return s.error(); }
+//     DerivationLaunch l = launch; l.dst = *dst;
+//     Status s = gpu.launch(l);
+//     if (s.ok()) s = gpu.synchronize();   // never memoize a kernel that failed asynchronously
+//     if (!s.ok()) { static_cast<void>(gpu.free(*dst)); return s.error(); }
 //     return DerivedPtr{*dst, bytes};
 //   });
 //
@@ -62,6 +75,26 @@
 #include <utility>
 
 namespace ballast {
+
+// What a memoized value depends on: every input of its launch. Build one
+// from a launch with of(); the derivation itself is the map it is used in.
+struct DerivationKey {
+  DevicePtr source = 0;      // the weight (int4: B; quant_int8 of a transposed copy: that copy)
+  DevicePtr scales = 0;      // int4 only
+  DevicePtr zero_point = 0;  // int4 with zero points only
+  std::uint64_t rows = 0;
+  std::uint64_t cols = 0;
+  std::uint32_t block_size = 0;
+  DataType src_type = DataType::undefined;
+  ZeroPoints zero_points = ZeroPoints::absent;
+
+  static DerivationKey of(const DerivationLaunch& l) noexcept {
+    return {l.src, l.scales, l.zero_point, l.rows, l.cols, l.block_size, l.src_type, l.zero_points};
+  }
+  // "source 0x7f.. [4096 x 1024] float16" plus the int4 operands when set.
+  std::string to_string() const;
+  friend bool operator==(const DerivationKey&, const DerivationKey&) = default;
+};
 
 struct DevicePair {
   DevicePtr first = 0;
@@ -165,42 +198,42 @@ class DerivedWeights final : public ModelResource<GpuBackend> {
 
   // --- lookups -------------------------------------------------------------
   template <derive::single_kind K>
-  std::optional<DevicePtr> get_ptr(K, std::uint64_t key) const noexcept { return find_ptr(K::value, key); }
+  std::optional<DevicePtr> get_ptr(K, const DerivationKey& key) const noexcept { return find_ptr(K::value, key); }
   template <derive::pair_kind K>
-  std::optional<DevicePair> get_pair(K, std::uint64_t key) const noexcept { return find_pair(K::value, key); }
-  Result<std::optional<DevicePtr>> get_ptr(Derivation kind, std::uint64_t key) const;
-  Result<std::optional<DevicePair>> get_pair(Derivation kind, std::uint64_t key) const;
+  std::optional<DevicePair> get_pair(K, const DerivationKey& key) const noexcept { return find_pair(K::value, key); }
+  Result<std::optional<DevicePtr>> get_ptr(Derivation kind, const DerivationKey& key) const;
+  Result<std::optional<DevicePair>> get_pair(Derivation kind, const DerivationKey& key) const;
 
   // --- raw stores (for callers that allocate and launch between a get and
   // the insert; otherwise use get_or_build_*). If a build of the key is in
   // flight, insert waits for it and loses to it when it succeeds. ---------
   template <derive::single_kind K>
-  Result<Insertion<DerivedPtr>> insert_ptr(K, std::uint64_t key, DerivedPtr value) {
+  Result<Insertion<DerivedPtr>> insert_ptr(K, const DerivationKey& key, DerivedPtr value) {
     return store_ptr(K::value, key, value);
   }
   template <derive::pair_kind K>
-  Result<Insertion<DerivedPair>> insert_pair(K, std::uint64_t key, DerivedPair value) {
+  Result<Insertion<DerivedPair>> insert_pair(K, const DerivationKey& key, DerivedPair value) {
     return store_pair(K::value, key, value);
   }
-  Result<Insertion<DerivedPtr>> insert_ptr(Derivation kind, std::uint64_t key, DerivedPtr value);
-  Result<Insertion<DerivedPair>> insert_pair(Derivation kind, std::uint64_t key, DerivedPair value);
+  Result<Insertion<DerivedPtr>> insert_ptr(Derivation kind, const DerivationKey& key, DerivedPtr value);
+  Result<Insertion<DerivedPair>> insert_pair(Derivation kind, const DerivationKey& key, DerivedPair value);
 
   // --- look up, building once on a miss ------------------------------------
   template <derive::single_kind K, derive::build_of<DerivedPtr> Build>
-  Result<DevicePtr> get_or_build_ptr(K, std::uint64_t key, Build&& build) {
+  Result<DevicePtr> get_or_build_ptr(K, const DerivationKey& key, Build&& build) {
     return build_ptr(K::value, key, detail::BuildRef<DerivedPtr>(build));
   }
   template <derive::pair_kind K, derive::build_of<DerivedPair> Build>
-  Result<DevicePair> get_or_build_pair(K, std::uint64_t key, Build&& build) {
+  Result<DevicePair> get_or_build_pair(K, const DerivationKey& key, Build&& build) {
     return build_pair(K::value, key, detail::BuildRef<DerivedPair>(build));
   }
   template <derive::build_of<DerivedPtr> Build>
-  Result<DevicePtr> get_or_build_ptr(Derivation kind, std::uint64_t key, Build&& build) {
+  Result<DevicePtr> get_or_build_ptr(Derivation kind, const DerivationKey& key, Build&& build) {
     if (Status s = check_kind(kind, false); !s.ok()) return s;
     return build_ptr(kind, key, detail::BuildRef<DerivedPtr>(build));
   }
   template <derive::build_of<DerivedPair> Build>
-  Result<DevicePair> get_or_build_pair(Derivation kind, std::uint64_t key, Build&& build) {
+  Result<DevicePair> get_or_build_pair(Derivation kind, const DerivationKey& key, Build&& build) {
     if (Status s = check_kind(kind, true); !s.ok()) return s;
     return build_pair(kind, key, detail::BuildRef<DerivedPair>(build));
   }
@@ -223,12 +256,12 @@ class DerivedWeights final : public ModelResource<GpuBackend> {
   struct Impl;
 
   static Status check_kind(Derivation kind, bool want_pair);
-  std::optional<DevicePtr> find_ptr(Derivation kind, std::uint64_t key) const noexcept;
-  std::optional<DevicePair> find_pair(Derivation kind, std::uint64_t key) const noexcept;
-  Result<Insertion<DerivedPtr>> store_ptr(Derivation kind, std::uint64_t key, DerivedPtr value);
-  Result<Insertion<DerivedPair>> store_pair(Derivation kind, std::uint64_t key, DerivedPair value);
-  Result<DevicePtr> build_ptr(Derivation kind, std::uint64_t key, detail::BuildRef<DerivedPtr> build);
-  Result<DevicePair> build_pair(Derivation kind, std::uint64_t key, detail::BuildRef<DerivedPair> build);
+  std::optional<DevicePtr> find_ptr(Derivation kind, const DerivationKey& key) const noexcept;
+  std::optional<DevicePair> find_pair(Derivation kind, const DerivationKey& key) const noexcept;
+  Result<Insertion<DerivedPtr>> store_ptr(Derivation kind, const DerivationKey& key, DerivedPtr value);
+  Result<Insertion<DerivedPair>> store_pair(Derivation kind, const DerivationKey& key, DerivedPair value);
+  Result<DevicePtr> build_ptr(Derivation kind, const DerivationKey& key, detail::BuildRef<DerivedPtr> build);
+  Result<DevicePair> build_pair(Derivation kind, const DerivationKey& key, detail::BuildRef<DerivedPair> build);
 
   std::string label_;
   std::unique_ptr<Impl> impl_;

@@ -92,6 +92,8 @@ class Model {
   std::optional<ValueId> value_id(std::string_view name) const;
   std::string_view value_name(ValueId id) const;
   ValueId intern(std::string_view name);
+  // The weight of that name; nullptr when the model has none.
+  const WeightRef* weight(std::string_view name) const;
 
   // Weights in file order (the store's map is unordered).
   const std::vector<ValueId>& weight_order() const noexcept;

@@ -78,5 +78,20 @@ TEST_CASE("allocation: sizes, alignment, counters, bad frees and out of memory")
     }
     CHECK(g.counters().live_allocations == before.live_allocations);
     CHECK(g.counters().live_bytes == before.live_bytes);
+    // A refused allocation leaves nothing behind for the next launch to
+    // report as its own failure.
+    DeviceBuffer src = upload(random_bytes(16, 16));
+    DeviceBuffer dst = allocate(16, 256);
+    ballast::DerivationLaunch l;
+    l.kind = ballast::Derivation::transpose;
+    l.src_type = ballast::DataType::uint8;
+    l.rows = 4;
+    l.cols = 4;
+    l.src = src.ptr();
+    l.dst = dst.ptr();
+    const ballast::Status launched = g.launch(l);
+    CHECK_MESSAGE(launched.ok(), describe(launched));
+    const ballast::Status synced = g.synchronize();
+    CHECK_MESSAGE(synced.ok(), describe(synced));
   }
 }

@@ -13,6 +13,15 @@ using namespace conformance;
 using ballast::DataType;
 using ballast::DerivationLaunch;
 using ballast::DerivedPair;
+using ballast::DerivationKey;
+
+namespace {
+DerivationKey key_of(ballast::DevicePtr source) {
+  DerivationKey k;
+  k.source = source;
+  return k;
+}
+}  // namespace
 using ballast::DerivedPtr;
 using ballast::DerivedWeights;
 using ballast::Result;
@@ -79,21 +88,21 @@ TEST_CASE("teardown: a DerivedWeights memo over backend allocations gives everyt
       t.src_type = DataType::float32;
       t.rows = 48;
       t.cols = 80;
-      auto transposed = memo.get_or_build_ptr(derive::transpose, src.ptr(), [&] { return build<DerivedPtr>(t, src.ptr()); });
+      auto transposed = memo.get_or_build_ptr(derive::transpose, key_of(src.ptr()), [&] { return build<DerivedPtr>(t, src.ptr()); });
       REQUIRE_MESSAGE(transposed.ok(), describe(transposed.status()));
       // A second ask is a hit: nothing more is allocated.
-      auto again = memo.get_or_build_ptr(derive::transpose, src.ptr(), [&] { return build<DerivedPtr>(t, src.ptr()); });
+      auto again = memo.get_or_build_ptr(derive::transpose, key_of(src.ptr()), [&] { return build<DerivedPtr>(t, src.ptr()); });
       REQUIRE(again.ok());
       CHECK(*again == *transposed);
 
       DerivationLaunch q = t;
       q.kind = ballast::Derivation::quant_int8;
-      auto quantized = memo.get_or_build_pair(derive::quant_int8, src.ptr(), [&] { return build<DerivedPair>(q, src.ptr()); });
+      auto quantized = memo.get_or_build_pair(derive::quant_int8, key_of(src.ptr()), [&] { return build<DerivedPair>(q, src.ptr()); });
       REQUIRE_MESSAGE(quantized.ok(), describe(quantized.status()));
 
       DerivationLaunch h = t;
       h.kind = ballast::Derivation::to_f16;
-      auto halves = memo.get_or_build_ptr(derive::to_f16, src.ptr(), [&] { return build<DerivedPtr>(h, src.ptr()); });
+      auto halves = memo.get_or_build_ptr(derive::to_f16, key_of(src.ptr()), [&] { return build<DerivedPtr>(h, src.ptr()); });
       REQUIRE_MESSAGE(halves.ok(), describe(halves.status()));
 
       expected_allocations += 4;  // transpose, to_f16, and the quant_int8 pair

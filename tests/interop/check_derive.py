@@ -12,6 +12,9 @@
       runs derive on both backends and compares their dumps with the
       documented tolerances (bit-exact but NaN payloads; int8 codes +-1).
 
+  --model PATH derives an existing model (e.g. tools/gen/make_llm_model.py's)
+      instead of generating the sample model.
+
 Exit 0 on agreement, 1 on a mismatch, 77 (skipped) when the backend is
 unavailable on this machine.
 """
@@ -158,12 +161,16 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--backend", required=True)
     ap.add_argument("--against", help="compare with this backend's dump instead of numpy")
+    ap.add_argument("--model", help="an existing model to derive instead of generating the sample model")
     args = ap.parse_args()
 
     os.makedirs(args.work, exist_ok=True)
-    subprocess.run(["/usr/bin/python3", os.path.join(args.gen, "make_sample_model.py"), args.work],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    model_path = os.path.join(args.work, "sample.onnx")
+    if args.model:
+        model_path = os.path.abspath(args.model)
+    else:
+        subprocess.run([sys.executable, os.path.join(args.gen, "make_sample_model.py"), args.work],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        model_path = os.path.join(args.work, "sample.onnx")
     safe = lambda s: "".join(c if c.isalnum() or c in "._-" else "_" for c in s)  # noqa: E731
     run_derive(args.ballast, model_path, args.backend, os.path.join(args.work, "dump_" + safe(args.backend)))
     got = load_dump(os.path.join(args.work, "dump_" + safe(args.backend)))

@@ -3,13 +3,13 @@
 // every derivation that applies through the model's DerivedWeights memo,
 // reports per derivation, then tears everything down and reports that too.
 #include "command.hpp"
-#include "support_derive_plan.hpp"
 #include "support_format.hpp"
 #include "support_model.hpp"
 #include "support_npy.hpp"
 #include "support_progress.hpp"
 
 #include <ballast/backend_registry.hpp>
+#include <ballast/derive.hpp>
 #include <ballast/derived_weights.hpp>
 #include <ballast/device_weights.hpp>
 #include <ballast/model_resource.hpp>
@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 namespace ballast::cli {
@@ -82,7 +83,7 @@ std::vector<Output> outputs_of(const PlannedDerivation& p, const DerivationSizes
 class DeriveJob {
  public:
   DeriveJob(const Options& opt, Model& model, GpuBackend& gpu)
-      : opt_(opt), model_(model), gpu_(gpu), sources_(gpu, model.store()), host_(gpu) {
+      : opt_(opt), model_(model), gpu_(gpu), sources_(gpu, model.store()), host_(gpu), ctx_{gpu, model, sources_, memo_} {
     host_.add(sources_);
     host_.add(memo_);
   }
@@ -93,10 +94,12 @@ class DeriveJob {
       auto s = derivation_sizes(p.launch);
       if (s.ok()) total += s->src_bytes;
     }
+    name_dumps(plan);
     ProgressBar bar("deriving", total);
-    for (const auto& p : plan) {
-      if (Status s = run_one(p); !s.ok()) {
-        failure_ = std::move(s).with_context("deriving " + std::string(derivation_name(p.kind)) + " of '" + p.weight + "'");
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      const PlannedDerivation& p = plan[i];
+      if (Status s = run_one(p, dump_stems_[i]); !s.ok()) {
+        failure_ = std::move(s);
         break;
       }
       auto sizes = derivation_sizes(p.launch);
@@ -129,106 +132,68 @@ class DeriveJob {
     const DerivedWeightsStats st = memo_.stats();
     out << "memo: " << memo_.len() << " entries, " << human_bytes(memo_.bytes()) << ", " << st.builds << " builds, "
         << st.hits << " hits\n";
+    out << "sharing: " << shared_ << " planned derivation(s) shared an entry (same bytes, same parameters); "
+        << distinct_by_parameters_ << " entr" << (distinct_by_parameters_ == 1 ? "y" : "ies")
+        << " read bytes another entry of the same derivation reads, kept apart because parameters differ\n";
   }
 
   const Status& failure() const { return failure_; }
   TeardownReport teardown() { return host_.teardown(gpu_); }
 
  private:
-  Result<DevicePtr> resolve(ValueId id) { return sources_.resolve(id); }
-
-  // Allocates the outputs, launches, waits; frees the outputs on failure.
-  template <class Derived>
-  Result<Derived> build(DerivationLaunch l, const DerivationSizes& sizes, const PlannedDerivation& p) {
-    auto dst = gpu_.allocate(sizes.dst_bytes);
-    if (!dst.ok()) return dst.error();
-    DevicePtr dst2 = 0;
-    if (sizes.dst2_bytes != 0) {
-      auto second = gpu_.allocate(sizes.dst2_bytes);
-      if (!second.ok()) {
-        static_cast<void>(gpu_.free(*dst));
-        return second.error();
-      }
-      dst2 = *second;
-    }
-    l.dst = *dst;
-    l.dst2 = dst2;
-    const auto start = std::chrono::steady_clock::now();
-    Status s = gpu_.launch(l);
-    if (s.ok()) s = gpu_.synchronize();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!s.ok()) {
-      static_cast<void>(gpu_.free(*dst));
-      if (dst2 != 0) static_cast<void>(gpu_.free(dst2));
-      return s.error();
-    }
-    KindTotals& kt = totals_[static_cast<std::size_t>(p.kind)];
-    kt.count += 1;
-    kt.bytes_read += sizes.src_bytes + sizes.scales_bytes + sizes.zero_point_bytes;
-    kt.bytes_written += sizes.dst_bytes + sizes.dst2_bytes;
-    kt.seconds += seconds;
-    if constexpr (std::is_same_v<Derived, DerivedPtr>) {
-      return DerivedPtr{*dst, sizes.dst_bytes};
-    } else {
-      return DerivedPair{{*dst, sizes.dst_bytes}, {dst2, sizes.dst2_bytes}};
+  // Usually "<weight>.<derivation>"; when one weight has several planned
+  // entries of one derivation (consumers with other scales, or another
+  // shape on the same bytes), each also names its consumer node.
+  void name_dumps(const std::vector<PlannedDerivation>& plan) {
+    std::map<std::pair<std::string, int>, int> uses;
+    for (const auto& p : plan) uses[{p.weight, static_cast<int>(p.kind)}] += 1;
+    dump_stems_.clear();
+    for (const auto& p : plan) {
+      std::string stem = p.weight;
+      if (uses[{p.weight, static_cast<int>(p.kind)}] > 1) stem += "@" + (p.node.empty() ? p.why : p.node);
+      dump_stems_.push_back(std::move(stem));
     }
   }
 
-  Status run_one(const PlannedDerivation& p) {
-    DerivationLaunch l = p.launch;
-    auto sizes = derivation_sizes(l);
-    if (!sizes.ok()) return sizes.status();
-    auto src = resolve(p.source);
-    if (!src.ok()) return src.status();
-    DevicePtr key = *src;
-    if (p.of_transposed) {
-      // Quantise per output channel: the [N, K] transposed copy, itself a memo value.
-      const WeightRef& w = model_.store().weights.at(p.source);
-      PlannedDerivation t = p;
-      t.kind = Derivation::transpose;
-      t.launch.kind = Derivation::transpose;
-      t.launch.rows = static_cast<std::uint64_t>(w.dims[0]);
-      t.launch.cols = static_cast<std::uint64_t>(w.dims[1]);
-      t.launch.src = *src;
-      auto tsizes = derivation_sizes(t.launch);
-      if (!tsizes.ok()) return tsizes.status();
-      auto transposed = memo_.get_or_build_ptr(derive::transpose, *src,
-                                               [&] { return build<DerivedPtr>(t.launch, *tsizes, t); });
-      if (!transposed.ok()) return transposed.status();
-      key = *transposed;
-    }
-    l.src = key;
-    if (p.scales) {
-      auto s = resolve(*p.scales);
-      if (!s.ok()) return s.status();
-      l.scales = *s;
-    }
-    if (p.zero_points) {
-      auto z = resolve(*p.zero_points);
-      if (!z.ok()) return z.status();
-      l.zero_point = *z;
-    }
-    DevicePtr dst = 0, dst2 = 0;
-    if (derivation_yields_pair(p.kind)) {
-      auto v = memo_.get_or_build_pair(p.kind, key, [&] { return build<DerivedPair>(l, *sizes, p); });
-      if (!v.ok()) return v.status();
-      dst = v->first;
-      dst2 = v->second;
+  Status run_one(const PlannedDerivation& p, const std::string& stem) {
+    const auto start = std::chrono::steady_clock::now();
+    auto v = derive_weight(ctx_, p);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!v.ok()) return v.error();
+    const auto id = std::make_pair(static_cast<int>(p.kind), v->key);
+    bool seen = false;
+    for (const auto& k : keys_) seen = seen || (k.first == id.first && k.second == id.second);
+    if (seen) {
+      shared_ += 1;
     } else {
-      auto v = memo_.get_or_build_ptr(p.kind, key, [&] { return build<DerivedPtr>(l, *sizes, p); });
-      if (!v.ok()) return v.status();
-      dst = *v;
+      for (const auto& k : keys_)
+        if (k.first == id.first && k.second.source == id.second.source) {
+          distinct_by_parameters_ += 1;
+          break;
+        }
+      keys_.push_back(id);
+      DerivationLaunch l = p.launch;
+      l.kind = p.kind;
+      if (auto sizes = derivation_sizes(l); sizes.ok()) {
+        KindTotals& kt = totals_[static_cast<std::size_t>(p.kind)];
+        kt.count += 1;
+        kt.bytes_read += sizes->src_bytes + sizes->scales_bytes + sizes->zero_point_bytes;
+        kt.bytes_written += sizes->dst_bytes + sizes->dst2_bytes;
+        kt.seconds += seconds;
+      }
     }
-    if (!opt_.dump.empty()) return dump(p, *sizes, dst, dst2);
+    if (!opt_.dump.empty()) return dump(p, stem, v->first, v->second);
     return Status();
   }
 
-  Status dump(const PlannedDerivation& p, const DerivationSizes& sizes, DevicePtr dst, DevicePtr dst2) {
+  Status dump(const PlannedDerivation& p, const std::string& stem, DevicePtr dst, DevicePtr dst2) {
+    auto sizes = derivation_sizes(p.launch);
+    if (!sizes.ok()) return sizes.status();
     const WeightRef& w = model_.store().weights.at(p.source);
-    for (const Output& o : outputs_of(p, sizes, dst, dst2, w.dims)) {
+    for (const Output& o : outputs_of(p, *sizes, dst, dst2, w.dims)) {
       std::vector<std::byte> host(o.bytes);
       if (Status s = gpu_.copy_to_host(host, o.ptr, 0); !s.ok()) return std::move(s).with_context("reading back " + o.suffix);
-      const auto path = std::filesystem::path(opt_.dump) / (safe_file_stem(p.weight) + "." + o.suffix + ".npy");
+      const auto path = std::filesystem::path(opt_.dump) / (safe_file_stem(stem) + "." + o.suffix + ".npy");
       if (Status s = write_npy(path, o.descr, o.shape, host); !s.ok()) return s;
     }
     return Status();
@@ -239,8 +204,13 @@ class DeriveJob {
   GpuBackend& gpu_;
   DeviceWeights sources_;
   DerivedWeights memo_{"derived weights"};
-  TeardownHost<GpuBackend> host_;  // declared last: destroyed (and backstops) first
+  TeardownHost<GpuBackend> host_;  // declared after what it releases: destroyed (and backstops) first
+  DeriveContext ctx_;
   std::array<KindTotals, kDerivationCount> totals_{};
+  std::vector<std::string> dump_stems_;
+  std::vector<std::pair<int, DerivationKey>> keys_;
+  std::uint64_t shared_ = 0;
+  std::uint64_t distinct_by_parameters_ = 0;
   Status failure_;
 };
 

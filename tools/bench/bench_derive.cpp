@@ -4,7 +4,13 @@
 // each derivation's bandwidth to the copy's (the README figures; targets:
 // >= 0.7x, transpose >= 0.5x).
 //
-//   bench_derive [--backend CONFIG] [google benchmark flags]
+//   bench_derive [--backend CONFIG] [--register-mib N] [google benchmark flags]
+//
+// --register-mib N also measures zero-copy registration after the
+// benchmarks: a file of N MiB is written and mapped read-only, registered
+// whole (time and bytes reported), a weight in its middle is transposed
+// through the registration and checked against a host transpose, and the
+// mapping is unregistered.
 //
 // CONFIG is an open_backend() string ("cpu", "cpu?threads=1", "vulkan:0"),
 // default "cpu". The "memcpy" rows use the backend's own copy_device, which
@@ -15,10 +21,17 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -172,9 +185,9 @@ class RecordingReporter : public benchmark::ConsoleReporter {
   }
 };
 
-// Removes "--backend X" / "--backend=X" from argv before Google Benchmark
-// sees (and rejects) it.
-std::string take_backend_flag(int& argc, char** argv) {
+// Removes "--backend X" and "--register-mib N" from argv before Google
+// Benchmark sees (and rejects) them.
+std::string take_flags(int& argc, char** argv, std::uint64_t& register_mib) {
   std::string config = "cpu";
   int out = 1;
   for (int i = 1; i < argc; ++i) {
@@ -183,6 +196,8 @@ std::string take_backend_flag(int& argc, char** argv) {
       config = argv[++i];
     } else if (a.rfind("--backend=", 0) == 0) {
       config = a.substr(10);
+    } else if (a == "--register-mib" && i + 1 < argc) {
+      register_mib = std::strtoull(argv[++i], nullptr, 10);
     } else {
       argv[out++] = argv[i];
     }
@@ -191,10 +206,103 @@ std::string take_backend_flag(int& argc, char** argv) {
   return config;
 }
 
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Zero-copy registration of a whole read-only file mapping, then a kernel
+// reading a weight in its middle through it. Returns false on a mismatch or
+// an error (printed).
+bool measure_registration(std::uint64_t mib) {
+  const std::uint64_t bytes = mib << 20;
+  char path[] = "/tmp/ballast-bench-register-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return std::perror("registration: mkstemp"), false;
+  unlink(path);
+  {
+    std::vector<float> chunk(1 << 20);
+    for (std::size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<float>(i % 4099) * 0.25f;
+    for (std::uint64_t done = 0; done < bytes; done += chunk.size() * sizeof(float)) {
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size() * sizeof(float), bytes - done));
+      if (write(fd, chunk.data(), n) != static_cast<ssize_t>(n)) return std::perror("registration: write"), close(fd), false;
+    }
+  }
+  void* map = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) return std::perror("registration: mmap"), false;
+  const auto* host = static_cast<const unsigned char*>(map);
+  bool ok = false;
+  auto t0 = std::chrono::steady_clock::now();
+  auto reg = g_backend->register_host(map, bytes, HostAccess::read_only);
+  const double register_ms = ms_since(t0);
+  if (!reg) {
+    std::printf("registration: %llu MiB refused after %.1f ms: %s\n", static_cast<unsigned long long>(mib), register_ms,
+                reg.error().to_string().c_str());
+    munmap(map, bytes);
+    return false;
+  }
+  // A 4096 x 1024 f32 weight (16 MiB) starting in the middle of the mapping.
+  const std::uint64_t rows = 4096, cols = 1024, weight_bytes = rows * cols * 4;
+  const std::uint64_t offset = (bytes / 2) & ~std::uint64_t{255};
+  DerivationLaunch l;
+  l.kind = Derivation::transpose;
+  l.src_type = DataType::float32;
+  l.rows = rows;
+  l.cols = cols;
+  l.src = *reg + offset;
+  double kernel_ms = 0;
+  if (offset + weight_bytes <= bytes) {
+    auto dst = g_backend->allocate(weight_bytes);
+    if (dst) {
+      l.dst = *dst;
+      t0 = std::chrono::steady_clock::now();
+      Status st = g_backend->launch(l);
+      if (st) st = g_backend->synchronize();
+      kernel_ms = ms_since(t0);
+      std::vector<float> got(rows * cols);
+      if (st) st = g_backend->copy_to_host(std::as_writable_bytes(std::span(got)), *dst, 0);
+      if (st) {
+        ok = true;
+        for (std::uint64_t r = 0; r < rows && ok; ++r)
+          for (std::uint64_t c = 0; c < cols; ++c) {
+            float want;
+            std::memcpy(&want, host + offset + (r * cols + c) * 4, 4);
+            if (std::memcmp(&got[c * rows + r], &want, 4) != 0) {
+              ok = false;
+              std::printf("registration: transposed weight differs at (%llu, %llu)\n", static_cast<unsigned long long>(r),
+                          static_cast<unsigned long long>(c));
+              break;
+            }
+          }
+      } else {
+        std::printf("registration: transpose through the registration failed: %s\n", st.to_string().c_str());
+      }
+      (void)g_backend->free(*dst);
+    } else {
+      std::printf("registration: allocate: %s\n", dst.error().to_string().c_str());
+    }
+  }
+  t0 = std::chrono::steady_clock::now();
+  const Status un = g_backend->unregister_host(*reg);
+  const double unregister_ms = ms_since(t0);
+  munmap(map, bytes);
+  std::printf("registration: %llu MiB read-only file mapping registered whole in %.1f ms (%.1f GB/s), "
+              "unregistered in %.1f ms%s\n",
+              static_cast<unsigned long long>(mib), register_ms, static_cast<double>(bytes) / register_ms / 1e6,
+              unregister_ms, un ? "" : (" (unregister failed: " + un.to_string() + ")").c_str());
+  std::printf("registration: transpose of a %llu MiB f32 weight at offset %llu through it: %.3f ms (%.1f GB/s read+written), "
+              "result %s\n",
+              static_cast<unsigned long long>(weight_bytes >> 20), static_cast<unsigned long long>(offset), kernel_ms,
+              kernel_ms > 0 ? 2.0 * static_cast<double>(weight_bytes) / kernel_ms / 1e6 : 0.0,
+              ok ? "matches the host transpose" : "WRONG or not computed");
+  return ok && un.ok();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string config = take_backend_flag(argc, argv);
+  std::uint64_t register_mib = 0;
+  const std::string config = take_flags(argc, argv, register_mib);
   auto opened = open_backend(config);
   if (!opened) {
     std::fprintf(stderr, "bench_derive: cannot open backend '%s': %s\n", config.c_str(), opened.error().to_string().c_str());
@@ -227,6 +335,7 @@ int main(int argc, char** argv) {
   }
   std::printf("%s\n", all_met ? "all ratios meet their targets" : "some ratios are below target");
   benchmark::Shutdown();
+  const bool registration_ok = register_mib == 0 || measure_registration(register_mib);
   g_backend.reset();
-  return 0;
+  return registration_ok ? 0 : 1;
 }

@@ -317,6 +317,11 @@ void enqueue_quant_int8(const KernelArgs& a, vendor::Stream stream) {
 
 int enqueue_derivation(const KernelArgs& a, void* stream_handle) {
   const auto stream = static_cast<vendor::Stream>(stream_handle);
+  // The runtime's last-error slot still holds any earlier failed call (an
+  // allocation refused as out of memory, say), already reported to its
+  // caller; drop it, so what is read after the launch is this launch's own.
+  // (Found on an H200: a refused cudaMalloc made the next launch fail.)
+  static_cast<void>(vendor::take_launch_error());
   const uint64_t elements = a.rows * a.cols;
   switch (a.kind) {
     case KernelKind::transpose:

@@ -2,6 +2,7 @@
 // and records every free, so tests can prove who freed what and how often.
 #pragma once
 
+#include <ballast/derived_weights.hpp>
 #include <ballast/gpu_backend.hpp>
 
 #include <cstdint>
@@ -11,6 +12,15 @@
 #include <vector>
 
 namespace ballast::test {
+
+// A memo key naming only a source pointer: what most memo tests need (the
+// other fields are tested where they matter).
+inline DerivationKey key_of(std::uint64_t source) {
+  DerivationKey k;
+  k.source = source;
+  return k;
+}
+
 
 class RecordingBackend final : public GpuBackend {
  public:

@@ -7,6 +7,7 @@
 
 using namespace ballast;
 using ballast::test::RecordingBackend;
+using ballast::test::key_of;
 
 namespace {
 
@@ -23,13 +24,13 @@ DerivedPair derived_pair(RecordingBackend& gpu, std::uint64_t a, std::uint64_t b
 // The typed forms are checked again, by really compiling bad calls, in the
 // unit_memo_typed_kinds test; this keeps the rule visible next to the others.
 template <class K>
-concept gets_ptr = requires(DerivedWeights& m, K k) { m.get_ptr(k, 1); };
+concept gets_ptr = requires(DerivedWeights& m, K k) { m.get_ptr(k, key_of(1)); };
 template <class K>
-concept gets_pair = requires(DerivedWeights& m, K k) { m.get_pair(k, 1); };
+concept gets_pair = requires(DerivedWeights& m, K k) { m.get_pair(k, key_of(1)); };
 template <class K>
-concept inserts_ptr = requires(DerivedWeights& m, K k) { m.insert_ptr(k, 1, DerivedPtr{}); };
+concept inserts_ptr = requires(DerivedWeights& m, K k) { m.insert_ptr(k, key_of(1), DerivedPtr{}); };
 template <class K>
-concept inserts_pair = requires(DerivedWeights& m, K k) { m.insert_pair(k, 1, DerivedPair{}); };
+concept inserts_pair = requires(DerivedWeights& m, K k) { m.insert_pair(k, key_of(1), DerivedPair{}); };
 static_assert(gets_ptr<decltype(derive::transpose)> && !gets_ptr<decltype(derive::quant_int8)>);
 static_assert(gets_pair<decltype(derive::repack_int4)> && !gets_pair<decltype(derive::to_f16)>);
 static_assert(inserts_ptr<decltype(derive::dequant_int4)> && !inserts_ptr<decltype(derive::repack_int4)>);
@@ -52,8 +53,8 @@ TEST_CASE("a fresh memo is empty and misses") {
   CHECK(memo.len() == 0);
   CHECK(memo.is_empty());
   CHECK(memo.bytes() == 0);
-  CHECK_FALSE(memo.get_ptr(derive::transpose, 0x1000).has_value());
-  CHECK_FALSE(memo.get_pair(derive::quant_int8, 0x1000).has_value());
+  CHECK_FALSE(memo.get_ptr(derive::transpose, key_of(0x1000)).has_value());
+  CHECK_FALSE(memo.get_pair(derive::quant_int8, key_of(0x1000)).has_value());
   CHECK(memo.stats().misses == 2);
   CHECK(memo.stats().hits == 0);
   CHECK(memo.label() == "derived weights");
@@ -68,24 +69,24 @@ TEST_CASE("insert then get, per derivation: the same key under two kinds is two 
   const DerivedPtr h = derived(gpu, 32);
   const DerivedPair q = derived_pair(gpu, 16, 4);
 
-  auto ti = memo.insert_ptr(derive::transpose, key, t);
+  auto ti = memo.insert_ptr(derive::transpose, key_of(key), t);
   REQUIRE(ti.ok());
   CHECK(ti->inserted());
   CHECK(ti->memoized == t.ptr);
-  REQUIRE(memo.insert_ptr(derive::to_f16, key, h).ok());
-  auto qi = memo.insert_pair(derive::quant_int8, key, q);
+  REQUIRE(memo.insert_ptr(derive::to_f16, key_of(key), h).ok());
+  auto qi = memo.insert_pair(derive::quant_int8, key_of(key), q);
   REQUIRE(qi.ok());
   CHECK(qi->memoized == DevicePair{q.first.ptr, q.second.ptr});
 
   CHECK(memo.len() == 3);
   CHECK_FALSE(memo.is_empty());
   CHECK(memo.bytes() == 64 + 32 + 16 + 4);
-  CHECK(memo.get_ptr(derive::transpose, key) == t.ptr);
-  CHECK(memo.get_ptr(derive::to_f16, key) == h.ptr);
-  CHECK_FALSE(memo.get_ptr(derive::dequant_int4, key).has_value());
-  CHECK(memo.get_pair(derive::quant_int8, key) == DevicePair{q.first.ptr, q.second.ptr});
-  CHECK_FALSE(memo.get_pair(derive::repack_int4, key).has_value());
-  CHECK_FALSE(memo.get_ptr(derive::transpose, key + 1).has_value());
+  CHECK(memo.get_ptr(derive::transpose, key_of(key)) == t.ptr);
+  CHECK(memo.get_ptr(derive::to_f16, key_of(key)) == h.ptr);
+  CHECK_FALSE(memo.get_ptr(derive::dequant_int4, key_of(key)).has_value());
+  CHECK(memo.get_pair(derive::quant_int8, key_of(key)) == DevicePair{q.first.ptr, q.second.ptr});
+  CHECK_FALSE(memo.get_pair(derive::repack_int4, key_of(key)).has_value());
+  CHECK_FALSE(memo.get_ptr(derive::transpose, key_of(key + 1)).has_value());
   CHECK(memo.stats().hits == 3);
   CHECK(memo.stats().misses == 3);
   static_cast<void>(memo.release(gpu));
@@ -97,15 +98,15 @@ TEST_CASE("insert on an occupied entry keeps the first writer and hands the reje
   const DevicePtr key = alloc(gpu, 64);
   const DerivedPtr first = derived(gpu, 64);
   const DerivedPtr second = derived(gpu, 64);
-  REQUIRE(memo.insert_ptr(derive::transpose, key, first).ok());
+  REQUIRE(memo.insert_ptr(derive::transpose, key_of(key), first).ok());
 
-  auto again = memo.insert_ptr(derive::transpose, key, second);
+  auto again = memo.insert_ptr(derive::transpose, key_of(key), second);
   REQUIRE(again.ok());
   CHECK_FALSE(again->inserted());
   CHECK(again->memoized == first.ptr);
   REQUIRE(again->rejected.has_value());
   CHECK(*again->rejected == second);
-  CHECK(memo.get_ptr(derive::transpose, key) == first.ptr);
+  CHECK(memo.get_ptr(derive::transpose, key_of(key)) == first.ptr);
   CHECK(memo.len() == 1);
   CHECK(memo.bytes() == 64);
   CHECK(memo.stats().rejected_inserts == 1);
@@ -113,8 +114,8 @@ TEST_CASE("insert on an occupied entry keeps the first writer and hands the reje
   // Pairs too: both halves of the loser come back.
   const DerivedPair p1 = derived_pair(gpu, 8, 8);
   const DerivedPair p2 = derived_pair(gpu, 8, 8);
-  REQUIRE(memo.insert_pair(derive::repack_int4, key, p1).ok());
-  auto lost = memo.insert_pair(derive::repack_int4, key, p2);
+  REQUIRE(memo.insert_pair(derive::repack_int4, key_of(key), p1).ok());
+  auto lost = memo.insert_pair(derive::repack_int4, key_of(key), p2);
   REQUIRE(lost.ok());
   CHECK(lost->memoized == p1.value());
   REQUIRE(lost->rejected.has_value());
@@ -133,35 +134,35 @@ TEST_CASE("insert on an occupied entry keeps the first writer and hands the reje
 
 TEST_CASE("run-time kinds: the wrong form is a wrong_kind error, an unknown kind is invalid_argument") {
   DerivedWeights memo;
-  auto p = memo.get_ptr(Derivation::quant_int8, 0x1000);
+  auto p = memo.get_ptr(Derivation::quant_int8, key_of(0x1000));
   CHECK(p.code() == ErrorCode::wrong_kind);
   CHECK(p.error().message.find("quant_int8") != std::string::npos);
-  CHECK(memo.get_pair(Derivation::transpose, 0x1000).code() == ErrorCode::wrong_kind);
-  CHECK(memo.insert_ptr(Derivation::repack_int4, 0x1000, DerivedPtr{0x2000, 4}).code() == ErrorCode::wrong_kind);
-  CHECK(memo.insert_pair(Derivation::dequant_int4, 0x1000, DerivedPair{}).code() == ErrorCode::wrong_kind);
+  CHECK(memo.get_pair(Derivation::transpose, key_of(0x1000)).code() == ErrorCode::wrong_kind);
+  CHECK(memo.insert_ptr(Derivation::repack_int4, key_of(0x1000), DerivedPtr{0x2000, 4}).code() == ErrorCode::wrong_kind);
+  CHECK(memo.insert_pair(Derivation::dequant_int4, key_of(0x1000), DerivedPair{}).code() == ErrorCode::wrong_kind);
   int builds = 0;
-  auto b = memo.get_or_build_ptr(Derivation::quant_int8, 0x1000, [&]() -> Result<DerivedPtr> {
+  auto b = memo.get_or_build_ptr(Derivation::quant_int8, key_of(0x1000), [&]() -> Result<DerivedPtr> {
     ++builds;
     return DerivedPtr{0x2000, 4};
   });
   CHECK(b.code() == ErrorCode::wrong_kind);
-  auto bp = memo.get_or_build_pair(Derivation::to_f16, 0x1000, [&]() -> Result<DerivedPair> {
+  auto bp = memo.get_or_build_pair(Derivation::to_f16, key_of(0x1000), [&]() -> Result<DerivedPair> {
     ++builds;
     return DerivedPair{};
   });
   CHECK(bp.code() == ErrorCode::wrong_kind);
   CHECK(builds == 0);
   CHECK(memo.is_empty());
-  CHECK(memo.get_ptr(static_cast<Derivation>(9), 1).code() == ErrorCode::invalid_argument);
-  CHECK(memo.get_pair(static_cast<Derivation>(200), 1).code() == ErrorCode::invalid_argument);
+  CHECK(memo.get_ptr(static_cast<Derivation>(9), key_of(1)).code() == ErrorCode::invalid_argument);
+  CHECK(memo.get_pair(static_cast<Derivation>(200), key_of(1)).code() == ErrorCode::invalid_argument);
 
   // The right run-time form works and sees what the typed form stored.
-  REQUIRE(memo.insert_ptr(Derivation::dequant_int4, 0x1000, DerivedPtr{0x3000, 8}).ok());
-  auto hit = memo.get_ptr(Derivation::dequant_int4, 0x1000);
+  REQUIRE(memo.insert_ptr(Derivation::dequant_int4, key_of(0x1000), DerivedPtr{0x3000, 8}).ok());
+  auto hit = memo.get_ptr(Derivation::dequant_int4, key_of(0x1000));
   REQUIRE(hit.ok());
   CHECK(*hit == std::optional<DevicePtr>(0x3000));
-  CHECK(memo.get_ptr(derive::dequant_int4, 0x1000) == 0x3000);
-  auto miss = memo.get_pair(Derivation::repack_int4, 0x1000);
+  CHECK(memo.get_ptr(derive::dequant_int4, key_of(0x1000)) == 0x3000);
+  auto miss = memo.get_pair(Derivation::repack_int4, key_of(0x1000));
   REQUIRE(miss.ok());
   CHECK_FALSE(miss->has_value());
 }
@@ -175,9 +176,9 @@ TEST_CASE("get_or_build builds once, then hits") {
     ++builds;
     return derived(gpu, 256);
   };
-  auto a = memo.get_or_build_ptr(derive::to_f16, key, build);
-  auto b = memo.get_or_build_ptr(derive::to_f16, key, build);
-  auto c = memo.get_or_build_ptr(Derivation::to_f16, key, build);
+  auto a = memo.get_or_build_ptr(derive::to_f16, key_of(key), build);
+  auto b = memo.get_or_build_ptr(derive::to_f16, key_of(key), build);
+  auto c = memo.get_or_build_ptr(Derivation::to_f16, key_of(key), build);
   REQUIRE(a.ok());
   REQUIRE(b.ok());
   REQUIRE(c.ok());
@@ -197,13 +198,13 @@ TEST_CASE("get_or_build builds once, then hits") {
     ++pair_builds;
     return derived_pair(gpu, 100, 10);
   };
-  auto p1 = memo.get_or_build_pair(derive::repack_int4, key, pb);
-  auto p2 = memo.get_or_build_pair(Derivation::repack_int4, key, pb);
+  auto p1 = memo.get_or_build_pair(derive::repack_int4, key_of(key), pb);
+  auto p2 = memo.get_or_build_pair(Derivation::repack_int4, key_of(key), pb);
   REQUIRE(p1.ok());
   REQUIRE(p2.ok());
   CHECK(*p1 == *p2);
   CHECK(pair_builds == 1);
-  CHECK(memo.get_pair(derive::repack_int4, key) == *p1);
+  CHECK(memo.get_pair(derive::repack_int4, key_of(key)) == *p1);
   CHECK(memo.len() == 2);
   static_cast<void>(memo.release(gpu));
 }
@@ -217,13 +218,13 @@ TEST_CASE("release frees every value, both halves of pairs, each once, and never
   for (int i = 0; i < 20; ++i) {
     const DevicePtr key = alloc(gpu, 1000);
     keys.push_back(key);
-    auto one = memo.get_or_build_ptr(derive::transpose, key, [&]() -> Result<DerivedPtr> { return derived(gpu, 10); });
+    auto one = memo.get_or_build_ptr(derive::transpose, key_of(key), [&]() -> Result<DerivedPtr> { return derived(gpu, 10); });
     REQUIRE(one.ok());
     values.push_back(*one);
     const DerivedPtr f16 = derived(gpu, 20);
-    REQUIRE(memo.insert_ptr(derive::to_f16, key, f16).ok());
+    REQUIRE(memo.insert_ptr(derive::to_f16, key_of(key), f16).ok());
     values.push_back(f16.ptr);
-    auto two = memo.get_or_build_pair(derive::quant_int8, key, [&]() -> Result<DerivedPair> {
+    auto two = memo.get_or_build_pair(derive::quant_int8, key_of(key), [&]() -> Result<DerivedPair> {
       return derived_pair(gpu, 30, 40);
     });
     REQUIRE(two.ok());
@@ -259,7 +260,7 @@ TEST_CASE("release frees every value, both halves of pairs, each once, and never
   CHECK(gpu.bad_frees() == 0);
 
   // And the memo is usable again afterwards.
-  auto rebuilt = memo.get_or_build_ptr(derive::transpose, keys[0], [&]() -> Result<DerivedPtr> { return derived(gpu, 10); });
+  auto rebuilt = memo.get_or_build_ptr(derive::transpose, key_of(keys[0]), [&]() -> Result<DerivedPtr> { return derived(gpu, 10); });
   REQUIRE(rebuilt.ok());
   CHECK(memo.len() == 1);
   CHECK(memo.release(gpu).allocations_freed == 1);
@@ -271,9 +272,9 @@ TEST_CASE("release keeps going past a refused free, reports the first, and still
   const DerivedPtr a = derived(gpu, 100);
   const DerivedPair p = derived_pair(gpu, 200, 300);
   const DerivedPtr c = derived(gpu, 400);
-  REQUIRE(memo.insert_ptr(derive::transpose, 0x10, a).ok());
-  REQUIRE(memo.insert_pair(derive::repack_int4, 0x20, p).ok());
-  REQUIRE(memo.insert_ptr(derive::dequant_int4, 0x30, c).ok());
+  REQUIRE(memo.insert_ptr(derive::transpose, key_of(0x10), a).ok());
+  REQUIRE(memo.insert_pair(derive::repack_int4, key_of(0x20), p).ok());
+  REQUIRE(memo.insert_ptr(derive::dequant_int4, key_of(0x30), c).ok());
   gpu.refuse(p.first.ptr);
   gpu.refuse(c.ptr);
 
@@ -314,15 +315,15 @@ TEST_CASE("a failed build is not memoized: no entry, no leak, and the next calle
     return DerivedPtr{dst, 64};
   };
 
-  auto first = memo.get_or_build_ptr(derive::transpose, key, flaky);
+  auto first = memo.get_or_build_ptr(derive::transpose, key_of(key), flaky);
   REQUIRE_FALSE(first.ok());
   CHECK(first.code() == ErrorCode::device_error);
-  CHECK(first.error().to_string().find("building transpose of key") != std::string::npos);
+  CHECK(first.error().to_string().find("building transpose of source") != std::string::npos);
   CHECK(memo.is_empty());
-  CHECK_FALSE(memo.get_ptr(derive::transpose, key).has_value());
+  CHECK_FALSE(memo.get_ptr(derive::transpose, key_of(key)).has_value());
   CHECK(gpu.counters().live_allocations == 1);  // only the key
 
-  auto second = memo.get_or_build_ptr(derive::transpose, key, flaky);
+  auto second = memo.get_or_build_ptr(derive::transpose, key_of(key), flaky);
   REQUIRE(second.ok());
   CHECK(attempts == 2);
   CHECK(memo.len() == 1);
@@ -337,14 +338,14 @@ TEST_CASE("a failed build is not memoized: no entry, no leak, and the next calle
 TEST_CASE("a build that throws becomes an internal error, leaves no entry, and the next call retries") {
   DerivedWeights memo;
   auto thrower = []() -> Result<DerivedPtr> { throw std::runtime_error("kernel compiler crashed"); };
-  auto r = memo.get_or_build_ptr(derive::to_f16, 0x40, thrower);
+  auto r = memo.get_or_build_ptr(derive::to_f16, key_of(0x40), thrower);
   REQUIRE_FALSE(r.ok());
   CHECK(r.code() == ErrorCode::internal);
   CHECK(r.error().message.find("kernel compiler crashed") != std::string::npos);
-  auto odd = memo.get_or_build_pair(derive::quant_int8, 0x40, []() -> Result<DerivedPair> { throw 42; });
+  auto odd = memo.get_or_build_pair(derive::quant_int8, key_of(0x40), []() -> Result<DerivedPair> { throw 42; });
   CHECK(odd.code() == ErrorCode::internal);
   CHECK(memo.is_empty());
-  auto ok = memo.get_or_build_ptr(derive::to_f16, 0x40, []() -> Result<DerivedPtr> { return DerivedPtr{0x99, 1}; });
+  auto ok = memo.get_or_build_ptr(derive::to_f16, key_of(0x40), []() -> Result<DerivedPtr> { return DerivedPtr{0x99, 1}; });
   REQUIRE(ok.ok());
   CHECK(*ok == 0x99);
 }
@@ -353,32 +354,32 @@ TEST_CASE("a build that asks the memo for its own entry gets an error instead of
   DerivedWeights memo;
   Result<DevicePtr> inner = make_error(ErrorCode::internal, "not run");
   Result<Insertion<DerivedPtr>> inner_insert = make_error(ErrorCode::internal, "not run");
-  auto outer = memo.get_or_build_ptr(derive::transpose, 0x50, [&]() -> Result<DerivedPtr> {
-    inner = memo.get_or_build_ptr(derive::transpose, 0x50, []() -> Result<DerivedPtr> { return DerivedPtr{1, 1}; });
-    inner_insert = memo.insert_ptr(derive::transpose, 0x50, DerivedPtr{2, 1});
+  auto outer = memo.get_or_build_ptr(derive::transpose, key_of(0x50), [&]() -> Result<DerivedPtr> {
+    inner = memo.get_or_build_ptr(derive::transpose, key_of(0x50), []() -> Result<DerivedPtr> { return DerivedPtr{1, 1}; });
+    inner_insert = memo.insert_ptr(derive::transpose, key_of(0x50), DerivedPtr{2, 1});
     // A different key, or the same key under another kind, is fine from inside a build.
-    auto other = memo.get_or_build_ptr(derive::to_f16, 0x50, []() -> Result<DerivedPtr> { return DerivedPtr{3, 1}; });
+    auto other = memo.get_or_build_ptr(derive::to_f16, key_of(0x50), []() -> Result<DerivedPtr> { return DerivedPtr{3, 1}; });
     if (!other.ok()) return other.error();
-    CHECK(memo.get_ptr(derive::transpose, 0x50) == std::nullopt);  // in flight reads as a miss
+    CHECK(memo.get_ptr(derive::transpose, key_of(0x50)) == std::nullopt);  // in flight reads as a miss
     return DerivedPtr{4, 1};
   });
   REQUIRE(outer.ok());
   CHECK(*outer == 4);
   CHECK(inner.code() == ErrorCode::invalid_argument);
   CHECK(inner_insert.code() == ErrorCode::invalid_argument);
-  CHECK(memo.get_ptr(derive::to_f16, 0x50) == 3);
+  CHECK(memo.get_ptr(derive::to_f16, key_of(0x50)) == 3);
   CHECK(memo.len() == 2);
 }
 
 TEST_CASE("the memo accepts const and move-only build callables") {
   DerivedWeights memo;
   const auto const_build = []() -> Result<DerivedPtr> { return DerivedPtr{0x700, 7}; };
-  CHECK(memo.get_or_build_ptr(derive::transpose, 1, const_build).value() == 0x700);
+  CHECK(memo.get_or_build_ptr(derive::transpose, key_of(1), const_build).value() == 0x700);
   auto owned = std::make_unique<int>(5);
-  auto r = memo.get_or_build_ptr(derive::transpose, 2, [o = std::move(owned)]() -> Result<DerivedPtr> {
+  auto r = memo.get_or_build_ptr(derive::transpose, key_of(2), [o = std::move(owned)]() -> Result<DerivedPtr> {
     return DerivedPtr{static_cast<DevicePtr>(*o), 1};
   });
   CHECK(r.value() == 5);
   // A build returning the value directly converts to Result.
-  CHECK(memo.get_or_build_ptr(derive::dequant_int4, 3, [] { return DerivedPtr{0x800, 8}; }).value() == 0x800);
+  CHECK(memo.get_or_build_ptr(derive::dequant_int4, key_of(3), [] { return DerivedPtr{0x800, 8}; }).value() == 0x800);
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 using namespace ballast;
+using ballast::test::key_of;
 using namespace std::chrono_literals;
 
 namespace {
@@ -64,7 +65,7 @@ TEST_CASE("concurrent callers of one (kind, key) share one build and all get its
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t)
     threads.emplace_back([&, t] {
-      results[t] = memo.get_or_build_ptr(derive::transpose, 0xABC000, [&]() -> Result<DerivedPtr> {
+      results[t] = memo.get_or_build_ptr(derive::transpose, key_of(0xABC000), [&]() -> Result<DerivedPtr> {
         builds.fetch_add(1);
         // Hold the build open until every other caller is waiting on it.
         if (!eventually([&] { return memo.stats().waits == kThreads - 1; }))
@@ -91,7 +92,7 @@ TEST_CASE("a failed build reaches every waiter, is not memoized, and the next ca
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t)
     threads.emplace_back([&, t] {
-      results[t] = memo.get_or_build_pair(derive::quant_int8, 0x7000, [&]() -> Result<DerivedPair> {
+      results[t] = memo.get_or_build_pair(derive::quant_int8, key_of(0x7000), [&]() -> Result<DerivedPair> {
         builds.fetch_add(1);
         eventually([&] { return memo.stats().waits == kThreads - 1; });
         return make_error(ErrorCode::out_of_memory, "device full");
@@ -101,7 +102,7 @@ TEST_CASE("a failed build reaches every waiter, is not memoized, and the next ca
   CHECK(builds.load() == 1);
   for (const auto& r : results) CHECK(r.code() == ErrorCode::out_of_memory);
   CHECK(memo.is_empty());
-  auto retry = memo.get_or_build_pair(derive::quant_int8, 0x7000, []() -> Result<DerivedPair> {
+  auto retry = memo.get_or_build_pair(derive::quant_int8, key_of(0x7000), []() -> Result<DerivedPair> {
     return DerivedPair{{0x1, 1}, {0x2, 1}};
   });
   REQUIRE(retry.ok());
@@ -115,7 +116,7 @@ TEST_CASE("builds of different keys run in parallel, even in one shard") {
   // lock (or any lock shared by both keys), the rendezvous would time out.
   const std::uint64_t a = 0x100000;
   std::uint64_t b = a + 0x100;
-  while (memo::MemoMap<DerivedPtr>::shard_index(b) != memo::MemoMap<DerivedPtr>::shard_index(a)) b += 0x100;
+  while (memo::MemoMap<DerivedPtr>::shard_index(key_of(b)) != memo::MemoMap<DerivedPtr>::shard_index(key_of(a))) b += 0x100;
 
   DerivedWeights memo;
   Rendezvous both(2);
@@ -127,8 +128,8 @@ TEST_CASE("builds of different keys run in parallel, even in one shard") {
   };
   Result<DevicePtr> ra = make_error(ErrorCode::internal, "not run");
   Result<DevicePtr> rb = make_error(ErrorCode::internal, "not run");
-  std::thread ta([&] { ra = memo.get_or_build_ptr(derive::to_f16, a, build(0xA)); });
-  std::thread tb([&] { rb = memo.get_or_build_ptr(derive::to_f16, b, build(0xB)); });
+  std::thread ta([&] { ra = memo.get_or_build_ptr(derive::to_f16, key_of(a), build(0xA)); });
+  std::thread tb([&] { rb = memo.get_or_build_ptr(derive::to_f16, key_of(b), build(0xB)); });
   ta.join();
   tb.join();
   REQUIRE(ra.ok());
@@ -141,13 +142,13 @@ TEST_CASE("builds of different keys run in parallel, even in one shard") {
   Result<DevicePtr> rt = make_error(ErrorCode::internal, "not run");
   Result<DevicePair> rq = make_error(ErrorCode::internal, "not run");
   std::thread tt([&] {
-    rt = memo.get_or_build_ptr(derive::transpose, a, [&]() -> Result<DerivedPtr> {
+    rt = memo.get_or_build_ptr(derive::transpose, key_of(a), [&]() -> Result<DerivedPtr> {
       if (!kinds.arrive_and_wait()) return make_error(ErrorCode::internal, "builds were serialised");
       return DerivedPtr{0xC, 1};
     });
   });
   std::thread tq([&] {
-    rq = memo.get_or_build_pair(derive::repack_int4, a, [&]() -> Result<DerivedPair> {
+    rq = memo.get_or_build_pair(derive::repack_int4, key_of(a), [&]() -> Result<DerivedPair> {
       if (!kinds.arrive_and_wait()) return make_error(ErrorCode::internal, "builds were serialised");
       return DerivedPair{{0xD, 1}, {0xE, 1}};
     });
@@ -161,25 +162,25 @@ TEST_CASE("builds of different keys run in parallel, even in one shard") {
 TEST_CASE("hits on a key whose neighbour in the shard is building are not blocked") {
   const std::uint64_t ready_key = 0x200000;
   std::uint64_t busy_key = ready_key + 0x100;
-  while (memo::MemoMap<DerivedPtr>::shard_index(busy_key) != memo::MemoMap<DerivedPtr>::shard_index(ready_key))
+  while (memo::MemoMap<DerivedPtr>::shard_index(key_of(busy_key)) != memo::MemoMap<DerivedPtr>::shard_index(key_of(ready_key)))
     busy_key += 0x100;
   DerivedWeights memo;
-  REQUIRE(memo.insert_ptr(derive::transpose, ready_key, DerivedPtr{0x77, 1}).ok());
+  REQUIRE(memo.insert_ptr(derive::transpose, key_of(ready_key), DerivedPtr{0x77, 1}).ok());
   std::atomic<bool> building{false};
   std::atomic<bool> finish{false};
   std::thread builder([&] {
-    static_cast<void>(memo.get_or_build_ptr(derive::transpose, busy_key, [&]() -> Result<DerivedPtr> {
+    static_cast<void>(memo.get_or_build_ptr(derive::transpose, key_of(busy_key), [&]() -> Result<DerivedPtr> {
       building = true;
       eventually([&] { return finish.load(); });
       return DerivedPtr{0x78, 1};
     }));
   });
   REQUIRE(eventually([&] { return building.load(); }));
-  for (int i = 0; i < 1000; ++i) REQUIRE(memo.get_ptr(derive::transpose, ready_key) == 0x77);
-  CHECK_FALSE(memo.get_ptr(derive::transpose, busy_key).has_value());  // in flight: a miss, not a wait
+  for (int i = 0; i < 1000; ++i) REQUIRE(memo.get_ptr(derive::transpose, key_of(ready_key)) == 0x77);
+  CHECK_FALSE(memo.get_ptr(derive::transpose, key_of(busy_key)).has_value());  // in flight: a miss, not a wait
   finish = true;
   builder.join();
-  CHECK(memo.get_ptr(derive::transpose, busy_key) == 0x78);
+  CHECK(memo.get_ptr(derive::transpose, key_of(busy_key)) == 0x78);
 }
 
 TEST_CASE("an insert racing a build waits for it and loses to it") {
@@ -188,7 +189,7 @@ TEST_CASE("an insert racing a build waits for it and loses to it") {
   std::atomic<bool> inserted{false};
   std::atomic<bool> insert_returned_early{false};
   std::thread builder([&] {
-    static_cast<void>(memo.get_or_build_ptr(derive::dequant_int4, 0x900, [&]() -> Result<DerivedPtr> {
+    static_cast<void>(memo.get_or_build_ptr(derive::dequant_int4, key_of(0x900), [&]() -> Result<DerivedPtr> {
       building = true;
       std::this_thread::sleep_for(50ms);
       insert_returned_early = inserted.load();
@@ -196,7 +197,7 @@ TEST_CASE("an insert racing a build waits for it and loses to it") {
     }));
   });
   REQUIRE(eventually([&] { return building.load(); }));
-  auto r = memo.insert_ptr(derive::dequant_int4, 0x900, DerivedPtr{0x902, 4});
+  auto r = memo.insert_ptr(derive::dequant_int4, key_of(0x900), DerivedPtr{0x902, 4});
   inserted = true;
   builder.join();
   CHECK_FALSE(insert_returned_early.load());
@@ -217,7 +218,7 @@ TEST_CASE("racing inserts: exactly one writer wins each key and every loser gets
     threads.emplace_back([&, t] {
       for (int k = 0; k < kKeys; ++k) {
         const DevicePtr mine = (static_cast<DevicePtr>(k) << 8) | static_cast<DevicePtr>(t);
-        auto r = memo.insert_pair(derive::repack_int4, 0x1000 + k, DerivedPair{{mine, 1}, {mine + 1, 1}});
+        auto r = memo.insert_pair(derive::repack_int4, key_of(0x1000 + k), DerivedPair{{mine, 1}, {mine + 1, 1}});
         if (!r.ok()) {
           mismatches.fetch_add(1);
           continue;
@@ -267,7 +268,7 @@ TEST_CASE("8 threads x 10,000 keys, each touched many times in random order: one
       return v;
     };
     if (derivation_yields_pair(kind)) {
-      auto r = memo.get_or_build_pair(kind, key, [&]() -> Result<DerivedPair> {
+      auto r = memo.get_or_build_pair(kind, key_of(key), [&]() -> Result<DerivedPair> {
         const DevicePtr v = build_value();
         return DerivedPair{{v, 2}, {v + 1, 1}};
       });
@@ -278,7 +279,7 @@ TEST_CASE("8 threads x 10,000 keys, each touched many times in random order: one
       const DevicePtr v = slot.value.load(std::memory_order_relaxed);
       if (r->first != v || r->second != v + 1) wrong.fetch_add(1);
     } else {
-      auto r = memo.get_or_build_ptr(kind, key, [&]() -> Result<DerivedPtr> { return DerivedPtr{build_value(), 2}; });
+      auto r = memo.get_or_build_ptr(kind, key_of(key), [&]() -> Result<DerivedPtr> { return DerivedPtr{build_value(), 2}; });
       if (!r.ok()) {
         errors.fetch_add(1);
         return;
@@ -333,7 +334,7 @@ TEST_CASE("hit and miss counts stay exact with more live threads than counter st
   constexpr int kThreads = 80;
   constexpr int kLookups = 500;
   DerivedWeights memo;
-  REQUIRE(memo.insert_ptr(derive::to_f16, 0x4000, DerivedPtr{0x4001, 1}).ok());
+  REQUIRE(memo.insert_ptr(derive::to_f16, key_of(0x4000), DerivedPtr{0x4001, 1}).ok());
   Rendezvous all(kThreads);
   std::atomic<int> late{0};
   std::vector<std::thread> threads;
@@ -341,8 +342,8 @@ TEST_CASE("hit and miss counts stay exact with more live threads than counter st
     threads.emplace_back([&] {
       if (!all.arrive_and_wait()) late.fetch_add(1);  // every thread alive (and leasing) at once
       for (int i = 0; i < kLookups; ++i) {
-        static_cast<void>(memo.get_ptr(derive::to_f16, 0x4000));
-        static_cast<void>(memo.get_ptr(derive::to_f16, 0x4100));
+        static_cast<void>(memo.get_ptr(derive::to_f16, key_of(0x4000)));
+        static_cast<void>(memo.get_ptr(derive::to_f16, key_of(0x4100)));
       }
     });
   join_all(threads);
@@ -357,12 +358,12 @@ TEST_CASE("a build still running when the memo is released lands afterwards and 
   DerivedWeights memo;
   const DevicePtr early = gpu.allocate(8).value();
   const DevicePtr late_value = gpu.allocate(8).value();
-  REQUIRE(memo.insert_ptr(derive::transpose, 0x10, DerivedPtr{early, 8}).ok());
+  REQUIRE(memo.insert_ptr(derive::transpose, key_of(0x10), DerivedPtr{early, 8}).ok());
   std::atomic<bool> building{false};
   std::atomic<bool> released{false};
   Result<DevicePtr> late = make_error(ErrorCode::internal, "not run");
   std::thread builder([&] {
-    late = memo.get_or_build_ptr(derive::transpose, 0x20, [&]() -> Result<DerivedPtr> {
+    late = memo.get_or_build_ptr(derive::transpose, key_of(0x20), [&]() -> Result<DerivedPtr> {
       building = true;
       eventually([&] { return released.load(); });
       return DerivedPtr{late_value, 8};
@@ -377,8 +378,8 @@ TEST_CASE("a build still running when the memo is released lands afterwards and 
   builder.join();
   REQUIRE(late.ok());
   CHECK(*late == late_value);
-  CHECK(memo.get_ptr(derive::transpose, 0x20) == late_value);
-  CHECK_FALSE(memo.get_ptr(derive::transpose, 0x10).has_value());
+  CHECK(memo.get_ptr(derive::transpose, key_of(0x20)) == late_value);
+  CHECK_FALSE(memo.get_ptr(derive::transpose, key_of(0x10)).has_value());
   CHECK(memo.len() == 1);
   CHECK(memo.release(gpu).allocations_freed == 1);
   CHECK(gpu.freed() == std::vector<DevicePtr>{early, late_value});

@@ -11,6 +11,7 @@
 
 using namespace ballast;
 using ballast::test::RecordingBackend;
+using ballast::test::key_of;
 
 namespace {
 
@@ -91,7 +92,7 @@ TEST_CASE("teardown of a model's DerivedWeights frees every value and leaves the
   RecordingBackend gpu;
   const DevicePtr key = gpu.allocate(4096).value();
   DerivedWeights memo("layer 0 derived");
-  auto v = memo.get_or_build_pair(derive::quant_int8, key, [&]() -> Result<DerivedPair> {
+  auto v = memo.get_or_build_pair(derive::quant_int8, key_of(key), [&]() -> Result<DerivedPair> {
     return DerivedPair{{gpu.allocate(1024).value(), 1024}, {gpu.allocate(16).value(), 16}};
   });
   REQUIRE(v.ok());

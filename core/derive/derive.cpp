@@ -1,0 +1,349 @@
+// derive_weight() and derive_weights(): plan -> operands -> outputs -> launch ->
+// synchronize -> memoize, freeing what was allocated on every failure.
+#include <ballast/derive.hpp>
+
+#include "memo/memo_map.hpp"
+
+#include <new>
+#include <unordered_map>
+#include <utility>
+
+namespace ballast {
+namespace {
+
+std::string where(const PlannedDerivation& p) {
+  std::string out = "deriving " + std::string(derivation_name(p.kind)) + " of '" + p.weight + "'";
+  if (!p.node.empty()) out += " for node '" + p.node + "'";
+  return out;
+}
+
+// The [N, K] copy a per-output-channel quant_int8 of a [K, N] weight reads.
+PlannedDerivation transposed_source_of(const PlannedDerivation& p) {
+  PlannedDerivation t = p;
+  t.kind = Derivation::transpose;
+  t.of_transposed = false;
+  t.launch.kind = Derivation::transpose;
+  t.launch.rows = p.launch.cols;
+  t.launch.cols = p.launch.rows;
+  return t;
+}
+
+Result<DevicePtr> resolve(const DeriveContext& ctx, ValueId id, const char* role) {
+  auto r = ctx.sources.resolve(id);
+  if (!r.ok()) r.error().with_context("resolving " + std::string(role) + " '" + std::string(ctx.model.value_name(id)) + "'");
+  return r;
+}
+
+// The scales and zero points of an int4 launch (the source is the caller's).
+Status resolve_int4_operands(const DeriveContext& ctx, const PlannedDerivation& p, DerivationLaunch& l) {
+  if (p.scales) {
+    auto s = resolve(ctx, *p.scales, "scales");
+    if (!s.ok()) return s.error();
+    l.scales = *s;
+  }
+  if (p.zero_points) {
+    auto z = resolve(ctx, *p.zero_points, "zero points");
+    if (!z.ok()) return z.error();
+    l.zero_point = *z;
+  }
+  return Status();
+}
+
+void free_quietly(GpuBackend& gpu, DevicePtr p) {
+  if (p != 0) static_cast<void>(gpu.free(p));
+}
+
+// Allocates the outputs of `l` and launches it; nothing is left allocated
+// when it fails.
+Status allocate_and_launch(GpuBackend& gpu, DerivationLaunch& l, const DerivationSizes& sizes) {
+  auto dst = gpu.allocate(sizes.dst_bytes);
+  if (!dst.ok()) return dst.error();
+  l.dst = *dst;
+  if (sizes.dst2_bytes != 0) {
+    auto second = gpu.allocate(sizes.dst2_bytes);
+    if (!second.ok()) {
+      free_quietly(gpu, l.dst);
+      return second.error();
+    }
+    l.dst2 = *second;
+  }
+  if (Status s = gpu.launch(l); !s.ok()) {
+    free_quietly(gpu, l.dst);
+    free_quietly(gpu, l.dst2);
+    return s;
+  }
+  return Status();
+}
+
+template <class Derived>
+Derived value_of(const DerivationLaunch& l, const DerivationSizes& sizes) {
+  if constexpr (std::is_same_v<Derived, DerivedPtr>) {
+    return DerivedPtr{l.dst, sizes.dst_bytes};
+  } else {
+    return DerivedPair{{l.dst, sizes.dst_bytes}, {l.dst2, sizes.dst2_bytes}};
+  }
+}
+
+// One build for the memo: launch, then wait, so that an asynchronous kernel
+// failure is an error here and never a memoized value.
+template <class Derived>
+Result<Derived> build(GpuBackend& gpu, DerivationLaunch l, const DerivationSizes& sizes) {
+  if (Status s = allocate_and_launch(gpu, l, sizes); !s.ok()) return s.error();
+  if (Status s = gpu.synchronize(); !s.ok()) {
+    free_quietly(gpu, l.dst);
+    free_quietly(gpu, l.dst2);
+    return s.error();
+  }
+  return value_of<Derived>(l, sizes);
+}
+
+Result<DerivedValue> derive_unwrapped(const DeriveContext& ctx, const PlannedDerivation& p) {
+  DerivationLaunch l = p.launch;
+  l.kind = p.kind;
+  auto sizes = derivation_sizes(l);
+  if (!sizes.ok()) return sizes.error();
+  if (p.of_transposed) {
+    auto t = derive_weight(ctx, transposed_source_of(p));
+    if (!t.ok()) return t.error();
+    l.src = t->first;
+  } else {
+    auto src = resolve(ctx, p.source, "weight");
+    if (!src.ok()) return src.error();
+    l.src = *src;
+  }
+  if (Status s = resolve_int4_operands(ctx, p, l); !s.ok()) return s.error();
+  DerivedValue out;
+  out.key = DerivationKey::of(l);
+  if (derivation_yields_pair(p.kind)) {
+    auto v = ctx.memo.get_or_build_pair(p.kind, out.key, [&] { return build<DerivedPair>(ctx.backend, l, *sizes); });
+    if (!v.ok()) return v.error();
+    out.first = v->first;
+    out.second = v->second;
+  } else {
+    auto v = ctx.memo.get_or_build_ptr(p.kind, out.key, [&] { return build<DerivedPtr>(ctx.backend, l, *sizes); });
+    if (!v.ok()) return v.error();
+    out.first = *v;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- batch
+
+struct PendingKey {
+  Derivation kind;
+  DerivationKey key;
+  friend bool operator==(const PendingKey&, const PendingKey&) = default;
+};
+struct PendingHash {
+  std::size_t operator()(const PendingKey& k) const noexcept {
+    return static_cast<std::size_t>(memo::hash_key(k.key) ^ static_cast<std::uint64_t>(k.kind));
+  }
+};
+
+// One launched, not yet memoized value and the planned entries waiting on it.
+struct Pending {
+  PendingKey id;
+  DerivationLaunch launch;
+  DerivationSizes sizes;
+  std::vector<std::size_t> results;
+};
+
+class Wave {
+ public:
+  Wave(const DeriveContext& ctx, std::vector<DerivedValue>& results, DeriveProgress& progress,
+       const DeriveProgressFn& report)
+      : ctx_(ctx), results_(results), progress_(progress), report_(report) {}
+  ~Wave() {
+    for (const Pending& p : pending_) {
+      free_quietly(ctx_.backend, p.launch.dst);
+      free_quietly(ctx_.backend, p.launch.dst2);
+    }
+  }
+
+  // Memoized already: the result now. Otherwise launched (or joined to an
+  // identical launch of this wave) and resolved by commit().
+  Status add(const PlannedDerivation& p, std::size_t result_index) {
+    DerivationLaunch l = p.launch;
+    l.kind = p.kind;
+    auto sizes = derivation_sizes(l);
+    if (!sizes.ok()) return sizes.error();
+    if (p.of_transposed) {
+      auto w = resolve(ctx_, p.source, "weight");
+      if (!w.ok()) return w.error();
+      DerivationLaunch t = transposed_source_of(p).launch;
+      t.src = *w;
+      auto copy = ctx_.memo.get_ptr(derive::transpose, DerivationKey::of(t));
+      if (!copy) return make_error(ErrorCode::internal, "the transposed copy it reads is not memoized");
+      l.src = *copy;
+    } else {
+      auto src = resolve(ctx_, p.source, "weight");
+      if (!src.ok()) return src.error();
+      l.src = *src;
+    }
+    if (Status s = resolve_int4_operands(ctx_, p, l); !s.ok()) return s;
+    PendingKey id{p.kind, DerivationKey::of(l)};
+    if (auto hit = memoized(id)) {
+      (*hit).key = id.key;
+      results_[result_index] = *hit;
+      advance(sizes->src_bytes);
+      return Status();
+    }
+    if (auto it = index_.find(id); it != index_.end()) {
+      pending_[it->second].results.push_back(result_index);
+      return Status();
+    }
+    if (Status s = allocate_and_launch(ctx_.backend, l, *sizes); !s.ok()) return s;
+    pending_.push_back(Pending{id, l, *sizes, {result_index}});
+    index_.emplace(id, pending_.size() - 1);
+    return Status();
+  }
+
+  // One wait for every launch of the wave, then every value memoized.
+  Status commit() {
+    if (pending_.empty()) return Status();
+    if (Status s = ctx_.backend.synchronize(); !s.ok()) return s;
+    while (!pending_.empty()) {
+      Pending& p = pending_.back();
+      auto value = insert(p);
+      if (!value.ok()) return value.error();  // p stays pending: the destructor frees it
+      for (std::size_t r : p.results) {
+        results_[r] = *value;
+        results_[r].key = p.id.key;
+      }
+      const std::uint64_t src_bytes = p.sizes.src_bytes;
+      const std::size_t joined = p.results.size();
+      pending_.pop_back();
+      for (std::size_t i = 0; i < joined; ++i) advance(i == 0 ? src_bytes : 0);
+    }
+    return Status();
+  }
+
+ private:
+  std::optional<DerivedValue> memoized(const PendingKey& id) const {
+    DerivedValue v;
+    if (derivation_yields_pair(id.kind)) {
+      auto got = ctx_.memo.get_pair(id.kind, id.key);
+      if (!got.ok() || !*got) return std::nullopt;
+      v.first = (**got).first;
+      v.second = (**got).second;
+    } else {
+      auto got = ctx_.memo.get_ptr(id.kind, id.key);
+      if (!got.ok() || !*got) return std::nullopt;
+      v.first = **got;
+    }
+    return v;
+  }
+
+  // Memoizes one finished value; a value another caller memoized first wins
+  // and ours is freed.
+  Result<DerivedValue> insert(Pending& p) {
+    DerivedValue v;
+    if (derivation_yields_pair(p.id.kind)) {
+      auto ins = ctx_.memo.insert_pair(p.id.kind, p.id.key, value_of<DerivedPair>(p.launch, p.sizes));
+      if (!ins.ok()) return ins.error();
+      v.first = ins->memoized.first;
+      v.second = ins->memoized.second;
+      if (!ins->inserted()) {
+        free_quietly(ctx_.backend, p.launch.dst);
+        free_quietly(ctx_.backend, p.launch.dst2);
+      }
+    } else {
+      auto ins = ctx_.memo.insert_ptr(p.id.kind, p.id.key, value_of<DerivedPtr>(p.launch, p.sizes));
+      if (!ins.ok()) return ins.error();
+      v.first = ins->memoized;
+      if (!ins->inserted()) free_quietly(ctx_.backend, p.launch.dst);
+    }
+    p.launch.dst = p.launch.dst2 = 0;  // memoized or freed: no longer ours
+    return v;
+  }
+
+  void advance(std::uint64_t bytes) {
+    progress_.done += 1;
+    progress_.source_bytes_done += bytes;
+    if (report_) report_(progress_);
+  }
+
+  const DeriveContext& ctx_;
+  std::vector<DerivedValue>& results_;
+  DeriveProgress& progress_;
+  const DeriveProgressFn& report_;
+  std::vector<Pending> pending_;
+  std::unordered_map<PendingKey, std::size_t, PendingHash> index_;
+};
+
+Result<std::vector<DerivedValue>> derive_all_unwrapped(const DeriveContext& ctx, std::span<const PlannedDerivation> plan,
+                                                       const DeriveProgressFn& report) {
+  std::vector<DerivedValue> results(plan.size());
+  DeriveProgress progress;
+  progress.total = plan.size();
+  for (const PlannedDerivation& p : plan) {
+    DerivationLaunch l = p.launch;
+    l.kind = p.kind;
+    if (auto s = derivation_sizes(l); s.ok()) progress.source_bytes_total += s->src_bytes;
+  }
+  // Wave 1: everything that reads weights.
+  {
+    Wave wave(ctx, results, progress, report);
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      if (plan[i].of_transposed) continue;
+      if (Status s = wave.add(plan[i], i); !s.ok()) return std::move(s).with_context(where(plan[i])).error();
+    }
+    if (Status s = wave.commit(); !s.ok()) return std::move(s).with_context("finishing the first wave of derivations").error();
+  }
+  // The transposed copies wave 2 reads; usually planned, hence memoized by
+  // now, and launched here only when they were not.
+  {
+    std::vector<DerivedValue> scratch(1);
+    DeriveProgress ignored;
+    Wave copies(ctx, scratch, ignored, {});
+    for (const PlannedDerivation& p : plan) {
+      if (!p.of_transposed) continue;
+      const PlannedDerivation t = transposed_source_of(p);
+      if (Status s = copies.add(t, 0); !s.ok()) return std::move(s).with_context(where(t)).error();
+    }
+    if (Status s = copies.commit(); !s.ok()) return std::move(s).with_context("finishing the transposed copies").error();
+  }
+  // Wave 2: per-output-channel quantisation of those copies.
+  Wave wave(ctx, results, progress, report);
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    if (!plan[i].of_transposed) continue;
+    if (Status s = wave.add(plan[i], i); !s.ok()) return std::move(s).with_context(where(plan[i])).error();
+  }
+  if (Status s = wave.commit(); !s.ok()) return std::move(s).with_context("finishing the second wave of derivations").error();
+  return results;
+}
+
+}  // namespace
+
+Result<DerivedValue> derive_weight(const DeriveContext& ctx, const PlannedDerivation& planned) {
+  try {
+    auto r = derive_unwrapped(ctx, planned);
+    if (!r.ok()) r.error().with_context(where(planned));
+    return r;
+  } catch (const std::bad_alloc&) {
+    return memo::oom_error();
+  }
+}
+
+Result<DerivedValue> derive_weight(const DeriveContext& ctx, const NodeInfo& node, Derivation kind) {
+  auto planned = plan_derivation(ctx.model, node, kind);
+  if (!planned.ok()) return planned.error();
+  return derive_weight(ctx, *planned);
+}
+
+Result<DerivedValue> derive_weight(const DeriveContext& ctx, std::string_view weight, Derivation kind) {
+  auto planned = plan_derivation(ctx.model, weight, kind);
+  if (!planned.ok()) return planned.error();
+  return derive_weight(ctx, *planned);
+}
+
+Result<std::vector<DerivedValue>> derive_weights(const DeriveContext& ctx, std::span<const PlannedDerivation> plan,
+                                                 const DeriveProgressFn& progress) {
+  try {
+    return derive_all_unwrapped(ctx, plan, progress);
+  } catch (const std::bad_alloc&) {
+    return memo::oom_error();
+  }
+}
+
+}  // namespace ballast

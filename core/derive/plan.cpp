@@ -1,0 +1,174 @@
+// Which derivations apply to which weights, read off the consuming nodes.
+#include <ballast/derive.hpp>
+
+#include <set>
+#include <tuple>
+#include <utility>
+
+namespace ballast {
+namespace {
+
+const WeightRef* weight_of(const Model& model, std::string_view name, ValueId& id) {
+  auto v = model.value_id(name);
+  if (!v) return nullptr;
+  auto it = model.store().weights.find(*v);
+  if (it == model.store().weights.end()) return nullptr;
+  id = *v;
+  return &it->second;
+}
+
+Error node_error(const NodeInfo& node, std::string why) {
+  Error e = make_error(ErrorCode::invalid_argument, std::move(why));
+  e.tensor = std::string(node.name.empty() ? node.op_type : node.name);
+  return e.with_context("planning derivations for " + std::string(node.op_type) + " node '" + std::string(node.name) +
+                        "'");
+}
+
+// Every derivation one node asks for. `nothing` (an empty vector) when the
+// node's weight is computed at run time or is not of a derivable type.
+Result<std::vector<PlannedDerivation>> plan_nbits(const Model& model, const NodeInfo& node) {
+  std::vector<PlannedDerivation> out;
+  if (node.int_attribute("bits").value_or(4) != 4) return out;  // only 4-bit layouts are derived
+  if (node.inputs.size() < 3) return node_error(node, "MatMulNBits needs inputs A, B and scales");
+  ValueId b_id, s_id, zp_id;
+  const WeightRef* b = weight_of(model, node.inputs[1], b_id);
+  const WeightRef* s = weight_of(model, node.inputs[2], s_id);
+  if (b == nullptr || s == nullptr) return out;  // computed at run time: nothing to derive ahead
+  const WeightRef* zp = nullptr;
+  if (node.inputs.size() > 3 && !node.inputs[3].empty()) {
+    zp = weight_of(model, node.inputs[3], zp_id);
+    if (zp == nullptr) return out;
+  }
+  auto k = node.int_attribute("K"), n = node.int_attribute("N"), bs = node.int_attribute("block_size");
+  if (!k || !n || !bs || *k <= 0 || *n <= 0 || *bs <= 0)
+    return node_error(node, "MatMulNBits needs positive K, N and block_size attributes");
+  DerivationLaunch l;
+  l.src_type = s->dtype;
+  l.rows = static_cast<std::uint64_t>(*n);
+  l.cols = static_cast<std::uint64_t>(*k);
+  l.block_size = static_cast<std::uint32_t>(*bs);
+  if (zp != nullptr) {
+    if (zp->dtype == DataType::uint8) l.zero_points = ZeroPoints::packed_u4;
+    else if (zp->dtype == s->dtype) l.zero_points = ZeroPoints::unpacked;
+    else return node_error(node, "zero_points must be uint8 or the scales' type");
+  }
+  for (Derivation kind : {Derivation::dequant_int4, Derivation::repack_int4}) {
+    l.kind = kind;
+    auto sizes = derivation_sizes(l);
+    if (!sizes.ok()) return node_error(node, sizes.error().to_string());
+    if (sizes->src_bytes != b->byte_length() || sizes->scales_bytes != s->byte_length() ||
+        (zp != nullptr && sizes->zero_point_bytes != zp->byte_length()))
+      return node_error(node, "B, scales or zero_points sizes do not match K, N and block_size");
+    PlannedDerivation p;
+    p.kind = kind;
+    p.weight = std::string(node.inputs[1]);
+    p.source = b_id;
+    p.scales = s_id;
+    if (zp != nullptr) p.zero_points = zp_id;
+    p.node = std::string(node.name);
+    p.why = "MatMulNBits B: K=" + std::to_string(*k) + " N=" + std::to_string(*n) + " block " + std::to_string(*bs);
+    p.launch = l;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+PlannedDerivation dense(Derivation kind, std::string weight, ValueId id, DataType type, std::uint64_t rows,
+                        std::uint64_t cols, bool of_transposed) {
+  PlannedDerivation p;
+  p.kind = kind;
+  p.weight = std::move(weight);
+  p.source = id;
+  p.of_transposed = of_transposed;
+  p.launch.kind = kind;
+  p.launch.src_type = type;
+  p.launch.rows = rows;
+  p.launch.cols = cols;
+  return p;
+}
+
+Result<std::vector<PlannedDerivation>> plan_dense(const Model& model, const NodeInfo& node) {
+  std::vector<PlannedDerivation> out;
+  if (node.inputs.size() < 2) return out;
+  ValueId id;
+  const WeightRef* w = weight_of(model, node.inputs[1], id);
+  if (w == nullptr || w->dims.size() != 2) return out;
+  if (w->dtype != DataType::float32 && w->dtype != DataType::float16) return out;
+  const auto rows = static_cast<std::uint64_t>(w->dims[0]);
+  const auto cols = static_cast<std::uint64_t>(w->dims[1]);
+  // MatMul B and Gemm B without transB are [K, N]; with transB they are [N, K].
+  const bool stored_nk = node.op_type == "Gemm" && node.int_attribute("transB").value_or(0) != 0;
+  const std::string name(node.inputs[1]);
+  const std::string why = std::string(node.op_type) + " B " + (stored_nk ? "[N, K] = [" : "[K, N] = [") +
+                          std::to_string(rows) + ", " + std::to_string(cols) + "]";
+  out.push_back(dense(Derivation::transpose, name, id, w->dtype, rows, cols, false));
+  if (w->dtype == DataType::float32) out.push_back(dense(Derivation::to_f16, name, id, w->dtype, rows, cols, false));
+  if (stored_nk) out.push_back(dense(Derivation::quant_int8, name, id, w->dtype, rows, cols, false));
+  else out.push_back(dense(Derivation::quant_int8, name, id, w->dtype, cols, rows, true));
+  for (PlannedDerivation& p : out) {
+    p.node = std::string(node.name);
+    p.why = why;
+  }
+  return out;
+}
+
+Result<std::vector<PlannedDerivation>> plan_node(const Model& model, const NodeInfo& node) {
+  if (node.op_type == "MatMulNBits" && node.domain == "com.microsoft") return plan_nbits(model, node);
+  if ((node.op_type == "MatMul" || node.op_type == "Gemm") && node.domain.empty()) return plan_dense(model, node);
+  return std::vector<PlannedDerivation>{};
+}
+
+// What makes two planned entries the same value: the kind, the operands by
+// value id, and the launch's shape fields.
+auto identity(const PlannedDerivation& p) {
+  const DerivationLaunch& l = p.launch;
+  return std::make_tuple(static_cast<int>(p.kind), p.source.index, p.scales ? p.scales->index + 1 : 0,
+                         p.zero_points ? p.zero_points->index + 1 : 0, p.of_transposed, l.rows, l.cols, l.block_size,
+                         static_cast<int>(l.src_type), static_cast<int>(l.zero_points));
+}
+
+}  // namespace
+
+Result<std::vector<PlannedDerivation>> plan_derivations(const Model& model) {
+  std::vector<PlannedDerivation> out;
+  std::set<decltype(identity(PlannedDerivation{}))> seen;
+  for (const NodeInfo& node : model.nodes()) {
+    auto planned = plan_node(model, node);
+    if (!planned.ok()) return planned.error();
+    for (PlannedDerivation& p : *planned)
+      if (seen.insert(identity(p)).second) out.push_back(std::move(p));
+  }
+  return out;
+}
+
+Result<PlannedDerivation> plan_derivation(const Model& model, const NodeInfo& node, Derivation kind) {
+  auto planned = plan_node(model, node);
+  if (!planned.ok()) return planned.error();
+  for (PlannedDerivation& p : *planned)
+    if (p.kind == kind) return std::move(p);
+  return node_error(node, std::string(derivation_name(kind)) + " does not apply to this node's weight");
+}
+
+Result<PlannedDerivation> plan_derivation(const Model& model, std::string_view weight, Derivation kind) {
+  auto fail = [&](ErrorCode code, std::string why) {
+    Error e = make_error(code, std::move(why));
+    e.tensor = std::string(weight);
+    return e.with_context("planning " + std::string(derivation_name(kind)) + " of weight '" + std::string(weight) + "'");
+  };
+  ValueId id;
+  const WeightRef* w = weight_of(model, weight, id);
+  if (w == nullptr) return fail(ErrorCode::not_found, "the model has no weight of this name");
+  if (w->dims.size() != 2 || (w->dtype != DataType::float32 && w->dtype != DataType::float16 &&
+                              !(kind == Derivation::transpose && dtype_bits(w->dtype) >= 8)))
+    return fail(ErrorCode::invalid_argument, "needs a 2-D float32 or float16 weight (transpose: any whole-byte type)");
+  if (kind == Derivation::to_f16 && w->dtype != DataType::float32)
+    return fail(ErrorCode::invalid_argument, "to_f16 needs a float32 weight");
+  if (kind != Derivation::transpose && kind != Derivation::to_f16 && kind != Derivation::quant_int8)
+    return fail(ErrorCode::invalid_argument, "int4 derivations are planned from their MatMulNBits node");
+  PlannedDerivation p = dense(kind, std::string(weight), id, w->dtype, static_cast<std::uint64_t>(w->dims[0]),
+                              static_cast<std::uint64_t>(w->dims[1]), false);
+  p.why = "weight [" + std::to_string(w->dims[0]) + ", " + std::to_string(w->dims[1]) + "] as stored";
+  return p;
+}
+
+}  // namespace ballast

@@ -1,0 +1,117 @@
+#!/usr/bin/python3
+"""make_llm_model.py OUTDIR [--layers N] [--hidden H] [--ffn F] [--vocab V] [--block B]
+
+A model shaped like a decoder LLM's weights, for derive comparisons between
+backends, soak tests and benchmarks. Writes OUTDIR/llm.onnx and
+OUTDIR/llm.weights. Per layer:
+
+  attention  q, k, v, o   MatMul    float16 [H, H]
+  mlp        gate, up     MatMulNBits  K=H N=F, float16 scales, packed uint8 zero points
+             down         MatMulNBits  K=F N=H, float32 scales, no zero points
+and once: lm_head MatMul float32 [H, V].
+
+The graph computes nothing sensible (activations are chained only so that
+every node has an input); weight bytes are random but deterministic, with
+scales in a moderate range so every derived value is a normal number.
+Default size: 8 layers, H=1024, F=2816, V=8192: about 120 MiB of weights.
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import extdata  # noqa: E402
+
+
+def nbits(rng, k, n, block, scale_type, zero_points):
+    k_blocks = -(-k // block)
+    tensors = {
+        "B": rng.integers(0, 256, size=(n, k_blocks, block // 2), dtype=np.uint8),
+        "scales": rng.uniform(0.001, 0.02, size=n * k_blocks).astype(scale_type),
+    }
+    if zero_points:
+        per_row = -(-k_blocks // 2)
+        tensors["zero_points"] = rng.integers(0, 256, size=n * per_row, dtype=np.uint8)
+    return tensors
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("outdir")
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--ffn", type=int, default=2816)
+    ap.add_argument("--vocab", type=int, default=8192)
+    ap.add_argument("--block", type=int, default=32)
+    args = ap.parse_args()
+    h, f, v, block = args.hidden, args.ffn, args.vocab, args.block
+
+    os.makedirs(args.outdir, exist_ok=True)
+    rng = np.random.default_rng(20261130)
+    blob = extdata.Blob(os.path.join(args.outdir, "llm.weights"), "wb")
+    initializers, nodes = [], []
+
+    def add(name, arr):
+        t = numpy_helper.from_array(np.ascontiguousarray(arr), name)
+        blob.pad_to(64)  # as exporters align: every weight is read in place
+        offset, length = blob.append(np.ascontiguousarray(arr).tobytes())
+        extdata.set_external(t, "llm.weights", offset, length)
+        initializers.append(t)
+        return name
+
+    x = "X"
+    for layer in range(args.layers):
+        p = "layers.%d." % layer
+        x16 = p + "x_f16"
+        nodes.append(helper.make_node("Cast", [x], [x16], name=p + "cast", to=TensorProto.FLOAT16))
+        acc = None
+        for proj in ("q", "k", "v", "o"):
+            w = add(p + "attn.%s_proj.weight" % proj, (rng.standard_normal((h, h)) * 0.02).astype(np.float16))
+            out = p + proj
+            nodes.append(helper.make_node("MatMul", [x16, w], [out], name=p + "attn.%s_proj" % proj))
+            if acc is None:
+                acc = out
+            else:
+                nodes.append(helper.make_node("Add", [acc, out], [out + "_sum"], name=p + "attn.add_" + proj))
+                acc = out + "_sum"
+        attn = p + "attn_out"
+        nodes.append(helper.make_node("Cast", [acc], [attn], name=p + "attn.cast", to=TensorProto.FLOAT))
+        mlp_in = attn
+        for proj, (k, n, scale_type, zp) in (("gate", (h, f, np.float16, True)), ("up", (h, f, np.float16, True))):
+            q = nbits(rng, k, n, block, scale_type, zp)
+            inputs = [mlp_in, add(p + "mlp.%s_proj.qweight" % proj, q["B"]),
+                      add(p + "mlp.%s_proj.scales" % proj, q["scales"])]
+            if "zero_points" in q:
+                inputs.append(add(p + "mlp.%s_proj.zero_points" % proj, q["zero_points"]))
+            nodes.append(helper.make_node("MatMulNBits", inputs, [p + proj], name=p + "mlp.%s_proj" % proj,
+                                          domain="com.microsoft", K=k, N=n, bits=4, block_size=block))
+        nodes.append(helper.make_node("Mul", [p + "gate", p + "up"], [p + "gated"], name=p + "mlp.mul"))
+        q = nbits(rng, f, h, block, np.float32, False)
+        out = p + "out"
+        nodes.append(helper.make_node(
+            "MatMulNBits", [p + "gated", add(p + "mlp.down_proj.qweight", q["B"]), add(p + "mlp.down_proj.scales", q["scales"])],
+            [out], name=p + "mlp.down_proj", domain="com.microsoft", K=f, N=h, bits=4, block_size=block))
+        x = out
+    head = add("lm_head.weight", (rng.standard_normal((h, v)) * 0.02).astype(np.float32))
+    nodes.append(helper.make_node("MatMul", [x, head], ["logits"], name="lm_head"))
+    blob.close()
+
+    graph = helper.make_graph(nodes, "ballast_llm", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, h])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, v])],
+                              initializer=initializers)
+    model = helper.make_model(graph, producer_name="ballast make_llm_model.py",
+                              opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    onnx.save_model(model, os.path.join(args.outdir, "llm.onnx"))
+    size = os.path.getsize(os.path.join(args.outdir, "llm.weights"))
+    extdata.log("llm model: %s/llm.onnx, %d layers, %d bytes of weights" % (args.outdir, args.layers, size))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
