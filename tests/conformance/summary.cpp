@@ -1,6 +1,7 @@
 #include "conformance/summary.hpp"
 
 #include <ballast/backend_registry.hpp>
+#include <ballast/plugin_abi.hpp>
 #include <ballast/version.hpp>
 
 #include <doctest/doctest.h>
@@ -35,8 +36,14 @@ class Listener final : public doctest::IReporter {
     std::lock_guard lock(g_mutex);
     current_ = CaseOutcome{d.m_name, CaseOutcome::State::passed, {}};
     skip_reason_.clear();
+    subcases_.clear();
   }
-  void test_case_reenter(const doctest::TestCaseData&) override {}
+  // Each pass through a case's subcases starts at the top again (an
+  // exception may have left the previous pass's stack behind).
+  void test_case_reenter(const doctest::TestCaseData&) override {
+    std::lock_guard lock(g_mutex);
+    subcases_.clear();
+  }
   void test_case_end(const doctest::CurrentTestCaseStats& stats) override {
     std::lock_guard lock(g_mutex);
     if (stats.failure_flags != 0 || !current_.messages.empty()) {
@@ -179,7 +186,7 @@ void print_text(const RunSummary& run, const std::vector<CaseOutcome>& cases, st
   std::fprintf(out, "ballast:  %s (%s)\n", BALLAST_VERSION_STRING, ballast::build_fingerprint());
   if (!run.skipped.empty()) std::fprintf(out, "skipped:  %s\n", run.skipped.c_str());
   if (!run.open_error.empty()) std::fprintf(out, "error:    %s\n", run.open_error.c_str());
-  std::fprintf(out, "cases:    %zu passed, %zu failed, %zu skipped\n", counts[0], counts[1], counts[2]);
+  if (run.device) std::fprintf(out, "cases:    %zu passed, %zu failed, %zu skipped\n", counts[0], counts[1], counts[2]);
   for (const auto& c : cases) {
     if (c.state == CaseOutcome::State::passed) continue;
     std::fprintf(out, "  %s: %s\n", state_name(c.state), c.name.c_str());
