@@ -42,7 +42,7 @@ backends)
   for p in "$moved"/lib/ballast/libballast-*.so; do
     [[ -e "$p" ]] || continue
     got="$(ldd "$p" | sed -n 's/^\s*libballast\.so[^ ]* => \([^ ]*\).*/\1/p')"
-    got="$(realpath -m "$got")"
+    [[ "$got" == /* ]] && got="$(realpath -m "$got")"
     [[ "$got" == "$moved/lib/"* ]] || fail "$p resolves libballast to '$got', not into $moved/lib"
   done
   "$moved/bin/ballast" backends --json >"$work/backends.json"
