@@ -70,7 +70,14 @@ DeviceWeights::DeviceWeights(GpuBackend& backend, const WeightStore& store, std:
   impl_->label = std::move(label);
 }
 
-DeviceWeights::~DeviceWeights() = default;
+// Backstop, same rule as TeardownHost(gpu): an engine that forgets
+// release() must not leave registrations and uploads live on the backend.
+// Like the host, this needs the backend alive, which the documented
+// lifetime rule already requires (destroy DeviceWeights before its backend);
+// failures have no one to report to here, so call release() to see them.
+DeviceWeights::~DeviceWeights() {
+  if (impl_) static_cast<void>(release(*impl_->backend));
+}
 
 std::string DeviceWeights::label() const { return impl_->label; }
 

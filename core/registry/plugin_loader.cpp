@@ -62,23 +62,39 @@ Result<const BallastPluginDescriptor*> checked_descriptor(const SharedLibrary& l
 
 struct PluginLoader::Slot {
   std::string name;
-  std::once_flag once;
+  std::mutex mutex;  // held across a load, so concurrent first touches share it
   std::unique_ptr<Result<LoadedPlugin>> outcome;
+  std::uint64_t generation = 0;  // of the search folders the outcome came from
 };
 
-std::vector<std::string> default_plugin_search_dirs() {
-  std::vector<std::string> dirs;
-  if (const char* env = std::getenv("BALLAST_PLUGIN_PATH")) {
-    std::string_view rest = env;
-    while (true) {
-      const auto sep = rest.find(plugin_path_separator());
-      add_unique(dirs, std::string(rest.substr(0, sep)));
-      if (sep == std::string_view::npos) break;
-      rest.remove_prefix(sep + 1);
-    }
+namespace {
+
+void add_path_list(std::vector<std::string>& dirs, std::string_view list) {
+  while (true) {
+    const auto sep = list.find(plugin_path_separator());
+    add_unique(dirs, std::string(list.substr(0, sep)));
+    if (sep == std::string_view::npos) break;
+    list.remove_prefix(sep + 1);
   }
-  add_unique(dirs, core_library_directory());
-  add_unique(dirs, BALLAST_INSTALL_PLUGIN_DIR);
+}
+
+// Whether libballast is the build tree's copy. Compared as files, not
+// strings, so a symlinked build folder still counts.
+bool running_from_build_tree(const std::string& core_dir) {
+  std::error_code ec;
+  return !core_dir.empty() && std::filesystem::equivalent(core_dir, BALLAST_BUILD_LIBRARY_DIR, ec) && !ec;
+}
+
+}  // namespace
+
+std::vector<std::string> default_plugin_search_dirs(const std::vector<std::string>& engine_dirs) {
+  std::vector<std::string> dirs;
+  if (const char* env = std::getenv("BALLAST_PLUGIN_PATH")) add_path_list(dirs, env);
+  for (const auto& d : engine_dirs) add_unique(dirs, d);
+  const std::string core_dir = core_library_directory();
+  if (!core_dir.empty()) add_unique(dirs, (std::filesystem::path(core_dir) / BALLAST_PLUGIN_SUBDIR).string());
+  // The build tree keeps plugins next to libballast (build/<preset>/lib).
+  if (running_from_build_tree(core_dir)) add_unique(dirs, core_dir);
   return dirs;
 }
 
@@ -94,10 +110,23 @@ PluginLoader::~PluginLoader() {
   }
 }
 
+std::vector<std::string> PluginLoader::search_dirs() const {
+  std::lock_guard lock(dirs_mutex_);
+  return dirs_;
+}
+
+void PluginLoader::set_search_dirs(std::vector<std::string> search_dirs) {
+  std::vector<std::string> dirs;
+  for (auto& d : search_dirs) add_unique(dirs, std::move(d));
+  std::lock_guard lock(dirs_mutex_);
+  dirs_ = std::move(dirs);
+  ++generation_;
+}
+
 std::vector<std::string> PluginLoader::candidate_paths(std::string_view name) const {
   std::vector<std::string> paths;
   const std::string file = plugin_file_name(name);
-  for (const auto& d : dirs_) paths.push_back((std::filesystem::path(d) / file).string());
+  for (const auto& d : search_dirs()) paths.push_back((std::filesystem::path(d) / file).string());
   return paths;
 }
 
@@ -113,12 +142,23 @@ PluginLoader::Slot& PluginLoader::slot(std::string_view name) {
 
 Result<LoadedPlugin> PluginLoader::load(std::string_view name) {
   Slot& s = slot(name);
-  std::call_once(s.once, [&] { s.outcome = std::make_unique<Result<LoadedPlugin>>(load_uncached(name)); });
+  std::lock_guard slot_lock(s.mutex);
+  std::vector<std::string> dirs;
+  std::uint64_t generation = 0;
+  {
+    std::lock_guard lock(dirs_mutex_);
+    dirs = dirs_;
+    generation = generation_;
+  }
+  if (s.outcome && (s.outcome->ok() || s.generation == generation)) return *s.outcome;
+  s.outcome = std::make_unique<Result<LoadedPlugin>>(load_uncached(name, dirs));
+  s.generation = generation;
   return *s.outcome;
 }
 
-Result<LoadedPlugin> PluginLoader::load_uncached(std::string_view name) const {
-  const auto candidates = candidate_paths(name);
+Result<LoadedPlugin> PluginLoader::load_uncached(std::string_view name, const std::vector<std::string>& dirs) const {
+  std::vector<std::string> candidates;
+  for (const auto& d : dirs) candidates.push_back((std::filesystem::path(d) / plugin_file_name(name)).string());
   for (const auto& path : candidates) {
     std::error_code ec;
     if (!std::filesystem::exists(path, ec)) continue;

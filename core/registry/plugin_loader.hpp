@@ -7,6 +7,7 @@
 #include <ballast/status.hpp>
 
 #include <array>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -23,9 +24,13 @@ struct LoadedPlugin {
 // The symbol every plugin exports.
 inline constexpr const char* kDescriptorSymbol = "ballast_plugin_descriptor";
 
-// Each folder of BALLAST_PLUGIN_PATH, then the folder of libballast, then
-// the install's plugin folder; duplicates dropped, order kept.
-std::vector<std::string> default_plugin_search_dirs();
+// The search path, in order: each folder of BALLAST_PLUGIN_PATH, then
+// `engine_dirs` (set_plugin_search_path), then <folder of libballast>/ballast
+// (where an install puts plugins, wherever the install was moved), then the
+// build tree's lib/ when libballast is the build tree's own copy. Duplicates
+// dropped, order kept. No absolute install path is baked in: a moved or
+// re-prefixed install must find its own plugins, not a stale copy.
+std::vector<std::string> default_plugin_search_dirs(const std::vector<std::string>& engine_dirs = {});
 
 class PluginLoader {
  public:
@@ -36,19 +41,25 @@ class PluginLoader {
 
   // The plugin for `name` (one of the plugin backends: cuda, hip, vulkan).
   // The first call finds, loads, checks and creates it; every later call,
-  // from any thread, returns that same outcome.
+  // from any thread, returns that same outcome, except that a failed load is
+  // tried again once the search folders have changed (a loaded plugin is
+  // never unloaded, so success is final).
   Result<LoadedPlugin> load(std::string_view name);
 
   // Full paths tried for `name`, in search order.
   std::vector<std::string> candidate_paths(std::string_view name) const;
-  const std::vector<std::string>& search_dirs() const { return dirs_; }
+  std::vector<std::string> search_dirs() const;
+  // Replaces the search folders (normalised like the constructor's).
+  void set_search_dirs(std::vector<std::string> search_dirs);
 
  private:
   struct Slot;
-  Result<LoadedPlugin> load_uncached(std::string_view name) const;
+  Result<LoadedPlugin> load_uncached(std::string_view name, const std::vector<std::string>& dirs) const;
   Slot& slot(std::string_view name);
 
+  mutable std::mutex dirs_mutex_;
   std::vector<std::string> dirs_;
+  std::uint64_t generation_ = 0;  // bumped by set_search_dirs
   std::mutex slots_mutex_;
   std::vector<std::unique_ptr<Slot>> slots_;
 };

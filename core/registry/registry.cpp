@@ -181,4 +181,10 @@ Result<std::unique_ptr<GpuBackend>> open_backend(std::string_view config) {
 
 std::vector<BackendListing> list_backends() { return registry::list_backends(registry::process_plugin_loader()); }
 
+void set_plugin_search_path(std::vector<std::string> folders) {
+  registry::process_plugin_loader().set_search_dirs(registry::default_plugin_search_dirs(folders));
+}
+
+std::vector<std::string> plugin_search_paths() { return registry::process_plugin_loader().search_dirs(); }
+
 }  // namespace ballast

@@ -50,4 +50,20 @@ std::string_view backend_state_name(BackendListing::State s) noexcept;
 
 std::vector<BackendListing> list_backends();
 
+// Where plugin libraries (libballast-<name>.so) are looked for, in order:
+//   1. each folder of BALLAST_PLUGIN_PATH (':'-separated);
+//   2. the folders given to set_plugin_search_path();
+//   3. <folder holding libballast>/ballast: an install's plugin folder,
+//      wherever the install lives or was moved to;
+//   4. the build tree's lib/, when libballast is the build tree's own.
+// The first file found is the plugin (docs/backends.md).
+//
+// set_plugin_search_path() replaces the folders of step 2 (an engine that
+// ships its own plugins; an empty list removes them). Plugins already
+// loaded stay loaded; a backend whose plugin was not found, or failed to
+// load, is looked for again on its next open. Thread-safe.
+void set_plugin_search_path(std::vector<std::string> folders);
+// The folders searched now, in order: what a not-found error lists.
+std::vector<std::string> plugin_search_paths();
+
 }  // namespace ballast

@@ -17,6 +17,11 @@
 //
 // Thread safety: resolve() may be called from many threads; release() must
 // not race with it.
+//
+// Lifetime: the backend and the store must outlive this object. Destroying
+// it without release() releases on its backend anyway (the same backstop as
+// TeardownHost(gpu)), discarding the report: call release() yourself, or
+// register it with a TeardownHost, to see failures. docs/device_weights.md.
 #pragma once
 
 #include <ballast/gpu_backend.hpp>
@@ -41,8 +46,9 @@ struct WeightResidency {
 
 class DeviceWeights final : public ModelResource<GpuBackend> {
  public:
-  // `store` must outlive this object.
+  // `backend` and `store` must outlive this object.
   DeviceWeights(GpuBackend& backend, const WeightStore& store, std::string label = "source weights");
+  // Releases whatever release() has not (see "Lifetime" above).
   ~DeviceWeights() override;
   DeviceWeights(const DeviceWeights&) = delete;
   DeviceWeights& operator=(const DeviceWeights&) = delete;

@@ -1,4 +1,9 @@
-// ballast-conformance --backend <config> [doctest options]
+// ballast-conformance --backend <config> [--json] [doctest options]
+//
+// Installed with the package (bin/ballast-conformance, also run by
+// `ballast conformance`) so users can run it on their own hardware. It ends
+// with a summary to paste into a bug report (summary.hpp); with --json that
+// summary is the only thing on stdout and doctest's own output goes to stderr.
 //
 // One binary for every backend: it opens the backend named by --backend
 // (default cpu) and runs every conformance test against it. A backend that
@@ -7,6 +12,7 @@
 // a skip; every other failure to open is a failure.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include "conformance/conformance.hpp"
+#include "conformance/summary.hpp"
 
 #include <ballast/backend_registry.hpp>
 
@@ -14,6 +20,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -47,12 +54,15 @@ bool backend_absent(const ballast::Error& e, const std::string& name) {
   return false;
 }
 
-// Pulls `--backend X` / `--backend=X` out of argv; the rest goes to doctest.
-bool take_backend_arg(int argc, char** argv, std::string& config, std::vector<char*>& rest) {
+// Pulls `--backend X` / `--backend=X` and `--json` out of argv; the rest
+// goes to doctest.
+bool take_own_args(int argc, char** argv, std::string& config, bool& json, std::vector<char*>& rest) {
   rest.push_back(argv[0]);
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
-    if (arg == "--backend") {
+    if (arg == "--json") {
+      json = true;
+    } else if (arg == "--backend") {
       if (i + 1 >= argc) return false;
       config = argv[++i];
     } else if (arg.substr(0, 10) == "--backend=") {
@@ -68,30 +78,44 @@ bool take_backend_arg(int argc, char** argv, std::string& config, std::vector<ch
 
 int main(int argc, char** argv) {
   std::vector<char*> doctest_args;
-  if (!take_backend_arg(argc, argv, conformance::g_config, doctest_args)) {
-    std::fprintf(stderr, "usage: ballast-conformance --backend <name[:device][?key=value...]> [doctest options]\n");
+  bool json = false;
+  if (!take_own_args(argc, argv, conformance::g_config, json, doctest_args)) {
+    std::fprintf(stderr, "usage: ballast-conformance --backend <name[:device][?key=value...]> [--json] [doctest options]\n");
     return kExitUsage;
   }
   const std::string& config = conformance::g_config;
+  conformance::RunSummary summary;
+  summary.config = config;
+  // With --json, stdout carries the summary alone.
+  std::FILE* const chatter = json ? stderr : stdout;
 
   auto opened = ballast::open_backend(config);
   if (!opened.ok()) {
     const auto parsed = ballast::parse_backend_config(config);
     if (parsed.ok() && backend_absent(opened.error(), parsed->name)) {
-      std::printf("skipped: %s\n", opened.error().to_string().c_str());
+      std::fprintf(chatter, "skipped: %s\n", opened.error().to_string().c_str());
+      summary.skipped = opened.error().to_string();
+      summary.exit_code = kExitSkip;
+      if (json) conformance::print_summary(summary, json, stdout);
       return kExitSkip;
     }
     std::fprintf(stderr, "ballast-conformance: cannot open backend: %s\n", opened.error().to_string().c_str());
+    summary.open_error = opened.error().to_string();
+    summary.exit_code = 1;
+    conformance::print_summary(summary, json, stdout);
     return 1;
   }
   conformance::g_backend = std::move(*opened);
   const auto& info = conformance::gpu().info();
-  std::printf("ballast-conformance: backend \"%s\": %s device %d: %s (%s)\n", config.c_str(), info.backend.c_str(),
-              info.index, info.name.c_str(), info.uuid.c_str());
+  summary.device = info;
+  std::fprintf(chatter, "ballast-conformance: backend \"%s\": %s device %d: %s (%s)\n", config.c_str(),
+               info.backend.c_str(), info.index, info.name.c_str(), info.uuid.c_str());
+  std::fflush(chatter);
 
   const auto before = conformance::gpu().counters();
   doctest::Context context;
   context.applyCommandLine(static_cast<int>(doctest_args.size()), doctest_args.data());
+  if (json) context.setCout(&std::cerr);
   int result = context.run();
   if (context.shouldExit()) {
     conformance::g_backend.reset();
@@ -99,11 +123,14 @@ int main(int argc, char** argv) {
   }
   const auto after = conformance::gpu().counters();
   if (after.live_allocations != before.live_allocations || after.live_registrations != before.live_registrations) {
-    std::fprintf(stderr, "ballast-conformance: the run leaked %llu allocations and %llu registrations\n",
-                 static_cast<unsigned long long>(after.live_allocations - before.live_allocations),
-                 static_cast<unsigned long long>(after.live_registrations - before.live_registrations));
+    summary.leaks = "the run leaked " + std::to_string(after.live_allocations - before.live_allocations) +
+                    " allocations and " + std::to_string(after.live_registrations - before.live_registrations) +
+                    " registrations";
+    std::fprintf(stderr, "ballast-conformance: %s\n", summary.leaks.c_str());
     result = 1;
   }
+  summary.exit_code = result;
+  conformance::print_summary(summary, json, stdout);
   conformance::g_backend.reset();
   return result;
 }

@@ -2,7 +2,6 @@
 // here and usable (and if not, exactly why), its devices and what they can
 // do, notably whether weights can be read in place or must be uploaded.
 #include "command.hpp"
-#include "registry/plugin_loader.hpp"
 #include "support_format.hpp"
 
 #include <ballast/backend_registry.hpp>
@@ -61,7 +60,8 @@ int print_table(const std::vector<BackendListing>& listing, const std::vector<st
     }
   }
 
-  out << "\nplugin search path (BALLAST_PLUGIN_PATH, then next to libballast, then the install folder):\n";
+  out << "\nplugin search path (BALLAST_PLUGIN_PATH, then set_plugin_search_path(), then <libballast's folder>/ballast,"
+         " then the build tree):\n";
   for (const auto& d : search_dirs) out << "  " << d << '\n';
   return kExitOk;
 }
@@ -107,7 +107,7 @@ const RegisterCommand kBackends{{
       sub.add_flag("--json", *json, "machine-readable output");
       return [json] {
         const auto listing = list_backends();
-        const auto& dirs = registry::process_plugin_loader().search_dirs();
+        const auto dirs = plugin_search_paths();
         return *json ? print_json(listing, dirs) : print_table(listing, dirs);
       };
     },

@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -63,23 +64,69 @@ TEST_CASE("a plugin not on the search path is not_found and lists every path sea
   CHECK(contains(opened.error().to_string(), "opening backend \"cuda:0\""));
 }
 
-TEST_CASE("the search path: BALLAST_PLUGIN_PATH folders, then libballast's folder, then the install folder") {
-  TempDir a, b;
-  const std::string value = a.path.string() + "::" + b.path.string() + "/:" + a.path.string();
-  const char* old = std::getenv("BALLAST_PLUGIN_PATH");
-  const std::string saved = old != nullptr ? old : "";
-  ::setenv("BALLAST_PLUGIN_PATH", value.c_str(), 1);
-  const auto dirs = registry::default_plugin_search_dirs();
-  if (old != nullptr) {
-    ::setenv("BALLAST_PLUGIN_PATH", saved.c_str(), 1);
-  } else {
-    ::unsetenv("BALLAST_PLUGIN_PATH");
+// Sets BALLAST_PLUGIN_PATH for one scope, restoring what was there.
+struct ScopedPluginPath {
+  const char* old;
+  std::string saved;
+  explicit ScopedPluginPath(const std::string& value) : old(std::getenv("BALLAST_PLUGIN_PATH")) {
+    if (old != nullptr) saved = old;
+    ::setenv("BALLAST_PLUGIN_PATH", value.c_str(), 1);
   }
-  REQUIRE(dirs.size() == 4);
+  ~ScopedPluginPath() {
+    if (old != nullptr) ::setenv("BALLAST_PLUGIN_PATH", saved.c_str(), 1);
+    else ::unsetenv("BALLAST_PLUGIN_PATH");
+  }
+};
+
+TEST_CASE("the search path: BALLAST_PLUGIN_PATH, the engine's folders, <libballast's folder>/ballast, the build tree") {
+  TempDir a, b, engine;
+  std::vector<std::string> dirs;
+  {
+    ScopedPluginPath env(a.path.string() + "::" + b.path.string() + "/:" + a.path.string());
+    dirs = registry::default_plugin_search_dirs({engine.path.string(), a.path.string()});
+  }
+  REQUIRE(dirs.size() == 5);
   CHECK(dirs[0] == a.path.string());
   CHECK(dirs[1] == b.path.string());  // empty entries and duplicates dropped, trailing '/' trimmed
-  CHECK(dirs[2] == std::string(BALLAST_BINARY_DIR) + "/lib");
-  CHECK(dirs[3] == BALLAST_INSTALL_PLUGIN_DIR_FOR_TESTS);
+  CHECK(dirs[2] == engine.path.string());
+  // No absolute install folder: only places found relative to libballast,
+  // so an install keeps finding its plugins after it is moved.
+  CHECK(dirs[3] == std::string(BALLAST_BINARY_DIR) + "/lib/ballast");
+  CHECK(dirs[4] == std::string(BALLAST_BINARY_DIR) + "/lib");  // this test runs from the build tree
+}
+
+TEST_CASE("a plugin not found is looked for again once the search folders change; a loaded one stays") {
+  TempDir empty;
+  PluginLoader loader({empty.path.string()});
+  auto missing = loader.load("vulkan");
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.code() == ErrorCode::not_found);
+  CHECK(loader.load("vulkan").code() == ErrorCode::not_found);  // same folders: the outcome is kept
+
+  loader.set_search_dirs({fake_dir("working")});
+  CHECK(loader.search_dirs() == std::vector<std::string>{fake_dir("working")});
+  auto found = loader.load("vulkan");
+  REQUIRE(found.ok());
+  CHECK(found->library == fake_library("working"));
+
+  loader.set_search_dirs({empty.path.string()});
+  auto again = loader.load("vulkan");
+  REQUIRE(again.ok());
+  CHECK(again->plugin == found->plugin);
+}
+
+TEST_CASE("set_plugin_search_path puts the engine's folders after BALLAST_PLUGIN_PATH, before libballast's") {
+  TempDir engine;
+  set_plugin_search_path({engine.path.string()});
+  const auto dirs = plugin_search_paths();
+  set_plugin_search_path({});
+  CHECK(dirs == registry::default_plugin_search_dirs({engine.path.string()}));
+  const auto at = std::find(dirs.begin(), dirs.end(), engine.path.string());
+  REQUIRE(at != dirs.end());
+  REQUIRE(at + 1 != dirs.end());
+  CHECK(*(at + 1) == std::string(BALLAST_BINARY_DIR) + "/lib/ballast");
+  const auto after = plugin_search_paths();
+  CHECK(std::find(after.begin(), after.end(), engine.path.string()) == after.end());
 }
 
 TEST_CASE("plugins whose descriptor does not match are abi_mismatch errors naming both values and the library") {

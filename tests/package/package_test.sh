@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# package_test.sh STEP SOURCE_DIR BUILD_DIR WORK_DIR PLUGINS PYTHON
+# One step of the installed-package test (tests/package/CMakeLists.txt).
+# Every step after `install` runs from WORK_DIR/moved, a prefix that was
+# installed somewhere else and then moved, with BALLAST_PLUGIN_PATH unset:
+# the package must find its own plugins wherever it lies.
+set -euo pipefail
+step="$1" src="$2" build="$3" work="$4" plugins=",$5," python="$6"
+moved="$work/moved"
+unset BALLAST_PLUGIN_PATH
+# Compilers are the consumer's choice; reuse ccache when it is there.
+if command -v ccache >/dev/null; then export CMAKE_CXX_COMPILER_LAUNCHER=ccache; fi
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+has_plugin() { [[ "$plugins" == *",$1,"* ]]; }
+
+# Skips (exit 77) when this build has no Vulkan plugin or the machine no
+# Vulkan device; fails when the plugin exists but was not FOUND.
+need_vulkan() {
+  has_plugin vulkan || { echo "skipped: the vulkan plugin is not built here"; exit 77; }
+  local state
+  state="$("$moved/bin/ballast" backends --json | "$python" -c \
+    'import json,sys; print(next(b["state"] for b in json.load(sys.stdin)["backends"] if b["name"]=="vulkan"))')"
+  [[ "$state" == "unavailable" ]] && { echo "skipped: no Vulkan device here"; exit 77; }
+  [[ "$state" == "available" ]] || fail "vulkan is '$state' from the moved install"
+}
+
+case "$step" in
+install)
+  rm -rf "$work"
+  mkdir -p "$work"
+  cmake --install "$build" --prefix "$work/staged" >"$work/install.log"
+  # Moving the prefix is the point: nothing may remember where it was.
+  mv "$work/staged" "$moved"
+  ls "$moved/bin/ballast" "$moved/bin/ballast-conformance" "$moved/lib/cmake/ballast/ballastConfig.cmake" >/dev/null
+  "$python" "$src/tools/gen/make_sample_model.py" "$work/model" 2>/dev/null
+  echo "installed to $work/staged, moved to $moved"
+  ;;
+
+backends)
+  # Each plugin resolves libballast through its own RUNPATH, from where it lies.
+  for p in "$moved"/lib/ballast/libballast-*.so; do
+    [[ -e "$p" ]] || continue
+    got="$(ldd "$p" | sed -n 's/^\s*libballast\.so[^ ]* => \([^ ]*\).*/\1/p')"
+    [[ "$got" == /* ]] && got="$(realpath -m "$got")"
+    [[ "$got" == "$moved/lib/"* ]] || fail "$p resolves libballast to '$got', not into $moved/lib"
+  done
+  "$moved/bin/ballast" backends --json >"$work/backends.json"
+  "$python" - "$work/backends.json" "$moved" "$work/staged" "$build" "$plugins" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+moved, staged, build, plugins = sys.argv[2:6]
+by_name = {b["name"]: b for b in doc["backends"]}
+path = doc["plugin_search_path"]
+assert path and path[0] == moved + "/lib/ballast", f"search path starts {path}, expected {moved}/lib/ballast"
+for p in path:
+    assert not p.startswith(staged) and p != build + "/lib", f"search path remembers {p}"
+for name in [p for p in plugins.split(",") if p]:
+    b = by_name[name]
+    assert b["state"] != "not found", f"{name}: not found from the moved install: {b['reason']}"
+    assert b["library"].startswith(moved + "/lib/ballast/"), f"{name} loaded from {b['library']}"
+    print(f"{name}: {b['state']} ({b['library']})")
+if "vulkan" in plugins.split(","):
+    v = by_name["vulkan"]
+    assert v["state"] in ("available", "unavailable"), f"vulkan: {v['state']}: {v['reason']}"
+    if v["state"] == "available":
+        print("vulkan devices:", ", ".join(d["name"] for d in v["devices"]))
+PY
+  ;;
+
+headers_gcc | headers_clang)
+  cxx=g++
+  [[ "$step" == headers_clang ]] && cxx=clang++
+  command -v "$cxx" >/dev/null || { echo "skipped: $cxx not installed"; exit 77; }
+  out="$work/$step"
+  rm -rf "$out"
+  cmake -S "$src/tests/package/headers" -B "$out" -G Ninja -DCMAKE_CXX_COMPILER="$cxx" \
+    -DCMAKE_PREFIX_PATH="$moved" >"$out.configure.log" || { cat "$out.configure.log"; fail "configure"; }
+  cmake --build "$out" -j2
+  ;;
+
+engine_cpu | engine_vulkan)
+  backend="${step#engine_}"
+  [[ "$backend" == vulkan ]] && need_vulkan
+  out="$work/engine-build"
+  if [[ ! -x "$out/engine" ]]; then
+    # Out of tree, against the moved package, no C++ standard given.
+    cmake -S "$src/examples/engine" -B "$out" -G Ninja -DCMAKE_PREFIX_PATH="$moved" >"$work/engine.configure.log" \
+      || { cat "$work/engine.configure.log"; fail "configuring examples/engine"; }
+    grep -q "ballast plugins: $moved/lib/ballast" "$work/engine.configure.log" || fail "ballast_PLUGIN_DIR is not $moved/lib/ballast"
+    cmake --build "$out" -j2
+  fi
+  "$out/engine" "$work/model/sample.onnx" "$backend" | tee "$work/$step.log"
+  grep -Eq '^[1-9][0-9]* derivations' "$work/$step.log" || fail "the engine derived nothing"
+  grep -q "counters back to baseline: ok" "$work/$step.log" || fail "no counter check"
+  ;;
+
+conformance_cpu | conformance_vulkan)
+  backend="${step#conformance_}"
+  [[ "$backend" == vulkan ]] && need_vulkan
+  "$moved/bin/ballast" conformance --backend "$backend" >"$work/$step.log" 2>&1 || { cat "$work/$step.log"; fail "conformance on $backend"; }
+  sed -n '/==== ballast conformance summary/,$p' "$work/$step.log"
+  grep -q "^result:   passed" "$work/$step.log" || fail "no passing summary"
+  "$moved/bin/ballast" conformance --backend "$backend" --json -- -tc='device weights*' 2>/dev/null >"$work/$step.json"
+  "$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["result"]=="passed" and d["passed"]>=2 and d["device"]["uuid"], d' "$work/$step.json"
+  ;;
+
+*) fail "unknown step $step" ;;
+esac
