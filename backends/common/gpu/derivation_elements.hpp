@@ -55,6 +55,17 @@ BALLAST_HD inline Vec4 vec4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
   return v;
 }
 
+// A 16-byte load of read-only data that stays one 128-bit load (a plain
+// struct copy may be split by the optimiser when its halves feed
+// different instructions): ld.global.nc.v4 / global_load_dwordx4.
+BALLAST_HD inline Vec4 load16(const Vec4* p) {
+#if BALLAST_DEVICE_PASS
+  return __ldg(p);
+#else
+  return *p;
+#endif
+}
+
 // Word i (0..3, a compile-time constant after unrolling) of a packet.
 BALLAST_HD inline uint32_t word(const Vec4& v, unsigned i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
@@ -117,6 +128,62 @@ BALLAST_HD inline uint32_t hw_quant_code(float w, float scale) {
 #else
   return static_cast<uint8_t>(kmath::quant_int8_code(w, scale));
 #endif
+}
+
+BALLAST_HD inline float hw_abs(float x) {
+#if BALLAST_DEVICE_PASS
+  return fabsf(x);
+#else
+  return kmath::abs_f32(x);
+#endif
+}
+
+// Round half-to-even to an integral float: rintf on the GPU (cvt.rni.f32 /
+// v_rndne_f32), kernel_math's integer rounding on the host; |x| < 2^31.
+BALLAST_HD inline float hw_rint(float x) {
+#if BALLAST_DEVICE_PASS
+  return rintf(x);
+#else
+  return static_cast<float>(kmath::round_half_even(x));
+#endif
+}
+
+// hw_quant_code without a division per element. `inv` = 1 / scale (one
+// IEEE division per row). For a finite inv, r = w * inv is within
+// 2^-23 * |r| + 2^-24 * |r| < 2^-15 of the IEEE quotient w / scale when
+// |r| <= 128, which always holds here (|w| <= max|w| and scale is max|w|
+// * RN(1/127), so |w / scale| < 127.0001), and RNE rounding can only
+// differ between the two when the quotient lies within that distance of a
+// half-integer. Those cases (|frac(r) - 0.5| < 2^-14), rows whose inv is
+// not finite and non-finite r take the exact division. Proven against
+// kmath::quant_int8_code in tests/unit/gpu (test_f16_exhaustive).
+BALLAST_HD inline uint32_t quant_code_fast(float w, float inv, bool& exact) {
+  const float r = w * inv;
+  const float rounded = hw_rint(r);
+  const float f = r - rounded;  // in [-0.5, 0.5], exact (Sterbenz)
+  // NaN and infinite r fail the comparisons too.
+  if (!(hw_abs(f) < 0.5f - 0x1p-14f && hw_abs(r) <= 127.0f)) exact = true;
+  return static_cast<uint32_t>(static_cast<int32_t>(rounded)) & 0xffu;  // |r| <= 127 when !exact
+}
+
+BALLAST_HD inline uint32_t quant_code_by_inverse(float w, float scale, float inv, bool inv_ok) {
+  bool exact = !inv_ok;
+  const uint32_t code = inv_ok ? quant_code_fast(w, inv, exact) : 0u;
+  return exact ? hw_quant_code(w, scale) : code;
+}
+
+struct QuantScale {
+  float scale, inv;
+  bool inv_ok;  // inv finite and scale non-zero: the multiply path applies
+};
+
+BALLAST_HD inline QuantScale quant_scale(float max_abs) {
+  QuantScale q;
+  q.scale = kmath::quant_int8_scale(max_abs);
+  q.inv = q.scale == 0.0f ? 0.0f : 1.0f / q.scale;
+  const uint32_t e = kmath::f32_bits(q.inv) & 0x7f800000u;
+  q.inv_ok = q.scale != 0.0f && e != 0x7f800000u;
+  return q;
 }
 
 // ------------------------------------------------------------ indexing
@@ -232,7 +299,7 @@ BALLAST_HD inline void transpose_fast_load(const T* __restrict__ src, uint64_t c
   const Vec4* p = reinterpret_cast<const Vec4*>(src + (r0 + G::V * mr) * cols + c0) + mc;
   Vec4 in[G::V];
 BALLAST_UNROLL
-  for (unsigned q = 0; q < G::V; ++q) in[q] = p[q * stride];
+  for (unsigned q = 0; q < G::V; ++q) in[q] = load16(p + q * stride);
 BALLAST_UNROLL
   for (unsigned q = 0; q < G::V; ++q) tile[swizzled(G::V * mc + q, mr, G::V)] = transpose_micro<sizeof(T)>(in, q);
 }
@@ -419,6 +486,29 @@ inline Int4Shape int4_shape(uint64_t rows, uint64_t cols, uint32_t block_size, K
   return s;
 }
 
+// The fast path of a chunk: whole, 16-byte aligned.
+template <class S>
+BALLAST_HD inline void dequant_chunk_wide(const Int4Shape& s, uint64_t n, uint64_t chunk, const uint8_t* __restrict__ b,
+                                          const S* __restrict__ scales, const uint8_t* __restrict__ zps,
+                                          uint16_t* __restrict__ out) {
+  const uint64_t k0 = 32 * chunk;
+  const Vec4 codes = load16(reinterpret_cast<const Vec4*>(b + n * s.row_bytes + 16 * chunk));
+  // Blocks of the chunk's first and last 16 columns (equal unless block_size is 16).
+  const uint64_t block_a = k0 >> s.block_shift, block_b = (k0 + 16) >> s.block_shift;
+  const float scale_a = int4_scale(scales, n * s.k_blocks + block_a);
+  const float zp_a = int4_zero_point<S>(s.zero_points, zps, s.k_blocks, n, block_a);
+  float scale_b = scale_a, zp_b = zp_a;
+  if (block_b != block_a) {
+    scale_b = int4_scale(scales, n * s.k_blocks + block_b);
+    zp_b = int4_zero_point<S>(s.zero_points, zps, s.k_blocks, n, block_b);
+  }
+  Vec4* v = reinterpret_cast<Vec4*>(out + n * s.cols + k0);
+  v[0] = dequant_group(codes.x, zp_a, scale_a);
+  v[1] = dequant_group(codes.y, zp_a, scale_a);
+  v[2] = dequant_group(codes.z, zp_b, scale_b);
+  v[3] = dequant_group(codes.w, zp_b, scale_b);
+}
+
 template <class S>
 BALLAST_HD inline void dequant_chunk(const Int4Shape& s, uint64_t n, uint64_t chunk, const uint8_t* __restrict__ b,
                                      const S* __restrict__ scales, const uint8_t* __restrict__ zps,
@@ -426,24 +516,10 @@ BALLAST_HD inline void dequant_chunk(const Int4Shape& s, uint64_t n, uint64_t ch
   const uint64_t k0 = 32 * chunk;
   const uint8_t* in = b + n * s.row_bytes + 16 * chunk;
   uint16_t* o = out + n * s.cols + k0;
-  // Blocks of the chunk's first and last 16 columns (equal unless block_size is 16).
-  const uint64_t block_a = k0 >> s.block_shift, block_b = (k0 + 16) >> s.block_shift;
+  if (s.wide && k0 + 32 <= s.cols) return dequant_chunk_wide(s, n, chunk, b, scales, zps, out);
+  const uint64_t block_a = k0 >> s.block_shift;
   const float scale_a = int4_scale(scales, n * s.k_blocks + block_a);
   const float zp_a = int4_zero_point<S>(s.zero_points, zps, s.k_blocks, n, block_a);
-  if (s.wide && k0 + 32 <= s.cols) {
-    const Vec4 codes = *reinterpret_cast<const Vec4*>(in);
-    float scale_b = scale_a, zp_b = zp_a;
-    if (block_b != block_a) {
-      scale_b = int4_scale(scales, n * s.k_blocks + block_b);
-      zp_b = int4_zero_point<S>(s.zero_points, zps, s.k_blocks, n, block_b);
-    }
-    Vec4* v = reinterpret_cast<Vec4*>(o);
-    v[0] = dequant_group(codes.x, zp_a, scale_a);
-    v[1] = dequant_group(codes.y, zp_a, scale_a);
-    v[2] = dequant_group(codes.z, zp_b, scale_b);
-    v[3] = dequant_group(codes.w, zp_b, scale_b);
-    return;
-  }
   // Partial or unaligned chunk: group by group.
   for (unsigned g = 0; g < 4; ++g) {
     const uint64_t k = k0 + 8 * g;
@@ -464,6 +540,29 @@ BALLAST_HD inline void dequant_chunk(const Int4Shape& s, uint64_t n, uint64_t ch
   }
 }
 
+BALLAST_HD inline void repack_words_wide(const uint8_t* __restrict__ in, uint32_t* __restrict__ o) {
+  const Vec4 codes = load16(reinterpret_cast<const Vec4*>(in));
+  *reinterpret_cast<Vec4*>(o) = vec4(repack_codes(codes.x), repack_codes(codes.y), repack_codes(codes.z), repack_codes(codes.w));
+}
+
+// The fast path of a repack chunk (whole, 16-byte aligned, 4-byte aligned
+// pairs), for tools/kernel-report's probes: the same steps as repack_chunk.
+template <class S>
+BALLAST_HD inline void repack_chunk_wide(const Int4Shape& s, uint64_t n, uint64_t chunk, const uint8_t* __restrict__ b,
+                                         const S* __restrict__ scales, const uint8_t* __restrict__ zps,
+                                         uint32_t* __restrict__ words, uint32_t* __restrict__ pairs) {
+  const uint64_t k0 = 32 * chunk;
+  repack_words_wide(b + n * s.row_bytes + 16 * chunk, words + n * ((s.cols + 7) / 8) + 4 * chunk);
+  const uint64_t mask = (uint64_t(1) << s.block_shift) - 1;
+  for (unsigned h = 0; h < 2; ++h) {
+    const uint64_t k = k0 + 16 * h;
+    if (k >= s.cols || (k & mask) != 0) continue;
+    const uint64_t block = k >> s.block_shift;
+    const uint64_t i = n * s.k_blocks + block;
+    pairs[i] = repack_pair(int4_scale(scales, i), int4_zero_point<S>(s.zero_points, zps, s.k_blocks, n, block));
+  }
+}
+
 // repack_int4 of one chunk: four words, and the scale/offset pair of every
 // block that starts in the chunk (each block starts in exactly one chunk,
 // at its column 0 or 16, since block_size is a power of two >= 16).
@@ -479,9 +578,7 @@ BALLAST_HD inline void repack_chunk(const Int4Shape& s, uint64_t n, uint64_t chu
   const float zp_a = int4_zero_point<S>(s.zero_points, zps, s.k_blocks, n, block_a);
   const float zp_b = block_b == block_a ? zp_a : int4_zero_point<S>(s.zero_points, zps, s.k_blocks, n, block_b);
   if (s.wide && k0 + 32 <= s.cols) {
-    const Vec4 codes = *reinterpret_cast<const Vec4*>(in);
-    *reinterpret_cast<Vec4*>(o) =
-        vec4(repack_codes(codes.x), repack_codes(codes.y), repack_codes(codes.z), repack_codes(codes.w));
+    repack_words_wide(in, o);
   } else {
     for (unsigned g = 0; g < 4; ++g) {
       const uint64_t k = k0 + 8 * g;
@@ -543,7 +640,7 @@ BALLAST_HD inline QuantSlab<S> quant_load_slab(const S* row, uint64_t slab) {
   QuantSlab<S> s;
   const Vec4* p = reinterpret_cast<const Vec4*>(row + 16 * slab);
 BALLAST_UNROLL
-  for (unsigned i = 0; i < QuantSlab<S>::kPackets; ++i) s.v[i] = p[i];
+  for (unsigned i = 0; i < QuantSlab<S>::kPackets; ++i) s.v[i] = load16(p + i);
   return s;
 }
 
@@ -554,14 +651,30 @@ BALLAST_UNROLL
   return m;
 }
 
+// The codes of a slab by the reciprocal; sets `exact` if any element
+// needs the division (then the caller recomputes the slab).
 template <class S>
-BALLAST_HD inline Vec4 quant_slab_codes(const QuantSlab<S>& s, float scale) {
+BALLAST_HD inline Vec4 quant_slab_codes_fast(const QuantSlab<S>& s, float inv, bool& exact) {
   uint32_t w[4];
 BALLAST_UNROLL
   for (unsigned i = 0; i < 4; ++i) {
-    w[i] = hw_quant_code(quant_slab_element(s, 4 * i), scale) | (hw_quant_code(quant_slab_element(s, 4 * i + 1), scale) << 8) |
-           (hw_quant_code(quant_slab_element(s, 4 * i + 2), scale) << 16) |
-           (hw_quant_code(quant_slab_element(s, 4 * i + 3), scale) << 24);
+    w[i] = quant_code_fast(quant_slab_element(s, 4 * i), inv, exact) |
+           (quant_code_fast(quant_slab_element(s, 4 * i + 1), inv, exact) << 8) |
+           (quant_code_fast(quant_slab_element(s, 4 * i + 2), inv, exact) << 16) |
+           (quant_code_fast(quant_slab_element(s, 4 * i + 3), inv, exact) << 24);
+  }
+  return vec4(w[0], w[1], w[2], w[3]);
+}
+
+template <class S>
+BALLAST_HD inline Vec4 quant_slab_codes(const QuantSlab<S>& s, const QuantScale& q) {
+  bool exact = !q.inv_ok;
+  const Vec4 fast = quant_slab_codes_fast(s, q.inv, exact);
+  if (!exact) return fast;
+  uint32_t w[4];
+  for (unsigned i = 0; i < 4; ++i) {  // rare: a quotient near a half-integer, or a zero/tiny scale
+    w[i] = 0;
+    for (unsigned b = 0; b < 4; ++b) w[i] |= hw_quant_code(quant_slab_element(s, 4 * i + b), q.scale) << (8 * b);
   }
   return vec4(w[0], w[1], w[2], w[3]);
 }
@@ -609,7 +722,7 @@ BALLAST_UNROLL
 // Pass 2: the codes of row `row` from the row's scale.
 template <class S, unsigned THREADS>
 BALLAST_HD inline void quant_pass2(const S* __restrict__ row, uint64_t cols, bool slabs, unsigned thread,
-                                   const QuantThread<S>& t, float scale, uint8_t* __restrict__ codes) {
+                                   const QuantThread<S>& t, const QuantScale& scale, uint8_t* __restrict__ codes) {
   if (slabs) {
     const uint64_t count = cols / 16;
     Vec4* out = reinterpret_cast<Vec4*>(codes);
@@ -622,7 +735,7 @@ BALLAST_UNROLL
       out[slab] = quant_slab_codes(quant_load_slab(row, slab), scale);
   } else {
     for (uint64_t k = thread; k < cols; k += THREADS)
-      codes[k] = static_cast<uint8_t>(hw_quant_code(quant_element(row, k), scale));
+      codes[k] = static_cast<uint8_t>(quant_code_by_inverse(quant_element(row, k), scale.scale, scale.inv, scale.inv_ok));
   }
 }
 

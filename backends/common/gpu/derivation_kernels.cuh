@@ -90,9 +90,9 @@ __global__ void __launch_bounds__(kThreads)
     elem::Vec4* out = reinterpret_cast<elem::Vec4*>(dst);
     for (uint64_t g = first; g < groups; g += stride) {
       if constexpr (sizeof(S) == 2) {
-        out[g] = elem::to_f16_packet_bf16(in[g]);
+        out[g] = elem::to_f16_packet_bf16(elem::load16(in + g));
       } else {
-        out[g] = elem::to_f16_packet_f32(in[2 * g], in[2 * g + 1]);
+        out[g] = elem::to_f16_packet_f32(elem::load16(in + 2 * g), elem::load16(in + 2 * g + 1));
       }
     }
     scalar_from = groups * 8;
@@ -170,8 +170,8 @@ __global__ void __launch_bounds__(THREADS)
     float row_max = partial[parity][0];
 #pragma unroll
     for (unsigned g = 1; g < kGroups; ++g) row_max = fmaxf(row_max, partial[parity][g]);
-    const float scale = kmath::quant_int8_scale(row_max);
-    if (threadIdx.x == 0) elem::store_f32_bytes(scales + 4 * n, scale);
+    const elem::QuantScale scale = elem::quant_scale(row_max);
+    if (threadIdx.x == 0) elem::store_f32_bytes(scales + 4 * n, scale.scale);
     elem::quant_pass2<S, THREADS>(row, cols, slabs, threadIdx.x, t, scale, codes + n * cols);
   }
 }

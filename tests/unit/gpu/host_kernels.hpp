@@ -82,8 +82,8 @@ void quant_int8_on_host(const KernelArgs& a) {
       elem::quant_pass1<S, THREADS>(row, a.cols, slabs, t, threads[t]);
       row_max = elem::hw_abs_max(row_max, threads[t].max_abs);
     }
-    const float scale = kmath::quant_int8_scale(row_max);
-    elem::store_f32_bytes(scales + 4 * n, scale);
+    const elem::QuantScale scale = elem::quant_scale(row_max);
+    elem::store_f32_bytes(scales + 4 * n, scale.scale);
     for (unsigned t = 0; t < THREADS; ++t)
       elem::quant_pass2<S, THREADS>(row, a.cols, slabs, t, threads[t], scale, codes + n * a.cols);
   }

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <thread>
 #include <vector>
@@ -142,4 +143,45 @@ TEST_CASE("quant_int8 codes: clamping before a hardware round-half-even equals t
     REQUIRE(model(w, scale) == kmath::quant_int8_code(w, scale));
   }
   for (float half = -127.5f; half <= 127.5f; half += 0.5f) REQUIRE(model(half, 1.0f) == kmath::quant_int8_code(half, 1.0f));
+}
+
+TEST_CASE("quant_int8 codes by one reciprocal per row equal the reference") {
+  // elem::quant_code_by_inverse: w * (1/scale), exact division only near
+  // half-integers. Every w of many rows, including quotients exactly at and
+  // one ulp around every half-integer, and rows with extreme scales.
+  std::mt19937 rng(9);
+  std::uint64_t checked = 0;
+  const auto check_row = [&](float max_abs, const auto& values) {
+    const gpu::elem::QuantScale q = gpu::elem::quant_scale(max_abs);
+    for (float w : values) {
+      if (std::fabs(w) > max_abs) continue;
+      REQUIRE(gpu::elem::quant_code_by_inverse(w, q.scale, q.inv, q.inv_ok) ==
+              static_cast<std::uint8_t>(kmath::quant_int8_code(w, q.scale)));
+      ++checked;
+    }
+  };
+  for (int row = 0; row < 3000; ++row) {
+    float max_abs = std::ldexp(1.0f + static_cast<float>(rng() % 100000) / 100000.0f, static_cast<int>(rng() % 60) - 30);
+    if (row % 100 == 0) max_abs = kmath::f32_from_bits(rng() & 0x7f7fffffu);  // any finite magnitude
+    if (row % 500 == 1) max_abs = 1e-40f;                                       // subnormal: scale underflows
+    if (row % 500 == 2) max_abs = 3e38f;
+    const float scale = kmath::quant_int8_scale(max_abs);
+    std::vector<float> values;
+    for (int k = -127; k <= 127; ++k) {
+      const float half = (static_cast<float>(k) + 0.5f) * scale;  // quotients at and around k + 0.5
+      for (float v : {half, std::nextafter(half, 0.0f), std::nextafter(half, 1e30f), std::nextafter(half, -1e30f),
+                      static_cast<float>(k) * scale}) {
+        values.push_back(v);
+        values.push_back(-v);
+      }
+    }
+    for (int i = 0; i < 300; ++i) values.push_back(max_abs * (static_cast<float>(rng() % 2000001) / 1000000.0f - 1.0f));
+    values.push_back(max_abs);
+    values.push_back(-max_abs);
+    values.push_back(std::numeric_limits<float>::quiet_NaN());
+    check_row(max_abs, values);
+  }
+  check_row(std::numeric_limits<float>::infinity(), std::vector<float>{1.0f, -2.0f, 0.0f, std::numeric_limits<float>::infinity()});
+  check_row(0.0f, std::vector<float>{0.0f, -0.0f});
+  MESSAGE("checked " << checked << " codes");
 }
