@@ -19,8 +19,10 @@
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define BALLAST_UNROLL _Pragma("unroll")
+#define BALLAST_NO_UNROLL _Pragma("unroll 1")
 #else
 #define BALLAST_UNROLL
+#define BALLAST_NO_UNROLL
 #endif
 
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
@@ -614,11 +616,10 @@ BALLAST_HD inline void repack_chunk(const Int4Shape& s, uint64_t n, uint64_t chu
 // ------------------------------------------------------------ quant_int8
 // One row per block of THREADS threads. Fast path (the row in 16-element
 // slabs: source and codes 16-byte aligned, K % 16 == 0): each thread loads
-// its slabs (slab t, t + THREADS, ...) with 16-byte loads, the first
-// kQuantCachedSlabs of them kept in registers for the second pass, and
-// writes each slab's 16 codes with one 16-byte store. Otherwise element by
-// element (both passes read the source).
-constexpr unsigned kQuantCachedSlabs = 2;
+// its slabs (slab t, t + THREADS, ...) with 16-byte loads, the first kept
+// in registers for the second pass, and writes each slab's 16 codes with
+// one 16-byte store. Otherwise element by element (both passes read the
+// source).
 
 template <class S>
 struct QuantSlab {
@@ -667,19 +668,6 @@ BALLAST_UNROLL
 }
 
 template <class S>
-BALLAST_HD inline Vec4 quant_slab_codes(const QuantSlab<S>& s, const QuantScale& q) {
-  bool exact = !q.inv_ok;
-  const Vec4 fast = quant_slab_codes_fast(s, q.inv, exact);
-  if (!exact) return fast;
-  uint32_t w[4];
-  for (unsigned i = 0; i < 4; ++i) {  // rare: a quotient near a half-integer, or a zero/tiny scale
-    w[i] = 0;
-    for (unsigned b = 0; b < 4; ++b) w[i] |= hw_quant_code(quant_slab_element(s, 4 * i + b), q.scale) << (8 * b);
-  }
-  return vec4(w[0], w[1], w[2], w[3]);
-}
-
-template <class S>
 BALLAST_HD inline float quant_element(const S* row, uint64_t k) {
   if constexpr (sizeof(S) == 4) {
     return row[k];
@@ -688,10 +676,36 @@ BALLAST_HD inline float quant_element(const S* row, uint64_t k) {
   }
 }
 
-// Per-thread state between the two passes.
+// The codes of slab `slab` of `row` (held in `s`).
+template <class S>
+BALLAST_HD inline Vec4 quant_slab_codes(const QuantSlab<S>& s, const S* row, uint64_t slab, const QuantScale& q) {
+  bool exact = !q.inv_ok;
+  const Vec4 fast = quant_slab_codes_fast(s, q.inv, exact);
+  if (!exact) return fast;
+  // Rare (a quotient near a half-integer, a zero or tiny scale): the exact
+  // division, element by element from memory (cached), in a loop kept
+  // rolled so the long division sequence is not copied 16 times.
+  uint32_t w[4] = {0, 0, 0, 0};
+  const S* p = row + 16 * slab;
+BALLAST_NO_UNROLL
+  for (unsigned e = 0; e < 16; ++e) {
+    const uint32_t code = hw_quant_code(quant_element(p, e), q.scale) << (8 * (e & 3));
+    const unsigned i = e >> 2;
+    w[0] |= i == 0 ? code : 0u;
+    w[1] |= i == 1 ? code : 0u;
+    w[2] |= i == 2 ? code : 0u;
+    w[3] |= i == 3 ? code : 0u;
+  }
+  return vec4(w[0], w[1], w[2], w[3]);
+}
+
+// Per-thread state between the two passes: the thread's first slab stays
+// in registers (K <= 16 * THREADS: the whole row); later slabs (longer
+// rows) are read again in pass 2, mostly from L2. One loop per pass, so the
+// code logic exists once (more copies cost HIP scalar-register spills).
 template <class S>
 struct QuantThread {
-  QuantSlab<S> cached[kQuantCachedSlabs];
+  QuantSlab<S> cached;
   float max_abs = 0.0f;
 };
 
@@ -702,17 +716,11 @@ BALLAST_HD inline void quant_pass1(const S* __restrict__ row, uint64_t cols, boo
   float m = 0.0f;
   if (slabs) {
     const uint64_t count = cols / 16;
-BALLAST_UNROLL
-    for (unsigned i = 0; i < kQuantCachedSlabs; ++i) {
-      const uint64_t slab = thread + uint64_t(i) * THREADS;
-      if (slab < count) t.cached[i] = quant_load_slab(row, slab);
+    for (uint64_t slab = thread; slab < count; slab += THREADS) {
+      const QuantSlab<S> s = quant_load_slab(row, slab);
+      if (slab == thread) t.cached = s;
+      m = quant_slab_max(s, m);
     }
-BALLAST_UNROLL
-    for (unsigned i = 0; i < kQuantCachedSlabs; ++i) {
-      if (thread + uint64_t(i) * THREADS < count) m = quant_slab_max(t.cached[i], m);
-    }
-    for (uint64_t slab = thread + uint64_t(kQuantCachedSlabs) * THREADS; slab < count; slab += THREADS)
-      m = quant_slab_max(quant_load_slab(row, slab), m);
   } else {
     for (uint64_t k = thread; k < cols; k += THREADS) m = hw_abs_max(m, quant_element(row, k));
   }
@@ -726,13 +734,10 @@ BALLAST_HD inline void quant_pass2(const S* __restrict__ row, uint64_t cols, boo
   if (slabs) {
     const uint64_t count = cols / 16;
     Vec4* out = reinterpret_cast<Vec4*>(codes);
-BALLAST_UNROLL
-    for (unsigned i = 0; i < kQuantCachedSlabs; ++i) {
-      const uint64_t slab = thread + uint64_t(i) * THREADS;
-      if (slab < count) out[slab] = quant_slab_codes(t.cached[i], scale);
+    for (uint64_t slab = thread; slab < count; slab += THREADS) {
+      const QuantSlab<S> s = slab == thread ? t.cached : quant_load_slab(row, slab);
+      out[slab] = quant_slab_codes(s, row, slab, scale);
     }
-    for (uint64_t slab = thread + uint64_t(kQuantCachedSlabs) * THREADS; slab < count; slab += THREADS)
-      out[slab] = quant_slab_codes(quant_load_slab(row, slab), scale);
   } else {
     for (uint64_t k = thread; k < cols; k += THREADS)
       codes[k] = static_cast<uint8_t>(quant_code_by_inverse(quant_element(row, k), scale.scale, scale.inv, scale.inv_ok));

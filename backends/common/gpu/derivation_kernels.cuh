@@ -151,10 +151,11 @@ void enqueue_int4(const KernelArgs& a, vendor::Stream stream) {
 // reduces with lane shuffles inside groups of 32 lanes (right for 32- and
 // 64-wide wavefronts) and one shared-memory step across groups; pass 2
 // writes the codes from the registers, 16 per 16-byte store.
-template <class S, unsigned THREADS>
+template <class S, unsigned THREADS, bool SLABS>
 __global__ void __launch_bounds__(THREADS)
     quant_int8_kernel(const S* __restrict__ src, uint8_t* __restrict__ codes, uint8_t* __restrict__ scales,
-                      uint64_t rows, uint64_t cols, bool slabs) {
+                      uint64_t rows, uint64_t cols) {
+  constexpr bool slabs = SLABS;
   constexpr unsigned kGroups = THREADS / 32;
   __shared__ float partial[2][kGroups];
   unsigned parity = 0;
@@ -184,10 +185,18 @@ void enqueue_quant_int8(const KernelArgs& a, vendor::Stream stream) {
   auto* scales = reinterpret_cast<uint8_t*>(a.dst2);
   const bool slabs = elem::quant_slabs(a.src, a.dst, a.cols);
   // Short rows would leave most of a 256-thread block idle.
+  // One path per kernel (a run-time flag would keep both paths' scalar
+  // state live: HIP spilled scalar registers).
   if (a.cols >= 4096) {
-    quant_int8_kernel<S, 256><<<grid, 256, 0, stream>>>(src, codes, scales, a.rows, a.cols, slabs);
+    if (slabs) {
+      quant_int8_kernel<S, 256, true><<<grid, 256, 0, stream>>>(src, codes, scales, a.rows, a.cols);
+    } else {
+      quant_int8_kernel<S, 256, false><<<grid, 256, 0, stream>>>(src, codes, scales, a.rows, a.cols);
+    }
+  } else if (slabs) {
+    quant_int8_kernel<S, 64, true><<<grid, 64, 0, stream>>>(src, codes, scales, a.rows, a.cols);
   } else {
-    quant_int8_kernel<S, 64><<<grid, 64, 0, stream>>>(src, codes, scales, a.rows, a.cols, slabs);
+    quant_int8_kernel<S, 64, false><<<grid, 64, 0, stream>>>(src, codes, scales, a.rows, a.cols);
   }
 }
 
