@@ -676,33 +676,30 @@ BALLAST_HD inline float quant_element(const S* row, uint64_t k) {
   }
 }
 
-// The codes of slab `slab` of `row` (held in `s`).
+// The codes of slab `slab` of `row` by the exact division, element by
+// element from memory (cached), in a loop kept rolled so the long division
+// sequence exists once.
 template <class S>
-BALLAST_HD inline Vec4 quant_slab_codes(const QuantSlab<S>& s, const S* row, uint64_t slab, const QuantScale& q) {
-  bool exact = !q.inv_ok;
-  const Vec4 fast = quant_slab_codes_fast(s, q.inv, exact);
-  if (!exact) return fast;
-  // Rare (a quotient near a half-integer, a zero or tiny scale): the exact
-  // division, element by element from memory (cached), in a loop kept
-  // rolled so the long division sequence is not copied 16 times.
-  uint32_t w[4] = {0, 0, 0, 0};
+BALLAST_HD inline Vec4 quant_slab_codes_exact(const S* row, uint64_t slab, float scale) {
+  uint32_t w0 = 0, w1 = 0, w2 = 0, w3 = 0;
   const S* p = row + 16 * slab;
 BALLAST_NO_UNROLL
   for (unsigned e = 0; e < 16; ++e) {
-    const uint32_t code = hw_quant_code(quant_element(p, e), q.scale) << (8 * (e & 3));
+    const uint32_t code = hw_quant_code(quant_element(p, e), scale) << (8 * (e & 3));
     const unsigned i = e >> 2;
-    w[0] |= i == 0 ? code : 0u;
-    w[1] |= i == 1 ? code : 0u;
-    w[2] |= i == 2 ? code : 0u;
-    w[3] |= i == 3 ? code : 0u;
+    w0 |= i == 0 ? code : 0u;
+    w1 |= i == 1 ? code : 0u;
+    w2 |= i == 2 ? code : 0u;
+    w3 |= i == 3 ? code : 0u;
   }
-  return vec4(w[0], w[1], w[2], w[3]);
+  return vec4(w0, w1, w2, w3);
 }
 
 // Per-thread state between the two passes: the thread's first slab stays
 // in registers (K <= 16 * THREADS: the whole row); later slabs (longer
-// rows) are read again in pass 2, mostly from L2. One loop per pass, so the
-// code logic exists once (more copies cost HIP scalar-register spills).
+// rows) are read again in pass 2, mostly from L2. (Selecting between the
+// cached and a loaded slab in one loop made HIP keep the slab in private
+// memory behind flat accesses.)
 template <class S>
 struct QuantThread {
   QuantSlab<S> cached;
@@ -716,11 +713,11 @@ BALLAST_HD inline void quant_pass1(const S* __restrict__ row, uint64_t cols, boo
   float m = 0.0f;
   if (slabs) {
     const uint64_t count = cols / 16;
-    for (uint64_t slab = thread; slab < count; slab += THREADS) {
-      const QuantSlab<S> s = quant_load_slab(row, slab);
-      if (slab == thread) t.cached = s;
-      m = quant_slab_max(s, m);
+    if (thread < count) {
+      t.cached = quant_load_slab(row, thread);
+      m = quant_slab_max(t.cached, m);
     }
+    for (uint64_t slab = thread + THREADS; slab < count; slab += THREADS) m = quant_slab_max(quant_load_slab(row, slab), m);
   } else {
     for (uint64_t k = thread; k < cols; k += THREADS) m = hw_abs_max(m, quant_element(row, k));
   }
@@ -734,9 +731,15 @@ BALLAST_HD inline void quant_pass2(const S* __restrict__ row, uint64_t cols, boo
   if (slabs) {
     const uint64_t count = cols / 16;
     Vec4* out = reinterpret_cast<Vec4*>(codes);
-    for (uint64_t slab = thread; slab < count; slab += THREADS) {
-      const QuantSlab<S> s = slab == thread ? t.cached : quant_load_slab(row, slab);
-      out[slab] = quant_slab_codes(s, row, slab, scale);
+    // Codes by the reciprocal; if any of the thread's elements needs the
+    // exact division (rare), its slabs are redone once, in one place (more
+    // copies of the division cost HIP scalar-register spills).
+    bool exact = !scale.inv_ok;
+    if (thread < count) out[thread] = quant_slab_codes_fast(t.cached, scale.inv, exact);
+    for (uint64_t slab = thread + THREADS; slab < count; slab += THREADS)
+      out[slab] = quant_slab_codes_fast(quant_load_slab(row, slab), scale.inv, exact);
+    if (exact) {
+      for (uint64_t slab = thread; slab < count; slab += THREADS) out[slab] = quant_slab_codes_exact(row, slab, scale.scale);
     }
   } else {
     for (uint64_t k = thread; k < cols; k += THREADS)

@@ -99,6 +99,23 @@ inline std::vector<Case> derivation_cases() {
       cases.push_back(std::move(k));
     }
   }
+  // quant_int8 rows whose quotients lie on half-integers (max 127, so the
+  // scale is ~1): the kernels' reciprocal path must fall back to the exact
+  // division there.
+  for (std::uint64_t cols : {std::uint64_t{1040}, std::uint64_t{4128}}) {
+    Case k;
+    k.shape.kind = Derivation::quant_int8;
+    k.shape.src_type = DataType::float32;
+    k.shape.rows = 3;
+    k.shape.cols = cols;
+    std::vector<float> values(3 * cols);
+    for (std::size_t i = 0; i < values.size(); ++i)
+      values[i] = i % cols == 5 ? 127.0f : static_cast<float>(static_cast<int>(i % 254) - 127) + 0.5f;
+    k.src.resize(values.size() * 4);
+    std::memcpy(k.src.data(), values.data(), k.src.size());
+    k.name = "quant_int8 half-integers 3x" + std::to_string(cols);
+    cases.push_back(std::move(k));
+  }
   // int4: N x K with block sizes where K is and is not a multiple.
   const struct { std::uint64_t n, k; std::uint32_t bs; } int4_dims[] = {
       {1, 1, 16},  {2, 16, 16},  {3, 37, 16},  {5, 100, 32}, {4, 200, 64},
