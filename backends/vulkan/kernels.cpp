@@ -144,7 +144,23 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
   p.dst2_bytes = static_cast<std::uint32_t>(sizes.dst2_bytes);
 
   switch (l.kind) {
-    case Derivation::transpose:
+    case Derivation::transpose: {
+      // Tiled (shaders/transpose.comp, mode 1) when both operands are
+      // word-aligned and every row of both matrices is whole words: then no
+      // output word is shared by two tiles and every store is a plain one.
+      const std::uint64_t e = dtype_bits(l.src_type) / 8;
+      const std::uint64_t tiles = ((l.rows + 31) / 32) * ((l.cols + 31) / 32);
+      if ((l.src & 3) == 0 && (l.dst & 3) == 0 && (l.rows * e) % 4 == 0 && (l.cols * e) % 4 == 0 &&
+          tiles <= 0xffffffffu) {
+        if (tiles != 0) {
+          p.mode = 1;
+          split(out, *pipe, p, static_cast<std::uint32_t>(tiles), 1);
+        }
+        break;
+      }
+      if (sizes.dst_bytes != 0) split(out, *pipe, p, word_count(l.dst, sizes.dst_bytes), kWorkgroupSize * kWordsPerInvocation);
+      break;
+    }
     case Derivation::to_f16:
     case Derivation::dequant_int4:
       if (sizes.dst_bytes != 0) split(out, *pipe, p, word_count(l.dst, sizes.dst_bytes), kWorkgroupSize * kWordsPerInvocation);

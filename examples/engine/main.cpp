@@ -1,12 +1,14 @@
 // A minimal engine on ballast: open a model, open a backend chosen by a
-// config string, make the source weights visible to it, derive what MatMul
-// and Gemm kernels want (each weight transposed, and float32 ones as f16),
-// print what happened, tear down, and prove nothing was left on the device.
+// config string, make the source weights visible to it, derive everything
+// its MatMul, Gemm and MatMulNBits nodes want in one batch (launched
+// together, synchronized once, then memoized), print what happened, tear
+// down, and prove nothing was left on the device.
 //
 //   engine MODEL.onnx BACKEND      e.g. engine sample.onnx vulkan:0
 // Exit: 0 ok, 1 a step failed or the device counters did not return to
 // their baseline, 2 usage.
 #include <ballast/backend_registry.hpp>
+#include <ballast/derive.hpp>
 #include <ballast/derived_weights.hpp>
 #include <ballast/device_weights.hpp>
 #include <ballast/model_resource.hpp>
@@ -18,26 +20,6 @@
 using namespace ballast;
 
 namespace {
-
-// One derivation through the memo: allocate, launch, wait, memoize. The
-// synchronize() comes before the value is memoized, so a kernel that fails
-// asynchronously is reported here instead of leaving a bad value behind.
-Result<DevicePtr> derive_one(GpuBackend& gpu, DerivedWeights& memo, DerivationLaunch launch) {
-  auto sizes = derivation_sizes(launch);
-  if (!sizes.ok()) return sizes.error();
-  return memo.get_or_build_ptr(launch.kind, launch.src, [&]() -> Result<DerivedPtr> {
-    auto dst = gpu.allocate(sizes->dst_bytes);
-    if (!dst.ok()) return dst.error();
-    launch.dst = *dst;
-    Status s = gpu.launch(launch);
-    if (s.ok()) s = gpu.synchronize();
-    if (!s.ok()) {
-      static_cast<void>(gpu.free(*dst));
-      return s.error();
-    }
-    return DerivedPtr{*dst, sizes->dst_bytes};
-  });
-}
 
 int fail(const Error& e) {
   std::fprintf(stderr, "%s\n", e.to_string().c_str());
@@ -72,34 +54,19 @@ int main(int argc, char** argv) {
     host.add(source);
     host.add(derived);
 
-    for (const NodeInfo& node : model->nodes()) {
-      const bool dense = (node.op_type == "MatMul" || node.op_type == "Gemm") && node.domain.empty();
-      if (!dense || node.inputs.size() < 2) continue;
-      const auto id = model->value_id(node.inputs[1]);
-      const auto w = id ? model->store().weights.find(*id) : model->store().weights.end();
-      if (w == model->store().weights.end() || w->second.dims.size() != 2) continue;  // not a weight
-      const WeightRef& ref = w->second;
-      if (ref.dtype != DataType::float32 && ref.dtype != DataType::float16) continue;
-
-      auto src = source.resolve(*id);
-      if (!src.ok()) return fail(src.error());
-      DerivationLaunch launch;
-      launch.src_type = ref.dtype;
-      launch.rows = static_cast<std::uint64_t>(ref.dims[0]);
-      launch.cols = static_cast<std::uint64_t>(ref.dims[1]);
-      launch.src = *src;
-      std::string done;
-      for (Derivation kind : {Derivation::transpose, Derivation::to_f16}) {
-        if (kind == Derivation::to_f16 && ref.dtype != DataType::float32) continue;
-        launch.kind = kind;
-        auto out = derive_one(gpu, derived, launch);
-        if (!out.ok()) return fail(std::move(out.error()).with_context(std::string(node.inputs[1])));
-        done += (done.empty() ? "" : ", ") + std::string(derivation_name(kind));
-        ++derivations;
-      }
-      std::printf("  %-24.*s [%llu x %llu] %s\n", static_cast<int>(node.inputs[1].size()), node.inputs[1].data(),
-                  static_cast<unsigned long long>(launch.rows), static_cast<unsigned long long>(launch.cols),
-                  done.c_str());
+    auto plan = plan_derivations(*model);  // which derivation applies to which weight, and why
+    if (!plan.ok()) return fail(plan.error());
+    const DeriveContext ctx{gpu, *model, source, derived};
+    auto values = derive_weights(ctx, *plan, [](const DeriveProgress& p) {
+      if (p.done == p.total) std::printf("derived %zu of %zu (%llu source bytes)\n", p.done, p.total,
+                                         static_cast<unsigned long long>(p.source_bytes_done));
+    });
+    if (!values.ok()) return fail(values.error());
+    for (std::size_t i = 0; i < plan->size(); ++i) {
+      const PlannedDerivation& p = (*plan)[i];
+      std::printf("  %-28s %-12s for %-20s -> 0x%llx\n", p.weight.c_str(), std::string(derivation_name(p.kind)).c_str(),
+                  p.node.c_str(), static_cast<unsigned long long>((*values)[i].first));
+      ++derivations;
     }
     const WeightResidency r = source.residency();
     std::printf("%d derivations, %zu memo entries, %llu bytes derived\n", derivations, derived.len(),

@@ -12,6 +12,9 @@
       runs derive on both backends and compares their dumps with the
       documented tolerances (bit-exact but NaN payloads; int8 codes +-1).
 
+  --generator alias derives tools/gen/make_alias_model.py's model (weights
+      that share bytes with other shapes or other scales) instead.
+
   --model PATH derives an existing model (e.g. tools/gen/make_llm_model.py's)
       instead of generating the sample model.
 
@@ -89,11 +92,33 @@ def nbits_parts(model, node):
     return k, n, bs, kb, codes, scales, zp
 
 
+def planned_nodes(model, inits):
+    """The nodes whose weights get derived, one per distinct (weight, parameters),
+    each with the dump stem `ballast derive` gives it: the weight's name, or
+    "weight@node" when one weight has several distinct entries (consumers with
+    other scales or another shape on the same bytes)."""
+    firsts, per_weight = {}, {}
+    for node in model.graph.node:
+        if node.op_type == "MatMulNBits" and node.domain == "com.microsoft":
+            attrs = {a.name: a.i for a in node.attribute}
+            ident = ("nbits", tuple(node.input[1:]), attrs.get("K"), attrs.get("N"), attrs.get("block_size"))
+        elif node.op_type in ("MatMul", "Gemm") and node.domain == "" and node.input[1] in inits:
+            trans_b = any(a.name == "transB" and a.i for a in node.attribute)
+            ident = ("dense", node.input[1], node.op_type == "Gemm" and trans_b)
+        else:
+            continue
+        if ident not in firsts:
+            firsts[ident] = node
+            per_weight[node.input[1]] = per_weight.get(node.input[1], 0) + 1
+    return [(node, node.input[1] + ("@" + node.name if per_weight[node.input[1]] > 1 else ""))
+            for node in firsts.values()]
+
+
 def expected(model):
     """name stem -> {suffix: ndarray} computed in numpy."""
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     out = {}
-    for node in model.graph.node:
+    for node, stem in planned_nodes(model, inits):
         if node.op_type == "MatMulNBits" and node.domain == "com.microsoft":
             k, n, bs, kb, codes, scales, zp = nbits_parts(model, node)
             s32 = scales.astype(np.float32)
@@ -110,7 +135,6 @@ def expected(model):
             for i, col in enumerate(order):
                 words |= grouped[:, :, col] << np.uint32(4 * i)
             pairs = np.stack([s32, (-s32 * zp).astype(np.float32)], axis=-1).astype(np.float16)
-            stem = node.input[1]
             out[stem] = {"dequant_int4": deq, "repack_int4.words": words, "repack_int4.scale_offset": pairs}
         elif node.op_type in ("MatMul", "Gemm") and node.domain == "" and node.input[1] in inits:
             w = inits[node.input[1]]
@@ -127,7 +151,7 @@ def expected(model):
                 q = np.where(scale[:, None] == 0, 0, np.rint(nk32 / scale[:, None]))
             d["quant_int8.codes"] = np.clip(q, -127, 127).astype(np.int8)
             d["quant_int8.scales"] = scale
-            out[node.input[1]] = d
+            out[stem] = d
     return out
 
 
@@ -162,15 +186,17 @@ def main():
     ap.add_argument("--backend", required=True)
     ap.add_argument("--against", help="compare with this backend's dump instead of numpy")
     ap.add_argument("--model", help="an existing model to derive instead of generating the sample model")
+    ap.add_argument("--generator", default="sample",
+                    help="which tools/gen/make_<NAME>_model.py makes the model: sample (default) or alias")
     args = ap.parse_args()
 
     os.makedirs(args.work, exist_ok=True)
     if args.model:
         model_path = os.path.abspath(args.model)
     else:
-        subprocess.run([sys.executable, os.path.join(args.gen, "make_sample_model.py"), args.work],
+        subprocess.run([sys.executable, os.path.join(args.gen, "make_%s_model.py" % args.generator), args.work],
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        model_path = os.path.join(args.work, "sample.onnx")
+        model_path = os.path.join(args.work, args.generator + ".onnx")
     safe = lambda s: "".join(c if c.isalnum() or c in "._-" else "_" for c in s)  # noqa: E731
     run_derive(args.ballast, model_path, args.backend, os.path.join(args.work, "dump_" + safe(args.backend)))
     got = load_dump(os.path.join(args.work, "dump_" + safe(args.backend)))

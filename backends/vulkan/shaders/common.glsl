@@ -9,7 +9,11 @@ layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint VARIANT = 0;    // per shader: element size, source type
 layout(constant_id = 2) const uint ZERO_POINTS = 0;  // int4: 0 absent, 1 packed u4, 2 unpacked
 
-layout(buffer_reference, std430, buffer_reference_align = 4) buffer Words { uint w[]; };
+// Operands never overlap (the backend refuses launches whose outputs
+// overlap another operand), so every reference is `restrict`; inputs are
+// read through a `readonly` view, so loads need not wait on stores.
+layout(buffer_reference, std430, buffer_reference_align = 4) restrict buffer Words { uint w[]; };
+layout(buffer_reference, std430, buffer_reference_align = 4) restrict readonly buffer ReadWords { uint w[]; };
 
 // Addresses are rounded down to 4 bytes on the host; the low two bits of
 // each operand's address are in `shifts` (2 bits per operand, in the order
@@ -59,7 +63,7 @@ void run_words() {
 }
 
 // ------------------------------------------------------------ byte access
-uint load_word(uint op, uint word) { return Words(op_base(op)).w[word]; }
+uint load_word(uint op, uint word) { return ReadWords(op_base(op)).w[word]; }
 
 uint read_u8(uint op, uint offset) {
   const uint b = op_shift(op) + offset;

@@ -22,7 +22,7 @@ uint dequant_f16(uint q, uint zp_bits, uint scale_bits_) {
 uint f16_of(uint e) {
   const uint n = e / p.cols;
   const uint k = e - n * p.cols;
-  const uint block = k / p.block_size;
+  const uint block = k >> block_shift();
   return dequant_f16(int4_code(n, k), zero_point_bits(n, block), scale_bits(n, block));
 }
 
@@ -30,6 +30,17 @@ void process_word(uint word) {
   const int first = int(4u * word) - int(op_shift(OP_DST));
   if (op_shift(OP_DST) == 0u && uint(first) + 4u <= p.dst_bytes) {
     const uint e = uint(first) >> 1;
+    if ((p.cols & 1u) == 0u) {
+      // K even: the word's two columns k, k+1 (k even) share the row, the
+      // byte of B (low and high nibble), the block, scale and zero point.
+      const uint n = e / p.cols;
+      const uint k = e - n * p.cols;
+      const uint block = k >> block_shift();
+      const uint byte_ = read_u8(OP_SRC, n * (k_blocks() * (p.block_size >> 1)) + (k >> 1));
+      const uint zp = zero_point_bits(n, block), scale = scale_bits(n, block);
+      store_word(OP_DST, word, dequant_f16(byte_ & 0xfu, zp, scale) | (dequant_f16(byte_ >> 4, zp, scale) << 16), 0xffffffffu);
+      return;
+    }
     store_word(OP_DST, word, f16_of(e) | (f16_of(e + 1u) << 16), 0xffffffffu);
     return;
   }

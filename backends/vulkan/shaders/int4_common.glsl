@@ -1,7 +1,11 @@
 // MatMulNBits bits=4 operands, shared by dequant_int4 and repack_int4.
 // VARIANT: scales (and unpacked zero points) are f32 (0) or f16 (1).
 
-uint k_blocks() { return (p.cols + p.block_size - 1u) / p.block_size; }
+// block_size is a power of two (derivation_sizes() checks): shifts, not
+// divisions.
+uint block_shift() { return uint(findMSB(p.block_size)); }
+
+uint k_blocks() { return (p.cols + p.block_size - 1u) >> block_shift(); }
 
 // Column k of row n: byte k/2 of the row's bytes, low nibble for even k.
 uint int4_code(uint n, uint k) {

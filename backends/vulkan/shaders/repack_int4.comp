@@ -36,7 +36,7 @@ uint repacked_word(uint index) {
   uint word = 0u;
   for (uint c = 0u; c < 8u; ++c) {
     const uint k = 8u * j + c;
-    const uint code = k < p.cols ? int4_code(n, k) : zero_point_code(n, k / p.block_size);
+    const uint code = k < p.cols ? int4_code(n, k) : zero_point_code(n, k >> block_shift());
     const uint nibble = (c >> 1) | ((c & 1u) << 2);
     word |= (code & 0xfu) << (4u * nibble);
   }

@@ -1,6 +1,7 @@
 #version 460
 // transpose: [rows, cols] -> [cols, rows], elements of VARIANT bytes (1, 2,
-// 4 or 8); bit-exact. One invocation per 32-bit word of the output.
+// 4 or 8); bit-exact. Tiled through shared memory when the operands allow
+// (p.mode 1, below); otherwise one invocation per 32-bit word of the output.
 #include "common.glsl"
 
 // Byte `o` of the output comes from this byte of the source.
@@ -36,4 +37,60 @@ void process_word(uint word) {
   store_word(OP_DST, word, value, mask);
 }
 
-void main() { run_words(); }
+// ------------------------------------------------------------ tiled mode
+// p.mode 1 (chosen by the host when both operands are word-aligned and
+// every row of both matrices is a whole number of words): one 32 x 32
+// element tile per workgroup. The tile's source words are read along rows
+// (neighbouring invocations, neighbouring words), unpacked into shared
+// memory one element per word (two for 8-byte elements; rows padded to 33
+// elements against bank conflicts), and after a barrier the output words
+// are packed from tile columns and written along output rows. Every index
+// divisor is a power of two known at pipeline creation.
+const uint TILE = 32u;
+const uint EPW = VARIANT >= 4u ? 1u : 4u / VARIANT;         // elements per word
+const uint WPE = VARIANT >= 4u ? VARIANT / 4u : 1u;          // words per element
+const uint TILE_WORDS = TILE * VARIANT / 4u;                 // words of one tile row
+const uint STRIDE = (TILE + 1u) * WPE;                       // shared words per tile row
+shared uint tile[TILE * (TILE + 1u) * 2u];
+
+void transpose_tile(uint t) {
+  const uint tiles_c = (p.cols + TILE - 1u) / TILE;
+  const uint tr = t / tiles_c;
+  const uint r0 = tr * TILE, c0 = (t - tr * tiles_c) * TILE;
+  const uint src_row_words = p.cols * VARIANT / 4u, dst_row_words = p.rows * VARIANT / 4u;
+  const uint elem_mask = VARIANT >= 4u ? 0xffffffffu : (1u << (8u * VARIANT)) - 1u;
+  for (uint i = gl_LocalInvocationID.x; i < TILE * TILE_WORDS; i += gl_WorkGroupSize.x) {
+    const uint y = i / TILE_WORDS, x = i % TILE_WORDS;
+    const uint r = r0 + y, cw = c0 * VARIANT / 4u + x;
+    if (r < p.rows && cw < src_row_words) {
+      const uint w = ReadWords(p.src).w[r * src_row_words + cw];
+      if (VARIANT >= 4u) {
+        tile[y * STRIDE + x] = w;  // element x / WPE, word x % WPE
+      } else {
+        for (uint j = 0u; j < EPW; ++j) tile[y * STRIDE + x * EPW + j] = (w >> (8u * VARIANT * j)) & elem_mask;
+      }
+    }
+  }
+  barrier();
+  for (uint i = gl_LocalInvocationID.x; i < TILE * TILE_WORDS; i += gl_WorkGroupSize.x) {
+    const uint y = i / TILE_WORDS, x = i % TILE_WORDS;  // output row c0 + y, word x of its tile part
+    const uint oc = c0 + y, ow = r0 * VARIANT / 4u + x;
+    if (oc < p.cols && ow < dst_row_words) {
+      uint w = 0u;
+      if (VARIANT >= 4u) {
+        w = tile[(x / WPE) * STRIDE + y * WPE + x % WPE];
+      } else {
+        for (uint j = 0u; j < EPW; ++j) w |= tile[(x * EPW + j) * STRIDE + y] << (8u * VARIANT * j);
+      }
+      Words(p.dst).w[oc * dst_row_words + ow] = w;
+    }
+  }
+}
+
+void main() {
+  if (p.mode == 1u) {
+    transpose_tile(p.base + gl_WorkGroupID.x);
+  } else {
+    run_words();
+  }
+}

@@ -59,9 +59,15 @@ inline std::vector<std::byte> random_f16(std::mt19937& rng, std::uint64_t count,
 inline std::vector<Case> derivation_cases() {
   std::mt19937 rng(20261129);
   std::vector<Case> cases;
-  const std::pair<std::uint64_t, std::uint64_t> dims[] = {{1, 1}, {3, 5}, {17, 33}, {64, 40}, {7, 129}};
+  // Small odd shapes (edge paths), and shapes with full 16-byte-aligned
+  // tiles, slabs and chunks for the kernels' fast paths (with partial tiles
+  // around them: 136 and 200 are multiples of 8 but not of the tiles).
+  const std::pair<std::uint64_t, std::uint64_t> dims[] = {{1, 1},     {3, 5},     {17, 33},  {64, 40},
+                                                          {7, 129},   {128, 256}, {136, 200}, {144, 272}, {2, 4112},
+                                                          {5, 8192 + 32}};
   for (auto [r, c] : dims) {
     for (DataType t : {DataType::uint8, DataType::float16, DataType::float32, DataType::int64}) {
+      if (r * c > 64 * 1024) continue;  // the long rows are for quant_int8
       Case k;
       k.shape.kind = Derivation::transpose;
       k.shape.src_type = t;
@@ -93,8 +99,27 @@ inline std::vector<Case> derivation_cases() {
       cases.push_back(std::move(k));
     }
   }
+  // quant_int8 rows whose quotients lie on half-integers (max 127, so the
+  // scale is ~1): the kernels' reciprocal path must fall back to the exact
+  // division there.
+  for (std::uint64_t cols : {std::uint64_t{1040}, std::uint64_t{4128}}) {
+    Case k;
+    k.shape.kind = Derivation::quant_int8;
+    k.shape.src_type = DataType::float32;
+    k.shape.rows = 3;
+    k.shape.cols = cols;
+    std::vector<float> values(3 * cols);
+    for (std::size_t i = 0; i < values.size(); ++i)
+      values[i] = i % cols == 5 ? 127.0f : static_cast<float>(static_cast<int>(i % 254) - 127) + 0.5f;
+    k.src.resize(values.size() * 4);
+    std::memcpy(k.src.data(), values.data(), k.src.size());
+    k.name = "quant_int8 half-integers 3x" + std::to_string(cols);
+    cases.push_back(std::move(k));
+  }
   // int4: N x K with block sizes where K is and is not a multiple.
-  const struct { std::uint64_t n, k; std::uint32_t bs; } int4_dims[] = {{1, 1, 16}, {2, 16, 16}, {3, 37, 16}, {5, 100, 32}, {4, 200, 64}, {2, 300, 128}};
+  const struct { std::uint64_t n, k; std::uint32_t bs; } int4_dims[] = {
+      {1, 1, 16},  {2, 16, 16},  {3, 37, 16},  {5, 100, 32}, {4, 200, 64},
+      {2, 300, 128}, {3, 256, 16}, {4, 512, 32}, {3, 448, 128}, {2, 264, 64}, {3, 96, 32}};
   for (auto d : int4_dims) {
     for (Derivation kind : {Derivation::dequant_int4, Derivation::repack_int4}) {
       for (DataType scale_type : {DataType::float32, DataType::float16}) {

@@ -1,7 +1,10 @@
-// The GPU kernels' per-thread bodies (backends/common/gpu/
-// derivation_kernels.cuh, narrow paths) replayed on the CPU through the
-// same derivation_elements.hpp / kernel_math.hpp functions: one "thread"
-// per loop iteration, in the kernels' index order.
+// The GPU kernels (backends/common/gpu/derivation_kernels.cuh) replayed on
+// the CPU: the same per-thread phase functions of derivation_elements.hpp,
+// with the same fast-path decisions, tile/chunk/row walks and shared-memory
+// layouts, run thread by thread and phase by phase (a barrier is the end of
+// a loop over the block's threads). Only the lane shuffle of quant_int8's
+// reduction is replaced by a plain maximum. Device-only hardware helpers
+// run their host branch (kernel_math), proven equal in test_f16_exhaustive.
 #pragma once
 
 #include "gpu/derivation_elements.hpp"
@@ -9,68 +12,126 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 namespace ballast::gpu::testing {
 
+template <class T>
+void transpose_on_host(const KernelArgs& a) {
+  using G = elem::TransposeGeometry<sizeof(T)>;
+  const auto* src = reinterpret_cast<const T*>(a.src);
+  auto* dst = reinterpret_cast<T*>(a.dst);
+  const bool wide = elem::transpose_wide(a.src, a.dst, a.rows, a.cols, sizeof(T));
+  std::vector<elem::Vec4> tile(G::kPackets);
+  for (std::uint64_t r0 = 0; r0 < a.rows; r0 += G::TS) {
+    for (std::uint64_t c0 = 0; c0 < a.cols; c0 += G::TS) {
+      const bool fast = wide && r0 + G::TS <= a.rows && c0 + G::TS <= a.cols;
+      for (unsigned t = 0; t < elem::kTransposeThreads; ++t) {
+        if (fast) {
+          elem::transpose_fast_load(src, a.cols, r0, c0, t, tile.data());
+        } else {
+          elem::transpose_edge_load(src, a.rows, a.cols, r0, c0, t, tile.data());
+        }
+      }
+      for (unsigned t = 0; t < elem::kTransposeThreads; ++t) {
+        if (fast) {
+          elem::transpose_fast_store(dst, a.rows, r0, c0, t, tile.data());
+        } else {
+          elem::transpose_edge_store(dst, a.rows, a.cols, r0, c0, t, tile.data());
+        }
+      }
+    }
+  }
+}
+
+template <class S>
+void int4_on_host(const KernelArgs& a) {
+  const bool repack = a.kind == KernelKind::repack_int4;
+  const elem::Int4Shape shape = elem::int4_shape<S>(a.rows, a.cols, a.block_size, a.zero_points, a.src, a.dst, repack);
+  const auto* b = reinterpret_cast<const std::uint8_t*>(a.src);
+  const auto* scales = reinterpret_cast<const S*>(a.scales);
+  const auto* zps = reinterpret_cast<const std::uint8_t*>(a.zero_point);
+  // The kernels' cursor walk with a small "grid" of 7 threads, so the
+  // stride's carry is exercised.
+  constexpr std::uint32_t kThreads = 7;
+  const elem::Cursor stride = elem::cursor_at(kThreads, shape.chunks_per_row);
+  for (std::uint32_t t = 0; t < kThreads; ++t) {
+    for (elem::Cursor c = elem::cursor_at(t, shape.chunks_per_row); c.major < shape.rows;
+         elem::cursor_step(c, stride, shape.chunks_per_row)) {
+      if (repack) {
+        elem::repack_chunk(shape, c.major, c.minor, b, scales, zps, reinterpret_cast<std::uint32_t*>(a.dst),
+                           reinterpret_cast<std::uint32_t*>(a.dst2), a.dst2 % 4 == 0);
+      } else {
+        elem::dequant_chunk(shape, c.major, c.minor, b, scales, zps, reinterpret_cast<std::uint16_t*>(a.dst));
+      }
+    }
+  }
+}
+
+template <class S, unsigned THREADS>
+void quant_int8_on_host(const KernelArgs& a) {
+  const auto* src = reinterpret_cast<const S*>(a.src);
+  auto* codes = reinterpret_cast<std::uint8_t*>(a.dst);
+  auto* scales = reinterpret_cast<std::uint8_t*>(a.dst2);
+  const bool slabs = elem::quant_slabs(a.src, a.dst, a.cols);
+  std::vector<elem::QuantThread<S>> threads(THREADS);
+  for (std::uint64_t n = 0; n < a.rows; ++n) {
+    const S* row = src + n * a.cols;
+    float row_max = 0.0f;
+    for (unsigned t = 0; t < THREADS; ++t) {
+      elem::quant_pass1<S, THREADS>(row, a.cols, slabs, t, threads[t]);
+      row_max = elem::hw_abs_max(row_max, threads[t].max_abs);
+    }
+    const elem::QuantScale scale = elem::quant_scale(row_max);
+    elem::store_f32_bytes(scales + 4 * n, scale.scale);
+    for (unsigned t = 0; t < THREADS; ++t)
+      elem::quant_pass2<S, THREADS>(row, a.cols, slabs, t, threads[t], scale, codes + n * a.cols);
+  }
+}
+
 inline void run_on_host(const KernelArgs& a) {
   using std::uint16_t;
-  using std::uint32_t;
   using std::uint64_t;
-  using std::uint8_t;
-  const auto* src = reinterpret_cast<const uint8_t*>(a.src);
   switch (a.kind) {
-    case KernelKind::transpose: {
-      auto* dst = reinterpret_cast<uint8_t*>(a.dst);
-      for (uint64_t r = 0; r < a.rows; ++r)
-        for (uint64_t c = 0; c < a.cols; ++c)
-          std::memcpy(dst + (c * a.rows + r) * a.element_bytes, src + (r * a.cols + c) * a.element_bytes, a.element_bytes);
+    case KernelKind::transpose:
+      switch (a.element_bytes) {
+        case 1: transpose_on_host<std::uint8_t>(a); break;
+        case 2: transpose_on_host<uint16_t>(a); break;
+        case 4: transpose_on_host<std::uint32_t>(a); break;
+        default: transpose_on_host<uint64_t>(a); break;
+      }
       return;
-    }
     case KernelKind::to_f16: {
+      // The kernel's two loops, one "thread".
+      const uint64_t n = a.rows * a.cols;
       auto* dst = reinterpret_cast<uint16_t*>(a.dst);
-      for (uint64_t i = 0; i < a.rows * a.cols; ++i) dst[i] = elem::to_f16_element(src, a.src_type, i);
+      const bool wide = a.src % 16 == 0 && a.dst % 16 == 0;
+      uint64_t from = 0;
+      if (wide) {
+        const auto* in = reinterpret_cast<const elem::Vec4*>(a.src);
+        auto* out = reinterpret_cast<elem::Vec4*>(a.dst);
+        for (uint64_t g = 0; g < n / 8; ++g)
+          out[g] = a.src_type == KernelType::bfloat16 ? elem::to_f16_packet_bf16(in[g])
+                                                      : elem::to_f16_packet_f32(in[2 * g], in[2 * g + 1]);
+        from = n / 8 * 8;
+      }
+      for (uint64_t i = from; i < n; ++i) dst[i] = elem::to_f16_element(reinterpret_cast<const void*>(a.src), a.src_type, i);
       return;
     }
     case KernelKind::dequant_int4:
-    case KernelKind::repack_int4: {
-      const uint64_t kb = elem::int4_k_blocks(a.cols, a.block_size);
-      const uint64_t row_bytes = elem::int4_row_bytes(kb, a.block_size);
-      const uint64_t groups_per_row = (a.cols + 7) / 8;
-      const void* scales = reinterpret_cast<const void*>(a.scales);
-      const void* zps = reinterpret_cast<const void*>(a.zero_point);
-      for (uint64_t g = 0; g < a.rows * groups_per_row; ++g) {
-        const uint64_t n = g / groups_per_row, j = g % groups_per_row, k0 = 8 * j, block = k0 / a.block_size;
-        const uint32_t codes = elem::load_u32_le(src + n * row_bytes + 4 * j);
-        const float zp = elem::int4_zero_point(a.zero_points, zps, a.src_type, kb, n, block);
-        if (a.kind == KernelKind::dequant_int4) {
-          uint16_t h[8];
-          elem::dequant_group(codes, zp, elem::int4_scale(scales, a.src_type, n * kb + block), h);
-          auto* out = reinterpret_cast<uint16_t*>(a.dst) + n * a.cols + k0;
-          for (uint64_t c = 0; c < 8 && k0 + c < a.cols; ++c) out[c] = h[c];
-        } else {
-          const uint32_t word = elem::repack_group(codes, a.cols - k0, zp);
-          std::memcpy(reinterpret_cast<uint8_t*>(a.dst) + 4 * g, &word, 4);
-        }
-      }
-      if (a.kind == KernelKind::repack_int4) {
-        for (uint64_t i = 0; i < a.rows * kb; ++i) {
-          const float zp = elem::int4_zero_point(a.zero_points, zps, a.src_type, kb, i / kb, i % kb);
-          const uint32_t pair = kmath::repack_scale_pair(elem::int4_scale(scales, a.src_type, i), zp);
-          std::memcpy(reinterpret_cast<uint8_t*>(a.dst2) + 4 * i, &pair, 4);
-        }
+    case KernelKind::repack_int4:
+      if (a.src_type == KernelType::float16) {
+        int4_on_host<uint16_t>(a);
+      } else {
+        int4_on_host<float>(a);
       }
       return;
-    }
     case KernelKind::quant_int8: {
-      const uint64_t elem_bytes = a.src_type == KernelType::float16 ? 2 : 4;
-      for (uint64_t n = 0; n < a.rows; ++n) {
-        const uint8_t* row = src + n * a.cols * elem_bytes;
-        float m = 0.0f;
-        for (uint64_t k = 0; k < a.cols; ++k) m = kmath::abs_max_step(m, elem::quant_source(row, a.src_type, k));
-        const float scale = kmath::quant_int8_scale(m);
-        std::memcpy(reinterpret_cast<uint8_t*>(a.dst2) + 4 * n, &scale, 4);
-        auto* codes = reinterpret_cast<std::int8_t*>(a.dst) + n * a.cols;
-        for (uint64_t k = 0; k < a.cols; ++k) codes[k] = kmath::quant_int8_code(elem::quant_source(row, a.src_type, k), scale);
+      const bool f16 = a.src_type == KernelType::float16;
+      if (a.cols >= 4096) {
+        f16 ? quant_int8_on_host<uint16_t, 256>(a) : quant_int8_on_host<float, 256>(a);
+      } else {
+        f16 ? quant_int8_on_host<uint16_t, 64>(a) : quant_int8_on_host<float, 64>(a);
       }
       return;
     }

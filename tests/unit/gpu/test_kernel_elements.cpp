@@ -8,6 +8,9 @@
 
 #include <doctest/doctest.h>
 
+#include <cstring>
+#include <random>
+
 using namespace ballast;
 using namespace ballast::gpu;
 
@@ -60,6 +63,7 @@ TEST_CASE("eight codes of a group are read low nibble first, whatever the alignm
 TEST_CASE("repack padding past K holds the block's zero-point code") {
   // Columns 0..2 valid (codes 1, 2, 3), the rest padding with zero point 9.
   const std::uint32_t word = elem::repack_group(0x00000321u, 3, 9.0f);
+  CHECK(elem::repack_codes(0x76543210u) == 0x75316420u);
   // Nibble i holds column [0,2,4,6,1,3,5,7][i].
   const std::uint32_t expected_columns[8] = {1, 3, 9, 9, 2, 9, 9, 9};
   for (std::uint32_t i = 0; i < 8; ++i) CHECK(((word >> (4 * i)) & 0xf) == expected_columns[i]);
@@ -67,4 +71,55 @@ TEST_CASE("repack padding past K holds the block's zero-point code") {
   CHECK(((elem::repack_group(0, 0, 7.5f)) & 0xf) == 8);
   CHECK(((elem::repack_group(0, 0, 20.0f)) & 0xf) == 15);
   CHECK(((elem::repack_group(0, 0, -3.0f)) & 0xf) == 0);
+}
+
+TEST_CASE("whole-word repack equals the kernel_math word for every padding length") {
+  std::mt19937 rng(7);
+  for (int i = 0; i < 20000; ++i) {
+    const std::uint32_t codes = rng();
+    const std::uint32_t valid = rng() % 9;
+    const float zp = static_cast<float>(static_cast<int>(rng() % 40) - 4) * 0.5f;
+    std::uint32_t columns[8];
+    for (std::uint32_t c = 0; c < 8; ++c) columns[c] = c < valid ? elem::nibble(codes, c) : kmath::zero_point_code(zp);
+    REQUIRE(elem::repack_group(codes, valid, zp) == kmath::repack_word(columns));
+  }
+}
+
+TEST_CASE("the micro-block transposes move element (q, p) to (p, q)") {
+  elem::Vec4 in[16];
+  auto* bytes = reinterpret_cast<std::uint8_t*>(in);
+  for (unsigned i = 0; i < sizeof in; ++i) bytes[i] = static_cast<std::uint8_t>(i * 7 + 3);
+  const auto check = [&](auto element, unsigned v, auto transpose) {
+    using T = decltype(element);
+    for (unsigned p = 0; p < v; ++p) {
+      const elem::Vec4 out = transpose(p);
+      T got[16 / sizeof(T)];
+      std::memcpy(got, &out, 16);
+      for (unsigned q = 0; q < v; ++q) {
+        T want;
+        std::memcpy(&want, bytes + 16 * q + sizeof(T) * p, sizeof(T));
+        CHECK(got[q] == want);
+      }
+    }
+  };
+  check(std::uint8_t{}, 16, [&](unsigned p) { return elem::transpose_micro<1>(in, p); });
+  check(std::uint16_t{}, 8, [&](unsigned p) { return elem::transpose_micro<2>(in, p); });
+  check(std::uint32_t{}, 4, [&](unsigned p) { return elem::transpose_micro<4>(in, p); });
+  check(std::uint64_t{}, 2, [&](unsigned p) { return elem::transpose_micro<8>(in, p); });
+}
+
+TEST_CASE("the grid-stride cursor visits every (major, minor) once, in linear order") {
+  for (std::uint64_t minor_count : {1ull, 3ull, 7ull, 64ull, 1000ull}) {
+    for (std::uint32_t threads : {1u, 5u, 64u, 4096u}) {
+      const elem::Cursor stride = elem::cursor_at(threads, minor_count);
+      for (std::uint32_t t = 0; t < threads && t < 70; ++t) {
+        std::uint64_t linear = t;
+        for (elem::Cursor c = elem::cursor_at(t, minor_count); c.major < 9; elem::cursor_step(c, stride, minor_count)) {
+          REQUIRE(c.major == linear / minor_count);
+          REQUIRE(c.minor == linear % minor_count);
+          linear += threads;
+        }
+      }
+    }
+  }
 }

@@ -1,0 +1,2 @@
+#include "gpu/vendor_cuda.hpp"
+#include "probes.cuh"

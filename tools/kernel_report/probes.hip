@@ -1,0 +1,2 @@
+#include "gpu/vendor_hip.hpp"
+#include "probes.cuh"
