@@ -240,6 +240,10 @@ TEST_CASE("path safety on its boundaries: names that only look like traversal ar
     CAPTURE(bad);
     CHECK(load_written(dir, {external_tensor("t", 4, at(bad, 0), kUint8)}).code() == ErrorCode::path_escapes);
   }
+  // A NUL byte would cut the name short at the system call: refused.
+  auto nul = load_written(dir, {external_tensor("t", 4, at(std::string("..blob.bin\0x", 12), 0), kUint8)});
+  CHECK(nul.code() == ErrorCode::malformed);
+  CHECK(nul.error().message.find("NUL") != std::string::npos);
   // The model directory itself is not a file inside it.
   CHECK_FALSE(load_written(dir, {external_tensor("t", 4, at(".", 0), kUint8)}).ok());
 }
