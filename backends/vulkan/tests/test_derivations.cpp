@@ -5,6 +5,7 @@
 
 #include "common/kernel_math.hpp"
 
+#include <cstdlib>
 #include <random>
 #include <thread>
 
@@ -321,13 +322,14 @@ void check_quant(VulkanBackend& b, const std::vector<float>& w, std::uint64_t n,
   const Run r = run(b, l, src, {}, {}, shift);
   const Quantised want = quant_reference(as_f32, n, k);
   const auto scales = values_of<std::uint32_t>(r.dst2);
-  // Codes exact: the backend does not declare int8_codes_within_one.
-  REQUIRE_FALSE(b.capabilities().int8_codes_within_one);
+  // Codes exact unless the backend declares int8_codes_within_one (a GPU
+  // whose division is not correctly rounded; never lavapipe).
+  const int allowed = b.capabilities().int8_codes_within_one ? 1 : 0;
   std::size_t wrong_scales = 0, wrong_codes = 0;
   for (std::uint64_t i = 0; i < n; ++i) wrong_scales += scales[i] != kmath::f32_bits(want.scales[i]);
   for (std::size_t i = 0; i < want.codes.size(); ++i) {
     const int got = static_cast<std::int8_t>(r.dst[i]);
-    if (got != want.codes[i] && wrong_codes++ == 0)
+    if (std::abs(got - want.codes[i]) > allowed && wrong_codes++ == 0)
       FAIL_CHECK("code " << i << " (row " << i / k << ", col " << i % k << ", w " << as_f32[i] << "): got " << got
                          << ", want " << int{want.codes[i]});
   }
