@@ -4,6 +4,7 @@
 
 #include "run_program.hpp"
 
+#include <regex>
 #include <string>
 
 namespace {
@@ -52,8 +53,8 @@ TEST_CASE("a backend that opens runs the tests it is asked for") {
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("backend \"cpu\"") != std::string::npos);
   // Exactly the one selected test case ran, and passed.
-  CHECK(r.out.find("test cases: 1 | 1 passed | 0 failed") != std::string::npos);
+  CHECK(std::regex_search(r.out, std::regex(R"(test cases: +1 \| +1 passed \| +0 failed)")));
   // A filter that selects nothing is not mistaken for a run: doctest reports zero test cases.
   const Run none = conformance(kFakes + "/working", "cpu");
-  CHECK(none.out.find("test cases: 0 | 0 passed") != std::string::npos);
+  CHECK(std::regex_search(none.out, std::regex(R"(test cases: +0 \| +0 passed)")));
 }
