@@ -222,8 +222,9 @@ TEST_CASE("dequant_int4 and repack_int4: scale types, zero-point forms, ragged K
   std::mt19937 rng(3);
   for (DataType st : {DataType::float32, DataType::float16}) {
     for (ZeroPoints zp : {ZeroPoints::absent, ZeroPoints::packed_u4, ZeroPoints::unpacked}) {
-      for (const Int4Case& c : kInt4Cases) {
-        const std::uint64_t shift = (c.n + c.k) % 4;
+      for (const Int4Case& c : kInt4Cases)
+      // Word-aligned operands (the shaders' whole-word fast paths) and shifted ones.
+      for (const std::uint64_t shift : {std::uint64_t{0}, (c.n + c.k) % 4}) {
         CAPTURE(dtype_name(st));
         CAPTURE(static_cast<int>(zp));
         CAPTURE(c.n);
