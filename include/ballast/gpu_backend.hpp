@@ -27,6 +27,8 @@ struct Capabilities {
   std::uint64_t import_alignment = 1;        // host ranges are widened to this internally
   std::uint64_t max_single_allocation = 0;   // largest allocate() that can succeed
   bool flushes_f16_subnormals = false;       // to_f16 may flush subnormal results to zero
+  bool int8_codes_within_one = false;        // quant_int8 codes may be one off the correctly rounded
+                                             // (ties-to-even) code; otherwise they are exact
   bool unaligned_operands = false;           // kernels take operands at any byte address; otherwise
                                              // each must be aligned to its element size (check_operand_alignment)
   std::string host_registration_note;        // why registration is missing, when it is

@@ -18,7 +18,7 @@
 #include <memory>
 #include <vector>
 
-#define BALLAST_PLUGIN_ABI_VERSION 2u
+#define BALLAST_PLUGIN_ABI_VERSION 3u
 
 namespace ballast {
 

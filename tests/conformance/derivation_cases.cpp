@@ -237,6 +237,23 @@ DerivationCase quant_int8_case(DataType source, std::uint64_t rows, std::uint64_
     // Exact ties of w / scale at +-x.5 when the row max is 127.
     for (std::uint64_t col = 0; col < cols; ++col) set(0 * cols + col, col == 0 ? 127.0f : static_cast<float>(col % 255) * 0.5f - 63.5f);
   }
+  if (special && rows >= 8 && cols >= 10) {
+    // Row 6: the max |w| = 127 is negative, the scale is 1, and w / scale
+    // runs through ties x.5 with x even and odd on both sides of zero.
+    for (std::uint64_t col = 0; col < cols; ++col)
+      set(6 * cols + col, col == 0 ? -127.0f : static_cast<float>(col % 20) - 9.5f);  // -9.5 .. 9.5
+    // Row 7: the largest magnitude is a negative subnormal (190 units of
+    // 2^-149; zero in f16), so the scale rounds down to one unit and w / scale
+    // goes past -127.5 and +127.5: the clamp to [-127, 127] decides, from both sides.
+    const int units[] = {-190, 189, -128, 128, -127, 127, -126, 1, -1, 0};
+    for (std::uint64_t col = 0; col < cols; ++col) {
+      const int u = units[col % 10];
+      const std::uint32_t bits = static_cast<std::uint32_t>(u < 0 ? -u : u) | (u < 0 ? 0x80000000u : 0u);
+      float v;
+      std::memcpy(&v, &bits, 4);
+      set(7 * cols + col, v);
+    }
+  }
   return c;
 }
 
@@ -290,6 +307,7 @@ std::string run_derivation_case(const DerivationCase& c) {
 
   ballast::reference::Tolerance tol;
   tol.flushes_f16_subnormals = g.capabilities().flushes_f16_subnormals;
+  tol.int8_codes_within_one = g.capabilities().int8_codes_within_one;
   const bool banded = c.verify_row_bands > 0 && c.shape.kind != Derivation::transpose &&
                       3 * c.verify_row_bands < c.shape.rows;
   if (!banded) return compare_rows(c, c.shape, 0, c.shape.rows, *sizes, dst, dst2, tol);

@@ -56,6 +56,9 @@ struct Tolerance {
   // The backend's Capabilities::flushes_f16_subnormals: an f16 output whose
   // reference value is subnormal may then be a zero of the same sign.
   bool flushes_f16_subnormals = false;
+  // The backend's Capabilities::int8_codes_within_one: quant_int8 codes may
+  // then differ from the reference's by one. Otherwise they must be equal.
+  bool int8_codes_within_one = false;
 };
 
 struct Comparison {
@@ -66,8 +69,8 @@ struct Comparison {
 
 // Compares a backend's outputs with the reference's under the documented
 // tolerances: bit-exact, except that any two NaNs are equal (payloads may
-// differ), quant_int8 codes may differ by 1, and f16 subnormals may flush
-// to zero where `tol` allows.
+// differ), and, where `tol` allows, quant_int8 codes may differ by 1 and
+// f16 subnormals may flush to zero.
 Comparison compare(const DerivationLaunch& shape, const Outputs& expected, std::span<const std::byte> dst,
                    std::span<const std::byte> dst2, const Tolerance& tol = {});
 

@@ -57,6 +57,7 @@ int print_table(const std::vector<BackendListing>& listing, const std::vector<st
       out << "    host registration: " << registration_summary(caps) << '\n';
       out << "    max single allocation: " << human_bytes(caps.max_single_allocation) << '\n';
       out << "    f16 subnormals: " << (caps.flushes_f16_subnormals ? "may be flushed to zero" : "kept") << '\n';
+      out << "    int8 codes: " << (caps.int8_codes_within_one ? "within one of the reference" : "exact") << '\n';
     }
   }
 
@@ -88,7 +89,8 @@ int print_json(const std::vector<BackendListing>& listing, const std::vector<std
                            {"host_registration_note", c.host_registration_note},
                            {"import_alignment", c.import_alignment},
                            {"max_single_allocation", c.max_single_allocation},
-                           {"flushes_f16_subnormals", c.flushes_f16_subnormals}};
+                           {"flushes_f16_subnormals", c.flushes_f16_subnormals},
+                           {"int8_codes_within_one", c.int8_codes_within_one}};
     } else {
       j["capabilities"] = nullptr;
     }

@@ -15,6 +15,8 @@ TEST_CASE("device info, capabilities and the device list agree") {
   const Capabilities& c = b->capabilities();
   CHECK(c.max_single_allocation > 0);
   CHECK_FALSE(c.flushes_f16_subnormals);
+  // lavapipe divides correctly: its quant_int8 codes are held to the reference exactly.
+  if (info.name.find("llvmpipe") != std::string::npos) CHECK_FALSE(c.int8_codes_within_one);
   if (c.host_registration) {
     CHECK(c.read_only_registration);
     CHECK(c.import_alignment >= 1);

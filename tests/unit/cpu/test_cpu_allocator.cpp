@@ -73,6 +73,7 @@ TEST_CASE("device info and capabilities") {
   CHECK(caps.import_alignment == 1);
   CHECK(caps.max_single_allocation == info.memory_bytes);
   CHECK_FALSE(caps.flushes_f16_subnormals);
+  CHECK_FALSE(caps.int8_codes_within_one);
   auto devices = cpu::plugin().devices();
   REQUIRE(devices.ok());
   REQUIRE(devices->size() == 1);

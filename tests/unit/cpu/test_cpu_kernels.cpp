@@ -10,6 +10,7 @@
 #include "cpu/device.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 using namespace ballast;
@@ -220,6 +221,54 @@ TEST_CASE("quant_int8 from f32 and f16: zero rows, NaN, inf, subnormals") {
       check_against_reference(*b, s, {bytes_of(h)});
     }
   }
+}
+
+TEST_CASE("quant_int8: exact ties of both parities and signs, and the clamp reached from both sides") {
+  // Row 0: max |w| = 127 held by a negative value (scale 1): w / scale runs
+  // through x.5 ties, x even and odd, negative and positive. Row 1: the
+  // largest magnitude is a negative f32 subnormal (190 units of 2^-149), the
+  // scale rounds down to one unit and w / scale passes +-127.5: only the
+  // clamp to [-127, 127] keeps the codes in range. 40 columns: the vector
+  // path's 32 and a scalar tail.
+  const std::uint64_t k = 40;
+  std::vector<float> w(2 * k);
+  const int units[] = {-190, 189, -128, 128, -127, 127, -126, 1, -1, 0};
+  for (std::uint64_t c = 0; c < k; ++c) {
+    w[c] = c == 0 ? -127.0f : static_cast<float>(c % 20) - 9.5f;
+    const int u = units[c % 10];
+    const std::uint32_t bits = static_cast<std::uint32_t>(u < 0 ? -u : u) | (u < 0 ? 0x80000000u : 0u);
+    std::memcpy(&w[k + c], &bits, 4);
+  }
+  for (const auto& config : kConfigs) {
+    auto b = cpu_test::open_cpu(config);
+    DerivationLaunch s;
+    s.kind = Derivation::quant_int8;
+    s.src_type = DataType::float32;
+    s.rows = 2;
+    s.cols = k;
+    check_against_reference(*b, s, {bytes_of(w)});
+  }
+  // The reference itself, by hand: ties to even, and the clamp.
+  DerivationLaunch s;
+  s.kind = Derivation::quant_int8;
+  s.src_type = DataType::float32;
+  s.rows = 2;
+  s.cols = k;
+  const auto want = ref::derive(s, {std::as_bytes(std::span<const float>(w))});
+  REQUIRE(want.ok());
+  auto code = [&](std::uint64_t i) { return static_cast<int>(static_cast<std::int8_t>(want->dst[i])); };
+  CHECK(code(0) == -127);
+  CHECK(code(1) == -8);   // -8.5
+  CHECK(code(2) == -8);   // -7.5
+  CHECK(code(3) == -6);   // -6.5
+  CHECK(code(10) == 0);   // 0.5
+  CHECK(code(11) == 2);   // 1.5
+  CHECK(code(12) == 2);   // 2.5
+  CHECK(code(13) == 4);   // 3.5
+  CHECK(code(k + 0) == -127);  // -190 units / 1 unit
+  CHECK(code(k + 1) == 127);   // +189
+  CHECK(code(k + 2) == -127);  // -128
+  CHECK(code(k + 3) == 127);   // +128
 }
 
 TEST_CASE("both kernel tables are in use where the CPU allows") {

@@ -3,6 +3,9 @@
 // and error paths can be exercised without any GPU.
 //   FAKE_ABI_VERSION, FAKE_FINGERPRINT, FAKE_NAME: the descriptor fields
 //   FAKE_BEHAVIOUR: fake::Behaviour::{working, unavailable, throws}
+//   FAKE_FINGERPRINT_FIELD (optional): the core's own fingerprint with only
+//     this ';'-separated field (0-based) changed, to prove that every field
+//     of it is compared
 #include <ballast/plugin_abi.hpp>
 
 #include <stdexcept>
@@ -79,6 +82,25 @@ class Plugin final : public ballast::BackendPlugin {
 ballast::BackendPlugin* create() { return new Plugin(); }
 
 }  // namespace fake
+
+#ifdef FAKE_FINGERPRINT_FIELD
+namespace fake {
+// kFingerprint with one field altered: a character appended to it.
+const char* one_field_changed() {
+  static const std::string changed = [] {
+    std::string f = ballast::plugin_detail::kFingerprint;
+    std::size_t start = 0;
+    for (int i = 0; i < FAKE_FINGERPRINT_FIELD; ++i) start = f.find(';', start) + 1;
+    const std::size_t end = f.find(';', start);
+    f.insert(end == std::string::npos ? f.size() : end, "x");
+    return f;
+  }();
+  return changed.c_str();
+}
+}  // namespace fake
+#undef FAKE_FINGERPRINT
+#define FAKE_FINGERPRINT fake::one_field_changed()
+#endif
 
 extern "C" const BallastPluginDescriptor* ballast_plugin_descriptor() {
   static const BallastPluginDescriptor descriptor{FAKE_ABI_VERSION, FAKE_FINGERPRINT, FAKE_NAME, &fake::create};

@@ -4,6 +4,7 @@
 
 #include "run_program.hpp"
 
+#include <regex>
 #include <string>
 
 namespace {
@@ -11,8 +12,11 @@ namespace {
 using ballast::test::Run;
 using ballast::test::run_program;
 
-Run conformance(const std::string& plugin_dir, const std::string& config) {
-  return run_program("BALLAST_PLUGIN_PATH='" + plugin_dir + "' '" BALLAST_CONFORMANCE "' --backend '" + config + "' -tc=none");
+// `test_cases` is a doctest -tc filter; "none" selects nothing, for the
+// cases that must end before any test runs (skip or failure to open).
+Run conformance(const std::string& plugin_dir, const std::string& config, const std::string& test_cases = "none") {
+  return run_program("BALLAST_PLUGIN_PATH='" + plugin_dir + "' '" BALLAST_CONFORMANCE "' --backend '" + config +
+                     "' '-tc=" + test_cases + "'");
 }
 
 const std::string kFakes = FAKE_PLUGIN_ROOT;
@@ -44,7 +48,13 @@ TEST_CASE("a device that does not exist, an unknown backend and a bad config fai
 }
 
 TEST_CASE("a backend that opens runs the tests it is asked for") {
-  const Run r = conformance(kFakes + "/working", "cpu");
+  const Run r = conformance(kFakes + "/working", "cpu", "device info*");
+  CAPTURE(r.out);
   CHECK(r.exit_code == 0);
   CHECK(r.out.find("backend \"cpu\"") != std::string::npos);
+  // Exactly the one selected test case ran, and passed.
+  CHECK(std::regex_search(r.out, std::regex(R"(test cases: +1 \| +1 passed \| +0 failed)")));
+  // A filter that selects nothing is not mistaken for a run: doctest reports zero test cases.
+  const Run none = conformance(kFakes + "/working", "cpu");
+  CHECK(std::regex_search(none.out, std::regex(R"(test cases: +0 \| +0 passed)")));
 }

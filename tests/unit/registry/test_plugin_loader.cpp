@@ -3,6 +3,7 @@
 #include "registry/plugin_loader.hpp"
 #include "registry/registry.hpp"
 
+#include <algorithm>
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -138,6 +139,10 @@ TEST_CASE("plugins whose descriptor does not match are abi_mismatch errors namin
       {"wrong_abi",  // the fake claims the core's version + 7
        {"plugin ABI version " + std::to_string(BALLAST_PLUGIN_ABI_VERSION + 7), "core expects " + std::to_string(BALLAST_PLUGIN_ABI_VERSION)}},
       {"wrong_fingerprint", {"\"ballast-0.0.0,other-compiler,other-stdlib\"", build_fingerprint()}},
+      {"abi_older",  // one version below the core's
+       {"plugin ABI version " + std::to_string(BALLAST_PLUGIN_ABI_VERSION - 1), "core expects " + std::to_string(BALLAST_PLUGIN_ABI_VERSION)}},
+      {"abi_newer",  // one version above
+       {"plugin ABI version " + std::to_string(BALLAST_PLUGIN_ABI_VERSION + 1), "core expects " + std::to_string(BALLAST_PLUGIN_ABI_VERSION)}},
       {"wrong_name", {"names itself \"cuda\"", "expected \"vulkan\""}},
       {"no_symbol", {"not a ballast plugin", "ballast_plugin_descriptor"}},
   };
@@ -156,6 +161,28 @@ TEST_CASE("plugins whose descriptor does not match are abi_mismatch errors namin
     REQUIRE_FALSE(opened.ok());
     CHECK(opened.code() == ErrorCode::abi_mismatch);
   }
+}
+
+TEST_CASE("a fingerprint that differs from the core's in any one field is refused") {
+  // Fields: ballast version, ABI, compiler, standard library, language level.
+  const std::string core = build_fingerprint();
+  REQUIRE(std::count(core.begin(), core.end(), ';') == 4);
+  for (int field = 0; field < 5; ++field) {
+    CAPTURE(field);
+    const std::string kind = "fingerprint_field_" + std::to_string(field);
+    PluginLoader loader({fake_dir(kind)});
+    auto loaded = loader.load("vulkan");
+    REQUIRE_FALSE(loaded.ok());
+    CHECK(loaded.code() == ErrorCode::abi_mismatch);
+    const std::string text = loaded.error().to_string();
+    CAPTURE(text);
+    CHECK(contains(text, "plugin build fingerprint"));
+    CHECK(contains(text, core));
+    CHECK(contains(text, "x"));
+  }
+  // The same library with the core's fingerprint, ABI and name loads: the fakes differ only where they say.
+  PluginLoader working({fake_dir("working")});
+  CHECK(working.load("vulkan").ok());
 }
 
 TEST_CASE("a file that is not a loadable library is reported with the loader's message") {

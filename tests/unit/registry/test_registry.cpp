@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <vector>
 
 using namespace ballast;
 
@@ -59,7 +60,28 @@ TEST_CASE("list_backends names every known backend with a state, and cpu is alwa
   CHECK(listing[0].library == "built in");
 }
 
-TEST_CASE("the core's fingerprint is the one plugins are compared against") {
-  CHECK(std::string(build_fingerprint()) == plugin_detail::kFingerprint);
-  CHECK(std::string(build_fingerprint()).find("ballast-" BALLAST_VERSION_STRING) == 0);
+TEST_CASE("the core's fingerprint names its version, ABI, compiler, standard library and language level") {
+  // Built independently of plugin_detail::kFingerprint (which the core
+  // returns), so a wrong field in either shows up here.
+  const std::string fp = build_fingerprint();
+  std::vector<std::string> fields;
+  for (std::size_t start = 0;;) {
+    const std::size_t end = fp.find(';', start);
+    fields.push_back(fp.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  REQUIRE(fields.size() == 5);
+  CHECK(fields[0] == std::string("ballast-") + BALLAST_VERSION_STRING);
+  const std::string abi = "abi-" + std::to_string(BALLAST_PLUGIN_ABI_VERSION);
+  CHECK((fields[1] == abi || fields[1] == abi + "u"));  // the macro's spelling, e.g. 3u
+#if defined(__clang__)
+  CHECK(fields[2] == "clang-" + std::to_string(__clang_major__));
+#elif defined(__GNUC__)
+  CHECK(fields[2] == "gcc-" + std::to_string(__GNUC__));
+#endif
+#if defined(__GLIBCXX__)
+  CHECK(fields[3] == "libstdc++-cxx11abi" + std::to_string(_GLIBCXX_USE_CXX11_ABI));
+#endif
+  CHECK(fields[4] == "c++" + std::to_string(__cplusplus) + "L");
 }

@@ -45,3 +45,29 @@ TEST_CASE("range_inside is overflow-safe") {
   CHECK_FALSE(range_inside(1, UINT64_MAX, 10));
   CHECK_FALSE(range_inside(UINT64_MAX, 2, 10));
 }
+
+TEST_CASE("merge_ranges on its edges: contained ranges, a range starting at the limit, one-byte gaps") {
+  // A range inside another leaves the outer one whole.
+  CHECK(merge_ranges({{0, 100}, {10, 5}}, 1000) == std::vector<ByteRange>{{0, 100}});
+  CHECK(merge_ranges({{10, 5}, {0, 100}, {99, 1}}, 1000) == std::vector<ByteRange>{{0, 100}});
+  // Adjacent: merged; one byte apart: not.
+  CHECK(merge_ranges({{0, 10}, {10, 10}}, 1000) == std::vector<ByteRange>{{0, 20}});
+  CHECK(merge_ranges({{0, 10}, {11, 10}}, 1000) == std::vector<ByteRange>{{0, 10}, {11, 10}});
+  // A range starting exactly at the limit is outside; one starting a byte before keeps that byte.
+  CHECK(merge_ranges({{0, 10}, {1000, 5}}, 1000) == std::vector<ByteRange>{{0, 10}});
+  CHECK(merge_ranges({{0, 10}, {999, 5}}, 1000) == std::vector<ByteRange>{{0, 10}, {999, 1}});
+  CHECK(merge_ranges({{1000, 5}}, 1000).empty());
+}
+
+TEST_CASE("complement_ranges finds gaps of one byte, inside and at both ends") {
+  CHECK(complement_ranges({{1, 9}}, 10) == std::vector<ByteRange>{{0, 1}});             // first byte
+  CHECK(complement_ranges({{0, 9}}, 10) == std::vector<ByteRange>{{9, 1}});             // last byte
+  CHECK(complement_ranges({{0, 4}, {5, 5}}, 10) == std::vector<ByteRange>{{4, 1}});     // one in the middle
+  CHECK(complement_ranges({{0, 4}, {4, 6}}, 10).empty());                               // adjacent: none
+  CHECK(complement_ranges({{0, 10}}, 11) == std::vector<ByteRange>{{10, 1}});
+}
+
+TEST_CASE("total_length sums every range") {
+  CHECK(ballast::store::total_length({}) == 0);
+  CHECK(ballast::store::total_length({{0, 4}, {10, 6}, {100, 1}}) == 11);
+}
