@@ -115,7 +115,14 @@ Result<std::unique_ptr<VulkanBackend>> VulkanBackend::open(const BackendConfig& 
 
   Capabilities& c = b->capabilities_;
   c.host_registration = physical.host_import;
-  c.read_only_registration = physical.host_import;  // imports are never written by ballast
+  // NVIDIA's driver pins imported host pages for writing, so it refuses a
+  // write-protected mapping, and on an H200 (driver 580.159) one refused
+  // import left every later vkAllocateMemory of the device failing. Read-only
+  // registration is therefore not offered there: weights are uploaded.
+  const bool pins_writable = physical.properties.vendorID == 0x10DE;
+  c.read_only_registration = physical.host_import && !pins_writable;  // imports are never written by ballast
+  if (physical.host_import && pins_writable)
+    c.host_registration_note = "NVIDIA's Vulkan driver cannot import read-only (write-protected) host pages";
   c.import_alignment = physical.host_import ? physical.import_alignment : 1;
   c.max_single_allocation = physical.max_allocation;
   c.flushes_f16_subnormals = false;  // f16 conversion is integer logic in the shaders
@@ -123,7 +130,7 @@ Result<std::unique_ptr<VulkanBackend>> VulkanBackend::open(const BackendConfig& 
   // off on a GPU; lavapipe (llvmpipe) divides correctly and is held to exact codes.
   c.int8_codes_within_one = std::string_view(physical.properties.deviceName).find("llvmpipe") == std::string_view::npos;
   c.unaligned_operands = true;       // shaders address 32-bit words and shift partial ones
-  c.host_registration_note = physical.host_import_note;
+  if (c.host_registration_note.empty()) c.host_registration_note = physical.host_import_note;
   if (auto s = b->pending_validation_error(); !s) return std::move(s).with_context("opening " + config.text);
   return b;
 }
@@ -239,6 +246,8 @@ Result<DevicePtr> VulkanBackend::register_host(const void* host, std::uint64_t b
   std::lock_guard lock(mutex_);
   if (auto s = pending_validation_error(); !s) return s.error();
   if (auto s = check_memory_object_limit(); !s) return std::move(s).with_context("registering host memory");
+  if (access == HostAccess::read_only && capabilities_.host_registration && !capabilities_.read_only_registration)
+    return make_error(ErrorCode::unsupported, "registering host memory read-only: " + capabilities_.host_registration_note);
   auto b = import_host_range(*device_, host, bytes, access == HostAccess::read_only);
   if (!b) return std::move(b.error()).with_context("registering " + std::to_string(bytes) + " bytes of host memory");
   const DevicePtr ptr = b->user_ptr;

@@ -38,8 +38,11 @@ struct DeviceWeights::Impl {
     std::string why;
     const Capabilities& caps = backend->capabilities();
     auto whole = store->mmap_full_bytes(mapping);
-    if (!caps.host_registration) {
-      why = "backend cannot register host memory" +
+    if (!caps.host_registration || !caps.read_only_registration) {
+      // Mappings are read-only: a backend that cannot register read-only
+      // memory is not asked to.
+      why = std::string(caps.host_registration ? "backend cannot register read-only host memory"
+                                               : "backend cannot register host memory") +
             (caps.host_registration_note.empty() ? std::string() : ": " + caps.host_registration_note);
     } else if (!whole || whole->empty()) {
       why = "mapping has no bytes to register";
