@@ -123,7 +123,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                                              model_dir(), options);
   ballast::store::force_component_walk_for_testing(false);
   if (!model) {
-    if (model.error().to_string().find("fuzz-resolver-data/outside") != std::string::npos) __builtin_trap();
+    // Errors may echo the location as written, never where a symlink led.
+    if (location.find("outside") == std::string_view::npos &&
+        model.error().to_string().find("fuzz-resolver-data/outside") != std::string::npos)
+      __builtin_trap();
     return 0;
   }
   for (ballast::ValueId id : model->weight_order()) {

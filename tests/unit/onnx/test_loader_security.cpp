@@ -32,6 +32,12 @@ struct ResolverMode {
   ~ResolverMode() { store::force_component_walk_for_testing(false); }
 };
 
+std::size_t open_descriptors() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -48,6 +54,7 @@ TEST_CASE("swap race: a data file swapped for an outside symlink or a FIFO is ne
     dir.write("w.bin", filled(64, 0x11));
     const fs::path model = dir.write("model.onnx", model_with({external_tensor("w", 16, at("w.bin", 0, 64))}).data);
 
+    const std::size_t descriptors = open_descriptors();
     std::atomic<bool> stop{false};
     std::atomic<std::uint64_t> swaps{0};
     std::thread swapper([&] {
@@ -83,6 +90,7 @@ TEST_CASE("swap race: a data file swapped for an outside symlink or a FIFO is ne
     MESSAGE("openat2=" << !walk << ": " << ok << " loads, " << refused << " refused, " << swaps.load() << " swaps, "
                        << seconds_since(t0) << " s");
     CHECK(outside_reads == 0);
+    CHECK(open_descriptors() == descriptors);  // every failed or finished load closed what it opened
     CHECK(ok > 0);
     CHECK(refused > 0);
   }
