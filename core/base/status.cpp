@@ -45,12 +45,20 @@ std::string Error::to_string() const {
   }
   out += message;
   std::string where;
+  // Names and paths come from hostile files: each is echoed at most
+  // kEchoLimit bytes long.
+  constexpr std::size_t kEchoLimit = 1024;
   auto add = [&where](const char* key, const std::string& value) {
     if (value.empty()) return;
     where += where.empty() ? " [" : ", ";
     where += key;
     where += '=';
-    where += value;
+    if (value.size() <= kEchoLimit) {
+      where += value;
+    } else {
+      where.append(value, 0, kEchoLimit);
+      where += "... (" + std::to_string(value.size()) + " bytes)";
+    }
   };
   add("file", file);
   add("tensor", tensor);

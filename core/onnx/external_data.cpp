@@ -14,9 +14,16 @@ Error located(ErrorCode code, std::string message, std::string file, std::string
               std::optional<std::uint64_t> offset) {
   Error e = make_error(code, std::move(message));
   e.file = std::move(file);
-  e.tensor = std::string(tensor);
+  e.tensor = tensor.size() <= 256 ? std::string(tensor) : shown(tensor, 256);
   e.offset = offset;
   return e;
+}
+
+// A path for Error::file: whole when short, else cut (a location may be
+// kilobytes long).
+std::string capped_path(const std::filesystem::path& p) {
+  const std::string& s = p.native();
+  return s.size() <= 512 ? s : s.substr(0, 512) + "... (" + std::to_string(s.size()) + " bytes)";
 }
 
 // Strict decimal: digits only, no sign, no blanks. Runs for two keys of
@@ -47,22 +54,16 @@ Decimal parse_decimal(std::string_view text, std::uint64_t& value) {
 
 Error decimal_error(Decimal d, std::string_view key, std::string_view text) {
   if (d == Decimal::too_big)
-    return make_error(ErrorCode::overflow,
-                      "external data '" + std::string(key) + "' does not fit in 64 bits: " + std::string(text));
-  return make_error(ErrorCode::malformed,
-                    "external data '" + std::string(key) + "' is not a decimal number: '" + std::string(text) + "'");
-}
-
-bool is_inside(const std::filesystem::path& dir, const std::filesystem::path& target) {
-  auto d = dir.begin();
-  auto t = target.begin();
-  for (; d != dir.end(); ++d, ++t) {
-    if (t == target.end() || *d != *t) return false;
-  }
-  return t != target.end();  // strictly below: the directory itself holds no bytes
+    return make_error(ErrorCode::overflow, "external data " + shown(key) + " does not fit in 64 bits: " + shown(text));
+  return make_error(ErrorCode::malformed, "external data " + shown(key) + " is not a decimal number: " + shown(text));
 }
 
 }  // namespace
+
+std::string shown(std::string_view text, std::size_t limit) {
+  if (text.size() <= limit) return "'" + std::string(text) + "'";
+  return "'" + std::string(text.substr(0, limit)) + "...' (" + std::to_string(text.size()) + " bytes)";
+}
 
 Status check_location_text(std::string_view location) {
   if (location.empty()) return make_error(ErrorCode::malformed, "external data without a location");
@@ -72,14 +73,14 @@ Status check_location_text(std::string_view location) {
                      ((location[0] >= 'A' && location[0] <= 'Z') || (location[0] >= 'a' && location[0] <= 'z'));
   if (location.front() == '/' || location.front() == '\\' || drive)
     return make_error(ErrorCode::path_escapes,
-                      "external data location '" + std::string(location) + "' is absolute; it must be relative to the model directory");
+                      "external data location " + shown(location) + " is absolute; it must be relative to the model directory");
   std::size_t start = 0;
   while (start <= location.size()) {
     const std::size_t end = location.find_first_of("/\\", start);
     const std::string_view part = location.substr(start, end == std::string_view::npos ? std::string_view::npos : end - start);
     if (part == "..")
       return make_error(ErrorCode::path_escapes,
-                        "external data location '" + std::string(location) + "' has a '..' component");
+                        "external data location " + shown(location) + " has a '..' component");
     if (end == std::string_view::npos) break;
     start = end + 1;
   }
@@ -87,20 +88,24 @@ Status check_location_text(std::string_view location) {
 }
 
 ExternalResolver::ExternalResolver(std::filesystem::path model_dir, std::string model_file, const LoadOptions& options,
-                                   WeightStore& store)
-    : model_dir_(std::move(model_dir)), model_file_(std::move(model_file)), options_(options), store_(store) {}
+                                   WeightStore& store, std::optional<store::Root> real_model_dir)
+    : model_dir_(std::move(model_dir)),
+      real_model_root_(std::move(real_model_dir)),
+      model_file_(std::move(model_file)),
+      options_(options),
+      store_(store) {}
 
-Result<std::filesystem::path> ExternalResolver::canonical_model_dir() {
-  if (canonical_dir_) return *canonical_dir_;
-  std::error_code ec;
-  auto dir = std::filesystem::canonical(model_dir_.empty() ? std::filesystem::path(".") : model_dir_, ec);
-  if (ec) {
-    Error e = make_error(ErrorCode::not_found, "model directory cannot be resolved: " + ec.message());
+Status ExternalResolver::open_model_dir() {
+  if (model_root_) return {};
+  auto root = store::open_root(model_dir_);
+  if (!root) {
+    Error e = std::move(root.error());
     e.file = model_dir_.string();
     return e;
   }
-  canonical_dir_ = dir;
-  return dir;
+  model_root_ = std::move(*root);
+  if (real_model_root_ && real_model_root_->id == model_root_->id) real_model_root_.reset();  // one root
+  return {};
 }
 
 const ExternalResolver::ResolvedFile* ExternalResolver::open_location(std::string_view location_text, Error& error) {
@@ -109,38 +114,55 @@ const ExternalResolver::ResolvedFile* ExternalResolver::open_location(std::strin
     error = std::move(e);
     return nullptr;
   };
-  std::string location(location_text);
-  if (auto it = cache_.find(location); it != cache_.end()) {
+  if (auto it = cache_.find(std::string(location_text)); it != cache_.end()) {
     last_file_ = &it->second;
     return last_file_;
   }
-  if (Status s = check_location_text(location); !s.ok()) return failed(std::move(s.error()));
-  auto dir = canonical_model_dir();
-  if (!dir) return failed(std::move(dir.error()));
-  const std::filesystem::path joined = *dir / location;
+  if (location_text.size() > options_.max_location_bytes)
+    return failed(make_error(ErrorCode::overflow, "external data location of " + std::to_string(location_text.size()) +
+                                                      " bytes exceeds LoadOptions::max_location_bytes (" +
+                                                      std::to_string(options_.max_location_bytes) + ")"));
+  if (cache_.size() >= options_.max_external_locations)
+    return failed(make_error(ErrorCode::overflow, "more than " + std::to_string(options_.max_external_locations) +
+                                                      " distinct external data locations (LoadOptions::max_external_locations)"));
+  if (Status s = check_location_text(location_text); !s.ok()) return failed(std::move(s.error()));
+  if (Status s = open_model_dir(); !s.ok()) return failed(std::move(s.error()));
 
-  std::error_code ec;
-  std::filesystem::path target = std::filesystem::canonical(joined, ec);
-  if (ec) {
-    Error e = make_error(ec == std::errc::no_such_file_or_directory ? ErrorCode::not_found : ErrorCode::io,
-                         "external data file '" + location + "' cannot be resolved: " + ec.message());
-    e.file = joined.string();
+  std::string location(location_text);
+  // Shown in errors and as the resolved path when the kernel cannot say
+  // better; the location is at most max_location_bytes long.
+  const std::filesystem::path joined = (model_dir_ / location).lexically_normal();
+  const store::Root* roots[2] = {&*model_root_, nullptr};
+  std::size_t root_count = 1;
+  if (options_.allow_model_real_dir && real_model_root_) roots[root_count++] = &*real_model_root_;
+  auto opened = store::open_beneath(std::span<const store::Root* const>(roots, root_count), location);
+  if (!opened) {
+    Error e = std::move(opened.error());
+    std::string why = e.message;
+    e.message = "external data location " + shown(location) + ": " + why;
+    if (e.code == ErrorCode::path_escapes)
+      e.message += options_.allow_model_real_dir
+                       ? " (and outside the directory of the model file's real path)"
+                       : " (LoadOptions::allow_model_real_dir also admits the directory of the model file's real "
+                         "path, for symlinked caches)";
+    e.file = capped_path(joined);
     return failed(std::move(e));
   }
-  if (!options_.allow_external_outside_model_dir && !is_inside(*dir, target)) {
+  if (!options_.allow_hard_links && opened->st.st_nlink > 1) {
     Error e = make_error(ErrorCode::path_escapes,
-                         "external data location '" + location + "' resolves to " + target.string() +
-                             ", outside the model directory " + dir->string() +
-                             " (set LoadOptions::allow_external_outside_model_dir to allow symlinked caches)");
-    e.file = joined.string();
+                         "external data file " + shown(location) + " has " + std::to_string(opened->st.st_nlink) +
+                             " hard links; refused, since a hard link can bring in a file from outside the model "
+                             "directory (LoadOptions::allow_hard_links allows it)");
+    e.file = capped_path(joined);
     return failed(std::move(e));
   }
-  if (Status s = store::require_regular_file(target); !s.ok()) return failed(std::move(s.error()));
-  auto id = store_.map_external(target);
+  std::filesystem::path target = store::path_of(opened->fd.get(), joined);
+  auto id = store_.map_external_fd(opened->fd.get(), target);
   if (!id) return failed(std::move(id.error()));
   auto full = store_.mmap_full_bytes(*id);
   if (!full) return failed(make_error(ErrorCode::internal, "mapping vanished right after it was made"));
-  auto file = std::make_shared<const ExternalFile>(ExternalFile{location, std::move(target)});
+  const store::FileIdentity identity = store::identity_of(opened->st);
+  auto file = std::make_shared<const ExternalFile>(ExternalFile{location, std::move(target), identity.device, identity.inode});
   auto [it, inserted] = cache_.emplace(std::move(location), ResolvedFile{std::move(file), full->size()});
   last_file_ = &it->second;
   return last_file_;
@@ -151,13 +173,15 @@ Status ExternalResolver::resolve(std::span<const ExternalEntry> entries, std::st
                                  ExternalLocation& loc) {
   auto fail = [&](Error e, std::uint64_t at) {
     if (e.file.empty()) e.file = model_file_;
-    if (e.tensor.empty()) e.tensor = std::string(tensor);
+    if (e.tensor.empty()) e.tensor = tensor.size() <= 256 ? std::string(tensor) : shown(tensor, 256);
     if (!e.offset) e.offset = at;
     return e;
   };
 
   std::optional<std::uint64_t> given_length;
   std::optional<std::string_view> location;
+  std::uint64_t unknown = 0;
+  std::string_view first_unknown;
   // Later entries win, as in the reference implementation.
   for (const ExternalEntry& entry : entries) {
     if (entry.key == "location") {
@@ -173,11 +197,17 @@ Status ExternalResolver::resolve(std::span<const ExternalEntry> entries, std::st
     } else if (entry.key == "checksum") {
       loc.checksum = std::string(entry.value);
     } else {
+      // Kept (the entry count is capped by LoadOptions::max_external_entries)
+      // and reported in one note per tensor, whatever their number.
       loc.unknown_keys.emplace_back(std::string(entry.key), std::string(entry.value));
-      notes.push_back({std::string(tensor), "unknown external_data key '" + std::string(entry.key) + "' = '" +
-                                                std::string(entry.value) + "' kept and ignored"});
+      if (unknown++ == 0) first_unknown = entry.key;
     }
   }
+  if (unknown == 1)
+    notes.push_back({std::string(tensor), "unknown external_data key " + shown(first_unknown, 64) + " kept and ignored"});
+  else if (unknown > 1)
+    notes.push_back({std::string(tensor), std::to_string(unknown) + " unknown external_data keys (the first " +
+                                              shown(first_unknown, 64) + ") kept and ignored"});
   if (!location) return fail(make_error(ErrorCode::malformed, "external data without a location"), tensor_offset);
 
   const auto needed = dtype_storage_bytes(dtype, elements);

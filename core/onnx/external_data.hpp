@@ -1,12 +1,15 @@
 // Resolving a tensor's external_data entries to a validated range of a
-// mapped file. External data is a classic attack surface, so every
-// location is checked before anything is opened.
+// mapped file. External data is a classic attack surface: every location
+// is checked as text, then opened beneath the model directory's handle
+// (store/safe_open.hpp), and the descriptor that was checked is the one
+// mapped. docs/security.md has the rules.
 #pragma once
 
 #include <ballast/dtype.hpp>
 #include <ballast/onnx_loader.hpp>
 
 #include "onnx/wire_reader.hpp"
+#include "store/safe_open.hpp"
 
 #include <span>
 #include <string>
@@ -26,12 +29,17 @@ struct ExternalEntry {
 // component (either separator), no NUL. path_escapes / malformed otherwise.
 Status check_location_text(std::string_view location);
 
+// `text` quoted for an error message, cut to `limit` bytes (with the full
+// length said) so that a hostile name cannot make messages unbounded.
+std::string shown(std::string_view text, std::size_t limit = 160);
 class ExternalResolver {
  public:
   // `model_dir` is where relative locations start; `model_file` names the
   // .onnx in errors. Maps files into `store`, once per file.
+  // `real_model_dir` is the directory holding the model file's real path
+  // (the second root, used only with LoadOptions::allow_model_real_dir).
   ExternalResolver(std::filesystem::path model_dir, std::string model_file, const LoadOptions& options,
-                   WeightStore& store);
+                   WeightStore& store, std::optional<store::Root> real_model_dir = std::nullopt);
 
   // Builds the ExternalLocation of tensor `tensor` (dtype x elements give
   // the expected length). Unknown keys are kept and reported in `notes`.
@@ -47,14 +55,16 @@ class ExternalResolver {
   // Points into cache_ (stable: unordered_map nodes do not move).
   // nullptr (and `error` set) when the location is refused.
   const ResolvedFile* open_location(std::string_view location, Error& error);
-  Result<std::filesystem::path> canonical_model_dir();
+  Status open_model_dir();
 
   std::filesystem::path model_dir_;
-  std::optional<std::filesystem::path> canonical_dir_;
+  std::optional<store::Root> model_root_;  // opened once, on the first external location
+  std::optional<store::Root> real_model_root_;
   std::string model_file_;
   const LoadOptions& options_;
   WeightStore& store_;
-  // Many tensors share one file: resolve and stat each location once.
+  // Many tensors share one file: resolve and open each location once
+  // (LoadOptions::max_external_locations bounds how many there are).
   std::unordered_map<std::string, ResolvedFile> cache_;
   // Consecutive tensors nearly always name the same file: skip the hash then.
   const ResolvedFile* last_file_ = nullptr;

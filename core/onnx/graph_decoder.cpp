@@ -132,10 +132,10 @@ std::shared_ptr<const std::vector<std::byte>> owned_int64_le(std::int64_t value)
 }  // namespace
 
 ModelDecoder::ModelDecoder(Model::Impl& model, std::string model_file, std::filesystem::path model_dir,
-                           const LoadOptions& options)
+                           const LoadOptions& options, std::optional<store::Root> real_model_dir)
     : model_(model),
       model_file_(model_file),
-      external_(std::move(model_dir), model_file, options, model.store),
+      external_(std::move(model_dir), model_file, options, model.store, std::move(real_model_dir)),
       tensors_(std::move(model_file), options, external_, model.notes) {}
 
 Error ModelDecoder::error_at(ErrorCode code, std::string message, std::string_view tensor,

@@ -19,7 +19,7 @@ void build_node_table(Model::Impl& model);
 class ModelDecoder {
  public:
   ModelDecoder(Model::Impl& model, std::string model_file, std::filesystem::path model_dir,
-               const LoadOptions& options);
+               const LoadOptions& options, std::optional<store::Root> real_model_dir = std::nullopt);
 
   // Decodes a whole ModelProto; offsets in errors are offsets in `bytes`.
   Status decode(Bytes bytes);

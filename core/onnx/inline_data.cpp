@@ -1,6 +1,7 @@
 #include "onnx/inline_data.hpp"
 
 #include <cstring>
+#include <limits>
 #include <new>
 
 namespace ballast::onnx {
@@ -22,7 +23,13 @@ Status for_each_occurrence(const WireField& message, std::uint32_t number, Fn&& 
 
 WireType fixed_type(std::size_t width) { return width == 4 ? WireType::fixed32 : WireType::fixed64; }
 
-Result<std::shared_ptr<std::vector<std::byte>>> allocate(std::uint64_t bytes) {
+// `count` values of `width` bytes each, checked: the product of two 64-bit
+// counts, and then the address space, bound it.
+Result<std::shared_ptr<std::vector<std::byte>>> allocate(std::uint64_t count, std::uint64_t width) {
+  std::uint64_t bytes = 0;
+  if (__builtin_mul_overflow(count, width, &bytes) || bytes > std::numeric_limits<std::size_t>::max())
+    return make_error(ErrorCode::overflow, std::to_string(count) + " values of " + std::to_string(width) +
+                                               " bytes overflow the address space");
   try {
     return std::make_shared<std::vector<std::byte>>(static_cast<std::size_t>(bytes));
   } catch (const std::bad_alloc&) {
@@ -37,7 +44,7 @@ Result<std::shared_ptr<std::vector<std::byte>>> allocate(std::uint64_t bytes) {
 Result<InlineData> gather_fixed(const WireField& message, std::uint32_t number, std::size_t width,
                                 std::string_view what) {
   std::uint64_t count = 0;
-  std::uint32_t runs = 0;
+  std::uint64_t runs = 0;  // 64 bits: a 32-bit count wraps back to "one run" after 2^32 runs
   Bytes single;
   Status scanned = for_each_occurrence(message, number, [&](const WireField& f) -> Status {
     ++runs;
@@ -46,7 +53,8 @@ Result<InlineData> gather_fixed(const WireField& message, std::uint32_t number, 
         return wire_error("packed " + std::string(what) + " is " + std::to_string(f.payload.size()) +
                               " bytes, not a multiple of " + std::to_string(width),
                           f.payload_offset);
-      count += f.payload.size() / width;
+      if (__builtin_add_overflow(count, f.payload.size() / width, &count))
+        return wire_error("too many " + std::string(what) + " values", f.payload_offset);
       single = f.payload;
       return {};
     }
@@ -59,7 +67,7 @@ Result<InlineData> gather_fixed(const WireField& message, std::uint32_t number, 
   if (runs == 1 && single.data() != nullptr) return InlineData{single, nullptr, count};
   if (runs == 0) return InlineData{};
 
-  auto buffer = allocate(count * width);
+  auto buffer = allocate(count, width);
   if (!buffer) return buffer.error();
   std::byte* out = (*buffer)->data();
   Status copied = for_each_occurrence(message, number, [&](const WireField& f) -> Status {
@@ -78,7 +86,7 @@ Result<std::uint64_t> count_varints(const WireField& message, std::uint32_t numb
     if (f.type == WireType::len) {
       auto n = count_packed_varints(f, what);
       if (!n) return n.error();
-      count += *n;
+      if (__builtin_add_overflow(count, *n, &count)) return wire_error("too many " + std::string(what) + " values", f.payload_offset);
       return {};
     }
     if (Status s = expect_wire_type(f, WireType::varint, what); !s.ok()) return s;
@@ -91,10 +99,10 @@ Result<std::uint64_t> count_varints(const WireField& message, std::uint32_t numb
 
 Result<InlineData> gather_varints(const WireField& message, std::uint32_t number, std::uint64_t count,
                                   std::size_t out_width, bool as_bool, std::string_view what) {
-  auto buffer = allocate(count * out_width);
+  auto buffer = allocate(count, out_width);
   if (!buffer) return buffer.error();
   std::byte* out = (*buffer)->data();
-  std::byte* const end = out + count * out_width;
+  std::byte* const end = out + (*buffer)->size();
   auto put = [&](std::uint64_t v) {
     if (out == end) return false;
     if (as_bool) v = (v & 0xffffffffu) != 0 ? 1 : 0;

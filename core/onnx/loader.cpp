@@ -4,6 +4,8 @@
 #include "onnx/model_impl.hpp"
 #include "store/mapped_file.hpp"
 
+#include <new>
+#include <stdexcept>
 #include <system_error>
 
 namespace ballast {
@@ -14,7 +16,7 @@ namespace {
 // succeeded: a failed load leaves nothing half-filled behind.
 Result<Model> decode_into_new_model(Bytes bytes, std::filesystem::path path, std::uint64_t file_size,
                                     const std::filesystem::path& base_dir, const LoadOptions& options,
-                                    std::shared_ptr<const void> anchor) {
+                                    std::shared_ptr<const void> anchor, std::optional<store::Root> real_model_dir) {
   Model model;
   Model::Impl& impl = model.impl();
   impl.path = std::move(path);
@@ -22,7 +24,7 @@ Result<Model> decode_into_new_model(Bytes bytes, std::filesystem::path path, std
   impl.bytes_anchor = anchor;
   if (anchor) impl.store.keep_alive(std::move(anchor));
   const std::string file = impl.path.string();
-  onnx::ModelDecoder decoder(impl, file, base_dir, options);
+  onnx::ModelDecoder decoder(impl, file, base_dir, options, std::move(real_model_dir));
   if (Status s = decoder.decode(bytes); !s.ok()) {
     Error& e = s.error();
     if (e.file.empty()) e.file = file;
@@ -31,23 +33,56 @@ Result<Model> decode_into_new_model(Bytes bytes, std::filesystem::path path, std
   return model;
 }
 
-}  // namespace
 
-Result<Model> load_onnx(const std::filesystem::path& path, const LoadOptions& options) {
+// Every allocation failure while loading becomes an error, never an abort:
+// the partly built Model is freed by the unwinding before the error is made.
+template <class Fn>
+Result<Model> out_of_memory_is_an_error(const std::filesystem::path& path, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+  } catch (const std::length_error&) {
+  }
+  Error e = make_error(ErrorCode::out_of_memory, "out of memory while loading the model");
+  e.file = path.string();
+  return e;
+}
+
+Result<Model> load_model_file(const std::filesystem::path& path, const LoadOptions& options) {
   std::error_code ec;
   std::filesystem::path absolute = std::filesystem::absolute(path, ec);
   if (ec) absolute = path;
-  auto mapped = store::MappedFile::open(absolute);
+  auto opened = store::open_regular(absolute);
+  if (!opened) {
+    Error e = std::move(opened.error());
+    e.file = absolute.string();
+    return std::move(e).with_context("opening ONNX model");
+  }
+  auto mapped = store::MappedFile::map(opened->fd.get(), opened->st, absolute);
   if (!mapped) return std::move(mapped.error()).with_context("opening ONNX model");
+  // The second root: the directory of the file actually opened, found
+  // through its descriptor (so a model symlink swapped meanwhile does not
+  // choose it).
+  std::optional<store::Root> real_dir;
+  if (options.allow_model_real_dir) real_dir = store::open_parent_of(opened->fd.get(), opened->st);
   const Bytes bytes = (*mapped)->bytes();
   const std::uint64_t size = (*mapped)->size();
   auto base_dir = absolute.parent_path();
-  return decode_into_new_model(bytes, std::move(absolute), size, base_dir, options, std::move(*mapped));
+  return decode_into_new_model(bytes, std::move(absolute), size, base_dir, options, std::move(*mapped),
+                               std::move(real_dir));
+}
+
+}  // namespace
+
+Result<Model> load_onnx(const std::filesystem::path& path, const LoadOptions& options) {
+  return out_of_memory_is_an_error(path, [&] { return load_model_file(path, options); });
 }
 
 Result<Model> load_onnx_from_bytes(std::span<const std::byte> bytes, const std::filesystem::path& base_dir,
                                    const LoadOptions& options) {
-  return decode_into_new_model(bytes, {}, bytes.size(), base_dir, options, nullptr);
+  return out_of_memory_is_an_error(base_dir, [&] {
+    return decode_into_new_model(bytes, {}, bytes.size(), base_dir, options, nullptr, std::nullopt);
+  });
 }
 
 }  // namespace ballast

@@ -56,9 +56,14 @@ std::uint32_t typed_field_for(DataType t) {
   }
 }
 
-// How many values of the typed field a tensor of `elements` elements needs.
-std::uint64_t typed_value_count(DataType t, std::uint64_t elements) {
-  if (t == DataType::complex64 || t == DataType::complex128) return elements * 2;  // bounded by max_tensor_elements
+// How many values of the typed field a tensor of `elements` elements needs;
+// nullopt when that overflows (max_tensor_elements may be raised to 2^64).
+std::optional<std::uint64_t> typed_value_count(DataType t, std::uint64_t elements) {
+  if (t == DataType::complex64 || t == DataType::complex128) {
+    std::uint64_t values = 0;
+    if (__builtin_mul_overflow(elements, std::uint64_t{2}, &values)) return std::nullopt;
+    return values;
+  }
   if (dtype_bits(t) == 4) return elements / 2 + (elements & 1);
   return elements;
 }
@@ -78,6 +83,7 @@ struct Scan {
   std::uint32_t typed_seen = 0;  // bit n: typed field number n holds data
   std::uint64_t string_count = 0;
   std::vector<ExternalEntry>* external = nullptr;  // the decoder's reused buffer
+  std::uint64_t max_external = 0;                  // LoadOptions::max_external_entries
   std::uint64_t data_location = 0;
 };
 
@@ -178,6 +184,12 @@ Status scan_tensor(const WireField& message, Scan& scan) {
         break;
       case kExternalData: {
         if (Status s = expect_wire_type(f, WireType::len, "TensorProto.external_data"); !s.ok()) return s;
+        if (scan.external->size() >= scan.max_external) {
+          Error e = make_error(ErrorCode::overflow, "more than " + std::to_string(scan.max_external) +
+                                                        " external_data entries (LoadOptions::max_external_entries)");
+          e.offset = f.offset;
+          return e;
+        }
         ExternalEntry entry;
         if (Status s = scan_entry(f, entry); !s.ok()) return s;
         scan.external->push_back(entry);
@@ -211,6 +223,7 @@ Status TensorDecoder::decode(const WireField& field, WeightSource source, std::s
   Scan scan;
   entries_.clear();
   scan.external = &entries_;
+  scan.max_external = options_.max_external_entries;
   out.reset();
   auto fail = [&](ErrorCode code, std::string message, std::uint64_t offset) {
     Error e = make_error(code, std::move(message));
@@ -280,7 +293,13 @@ Status TensorDecoder::decode(const WireField& field, WeightSource source, std::s
   if (!entries_.empty())
     notes_.push_back({std::string(out.name), "external_data entries ignored: data_location is not EXTERNAL"});
 
-  const std::uint64_t needed = *dtype_storage_bytes(dtype, *elements);  // fits: elements <= max_tensor_elements
+  const auto storage = dtype_storage_bytes(dtype, *elements);
+  if (!storage)
+    return fail(ErrorCode::overflow,
+                "byte size of " + std::to_string(*elements) + " elements of " + std::string(dtype_name(dtype)) +
+                    " overflows 64 bits",
+                field.offset);
+  const std::uint64_t needed = *storage;
   if (scan.raw_data) {
     if (typed != 0)
       return fail(ErrorCode::malformed, "both raw_data and " + std::string(typed_field_name(typed)) + " hold data",
@@ -306,7 +325,13 @@ Status TensorDecoder::decode(const WireField& field, WeightSource source, std::s
                 std::string(typed_field_name(typed)) + " cannot hold " + std::string(dtype_name(dtype)) +
                     " values (the spec puts them in " + std::string(typed_field_name(typed_field_for(dtype))) + ")",
                 field.offset);
-  const std::uint64_t values = typed_value_count(dtype, *elements);
+  const auto value_count = typed_value_count(dtype, *elements);
+  if (!value_count)
+    return fail(ErrorCode::overflow,
+                "value count of " + std::to_string(*elements) + " elements of " + std::string(dtype_name(dtype)) +
+                    " overflows 64 bits",
+                field.offset);
+  const std::uint64_t values = *value_count;
   const std::string what = "TensorProto." + std::string(typed_field_name(typed));
   auto mismatch = [&](std::uint64_t got) {
     return fail(ErrorCode::size_mismatch,

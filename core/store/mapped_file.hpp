@@ -6,6 +6,8 @@
 #include <ballast/status.hpp>
 #include <ballast/weight_store.hpp>
 
+#include "store/safe_open.hpp"
+
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -14,10 +16,14 @@ namespace ballast::store {
 
 class MappedFile {
  public:
-  // Maps `path` read-only. Refuses anything but a regular file before
-  // opening it: opening a FIFO would block, and a device or directory has
-  // no meaningful byte range.
+  // Maps `path` read-only (symlinks followed: the caller chose the path).
+  // The type is checked on an O_PATH descriptor first, so a FIFO or a
+  // device is never opened; the mapping is made from the descriptor that
+  // was checked.
   static Result<std::shared_ptr<const MappedFile>> open(const std::filesystem::path& path);
+  // Maps the regular file open on `fd` (`st` is its fstat). `path` is for
+  // display only: nothing is opened by name. `fd` stays the caller's.
+  static Result<std::shared_ptr<const MappedFile>> map(int fd, const struct stat& st, std::filesystem::path path);
 
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
@@ -25,21 +31,17 @@ class MappedFile {
 
   const std::filesystem::path& path() const noexcept { return path_; }
   std::uint64_t size() const noexcept { return size_; }
+  FileIdentity identity() const noexcept { return identity_; }
   // Empty for a zero-length file (nothing is mapped then).
   Bytes bytes() const noexcept { return {data_, static_cast<std::size_t>(size_)}; }
 
  private:
-  struct Region;
   MappedFile() = default;
 
   std::filesystem::path path_;
   std::uint64_t size_ = 0;
+  FileIdentity identity_;
   const std::byte* data_ = nullptr;
-  std::unique_ptr<Region> region_;
 };
-
-// ok when `path` (symlinks followed) is a regular file; otherwise not_found
-// or io naming what it is instead (FIFO, device, directory, ...).
-Status require_regular_file(const std::filesystem::path& path);
 
 }  // namespace ballast::store

@@ -3,7 +3,11 @@
 #include "store/byte_ranges.hpp"
 #include "store/mapped_file.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <limits>
 #include <mutex>
 #include <shared_mutex>
@@ -27,13 +31,20 @@ struct WeightStore::Impl {
     std::shared_ptr<const store::MappedFile> file;
     std::filesystem::path canonical;
   };
+  struct IdentityHash {
+    std::size_t operator()(const store::FileIdentity& id) const noexcept {
+      return std::hash<std::uint64_t>{}(id.inode * 0x9E3779B97F4A7C15ull ^ id.device);
+    }
+  };
 
-  // Guards `mappings`, `by_path` and `anchors`: readers (every const method)
-  // share it, map_external and keep_alive take it alone. Mappings are never
-  // removed while the store lives, so spans handed out stay valid.
+  // Guards `mappings`, `by_path`, `by_identity` and `anchors`: readers
+  // (every const method) share it, map_external and keep_alive take it
+  // alone. Mappings are never removed while the store lives, so spans
+  // handed out stay valid.
   mutable std::shared_mutex mutex;
   std::vector<Mapping> mappings;
-  std::unordered_map<std::string, MappingId> by_path;
+  std::unordered_map<std::string, MappingId> by_path;  // display paths, for hand-built references
+  std::unordered_map<store::FileIdentity, MappingId, IdentityHash> by_identity;
   std::vector<std::shared_ptr<const void>> anchors;
 
   const Mapping* find(MappingId id) const {
@@ -41,20 +52,28 @@ struct WeightStore::Impl {
     return &mappings[id - 1];
   }
 
-  // Exact match on the path as registered; hand-built references that spell
-  // the path differently are canonicalised once more (no state changes).
-  std::optional<MappingId> lookup(const std::filesystem::path& path) const {
+  // Text only: the exact path as registered, or its lexically normal form.
+  // Never asks the file system (a name may point elsewhere by now).
+  std::optional<MappingId> lookup_text(const std::filesystem::path& path) const {
     if (auto it = by_path.find(path.string()); it != by_path.end()) return it->second;
-    std::error_code ec;
-    auto canonical = std::filesystem::weakly_canonical(path, ec);
-    if (ec) return std::nullopt;
-    if (auto it = by_path.find(canonical.string()); it != by_path.end()) return it->second;
+    if (auto it = by_path.find(path.lexically_normal().string()); it != by_path.end()) return it->second;
     return std::nullopt;
+  }
+
+  // The loader's files carry the identity of what was opened; hand-built
+  // ones are matched by text.
+  std::optional<MappingId> lookup(const ExternalFile& file) const {
+    if (file.device != 0 || file.inode != 0) {
+      auto it = by_identity.find(store::FileIdentity{file.device, file.inode});
+      if (it != by_identity.end()) return it->second;
+      return std::nullopt;
+    }
+    return lookup_text(file.resolved);
   }
 
   std::optional<MmapProvenance> provenance(const WeightRef& weight) const {
     if (!weight.is_external() || !weight.external || !weight.external->file) return std::nullopt;
-    const auto id = lookup(weight.external->resolved());
+    const auto id = lookup(*weight.external->file);
     if (!id) return std::nullopt;
     const Mapping* m = find(*id);
     const ExternalLocation& ext = *weight.external;
@@ -66,6 +85,20 @@ struct WeightStore::Impl {
     const Mapping* m = find(id);
     if (!m || !store::range_inside(offset, length, m->file->size())) return std::nullopt;
     return m->file->bytes().subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(length));
+  }
+
+  // Registers a fresh mapping (lock held by the caller).
+  Result<MappingId> add(std::shared_ptr<const store::MappedFile> file, const std::filesystem::path& also_known_as) {
+    if (mappings.size() >= std::numeric_limits<MappingId>::max() - 1)
+      return make_error(ErrorCode::overflow, "too many mapped files");
+    const std::filesystem::path canonical = file->path();
+    const store::FileIdentity identity = file->identity();
+    mappings.push_back({std::move(file), canonical});
+    const auto id = static_cast<MappingId>(mappings.size());
+    by_identity.emplace(identity, id);
+    by_path.emplace(canonical.string(), id);
+    if (!also_known_as.empty()) by_path.emplace(also_known_as.string(), id);
+    return id;
   }
 };
 
@@ -83,24 +116,42 @@ WeightStore& WeightStore::operator=(WeightStore&&) noexcept = default;
 
 Result<MappingId> WeightStore::map_external(const std::filesystem::path& path) {
   if (!impl_) impl_ = std::make_unique<Impl>();
-  if (Status s = store::require_regular_file(path); !s.ok()) return s;
-  std::error_code ec;
-  const std::filesystem::path canonical = std::filesystem::canonical(path, ec);
-  if (ec) {
-    Error e = make_error(ErrorCode::io, "cannot resolve path: " + ec.message());
+  auto opened = store::open_regular(path);
+  if (!opened) {
+    Error e = std::move(opened.error());
     e.file = path.string();
     return e;
   }
-  std::unique_lock lock(impl_->mutex);
-  if (auto it = impl_->by_path.find(canonical.string()); it != impl_->by_path.end()) return it->second;
-  if (impl_->mappings.size() >= std::numeric_limits<MappingId>::max() - 1)
-    return make_error(ErrorCode::overflow, "too many mapped files");
-  auto mapped = store::MappedFile::open(canonical);
+  {
+    std::shared_lock lock(impl_->mutex);
+    if (auto it = impl_->by_identity.find(store::identity_of(opened->st)); it != impl_->by_identity.end())
+      return it->second;
+  }
+  auto mapped = store::MappedFile::map(opened->fd.get(), opened->st, store::path_of(opened->fd.get(), path));
   if (!mapped) return std::move(mapped.error()).with_context("mapping external data");
-  impl_->mappings.push_back({std::move(*mapped), canonical});
-  const auto id = static_cast<MappingId>(impl_->mappings.size());
-  impl_->by_path.emplace(canonical.string(), id);
-  return id;
+  std::unique_lock lock(impl_->mutex);
+  if (auto it = impl_->by_identity.find(store::identity_of(opened->st)); it != impl_->by_identity.end())
+    return it->second;  // mapped meanwhile by another thread: ours is dropped
+  return impl_->add(std::move(*mapped), path);
+}
+
+Result<MappingId> WeightStore::map_external_fd(int fd, const std::filesystem::path& display_path) {
+  if (!impl_) impl_ = std::make_unique<Impl>();
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    Error e = make_error(ErrorCode::io, std::string("cannot stat: ") + std::strerror(errno));
+    e.file = display_path.string();
+    return e;
+  }
+  {
+    std::shared_lock lock(impl_->mutex);
+    if (auto it = impl_->by_identity.find(store::identity_of(st)); it != impl_->by_identity.end()) return it->second;
+  }
+  auto mapped = store::MappedFile::map(fd, st, display_path);
+  if (!mapped) return std::move(mapped.error()).with_context("mapping external data");
+  std::unique_lock lock(impl_->mutex);
+  if (auto it = impl_->by_identity.find(store::identity_of(st)); it != impl_->by_identity.end()) return it->second;
+  return impl_->add(std::move(*mapped), {});
 }
 
 std::optional<Bytes> WeightStore::bytes(const WeightRef& weight) const {
@@ -131,7 +182,11 @@ std::optional<Bytes> WeightStore::mmap_full_bytes(MappingId mapping) const {
 
 std::optional<MappingId> WeightStore::mapping_for(const std::filesystem::path& path) const {
   BALLAST_STORE_READ(std::nullopt);
-  return im.lookup(path);
+  if (auto id = im.lookup_text(path)) return id;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  if (auto it = im.by_identity.find(store::identity_of(st)); it != im.by_identity.end()) return it->second;
+  return std::nullopt;
 }
 
 std::optional<std::filesystem::path> WeightStore::mapping_path(MappingId mapping) const {
@@ -162,7 +217,7 @@ ReferencedWeightBytes WeightStore::referenced_weight_bytes() const {
     if (!weight.is_external() || !weight.external || !weight.external->file) continue;
     const ExternalFile* file = weight.external->file.get();
     auto [it, fresh] = mapping_of.try_emplace(file);
-    if (fresh) it->second = im.lookup(file->resolved);
+    if (fresh) it->second = im.lookup(*file);
     const auto mapping = it->second;
     if (!mapping) continue;
     per_mapping[*mapping - 1].push_back({weight.external->offset, weight.external->length});

@@ -19,15 +19,32 @@ namespace ballast {
 // Loader failures are ballast::Error values whose `file`, `tensor` and
 // `offset` fields say where; the code says which kind (not_found,
 // path_escapes, out_of_bounds, size_mismatch, overflow, malformed,
-// unsupported, io).
+// unsupported, io, out_of_memory). No allocation failure escapes as an
+// exception: it is an out_of_memory error.
 using LoaderError = Error;
 
+// What the loader admits and how much work a model may ask of it. Every
+// limit is a defence against a hostile file; docs/security.md explains each.
 struct LoadOptions {
-  // External data whose resolved target (after symlinks) lies outside the
-  // model's directory is refused unless this is set (symlinked caches).
-  bool allow_external_outside_model_dir = false;
+  // External data must lie beneath the model's directory (symlinks inside
+  // it are followed as long as they stay beneath it). With this set, it may
+  // also lie beneath the directory that holds the model file's real path
+  // (symlinks resolved): the Hugging Face cache layout, where
+  // snapshots/<rev>/ holds symlinks into ../../blobs/. Nothing else is ever
+  // admitted.
+  bool allow_model_real_dir = false;
+  // A data file with more than one hard link is refused: a hard link made
+  // elsewhere can put any file the attacker could read into the directory.
+  bool allow_hard_links = false;
   // Refuse tensors with more elements than this (absurd dims are an attack).
   std::uint64_t max_tensor_elements = std::uint64_t{1} << 40;
+  // external_data entries on one tensor (real ones have 2 to 5).
+  std::uint32_t max_external_entries = 64;
+  // Bytes of one external_data location (PATH_MAX).
+  std::uint32_t max_location_bytes = 4096;
+  // Distinct location strings in one model (each is resolved and may be
+  // mapped once; the kernel allows about 65,000 mappings per process).
+  std::uint32_t max_external_locations = 16384;
 };
 
 // An integer attribute of a node (others are not kept).

@@ -51,9 +51,15 @@ std::string_view weight_source_name(WeightSource s) noexcept;
 // An external-data file as a model names it, and what that resolved to.
 // Every weight stored in the file shares one of these: opening a model
 // with ten thousand external tensors copies no paths.
+// The loader records which file it opened (device + inode) and the store
+// finds the mapping by that identity: nothing is looked up by path again
+// after the open. A hand-built ExternalFile may leave both 0; the store
+// then matches `resolved` as text against the paths it mapped.
 struct ExternalFile {
   std::string location;            // as written in the model
-  std::filesystem::path resolved;  // absolute, symlinks resolved
+  std::filesystem::path resolved;  // absolute, symlinks resolved (for display; never re-opened)
+  std::uint64_t device = 0;        // st_dev of the opened file, 0 = not recorded
+  std::uint64_t inode = 0;         // st_ino of the opened file
 };
 
 // An external_data entry as written in the model, and what it resolved to.
@@ -145,9 +151,16 @@ class WeightStore {
   // The descriptors, keyed by the value they initialize.
   std::unordered_map<ValueId, WeightRef> weights;
 
-  // Maps `path` read-only and registers it under its canonical path.
-  // Idempotent: the same file mapped twice returns the same id, one mapping.
+  // Maps `path` read-only (symlinks followed: the caller chose the path)
+  // and registers it. Idempotent by device + inode: the same file mapped
+  // twice, under any name, returns the same id and one mapping. A FIFO or
+  // a device is refused before it is opened.
   Result<MappingId> map_external(const std::filesystem::path& path);
+  // Maps the regular file open for reading on `fd` (the loader's way: the
+  // descriptor it checked is the one mapped; `display_path` is only
+  // recorded, never opened). Idempotent by device + inode. `fd` stays the
+  // caller's; it may be closed once this returns.
+  Result<MappingId> map_external_fd(int fd, const std::filesystem::path& display_path);
 
   // The raw little-endian bytes of `weight`: inline bytes are borrowed,
   // external ones sliced from their mapping. nullopt when the file is not
@@ -159,6 +172,8 @@ class WeightStore {
 
   std::optional<Bytes> mmap_region_bytes(MappingId mapping, std::uint64_t offset, std::uint64_t length) const;
   std::optional<Bytes> mmap_full_bytes(MappingId mapping) const;
+  // The mapping of the file `path` names now (stat'ed: a query by name, so
+  // it follows symlinks; bytes() never does this).
   std::optional<MappingId> mapping_for(const std::filesystem::path& path) const;
   std::optional<std::filesystem::path> mapping_path(MappingId mapping) const;
   std::size_t mapping_count() const noexcept;

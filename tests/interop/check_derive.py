@@ -26,6 +26,7 @@ unavailable on this machine.
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -187,7 +188,10 @@ def compare(name, got, want, int8_tolerance=0):
 
 
 def load_dump(dump):
-    return {f[:-4]: np.load(os.path.join(dump, f)) for f in sorted(os.listdir(dump)) if f.endswith(".npy")}
+    # A name that had to be sanitized (e.g. "weight@node") carries "~" and a
+    # 16-digit hash of the full name; the comparison keys by the readable part.
+    return {re.sub(r"~[0-9a-f]{16}", "", f[:-4]): np.load(os.path.join(dump, f))
+            for f in sorted(os.listdir(dump)) if f.endswith(".npy")}
 
 
 def main():

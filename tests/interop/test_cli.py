@@ -212,7 +212,26 @@ def test_hostile(cli, sample_dir, work):
     expect(rc == 2 and one_line_error(err, "path_escapes"),
            "inspect symlink escape: exit 2, one line naming path_escapes (got %d: %s)" % (rc, err.strip()))
     rc, _, err = cli("verify", "--allow-external-outside-model-dir", path)
-    expect(rc == 0, "verify --allow-external-outside-model-dir accepts the symlinked cache (got %d: %s)" % (rc, err.strip()))
+    expect(rc == 2 and one_line_error(err, "path_escapes"),
+           "verify --allow-external-outside-model-dir no longer admits any outside file (got %d: %s)" % (rc, err.strip()))
+
+    # A Hugging Face cache: snapshots/rev/ holds symlinks into ../../blobs/.
+    # The model file's real directory (blobs/) is admitted with the flag, nothing else.
+    cache = os.path.join(work, "hf_cache")
+    shutil.rmtree(cache, ignore_errors=True)
+    os.makedirs(os.path.join(cache, "blobs"))
+    os.makedirs(os.path.join(cache, "snapshots", "rev"))
+    shutil.copy(os.path.join(sample_dir, "sample.onnx"), os.path.join(cache, "blobs", "m0"))
+    shutil.copy(os.path.join(sample_dir, "sample.weights"), os.path.join(cache, "blobs", "w0"))
+    os.symlink("../../blobs/m0", os.path.join(cache, "snapshots", "rev", "sample.onnx"))
+    os.symlink("../../blobs/w0", os.path.join(cache, "snapshots", "rev", "sample.weights"))
+    path = os.path.join(cache, "snapshots", "rev", "sample.onnx")
+    rc, _, err = cli("inspect", path)
+    expect(rc == 2 and one_line_error(err, "path_escapes", "allow_model_real_dir"),
+           "inspect HF cache without the flag: path_escapes naming the option (got %d: %s)" % (rc, err.strip()))
+    for flag in ("--allow-model-real-dir", "--allow-external-outside-model-dir"):
+        rc, _, err = cli("verify", flag, path)
+        expect(rc == 0, "verify %s accepts the HF cache layout (got %d: %s)" % (flag, rc, err.strip()))
 
     # A FIFO where the data file should be: refused, never opened for reading.
     path = copy_sample(sample_dir, os.path.join(work, "hostile_fifo"))

@@ -193,8 +193,12 @@ class DeriveJob {
     for (const Output& o : outputs_of(p, *sizes, dst, dst2, w.dims)) {
       std::vector<std::byte> host(o.bytes);
       if (Status s = gpu_.copy_to_host(host, o.ptr, 0); !s.ok()) return std::move(s).with_context("reading back " + o.suffix);
-      const auto path = std::filesystem::path(opt_.dump) / (safe_file_stem(stem) + "." + o.suffix + ".npy");
-      if (Status s = write_npy(path, o.descr, o.shape, host); !s.ok()) return s;
+      if (!dump_dir_) {  // beneath one directory handle, never following a planted symlink
+        auto dir = DumpDirectory::open(opt_.dump);
+        if (!dir.ok()) return dir.status();
+        dump_dir_.emplace(std::move(*dir));
+      }
+      if (auto written = dump_dir_->write_npy(stem, o.suffix, o.descr, o.shape, host); !written.ok()) return written.status();
     }
     return Status();
   }
@@ -212,6 +216,7 @@ class DeriveJob {
   std::uint64_t shared_ = 0;
   std::uint64_t distinct_by_parameters_ = 0;
   Status failure_;
+  std::optional<DumpDirectory> dump_dir_;
 };
 
 int run_derive(const Options& opt) {

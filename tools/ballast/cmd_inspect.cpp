@@ -265,8 +265,8 @@ const RegisterCommand kInspect{{
       sub.add_flag("--hash", opt->hash, "add the SHA-256 of every weight's bytes (reads them all)");
       sub.add_option("--map", opt->map, "write an SVG map of referenced vs dead bytes per external file")
           ->type_name("FILE.svg");
-      sub.add_flag("--allow-external-outside-model-dir", opt->load.allow_external_outside_model_dir,
-                   "accept external data whose resolved path leaves the model's folder (symlinked caches)");
+      sub.add_flag("--allow-model-real-dir,--allow-external-outside-model-dir", opt->load.allow_model_real_dir,
+                   "also accept external data beneath the folder of the model file's real path (symlinked caches)");
       return [opt] { return run_inspect(*opt); };
     },
 }};

@@ -93,8 +93,8 @@ const RegisterCommand kVerify{{
     [](CLI::App& sub) -> std::function<int()> {
       auto opt = std::make_shared<VerifyOptions>();
       sub.add_option("MODEL", opt->model, "the .onnx file")->required();
-      sub.add_flag("--allow-external-outside-model-dir", opt->load.allow_external_outside_model_dir,
-                   "accept external data whose resolved path leaves the model's folder (symlinked caches)");
+      sub.add_flag("--allow-model-real-dir,--allow-external-outside-model-dir", opt->load.allow_model_real_dir,
+                   "also accept external data beneath the folder of the model file's real path (symlinked caches)");
       return [opt] { return run_verify(*opt); };
     },
 }};

@@ -1,12 +1,22 @@
 #include "support_npy.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <string>
+#include <system_error>
 
 namespace ballast::cli {
 
-Status write_npy(const std::filesystem::path& path, std::string_view descr, const std::vector<std::uint64_t>& shape,
-                 std::span<const std::byte> data) {
+namespace {
+
+// The .npy header (magic, version, length, dict, padding) for these values.
+std::string npy_header(std::string_view descr, const std::vector<std::uint64_t>& shape) {
   std::string dims;
   for (std::uint64_t d : shape) dims += std::to_string(d) + ", ";
   if (shape.size() > 1) dims.resize(dims.size() - 1);  // "(3, 4)" but "(3,)"
@@ -15,17 +25,56 @@ Status write_npy(const std::filesystem::path& path, std::string_view descr, cons
   const std::size_t unpadded = 10 + header.size() + 1;
   header.append((64 - unpadded % 64) % 64, ' ');
   header += '\n';
+  const auto len = static_cast<std::uint16_t>(header.size());
+  std::string out = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
+  return out + header;
+}
+
+Status write_all(int fd, const void* data, std::size_t size, const std::filesystem::path& path) {
+  const auto* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      Error e = make_error(ErrorCode::io, std::string("write failed: ") + std::strerror(errno));
+      e.file = path.string();
+      return e;
+    }
+    p += n;
+    size -= static_cast<std::size_t>(n);
+  }
+  return Status();
+}
+
+std::string hex64(std::uint64_t v) {
+  static const char digits[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, v >>= 4) out[static_cast<std::size_t>(i)] = digits[v & 15];
+  return out;
+}
+
+// FNV-1a, 64 bits: not a defence against chosen collisions (the names come
+// from the model being derived), only a short, stable tag per name.
+std::uint64_t fnv1a(std::string_view text) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : text) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+Status write_npy(const std::filesystem::path& path, std::string_view descr, const std::vector<std::uint64_t>& shape,
+                 std::span<const std::byte> data) {
+  const std::string header = npy_header(descr, shape);
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) {
     Error e = make_error(ErrorCode::io, "cannot create file");
     e.file = path.string();
     return e;
   }
-  const char magic[8] = {'\x93', 'N', 'U', 'M', 'P', 'Y', 1, 0};
-  out.write(magic, 8);
-  const auto len = static_cast<std::uint16_t>(header.size());
-  const char len_le[2] = {static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
-  out.write(len_le, 2);
   out.write(header.data(), static_cast<std::streamsize>(header.size()));
   out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
   if (!out.flush()) {
@@ -44,6 +93,90 @@ std::string safe_file_stem(std::string_view name) {
   }
   if (out.empty() || out[0] == '.') out.insert(out.begin(), '_');
   return out;
+}
+
+Result<DumpDirectory> DumpDirectory::open(const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    Error e = make_error(ErrorCode::io, "cannot create dump directory: " + ec.message());
+    e.file = dir.string();
+    return e;
+  }
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    Error e = make_error(ErrorCode::io, std::string("cannot open dump directory: ") + std::strerror(errno));
+    e.file = dir.string();
+    return e;
+  }
+  return DumpDirectory(dir, fd);
+}
+
+DumpDirectory::DumpDirectory(DumpDirectory&& other) noexcept
+    : path_(std::move(other.path_)), fd_(std::exchange(other.fd_, -1)), written_(std::move(other.written_)) {}
+
+DumpDirectory& DumpDirectory::operator=(DumpDirectory&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(other.path_);
+    fd_ = std::exchange(other.fd_, -1);
+    written_ = std::move(other.written_);
+  }
+  return *this;
+}
+
+DumpDirectory::~DumpDirectory() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::string DumpDirectory::file_name(std::string_view weight, std::string_view suffix) {
+  constexpr std::size_t kMaxName = 255;  // NAME_MAX on every Linux file system
+  const std::string tail = "." + safe_file_stem(suffix) + ".npy";
+  std::string stem = safe_file_stem(weight);
+  const std::string tag = "~" + hex64(fnv1a(weight));
+  if (stem != weight || stem.size() + tail.size() > kMaxName) {
+    stem.resize(std::min(stem.size(), kMaxName - tail.size() - tag.size()));
+    stem += tag;
+  }
+  return stem + tail;
+}
+
+Result<std::filesystem::path> DumpDirectory::write_npy(std::string_view weight, std::string_view suffix,
+                                                       std::string_view descr, const std::vector<std::uint64_t>& shape,
+                                                       std::span<const std::byte> data) {
+  const std::string name = file_name(weight, suffix);
+  const std::filesystem::path path = path_ / name;
+  auto refuse = [&](std::string why) {
+    Error e = make_error(ErrorCode::io, std::move(why));
+    e.file = path.string();
+    e.tensor = std::string(weight);
+    return e;
+  };
+  if (written_.count(name) != 0)
+    return refuse("two dumped tensors would share this file name; the second is not written");
+  constexpr int kCreate = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  int fd = ::openat(fd_, name.c_str(), kCreate, 0644);
+  if (fd < 0 && errno == EEXIST) {
+    // Left by an earlier run? Replace a regular file; anything else (a
+    // symlink above all) stays untouched.
+    struct stat st {};
+    if (::fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+      return refuse(std::string("cannot inspect the existing file: ") + std::strerror(errno));
+    if (!S_ISREG(st.st_mode))
+      return refuse(std::string("refusing to write: ") + (S_ISLNK(st.st_mode) ? "a symlink" : "something other than a regular file") +
+                    " is in the dump file's place (left untouched)");
+    if (::unlinkat(fd_, name.c_str(), 0) != 0)
+      return refuse(std::string("cannot replace the file of an earlier run: ") + std::strerror(errno));
+    fd = ::openat(fd_, name.c_str(), kCreate, 0644);
+  }
+  if (fd < 0) return refuse(std::string("cannot create file: ") + std::strerror(errno));
+  written_.insert(name);
+  const std::string header = npy_header(descr, shape);
+  Status s = write_all(fd, header.data(), header.size(), path);
+  if (s.ok()) s = write_all(fd, data.data(), data.size(), path);
+  if (::close(fd) != 0 && s.ok()) return refuse(std::string("close failed: ") + std::strerror(errno));
+  if (!s.ok()) return s.error();
+  return path;
 }
 
 }  // namespace ballast::cli

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <span>
+#include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 namespace ballast::cli {
@@ -18,6 +20,45 @@ Status write_npy(const std::filesystem::path& path, std::string_view descr, cons
                  std::span<const std::byte> data);
 
 // A file-name-safe form of a tensor name ("model/layer.0:w" -> "model_layer.0_w").
+// Not unique ("a/b" and "a_b" give the same stem): DumpDirectory names files.
 std::string safe_file_stem(std::string_view name);
+
+// The directory `derive --dump` writes into, held open as a handle. Files
+// are created beneath that handle with O_CREAT | O_EXCL | O_NOFOLLOW, so a
+// symlink planted in the directory is never followed and nothing outside
+// it is ever written.
+class DumpDirectory {
+ public:
+  // Creates `dir` (and its parents) when missing and opens it.
+  static Result<DumpDirectory> open(const std::filesystem::path& dir);
+
+  DumpDirectory(DumpDirectory&& other) noexcept;
+  DumpDirectory& operator=(DumpDirectory&& other) noexcept;
+  DumpDirectory(const DumpDirectory&) = delete;
+  DumpDirectory& operator=(const DumpDirectory&) = delete;
+  ~DumpDirectory();
+
+  // The name of the file for weight `weight`, output `suffix`: the safe
+  // stem, `.suffix.npy`; when sanitizing changed the name or it had to be
+  // cut to fit 255 bytes, a `~` and 16 hex digits of a hash of the full
+  // name go before the suffix (`~` never survives sanitizing, so such a
+  // name cannot meet an unchanged one).
+  static std::string file_name(std::string_view weight, std::string_view suffix);
+
+  // Writes weight `weight`'s output `suffix` as .npy. A regular file left
+  // by an earlier run is replaced (unlinked, then created afresh); a
+  // symlink or anything else in its place is refused and left alone, as is
+  // a second file of the same name in one run. Returns the file's path.
+  Result<std::filesystem::path> write_npy(std::string_view weight, std::string_view suffix, std::string_view descr,
+                                          const std::vector<std::uint64_t>& shape, std::span<const std::byte> data);
+
+  const std::filesystem::path& path() const noexcept { return path_; }
+
+ private:
+  DumpDirectory(std::filesystem::path path, int fd) : path_(std::move(path)), fd_(fd) {}
+  std::filesystem::path path_;
+  int fd_ = -1;
+  std::unordered_set<std::string> written_;  // names created in this run
+};
 
 }  // namespace ballast::cli
