@@ -295,7 +295,8 @@ Result<std::vector<DerivedValue>> derive_all_unwrapped(const DeriveContext& ctx,
   {
     std::vector<DerivedValue> scratch(1);
     DeriveProgress ignored;
-    Wave copies(ctx, scratch, ignored, {});
+    const DeriveProgressFn silent;  // a named object: Wave keeps a reference
+    Wave copies(ctx, scratch, ignored, silent);
     for (const PlannedDerivation& p : plan) {
       if (!p.of_transposed) continue;
       const PlannedDerivation t = transposed_source_of(p);

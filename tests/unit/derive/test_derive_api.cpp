@@ -1,0 +1,152 @@
+// The one-call derive API on the CPU backend: planning from the graph,
+// derive_weights() in one batch, derive_weight() hitting what the batch
+// memoized, consumers of shared bytes kept apart, errors naming the weight.
+#include <ballast/backend_registry.hpp>
+#include <ballast/derive.hpp>
+#include <ballast/model_resource.hpp>
+#include <doctest/doctest.h>
+
+#include "unit/onnx/load_helpers.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+using namespace ballast;
+using namespace ballast::testing;
+
+namespace {
+
+std::vector<std::uint8_t> pattern(std::size_t n, unsigned seed) {
+  std::vector<std::uint8_t> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::uint8_t>((i * 37 + seed * 11) & 0xff);
+  return out;
+}
+
+std::vector<std::uint8_t> floats(std::size_t n, float scale) {
+  std::vector<float> f(n);
+  for (std::size_t i = 0; i < n; ++i) f[i] = scale * static_cast<float>(1 + i % 5);
+  std::vector<std::uint8_t> out(n * 4);
+  std::memcpy(out.data(), f.data(), out.size());
+  return out;
+}
+
+// MatMul W [8, 16] f32, and one MatMulNBits B (N=4, K=64, block 32) under
+// two scales tensors.
+Model model() {
+  using namespace onnx_proto;
+  Proto w = tensor("W", 1, {8, 16});
+  raw_data(w, floats(8 * 16, 0.25f));
+  Proto b = tensor("B", 2, {4, 2, 16});
+  raw_data(b, pattern(4 * 2 * 16, 3));
+  Proto sa = tensor("scales_a", 1, {8});
+  raw_data(sa, floats(8, 0.01f));
+  Proto sb = tensor("scales_b", 1, {8});
+  raw_data(sb, floats(8, 0.5f));
+  auto nbits = [](std::string_view scales, std::string_view out) {
+    return node("MatMulNBits", {"X", "B", scales}, {out},
+                {attribute_int("K", 64), attribute_int("N", 4), attribute_int("bits", 4), attribute_int("block_size", 32)},
+                "com.microsoft");
+  };
+  // The bytes must outlive the Model (its names are views into them).
+  static const Proto bytes = onnx_proto::model(
+      graph({node("MatMul", {"X", "W"}, {"Y"}), nbits("scales_a", "Q1"), nbits("scales_b", "Q2")}, {w, b, sa, sb}));
+  auto m = load_proto(bytes);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  return std::move(*m);
+}
+
+}  // namespace
+
+TEST_CASE("derive_weights memoizes every planned derivation once; derive_weight then hits") {
+  Model m = model();
+  auto plan = plan_derivations(m);
+  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+  // W: transpose, to_f16, quant_int8; B: dequant + repack under each scales.
+  REQUIRE(plan->size() == 7);
+  CHECK(std::count_if(plan->begin(), plan->end(), [](auto& p) { return p.kind == Derivation::dequant_int4; }) == 2);
+
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  const auto baseline = (*gpu)->counters();
+  {
+    DeviceWeights sources(**gpu, m.store());
+    DerivedWeights memo;
+    TeardownHost<GpuBackend> host(**gpu);
+    host.add(sources);
+    host.add(memo);
+    const DeriveContext ctx{**gpu, m, sources, memo};
+
+    std::vector<DeriveProgress> seen;
+    auto values = derive_weights(ctx, *plan, [&](const DeriveProgress& p) { seen.push_back(p); });
+    REQUIRE_MESSAGE(values.ok(), values.error().to_string());
+    REQUIRE(values->size() == plan->size());
+    REQUIRE(seen.size() == plan->size());
+    CHECK(seen.back().done == seen.back().total);
+    CHECK(seen.back().source_bytes_done == seen.back().source_bytes_total);
+    CHECK(memo.len() == 7);  // quant_int8 reads the planned transpose: shared, not rebuilt
+
+    std::vector<DevicePtr> dequant;
+    for (std::size_t i = 0; i < plan->size(); ++i) {
+      CHECK((*values)[i].first != 0);
+      if ((*plan)[i].kind == Derivation::dequant_int4) dequant.push_back((*values)[i].first);
+      // One at a time now: the same memoized value, nothing rebuilt.
+      const auto builds = memo.stats().builds;
+      auto again = derive_weight(ctx, (*plan)[i]);
+      REQUIRE_MESSAGE(again.ok(), again.error().to_string());
+      CHECK(again->first == (*values)[i].first);
+      CHECK(again->second == (*values)[i].second);
+      CHECK(memo.stats().builds == builds);
+    }
+    REQUIRE(dequant.size() == 2);
+    CHECK(dequant[0] != dequant[1]);  // same B, other scales: two values
+    // The scales differ by 50x, so the dequantised values must too.
+    std::vector<std::byte> a(4 * 64 * 2), b(4 * 64 * 2);
+    REQUIRE((*gpu)->copy_to_host(a, dequant[0], 0).ok());
+    REQUIRE((*gpu)->copy_to_host(b, dequant[1], 0).ok());
+    CHECK(a != b);
+
+    auto by_name = derive_weight(ctx, "W", Derivation::transpose);
+    REQUIRE_MESSAGE(by_name.ok(), by_name.error().to_string());
+    CHECK(by_name->first == (*values)[0].first);
+
+    auto missing = derive_weight(ctx, "nope", Derivation::transpose);
+    REQUIRE_FALSE(missing.ok());
+    CHECK(missing.code() == ErrorCode::not_found);
+    CHECK(missing.error().to_string().find("'nope'") != std::string::npos);
+    auto wrong = derive_weight(ctx, "W", Derivation::dequant_int4);
+    CHECK(wrong.code() == ErrorCode::invalid_argument);
+
+    const auto report = host.teardown(**gpu);
+    CHECK_MESSAGE(report.ok(), report.to_string());
+  }
+  const auto after = (*gpu)->counters();
+  CHECK(after.live_allocations == baseline.live_allocations);
+  CHECK(after.live_registrations == baseline.live_registrations);
+}
+
+TEST_CASE("a failing derivation names the weight and node, and leaves nothing allocated") {
+  Model m = model();
+  auto plan = plan_derivations(m);
+  REQUIRE(plan.ok());
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  const auto baseline = (*gpu)->counters();
+  {
+    DeviceWeights sources(**gpu, m.store());
+    DerivedWeights memo;
+    TeardownHost<GpuBackend> host(**gpu);
+    host.add(sources);
+    host.add(memo);
+    const DeriveContext ctx{**gpu, m, sources, memo};
+    std::vector<PlannedDerivation> bad = *plan;
+    bad[1].launch.rows = 1000;  // to_f16 of W reading far past its 512 bytes
+    auto values = derive_weights(ctx, bad);
+    REQUIRE_FALSE(values.ok());
+    CHECK(values.error().to_string().find("'W'") != std::string::npos);
+    CHECK(memo.len() == 0);  // nothing of the failed wave is memoized
+    const auto report = host.teardown(**gpu);
+    CHECK_MESSAGE(report.ok(), report.to_string());
+  }
+  CHECK((*gpu)->counters().live_allocations == baseline.live_allocations);
+}
