@@ -2,6 +2,8 @@
 
 #include "host_import.hpp"
 
+#include <ballast/log.hpp>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -147,7 +149,7 @@ VulkanBackend::~VulkanBackend() {
   // No later call can report what the layer said while tearing down
   // (leaked objects, say): make it visible at least.
   if (log_)
-    if (auto e = log_->take_pending()) std::fprintf(stderr, "ballast vulkan: at teardown: %s\n", e->to_string().c_str());
+    if (auto e = log_->take_pending()) log_message(LogLevel::error, "vulkan", "at teardown: " + e->to_string());
 }
 
 Status VulkanBackend::pending_validation_error() {

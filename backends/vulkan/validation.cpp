@@ -1,5 +1,7 @@
 #include "validation.hpp"
 
+#include <ballast/log.hpp>
+
 #include <cstring>
 #include <vector>
 
@@ -31,6 +33,10 @@ void ValidationLog::record(const VkDebugUtilsMessengerCallbackDataEXT& data,
   std::string text = severity == VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT ? "validation error" : "validation warning";
   if (data.pMessageIdName != nullptr) text += std::string(" [") + data.pMessageIdName + "]";
   if (data.pMessage != nullptr) text += std::string(": ") + data.pMessage;
+  // Every message reaches the engine's log as it arrives; the oldest one
+  // also becomes the next call's error (below).
+  log_message(severity == VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT ? LogLevel::error : LogLevel::warning, "vulkan",
+              text);
   std::lock_guard lock(mutex_);
   ++count_;
   if (pending_)

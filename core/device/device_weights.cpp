@@ -1,4 +1,5 @@
 #include <ballast/device_weights.hpp>
+#include <ballast/log.hpp>
 
 #include <mutex>
 #include <unordered_map>
@@ -59,6 +60,9 @@ struct DeviceWeights::Impl {
     }
     if (base == 0) {
       residency.fallback_files += 1;
+      log_message(LogLevel::warning, "device weights",
+                  "uploading the weights of " + store->mapping_path(mapping).value_or("?").string() +
+                      " instead of registering the mapping: " + why);
       if (residency.fallback_reason.empty()) residency.fallback_reason = why;
     }
     registrations.emplace(mapping, base);

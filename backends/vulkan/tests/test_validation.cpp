@@ -1,6 +1,10 @@
 #include "support.hpp"
 
+#include <ballast/log.hpp>
+
 #include <numeric>
+#include <string>
+#include <vector>
 
 namespace ballast::vulkan::test {
 
@@ -84,6 +88,10 @@ TEST_CASE("a validation message is counted and reported once as an error") {
   }
   CHECK(log.message_count() == 0);
   CHECK_FALSE(log.take_pending().has_value());
+  std::vector<std::string> logged;  // each message also reaches the engine's log sink as it arrives
+  ballast::set_log_sink([&](const ballast::LogMessage& m) {
+    if (m.source == "vulkan" && m.level == ballast::LogLevel::error) logged.emplace_back(m.text);
+  });
   // A deliberate misuse the layer must flag: a messenger whose pNext chain
   // carries a structure that does not belong there.
   VkDebugUtilsMessengerCreateInfoEXT info = log.messenger_info();
@@ -93,7 +101,10 @@ TEST_CASE("a validation message is counted and reported once as an error") {
   VkDebugUtilsMessengerEXT messenger = VK_NULL_HANDLE;
   const VkResult r = (*instance)->fns().CreateDebugUtilsMessengerEXT((*instance)->handle(), &info, nullptr, &messenger);
   if (r == VK_SUCCESS) (*instance)->fns().DestroyDebugUtilsMessengerEXT((*instance)->handle(), messenger, nullptr);
+  ballast::set_log_sink({});
   CHECK(log.message_count() >= 1);
+  CHECK(logged.size() == log.message_count());
+  CHECK((!logged.empty() && logged[0].find("validation error") != std::string::npos));
   auto e = log.take_pending();
   REQUIRE(e.has_value());
   CHECK(e->code == ErrorCode::device_error);

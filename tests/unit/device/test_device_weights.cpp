@@ -3,6 +3,7 @@
 // wrappers that lack or refuse registration (so the upload fallback is).
 #include <ballast/backend_registry.hpp>
 #include <ballast/device_weights.hpp>
+#include <ballast/log.hpp>
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -163,7 +164,12 @@ TEST_CASE("external weights are registered once, whole, and read in place; inlin
 TEST_CASE("without registration every weight is uploaded, and the fallback says why") {
   auto gpu = open_backend("cpu");
   REQUIRE(gpu.ok());
+  std::vector<std::string> logged;  // fallbacks reach the engine's log sink, not stderr
+  set_log_sink([&](const LogMessage& m) {
+    logged.push_back(std::string(log_level_name(m.level)) + " " + std::string(m.source) + ": " + std::string(m.text));
+  });
   for (auto mode : {Wrapper::Mode::no_capability, Wrapper::Mode::refuse}) {
+    logged.clear();
     Wrapper w(**gpu, mode);
     Fixture f;
     const AllocationCounters before = w.counters();
@@ -181,9 +187,13 @@ TEST_CASE("without registration every weight is uploaded, and the fallback says 
     } else {
       CHECK(r.fallback_reason.find("TEST_REGISTRATION_REFUSED") != std::string::npos);
     }
+    REQUIRE(logged.size() == 1);  // once per mapping, not per weight
+    CHECK(logged[0].rfind("warning device weights: uploading the weights of ", 0) == 0);
+    CHECK(logged[0].find(r.fallback_reason) != std::string::npos);
     CHECK(dw.release(w).status.ok());
     CHECK(w.counters().live_allocations == before.live_allocations);
   }
+  set_log_sink({});
 }
 
 TEST_CASE("an unknown weight or an out-of-bounds range is an error, not a crash") {
