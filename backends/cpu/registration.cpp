@@ -44,6 +44,7 @@ class CpuPlugin final : public BackendPlugin {
     info_.index = 0;
     info_.name = cpu_model_name();
     info_.uuid = cpu_uuid();
+    info_.driver = "none: built into libballast";
     info_.memory_bytes = physical_memory_bytes();
     caps_.host_registration = true;
     caps_.read_only_registration = true;

@@ -77,6 +77,10 @@ NativeCode device_info(int index, gpu::NativeDevice* out) {
   std::memcpy(out->uuid.data(), p.uuid.bytes, out->uuid.size());
   out->total_memory = p.totalGlobalMem;
   out->can_map_host_memory = p.canMapHostMemory != 0;
+  int driver = 0, runtime = 0;
+  if (cudaDriverGetVersion(&driver) == cudaSuccess && cudaRuntimeGetVersion(&runtime) == cudaSuccess)
+    out->driver = "CUDA driver " + std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10) + ", runtime " +
+                  std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10);
   int read_only = 0;
   if (cudaError_t e = cudaDeviceGetAttribute(&read_only, cudaDevAttrHostRegisterReadOnlySupported, index); e != cudaSuccess)
     return as_native(e);

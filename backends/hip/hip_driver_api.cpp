@@ -69,6 +69,9 @@ NativeCode device_info(int index, gpu::NativeDevice* out) {
   out->name = p.name;
   out->total_memory = p.totalGlobalMem;
   out->can_map_host_memory = p.canMapHostMemory != 0;
+  int driver = 0, runtime = 0;
+  if (hipDriverGetVersion(&driver) == hipSuccess && hipRuntimeGetVersion(&runtime) == hipSuccess)
+    out->driver = "HIP driver " + std::to_string(driver) + ", runtime " + std::to_string(runtime);
   out->read_only_registration = false;  // HIP 5.2 has no read-only registration flag
   hipDevice_t device = 0;
   if (hipError_t e = hipDeviceGet(&device, index); e != hipSuccess) return as_native(e);

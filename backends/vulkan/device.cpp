@@ -162,15 +162,19 @@ PhysicalDevice probe(const Instance& instance, VkPhysicalDevice handle, int inde
     tail = &m4.pNext;
   }
   if (d.host_import) *tail = &host;
+  VkPhysicalDeviceDriverProperties driver{};  // core in Vulkan 1.2, which ballast requires
+  driver.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES;
+  driver.pNext = &id;
   VkPhysicalDeviceProperties2 props2{};
   props2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2;
-  props2.pNext = &id;
+  props2.pNext = &driver;
   if (api >= VK_API_VERSION_1_2) f.GetPhysicalDeviceProperties2(handle, &props2);
 
   d.info.backend = "vulkan";
   d.info.index = index;
   d.info.name = d.properties.deviceName;
   d.info.uuid = format_uuid(id.deviceUUID);
+  d.info.driver = std::string(driver.driverName) + ": " + driver.driverInfo;
   for (std::uint32_t h = 0; h < d.memory.memoryHeapCount; ++h)
     if (d.memory.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) d.info.memory_bytes += d.memory.memoryHeaps[h].size;
   d.max_allocation = m3.maxMemoryAllocationSize;

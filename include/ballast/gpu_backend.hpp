@@ -18,6 +18,7 @@ struct DeviceInfo {
   int index = 0;             // position in the backend's device list
   std::string name;          // e.g. "NVIDIA H200", "llvmpipe (LLVM 15.0.6, 256 bits)"
   std::string uuid;          // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+  std::string driver;        // e.g. "CUDA driver 13.0, runtime 13.0", "llvmpipe: Mesa 22.3.6 (LLVM 15.0.6)"
   std::uint64_t memory_bytes = 0;
 };
 

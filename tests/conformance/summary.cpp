@@ -145,7 +145,7 @@ void print_json(const RunSummary& run, const std::vector<CaseOutcome>& cases, st
     const auto& d = *run.device;
     j += ",\n  \"device\": {\"backend\": " + json_string(d.backend) + ", \"index\": " + std::to_string(d.index) +
          ", \"name\": " + json_string(d.name) + ", \"uuid\": " + json_string(d.uuid) +
-         ", \"memory_bytes\": " + std::to_string(d.memory_bytes) + ", \"driver_version\": null}";
+         ", \"memory_bytes\": " + std::to_string(d.memory_bytes) + ", \"driver\": " + json_string(d.driver) + "}";
   } else {
     j += ",\n  \"device\": null";
   }
@@ -181,8 +181,7 @@ void print_text(const RunSummary& run, const std::vector<CaseOutcome>& cases, st
   } else {
     std::fprintf(out, "device:   (not opened)\n");
   }
-  // DeviceInfo carries no driver version yet; say so rather than guess.
-  std::fprintf(out, "driver:   not reported by the backend\n");
+  if (run.device) std::fprintf(out, "driver:   %s\n", run.device->driver.empty() ? "(not reported)" : run.device->driver.c_str());
   std::fprintf(out, "ballast:  %s (%s)\n", BALLAST_VERSION_STRING, ballast::build_fingerprint());
   if (!run.skipped.empty()) std::fprintf(out, "skipped:  %s\n", run.skipped.c_str());
   if (!run.open_error.empty()) std::fprintf(out, "error:    %s\n", run.open_error.c_str());

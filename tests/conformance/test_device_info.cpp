@@ -29,6 +29,7 @@ TEST_CASE("device info: identity, memory and capabilities are consistent") {
   CHECK(info.backend == config->name);
   CHECK_FALSE(info.name.empty());
   CHECK_MESSAGE(is_uuid(info.uuid), "uuid \"" << info.uuid << "\" is not GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx");
+  CHECK_MESSAGE(!info.driver.empty(), "the device reports no driver version (bug reports need it)");
   CHECK(info.memory_bytes > 0);
   CHECK(info.index >= 0);
   if (config->device_index) CHECK(info.index == *config->device_index);
@@ -50,6 +51,7 @@ TEST_CASE("device info: identity, memory and capabilities are consistent") {
     CHECK(listed.index == info.index);
     CHECK(listed.name == info.name);
     CHECK(listed.uuid == info.uuid);
+    CHECK(listed.driver == info.driver);
     CHECK(listed.memory_bytes == info.memory_bytes);
   }
 }

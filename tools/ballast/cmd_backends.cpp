@@ -79,7 +79,7 @@ int print_json(const std::vector<BackendListing>& listing, const std::vector<std
     j["searched"] = b.searched;
     nlohmann::json devices = nlohmann::json::array();
     for (const auto& d : b.devices) {
-      devices.push_back({{"index", d.index}, {"name", d.name}, {"uuid", d.uuid}, {"memory_bytes", d.memory_bytes}});
+      devices.push_back({{"index", d.index}, {"name", d.name}, {"uuid", d.uuid}, {"driver", d.driver}, {"memory_bytes", d.memory_bytes}});
     }
     j["devices"] = devices;
     if (b.state == BackendListing::State::available) {

@@ -25,6 +25,7 @@ enum class CopyKind : std::uint8_t { host_to_device, device_to_host, device_to_d
 struct NativeDevice {
   std::string name;
   std::array<std::uint8_t, 16> uuid{};
+  std::string driver;  // the driver's (and runtime's) version, for bug reports
   std::uint64_t total_memory = 0;
   bool can_map_host_memory = false;
   bool read_only_registration = false;

@@ -66,6 +66,7 @@ Result<std::unique_ptr<GpuBackend>> RuntimeBackend::open(const DriverApi& api, i
   info.index = index;
   info.name = dev.name;
   info.uuid = format_uuid(dev.uuid);
+  info.driver = dev.driver;
   info.memory_bytes = dev.total_memory;
 
   Capabilities caps;

@@ -24,6 +24,7 @@ Result<std::vector<DeviceInfo>> RuntimePlugin::devices() {
     info.index = i;
     info.name = dev.name;
     info.uuid = format_uuid(dev.uuid);
+    info.driver = dev.driver;
     info.memory_bytes = dev.total_memory;
     out.push_back(std::move(info));
   }

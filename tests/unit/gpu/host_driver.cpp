@@ -89,6 +89,7 @@ NativeCode device_info(int index, NativeDevice* out) {
   out->name = "host device " + std::to_string(index);
   for (std::size_t i = 0; i < out->uuid.size(); ++i) out->uuid[i] = static_cast<std::uint8_t>(16 * index + i);
   out->total_memory = std::uint64_t{1} << 30;
+  out->driver = "host driver 1.0";
   out->can_map_host_memory = true;
   out->read_only_registration = state().read_only_registration;
   return 0;
