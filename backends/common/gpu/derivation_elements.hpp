@@ -496,7 +496,12 @@ BALLAST_HD inline void dequant_chunk_wide(const Int4Shape& s, uint64_t n, uint64
   const uint64_t k0 = 32 * chunk;
   const Vec4 codes = load16(reinterpret_cast<const Vec4*>(b + n * s.row_bytes + 16 * chunk));
   // Blocks of the chunk's first and last 16 columns (equal unless block_size is 16).
-  const uint64_t block_a = k0 >> s.block_shift, block_b = (k0 + 16) >> s.block_shift;
+  // The chunk's second half may lie wholly past K (the row's last chunk):
+  // its block is then one past the last, and no column of it is used, but
+  // its zero point must still not be read past the end (ASan found it).
+  const uint64_t block_a = k0 >> s.block_shift;
+  const uint64_t half_b = (k0 + 16) >> s.block_shift;
+  const uint64_t block_b = half_b < s.k_blocks ? half_b : s.k_blocks - 1;
   const float scale_a = int4_scale(scales, n * s.k_blocks + block_a);
   const float zp_a = int4_zero_point<S>(s.zero_points, zps, s.k_blocks, n, block_a);
   float scale_b = scale_a, zp_b = zp_a;
@@ -576,7 +581,12 @@ BALLAST_HD inline void repack_chunk(const Int4Shape& s, uint64_t n, uint64_t chu
   const uint8_t* in = b + n * s.row_bytes + 16 * chunk;
   const uint64_t words_per_row = (s.cols + 7) / 8;
   uint32_t* o = words + n * words_per_row + 4 * chunk;
-  const uint64_t block_a = k0 >> s.block_shift, block_b = (k0 + 16) >> s.block_shift;
+  // The chunk's second half may lie wholly past K (the row's last chunk):
+  // its block is then one past the last, and no column of it is used, but
+  // its zero point must still not be read past the end (ASan found it).
+  const uint64_t block_a = k0 >> s.block_shift;
+  const uint64_t half_b = (k0 + 16) >> s.block_shift;
+  const uint64_t block_b = half_b < s.k_blocks ? half_b : s.k_blocks - 1;
   const float zp_a = int4_zero_point<S>(s.zero_points, zps, s.k_blocks, n, block_a);
   const float zp_b = block_b == block_a ? zp_a : int4_zero_point<S>(s.zero_points, zps, s.k_blocks, n, block_b);
   if (s.wide && k0 + 32 <= s.cols) {
