@@ -56,24 +56,21 @@ class CpuPlugin final : public BackendPlugin {
   Result<std::vector<DeviceInfo>> devices() override { return std::vector<DeviceInfo>{info_}; }
 
   Result<std::unique_ptr<GpuBackend>> open(const BackendConfig& config) override {
-    const std::string doing = "opening '" + (config.text.empty() ? std::string("cpu") : config.text) + "'";
+    // The registry says "opening backend ..." once; no second context here.
     if (!config.name.empty() && config.name != "cpu")
-      return make_error(ErrorCode::invalid_argument, "the cpu plugin cannot open backend '" + config.name + "'")
-          .with_context(doing);
+      return make_error(ErrorCode::invalid_argument, "the cpu plugin cannot open backend '" + config.name + "'");
     if (config.device_index && *config.device_index != 0)
       return make_error(ErrorCode::not_found, "cpu has one device, index 0; there is no device " +
-                                                  std::to_string(*config.device_index))
-          .with_context(doing);
+                                                  std::to_string(*config.device_index));
     if (config.device_uuid && *config.device_uuid != info_.uuid)
-      return make_error(ErrorCode::not_found, "no cpu device with UUID " + *config.device_uuid + "; this one is " + info_.uuid)
-          .with_context(doing);
+      return make_error(ErrorCode::not_found, "no cpu device with UUID " + *config.device_uuid + "; this one is " + info_.uuid);
     auto options = parse_options(config);
-    if (!options) return std::move(options.error()).with_context(doing);
+    if (!options) return options.error();
     if (options->threads == 0) options->threads = hardware_threads();
     try {
       return std::unique_ptr<GpuBackend>(std::make_unique<CpuDevice>(info_, caps_, *options));
     } catch (const std::exception& e) {  // thread creation or memory: never across the boundary
-      return make_error(ErrorCode::out_of_memory, std::string("cannot start the cpu device: ") + e.what()).with_context(doing);
+      return make_error(ErrorCode::out_of_memory, std::string("cannot start the cpu device: ") + e.what());
     }
   }
 
