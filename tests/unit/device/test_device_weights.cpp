@@ -21,13 +21,18 @@ namespace {
 // (capability absent) or made to fail (capability present, call refused).
 class Wrapper final : public GpuBackend {
  public:
-  enum class Mode { no_capability, refuse };
+  enum class Mode { no_capability, refuse, no_read_only };
   Wrapper(GpuBackend& inner, Mode mode) : inner_(inner), mode_(mode), caps_(inner.capabilities()) {
     if (mode == Mode::no_capability) {
       caps_.host_registration = false;
       caps_.host_registration_note = "test double without registration";
     }
+    if (mode == Mode::no_read_only) {  // NVIDIA's Vulkan driver: registers, but not write-protected pages
+      caps_.read_only_registration = false;
+      caps_.host_registration_note = "test double without read-only registration";
+    }
   }
+  int register_calls = 0;
   const DeviceInfo& info() const override { return inner_.info(); }
   const Capabilities& capabilities() const override { return caps_; }
   Result<DevicePtr> allocate(std::uint64_t b, std::uint64_t a) override { return inner_.allocate(b, a); }
@@ -39,6 +44,7 @@ class Wrapper final : public GpuBackend {
     return inner_.copy_device(d, a, s, b, n);
   }
   Result<DevicePtr> register_host(const void*, std::uint64_t, HostAccess) override {
+    register_calls += 1;
     Error e = make_error(mode_ == Mode::refuse ? ErrorCode::device_error : ErrorCode::unsupported, "registration refused");
     e.native = "TEST_REGISTRATION_REFUSED";
     return e;
@@ -168,7 +174,7 @@ TEST_CASE("without registration every weight is uploaded, and the fallback says 
   set_log_sink([&](const LogMessage& m) {
     logged.push_back(std::string(log_level_name(m.level)) + " " + std::string(m.source) + ": " + std::string(m.text));
   });
-  for (auto mode : {Wrapper::Mode::no_capability, Wrapper::Mode::refuse}) {
+  for (auto mode : {Wrapper::Mode::no_capability, Wrapper::Mode::refuse, Wrapper::Mode::no_read_only}) {
     logged.clear();
     Wrapper w(**gpu, mode);
     Fixture f;
@@ -184,6 +190,10 @@ TEST_CASE("without registration every weight is uploaded, and the fallback says 
     CHECK(r.fallback_files == 1);
     if (mode == Wrapper::Mode::no_capability) {
       CHECK(r.fallback_reason.find("test double without registration") != std::string::npos);
+    } else if (mode == Wrapper::Mode::no_read_only) {
+      // The mappings are read-only: the backend is not even asked.
+      CHECK(w.register_calls == 0);
+      CHECK(r.fallback_reason.find("cannot register read-only host memory") != std::string::npos);
     } else {
       CHECK(r.fallback_reason.find("TEST_REGISTRATION_REFUSED") != std::string::npos);
     }
