@@ -20,7 +20,9 @@ struct LogMessage {
 using LogSink = std::function<void(const LogMessage&)>;
 
 // Replaces the sink for the whole process; an empty sink restores stderr.
-// Thread-safe; the sink may be called from any thread, one call at a time.
+// Thread-safe; the sink may be called from any thread, one call at a time,
+// sometimes while ballast holds a lock of its own: it must return quickly
+// and must not call back into ballast.
 void set_log_sink(LogSink sink);
 
 // Sends one message to the sink (ballast and its plugins use this).
