@@ -265,6 +265,11 @@ Status TensorDecoder::decode(const WireField& field, WeightSource source, std::s
   w.dims = std::move(scan.dims);
   w.source = source;
   if (dtype == DataType::string) {
+    // Strings live in string_data only: the external-data format stores
+    // fixed-size elements, so an EXTERNAL string tensor is a broken file,
+    // and listing it while its reference goes unchecked hid that.
+    if (scan.data_location != 0 || !entries_.empty())
+      return fail(ErrorCode::malformed, "a string tensor cannot be stored as external data", field.offset);
     out.is_string = true;
     return {};
   }

@@ -103,6 +103,25 @@ Proto rich_model() {
 
 }  // namespace
 
+TEST_CASE("a string tensor marked EXTERNAL is refused, not listed with its reference unchecked") {
+  ScratchDir dir("hostile-string-external");
+  dir.write_pattern("blob.bin", 64);
+  for (const Entries& entries : {at("blob.bin", 0), at("../outside.bin", 0), Entries{}}) {
+    auto r = load_written(dir, {external_tensor("labels", 4, entries, /*dtype=*/8)});
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.code() == ErrorCode::malformed);
+    CHECK(r.error().tensor == "labels");
+    CHECK_MESSAGE(r.error().to_string().find("string tensor cannot be stored as external data") != std::string::npos,
+                  r.error().to_string());
+  }
+  // An inline string tensor is still listed, not refused.
+  Proto inline_strings = tensor("words", 8, {2});
+  inline_strings.str(6, "a").str(6, "b");
+  auto ok = load_written(dir, {inline_strings});
+  REQUIRE_MESSAGE(ok.ok(), ok.error().to_string());
+  CHECK(ok->string_tensors().size() == 1);
+}
+
 TEST_CASE("truncated protobuf at every cut point never crashes; cuts inside the graph are malformed") {
   const Proto full = rich_model();
   REQUIRE(load_proto(full).ok());
