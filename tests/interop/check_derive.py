@@ -214,7 +214,14 @@ def main():
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         model_path = os.path.join(args.work, args.generator + ".onnx")
     safe = lambda s: "".join(c if c.isalnum() or c in "._-" else "_" for c in s)  # noqa: E731
-    run_derive(args.ballast, model_path, args.backend, os.path.join(args.work, "dump_" + safe(args.backend)))
+    out = run_derive(args.ballast, model_path, args.backend, os.path.join(args.work, "dump_" + safe(args.backend)))
+    if args.generator == "alias" and not args.model:
+        # same.d shares same.c's three entries; tied.b's transpose and to_f16
+        # and the second B's dequant and repack are kept apart by parameters.
+        want_sharing = ("sharing: 3 planned derivation(s) shared an entry (same bytes, same parameters); "
+                        "4 entries read bytes another entry of the same derivation reads")
+        if want_sharing not in out:
+            sys.exit("derive's sharing summary is not the alias model's:\n" + out)
     got = load_dump(os.path.join(args.work, "dump_" + safe(args.backend)))
 
     if args.against:

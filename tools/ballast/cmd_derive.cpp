@@ -21,6 +21,8 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
+#include <tuple>
 #include <sstream>
 
 namespace ballast::cli {
@@ -160,18 +162,15 @@ class DeriveJob {
     auto v = derive_weight(ctx_, p);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!v.ok()) return v.error();
-    const auto id = std::make_pair(static_cast<int>(p.kind), v->key);
-    bool seen = false;
-    for (const auto& k : keys_) seen = seen || (k.first == id.first && k.second == id.second);
-    if (seen) {
+    const DerivationKey& k = v->key;
+    const int kind = static_cast<int>(p.kind);
+    if (!keys_.emplace(kind, std::make_tuple(k.source, k.scales, k.zero_point, k.rows, k.cols, k.block_size,
+                                             static_cast<int>(k.src_type), static_cast<int>(k.zero_points)))
+             .second) {
       shared_ += 1;
     } else {
-      for (const auto& k : keys_)
-        if (k.first == id.first && k.second.source == id.second.source) {
-          distinct_by_parameters_ += 1;
-          break;
-        }
-      keys_.push_back(id);
+      // A new entry on bytes an earlier entry of this derivation reads.
+      if (!sources_seen_.emplace(kind, k.source).second) distinct_by_parameters_ += 1;
       DerivationLaunch l = p.launch;
       l.kind = p.kind;
       if (auto sizes = derivation_sizes(l); sizes.ok()) {
@@ -212,7 +211,11 @@ class DeriveJob {
   DeriveContext ctx_;
   std::array<KindTotals, kDerivationCount> totals_{};
   std::vector<std::string> dump_stems_;
-  std::vector<std::pair<int, DerivationKey>> keys_;
+  // (derivation, every key field) and (derivation, source) seen so far:
+  // ordered sets, so a model with 10,000 derivations is not a quadratic scan.
+  std::set<std::pair<int, std::tuple<DevicePtr, DevicePtr, DevicePtr, std::uint64_t, std::uint64_t, std::uint32_t, int, int>>>
+      keys_;
+  std::set<std::pair<int, DevicePtr>> sources_seen_;
   std::uint64_t shared_ = 0;
   std::uint64_t distinct_by_parameters_ = 0;
   Status failure_;
