@@ -1,5 +1,4 @@
 #include "allocator.hpp"
-#include "base/hex.hpp"
 
 #include <sys/mman.h>
 
@@ -30,8 +29,6 @@ Allocator::~Allocator() {
 }
 
 Result<DevicePtr> Allocator::allocate(std::uint64_t bytes, std::uint64_t alignment) {
-  if (alignment != 0 && (alignment & (alignment - 1)) != 0)
-    return make_error(ErrorCode::invalid_argument, "alignment " + std::to_string(alignment) + " is not a power of two");
   if (alignment > kMaxAlignment)
     return make_error(ErrorCode::invalid_argument,
                       "alignment " + std::to_string(alignment) + " exceeds the largest supported, " + std::to_string(kMaxAlignment));
@@ -54,8 +51,12 @@ Result<DevicePtr> Allocator::allocate(std::uint64_t bytes, std::uint64_t alignme
 #endif
   const auto ptr = static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(p));
   std::lock_guard<std::mutex> lock(mutex_);
-  blocks_.emplace(ptr, Block{bytes, align});
-  live_bytes_ += bytes;
+  try {
+    blocks_.emplace(ptr, Block{bytes, align});
+  } catch (const std::bad_alloc&) {
+    ::operator delete(p, std::align_val_t(align));
+    return make_error(ErrorCode::out_of_memory, "no host memory to record the block");
+  }
   return ptr;
 }
 
@@ -64,43 +65,13 @@ Status Allocator::free(DevicePtr ptr) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const auto it = blocks_.find(ptr);
-    if (it == blocks_.end())
-      return make_error(ErrorCode::invalid_argument,
-                        "free of " + hex(ptr) + ", which is not a live allocation (never allocated, already freed, or not its start)");
+    // The core checked the pointer; missing here means the two records disagree.
+    if (it == blocks_.end()) return make_error(ErrorCode::internal, "the CPU allocator has no block at this address");
     block = it->second;
-    live_bytes_ -= block.bytes;
     blocks_.erase(it);
   }
   ::operator delete(reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr)), std::align_val_t(block.alignment));
   return {};
-}
-
-bool Allocator::find(DevicePtr ptr, DevicePtr& base, std::uint64_t& bytes) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = blocks_.upper_bound(ptr);
-  if (it == blocks_.begin()) return false;
-  --it;
-  if (ptr - it->first > it->second.bytes) return false;  // one past the end still "belongs" (empty ranges)
-  base = it->first;
-  bytes = it->second.bytes;
-  return true;
-}
-
-bool Allocator::contains(DevicePtr ptr, std::uint64_t bytes) const {
-  DevicePtr base;
-  std::uint64_t size;
-  if (!find(ptr, base, size)) return false;
-  return bytes <= size && ptr - base <= size - bytes;
-}
-
-std::uint64_t Allocator::live_allocations() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return blocks_.size();
-}
-
-std::uint64_t Allocator::live_bytes() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return live_bytes_;
 }
 
 }  // namespace ballast::cpu

@@ -1,6 +1,6 @@
-// Real, aligned host allocations, tracked so that unknown pointers and
-// double frees are errors rather than heap corruption, and so that a
-// launch can check that every operand lies inside a live allocation.
+// Real, aligned host allocations. The core's record (GpuBackend) checks
+// every pointer first; this one remembers each block's alignment, which
+// the matching operator delete needs, and frees what the caller leaked.
 #pragma once
 
 #include <ballast/derivation.hpp>
@@ -19,17 +19,9 @@ class Allocator {
   Allocator(const Allocator&) = delete;
   Allocator& operator=(const Allocator&) = delete;
 
-  // alignment: a power of two up to 1 GiB (0 means no requirement).
+  // alignment: a power of two (checked by the core) up to 1 GiB.
   Result<DevicePtr> allocate(std::uint64_t bytes, std::uint64_t alignment);
   Status free(DevicePtr ptr);
-
-  // [ptr, ptr + bytes) inside one live allocation.
-  bool contains(DevicePtr ptr, std::uint64_t bytes) const;
-  // The live allocation whose range holds `ptr`, if any: for error messages.
-  bool find(DevicePtr ptr, DevicePtr& base, std::uint64_t& bytes) const;
-
-  std::uint64_t live_allocations() const;
-  std::uint64_t live_bytes() const;
 
  private:
   struct Block {
@@ -39,7 +31,6 @@ class Allocator {
   std::uint64_t max_single_;
   mutable std::mutex mutex_;
   std::map<DevicePtr, Block> blocks_;
-  std::uint64_t live_bytes_ = 0;
 };
 
 }  // namespace ballast::cpu

@@ -3,7 +3,6 @@
 
 #include "allocator.hpp"
 #include "kernels.hpp"
-#include "registrations.hpp"
 #include "thread_pool.hpp"
 
 #include <ballast/gpu_backend.hpp>
@@ -19,39 +18,30 @@ class CpuDevice final : public GpuBackend {
  public:
   CpuDevice(DeviceInfo info, Capabilities caps, const DeviceOptions& options);
 
-  const DeviceInfo& info() const override { return info_; }
-  const Capabilities& capabilities() const override { return caps_; }
-
-  Result<DevicePtr> allocate(std::uint64_t bytes, std::uint64_t alignment) override;
-  Status free(DevicePtr ptr) override;
-  AllocationCounters counters() const override;
-
-  Status copy_to_device(DevicePtr dst, std::uint64_t dst_offset, std::span<const std::byte> src) override;
-  Status copy_to_host(std::span<std::byte> dst, DevicePtr src, std::uint64_t src_offset) override;
-  Status copy_device(DevicePtr dst, std::uint64_t dst_offset, DevicePtr src, std::uint64_t src_offset,
-                     std::uint64_t bytes) override;
-
-  Result<DevicePtr> register_host(const void* host, std::uint64_t bytes, HostAccess access) override;
-  Status unregister_host(DevicePtr ptr) override;
-
-  Status launch(const DerivationLaunch& launch) override;
-  // Launches run to completion inside launch(), so there is never anything
-  // left to wait for.
-  Status synchronize() override { return {}; }
-
   const char* kernel_set() const { return kernels_->name; }
   unsigned threads() const { return pool_.threads(); }
 
  private:
-  // Checks that [ptr + offset, +bytes) may be read (or written) by this
-  // backend; `what` names the operand in the error.
-  Status check_range(const char* what, DevicePtr ptr, std::uint64_t offset, std::uint64_t bytes, bool write) const;
+  const DeviceInfo& do_info() const override { return info_; }
+  const Capabilities& do_capabilities() const override { return caps_; }
+  Result<DevicePtr> do_allocate(std::uint64_t bytes, std::uint64_t alignment) override;
+  Status do_free(DevicePtr ptr, std::uint64_t bytes) override;
+  Status do_copy_to_device(DevicePtr dst, std::span<const std::byte> src) override;
+  Status do_copy_to_host(std::span<std::byte> dst, DevicePtr src) override;
+  Status do_copy_device(DevicePtr dst, DevicePtr src, std::uint64_t bytes) override;
+  // Registration is the identity: kernels read the caller's memory (a
+  // read-only mmap, typically) in place.
+  Result<DevicePtr> do_register_host(const void* host, std::uint64_t bytes, HostAccess access) override;
+  Status do_unregister_host(DevicePtr, std::uint64_t, HostAccess) override { return {}; }
+  Status do_launch(const DerivationLaunch& launch, const DerivationSizes& sizes) override;
+  // Launches run to completion inside launch(), so there is never anything
+  // left to wait for.
+  Status do_synchronize() override { return {}; }
 
   DeviceInfo info_;
   Capabilities caps_;
   const RowKernels* kernels_;
   Allocator allocator_;
-  Registrations registrations_;
   mutable ThreadPool pool_;
 };
 

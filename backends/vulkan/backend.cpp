@@ -10,6 +10,7 @@
 #include <string_view>
 #include <cstdio>
 #include <limits>
+#include <new>
 
 namespace ballast::vulkan {
 namespace {
@@ -170,141 +171,114 @@ Status VulkanBackend::check_memory_object_limit() const {
   return {};
 }
 
-Result<BufferRange> VulkanBackend::resolve(DevicePtr ptr, std::uint64_t offset, std::uint64_t bytes,
-                                           std::string_view operand, bool writes) const {
-  if (offset > std::numeric_limits<DevicePtr>::max() - ptr)
-    return make_error(ErrorCode::overflow, std::string(operand) + ": pointer + offset overflows 64 bits");
-  auto range = buffers_.resolve(ptr + offset, bytes, operand);
-  if (!range) return range.error();
-  if (writes && range->buffer->read_only)
-    return make_error(ErrorCode::invalid_argument,
-                      std::string(operand) + ": the range is a read-only host registration and cannot be written");
+Result<BufferRange> VulkanBackend::resolve(DevicePtr ptr, std::uint64_t bytes) const {
+  auto range = buffers_.resolve(ptr, bytes, "operand");
+  if (!range) return make_error(ErrorCode::internal, "the Vulkan buffer table disagrees with the core: " + range.error().message);
   return range;
 }
 
-Result<DevicePtr> VulkanBackend::allocate(std::uint64_t bytes, std::uint64_t alignment) {
+Result<DevicePtr> VulkanBackend::do_allocate(std::uint64_t bytes, std::uint64_t alignment) {
   std::lock_guard lock(mutex_);
   if (auto s = pending_validation_error(); !s) return s.error();
-  if (alignment == 0 || (alignment & (alignment - 1)) != 0)
-    return make_error(ErrorCode::invalid_argument, "alignment must be a power of two, not " + std::to_string(alignment));
   if (alignment > capabilities_.max_single_allocation)
     return make_error(ErrorCode::invalid_argument, "alignment " + std::to_string(alignment) +
                                                        " exceeds the largest allocation this device can make");
-  if (auto s = check_memory_object_limit(); !s) return std::move(s).with_context("allocating " + std::to_string(bytes) + " bytes");
+  if (auto s = check_memory_object_limit(); !s) return s.error();
   auto b = create_device_buffer(*device_, bytes, alignment);
-  if (!b) return std::move(b.error()).with_context("allocating " + std::to_string(bytes) + " bytes on " + info().name);
+  if (!b) return std::move(b.error()).with_context("on " + info().name);
   b->kind = Buffer::Kind::allocation;
   const DevicePtr ptr = b->user_ptr;
-  buffers_.insert(*b);
+  try {
+    buffers_.insert(*b);
+  } catch (const std::bad_alloc&) {
+    destroy_buffer(*device_, *b);
+    return make_error(ErrorCode::out_of_memory, "no host memory to record the buffer");
+  }
   return ptr;
 }
 
-Status VulkanBackend::free(DevicePtr ptr) {
+Status VulkanBackend::do_free(DevicePtr ptr, std::uint64_t) {
   std::lock_guard lock(mutex_);
   if (auto s = pending_validation_error(); !s) return s;
+  // A launch still in flight may use it; if the queue cannot drain, the
+  // buffer stays (live and counted) rather than be destroyed under a kernel.
+  if (Status idle = queue_->wait_idle(); !idle) return idle;
   auto b = buffers_.take(ptr, Buffer::Kind::allocation);
-  if (!b) return std::move(b.error()).with_context("freeing device memory");
-  // A launch still in flight may use it.
-  Status idle = queue_->wait_idle();
+  if (!b) return make_error(ErrorCode::internal, "the Vulkan buffer table disagrees with the core: " + b.error().message);
   destroy_buffer(*device_, *b);
-  return idle;
+  return {};
 }
 
-AllocationCounters VulkanBackend::counters() const {
-  std::lock_guard lock(mutex_);
-  return buffers_.counters();
-}
-
-Status VulkanBackend::copy_to_device(DevicePtr dst, std::uint64_t dst_offset, std::span<const std::byte> src) {
+Status VulkanBackend::do_copy_to_device(DevicePtr dst, std::span<const std::byte> src) {
   std::lock_guard lock(mutex_);
   if (auto s = pending_validation_error(); !s) return s;
-  auto range = resolve(dst, dst_offset, src.size(), "dst", true);
-  if (!range) return std::move(range.error()).with_context("copying host to device");
-  if (src.empty()) return {};
+  auto range = resolve(dst, src.size());
+  if (!range) return range.error();
   return queue_->upload(*range, src);
 }
 
-Status VulkanBackend::copy_to_host(std::span<std::byte> dst, DevicePtr src, std::uint64_t src_offset) {
+Status VulkanBackend::do_copy_to_host(std::span<std::byte> dst, DevicePtr src) {
   std::lock_guard lock(mutex_);
   if (auto s = pending_validation_error(); !s) return s;
-  auto range = resolve(src, src_offset, dst.size(), "src", false);
-  if (!range) return std::move(range.error()).with_context("copying device to host");
-  if (dst.empty()) return {};
+  auto range = resolve(src, dst.size());
+  if (!range) return range.error();
   return queue_->download(dst, *range);
 }
 
-Status VulkanBackend::copy_device(DevicePtr dst, std::uint64_t dst_offset, DevicePtr src, std::uint64_t src_offset,
-                                  std::uint64_t bytes) {
+Status VulkanBackend::do_copy_device(DevicePtr dst, DevicePtr src, std::uint64_t bytes) {
   std::lock_guard lock(mutex_);
   if (auto s = pending_validation_error(); !s) return s;
-  auto to = resolve(dst, dst_offset, bytes, "dst", true);
-  if (!to) return std::move(to.error()).with_context("copying device to device");
-  auto from = resolve(src, src_offset, bytes, "src", false);
-  if (!from) return std::move(from.error()).with_context("copying device to device");
+  auto to = resolve(dst, bytes);
+  if (!to) return to.error();
+  auto from = resolve(src, bytes);
+  if (!from) return from.error();
   return queue_->copy(*to, *from, bytes);
 }
 
-Result<DevicePtr> VulkanBackend::register_host(const void* host, std::uint64_t bytes, HostAccess access) {
+Result<DevicePtr> VulkanBackend::do_register_host(const void* host, std::uint64_t bytes, HostAccess access) {
   std::lock_guard lock(mutex_);
   if (auto s = pending_validation_error(); !s) return s.error();
-  if (auto s = check_memory_object_limit(); !s) return std::move(s).with_context("registering host memory");
-  if (access == HostAccess::read_only && capabilities_.host_registration && !capabilities_.read_only_registration)
-    return make_error(ErrorCode::unsupported, "registering host memory read-only: " + capabilities_.host_registration_note);
+  if (auto s = check_memory_object_limit(); !s) return s.error();
   auto b = import_host_range(*device_, host, bytes, access == HostAccess::read_only);
-  if (!b) return std::move(b.error()).with_context("registering " + std::to_string(bytes) + " bytes of host memory");
+  if (!b) return b.error();
   const DevicePtr ptr = b->user_ptr;
-  buffers_.insert(*b);
+  try {
+    buffers_.insert(*b);
+  } catch (const std::bad_alloc&) {
+    destroy_buffer(*device_, *b);
+    return make_error(ErrorCode::out_of_memory, "no host memory to record the buffer");
+  }
   return ptr;
 }
 
-Status VulkanBackend::unregister_host(DevicePtr ptr) {
+Status VulkanBackend::do_unregister_host(DevicePtr ptr, std::uint64_t, HostAccess) {
   std::lock_guard lock(mutex_);
   if (auto s = pending_validation_error(); !s) return s;
+  if (Status idle = queue_->wait_idle(); !idle) return idle;
   auto b = buffers_.take(ptr, Buffer::Kind::registration);
-  if (!b) return std::move(b.error()).with_context("unregistering host memory");
-  Status idle = queue_->wait_idle();
+  if (!b) return make_error(ErrorCode::internal, "the Vulkan buffer table disagrees with the core: " + b.error().message);
   destroy_buffer(*device_, *b);
-  return idle;
+  return {};
 }
 
-Status VulkanBackend::launch(const DerivationLaunch& l) {
-  const std::string what = "launching " + std::string(derivation_name(l.kind));
-  auto sizes = derivation_sizes(l);
-  if (!sizes) return std::move(sizes.error()).with_context(what);
-  struct Operand {
-    const char* name;
-    DevicePtr ptr;
-    std::uint64_t bytes;
-    bool writes;
-  };
-  const Operand operands[] = {{"src", l.src, sizes->src_bytes, false},
-                              {"scales", l.scales, sizes->scales_bytes, false},
-                              {"zero_points", l.zero_point, sizes->zero_point_bytes, false},
-                              {"dst", l.dst, sizes->dst_bytes, true},
-                              {"dst2", l.dst2, sizes->dst2_bytes, true}};
+Status VulkanBackend::do_launch(const DerivationLaunch& l, const DerivationSizes& sizes) {
+  const std::uint64_t operand_bytes[] = {sizes.src_bytes, sizes.scales_bytes, sizes.zero_point_bytes, sizes.dst_bytes,
+                                         sizes.dst2_bytes};
+  for (const std::uint64_t bytes : operand_bytes)
+    if (bytes > kMaxOperandBytes)
+      return make_error(ErrorCode::unsupported, "an operand of " + std::to_string(bytes) +
+                                                    " bytes exceeds the 4 GiB a Vulkan kernel operand may span");
   std::lock_guard lock(mutex_);
   if (auto s = pending_validation_error(); !s) return s;
-  for (const Operand& op : operands) {
-    if (op.bytes == 0) continue;
-    if (op.bytes > kMaxOperandBytes)
-      return make_error(ErrorCode::unsupported, std::string(op.name) + ": " + std::to_string(op.bytes) +
-                                                    " bytes exceed the 4 GiB a Vulkan kernel operand may span")
-          .with_context(what);
-    auto range = resolve(op.ptr, 0, op.bytes, op.name, op.writes);
-    if (!range) return std::move(range.error()).with_context(what);
-  }
-  if (sizes->dst_bytes == 0 && sizes->dst2_bytes == 0) return {};
-  auto plan = kernels_->plan(l, *sizes);
-  if (!plan) return std::move(plan.error()).with_context(what);
+  auto plan = kernels_->plan(l, sizes);
+  if (!plan) return plan.error();
   const auto& dispatches = *plan;
-  Status s = queue_->submit([&](VkCommandBuffer cb) { kernels_->record(cb, dispatches); }, false);
-  return std::move(s).with_context(what);
+  return queue_->submit([&](VkCommandBuffer cb) { kernels_->record(cb, dispatches); }, false);
 }
 
-Status VulkanBackend::synchronize() {
+Status VulkanBackend::do_synchronize() {
   std::lock_guard lock(mutex_);
-  Status s = queue_->wait_idle();
-  if (!s) return std::move(s).with_context("synchronizing");
+  if (Status s = queue_->wait_idle(); !s) return s;
   return pending_validation_error();
 }
 

@@ -23,24 +23,6 @@ class VulkanBackend final : public GpuBackend {
   static Result<std::unique_ptr<VulkanBackend>> open(const BackendConfig& config);
   ~VulkanBackend() override;
 
-  const DeviceInfo& info() const override { return device_->physical().info; }
-  const Capabilities& capabilities() const override { return capabilities_; }
-
-  Result<DevicePtr> allocate(std::uint64_t bytes, std::uint64_t alignment) override;
-  Status free(DevicePtr ptr) override;
-  AllocationCounters counters() const override;
-
-  Status copy_to_device(DevicePtr dst, std::uint64_t dst_offset, std::span<const std::byte> src) override;
-  Status copy_to_host(std::span<std::byte> dst, DevicePtr src, std::uint64_t src_offset) override;
-  Status copy_device(DevicePtr dst, std::uint64_t dst_offset, DevicePtr src, std::uint64_t src_offset,
-                     std::uint64_t bytes) override;
-
-  Result<DevicePtr> register_host(const void* host, std::uint64_t bytes, HostAccess access) override;
-  Status unregister_host(DevicePtr ptr) override;
-
-  Status launch(const DerivationLaunch& launch) override;
-  Status synchronize() override;
-
   // For the plugin's own tests.
   bool validation_enabled() const { return log_ != nullptr; }
   std::uint64_t validation_messages() const { return log_ ? log_->message_count() : 0; }
@@ -53,8 +35,20 @@ class VulkanBackend final : public GpuBackend {
   // The validation message an earlier call left behind, if any.
   Status pending_validation_error();
   Status check_memory_object_limit() const;
-  Result<BufferRange> resolve(DevicePtr ptr, std::uint64_t offset, std::uint64_t bytes, std::string_view operand,
-                              bool writes) const;
+  // The buffer holding a range the core already validated.
+  Result<BufferRange> resolve(DevicePtr ptr, std::uint64_t bytes) const;
+
+  const DeviceInfo& do_info() const override { return device_->physical().info; }
+  const Capabilities& do_capabilities() const override { return capabilities_; }
+  Result<DevicePtr> do_allocate(std::uint64_t bytes, std::uint64_t alignment) override;
+  Status do_free(DevicePtr ptr, std::uint64_t bytes) override;
+  Status do_copy_to_device(DevicePtr dst, std::span<const std::byte> src) override;
+  Status do_copy_to_host(std::span<std::byte> dst, DevicePtr src) override;
+  Status do_copy_device(DevicePtr dst, DevicePtr src, std::uint64_t bytes) override;
+  Result<DevicePtr> do_register_host(const void* host, std::uint64_t bytes, HostAccess access) override;
+  Status do_unregister_host(DevicePtr ptr, std::uint64_t bytes, HostAccess access) override;
+  Status do_launch(const DerivationLaunch& launch, const DerivationSizes& sizes) override;
+  Status do_synchronize() override;
 
   // Declaration order is destruction order, reversed: the log outlives the
   // instance that reports into it, the device outlives every buffer.

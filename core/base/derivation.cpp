@@ -49,7 +49,7 @@ Status check_operand_alignment(const DerivationLaunch& l) {
     case Derivation::dequant_int4:
     case Derivation::repack_int4:
       ops[0] = {"scales", l.scales, scale};
-      ops[1] = {"zero_points", l.zero_point, l.zero_points == ZeroPoints::unpacked ? scale : 1};
+      ops[1] = {"zero_point", l.zero_point, l.zero_points == ZeroPoints::unpacked ? scale : 1};
       ops[2] = {"dst", l.dst, l.kind == Derivation::dequant_int4 ? 2u : 4u};
       ops[3] = {"dst2", l.dst2, 2};
       break;
@@ -131,7 +131,7 @@ Result<DerivationSizes> derivation_sizes(const DerivationLaunch& l) {
       switch (l.zero_points) {
         case ZeroPoints::absent: s.zero_point_bytes = 0; break;
         case ZeroPoints::packed_u4:
-          if (!mul(l.rows, (kb + 1) / 2, s.zero_point_bytes)) return overflow("zero_points bytes");
+          if (!mul(l.rows, (kb + 1) / 2, s.zero_point_bytes)) return overflow("zero_point bytes");
           break;
         case ZeroPoints::unpacked: s.zero_point_bytes = blocks * scale_size; break;
         default: return bad("zero_points", "unknown form");

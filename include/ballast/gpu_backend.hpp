@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -43,36 +44,83 @@ struct AllocationCounters {
 
 enum class HostAccess : std::uint8_t { read_only, read_write };
 
+namespace detail {
+class LiveRanges;
+}
+
+// Validation lives here, once, in front of every backend: each public
+// method is non-virtual, checks its arguments against the ranges this
+// object handed out (sizes from derivation_sizes, operand alignment,
+// every operand inside a live allocation or registration, outputs
+// overlapping nothing, read-only registrations never written), and only
+// then calls the backend's private do_* implementation. So every backend
+// refuses the same calls with the same error code and wording, and a
+// backend author writes only the device work (docs/plugins.md).
 class GpuBackend {
  public:
-  virtual ~GpuBackend() = default;
+  virtual ~GpuBackend();
+  GpuBackend(const GpuBackend&) = delete;
+  GpuBackend& operator=(const GpuBackend&) = delete;
 
-  virtual const DeviceInfo& info() const = 0;
-  virtual const Capabilities& capabilities() const = 0;
+  const DeviceInfo& info() const { return do_info(); }
+  const Capabilities& capabilities() const { return do_capabilities(); }
 
-  // Zero bytes is valid and returns a unique, freeable pointer.
-  virtual Result<DevicePtr> allocate(std::uint64_t bytes, std::uint64_t alignment = 256) = 0;
-  // Unknown pointers and double frees are invalid_argument errors.
-  virtual Status free(DevicePtr ptr) = 0;
-  virtual AllocationCounters counters() const = 0;
+  // Zero bytes is valid and returns a unique, freeable pointer. `alignment`
+  // is a power of two.
+  Result<DevicePtr> allocate(std::uint64_t bytes, std::uint64_t alignment = 256);
+  // `ptr` must be what allocate() returned: unknown pointers, interior
+  // pointers, registrations and double frees are invalid_argument. On any
+  // other error the allocation stays live (counted) and may be freed again.
+  Status free(DevicePtr ptr);
+  // Live allocations and registrations as this object recorded them.
+  AllocationCounters counters() const;
 
-  // `dst`/`src` device pointers may point inside an allocation or registration.
-  virtual Status copy_to_device(DevicePtr dst, std::uint64_t dst_offset, std::span<const std::byte> src) = 0;
-  virtual Status copy_to_host(std::span<std::byte> dst, DevicePtr src, std::uint64_t src_offset) = 0;
-  virtual Status copy_device(DevicePtr dst, std::uint64_t dst_offset, DevicePtr src, std::uint64_t src_offset,
-                             std::uint64_t bytes) = 0;
+  // `dst`/`src` device pointers may point inside an allocation or
+  // registration; the whole range must lie inside one. copy_device refuses
+  // overlapping source and destination (no vendor copy engine defines it).
+  Status copy_to_device(DevicePtr dst, std::uint64_t dst_offset, std::span<const std::byte> src);
+  Status copy_to_host(std::span<std::byte> dst, DevicePtr src, std::uint64_t src_offset);
+  Status copy_device(DevicePtr dst, std::uint64_t dst_offset, DevicePtr src, std::uint64_t src_offset,
+                     std::uint64_t bytes);
 
   // Zero-copy: kernels read [host, host+bytes) in place through the returned
   // pointer, which points at `host` itself even when the backend widened the
   // range to its import alignment. A backend without the capability returns
-  // `unsupported`; it never copies silently.
-  virtual Result<DevicePtr> register_host(const void* host, std::uint64_t bytes, HostAccess access) = 0;
-  virtual Status unregister_host(DevicePtr ptr) = 0;
+  // `unsupported`; it never copies silently. Registrations may overlap.
+  Result<DevicePtr> register_host(const void* host, std::uint64_t bytes, HostAccess access);
+  // Ends the most recent registration returned as `ptr`.
+  Status unregister_host(DevicePtr ptr);
 
-  // Enqueues one derivation; validates it with derivation_sizes() first.
-  virtual Status launch(const DerivationLaunch& launch) = 0;
+  // Enqueues one derivation after the checks above.
+  Status launch(const DerivationLaunch& launch);
   // Waits for all work; reports any error a launch left behind.
-  virtual Status synchronize() = 0;
+  Status synchronize();
+
+ protected:
+  GpuBackend();
+
+ private:
+  // What a backend implements. Arguments arrive validated: pointers are
+  // absolute (offsets added), ranges lie inside what do_allocate or
+  // do_register_host returned, byte counts are non-zero. Errors need no
+  // backend prefix: the caller adds "<backend>: <operation>".
+  virtual const DeviceInfo& do_info() const = 0;
+  virtual const Capabilities& do_capabilities() const = 0;
+  virtual Result<DevicePtr> do_allocate(std::uint64_t bytes, std::uint64_t alignment) = 0;
+  // On error the allocation must stay usable (it stays live and counted).
+  virtual Status do_free(DevicePtr ptr, std::uint64_t bytes) = 0;
+  virtual Status do_copy_to_device(DevicePtr dst, std::span<const std::byte> src) = 0;
+  virtual Status do_copy_to_host(std::span<std::byte> dst, DevicePtr src) = 0;
+  virtual Status do_copy_device(DevicePtr dst, DevicePtr src, std::uint64_t bytes) = 0;
+  // Called only when capabilities() allow the access.
+  virtual Result<DevicePtr> do_register_host(const void* host, std::uint64_t bytes, HostAccess access) = 0;
+  // The registration being ended, as do_register_host returned it.
+  virtual Status do_unregister_host(DevicePtr ptr, std::uint64_t bytes, HostAccess access) = 0;
+  // Called only when the launch writes at least one byte.
+  virtual Status do_launch(const DerivationLaunch& launch, const DerivationSizes& sizes) = 0;
+  virtual Status do_synchronize() = 0;
+
+  std::unique_ptr<detail::LiveRanges> live_;
 };
 
 }  // namespace ballast

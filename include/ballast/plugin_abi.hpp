@@ -18,7 +18,7 @@
 #include <memory>
 #include <vector>
 
-#define BALLAST_PLUGIN_ABI_VERSION 3u
+#define BALLAST_PLUGIN_ABI_VERSION 4u
 
 namespace ballast {
 

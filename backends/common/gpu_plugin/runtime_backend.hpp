@@ -2,11 +2,11 @@
 // host-side implementation behind the CUDA and HIP plugins.
 #pragma once
 
-#include "gpu_plugin/device_ranges.hpp"
 #include "gpu_plugin/driver_api.hpp"
 
 #include <ballast/gpu_backend.hpp>
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -28,26 +28,20 @@ class RuntimeBackend final : public GpuBackend {
   static Result<std::unique_ptr<GpuBackend>> open(const DriverApi& api, int index);
   ~RuntimeBackend() override;
 
-  const DeviceInfo& info() const override { return info_; }
-  const Capabilities& capabilities() const override { return caps_; }
-
-  Result<DevicePtr> allocate(std::uint64_t bytes, std::uint64_t alignment) override;
-  Status free(DevicePtr ptr) override;
-  AllocationCounters counters() const override;
-
-  Status copy_to_device(DevicePtr dst, std::uint64_t dst_offset, std::span<const std::byte> src) override;
-  Status copy_to_host(std::span<std::byte> dst, DevicePtr src, std::uint64_t src_offset) override;
-  Status copy_device(DevicePtr dst, std::uint64_t dst_offset, DevicePtr src, std::uint64_t src_offset,
-                     std::uint64_t bytes) override;
-
-  Result<DevicePtr> register_host(const void* host, std::uint64_t bytes, HostAccess access) override;
-  Status unregister_host(DevicePtr ptr) override;
-
-  Status launch(const DerivationLaunch& launch) override;
-  Status synchronize() override;
-
  private:
   RuntimeBackend(const DriverApi& api, int index, void* stream, DeviceInfo info, Capabilities caps);
+
+  const DeviceInfo& do_info() const override { return info_; }
+  const Capabilities& do_capabilities() const override { return caps_; }
+  Result<DevicePtr> do_allocate(std::uint64_t bytes, std::uint64_t alignment) override;
+  Status do_free(DevicePtr ptr, std::uint64_t bytes) override;
+  Status do_copy_to_device(DevicePtr dst, std::span<const std::byte> src) override;
+  Status do_copy_to_host(std::span<std::byte> dst, DevicePtr src) override;
+  Status do_copy_device(DevicePtr dst, DevicePtr src, std::uint64_t bytes) override;
+  Result<DevicePtr> do_register_host(const void* host, std::uint64_t bytes, HostAccess access) override;
+  Status do_unregister_host(DevicePtr ptr, std::uint64_t bytes, HostAccess access) override;
+  Status do_launch(const DerivationLaunch& launch, const DerivationSizes& sizes) override;
+  Status do_synchronize() override;
 
   // Makes the device current for this thread and refuses to go on after a
   // sticky error (the context is unusable; say so every time).
@@ -72,9 +66,16 @@ class RuntimeBackend final : public GpuBackend {
     bool read_only = false;
     int users = 0;
   };
+  // One register_host handle: which pinned pages it uses.
+  struct Handle {
+    std::uint64_t bytes = 0;
+    bool read_only = false;
+    const void* pinned_host = nullptr;
+  };
 
   mutable std::mutex mutex_;
-  DeviceRanges ranges_;
+  std::map<DevicePtr, DevicePtr> allocations_;  // what the caller holds -> what the driver returned
+  std::multimap<DevicePtr, Handle> handles_;
   std::vector<Pinned> pinned_;
   std::optional<Error> sticky_;
 };

@@ -433,7 +433,7 @@ TEST_CASE("launches are validated before anything runs") {
   q.zero_point = 0;  // missing
   s = b->launch(q);
   CHECK(s.code() == ErrorCode::invalid_argument);
-  CHECK(s.error().message.find("zero_points") != std::string::npos);
+  CHECK(s.error().message.find("zero_point") != std::string::npos);
   CHECK(b->synchronize().ok());
   CHECK(b->free(*small).ok());
   CHECK(b->free(*big).ok());

@@ -65,15 +65,13 @@ TEST_CASE("copies round-trip at offsets, within bounds only") {
   CHECK(b->copy_to_host(std::as_writable_bytes(std::span(sink)), *p, data.size() + 4).code() == ErrorCode::out_of_bounds);
   CHECK(b->copy_to_host(std::as_writable_bytes(std::span(sink)), 4096, 0).code() == ErrorCode::invalid_argument);
 
-  // Device to device, including overlapping ranges of one buffer.
+  // Device to device; overlapping ranges of one buffer are refused (the core's rule for every backend).
   auto q = b->allocate(data.size(), 256);
   REQUIRE(q.ok());
   REQUIRE(b->copy_device(*q, 0, *p, 13, data.size()).ok());
   CHECK(download<std::uint8_t>(*b, *q, data.size()) == data);
-  REQUIRE(b->copy_device(*p, 0, *p, 13, data.size()).ok());  // overlapping, forwards
-  CHECK(download<std::uint8_t>(*b, *p, data.size()) == data);
-  REQUIRE(b->copy_device(*p, 13, *p, 0, data.size()).ok());  // overlapping, backwards
-  CHECK(download<std::uint8_t>(*b, *p, data.size(), 13) == data);
+  CHECK(b->copy_device(*p, 0, *p, 13, data.size()).code() == ErrorCode::invalid_argument);  // overlapping
+  CHECK(b->copy_device(*p, 13, *p, 0, data.size()).code() == ErrorCode::invalid_argument);
   CHECK(b->copy_device(*q, 1, *p, 0, data.size()).code() == ErrorCode::out_of_bounds);
   CHECK(b->free(*p).ok());
   CHECK(b->free(*q).ok());

@@ -57,7 +57,7 @@ TEST_CASE("with validation on, a full workload raises zero validation messages")
   CHECK(b.synchronize().ok());
   std::vector<std::byte> back(100);
   CHECK(b.copy_to_host(back, *dst, 7).ok());
-  CHECK(b.copy_device(*dst, 1, *dst, 0, 1000).ok());
+  CHECK(b.copy_device(*dst, 1001, *dst, 0, 1000).ok());
   if (b.capabilities().host_registration) {
     auto reg = b.register_host(f.data() + 1, 1000, HostAccess::read_only);
     REQUIRE(reg.ok());

@@ -75,7 +75,7 @@ TEST_CASE("check_operand_alignment: operands aligned to their element size; zero
   q.dst = 0x4002;
   CHECK(check_operand_alignment(q).ok());
   q.zero_points = ZeroPoints::unpacked;
-  CHECK(check_operand_alignment(q).error().message.rfind("zero_points:", 0) == 0);
+  CHECK(check_operand_alignment(q).error().message.rfind("zero_point:", 0) == 0);
   CHECK(derivation_operand_alignment(DataType::int4) == 1);
   CHECK(derivation_operand_alignment(DataType::float64) == 8);
 }

@@ -33,27 +33,25 @@ class Wrapper final : public GpuBackend {
     }
   }
   int register_calls = 0;
-  const DeviceInfo& info() const override { return inner_.info(); }
-  const Capabilities& capabilities() const override { return caps_; }
-  Result<DevicePtr> allocate(std::uint64_t b, std::uint64_t a) override { return inner_.allocate(b, a); }
-  Status free(DevicePtr p) override { return inner_.free(p); }
-  AllocationCounters counters() const override { return inner_.counters(); }
-  Status copy_to_device(DevicePtr d, std::uint64_t o, std::span<const std::byte> s) override { return inner_.copy_to_device(d, o, s); }
-  Status copy_to_host(std::span<std::byte> d, DevicePtr s, std::uint64_t o) override { return inner_.copy_to_host(d, s, o); }
-  Status copy_device(DevicePtr d, std::uint64_t a, DevicePtr s, std::uint64_t b, std::uint64_t n) override {
-    return inner_.copy_device(d, a, s, b, n);
-  }
-  Result<DevicePtr> register_host(const void*, std::uint64_t, HostAccess) override {
+
+ private:
+  const DeviceInfo& do_info() const override { return inner_.info(); }
+  const Capabilities& do_capabilities() const override { return caps_; }
+  Result<DevicePtr> do_allocate(std::uint64_t b, std::uint64_t a) override { return inner_.allocate(b, a); }
+  Status do_free(DevicePtr p, std::uint64_t) override { return inner_.free(p); }
+  Status do_copy_to_device(DevicePtr d, std::span<const std::byte> s) override { return inner_.copy_to_device(d, 0, s); }
+  Status do_copy_to_host(std::span<std::byte> d, DevicePtr s) override { return inner_.copy_to_host(d, s, 0); }
+  Status do_copy_device(DevicePtr d, DevicePtr s, std::uint64_t n) override { return inner_.copy_device(d, 0, s, 0, n); }
+  Result<DevicePtr> do_register_host(const void*, std::uint64_t, HostAccess) override {
     register_calls += 1;
     Error e = make_error(mode_ == Mode::refuse ? ErrorCode::device_error : ErrorCode::unsupported, "registration refused");
     e.native = "TEST_REGISTRATION_REFUSED";
     return e;
   }
-  Status unregister_host(DevicePtr p) override { return inner_.unregister_host(p); }
-  Status launch(const DerivationLaunch& l) override { return inner_.launch(l); }
-  Status synchronize() override { return inner_.synchronize(); }
+  Status do_unregister_host(DevicePtr p, std::uint64_t, HostAccess) override { return inner_.unregister_host(p); }
+  Status do_launch(const DerivationLaunch& l, const DerivationSizes&) override { return inner_.launch(l); }
+  Status do_synchronize() override { return inner_.synchronize(); }
 
- private:
   GpuBackend& inner_;
   Mode mode_;
   Capabilities caps_;

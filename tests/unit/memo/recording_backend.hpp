@@ -29,46 +29,6 @@ class RecordingBackend final : public GpuBackend {
     info_.name = "recording test double";
   }
 
-  const DeviceInfo& info() const override { return info_; }
-  const Capabilities& capabilities() const override { return caps_; }
-
-  Result<DevicePtr> allocate(std::uint64_t bytes, std::uint64_t /*alignment*/ = 256) override {
-    std::lock_guard lock(mutex_);
-    const DevicePtr ptr = next_;
-    next_ += 0x1000;
-    live_[ptr] = bytes;
-    return ptr;
-  }
-
-  Status free(DevicePtr ptr) override {
-    std::lock_guard lock(mutex_);
-    freed_.push_back(ptr);
-    if (refuse_.count(ptr) != 0) return make_error(ErrorCode::device_error, "refused by the test");
-    if (live_.erase(ptr) == 0) {
-      bad_frees_ += 1;
-      return make_error(ErrorCode::invalid_argument, "free of an unknown or already freed pointer");
-    }
-    return {};
-  }
-
-  AllocationCounters counters() const override {
-    std::lock_guard lock(mutex_);
-    AllocationCounters c;
-    c.live_allocations = live_.size();
-    for (const auto& [ptr, bytes] : live_) c.live_bytes += bytes;
-    return c;
-  }
-
-  Status copy_to_device(DevicePtr, std::uint64_t, std::span<const std::byte>) override { return unsupported(); }
-  Status copy_to_host(std::span<std::byte>, DevicePtr, std::uint64_t) override { return unsupported(); }
-  Status copy_device(DevicePtr, std::uint64_t, DevicePtr, std::uint64_t, std::uint64_t) override {
-    return unsupported();
-  }
-  Result<DevicePtr> register_host(const void*, std::uint64_t, HostAccess) override { return unsupported(); }
-  Status unregister_host(DevicePtr) override { return unsupported(); }
-  Status launch(const DerivationLaunch&) override { return unsupported(); }
-  Status synchronize() override { return {}; }
-
   // Makes free(ptr) fail with device_error (the pointer stays live).
   void refuse(DevicePtr ptr) {
     std::lock_guard lock(mutex_);
@@ -96,13 +56,43 @@ class RecordingBackend final : public GpuBackend {
   }
 
  private:
+  const DeviceInfo& do_info() const override { return info_; }
+  const Capabilities& do_capabilities() const override { return caps_; }
+
+  Result<DevicePtr> do_allocate(std::uint64_t /*bytes*/, std::uint64_t /*alignment*/) override {
+    std::lock_guard lock(mutex_);
+    const DevicePtr ptr = next_;
+    next_ += 0x1000;
+    live_.insert(ptr);
+    return ptr;
+  }
+
+  Status do_free(DevicePtr ptr, std::uint64_t) override {
+    std::lock_guard lock(mutex_);
+    freed_.push_back(ptr);
+    if (refuse_.count(ptr) != 0) return make_error(ErrorCode::device_error, "refused by the test");
+    if (live_.erase(ptr) == 0) {
+      bad_frees_ += 1;
+      return make_error(ErrorCode::internal, "free of an unknown or already freed pointer reached the backend");
+    }
+    return {};
+  }
+
+  Status do_copy_to_device(DevicePtr, std::span<const std::byte>) override { return unsupported(); }
+  Status do_copy_to_host(std::span<std::byte>, DevicePtr) override { return unsupported(); }
+  Status do_copy_device(DevicePtr, DevicePtr, std::uint64_t) override { return unsupported(); }
+  Result<DevicePtr> do_register_host(const void*, std::uint64_t, HostAccess) override { return unsupported(); }
+  Status do_unregister_host(DevicePtr, std::uint64_t, HostAccess) override { return unsupported(); }
+  Status do_launch(const DerivationLaunch&, const DerivationSizes&) override { return unsupported(); }
+  Status do_synchronize() override { return {}; }
+
   static Error unsupported() { return make_error(ErrorCode::unsupported, "not part of the recording double"); }
 
   DeviceInfo info_;
   Capabilities caps_;
   mutable std::mutex mutex_;
   DevicePtr next_ = 0x10000;
-  std::map<DevicePtr, std::uint64_t> live_;
+  std::set<DevicePtr> live_;
   std::set<DevicePtr> refuse_;
   std::vector<DevicePtr> freed_;
   std::size_t bad_frees_ = 0;

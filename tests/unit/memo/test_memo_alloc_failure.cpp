@@ -59,25 +59,26 @@ auto paused(F f) {
   return r;
 }
 
+// The recording double's own bookkeeping runs with injection paused; the
+// record GpuBackend keeps in front of it stays armed (it must turn a
+// failed insert into out_of_memory and give the allocation back).
 class Unarmed final : public GpuBackend {
  public:
   explicit Unarmed(RecordingBackend& inner) : inner_(inner) {}
-  const DeviceInfo& info() const override { return inner_.info(); }
-  const Capabilities& capabilities() const override { return inner_.capabilities(); }
-  Result<DevicePtr> allocate(std::uint64_t b, std::uint64_t a = 256) override { return paused([&] { return inner_.allocate(b, a); }); }
-  Status free(DevicePtr p) override { return paused([&] { return inner_.free(p); }); }
-  AllocationCounters counters() const override { return inner_.counters(); }
-  Status copy_to_device(DevicePtr d, std::uint64_t o, std::span<const std::byte> s) override { return inner_.copy_to_device(d, o, s); }
-  Status copy_to_host(std::span<std::byte> d, DevicePtr s, std::uint64_t o) override { return inner_.copy_to_host(d, s, o); }
-  Status copy_device(DevicePtr d, std::uint64_t dof, DevicePtr s, std::uint64_t sof, std::uint64_t n) override {
-    return inner_.copy_device(d, dof, s, sof, n);
-  }
-  Result<DevicePtr> register_host(const void* h, std::uint64_t b, HostAccess a) override { return inner_.register_host(h, b, a); }
-  Status unregister_host(DevicePtr p) override { return inner_.unregister_host(p); }
-  Status launch(const DerivationLaunch& l) override { return inner_.launch(l); }
-  Status synchronize() override { return inner_.synchronize(); }
 
  private:
+  const DeviceInfo& do_info() const override { return inner_.info(); }
+  const Capabilities& do_capabilities() const override { return inner_.capabilities(); }
+  Result<DevicePtr> do_allocate(std::uint64_t b, std::uint64_t a) override { return paused([&] { return inner_.allocate(b, a); }); }
+  Status do_free(DevicePtr p, std::uint64_t) override { return paused([&] { return inner_.free(p); }); }
+  Status do_copy_to_device(DevicePtr d, std::span<const std::byte> s) override { return inner_.copy_to_device(d, 0, s); }
+  Status do_copy_to_host(std::span<std::byte> d, DevicePtr s) override { return inner_.copy_to_host(d, s, 0); }
+  Status do_copy_device(DevicePtr d, DevicePtr s, std::uint64_t n) override { return inner_.copy_device(d, 0, s, 0, n); }
+  Result<DevicePtr> do_register_host(const void* h, std::uint64_t b, HostAccess a) override { return inner_.register_host(h, b, a); }
+  Status do_unregister_host(DevicePtr p, std::uint64_t, HostAccess) override { return inner_.unregister_host(p); }
+  Status do_launch(const DerivationLaunch& l, const DerivationSizes&) override { return inner_.launch(l); }
+  Status do_synchronize() override { return inner_.synchronize(); }
+
   RecordingBackend& inner_;
 };
 

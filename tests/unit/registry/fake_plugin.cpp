@@ -33,24 +33,21 @@ class Backend final : public ballast::GpuBackend {
     caps_.host_registration_note = "fake backend: uploads only";
     caps_.max_single_allocation = 1 << 20;
   }
-  const ballast::DeviceInfo& info() const override { return info_; }
-  const ballast::Capabilities& capabilities() const override { return caps_; }
-  ballast::Result<ballast::DevicePtr> allocate(std::uint64_t, std::uint64_t) override { return refuse(); }
-  ballast::Status free(ballast::DevicePtr) override { return refuse(); }
-  ballast::AllocationCounters counters() const override { return {}; }
-  ballast::Status copy_to_device(ballast::DevicePtr, std::uint64_t, std::span<const std::byte>) override { return refuse(); }
-  ballast::Status copy_to_host(std::span<std::byte>, ballast::DevicePtr, std::uint64_t) override { return refuse(); }
-  ballast::Status copy_device(ballast::DevicePtr, std::uint64_t, ballast::DevicePtr, std::uint64_t, std::uint64_t) override {
-    return refuse();
-  }
-  ballast::Result<ballast::DevicePtr> register_host(const void*, std::uint64_t, ballast::HostAccess) override {
-    return refuse();
-  }
-  ballast::Status unregister_host(ballast::DevicePtr) override { return refuse(); }
-  ballast::Status launch(const ballast::DerivationLaunch&) override { return refuse(); }
-  ballast::Status synchronize() override { return {}; }
-
  private:
+  const ballast::DeviceInfo& do_info() const override { return info_; }
+  const ballast::Capabilities& do_capabilities() const override { return caps_; }
+  ballast::Result<ballast::DevicePtr> do_allocate(std::uint64_t, std::uint64_t) override { return refuse(); }
+  ballast::Status do_free(ballast::DevicePtr, std::uint64_t) override { return refuse(); }
+  ballast::Status do_copy_to_device(ballast::DevicePtr, std::span<const std::byte>) override { return refuse(); }
+  ballast::Status do_copy_to_host(std::span<std::byte>, ballast::DevicePtr) override { return refuse(); }
+  ballast::Status do_copy_device(ballast::DevicePtr, ballast::DevicePtr, std::uint64_t) override { return refuse(); }
+  ballast::Result<ballast::DevicePtr> do_register_host(const void*, std::uint64_t, ballast::HostAccess) override {
+    return refuse();
+  }
+  ballast::Status do_unregister_host(ballast::DevicePtr, std::uint64_t, ballast::HostAccess) override { return refuse(); }
+  ballast::Status do_launch(const ballast::DerivationLaunch&, const ballast::DerivationSizes&) override { return refuse(); }
+  ballast::Status do_synchronize() override { return {}; }
+
   static ballast::Error refuse() { return ballast::make_error(ballast::ErrorCode::unsupported, "fake backend"); }
   ballast::DeviceInfo info_;
   ballast::Capabilities caps_;

@@ -1,0 +1,202 @@
+// The validated center of every backend: GpuBackend's public methods.
+#include "backend/live_ranges.hpp"
+
+#include "base/hex.hpp"
+
+#include <ballast/gpu_backend.hpp>
+
+#include <limits>
+#include <new>
+#include <string>
+
+namespace ballast {
+namespace {
+
+using detail::Access;
+using detail::describe_range;
+
+bool shares_a_byte(DevicePtr a, std::uint64_t an, DevicePtr b, std::uint64_t bn) {
+  return an != 0 && bn != 0 && a < b + bn && b < a + an;
+}
+
+// ptr + offset, or an overflow error naming the operand.
+Result<DevicePtr> offset_pointer(std::string_view operand, DevicePtr ptr, std::uint64_t offset) {
+  if (offset > std::numeric_limits<DevicePtr>::max() - ptr)
+    return make_error(ErrorCode::overflow,
+                      std::string(operand) + " " + hex(ptr) + " + offset " + std::to_string(offset) + " wraps the address space");
+  return ptr + offset;
+}
+
+bool is_power_of_two(std::uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+// Adds the operation to an error only: the success path builds no string.
+template <class Doing>
+Status in_context(Status s, const Doing& doing) {
+  if (!s) return std::move(s).with_context(doing());
+  return s;
+}
+
+}  // namespace
+
+GpuBackend::GpuBackend() : live_(std::make_unique<detail::LiveRanges>()) {}
+GpuBackend::~GpuBackend() = default;
+
+Result<DevicePtr> GpuBackend::allocate(std::uint64_t bytes, std::uint64_t alignment) {
+  const auto doing = [&] { return info().backend + ": allocate " + std::to_string(bytes) + " bytes"; };
+  if (!is_power_of_two(alignment))
+    return make_error(ErrorCode::invalid_argument, "alignment " + std::to_string(alignment) + " is not a power of two")
+        .with_context(doing());
+  auto ptr = do_allocate(bytes, alignment);
+  if (!ptr) return std::move(ptr.error()).with_context(doing());
+  bool recorded = false;
+  try {
+    recorded = live_->add_allocation(*ptr, bytes);
+  } catch (const std::bad_alloc&) {
+    (void)do_free(*ptr, bytes);
+    return make_error(ErrorCode::out_of_memory, "no host memory to record the allocation").with_context(doing());
+  }
+  if (!recorded) {
+    (void)do_free(*ptr, bytes);
+    return make_error(ErrorCode::internal, "the backend returned " + describe_range("allocation", *ptr, bytes) +
+                                               ", which overlaps a live allocation")
+        .with_context(doing());
+  }
+  return ptr;
+}
+
+Status GpuBackend::free(DevicePtr ptr) {
+  auto node = live_->take_allocation(ptr);
+  if (!node)
+    return make_error(ErrorCode::invalid_argument,
+                      hex(ptr) + " is not a live allocation (unknown, already freed, an interior pointer or a registration)")
+        .with_context(info().backend + ": free");
+  Status s = do_free(ptr, node.mapped());
+  if (!s) {
+    live_->restore_allocation(std::move(node));
+    return std::move(s).with_context(info().backend + ": free " + hex(ptr));
+  }
+  return s;
+}
+
+AllocationCounters GpuBackend::counters() const { return live_->counters(); }
+
+Status GpuBackend::copy_to_device(DevicePtr dst, std::uint64_t dst_offset, std::span<const std::byte> src) {
+  const auto doing = [&] { return info().backend + ": copy " + std::to_string(src.size()) + " bytes host to device"; };
+  auto to = offset_pointer("dst", dst, dst_offset);
+  if (!to) return std::move(to.error()).with_context(doing());
+  if (Status s = live_->check("dst", *to, src.size(), Access::write); !s) return std::move(s).with_context(doing());
+  if (src.empty()) return {};
+  return in_context(do_copy_to_device(*to, src), doing);
+}
+
+Status GpuBackend::copy_to_host(std::span<std::byte> dst, DevicePtr src, std::uint64_t src_offset) {
+  const auto doing = [&] { return info().backend + ": copy " + std::to_string(dst.size()) + " bytes device to host"; };
+  auto from = offset_pointer("src", src, src_offset);
+  if (!from) return std::move(from.error()).with_context(doing());
+  if (Status s = live_->check("src", *from, dst.size(), Access::read); !s) return std::move(s).with_context(doing());
+  if (dst.empty()) return {};
+  return in_context(do_copy_to_host(dst, *from), doing);
+}
+
+Status GpuBackend::copy_device(DevicePtr dst, std::uint64_t dst_offset, DevicePtr src, std::uint64_t src_offset,
+                               std::uint64_t bytes) {
+  const auto doing = [&] { return info().backend + ": copy " + std::to_string(bytes) + " bytes device to device"; };
+  auto to = offset_pointer("dst", dst, dst_offset);
+  if (!to) return std::move(to.error()).with_context(doing());
+  auto from = offset_pointer("src", src, src_offset);
+  if (!from) return std::move(from.error()).with_context(doing());
+  if (Status s = live_->check("src", *from, bytes, Access::read); !s) return std::move(s).with_context(doing());
+  if (Status s = live_->check("dst", *to, bytes, Access::write); !s) return std::move(s).with_context(doing());
+  if (shares_a_byte(*to, bytes, *from, bytes))
+    return make_error(ErrorCode::invalid_argument, describe_range("dst", *to, bytes) + " overlaps " +
+                                                       describe_range("src", *from, bytes) +
+                                                       "; a copy's source and destination must not overlap")
+        .with_context(doing());
+  if (bytes == 0) return {};
+  return in_context(do_copy_device(*to, *from, bytes), doing);
+}
+
+Result<DevicePtr> GpuBackend::register_host(const void* host, std::uint64_t bytes, HostAccess access) {
+  const auto address = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(host));
+  const bool read_only = access == HostAccess::read_only;
+  const std::string doing = info().backend + ": register " + describe_range("host", address, bytes).substr(5) +
+                            (read_only ? " read-only" : " read-write");
+  if (host == nullptr || bytes == 0)
+    return make_error(ErrorCode::invalid_argument, "a host registration must be non-null and non-empty").with_context(doing);
+  if (bytes > std::numeric_limits<std::uint64_t>::max() - address)
+    return make_error(ErrorCode::overflow, "the range wraps the address space").with_context(doing);
+  const Capabilities& caps = capabilities();
+  if (!caps.host_registration)
+    return make_error(ErrorCode::unsupported, "this device cannot register host memory: " + caps.host_registration_note)
+        .with_context(doing);
+  if (read_only && !caps.read_only_registration)
+    return make_error(ErrorCode::unsupported, "this device cannot register host memory read-only: " + caps.host_registration_note)
+        .with_context(doing);
+  auto ptr = do_register_host(host, bytes, access);
+  if (!ptr) return std::move(ptr.error()).with_context(doing);
+  try {
+    live_->add_registration(*ptr, {bytes, access});
+  } catch (const std::bad_alloc&) {
+    (void)do_unregister_host(*ptr, bytes, access);
+    return make_error(ErrorCode::out_of_memory, "no host memory to record the registration").with_context(doing);
+  }
+  return ptr;
+}
+
+Status GpuBackend::unregister_host(DevicePtr ptr) {
+  auto node = live_->take_registration(ptr);
+  if (!node)
+    return make_error(ErrorCode::invalid_argument, hex(ptr) + " is not a live host registration")
+        .with_context(info().backend + ": unregister host memory");
+  Status s = do_unregister_host(ptr, node.mapped().bytes, node.mapped().access);
+  if (!s) {
+    live_->restore_registration(std::move(node));
+    return std::move(s).with_context(info().backend + ": unregister host memory at " + hex(ptr));
+  }
+  return s;
+}
+
+Status GpuBackend::launch(const DerivationLaunch& l) {
+  const auto doing = [&] { return info().backend + ": launch " + std::string(derivation_name(l.kind)); };
+  auto sizes = derivation_sizes(l);
+  if (!sizes) return std::move(sizes.error()).with_context(doing());
+  if (!capabilities().unaligned_operands)
+    if (Status a = check_operand_alignment(l); !a) return std::move(a).with_context(doing());
+  struct Operand {
+    const char* name;
+    DevicePtr ptr;
+    std::uint64_t bytes;
+    Access access;
+  };
+  const DerivationSizes& s = *sizes;
+  const Operand operands[] = {
+      {"src", l.src, s.src_bytes, Access::read},
+      {"scales", l.scales, s.scales_bytes, Access::read},
+      {"zero_point", l.zero_point, s.zero_point_bytes, Access::read},
+      {"dst", l.dst, s.dst_bytes, Access::write},
+      {"dst2", l.dst2, s.dst2_bytes, Access::write},
+  };
+  for (const Operand& o : operands)
+    if (Status st = live_->check(o.name, o.ptr, o.bytes, o.access); !st) return std::move(st).with_context(doing());
+  // Kernels read and write in parallel: an output sharing a byte with any
+  // other operand would read what it is writing.
+  for (const Operand& out : operands) {
+    if (out.access != Access::write) continue;
+    for (const Operand& other : operands) {
+      if (&other == &out || (other.access == Access::write && &other > &out)) continue;
+      if (shares_a_byte(out.ptr, out.bytes, other.ptr, other.bytes))
+        return make_error(ErrorCode::invalid_argument, describe_range(out.name, out.ptr, out.bytes) + " overlaps " +
+                                                           describe_range(other.name, other.ptr, other.bytes) +
+                                                           "; outputs must not alias any operand")
+            .with_context(doing());
+    }
+  }
+  if (s.dst_bytes == 0 && s.dst2_bytes == 0) return {};
+  return in_context(do_launch(l, s), doing);
+}
+
+Status GpuBackend::synchronize() {
+  return in_context(do_synchronize(), [&] { return info().backend + ": synchronize"; });
+}
+
+}  // namespace ballast

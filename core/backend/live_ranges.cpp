@@ -1,0 +1,119 @@
+#include "backend/live_ranges.hpp"
+
+#include "base/hex.hpp"
+
+#include <limits>
+#include <string>
+
+namespace ballast::detail {
+namespace {
+
+// A zero-byte allocation still owns one address, so it stays unique.
+std::uint64_t footprint(std::uint64_t bytes) { return bytes == 0 ? 1 : bytes; }
+
+bool inside(DevicePtr start, std::uint64_t size, DevicePtr ptr, std::uint64_t bytes) {
+  return start <= ptr && ptr - start <= size && bytes <= size - (ptr - start);
+}
+
+}  // namespace
+
+std::string describe_range(std::string_view operand, DevicePtr ptr, std::uint64_t bytes) {
+  return std::string(operand) + " [" + hex(ptr) + ", +" + std::to_string(bytes) + " bytes)";
+}
+
+bool LiveRanges::add_allocation(DevicePtr start, std::uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  const std::uint64_t size = footprint(bytes);
+  auto next = allocations_.lower_bound(start);
+  if (next != allocations_.end() && next->first - start < size) return false;
+  if (next != allocations_.begin()) {
+    auto prev = std::prev(next);
+    if (start - prev->first < footprint(prev->second)) return false;
+  }
+  allocations_.emplace_hint(next, start, bytes);
+  allocated_bytes_ += bytes;
+  return true;
+}
+
+LiveRanges::AllocationNode LiveRanges::take_allocation(DevicePtr start) {
+  std::lock_guard lock(mutex_);
+  AllocationNode node = allocations_.extract(start);
+  if (node) allocated_bytes_ -= node.mapped();
+  return node;
+}
+
+void LiveRanges::restore_allocation(AllocationNode node) {
+  std::lock_guard lock(mutex_);
+  allocated_bytes_ += node.mapped();
+  allocations_.insert(std::move(node));
+}
+
+void LiveRanges::add_registration(DevicePtr start, const Registration& r) {
+  std::lock_guard lock(mutex_);
+  registrations_.emplace(start, r);
+}
+
+LiveRanges::RegistrationNode LiveRanges::take_registration(DevicePtr start) {
+  std::lock_guard lock(mutex_);
+  auto [first, last] = registrations_.equal_range(start);
+  if (first == last) return {};
+  return registrations_.extract(std::prev(last));
+}
+
+void LiveRanges::restore_registration(RegistrationNode node) {
+  std::lock_guard lock(mutex_);
+  registrations_.insert(std::move(node));
+}
+
+bool LiveRanges::overlaps_read_only(DevicePtr ptr, std::uint64_t bytes) const {
+  for (auto it = registrations_.begin(); it != registrations_.end() && it->first < ptr + bytes; ++it) {
+    if (it->second.access == HostAccess::read_only && ptr < it->first + it->second.bytes) return true;
+  }
+  return false;
+}
+
+const Registration* LiveRanges::registration_holding(DevicePtr ptr, std::uint64_t bytes, bool need_write,
+                                                     DevicePtr& start) const {
+  for (auto it = registrations_.begin(); it != registrations_.end() && it->first <= ptr; ++it) {
+    if (need_write && it->second.access == HostAccess::read_only) continue;
+    if (inside(it->first, it->second.bytes, ptr, bytes)) {
+      start = it->first;
+      return &it->second;
+    }
+  }
+  return nullptr;
+}
+
+Status LiveRanges::check(std::string_view operand, DevicePtr ptr, std::uint64_t bytes, Access access) const {
+  if (bytes == 0) return {};
+  if (ptr == 0) return make_error(ErrorCode::invalid_argument, std::string(operand) + " is a null device pointer");
+  if (bytes > std::numeric_limits<DevicePtr>::max() - ptr)
+    return make_error(ErrorCode::overflow, describe_range(operand, ptr, bytes) + " wraps the address space");
+  const bool write = access == Access::write;
+  const std::string range = describe_range(operand, ptr, bytes);
+  std::lock_guard lock(mutex_);
+  if (write && overlaps_read_only(ptr, bytes))
+    return make_error(ErrorCode::invalid_argument, range + " lies in a read-only host registration, which is never written");
+  auto next = allocations_.upper_bound(ptr);
+  const bool in_allocation = next != allocations_.begin() &&
+                             ptr - std::prev(next)->first < footprint(std::prev(next)->second);
+  if (in_allocation && inside(std::prev(next)->first, std::prev(next)->second, ptr, bytes)) return {};
+  DevicePtr start = 0;
+  if (registration_holding(ptr, bytes, write, start) != nullptr) return {};
+  if (in_allocation) {
+    const auto& [base, size] = *std::prev(next);
+    return make_error(ErrorCode::out_of_bounds,
+                      range + " runs past the end of its allocation " + describe_range("", base, size).substr(1));
+  }
+  if (const Registration* r = registration_holding(ptr, 1, false, start))
+    return make_error(ErrorCode::out_of_bounds,
+                      range + " runs past the end of its host registration " + describe_range("", start, r->bytes).substr(1));
+  return make_error(ErrorCode::invalid_argument, range + " is not inside any live allocation or host registration");
+}
+
+AllocationCounters LiveRanges::counters() const {
+  std::lock_guard lock(mutex_);
+  return {allocations_.size(), allocated_bytes_, registrations_.size()};
+}
+
+}  // namespace ballast::detail
