@@ -1,0 +1,56 @@
+// GpuBackend's validated public methods, seen from a test double: what the
+// core refuses never reaches the backend, and a failed device call leaves
+// the core's record as it was.
+#include "unit/memo/recording_backend.hpp"
+
+#include <ballast/gpu_backend.hpp>
+
+#include <doctest/doctest.h>
+
+using namespace ballast;
+using ballast::test::RecordingBackend;
+
+TEST_CASE("a free the device refuses leaves the allocation live, and a retry reaches the device again") {
+  RecordingBackend gpu;
+  auto p = gpu.allocate(128);
+  REQUIRE(p.ok());
+  CHECK(gpu.counters().live_allocations == 1);
+  CHECK(gpu.counters().live_bytes == 128);
+  gpu.refuse(*p);
+  const Status first = gpu.free(*p);
+  CHECK(first.code() == ErrorCode::device_error);
+  CHECK(gpu.counters().live_allocations == 1);
+  CHECK(gpu.counters().live_bytes == 128);
+  // Still recorded, so the retry is not "unknown pointer": it goes to the device.
+  CHECK(gpu.free(*p).code() == ErrorCode::device_error);
+  CHECK(gpu.times_freed(*p) == 2);
+}
+
+TEST_CASE("what the core refuses never reaches the device") {
+  RecordingBackend gpu;
+  auto p = gpu.allocate(256);
+  REQUIRE(p.ok());
+  CHECK(gpu.free(*p + 16).code() == ErrorCode::invalid_argument);  // interior
+  CHECK(gpu.free(0x7777000).code() == ErrorCode::invalid_argument);  // unknown
+  CHECK(gpu.times_freed(*p + 16) == 0);
+  CHECK(gpu.freed().empty());
+  CHECK(gpu.free(*p).ok());
+  CHECK(gpu.free(*p).code() == ErrorCode::invalid_argument);  // double
+  CHECK(gpu.times_freed(*p) == 1);
+  CHECK(gpu.bad_frees() == 0);
+  CHECK(gpu.allocate(64, 24).code() == ErrorCode::invalid_argument);
+  CHECK(gpu.counters().live_allocations == 0);
+}
+
+TEST_CASE("every validation error names the backend and the operation") {
+  RecordingBackend gpu;
+  auto p = gpu.allocate(64);
+  REQUIRE(p.ok());
+  std::byte host[128] = {};
+  const Status s = gpu.copy_to_device(*p, 0, std::span<const std::byte>(host, 128));
+  REQUIRE(s.code() == ErrorCode::out_of_bounds);
+  CHECK(s.error().context.find("recording: copy 128 bytes host to device") != std::string::npos);
+  CHECK(s.error().message.find("dst [") == 0);
+  CHECK(s.error().message.find("runs past the end of its allocation") != std::string::npos);
+  CHECK(gpu.free(*p).ok());
+}
