@@ -35,74 +35,27 @@ Error missing_entry_point(const char* name) {
 
 }  // namespace
 
-#define BALLAST_VK_INSTANCE_FN(member) \
-  if (!load_instance_fn(instance, "vk" #member, member)) return missing_entry_point("vk" #member)
+#define BALLAST_VK_REQUIRED_INSTANCE_FN(member) \
+  if (!load_instance_fn(instance, "vk" #member, member)) return missing_entry_point("vk" #member);
+#define BALLAST_VK_OPTIONAL_INSTANCE_FN(member) load_instance_fn(instance, "vk" #member, member);
 
 Status InstanceFns::load(VkInstance instance) {
-  BALLAST_VK_INSTANCE_FN(DestroyInstance);
-  BALLAST_VK_INSTANCE_FN(EnumeratePhysicalDevices);
-  BALLAST_VK_INSTANCE_FN(GetPhysicalDeviceProperties);
-  BALLAST_VK_INSTANCE_FN(GetPhysicalDeviceProperties2);
-  BALLAST_VK_INSTANCE_FN(GetPhysicalDeviceFeatures2);
-  BALLAST_VK_INSTANCE_FN(GetPhysicalDeviceMemoryProperties);
-  BALLAST_VK_INSTANCE_FN(GetPhysicalDeviceQueueFamilyProperties);
-  BALLAST_VK_INSTANCE_FN(EnumerateDeviceExtensionProperties);
-  BALLAST_VK_INSTANCE_FN(GetPhysicalDeviceExternalBufferProperties);
-  BALLAST_VK_INSTANCE_FN(CreateDevice);
-  BALLAST_VK_INSTANCE_FN(GetDeviceProcAddr);
-  // Present only when VK_EXT_debug_utils was enabled on this instance.
-  load_instance_fn(instance, "vkCreateDebugUtilsMessengerEXT", CreateDebugUtilsMessengerEXT);
-  load_instance_fn(instance, "vkDestroyDebugUtilsMessengerEXT", DestroyDebugUtilsMessengerEXT);
+  BALLAST_VK_INSTANCE_FNS(BALLAST_VK_REQUIRED_INSTANCE_FN)
+  BALLAST_VK_INSTANCE_OPTIONAL_FNS(BALLAST_VK_OPTIONAL_INSTANCE_FN)
   return {};
 }
 
-#undef BALLAST_VK_INSTANCE_FN
-
-#define BALLAST_VK_DEVICE_FN(member) \
-  if (!load_device_fn(gdpa, device, "vk" #member, member)) return missing_entry_point("vk" #member)
+#define BALLAST_VK_REQUIRED_DEVICE_FN(member) \
+  if (!load_device_fn(gdpa, device, "vk" #member, member)) return missing_entry_point("vk" #member);
 
 Status DeviceFns::load(const InstanceFns& instance_fns, VkDevice device, bool host_import) {
   const PFN_vkGetDeviceProcAddr gdpa = instance_fns.GetDeviceProcAddr;
-  BALLAST_VK_DEVICE_FN(DestroyDevice);
-  BALLAST_VK_DEVICE_FN(GetDeviceQueue);
-  BALLAST_VK_DEVICE_FN(DeviceWaitIdle);
-  BALLAST_VK_DEVICE_FN(CreateBuffer);
-  BALLAST_VK_DEVICE_FN(DestroyBuffer);
-  BALLAST_VK_DEVICE_FN(GetBufferMemoryRequirements);
-  BALLAST_VK_DEVICE_FN(AllocateMemory);
-  BALLAST_VK_DEVICE_FN(FreeMemory);
-  BALLAST_VK_DEVICE_FN(BindBufferMemory);
-  BALLAST_VK_DEVICE_FN(MapMemory);
-  BALLAST_VK_DEVICE_FN(UnmapMemory);
-  BALLAST_VK_DEVICE_FN(GetBufferDeviceAddress);
-  BALLAST_VK_DEVICE_FN(CreateCommandPool);
-  BALLAST_VK_DEVICE_FN(DestroyCommandPool);
-  BALLAST_VK_DEVICE_FN(AllocateCommandBuffers);
-  BALLAST_VK_DEVICE_FN(FreeCommandBuffers);
-  BALLAST_VK_DEVICE_FN(BeginCommandBuffer);
-  BALLAST_VK_DEVICE_FN(EndCommandBuffer);
-  BALLAST_VK_DEVICE_FN(ResetCommandBuffer);
-  BALLAST_VK_DEVICE_FN(CmdCopyBuffer);
-  BALLAST_VK_DEVICE_FN(CmdPipelineBarrier);
-  BALLAST_VK_DEVICE_FN(CmdBindPipeline);
-  BALLAST_VK_DEVICE_FN(CmdPushConstants);
-  BALLAST_VK_DEVICE_FN(CmdDispatch);
-  BALLAST_VK_DEVICE_FN(CreateFence);
-  BALLAST_VK_DEVICE_FN(DestroyFence);
-  BALLAST_VK_DEVICE_FN(WaitForFences);
-  BALLAST_VK_DEVICE_FN(ResetFences);
-  BALLAST_VK_DEVICE_FN(QueueSubmit);
-  BALLAST_VK_DEVICE_FN(CreateShaderModule);
-  BALLAST_VK_DEVICE_FN(DestroyShaderModule);
-  BALLAST_VK_DEVICE_FN(CreatePipelineLayout);
-  BALLAST_VK_DEVICE_FN(DestroyPipelineLayout);
-  BALLAST_VK_DEVICE_FN(CreateComputePipelines);
-  BALLAST_VK_DEVICE_FN(DestroyPipeline);
-  if (host_import) BALLAST_VK_DEVICE_FN(GetMemoryHostPointerPropertiesEXT);
+  BALLAST_VK_DEVICE_FNS(BALLAST_VK_REQUIRED_DEVICE_FN)
+  if (host_import) {
+    BALLAST_VK_DEVICE_HOST_IMPORT_FNS(BALLAST_VK_REQUIRED_DEVICE_FN)
+  }
   return {};
 }
-
-#undef BALLAST_VK_DEVICE_FN
 
 const char* vk_result_name(VkResult r) noexcept {
   switch (r) {

@@ -18,64 +18,80 @@ namespace ballast::vulkan {
 // Opens the Vulkan loader once per process; the reason when there is none.
 Status load_vulkan_loader();
 
+// Every entry point the backend uses, listed once: the tables below and
+// their loaders (vk_api.cpp) are generated from these lists.
+#define BALLAST_VK_INSTANCE_FNS(X) \
+  X(DestroyInstance) \
+  X(EnumeratePhysicalDevices) \
+  X(GetPhysicalDeviceProperties) \
+  X(GetPhysicalDeviceProperties2) \
+  X(GetPhysicalDeviceFeatures2) \
+  X(GetPhysicalDeviceMemoryProperties) \
+  X(GetPhysicalDeviceQueueFamilyProperties) \
+  X(EnumerateDeviceExtensionProperties) \
+  X(GetPhysicalDeviceExternalBufferProperties) \
+  X(CreateDevice) \
+  X(GetDeviceProcAddr)
+// Present only when VK_EXT_debug_utils was enabled on the instance.
+#define BALLAST_VK_INSTANCE_OPTIONAL_FNS(X) \
+  X(CreateDebugUtilsMessengerEXT) \
+  X(DestroyDebugUtilsMessengerEXT)
+#define BALLAST_VK_DEVICE_FNS(X) \
+  X(DestroyDevice) \
+  X(GetDeviceQueue) \
+  X(DeviceWaitIdle) \
+  X(CreateBuffer) \
+  X(DestroyBuffer) \
+  X(GetBufferMemoryRequirements) \
+  X(AllocateMemory) \
+  X(FreeMemory) \
+  X(BindBufferMemory) \
+  X(MapMemory) \
+  X(UnmapMemory) \
+  X(GetBufferDeviceAddress) \
+  X(CreateCommandPool) \
+  X(DestroyCommandPool) \
+  X(AllocateCommandBuffers) \
+  X(FreeCommandBuffers) \
+  X(BeginCommandBuffer) \
+  X(EndCommandBuffer) \
+  X(ResetCommandBuffer) \
+  X(CmdCopyBuffer) \
+  X(CmdPipelineBarrier) \
+  X(CmdBindPipeline) \
+  X(CmdPushConstants) \
+  X(CmdDispatch) \
+  X(CreateFence) \
+  X(DestroyFence) \
+  X(WaitForFences) \
+  X(ResetFences) \
+  X(QueueSubmit) \
+  X(CreateShaderModule) \
+  X(DestroyShaderModule) \
+  X(CreatePipelineLayout) \
+  X(DestroyPipelineLayout) \
+  X(CreateComputePipelines) \
+  X(DestroyPipeline)
+// Present only with VK_EXT_external_memory_host.
+#define BALLAST_VK_DEVICE_HOST_IMPORT_FNS(X) X(GetMemoryHostPointerPropertiesEXT)
+
+#define BALLAST_VK_MEMBER(name) PFN_vk##name name = nullptr;
+
 struct InstanceFns {
-  PFN_vkDestroyInstance DestroyInstance = nullptr;
-  PFN_vkEnumeratePhysicalDevices EnumeratePhysicalDevices = nullptr;
-  PFN_vkGetPhysicalDeviceProperties GetPhysicalDeviceProperties = nullptr;
-  PFN_vkGetPhysicalDeviceProperties2 GetPhysicalDeviceProperties2 = nullptr;
-  PFN_vkGetPhysicalDeviceFeatures2 GetPhysicalDeviceFeatures2 = nullptr;
-  PFN_vkGetPhysicalDeviceMemoryProperties GetPhysicalDeviceMemoryProperties = nullptr;
-  PFN_vkGetPhysicalDeviceQueueFamilyProperties GetPhysicalDeviceQueueFamilyProperties = nullptr;
-  PFN_vkEnumerateDeviceExtensionProperties EnumerateDeviceExtensionProperties = nullptr;
-  PFN_vkGetPhysicalDeviceExternalBufferProperties GetPhysicalDeviceExternalBufferProperties = nullptr;
-  PFN_vkCreateDevice CreateDevice = nullptr;
-  PFN_vkGetDeviceProcAddr GetDeviceProcAddr = nullptr;
-  PFN_vkCreateDebugUtilsMessengerEXT CreateDebugUtilsMessengerEXT = nullptr;    // only with debug utils
-  PFN_vkDestroyDebugUtilsMessengerEXT DestroyDebugUtilsMessengerEXT = nullptr;  // only with debug utils
+  BALLAST_VK_INSTANCE_FNS(BALLAST_VK_MEMBER)
+  BALLAST_VK_INSTANCE_OPTIONAL_FNS(BALLAST_VK_MEMBER)
 
   Status load(VkInstance instance);
 };
 
 struct DeviceFns {
-  PFN_vkDestroyDevice DestroyDevice = nullptr;
-  PFN_vkGetDeviceQueue GetDeviceQueue = nullptr;
-  PFN_vkDeviceWaitIdle DeviceWaitIdle = nullptr;
-  PFN_vkCreateBuffer CreateBuffer = nullptr;
-  PFN_vkDestroyBuffer DestroyBuffer = nullptr;
-  PFN_vkGetBufferMemoryRequirements GetBufferMemoryRequirements = nullptr;
-  PFN_vkAllocateMemory AllocateMemory = nullptr;
-  PFN_vkFreeMemory FreeMemory = nullptr;
-  PFN_vkBindBufferMemory BindBufferMemory = nullptr;
-  PFN_vkMapMemory MapMemory = nullptr;
-  PFN_vkUnmapMemory UnmapMemory = nullptr;
-  PFN_vkGetBufferDeviceAddress GetBufferDeviceAddress = nullptr;
-  PFN_vkGetMemoryHostPointerPropertiesEXT GetMemoryHostPointerPropertiesEXT = nullptr;  // only with the extension
-  PFN_vkCreateCommandPool CreateCommandPool = nullptr;
-  PFN_vkDestroyCommandPool DestroyCommandPool = nullptr;
-  PFN_vkAllocateCommandBuffers AllocateCommandBuffers = nullptr;
-  PFN_vkFreeCommandBuffers FreeCommandBuffers = nullptr;
-  PFN_vkBeginCommandBuffer BeginCommandBuffer = nullptr;
-  PFN_vkEndCommandBuffer EndCommandBuffer = nullptr;
-  PFN_vkResetCommandBuffer ResetCommandBuffer = nullptr;
-  PFN_vkCmdCopyBuffer CmdCopyBuffer = nullptr;
-  PFN_vkCmdPipelineBarrier CmdPipelineBarrier = nullptr;
-  PFN_vkCmdBindPipeline CmdBindPipeline = nullptr;
-  PFN_vkCmdPushConstants CmdPushConstants = nullptr;
-  PFN_vkCmdDispatch CmdDispatch = nullptr;
-  PFN_vkCreateFence CreateFence = nullptr;
-  PFN_vkDestroyFence DestroyFence = nullptr;
-  PFN_vkWaitForFences WaitForFences = nullptr;
-  PFN_vkResetFences ResetFences = nullptr;
-  PFN_vkQueueSubmit QueueSubmit = nullptr;
-  PFN_vkCreateShaderModule CreateShaderModule = nullptr;
-  PFN_vkDestroyShaderModule DestroyShaderModule = nullptr;
-  PFN_vkCreatePipelineLayout CreatePipelineLayout = nullptr;
-  PFN_vkDestroyPipelineLayout DestroyPipelineLayout = nullptr;
-  PFN_vkCreateComputePipelines CreateComputePipelines = nullptr;
-  PFN_vkDestroyPipeline DestroyPipeline = nullptr;
+  BALLAST_VK_DEVICE_FNS(BALLAST_VK_MEMBER)
+  BALLAST_VK_DEVICE_HOST_IMPORT_FNS(BALLAST_VK_MEMBER)
 
   Status load(const InstanceFns& instance_fns, VkDevice device, bool host_import);
 };
+
+#undef BALLAST_VK_MEMBER
 
 // "VK_ERROR_OUT_OF_DEVICE_MEMORY" etc.
 const char* vk_result_name(VkResult r) noexcept;

@@ -1,2 +1,2 @@
-#include "gpu/vendor_cuda.hpp"
+#include "cuda_hip/device/vendor_cuda.hpp"
 #include "probes.cuh"

@@ -8,8 +8,8 @@
 // sources before issue 14 (checked out by `tools/kernel-report --rev`):
 // those sources had no per-unit functions, so their kernel bodies are
 // copied here, unit by unit.
-#include "gpu/derivation_elements.hpp"
-#include "kernel_math.hpp"
+#include "cuda_hip/device/derivation_elements.hpp"
+#include <common/kernel_math.hpp>
 
 #include <cstdint>
 

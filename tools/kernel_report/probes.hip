@@ -1,2 +1,2 @@
-#include "gpu/vendor_hip.hpp"
+#include "cuda_hip/device/vendor_hip.hpp"
 #include "probes.cuh"

@@ -100,7 +100,7 @@ NativeCode set_device(int index) {
   return index >= 0 && index < state().devices ? 0 : kInvalidValue;
 }
 
-NativeCode malloc_device(std::uint64_t* ptr, std::uint64_t bytes) {
+NativeCode device_malloc(std::uint64_t* ptr, std::uint64_t bytes) {
   if (NativeCode c = enter(Op::malloc)) return c;
   if (bytes > (std::uint64_t{1} << 30)) return kOutOfMemory;
   void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
@@ -111,7 +111,7 @@ NativeCode malloc_device(std::uint64_t* ptr, std::uint64_t bytes) {
   return 0;
 }
 
-NativeCode free_device(std::uint64_t ptr) {
+NativeCode device_free(std::uint64_t ptr) {
   if (NativeCode c = enter(Op::free)) return c;
   std::lock_guard lock(state().mutex);
   if (state().allocations.erase(ptr) == 0) return kInvalidValue;
@@ -174,35 +174,19 @@ int enqueue(const KernelArgs& args, void*) {
   return 0;
 }
 
-DriverApi make_api() {
-  DriverApi api;
+RuntimeApi make_api() {
+  RuntimeApi api;
   api.backend = "host";
   api.import_alignment = 64;
   api.registration_note = "the host device was told not to support read-only registration";
-  api.error_name = error_name;
-  api.classify = classify;
-  api.is_sticky = is_sticky;
-  api.unavailable_reason = unavailable_reason;
-  api.device_count = device_count;
-  api.device_info = device_info;
-  api.set_device = set_device;
-  api.malloc = malloc_device;
-  api.free = free_device;
-  api.stream_create = stream_create;
-  api.stream_destroy = stream_destroy;
-  api.stream_synchronize = stream_synchronize;
-  api.copy_async = copy_async;
-  api.host_register = host_register;
-  api.host_unregister = host_unregister;
-  api.host_device_pointer = host_device_pointer;
-  api.enqueue = enqueue;
+  BALLAST_RUNTIME_API_BIND(api)
   return api;
 }
 
 }  // namespace
 
-const DriverApi& HostDriver::api() {
-  static const DriverApi api = make_api();
+const RuntimeApi& HostDriver::api() {
+  static const RuntimeApi api = make_api();
   return api;
 }
 

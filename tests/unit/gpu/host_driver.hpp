@@ -1,4 +1,4 @@
-// A DriverApi whose "device" is this process's memory, for testing the one
+// A RuntimeApi whose "device" is this process's memory, for testing the one
 // host-side implementation (RuntimeBackend, RuntimePlugin) without a GPU.
 // Kernels run through host_kernels.hpp; any call can be made to fail once
 // with a chosen native code; registered host memory appears at a shifted
@@ -6,7 +6,7 @@
 // actually exercised.
 #pragma once
 
-#include "gpu_plugin/driver_api.hpp"
+#include "cuda_hip/host/runtime_api.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -28,7 +28,7 @@ inline constexpr NativeCode kAlreadyRegistered = 712;
 inline constexpr std::uint64_t kRegistrationShift = std::uint64_t{1} << 44;
 
 struct HostDriver {
-  static const DriverApi& api();
+  static const RuntimeApi& api();
   // Forget injected failures and counts; `devices` devices from now on.
   static void reset(int devices = 1, bool read_only_registration = true);
   static void fail_next(Op op, NativeCode code);

@@ -7,8 +7,8 @@
 // run their host branch (kernel_math), proven equal in test_f16_exhaustive.
 #pragma once
 
-#include "gpu/derivation_elements.hpp"
-#include "gpu/kernel_args.hpp"
+#include "cuda_hip/device/derivation_elements.hpp"
+#include "cuda_hip/device/kernel_args.hpp"
 
 #include <cstdint>
 #include <cstring>

@@ -2,8 +2,8 @@
 // plugins) over an emulated driver: everything except the vendor runtime
 // and the GPU itself.
 #include "derivation_cases.hpp"
-#include "gpu_plugin/runtime_backend.hpp"
-#include "gpu_plugin/runtime_plugin.hpp"
+#include "cuda_hip/host/runtime_backend.hpp"
+#include "cuda_hip/host/runtime_plugin.hpp"
 #include "host_driver.hpp"
 #include "reference/reference.hpp"
 

@@ -12,8 +12,8 @@
 // equal (exhaustively over all 2^32 f32 inputs for the f16 conversion).
 #pragma once
 
-#include "gpu/kernel_args.hpp"
-#include "kernel_math.hpp"
+#include "cuda_hip/device/kernel_args.hpp"
+#include <common/kernel_math.hpp>
 
 #include <cstdint>
 

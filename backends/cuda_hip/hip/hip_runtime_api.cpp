@@ -1,7 +1,7 @@
 // The HIP runtime behind RuntimeBackend. libamdhip64 loads without a GPU;
 // with no ROCm kernel driver (/dev/kfd) or no device, hipGetDeviceCount
 // fails and the plugin reports `unavailable` with the reason.
-#include "hip_driver_api.hpp"
+#include "hip_runtime_api.hpp"
 
 #include <hip/hip_runtime_api.h>
 
@@ -83,14 +83,14 @@ NativeCode device_info(int index, gpu::NativeDevice* out) {
 
 NativeCode set_device(int index) { return as_native(hipSetDevice(index)); }
 
-NativeCode malloc_device(std::uint64_t* ptr, std::uint64_t bytes) {
+NativeCode device_malloc(std::uint64_t* ptr, std::uint64_t bytes) {
   void* p = nullptr;
   const hipError_t e = hipMalloc(&p, bytes);
   *ptr = reinterpret_cast<std::uintptr_t>(p);
   return as_native(e);
 }
 
-NativeCode free_device(std::uint64_t ptr) { return as_native(hipFree(reinterpret_cast<void*>(ptr))); }
+NativeCode device_free(std::uint64_t ptr) { return as_native(hipFree(reinterpret_cast<void*>(ptr))); }
 
 NativeCode stream_create(void** stream) {
   hipStream_t s = nullptr;
@@ -122,8 +122,10 @@ NativeCode host_device_pointer(std::uint64_t* device, const void* host) {
   return as_native(e);
 }
 
-gpu::DriverApi make_api() {
-  gpu::DriverApi api;
+int enqueue(const gpu::KernelArgs& args, void* stream) { return gpu::enqueue_derivation(args, stream); }
+
+gpu::RuntimeApi make_api() {
+  gpu::RuntimeApi api;
   api.backend = "hip";
   // ROCm pins whole pages; registering page-aligned ranges keeps two
   // registrations that share a page from colliding in the driver.
@@ -131,30 +133,14 @@ gpu::DriverApi make_api() {
   api.registration_note =
       "HIP 5.2 has no read-only host registration flag: read-only mappings may fail to register "
       "(callers then upload); ballast itself never writes through a read-only registration";
-  api.error_name = error_name;
-  api.classify = classify;
-  api.is_sticky = is_sticky;
-  api.unavailable_reason = unavailable_reason;
-  api.device_count = device_count;
-  api.device_info = device_info;
-  api.set_device = set_device;
-  api.malloc = malloc_device;
-  api.free = free_device;
-  api.stream_create = stream_create;
-  api.stream_destroy = stream_destroy;
-  api.stream_synchronize = stream_synchronize;
-  api.copy_async = copy_async;
-  api.host_register = host_register;
-  api.host_unregister = host_unregister;
-  api.host_device_pointer = host_device_pointer;
-  api.enqueue = gpu::enqueue_derivation;
+  BALLAST_RUNTIME_API_BIND(api)
   return api;
 }
 
 }  // namespace
 
-const gpu::DriverApi& driver_api() {
-  static const gpu::DriverApi api = make_api();
+const gpu::RuntimeApi& runtime_api() {
+  static const gpu::RuntimeApi api = make_api();
   return api;
 }
 

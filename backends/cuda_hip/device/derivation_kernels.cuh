@@ -1,6 +1,6 @@
 // The derivation kernels, written once for nvcc and hipcc. A translation
 // unit includes its vendor header (vendor_cuda.hpp / vendor_hip.hpp) and
-// then this file; backends/cuda/cuda_kernels.cu and backends/hip/
+// then this file; backends/cuda_hip/cuda/cuda_kernels.cu and backends/cuda_hip/hip/
 // hip_kernels.hip are nothing more than that.
 //
 // Shape of every kernel: a grid-stride loop over 64-bit work items, so any
@@ -11,9 +11,9 @@
 // derivation_elements.hpp, shared with the CPU backend and the CPU tests.
 #pragma once
 
-#include "gpu/derivation_elements.hpp"
-#include "gpu/kernel_args.hpp"
-#include "kernel_math.hpp"
+#include "cuda_hip/device/derivation_elements.hpp"
+#include "cuda_hip/device/kernel_args.hpp"
+#include <common/kernel_math.hpp>
 
 #include <cstdint>
 

@@ -2,7 +2,7 @@
 // (cudart_static), so this library loads on machines without an NVIDIA
 // driver: the runtime looks for libcuda.so.1 on first use and reports its
 // absence as cudaErrorInsufficientDriver, which becomes `unavailable`.
-#include "cuda_driver_api.hpp"
+#include "cuda_runtime_api.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -90,14 +90,14 @@ NativeCode device_info(int index, gpu::NativeDevice* out) {
 
 NativeCode set_device(int index) { return as_native(cudaSetDevice(index)); }
 
-NativeCode malloc_device(std::uint64_t* ptr, std::uint64_t bytes) {
+NativeCode device_malloc(std::uint64_t* ptr, std::uint64_t bytes) {
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, bytes);
   *ptr = reinterpret_cast<std::uintptr_t>(p);
   return as_native(e);
 }
 
-NativeCode free_device(std::uint64_t ptr) { return as_native(cudaFree(reinterpret_cast<void*>(ptr))); }
+NativeCode device_free(std::uint64_t ptr) { return as_native(cudaFree(reinterpret_cast<void*>(ptr))); }
 
 NativeCode stream_create(void** stream) {
   cudaStream_t s = nullptr;
@@ -132,35 +132,21 @@ NativeCode host_device_pointer(std::uint64_t* device, const void* host) {
   return as_native(e);
 }
 
-gpu::DriverApi make_api() {
-  gpu::DriverApi api;
+int enqueue(const gpu::KernelArgs& args, void* stream) { return gpu::enqueue_derivation(args, stream); }
+
+gpu::RuntimeApi make_api() {
+  gpu::RuntimeApi api;
   api.backend = "cuda";
   api.import_alignment = 1;  // cudaHostRegister takes any range and pins whole pages itself
   api.registration_note = "the device does not support read-only host registration (cudaDevAttrHostRegisterReadOnlySupported is 0)";
-  api.error_name = error_name;
-  api.classify = classify;
-  api.is_sticky = is_sticky;
-  api.unavailable_reason = unavailable_reason;
-  api.device_count = device_count;
-  api.device_info = device_info;
-  api.set_device = set_device;
-  api.malloc = malloc_device;
-  api.free = free_device;
-  api.stream_create = stream_create;
-  api.stream_destroy = stream_destroy;
-  api.stream_synchronize = stream_synchronize;
-  api.copy_async = copy_async;
-  api.host_register = host_register;
-  api.host_unregister = host_unregister;
-  api.host_device_pointer = host_device_pointer;
-  api.enqueue = gpu::enqueue_derivation;
+  BALLAST_RUNTIME_API_BIND(api)
   return api;
 }
 
 }  // namespace
 
-const gpu::DriverApi& driver_api() {
-  static const gpu::DriverApi api = make_api();
+const gpu::RuntimeApi& runtime_api() {
+  static const gpu::RuntimeApi api = make_api();
   return api;
 }
 

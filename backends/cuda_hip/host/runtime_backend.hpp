@@ -1,8 +1,8 @@
-// GpuBackend over a vendor runtime described by a DriverApi table: the one
+// GpuBackend over a vendor runtime described by a RuntimeApi table: the one
 // host-side implementation behind the CUDA and HIP plugins.
 #pragma once
 
-#include "gpu_plugin/driver_api.hpp"
+#include "cuda_hip/host/runtime_api.hpp"
 
 #include <ballast/gpu_backend.hpp>
 
@@ -20,16 +20,16 @@ std::string format_uuid(const std::array<std::uint8_t, 16>& bytes);
 
 // An error for a failed driver call: the vendor's error name in `native`,
 // the operation in the message.
-Error native_error(const DriverApi& api, NativeCode code, std::string_view operation);
+Error native_error(const RuntimeApi& api, NativeCode code, std::string_view operation);
 
 class RuntimeBackend final : public GpuBackend {
  public:
   // Opens device `index` with its own stream.
-  static Result<std::unique_ptr<GpuBackend>> open(const DriverApi& api, int index);
+  static Result<std::unique_ptr<GpuBackend>> open(const RuntimeApi& api, int index);
   ~RuntimeBackend() override;
 
  private:
-  RuntimeBackend(const DriverApi& api, int index, void* stream, DeviceInfo info, Capabilities caps);
+  RuntimeBackend(const RuntimeApi& api, int index, void* stream, DeviceInfo info, Capabilities caps);
 
   const DeviceInfo& do_info() const override { return info_; }
   const Capabilities& do_capabilities() const override { return caps_; }
@@ -50,7 +50,7 @@ class RuntimeBackend final : public GpuBackend {
   Status check(NativeCode code, std::string_view operation);
   Status copy(void* dst, const void* src, std::uint64_t bytes, CopyKind kind, bool wait, std::string_view operation);
 
-  const DriverApi& api_;
+  const RuntimeApi& api_;
   const int index_;
   void* const stream_;
   const DeviceInfo info_;

@@ -1,6 +1,6 @@
-#include "gpu_plugin/runtime_plugin.hpp"
+#include "cuda_hip/host/runtime_plugin.hpp"
 
-#include "gpu_plugin/runtime_backend.hpp"
+#include "cuda_hip/host/runtime_backend.hpp"
 
 #include <string>
 

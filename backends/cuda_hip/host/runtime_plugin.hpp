@@ -1,8 +1,8 @@
-// BackendPlugin over a DriverApi: device enumeration with a specific
+// BackendPlugin over a RuntimeApi: device enumeration with a specific
 // `unavailable` reason, and opening a device by index or UUID.
 #pragma once
 
-#include "gpu_plugin/driver_api.hpp"
+#include "cuda_hip/host/runtime_api.hpp"
 
 #include <ballast/plugin_abi.hpp>
 
@@ -10,13 +10,13 @@ namespace ballast::gpu {
 
 class RuntimePlugin final : public BackendPlugin {
  public:
-  explicit RuntimePlugin(const DriverApi& api) : api_(api) {}
+  explicit RuntimePlugin(const RuntimeApi& api) : api_(api) {}
 
   Result<std::vector<DeviceInfo>> devices() override;
   Result<std::unique_ptr<GpuBackend>> open(const BackendConfig& config) override;
 
  private:
-  const DriverApi& api_;
+  const RuntimeApi& api_;
 };
 
 }  // namespace ballast::gpu

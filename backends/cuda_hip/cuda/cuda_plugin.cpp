@@ -1,6 +1,6 @@
 // libballast-cuda.so's one exported symbol.
-#include "cuda_driver_api.hpp"
-#include "gpu_plugin/runtime_plugin.hpp"
+#include "cuda_runtime_api.hpp"
+#include "cuda_hip/host/runtime_plugin.hpp"
 
 #include <ballast/plugin_abi.hpp>
 
@@ -8,7 +8,7 @@
 
 namespace {
 
-ballast::BackendPlugin* create() { return new (std::nothrow) ballast::gpu::RuntimePlugin(ballast::cuda::driver_api()); }
+ballast::BackendPlugin* create() { return new (std::nothrow) ballast::gpu::RuntimePlugin(ballast::cuda::runtime_api()); }
 
 }  // namespace
 

@@ -1,6 +1,6 @@
 // libballast-hip.so's one exported symbol.
-#include "hip_driver_api.hpp"
-#include "gpu_plugin/runtime_plugin.hpp"
+#include "hip_runtime_api.hpp"
+#include "cuda_hip/host/runtime_plugin.hpp"
 
 #include <ballast/plugin_abi.hpp>
 
@@ -8,7 +8,7 @@
 
 namespace {
 
-ballast::BackendPlugin* create() { return new (std::nothrow) ballast::gpu::RuntimePlugin(ballast::hip::driver_api()); }
+ballast::BackendPlugin* create() { return new (std::nothrow) ballast::gpu::RuntimePlugin(ballast::hip::runtime_api()); }
 
 }  // namespace
 

@@ -1,4 +1,4 @@
-#include "gpu_plugin/runtime_backend.hpp"
+#include "cuda_hip/host/runtime_backend.hpp"
 
 #include <ballast/dtype.hpp>
 
@@ -39,14 +39,14 @@ std::string format_uuid(const std::array<std::uint8_t, 16>& b) {
   return s;
 }
 
-Error native_error(const DriverApi& api, NativeCode code, std::string_view operation) {
+Error native_error(const RuntimeApi& api, NativeCode code, std::string_view operation) {
   const char* name = api.error_name(code);
   Error e = make_error(api.classify(code), std::string(operation) + " failed: " + name);
   e.native = name;
   return e;
 }
 
-Result<std::unique_ptr<GpuBackend>> RuntimeBackend::open(const DriverApi& api, int index) {
+Result<std::unique_ptr<GpuBackend>> RuntimeBackend::open(const RuntimeApi& api, int index) {
   const std::string where = std::string(api.backend) + " device " + std::to_string(index);
   if (NativeCode c = api.set_device(index); c != kNativeSuccess)
     return std::move(native_error(api, c, "select " + where).with_context("opening " + where));
@@ -78,7 +78,7 @@ Result<std::unique_ptr<GpuBackend>> RuntimeBackend::open(const DriverApi& api, i
   return std::unique_ptr<GpuBackend>(new RuntimeBackend(api, index, stream, std::move(info), std::move(caps)));
 }
 
-RuntimeBackend::RuntimeBackend(const DriverApi& api, int index, void* stream, DeviceInfo info, Capabilities caps)
+RuntimeBackend::RuntimeBackend(const RuntimeApi& api, int index, void* stream, DeviceInfo info, Capabilities caps)
     : api_(api), index_(index), stream_(stream), info_(std::move(info)), caps_(std::move(caps)) {}
 
 RuntimeBackend::~RuntimeBackend() {
@@ -86,7 +86,7 @@ RuntimeBackend::~RuntimeBackend() {
   // already told the owner about anything it leaked.
   api_.set_device(index_);
   api_.stream_synchronize(stream_);
-  for (const auto& [start, driver_base] : allocations_) api_.free(driver_base);
+  for (const auto& [start, driver_base] : allocations_) api_.device_free(driver_base);
   for (const Pinned& p : pinned_) api_.host_unregister(p.host);
   api_.stream_destroy(stream_);
 }
@@ -132,7 +132,7 @@ Result<DevicePtr> RuntimeBackend::do_allocate(std::uint64_t bytes, std::uint64_t
   if (Status s = enter("allocate"); !s) return s;
   std::lock_guard lock(mutex_);
   DevicePtr base = 0;
-  if (NativeCode c = api_.malloc(&base, request); c != kNativeSuccess) {
+  if (NativeCode c = api_.device_malloc(&base, request); c != kNativeSuccess) {
     Error e = native_error(api_, c, "device allocation");
     if (api_.is_sticky(c) && !sticky_) sticky_ = e;
     return e;
@@ -141,7 +141,7 @@ Result<DevicePtr> RuntimeBackend::do_allocate(std::uint64_t bytes, std::uint64_t
   try {
     allocations_.emplace(start, base);
   } catch (const std::bad_alloc&) {
-    api_.free(base);
+    api_.device_free(base);
     return make_error(ErrorCode::out_of_memory, "no host memory to record the allocation");
   }
   return start;
@@ -156,7 +156,7 @@ Status RuntimeBackend::do_free(DevicePtr ptr, std::uint64_t) {
     base = it->second;
   }
   if (Status s = enter("free"); !s) return s;
-  if (Status s = check(api_.free(base), "free"); !s) return s;
+  if (Status s = check(api_.device_free(base), "free"); !s) return s;
   std::lock_guard lock(mutex_);
   allocations_.erase(ptr);
   return {};

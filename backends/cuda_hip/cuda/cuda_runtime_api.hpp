@@ -1,0 +1,10 @@
+// The CUDA runtime as a gpu::RuntimeApi table.
+#pragma once
+
+#include "cuda_hip/host/runtime_api.hpp"
+
+namespace ballast::cuda {
+
+const gpu::RuntimeApi& runtime_api();
+
+}  // namespace ballast::cuda

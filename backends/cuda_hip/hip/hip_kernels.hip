@@ -1,0 +1,4 @@
+// The HIP build of the shared derivation kernels.
+#include "cuda_hip/device/vendor_hip.hpp"
+// The vendor header must come first.
+#include "cuda_hip/device/derivation_kernels.cuh"
