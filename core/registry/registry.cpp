@@ -223,15 +223,25 @@ Status register_backend(std::string name, BackendPlugin& plugin) {
         .with_context(context);
   }
   registry::Registered& r = registry::registered();
-  std::lock_guard lock(r.mutex);
-  for (const auto& entry : r.entries) {
-    if (entry.first == name) return make_error(ErrorCode::unsupported, "the name is already registered").with_context(context);
+  auto taken = [&r, &name] {
+    return std::any_of(r.entries.begin(), r.entries.end(), [&name](const auto& entry) { return entry.first == name; });
+  };
+  const auto already_registered = [&context] {
+    return make_error(ErrorCode::unsupported, "the name is already registered").with_context(context);
+  };
+  {
+    std::lock_guard lock(r.mutex);
+    if (taken()) return already_registered();
   }
-  // Only the process loader serves open_backend; before it is made no
-  // plugin file can have been loaded.
+  // Keeps the process loader from loading a file of this name from now on
+  // (only it serves open_backend; before it is made no file can have been
+  // loaded). Not under the table's lock: a load in progress, which this
+  // waits for, may itself look up a registered backend.
   if (registry::PluginLoader* loader = registry::process_plugin_loader_if_made()) {
     if (Status claimed = loader->claim(name); !claimed.ok()) return std::move(claimed).with_context(context);
   }
+  std::lock_guard lock(r.mutex);
+  if (taken()) return already_registered();  // by another thread meanwhile: the claim is right for it too
   r.entries.emplace_back(std::move(name), &plugin);
   return {};
 }
