@@ -1,5 +1,6 @@
-// The built-in CPU backend as a BackendPlugin, so the registry treats it
-// like every other backend. Config options (after '?'):
+// The built-in CPU backend as a BackendPlugin, registered as "cpu" through
+// the public register_backend() hook an engine's own backend uses, so the
+// registry (core/) knows nothing about it. Config options (after '?'):
 //   threads=N   worker threads including the caller, 1..1024 (default: all
 //               hardware threads this process may run on)
 //   simd=on|off off forces the portable kernels (for comparison/debugging)
@@ -85,5 +86,28 @@ BackendPlugin& plugin() {
   static CpuPlugin instance;
   return instance;
 }
+
+namespace {
+
+// What the registry holds: forwards to plugin(), so that loading libballast
+// does no work (the CPU model, the memory size) until the backend is used.
+class LazyCpuPlugin final : public BackendPlugin {
+ public:
+  Result<std::vector<DeviceInfo>> devices() override { return plugin().devices(); }
+  Result<std::unique_ptr<GpuBackend>> open(const BackendConfig& config) override { return plugin().open(config); }
+};
+
+// Runs while libballast is loaded, before any code of the program that
+// loads it: "cpu" is a valid name, registered first, so this cannot fail.
+struct Registrar {
+  Registrar() {
+    static LazyCpuPlugin* const registered = new LazyCpuPlugin();  // the registry keeps it until exit
+    const Status s = register_backend("cpu", *registered);
+    static_cast<void>(s);
+  }
+};
+const Registrar registrar;
+
+}  // namespace
 
 }  // namespace ballast::cpu

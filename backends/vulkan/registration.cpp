@@ -1,5 +1,5 @@
-// The plugin entry point: the descriptor the registry checks before any C++
-// object crosses, and the BackendPlugin behind it.
+// The plugin entry point (BALLAST_PLUGIN_ENTRY: the descriptor the registry
+// checks before any C++ object crosses) and the BackendPlugin behind it.
 #include "backend.hpp"
 
 #include <ballast/plugin_abi.hpp>
@@ -30,20 +30,7 @@ class VulkanPlugin final : public BackendPlugin {
   }
 };
 
-BackendPlugin* create_plugin() {
-  try {
-    return new VulkanPlugin();
-  } catch (...) {
-    return nullptr;
-  }
-}
-
-const BallastPluginDescriptor kDescriptor = {BALLAST_PLUGIN_ABI_VERSION, plugin_detail::kFingerprint, "vulkan",
-                                             &create_plugin};
-
 }  // namespace
 }  // namespace ballast::vulkan
 
-extern "C" __attribute__((visibility("default"))) const BallastPluginDescriptor* ballast_plugin_descriptor() {
-  return &ballast::vulkan::kDescriptor;
-}
+BALLAST_PLUGIN_ENTRY("vulkan", new ballast::vulkan::VulkanPlugin());

@@ -2,6 +2,8 @@
 
 #include "registry/shared_library.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -65,6 +67,7 @@ struct PluginLoader::Slot {
   std::mutex mutex;  // held across a load, so concurrent first touches share it
   std::unique_ptr<Result<LoadedPlugin>> outcome;
   std::uint64_t generation = 0;  // of the search folders the outcome came from
+  bool claimed = false;          // registered with register_backend: no file is loaded
 };
 
 namespace {
@@ -150,10 +153,43 @@ Result<LoadedPlugin> PluginLoader::load(std::string_view name) {
     dirs = dirs_;
     generation = generation_;
   }
+  if (s.claimed) {
+    return make_error(ErrorCode::not_found, "backend \"" + std::string(name) +
+                                                "\" is registered with register_backend; no plugin file is loaded for it");
+  }
   if (s.outcome && (s.outcome->ok() || s.generation == generation)) return *s.outcome;
   s.outcome = std::make_unique<Result<LoadedPlugin>>(load_uncached(name, dirs));
   s.generation = generation;
   return *s.outcome;
+}
+
+Status PluginLoader::claim(std::string_view name) {
+  Slot& s = slot(name);
+  std::lock_guard slot_lock(s.mutex);
+  if (s.outcome && s.outcome->ok()) {
+    return make_error(ErrorCode::unsupported,
+                      "its plugin file " + (*s.outcome)->library + " is already loaded");
+  }
+  s.claimed = true;
+  s.outcome.reset();
+  return {};
+}
+
+std::vector<std::string> PluginLoader::discover() const {
+  std::vector<std::string> names;
+  for (const auto& d : search_dirs()) {
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(d, ec), end; !ec && it != end; it.increment(ec)) {
+      auto name = plugin_backend_name(it->path().filename().string());
+      if (!name || !plugin_detail::is_backend_name(*name)) continue;
+      std::error_code file_ec;
+      if (!it->is_regular_file(file_ec)) continue;  // follows symlinks
+      names.push_back(std::move(*name));
+    }
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
 }
 
 Result<LoadedPlugin> PluginLoader::load_uncached(std::string_view name, const std::vector<std::string>& dirs) const {
@@ -190,10 +226,21 @@ Result<LoadedPlugin> PluginLoader::load_uncached(std::string_view name, const st
                                               "\" not found; searched: " + searched);
 }
 
+namespace {
+// Constant-initialised, so readable from any static initialiser.
+std::atomic<PluginLoader*> g_process_loader{nullptr};
+}  // namespace
+
 PluginLoader& process_plugin_loader() {
   // Never destroyed: backends opened through it may live until exit.
-  static PluginLoader* loader = new PluginLoader(default_plugin_search_dirs());
+  static PluginLoader* loader = [] {
+    auto* made = new PluginLoader(default_plugin_search_dirs());
+    g_process_loader.store(made, std::memory_order_release);
+    return made;
+  }();
   return *loader;
 }
+
+PluginLoader* process_plugin_loader_if_made() noexcept { return g_process_loader.load(std::memory_order_acquire); }
 
 }  // namespace ballast::registry

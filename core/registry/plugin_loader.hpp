@@ -39,12 +39,22 @@ class PluginLoader {
   PluginLoader& operator=(const PluginLoader&) = delete;
   ~PluginLoader();
 
-  // The plugin for `name` (one of the plugin backends: cuda, hip, vulkan).
+  // The plugin for `name` (cuda, hip, vulkan, or any third-party name).
   // The first call finds, loads, checks and creates it; every later call,
   // from any thread, returns that same outcome, except that a failed load is
   // tried again once the search folders have changed (a loaded plugin is
-  // never unloaded, so success is final).
+  // never unloaded, so success is final). A claimed name is never loaded.
   Result<LoadedPlugin> load(std::string_view name);
+
+  // Keeps `name` from ever being loaded from a file (register_backend has
+  // it). Waits for a load of it in progress; refused (unsupported) when
+  // its plugin file is already loaded.
+  Status claim(std::string_view name);
+
+  // The backend names of the plugin files in the search folders
+  // (libballast-<name>.so with <name> a lowercase identifier), sorted, each
+  // once. Folders that do not exist or cannot be read are skipped.
+  std::vector<std::string> discover() const;
 
   // Full paths tried for `name`, in search order.
   std::vector<std::string> candidate_paths(std::string_view name) const;
@@ -64,7 +74,11 @@ class PluginLoader {
   std::vector<std::unique_ptr<Slot>> slots_;
 };
 
-// The loader open_backend and list_backends use.
+// The loader open_backend and list_backends use, made (reading
+// BALLAST_PLUGIN_PATH) on first use.
 PluginLoader& process_plugin_loader();
+// That loader if it has been made, else null; never makes it (for
+// register_backend, which may run during static initialisation).
+PluginLoader* process_plugin_loader_if_made() noexcept;
 
 }  // namespace ballast::registry

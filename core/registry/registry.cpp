@@ -1,11 +1,11 @@
 #include "registry/registry.hpp"
 
-#include "cpu/cpu_plugin.hpp"
-
 #include <ballast/plugin_abi.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
+#include <mutex>
 
 namespace ballast {
 namespace registry {
@@ -13,20 +13,65 @@ namespace {
 
 constexpr std::string_view kBuiltIn = "built in";
 
-bool is_known(std::string_view name) {
-  const auto& known = known_backend_names();
-  return std::find(known.begin(), known.end(), name) != known.end();
+// Listed whether or not they are here, so a missing plugin is reported.
+constexpr std::array<std::string_view, 4> kFirstParty = {"cpu", "cuda", "hip", "vulkan"};
+
+// The backends given to register_backend. A function-local static, so a
+// registrar running during another library's (or this one's) static
+// initialisation finds it made; never destroyed, since backends may be
+// opened until exit.
+struct Registered {
+  std::mutex mutex;
+  std::vector<std::pair<std::string, BackendPlugin*>> entries;
+};
+
+Registered& registered() {
+  static auto* table = new Registered;
+  return *table;
 }
 
-std::string known_list() {
+BackendPlugin* registered_plugin(std::string_view name) {
+  Registered& r = registered();
+  std::lock_guard lock(r.mutex);
+  for (const auto& [n, plugin] : r.entries) {
+    if (n == name) return plugin;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> registered_names() {
+  Registered& r = registered();
+  std::vector<std::string> names;
+  {
+    std::lock_guard lock(r.mutex);
+    for (const auto& entry : r.entries) names.push_back(entry.first);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+bool is_known(PluginLoader& loader, std::string_view name) {
+  if (std::find(kFirstParty.begin(), kFirstParty.end(), name) != kFirstParty.end()) return true;
+  if (registered_plugin(name) != nullptr) return true;
+  const auto found = loader.discover();
+  return std::find(found.begin(), found.end(), name) != found.end();
+}
+
+std::string known_list(PluginLoader& loader) {
   std::string out;
-  for (const auto& n : known_backend_names()) out += (out.empty() ? "" : ", ") + n;
+  for (const auto& n : known_backend_names(loader)) out += (out.empty() ? "" : ", ") + n;
   return out;
 }
 
+// A registered name is never looked up as a file.
 Result<LoadedPlugin> find_plugin(PluginLoader& loader, std::string_view name) {
-  if (name == "cpu") return LoadedPlugin{&cpu::plugin(), std::string(kBuiltIn)};
-  return loader.load(name);
+  if (BackendPlugin* plugin = registered_plugin(name)) return LoadedPlugin{plugin, std::string(kBuiltIn)};
+  auto loaded = loader.load(name);
+  if (!loaded.ok()) {
+    // Registered (and claimed in the loader) while this lookup ran.
+    if (BackendPlugin* plugin = registered_plugin(name)) return LoadedPlugin{plugin, std::string(kBuiltIn)};
+  }
+  return loaded;
 }
 
 Error thrown(std::string_view what) {
@@ -136,9 +181,9 @@ Result<std::unique_ptr<GpuBackend>> open_backend(PluginLoader& loader, std::stri
   auto config = parse_backend_config(text);
   if (!config.ok()) return config.error();
   const std::string context = "opening backend \"" + config->text + "\"";
-  if (!is_known(config->name)) {
+  if (!is_known(loader, config->name)) {
     return make_error(ErrorCode::invalid_argument,
-                      "unknown backend \"" + config->name + "\"; known backends: " + known_list());
+                      "unknown backend \"" + config->name + "\"; known backends: " + known_list(loader));
   }
   auto loaded = find_plugin(loader, config->name);
   if (!loaded.ok()) return std::move(loaded.error()).with_context(context);
@@ -152,15 +197,57 @@ Result<std::unique_ptr<GpuBackend>> open_backend(PluginLoader& loader, std::stri
 
 std::vector<BackendListing> list_backends(PluginLoader& loader) {
   std::vector<BackendListing> out;
-  for (const auto& name : known_backend_names()) out.push_back(listing_for(loader, name));
+  for (const auto& name : known_backend_names(loader)) out.push_back(listing_for(loader, name));
   return out;
+}
+
+std::vector<std::string> known_backend_names(PluginLoader& loader) {
+  std::vector<std::string> names(kFirstParty.begin(), kFirstParty.end());
+  auto add = [&names](const std::vector<std::string>& more) {
+    for (const auto& n : more) {
+      if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+    }
+  };
+  add(registered_names());
+  add(loader.discover());
+  return names;
 }
 
 }  // namespace registry
 
-const std::vector<std::string>& known_backend_names() {
-  static const std::vector<std::string> names = {"cpu", "cuda", "hip", "vulkan"};
-  return names;
+Status register_backend(std::string name, BackendPlugin& plugin) {
+  const std::string context = "registering backend \"" + name + "\"";
+  if (!plugin_detail::is_backend_name(name)) {
+    return make_error(ErrorCode::invalid_argument,
+                      "a backend name is a lowercase identifier, [a-z][a-z0-9_]*")
+        .with_context(context);
+  }
+  registry::Registered& r = registry::registered();
+  auto taken = [&r, &name] {
+    return std::any_of(r.entries.begin(), r.entries.end(), [&name](const auto& entry) { return entry.first == name; });
+  };
+  const auto already_registered = [&context] {
+    return make_error(ErrorCode::unsupported, "the name is already registered").with_context(context);
+  };
+  {
+    std::lock_guard lock(r.mutex);
+    if (taken()) return already_registered();
+  }
+  // Keeps the process loader from loading a file of this name from now on
+  // (only it serves open_backend; before it is made no file can have been
+  // loaded). Not under the table's lock: a load in progress, which this
+  // waits for, may itself look up a registered backend.
+  if (registry::PluginLoader* loader = registry::process_plugin_loader_if_made()) {
+    if (Status claimed = loader->claim(name); !claimed.ok()) return std::move(claimed).with_context(context);
+  }
+  std::lock_guard lock(r.mutex);
+  if (taken()) return already_registered();  // by another thread meanwhile: the claim is right for it too
+  r.entries.emplace_back(std::move(name), &plugin);
+  return {};
+}
+
+std::vector<std::string> known_backend_names() {
+  return registry::known_backend_names(registry::process_plugin_loader());
 }
 
 std::string_view backend_state_name(BackendListing::State s) noexcept {

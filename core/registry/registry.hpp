@@ -10,5 +10,7 @@ namespace ballast::registry {
 
 Result<std::unique_ptr<GpuBackend>> open_backend(PluginLoader& loader, std::string_view config);
 std::vector<BackendListing> list_backends(PluginLoader& loader);
+// known_backend_names() over `loader`'s search folders.
+std::vector<std::string> known_backend_names(PluginLoader& loader);
 
 }  // namespace ballast::registry

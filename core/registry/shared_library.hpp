@@ -4,6 +4,7 @@
 
 #include <ballast/status.hpp>
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -25,6 +26,9 @@ Result<void*> find_symbol(const SharedLibrary& library, const char* symbol);
 
 // "libballast-cuda.so" on POSIX.
 std::string plugin_file_name(std::string_view backend);
+// The inverse: "cuda" for "libballast-cuda.so"; nothing for a file name of
+// another shape (the name is not checked further).
+std::optional<std::string> plugin_backend_name(std::string_view file_name);
 
 // Separator of the entries of BALLAST_PLUGIN_PATH (':' on POSIX).
 char plugin_path_separator() noexcept;

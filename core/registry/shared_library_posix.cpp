@@ -30,7 +30,21 @@ Result<void*> find_symbol(const SharedLibrary& library, const char* symbol) {
   return address;
 }
 
-std::string plugin_file_name(std::string_view backend) { return "libballast-" + std::string(backend) + ".so"; }
+namespace {
+constexpr std::string_view kPluginPrefix = "libballast-";
+constexpr std::string_view kPluginSuffix = ".so";
+}  // namespace
+
+std::string plugin_file_name(std::string_view backend) {
+  return std::string(kPluginPrefix) + std::string(backend) + std::string(kPluginSuffix);
+}
+
+std::optional<std::string> plugin_backend_name(std::string_view file_name) {
+  if (file_name.size() <= kPluginPrefix.size() + kPluginSuffix.size()) return std::nullopt;
+  if (file_name.substr(0, kPluginPrefix.size()) != kPluginPrefix) return std::nullopt;
+  if (file_name.substr(file_name.size() - kPluginSuffix.size()) != kPluginSuffix) return std::nullopt;
+  return std::string(file_name.substr(kPluginPrefix.size(), file_name.size() - kPluginPrefix.size() - kPluginSuffix.size()));
+}
 
 char plugin_path_separator() noexcept { return ':'; }
 

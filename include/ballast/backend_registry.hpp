@@ -1,6 +1,7 @@
 // Choosing a backend by string. Grammar:
 //   name[:device][?key=value(&key=value)*]
-// name: cpu | cuda | hip | vulkan; device: an index or GPU-<uuid>.
+// name: cpu | cuda | hip | vulkan, or any other backend registered or
+// found as a plugin file (a lowercase identifier); device: an index or GPU-<uuid>.
 // Examples: "cpu", "cuda:0", "vulkan:GPU-1f2e...?validation=on".
 #pragma once
 
@@ -27,10 +28,15 @@ struct BackendConfig {
 // Pure parsing; unknown backend names are accepted here and refused by open_backend.
 Result<BackendConfig> parse_backend_config(std::string_view text);
 
-// Names open_backend knows, in a fixed order: cpu, cuda, hip, vulkan.
-const std::vector<std::string>& known_backend_names();
+// Names open_backend knows, each once, in this order: the first-party
+// backends cpu, cuda, hip, vulkan (always, found or not), then the names
+// given to register_backend() (sorted), then the <name> of every
+// libballast-<name>.so in the plugin search folders (sorted). Looks at the
+// folders on every call.
+std::vector<std::string> known_backend_names();
 
-// Opens a backend. The CPU backend is built in; the others are plugins
+// Opens a backend. The CPU backend is built in (registered with
+// register_backend, include/ballast/plugin_abi.hpp); the others are plugins
 // loaded on first use. Failure is specific and never falls back:
 // unknown name (lists the known ones), plugin not found (lists the paths
 // searched), `unavailable` (the plugin's reason: no driver, no device).
@@ -41,13 +47,14 @@ struct BackendListing {
   std::string name;
   State state = State::not_found;
   std::string reason;                  // for anything but available
-  std::string library;                 // plugin path when found ("built in" for cpu)
+  std::string library;                 // plugin path when found ("built in" when registered, as cpu is)
   std::vector<std::string> searched;   // paths tried when not found
   std::vector<DeviceInfo> devices;
   Capabilities capabilities;           // of device 0, when available
 };
 std::string_view backend_state_name(BackendListing::State s) noexcept;
 
+// One listing per known_backend_names() entry, in that order.
 std::vector<BackendListing> list_backends();
 
 // Where plugin libraries (libballast-<name>.so) are looked for, in order:
@@ -56,7 +63,8 @@ std::vector<BackendListing> list_backends();
 //   3. <folder holding libballast>/ballast: an install's plugin folder,
 //      wherever the install lives or was moved to;
 //   4. the build tree's lib/, when libballast is the build tree's own.
-// The first file found is the plugin (docs/backends.md).
+// The first file found is the plugin (docs/backends.md). A name given to
+// register_backend() is never looked up as a file.
 //
 // set_plugin_search_path() replaces the folders of step 2 (an engine that
 // ships its own plugins; an empty list removes them). Plugins already

@@ -25,6 +25,18 @@ need_vulkan() {
   [[ "$state" == "available" ]] || fail "vulkan is '$state' from the moved install"
 }
 
+# The example engine, built once out of tree against the moved package
+# (no C++ standard given); the steps that run it share the build.
+build_engine() {
+  engine_build="$work/engine-build"
+  if [[ ! -x "$engine_build/engine" ]]; then
+    cmake -S "$src/examples/engine" -B "$engine_build" -G Ninja -DCMAKE_PREFIX_PATH="$moved" >"$work/engine.configure.log" \
+      || { cat "$work/engine.configure.log"; fail "configuring examples/engine"; }
+    grep -q "ballast plugins: $moved/lib/ballast" "$work/engine.configure.log" || fail "ballast_PLUGIN_DIR is not $moved/lib/ballast"
+    cmake --build "$engine_build" -j2
+  fi
+}
+
 case "$step" in
 install)
   rm -rf "$work"
@@ -82,15 +94,8 @@ headers_gcc | headers_clang)
 engine_cpu | engine_vulkan)
   backend="${step#engine_}"
   [[ "$backend" == vulkan ]] && need_vulkan
-  out="$work/engine-build"
-  if [[ ! -x "$out/engine" ]]; then
-    # Out of tree, against the moved package, no C++ standard given.
-    cmake -S "$src/examples/engine" -B "$out" -G Ninja -DCMAKE_PREFIX_PATH="$moved" >"$work/engine.configure.log" \
-      || { cat "$work/engine.configure.log"; fail "configuring examples/engine"; }
-    grep -q "ballast plugins: $moved/lib/ballast" "$work/engine.configure.log" || fail "ballast_PLUGIN_DIR is not $moved/lib/ballast"
-    cmake --build "$out" -j2
-  fi
-  "$out/engine" "$work/model/sample.onnx" "$backend" | tee "$work/$step.log"
+  build_engine
+  "$engine_build/engine" "$work/model/sample.onnx" "$backend" | tee "$work/$step.log"
   grep -Eq '^[1-9][0-9]* derivations' "$work/$step.log" || fail "the engine derived nothing"
   grep -q "counters back to baseline: ok" "$work/$step.log" || fail "no counter check"
   ;;
@@ -103,6 +108,69 @@ conformance_cpu | conformance_vulkan)
   grep -q "^result:   passed" "$work/$step.log" || fail "no passing summary"
   "$moved/bin/ballast" conformance --backend "$backend" --json -- -tc='device weights*' 2>/dev/null >"$work/$step.json"
   "$python" -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["result"]=="passed" and d["passed"]>=2 and d["device"]["uuid"], d' "$work/$step.json"
+  ;;
+
+plugin_loopback)
+  # A third-party backend: built out of tree against the moved package's
+  # plugin SDK (tests/package/plugin), dropped into a folder of its own as
+  # libballast-loopback.so, and found there with no change to ballast.
+  out="$work/plugin-build" plugins_dir="$work/third-party-plugins"
+  rm -rf "$out" "$plugins_dir"
+  cmake -S "$src/tests/package/plugin" -B "$out" -G Ninja -DCMAKE_PREFIX_PATH="$moved" >"$work/plugin.configure.log" \
+    || { cat "$work/plugin.configure.log"; fail "configuring the loopback plugin against the plugin SDK"; }
+  cmake --build "$out" -j2
+  mkdir -p "$plugins_dir"
+  cp "$out/libballast-loopback.so" "$plugins_dir/"
+  # The SDK is a component: asking for one the package does not have fails,
+  # and so does asking for plugin_sdk from an install without it.
+  if cmake -S "$src/tests/package/plugin" -B "$work/plugin-bogus" -G Ninja -DCMAKE_PREFIX_PATH="$moved" \
+       -DLOOPBACK_EXTRA_COMPONENT=no_such_component >"$work/plugin-bogus.log" 2>&1; then
+    fail "find_package(ballast COMPONENTS no_such_component) succeeded"
+  fi
+  rm -rf "$work/no-sdk" "$work/plugin-no-sdk"
+  cmake --install "$build" --prefix "$work/no-sdk" --component Unspecified >"$work/no-sdk.log"
+  [[ -e "$work/no-sdk/include/ballast/backend_registry.hpp" ]] || fail "the default component lacks the public headers"
+  [[ ! -e "$work/no-sdk/include/ballast/plugin_abi.hpp" ]] || fail "plugin_abi.hpp installed outside the plugin_sdk component"
+  if cmake -S "$src/tests/package/plugin" -B "$work/plugin-no-sdk" -G Ninja -DCMAKE_PREFIX_PATH="$work/no-sdk" \
+       >"$work/plugin-no-sdk.log" 2>&1; then
+    fail "find_package(ballast COMPONENTS plugin_sdk) succeeded on an install without the SDK"
+  fi
+
+  # (a) `ballast backends` lists it, after the first-party names, as available.
+  BALLAST_PLUGIN_PATH="$plugins_dir" "$moved/bin/ballast" backends --json >"$work/plugin_backends.json"
+  "$moved/bin/ballast" backends --json >"$work/plugin_backends_without.json"
+  "$python" - "$work/plugin_backends.json" "$work/plugin_backends_without.json" "$plugins_dir" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+without = json.load(open(sys.argv[2]))
+plugins_dir = sys.argv[3]
+names = [b["name"] for b in doc["backends"]]
+assert names[:4] == ["cpu", "cuda", "hip", "vulkan"], names
+assert "loopback" in names[4:], f"loopback not listed: {names}"
+b = doc["backends"][names.index("loopback")]
+assert b["state"] == "available", f"loopback is {b['state']}: {b['reason']}"
+assert b["library"] == plugins_dir + "/libballast-loopback.so", b["library"]
+assert b["devices"] and b["devices"][0]["name"], b
+assert b["capabilities"]["max_single_allocation"] > 0, b
+assert doc["plugin_search_path"][0] == plugins_dir, doc["plugin_search_path"]
+assert "loopback" not in [x["name"] for x in without["backends"]], "loopback listed without its folder"
+print("loopback:", b["state"], b["library"], "device:", b["devices"][0]["name"])
+PY
+  BALLAST_PLUGIN_PATH="$plugins_dir" "$moved/bin/ballast" backends >"$work/plugin_backends.txt"
+  grep -q '^loopback: available' "$work/plugin_backends.txt" || fail "the text listing does not show loopback as available"
+
+  # (b) an engine derives through it, (c) the conformance suite passes on it.
+  build_engine
+  BALLAST_PLUGIN_PATH="$plugins_dir" "$engine_build/engine" "$work/model/sample.onnx" loopback | tee "$work/$step.engine.log"
+  grep -Eq '^[1-9][0-9]* derivations' "$work/$step.engine.log" || fail "the engine derived nothing through loopback"
+  grep -q "counters back to baseline: ok" "$work/$step.engine.log" || fail "no counter check"
+  # Every case but "device info": loopback's devices are the CPU's, which
+  # name their backend "cpu", and that case rightly wants "loopback".
+  BALLAST_PLUGIN_PATH="$plugins_dir" "$moved/bin/ballast" conformance --backend loopback -- -tce='device info*' \
+    >"$work/$step.conformance.log" 2>&1 \
+    || { cat "$work/$step.conformance.log"; fail "conformance on loopback"; }
+  sed -n '/==== ballast conformance summary/,$p' "$work/$step.conformance.log"
+  grep -q "^result:   passed" "$work/$step.conformance.log" || fail "no passing summary"
   ;;
 
 *) fail "unknown step $step" ;;

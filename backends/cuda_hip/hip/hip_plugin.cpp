@@ -6,14 +6,4 @@
 
 #include <new>
 
-namespace {
-
-ballast::BackendPlugin* create() { return new (std::nothrow) ballast::gpu::RuntimePlugin(ballast::hip::runtime_api()); }
-
-}  // namespace
-
-extern "C" __attribute__((visibility("default"))) const BallastPluginDescriptor* ballast_plugin_descriptor() {
-  static const BallastPluginDescriptor descriptor{BALLAST_PLUGIN_ABI_VERSION, ballast::plugin_detail::kFingerprint, "hip",
-                                                  &create};
-  return &descriptor;
-}
+BALLAST_PLUGIN_ENTRY("hip", new (std::nothrow) ballast::gpu::RuntimePlugin(ballast::hip::runtime_api()));

@@ -75,3 +75,22 @@ TEST_CASE("ballast backends prints a table with reasons, and the upload fallback
 TEST_CASE("ballast backends refuses unknown options with the usage exit code") {
   CHECK(run(kFakes + "/working", "--bogus").exit_code == 2);
 }
+
+TEST_CASE("ballast backends lists a third-party plugin found on the search path, after the first-party ones") {
+  const Run r = run(kFakes + "/third_party", "--json");
+  REQUIRE(r.exit_code == 0);
+  const auto doc = nlohmann::json::parse(r.out);
+  const auto& backends = doc.at("backends");
+  REQUIRE(backends.size() == 5);
+  CHECK(backends[0]["name"] == "cpu");
+  CHECK(backends[3]["name"] == "vulkan");  // listed whether or not its plugin is here
+  const auto& third = backends[4];
+  CHECK(third["name"] == "thirdparty");
+  CHECK(third["state"] == "available");
+  CHECK(third["library"] == kFakes + "/third_party/libballast-thirdparty.so");
+  CHECK(third["devices"].size() == 2);
+
+  const Run text = run(kFakes + "/third_party", "");
+  REQUIRE(text.exit_code == 0);
+  CHECK(text.out.find("thirdparty: available") != std::string::npos);
+}

@@ -284,8 +284,10 @@ TEST_CASE("devices are chosen by index or UUID and a missing one lists the avail
 TEST_CASE("list_backends reports every known backend with its state, reason and devices") {
   PluginLoader loader({fake_dir("working")});
   const auto listing = registry::list_backends(loader);
-  REQUIRE(listing.size() == known_backend_names().size());
-  for (std::size_t i = 0; i < listing.size(); ++i) CHECK(listing[i].name == known_backend_names()[i]);
+  const auto known = registry::known_backend_names(loader);
+  CHECK(known == std::vector<std::string>{"cpu", "cuda", "hip", "vulkan"});
+  REQUIRE(listing.size() == known.size());
+  for (std::size_t i = 0; i < listing.size(); ++i) CHECK(listing[i].name == known[i]);
 
   const auto& cpu = listing[0];
   CHECK(cpu.state == BackendListing::State::available);
@@ -348,4 +350,85 @@ TEST_CASE("several backends are open at once, from one plugin and from several")
   CHECK((*cpu1)->counters().live_allocations == 1);
   CHECK((*cpu2)->counters().live_allocations == 0);
   CHECK((*cpu1)->free(*p).ok());
+}
+
+TEST_CASE("plugin files in the search folders are discovered by name: sorted, once each, valid names only") {
+  TempDir odd;
+  // Not plugins of a valid name: each is skipped.
+  for (const char* file : {"libballast-Upper.so", "libballast-.so", "libballast-9lives.so", "libballast-dash-ed.so",
+                           "libballast-x.so.1", "libballastx.so", "libballast-x.a", "libballast.so"}) {
+    std::ofstream(odd.path / file) << "not a library";
+  }
+  std::filesystem::create_directory(odd.path / "libballast-folder.so");
+  std::ofstream(odd.path / "libballast-odd_one2.so") << "found by name; not loadable";
+
+  PluginLoader loader({fake_dir("third_party"), odd.path.string(), fake_dir("working"), fake_dir("third_party")});
+  CHECK(loader.discover() == std::vector<std::string>{"odd_one2", "thirdparty", "vulkan"});
+  CHECK(registry::known_backend_names(loader) ==
+        std::vector<std::string>{"cpu", "cuda", "hip", "vulkan", "odd_one2", "thirdparty"});
+
+  PluginLoader nowhere({(odd.path / "missing").string()});
+  CHECK(nowhere.discover().empty());
+  CHECK(registry::known_backend_names(nowhere) == std::vector<std::string>{"cpu", "cuda", "hip", "vulkan"});
+}
+
+TEST_CASE("a discovered third-party plugin is listed, opened, and named among the known backends") {
+  PluginLoader loader({fake_dir("working"), fake_dir("third_party")});
+  const auto listing = registry::list_backends(loader);
+  REQUIRE(listing.size() == 5);
+  const auto& third = listing[4];
+  CHECK(third.name == "thirdparty");
+  CHECK(third.state == BackendListing::State::available);
+  CHECK(third.library == std::string(FAKE_PLUGIN_ROOT) + "/third_party/libballast-thirdparty.so");
+  REQUIRE(third.devices.size() == 2);
+  CHECK(third.devices[0].backend == "thirdparty");
+
+  auto opened = registry::open_backend(loader, "thirdparty:1");
+  REQUIRE_MESSAGE(opened.ok(), opened.status().to_string());
+  CHECK((*opened)->info().index == 1);
+
+  auto unknown = registry::open_backend(loader, "opencl");
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.code() == ErrorCode::invalid_argument);
+  CHECK(unknown.error().message == "unknown backend \"opencl\"; known backends: cpu, cuda, hip, vulkan, thirdparty");
+}
+
+TEST_CASE("a first-party backend whose plugin is missing is still listed, with the paths searched") {
+  PluginLoader loader({fake_dir("third_party")});
+  const auto listing = registry::list_backends(loader);
+  REQUIRE(listing.size() == 5);
+  CHECK(listing[3].name == "vulkan");
+  CHECK(listing[3].state == BackendListing::State::not_found);
+  CHECK(listing[3].searched == std::vector<std::string>{fake_dir("third_party") + "/libballast-vulkan.so"});
+  CHECK(listing[4].name == "thirdparty");
+}
+
+TEST_CASE("BALLAST_PLUGIN_ENTRY writes a descriptor the registry accepts, whatever form the factory takes") {
+  for (const std::string kind : {"expression", "function", "lambda"}) {
+    CAPTURE(kind);
+    const std::string name = "entry_" + kind;
+    PluginLoader loader({fake_dir(name)});
+    CHECK(loader.discover() == std::vector<std::string>{name});
+    auto loaded = loader.load(name);
+    REQUIRE_MESSAGE(loaded.ok(), loaded.status().to_string());
+    auto devices = loaded->plugin->devices();
+    REQUIRE(devices.ok());
+    CHECK((*devices)[0].name == "entry-macro device");
+    auto opened = registry::open_backend(loader, name);
+    REQUIRE_MESSAGE(opened.ok(), opened.status().to_string());
+    CHECK((*opened)->info().backend == "cpu");
+  }
+}
+
+TEST_CASE("BALLAST_PLUGIN_ENTRY keeps a factory's exception, or its null, from crossing: create() reports null") {
+  for (const std::string kind : {"throws", "null"}) {
+    CAPTURE(kind);
+    const std::string name = "entry_" + kind;
+    PluginLoader loader({fake_dir(name)});
+    auto loaded = loader.load(name);
+    REQUIRE_FALSE(loaded.ok());
+    CHECK(loaded.code() == ErrorCode::internal);
+    CHECK(loaded.error().message == "plugin create() returned null");
+    CHECK(loaded.error().file == fake_dir(name) + "/libballast-" + name + ".so");
+  }
 }

@@ -1,16 +1,42 @@
 // The public registry functions, over the process-wide plugin search path.
+#include "registry/plugin_loader.hpp"
+
 #include <ballast/backend_registry.hpp>
 #include <ballast/plugin_abi.hpp>
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 using namespace ballast;
 
-TEST_CASE("the known backends, in their fixed order") {
-  CHECK(known_backend_names() == std::vector<std::string>{"cpu", "cuda", "hip", "vulkan"});
+TEST_CASE("the known backends: the first-party ones in their fixed order, then every plugin file found") {
+  const auto names = known_backend_names();
+  REQUIRE(names.size() >= 4);
+  CHECK(std::vector<std::string>(names.begin(), names.begin() + 4) ==
+        std::vector<std::string>{"cpu", "cuda", "hip", "vulkan"});
+  // Nothing is registered in this program but cpu (libballast's own), so
+  // the rest are the plugin files of the search folders, sorted.
+  auto found = registry::process_plugin_loader().discover();
+  found.erase(std::remove_if(found.begin(), found.end(),
+                             [](const std::string& n) { return n == "cpu" || n == "cuda" || n == "hip" || n == "vulkan"; }),
+              found.end());
+  CHECK(std::vector<std::string>(names.begin() + 4, names.end()) == found);
+}
+
+TEST_CASE("the CPU backend is registered: its name is taken") {
+  struct Unused final : BackendPlugin {
+    Result<std::vector<DeviceInfo>> devices() override { return make_error(ErrorCode::unavailable, "unused"); }
+    Result<std::unique_ptr<GpuBackend>> open(const BackendConfig&) override {
+      return make_error(ErrorCode::unavailable, "unused");
+    }
+  };
+  static Unused unused;
+  const Status s = register_backend("cpu", unused);
+  CHECK(s.code() == ErrorCode::unsupported);
+  CHECK(s.error().to_string() == "unsupported: registering backend \"cpu\": the name is already registered");
 }
 
 TEST_CASE("an unknown backend name is refused with the list of known ones") {
@@ -46,10 +72,11 @@ TEST_CASE("the CPU backend refuses a device it does not have") {
 
 TEST_CASE("list_backends names every known backend with a state, and cpu is always available") {
   const auto listing = list_backends();
-  REQUIRE(listing.size() == 4);
+  const auto known = known_backend_names();
+  REQUIRE(listing.size() == known.size());
   for (std::size_t i = 0; i < listing.size(); ++i) {
     CAPTURE(listing[i].name);
-    CHECK(listing[i].name == known_backend_names()[i]);
+    CHECK(listing[i].name == known[i]);
     CHECK_FALSE(backend_state_name(listing[i].state).empty());
     const bool available = listing[i].state == BackendListing::State::available;
     CHECK(available == listing[i].reason.empty());

@@ -1,0 +1,24 @@
+# Part of the plugin SDK (the package's plugin_sdk component, docs/plugins.md).
+#
+# ballast_add_plugin(<target> <backend-name> <source>...)
+#   A backend plugin library: a MODULE named libballast-<backend-name>.so,
+#   the name the registry looks for, linked to ballast::plugin_sdk, with
+#   only BALLAST_PLUGIN_ENTRY's descriptor exported. The backend name is a
+#   lowercase identifier ([a-z][a-z0-9_]*) and must be the one given to
+#   BALLAST_PLUGIN_ENTRY.
+function(ballast_add_plugin target name)
+  if(NOT name MATCHES "^[a-z][a-z0-9_]*$")
+    message(FATAL_ERROR "ballast_add_plugin: backend name '${name}' is not a lowercase identifier [a-z][a-z0-9_]*")
+  endif()
+  if(NOT ARGN)
+    message(FATAL_ERROR "ballast_add_plugin: no sources given for ${target}")
+  endif()
+  add_library(${target} MODULE ${ARGN})
+  target_link_libraries(${target} PRIVATE ballast::plugin_sdk)
+  set_target_properties(${target} PROPERTIES
+    PREFIX "lib"
+    OUTPUT_NAME "ballast-${name}"
+    SUFFIX ".so"
+    CXX_VISIBILITY_PRESET hidden
+    VISIBILITY_INLINES_HIDDEN ON)
+endfunction()
