@@ -1,7 +1,10 @@
 #include <ballast/device_weights.hpp>
 #include <ballast/log.hpp>
 
+#include <algorithm>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <unordered_map>
 #include <vector>
 
@@ -15,20 +18,41 @@ struct DeviceWeights::Impl {
   std::mutex mutex;
   // Mapping id -> registration pointer; 0 marks a mapping that fell back to upload.
   std::unordered_map<MappingId, DevicePtr> registrations;
-  std::unordered_map<ValueId, DevicePtr> resolved;
+  struct Resolved {
+    DevicePtr ptr = 0;
+    bool in_place = false;  // inside a registered mapping: read from the file's pages
+  };
+  std::unordered_map<ValueId, Resolved> resolved;
   std::vector<std::pair<DevicePtr, std::uint64_t>> uploads;  // (ptr, bytes) this object owns
   WeightResidency residency;
 
-  Result<DevicePtr> upload(Bytes bytes) {
-    auto ptr = backend->allocate(bytes.size());
+  // Bytes go host -> device through a bounce buffer this size (or the
+  // weight's, when smaller), read with WeightStore::copy_bytes: a backend's
+  // copy_to_device never reads a mapping, so a file truncated meanwhile is
+  // an io error here and never SIGBUS inside a backend (docs/reliability.md).
+  static constexpr std::uint64_t kBounceBytes = std::uint64_t{8} << 20;
+
+  Result<DevicePtr> upload(const WeightRef& ref) {
+    const std::uint64_t length = ref.byte_length();
+    auto ptr = backend->allocate(length);
     if (!ptr.ok()) return ptr.error();
-    if (Status s = backend->copy_to_device(*ptr, 0, bytes); !s.ok()) {
+    auto failed = [&](Error e) -> Result<DevicePtr> {
       static_cast<void>(backend->free(*ptr));
-      return s.error();
+      return e;
+    };
+    const std::uint64_t chunk = std::min(length, kBounceBytes);
+    std::unique_ptr<std::byte[]> bounce(new (std::nothrow) std::byte[static_cast<std::size_t>(std::max<std::uint64_t>(chunk, 1))]);
+    if (!bounce)
+      return failed(make_error(ErrorCode::out_of_memory,
+                               "cannot allocate a " + std::to_string(chunk) + "-byte host buffer for the upload"));
+    for (std::uint64_t at = 0; at < length; at += chunk) {
+      const std::span<std::byte> part(bounce.get(), static_cast<std::size_t>(std::min(chunk, length - at)));
+      if (Status s = store->copy_bytes(ref, at, part); !s.ok()) return failed(std::move(s.error()));
+      if (Status s = backend->copy_to_device(*ptr, at, part); !s.ok()) return failed(std::move(s.error()));
     }
-    uploads.emplace_back(*ptr, bytes.size());
+    uploads.emplace_back(*ptr, length);
     residency.uploaded_weights += 1;
-    residency.uploaded_bytes += bytes.size();
+    residency.uploaded_bytes += length;
     return *ptr;
   }
 
@@ -96,13 +120,19 @@ WeightResidency DeviceWeights::residency() const {
 Result<DevicePtr> DeviceWeights::resolve(ValueId id) {
   Impl& m = *impl_;
   std::lock_guard lock(m.mutex);
-  if (auto it = m.resolved.find(id); it != m.resolved.end()) return it->second;
   auto w = m.store->weights.find(id);
+  if (auto it = m.resolved.find(id); it != m.resolved.end()) {
+    // A weight read in place is read from its file's pages by whoever uses
+    // the pointer: checked on every call (one fstat). An upload is already
+    // on the device and no longer depends on the file.
+    if (it->second.in_place && w != m.store->weights.end())
+      if (Status s = m.store->check_unchanged(w->second); !s.ok()) return s.error();
+    return it->second.ptr;
+  }
   if (w == m.store->weights.end())
     return make_error(ErrorCode::not_found, "no weight with value id " + std::to_string(id.index));
   const WeightRef& ref = w->second;
-  auto bytes = m.store->bytes(ref);
-  if (!bytes) {
+  if (!m.store->bytes(ref)) {
     Error e = make_error(ErrorCode::out_of_bounds, "weight bytes are not mapped or out of bounds");
     if (ref.external) {
       e.file = ref.external->resolved().string();
@@ -110,7 +140,10 @@ Result<DevicePtr> DeviceWeights::resolve(ValueId id) {
     }
     return e;
   }
+  // Before anything reads or registers the file: is it still the one opened?
+  if (Status s = m.store->check_unchanged(ref); !s.ok()) return s.error();
   DevicePtr ptr = 0;
+  bool read_in_place = false;
   if (ref.is_external()) {
     auto prov = m.store->external_mmap_provenance(ref);
     if (prov) {
@@ -119,18 +152,21 @@ Result<DevicePtr> DeviceWeights::resolve(ValueId id) {
       // to its element size) is uploaded instead, and counted.
       if (base != 0) {
         const DevicePtr in_place = base + prov->offset;
-        if (m.backend->capabilities().unaligned_operands || in_place % derivation_operand_alignment(ref.dtype) == 0)
+        if (m.backend->capabilities().unaligned_operands || in_place % derivation_operand_alignment(ref.dtype) == 0) {
           ptr = in_place;
-        else m.residency.misaligned_uploads += 1;
+          read_in_place = true;
+        } else {
+          m.residency.misaligned_uploads += 1;
+        }
       }
     }
   }
   if (ptr == 0) {
-    auto up = m.upload(*bytes);
+    auto up = m.upload(ref);
     if (!up.ok()) return std::move(up.error()).with_context("making weight visible to " + m.backend->info().backend);
     ptr = *up;
   }
-  m.resolved.emplace(id, ptr);
+  m.resolved.emplace(id, Impl::Resolved{ptr, read_in_place});
   return ptr;
 }
 

@@ -182,11 +182,26 @@ Status ExternalResolver::resolve(std::span<const ExternalEntry> entries, std::st
   std::optional<std::string_view> location;
   std::uint64_t unknown = 0;
   std::string_view first_unknown;
-  // Later entries win, as in the reference implementation.
+  // A key ballast reads may be given once. Readers disagree on which of two
+  // counts (the reference's ExternalDataInfo keeps the last, a search for
+  // the key finds the first), so a duplicate could show a reviewing tool
+  // one range and the engine another.
+  unsigned seen = 0;
+  auto once = [&](const ExternalEntry& entry, unsigned bit) -> std::optional<Error> {
+    if ((seen & bit) == 0) {
+      seen |= bit;
+      return std::nullopt;
+    }
+    return fail(make_error(ErrorCode::malformed, "external_data key " + shown(entry.key) +
+                                                     " is given more than once (tools disagree on which one counts)"),
+                entry.offset);
+  };
   for (const ExternalEntry& entry : entries) {
     if (entry.key == "location") {
+      if (auto dup = once(entry, 1u)) return std::move(*dup);
       location = entry.value;
     } else if (entry.key == "offset" || entry.key == "length") {
+      if (auto dup = once(entry, entry.key == "offset" ? 2u : 4u)) return std::move(*dup);
       std::uint64_t v = 0;
       if (Decimal d = parse_decimal(entry.value, v); d != Decimal::ok)
         return fail(decimal_error(d, entry.key, entry.value), entry.offset);
@@ -195,6 +210,17 @@ Status ExternalResolver::resolve(std::span<const ExternalEntry> entries, std::st
       else
         given_length = v;
     } else if (entry.key == "checksum") {
+      if (auto dup = once(entry, 8u)) return std::move(*dup);
+      // A SHA-1 digest in hex (ONNX), checked now: verify would otherwise
+      // report a broken entry as a mismatch of the bytes.
+      const bool hex = entry.value.size() == 40 &&
+                       std::all_of(entry.value.begin(), entry.value.end(), [](char c) {
+                         return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+                       });
+      if (!hex)
+        return fail(make_error(ErrorCode::malformed, "external_data checksum " + shown(entry.value, 64) +
+                                                         " is not a SHA-1 digest (40 hex digits)"),
+                    entry.offset);
       loc.checksum = std::string(entry.value);
     } else {
       // Kept (the entry count is capped by LoadOptions::max_external_entries)

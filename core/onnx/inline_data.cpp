@@ -98,11 +98,26 @@ Result<std::uint64_t> count_varints(const WireField& message, std::uint32_t numb
 }
 
 Result<InlineData> gather_varints(const WireField& message, std::uint32_t number, std::uint64_t count,
-                                  std::size_t out_width, bool as_bool, std::string_view what) {
+                                  std::size_t out_width, bool as_bool, std::string_view what, VarintField field) {
   auto buffer = allocate(count, out_width);
   if (!buffer) return buffer.error();
   std::byte* out = (*buffer)->data();
   std::byte* const end = out + (*buffer)->size();
+  const unsigned bits = static_cast<unsigned>(out_width * 8);
+  const bool checked = field != VarintField::unchecked && !as_bool && bits < 64;
+  auto fits = [&](std::uint64_t v) {
+    if (!checked) return true;
+    if (field == VarintField::unsigned_values) return (v >> bits) == 0;
+    const auto s = static_cast<std::int64_t>(v);
+    return s >= -(std::int64_t{1} << (bits - 1)) && s < (std::int64_t{1} << bits);
+  };
+  auto too_wide = [&](std::uint64_t v, std::uint64_t offset) {
+    const std::string shown = field == VarintField::signed_values ? std::to_string(static_cast<std::int64_t>(v))
+                                                                  : std::to_string(v);
+    return wire_error(std::string(what) + " value " + shown + " does not fit in the " + std::to_string(bits) +
+                          " bits of an element",
+                      offset);
+  };
   auto put = [&](std::uint64_t v) {
     if (out == end) return false;
     if (as_bool) v = (v & 0xffffffffu) != 0 ? 1 : 0;
@@ -111,14 +126,17 @@ Result<InlineData> gather_varints(const WireField& message, std::uint32_t number
   };
   Status written = for_each_occurrence(message, number, [&](const WireField& f) -> Status {
     if (f.type != WireType::len) {
+      if (!fits(f.value)) return too_wide(f.value, f.offset);
       if (!put(f.value)) return wire_error(std::string(what) + " changed between passes", f.offset);
       return {};
     }
     std::size_t pos = 0;
     std::uint64_t v = 0;
     while (pos < f.payload.size()) {
-      if (!read_varint(f.payload, pos, v) || !put(v))
-        return wire_error("malformed packed " + std::string(what), f.payload_offset + pos);
+      const std::size_t at = pos;
+      if (!read_varint(f.payload, pos, v)) return wire_error("malformed packed " + std::string(what), f.payload_offset + pos);
+      if (!fits(v)) return too_wide(v, f.payload_offset + at);
+      if (!put(v)) return wire_error("malformed packed " + std::string(what), f.payload_offset + pos);
     }
     return {};
   });

@@ -26,10 +26,22 @@ Result<InlineData> gather_fixed(const WireField& message, std::uint32_t number, 
 // Number of varint values field `number` of `message` holds (packed or not).
 Result<std::uint64_t> count_varints(const WireField& message, std::uint32_t number, std::string_view what);
 
+// How the varints of a field are read (onnx.proto's field types), for the
+// check that each value fits the `out_width` bytes it becomes.
+enum class VarintField {
+  unchecked,        // every value kept as its low bytes (Constant value_ints: 8 bytes anyway)
+  signed_values,    // int32_data, int64_data: sign-extended two's complement
+  unsigned_values,  // uint64_data
+};
+
 // Field `number` of `message` holds varints: each becomes `out_width` bytes
 // little-endian (its low bytes), or one 0/1 byte when `as_bool`. The caller
-// has checked the count with count_varints.
+// has checked the count with count_varints. A value that does not fit in
+// `out_width` bytes, read as `field` says (signed fields admit both the
+// signed and the unsigned range of the width: writers store bit patterns),
+// is malformed: dropping its high bits silently would change the weight.
 Result<InlineData> gather_varints(const WireField& message, std::uint32_t number, std::uint64_t count,
-                                  std::size_t out_width, bool as_bool, std::string_view what);
+                                  std::size_t out_width, bool as_bool, std::string_view what,
+                                  VarintField field = VarintField::unchecked);
 
 }  // namespace ballast::onnx

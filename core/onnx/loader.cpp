@@ -3,6 +3,7 @@
 #include "onnx/graph_decoder.hpp"
 #include "onnx/model_impl.hpp"
 #include "store/mapped_file.hpp"
+#include "store/store_access.hpp"
 
 #include <new>
 #include <stdexcept>
@@ -16,13 +17,16 @@ namespace {
 // succeeded: a failed load leaves nothing half-filled behind.
 Result<Model> decode_into_new_model(Bytes bytes, std::filesystem::path path, std::uint64_t file_size,
                                     const std::filesystem::path& base_dir, const LoadOptions& options,
-                                    std::shared_ptr<const void> anchor, std::optional<store::Root> real_model_dir) {
+                                    std::shared_ptr<const store::MappedFile> mapped,
+                                    std::optional<store::Root> real_model_dir) {
   Model model;
   Model::Impl& impl = model.impl();
   impl.path = std::move(path);
   impl.file_size = file_size;
-  impl.bytes_anchor = anchor;
-  if (anchor) impl.store.keep_alive(std::move(anchor));
+  impl.bytes_anchor = mapped;
+  // The store keeps the .onnx mapping alive and checks and reads inline
+  // weights through its descriptor (docs/reliability.md).
+  if (mapped) store::StoreAccess::set_model_file(impl.store, std::move(mapped));
   const std::string file = impl.path.string();
   onnx::ModelDecoder decoder(impl, file, base_dir, options, std::move(real_model_dir));
   if (Status s = decoder.decode(bytes); !s.ok()) {

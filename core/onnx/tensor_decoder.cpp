@@ -270,9 +270,26 @@ Status TensorDecoder::decode(const WireField& field, WeightSource source, std::s
     // and listing it while its reference goes unchecked hid that.
     if (scan.data_location != 0 || !entries_.empty())
       return fail(ErrorCode::malformed, "a string tensor cannot be stored as external data", field.offset);
+    // The same goes for raw_data and the numeric fields: values there would
+    // be listed nowhere and checked by nobody.
+    if (scan.raw_data || scan.typed_seen != 0)
+      return fail(ErrorCode::malformed,
+                  "a string tensor holds its values in string_data only, but " +
+                      std::string(scan.raw_data ? "raw_data" : "a numeric data field") + " is set",
+                  field.offset);
+    if (scan.string_count != *elements)
+      return fail(ErrorCode::size_mismatch,
+                  "string_data has " + std::to_string(scan.string_count) + " values but dims need " +
+                      std::to_string(*elements),
+                  field.offset);
     out.is_string = true;
     return {};
   }
+  if (scan.string_count != 0)
+    return fail(ErrorCode::malformed,
+                "string_data holds " + std::to_string(scan.string_count) + " values but data_type is " +
+                    std::string(dtype_name(dtype)),
+                field.offset);
 
   std::uint32_t typed = 0;
   for (std::uint32_t number : kTypedFields) {
@@ -354,7 +371,8 @@ Status TensorDecoder::decode(const WireField& field, WeightSource source, std::s
     auto count = count_varints(field, typed, what);
     if (!count) return located(std::move(count.error()));
     if (*count != values) return mismatch(*count);
-    data = gather_varints(field, typed, values, varint_out_width(dtype), dtype == DataType::bool_, what);
+    data = gather_varints(field, typed, values, varint_out_width(dtype), dtype == DataType::bool_, what,
+                          typed == kUint64Data ? VarintField::unsigned_values : VarintField::signed_values);
     if (!data) return located(std::move(data.error()));
   }
   w.inline_bytes = data->bytes;

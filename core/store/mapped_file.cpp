@@ -1,9 +1,13 @@
 #include "store/mapped_file.hpp"
 
+#include "store/sigbus_guard.hpp"
+
 #include <sys/mman.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <limits>
 
 // Mappings are made with mmap(2) on the descriptor that was opened and
@@ -13,10 +17,21 @@
 namespace ballast::store {
 
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), static_cast<std::size_t>(size_));
+  if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), static_cast<std::size_t>(stamp_.size));
+}
+
+FileStamp stamp_of(const struct stat& st) noexcept {
+  FileStamp s;
+  s.size = st.st_size < 0 ? 0 : static_cast<std::uint64_t>(st.st_size);
+  s.identity = identity_of(st);
+  s.mtime_sec = static_cast<std::int64_t>(st.st_mtim.tv_sec);
+  s.mtime_nsec = static_cast<std::int64_t>(st.st_mtim.tv_nsec);
+  return s;
 }
 
 namespace {
+
+std::function<void(const MappedFile&)> g_read_hook;
 
 Error path_error(ErrorCode code, std::string message, const std::filesystem::path& path) {
   Error e = make_error(code, std::move(message));
@@ -24,7 +39,21 @@ Error path_error(ErrorCode code, std::string message, const std::filesystem::pat
   return e;
 }
 
+// "2024-05-01T12:00:00.123456789Z"
+std::string utc_time(std::int64_t sec, std::int64_t nsec) {
+  const auto t = static_cast<std::time_t>(sec);
+  struct tm parts {};
+  if (::gmtime_r(&t, &parts) == nullptr) return std::to_string(sec) + "." + std::to_string(nsec) + " s";
+  char date[40];
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%S", &parts);
+  char frac[16];
+  std::snprintf(frac, sizeof frac, ".%09lldZ", static_cast<long long>(nsec));
+  return std::string(date) + frac;
+}
+
 }  // namespace
+
+void set_read_hook_for_testing(std::function<void(const MappedFile&)> hook) { g_read_hook = std::move(hook); }
 
 Result<std::shared_ptr<const MappedFile>> MappedFile::open(const std::filesystem::path& path) {
   auto opened = open_regular(path);
@@ -48,8 +77,7 @@ Result<std::shared_ptr<const MappedFile>> MappedFile::map(int fd, const struct s
 
   std::shared_ptr<MappedFile> mapped(new MappedFile());
   mapped->path_ = std::move(path);
-  mapped->size_ = size;
-  mapped->identity_ = identity_of(st);
+  mapped->stamp_ = stamp_of(st);
   if (size == 0) return std::shared_ptr<const MappedFile>(std::move(mapped));  // nothing to map
   void* p = ::mmap(nullptr, static_cast<std::size_t>(size), PROT_READ, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
@@ -63,6 +91,55 @@ Result<std::shared_ptr<const MappedFile>> MappedFile::map(int fd, const struct s
   }
   mapped->data_ = static_cast<const std::byte*>(p);
   return std::shared_ptr<const MappedFile>(std::move(mapped));
+}
+
+Status MappedFile::check_unchanged() const {
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR) return {};  // deleted or renamed away: the mapped inode lives on, unchanged
+    return path_error(ErrorCode::io, path_.string() + " cannot be checked for changes: " + std::strerror(err), path_);
+  }
+  const FileStamp now = stamp_of(st);
+  // Another inode at the path: a file renamed over it. The mapping holds
+  // the old one, which nothing reaches by name any more.
+  if (now.identity != stamp_.identity) return {};
+  const std::string changed = path_.string() + " changed since it was opened ";
+  if (now.size != stamp_.size)
+    return path_error(ErrorCode::io,
+                      changed + "(size " + std::to_string(stamp_.size) + ", now " + std::to_string(now.size) + ")",
+                      path_);
+  if (now.mtime_sec != stamp_.mtime_sec || now.mtime_nsec != stamp_.mtime_nsec)
+    return path_error(ErrorCode::io,
+                      changed + "(modified " + utc_time(stamp_.mtime_sec, stamp_.mtime_nsec) + ", now " +
+                          utc_time(now.mtime_sec, now.mtime_nsec) + ")",
+                      path_);
+  return {};
+}
+
+Status MappedFile::read(std::uint64_t offset, std::span<std::byte> dst) const {
+  if (offset > stamp_.size || dst.size() > stamp_.size - offset) {
+    Error e = path_error(ErrorCode::out_of_bounds,
+                         "reading [" + std::to_string(offset) + ", +" + std::to_string(dst.size()) + ") of a " +
+                             std::to_string(stamp_.size) + "-byte file",
+                         path_);
+    e.offset = offset;
+    return e;
+  }
+  if (Status s = check_unchanged(); !s.ok()) return s;
+  if (g_read_hook) g_read_hook(*this);
+  if (!guarded_copy(dst.data(), data_ + offset, dst.size())) {
+    // Pages vanished under the copy: the file shrank.
+    if (Status s = check_unchanged(); !s.ok()) return s;
+    Error e = path_error(ErrorCode::io,
+                         path_.string() + " changed since it was opened (its pages in [" + std::to_string(offset) +
+                             ", +" + std::to_string(dst.size()) + ") are gone: truncated)",
+                         path_);
+    e.offset = offset;
+    return e;
+  }
+  // Rewritten (same size) while we copied: the bytes may be a mix.
+  return check_unchanged();
 }
 
 }  // namespace ballast::store

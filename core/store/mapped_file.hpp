@@ -1,6 +1,13 @@
 // A read-only memory mapping of one whole file. Weight bytes are borrowed
 // from these mappings, so a MappedFile is held by shared_ptr and outlives
 // every span handed out from it.
+//
+// It also records the file's size, device + inode and modification time at
+// that moment, so that ballast's own reads can tell that the file changed
+// under the mapping (a truncated file turns a read through the mapping into
+// SIGBUS), and copies out of it under a SIGBUS guard (store/sigbus_guard).
+// No descriptor is kept: a model saved one file per tensor maps thousands
+// of files. docs/reliability.md has the story.
 #pragma once
 
 #include <ballast/status.hpp>
@@ -10,9 +17,20 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <span>
 
 namespace ballast::store {
+
+// What a file looked like: what check_unchanged compares.
+struct FileStamp {
+  std::uint64_t size = 0;
+  FileIdentity identity;
+  std::int64_t mtime_sec = 0;
+  std::int64_t mtime_nsec = 0;
+};
+FileStamp stamp_of(const struct stat& st) noexcept;
 
 class MappedFile {
  public:
@@ -22,7 +40,8 @@ class MappedFile {
   // was checked.
   static Result<std::shared_ptr<const MappedFile>> open(const std::filesystem::path& path);
   // Maps the regular file open on `fd` (`st` is its fstat). `path` is for
-  // display only: nothing is opened by name. `fd` stays the caller's.
+  // display and for check_unchanged(), which stats it; nothing is opened by
+  // name. `fd` stays the caller's; it may be closed once this returns.
   static Result<std::shared_ptr<const MappedFile>> map(int fd, const struct stat& st, std::filesystem::path path);
 
   ~MappedFile();
@@ -30,18 +49,39 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
 
   const std::filesystem::path& path() const noexcept { return path_; }
-  std::uint64_t size() const noexcept { return size_; }
-  FileIdentity identity() const noexcept { return identity_; }
+  std::uint64_t size() const noexcept { return stamp_.size; }
+  FileIdentity identity() const noexcept { return stamp_.identity; }
+  const FileStamp& stamp() const noexcept { return stamp_; }
   // Empty for a zero-length file (nothing is mapped then).
-  Bytes bytes() const noexcept { return {data_, static_cast<std::size_t>(size_)}; }
+  Bytes bytes() const noexcept { return {data_, static_cast<std::size_t>(stamp_.size)}; }
+  // ok while the file has the size and modification time it had when it
+  // was mapped; otherwise an io error worded
+  //   "<file> changed since it was opened (size X, now Y)"
+  // (or "(modified <time>, now <time>)"). One stat(2) of path(): while the
+  // path names the mapped inode, that is the mapped file. When it names
+  // another inode or nothing (a file renamed over it, or deleted), the
+  // mapped inode is no longer reachable by name and is left as it was
+  // (nothing can truncate it then but a descriptor opened before), so this
+  // is ok and the mapping keeps serving the bytes it has.
+  Status check_unchanged() const;
+  // Copies bytes [offset, offset + dst.size()) of the mapping into `dst`
+  // under the SIGBUS guard, checking the file before and after (a rewrite
+  // during the copy is an error too): a truncation before or during the
+  // copy is an io error, never a signal. A range outside the file as mapped
+  // is out_of_bounds.
+  Status read(std::uint64_t offset, std::span<std::byte> dst) const;
 
  private:
   MappedFile() = default;
 
   std::filesystem::path path_;
-  std::uint64_t size_ = 0;
-  FileIdentity identity_;
+  FileStamp stamp_;
   const std::byte* data_ = nullptr;
 };
+
+// Tests: called by MappedFile::read between the check before the copy and
+// the copy (to change the file at exactly that point). Not
+// thread-safe to set while reads run; empty to clear.
+void set_read_hook_for_testing(std::function<void(const MappedFile&)> hook);
 
 }  // namespace ballast::store

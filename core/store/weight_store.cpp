@@ -2,6 +2,7 @@
 
 #include "store/byte_ranges.hpp"
 #include "store/mapped_file.hpp"
+#include "store/store_access.hpp"
 
 #include <sys/stat.h>
 
@@ -46,6 +47,8 @@ struct WeightStore::Impl {
   std::unordered_map<std::string, MappingId> by_path;  // display paths, for hand-built references
   std::unordered_map<store::FileIdentity, MappingId, IdentityHash> by_identity;
   std::vector<std::shared_ptr<const void>> anchors;
+  // The .onnx mapping inline_borrowed weights point into (the loader's).
+  std::shared_ptr<const store::MappedFile> model_file;
 
   const Mapping* find(MappingId id) const {
     if (id == 0 || id > mappings.size()) return nullptr;
@@ -85,6 +88,50 @@ struct WeightStore::Impl {
     const Mapping* m = find(id);
     if (!m || !store::range_inside(offset, length, m->file->size())) return std::nullopt;
     return m->file->bytes().subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(length));
+  }
+
+  // Where a weight's bytes are: in which mapped file (null: plain memory,
+  // e.g. decoded values or bytes a caller handed to load_onnx_from_bytes)
+  // and at which offset of it.
+  struct Located {
+    std::shared_ptr<const store::MappedFile> file;
+    std::uint64_t offset = 0;
+    std::uint64_t length = 0;
+  };
+  Result<Located> locate(const WeightRef& weight) const {
+    Located out;
+    if (!weight.is_external()) {
+      out.length = weight.inline_bytes.size();
+      if (weight.storage == WeightRef::Storage::inline_borrowed && model_file && !weight.inline_bytes.empty()) {
+        const Bytes all = model_file->bytes();
+        const auto at = reinterpret_cast<std::uintptr_t>(weight.inline_bytes.data());
+        const auto base = reinterpret_cast<std::uintptr_t>(all.data());
+        if (at >= base && at - base <= all.size() && weight.inline_bytes.size() <= all.size() - (at - base)) {
+          out.file = model_file;
+          out.offset = at - base;
+        }
+      }
+      return out;
+    }
+    auto unmapped = [&weight](ErrorCode code, std::string message) {
+      Error e = make_error(code, std::move(message));
+      if (weight.external) {
+        e.file = weight.external->resolved().string();
+        e.offset = weight.external->offset;
+      }
+      return e;
+    };
+    if (!weight.external || !weight.external->file) return unmapped(ErrorCode::not_found, "external weight without a file");
+    const auto id = lookup(*weight.external->file);
+    if (!id) return unmapped(ErrorCode::not_found, "the weight's data file is not mapped");
+    const Mapping* m = find(*id);
+    const ExternalLocation& ext = *weight.external;
+    if (!store::range_inside(ext.offset, ext.length, m->file->size()))
+      return unmapped(ErrorCode::out_of_bounds, "the weight's range lies past the end of its file");
+    out.file = m->file;
+    out.offset = ext.offset;
+    out.length = ext.length;
+    return out;
   }
 
   // Registers a fresh mapping (lock held by the caller).
@@ -268,5 +315,93 @@ void WeightStore::keep_alive(std::shared_ptr<const void> anchor) {
   std::unique_lock lock(impl_->mutex);
   impl_->anchors.push_back(std::move(anchor));
 }
+
+Status WeightStore::check_unchanged(const WeightRef& weight) const {
+  std::shared_ptr<const store::MappedFile> file;
+  {
+    BALLAST_STORE_READ(Status());
+    auto where = im.locate(weight);
+    if (!where) return where.error();
+    file = std::move(where->file);
+  }
+  return file ? file->check_unchanged() : Status();
+}
+
+Status WeightStore::check_unchanged(MappingId mapping) const {
+  auto file = store::StoreAccess::mapping(*this, mapping);
+  if (!file) return make_error(ErrorCode::not_found, "no mapping with id " + std::to_string(mapping));
+  return file->check_unchanged();
+}
+
+Status WeightStore::copy_bytes(const WeightRef& weight, std::uint64_t offset, std::span<std::byte> dst) const {
+  Impl::Located where;
+  {
+    BALLAST_STORE_READ(make_error(ErrorCode::not_found, "the store is empty (moved from)"));
+    auto found = im.locate(weight);
+    if (!found) return found.error();
+    where = std::move(*found);
+  }
+  if (!store::range_inside(offset, dst.size(), where.length)) {
+    Error e = make_error(ErrorCode::out_of_bounds, "copying [" + std::to_string(offset) + ", +" +
+                                                       std::to_string(dst.size()) + ") of a " +
+                                                       std::to_string(where.length) + "-byte weight");
+    if (where.file) e.file = where.file->path().string();
+    return e;
+  }
+  if (dst.empty()) return where.file ? where.file->check_unchanged() : Status();
+  // Reads of a mapped file go through its descriptor, never the mapping.
+  if (where.file) return where.file->read(where.offset + offset, dst);
+  std::memcpy(dst.data(), weight.inline_bytes.data() + offset, dst.size());
+  return {};
+}
+
+Status WeightStore::check_path(MappingId mapping) const {
+  auto file = store::StoreAccess::mapping(*this, mapping);
+  if (!file) return make_error(ErrorCode::not_found, "no mapping with id " + std::to_string(mapping));
+  const std::filesystem::path& path = file->path();
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    Error e = make_error(err == ENOENT || err == ENOTDIR ? ErrorCode::not_found : ErrorCode::io,
+                         err == ENOENT || err == ENOTDIR
+                             ? path.string() + " no longer exists (the mapping still serves the file that was opened)"
+                             : path.string() + " cannot be checked: " + std::strerror(err));
+    e.file = path.string();
+    return e;
+  }
+  const store::FileIdentity now = store::identity_of(st), then = file->identity();
+  if (now != then) {
+    Error e = make_error(ErrorCode::io, path.string() + " now names a different file (inode " +
+                                            std::to_string(then.inode) + ", now " + std::to_string(now.inode) +
+                                            (now.device != then.device ? ", on another device" : "") +
+                                            "); the mapping still serves the file that was opened");
+    e.file = path.string();
+    return e;
+  }
+  return {};
+}
+
+namespace store {
+
+void StoreAccess::set_model_file(WeightStore& store, std::shared_ptr<const MappedFile> file) {
+  if (!store.impl_) store.impl_ = std::make_unique<WeightStore::Impl>();
+  std::unique_lock lock(store.impl_->mutex);
+  store.impl_->model_file = std::move(file);
+}
+
+std::shared_ptr<const MappedFile> StoreAccess::model_file(const WeightStore& store) {
+  if (!store.impl_) return nullptr;
+  std::shared_lock lock(store.impl_->mutex);
+  return store.impl_->model_file;
+}
+
+std::shared_ptr<const MappedFile> StoreAccess::mapping(const WeightStore& store, MappingId id) {
+  if (!store.impl_) return nullptr;
+  std::shared_lock lock(store.impl_->mutex);
+  const WeightStore::Impl::Mapping* m = store.impl_->find(id);
+  return m ? m->file : nullptr;
+}
+
+}  // namespace store
 
 }  // namespace ballast

@@ -21,6 +21,10 @@
 
 namespace ballast {
 
+namespace store {
+struct StoreAccess;  // the loader's way in (core/store/store_access.hpp)
+}
+
 // A graph value interned per model. Model::value_id / Model::value_name map
 // between ids and names.
 struct ValueId {
@@ -192,7 +196,39 @@ class WeightStore {
   // inline weights borrow from).
   void keep_alive(std::shared_ptr<const void> anchor);
 
+  // ---- Files that change under a live mapping (docs/reliability.md).
+  // The store records the size, inode and modification time every file it
+  // maps had when it was opened (the external data files, and the .onnx
+  // that inline weights borrow from when the loader opened it). A file
+  // truncated after that turns any read through its mapping into SIGBUS;
+  // these calls let a reader find out first, and copy without dying of it.
+
+  // ok while the file `weight`'s bytes live in is unchanged; otherwise an
+  // io error worded "<file> changed since it was opened (size X, now Y)"
+  // (or the modification time that changed), with Error::file set. A
+  // weight whose range now lies past the end of its file is refused so. One
+  // stat(2) of the path it was opened under: a path that names another
+  // file now (one renamed over it) or nothing leaves the mapped file as it
+  // was, so that is ok (check_path() tells). Always ok for weights that are
+  // not in a mapped file.
+  Status check_unchanged(const WeightRef& weight) const;
+  // The same for one mapped external file.
+  Status check_unchanged(MappingId mapping) const;
+  // Copies bytes [offset, offset + dst.size()) of `weight`'s raw bytes into
+  // `dst`. Bytes in a mapped file are checked (check_unchanged) and then
+  // copied under a SIGBUS guard: a file truncated before or during the copy
+  // is an io error, never a signal. out_of_bounds when the range is not
+  // inside the weight, not_found when its file is not mapped.
+  Status copy_bytes(const WeightRef& weight, std::uint64_t offset, std::span<std::byte> dst) const;
+  // Whether the path a mapped file was opened under still names that file
+  // (device + inode, looked up by name now). ok; io "<path> now names a
+  // different file (inode X, now Y)" when it was replaced (e.g. a new file
+  // renamed over it; the mapping still serves the old one's bytes); or
+  // not_found "<path> no longer exists".
+  Status check_path(MappingId mapping) const;
+
  private:
+  friend struct store::StoreAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

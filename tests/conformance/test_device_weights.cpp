@@ -111,3 +111,33 @@ TEST_CASE("device weights: release() then destruction frees each thing once") {
   CHECK(second.status.ok());
   CHECK(second.allocations_freed == 0);
 }
+
+// Issue 12 §3: a data file truncated after it was mapped (a model re-exported
+// in place while the engine runs). resolve() must say so; before, it handed
+// out a pointer into the dead mapping (registered) or copied from it
+// (uploaded), and the process died of SIGBUS. docs/reliability.md.
+TEST_CASE("device weights: a data file truncated after mapping is an io error, never SIGBUS") {
+  conformance::LeakCheck leaks;
+  SmallStore s;
+  GpuBackend& g = conformance::gpu();
+  DeviceWeights dw(g, s.store);
+  auto head = dw.resolve(s.head);  // before the change: fine
+  REQUIRE_MESSAGE(head.ok(), conformance::describe(head.status()));
+  std::filesystem::resize_file(s.dir / "w.bin", 0);
+  for (ValueId id : {s.head, s.tail}) {
+    auto r = dw.resolve(id);
+    if (id == s.head && r.ok()) {
+      // Uploaded before the change: on the device already, nothing reads the file.
+      CHECK(dw.residency().registered_files == 0);
+      continue;
+    }
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.code() == ErrorCode::io);
+    CHECK_MESSAGE(r.error().to_string().find("w.bin changed since it was opened (size 12288, now 0)") != std::string::npos,
+                  conformance::describe(r.status()));
+  }
+  auto in = dw.resolve(s.inline_id);  // not in a file: unaffected
+  CHECK_MESSAGE(in.ok(), conformance::describe(in.status()));
+  Released released = dw.release(g);
+  CHECK_MESSAGE(released.status.ok(), conformance::describe(released.status));
+}

@@ -4,8 +4,13 @@
 #include "support_hash.hpp"
 #include "support_model.hpp"
 #include "support_svg.hpp"
+#include "support_verify.hpp"
+
+#include "unit/onnx/external_fixture.hpp"
 
 #include <doctest/doctest.h>
+
+#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -147,4 +152,68 @@ TEST_CASE("account_external_files: referenced union and dead ranges of a hand-bu
   CHECK(files[0].referenced_bytes == 1536);
   CHECK(files[0].unreferenced_bytes == 2560);
   CHECK(files[0].dead_ranges == std::vector<ballast::ByteRange>{{0, 2048}, {3584, 512}});
+}
+
+namespace {
+
+// model.onnx with two float32 tensors of 64 elements in data.bin, both
+// carrying their SHA-1 checksum; returns the data file's bytes.
+std::string write_checksummed_model(const ballast::testing::ScratchDir& dir) {
+  using namespace ballast::testing;
+  std::string data(512, '\0');
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 7 + 3) & 0xff);
+  dir.write("data.bin", data);
+  auto t = [&](std::string_view name, std::size_t offset) {
+    Entries e = at("data.bin", offset, 256);
+    e.emplace_back("checksum", cli::hex_digest(cli::Digest::sha1, as_bytes(data.substr(offset, 256))));
+    return external_tensor(name, 64, e);
+  };
+  dir.write("model.onnx", model_with({t("a", 0), t("b", 256)}).data);
+  return data;
+}
+
+}  // namespace
+
+TEST_CASE("verify_weights: an intact model passes; a data file truncated after load is a finding, not SIGBUS") {
+  ballast::testing::ScratchDir dir("verify-changes");
+  write_checksummed_model(dir);
+  auto model = ballast::load_onnx(dir / "model.onnx");
+  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+  {
+    std::ostringstream out;
+    const cli::VerifyCounts n = cli::verify_weights(*model, out);
+    CHECK_MESSAGE(n.ok(), out.str());
+    CHECK(n.checksums == 2);
+    CHECK(out.str().empty());
+  }
+  REQUIRE(::truncate((dir / "data.bin").c_str(), 100) == 0);
+  std::ostringstream out;
+  const cli::VerifyCounts n = cli::verify_weights(*model, out);
+  CHECK_FALSE(n.ok());
+  CHECK(n.files_changed == 1);
+  CHECK(n.checksums_bad == 2);
+  CHECK_MESSAGE(count(out.str(), "FAIL io: ") == 1, out.str());  // one line per file, not per tensor
+  CHECK_MESSAGE(out.str().find("data.bin changed since it was opened (size 512, now 100)") != std::string::npos, out.str());
+  CHECK_MESSAGE(out.str().find("tensor=a") != std::string::npos, out.str());
+}
+
+TEST_CASE("verify_weights: a data file renamed over after load is reported; the bytes verified are the opened file's") {
+  ballast::testing::ScratchDir dir("verify-replaced");
+  const std::string data = write_checksummed_model(dir);
+  auto model = ballast::load_onnx(dir / "model.onnx");
+  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+  {
+    std::string other = data;
+    other[0] = static_cast<char>(other[0] ^ 0xff);
+    dir.write("data.bin.new", other);
+    std::filesystem::rename(dir / "data.bin.new", dir / "data.bin");
+  }
+  std::ostringstream out;
+  const cli::VerifyCounts n = cli::verify_weights(*model, out);
+  CHECK_FALSE(n.ok());
+  CHECK(n.checksums_bad == 0);  // the mapping still holds the old, intact bytes
+  CHECK(n.files_changed == 1);
+  CHECK_MESSAGE(out.str().find("FAIL io: " + (dir / "data.bin").string() + " now names a different file (inode ") !=
+                    std::string::npos,
+                out.str());
 }

@@ -1,15 +1,14 @@
-// `ballast verify MODEL`: every external range lies inside its file and every
-// external-data `checksum` (SHA-1 hex, as ONNX specifies) matches the bytes.
+// `ballast verify MODEL`: every external range lies inside its file, every
+// external-data `checksum` (SHA-1 hex, as ONNX specifies) matches the bytes,
+// and every data file is still the one opened, at its path (support_verify).
 #include "command.hpp"
 #include "support_format.hpp"
-#include "support_hash.hpp"
 #include "support_model.hpp"
 #include "support_progress.hpp"
+#include "support_verify.hpp"
 
 #include <ballast/onnx_loader.hpp>
 
-#include <algorithm>
-#include <cctype>
 #include <iostream>
 #include <string>
 
@@ -28,16 +27,6 @@ bool is_verification_failure(ErrorCode code) {
          code == ErrorCode::checksum_mismatch;
 }
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
-
-std::string where(std::string_view name, const WeightRef& w) {
-  return "tensor=" + std::string(name) + " file=" + w.external->resolved().string() +
-         " offset=" + std::to_string(w.external->offset) + " length=" + std::to_string(w.external->length);
-}
-
 int run_verify(const VerifyOptions& opt) {
   Result<Model> loaded = load_onnx(opt.model, opt.load);
   if (!loaded) {
@@ -50,41 +39,18 @@ int run_verify(const VerifyOptions& opt) {
     return kExitBadInput;
   }
   const Model& model = *loaded;
-  const WeightStore& store = model.store();
-  const std::vector<NamedWeight> weights = weights_in_order(model);
-
-  std::uint64_t to_hash = 0;
-  for (const auto& w : weights) {
-    if (w.ref->is_external() && w.ref->external->checksum) to_hash += w.ref->external->length;
-  }
+  const std::uint64_t to_hash = checksummed_bytes(model);
   ProgressBar bar("verifying checksums", to_hash);
+  const VerifyCounts n = verify_weights(model, std::cout, [&bar](std::uint64_t bytes) { bar.advance(bytes); });
 
-  std::size_t ranges = 0, ranges_bad = 0, checksums = 0, checksums_bad = 0;
-  for (const auto& [name, ref] : weights) {
-    if (!ref->is_external()) continue;
-    ++ranges;
-    const std::optional<Bytes> bytes = store.bytes(*ref);
-    if (!bytes || bytes->size() != ref->external->length) {
-      ++ranges_bad;
-      std::cout << "FAIL out_of_bounds: range outside its file: " << where(name, *ref) << '\n';
-      continue;
-    }
-    if (!ref->external->checksum) continue;
-    ++checksums;
-    const std::string expected = lower(*ref->external->checksum);
-    const std::string actual = hex_digest(Digest::sha1, *bytes, [&bar](std::uint64_t n) { bar.advance(n); });
-    if (actual != expected) {
-      ++checksums_bad;
-      std::cout << "FAIL checksum_mismatch: " << where(name, *ref) << " expected sha1 " << expected << ", got "
-                << (actual.empty() ? "(digest failed)" : actual) << '\n';
-    }
-  }
-
-  const bool ok = ranges_bad == 0 && checksums_bad == 0;
-  std::cout << "verify: " << ranges - ranges_bad << '/' << ranges << " external ranges inside their files, "
-            << checksums - checksums_bad << '/' << checksums << " checksums match (" << human_bytes(to_hash)
-            << " hashed): " << (ok ? "ok" : "failed") << '\n';
-  return ok ? kExitOk : kExitVerifyFailed;
+  std::cout << "verify: " << n.ranges - n.ranges_bad << '/' << n.ranges << " external ranges inside their files, "
+            << n.checksums - n.checksums_bad << '/' << n.checksums << " checksums match (" << human_bytes(to_hash)
+            << " hashed)";
+  if (n.files_changed != 0)
+    std::cout << ", " << n.files_changed << " data file" << (n.files_changed == 1 ? "" : "s")
+              << " changed or replaced since opened";
+  std::cout << ": " << (n.ok() ? "ok" : "failed") << '\n';
+  return n.ok() ? kExitOk : kExitVerifyFailed;
 }
 
 const RegisterCommand kVerify{{

@@ -7,6 +7,9 @@
 #include <doctest/doctest.h>
 
 #include "unit/onnx/load_helpers.hpp"
+#include "unit/store/scratch_dir.hpp"
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -145,6 +148,46 @@ TEST_CASE("a failing derivation names the weight and node, and leaves nothing al
     REQUIRE_FALSE(values.ok());
     CHECK(values.error().to_string().find("'W'") != std::string::npos);
     CHECK(memo.len() == 0);  // nothing of the failed wave is memoized
+    const auto report = host.teardown(**gpu);
+    CHECK_MESSAGE(report.ok(), report.to_string());
+  }
+  CHECK((*gpu)->counters().live_allocations == baseline.live_allocations);
+}
+
+TEST_CASE("derive on the cpu backend: a data file truncated after load is an io error naming the file, not SIGBUS") {
+  using namespace onnx_proto;
+  ScratchDir dir("derive-file-changes");
+  dir.write("w.bin", floats(8 * 16, 0.25f));
+  Proto w = tensor("W", 1, {8, 16});
+  external(w, {{"location", "w.bin"}, {"offset", "0"}, {"length", "512"}});
+  const Proto bytes = onnx_proto::model(graph({node("MatMul", {"X", "W"}, {"Y"})}, {w}));
+  auto m = load_onnx(dir.write("model.onnx", bytes.data));
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  auto plan = plan_derivations(*m);
+  REQUIRE(plan.ok());
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  const auto baseline = (*gpu)->counters();
+  {
+    DeviceWeights sources(**gpu, m->store());
+    DerivedWeights memo;
+    TeardownHost<GpuBackend> host(**gpu);
+    host.add(sources);
+    host.add(memo);
+    const DeriveContext ctx{**gpu, *m, sources, memo};
+    REQUIRE(derive_weight(ctx, "W", Derivation::transpose).ok());  // W is read in place from w.bin
+
+    REQUIRE(::truncate((dir / "w.bin").c_str(), 0) == 0);
+    const std::string changed = (dir / "w.bin").string() + " changed since it was opened (size 512, now 0)";
+    auto one = derive_weight(ctx, "W", Derivation::to_f16);
+    REQUIRE_FALSE(one.ok());
+    CHECK(one.code() == ErrorCode::io);
+    CHECK_MESSAGE(one.error().to_string().find(changed) != std::string::npos, one.error().to_string());
+    CHECK(one.error().to_string().find("'W'") != std::string::npos);
+    auto all = derive_weights(ctx, *plan);
+    REQUIRE_FALSE(all.ok());
+    CHECK(all.code() == ErrorCode::io);
+    CHECK(memo.len() == 1);  // the transpose made before the change; nothing since
     const auto report = host.teardown(**gpu);
     CHECK_MESSAGE(report.ok(), report.to_string());
   }

@@ -52,6 +52,25 @@ TEST_CASE("hostile external data locations") {
        ErrorCode::overflow, "64 bits"},
       {"offset not a number", Entries{{"location", "blob.bin"}, {"offset", "12abc"}}, ErrorCode::malformed, "decimal"},
       {"negative length", Entries{{"location", "blob.bin"}, {"length", "-16"}}, ErrorCode::malformed, "decimal"},
+      // Issue 12 §4: fields that were read but not validated.
+      {"negative offset", Entries{{"location", "blob.bin"}, {"offset", "-16"}}, ErrorCode::malformed, "decimal"},
+      {"offset with a sign", Entries{{"location", "blob.bin"}, {"offset", "+16"}}, ErrorCode::malformed, "decimal"},
+      {"offset with blanks", Entries{{"location", "blob.bin"}, {"offset", " 16"}}, ErrorCode::malformed, "decimal"},
+      {"empty offset", Entries{{"location", "blob.bin"}, {"offset", ""}}, ErrorCode::malformed, "decimal"},
+      {"location given twice", Entries{{"location", "blob.bin"}, {"location", "sub/blob.bin"}}, ErrorCode::malformed,
+       "'location' is given more than once"},
+      {"offset given twice", Entries{{"location", "blob.bin"}, {"offset", "0"}, {"offset", "16"}}, ErrorCode::malformed,
+       "'offset' is given more than once"},
+      {"length given twice, equal", Entries{{"location", "blob.bin"}, {"length", "16"}, {"length", "16"}},
+       ErrorCode::malformed, "'length' is given more than once"},
+      {"checksum given twice", Entries{{"location", "blob.bin"}, {"checksum", std::string(40, 'a')}, {"checksum", std::string(40, 'a')}},
+       ErrorCode::malformed, "'checksum' is given more than once"},
+      {"checksum not hex", Entries{{"location", "blob.bin"}, {"checksum", std::string(39, 'a') + "g"}}, ErrorCode::malformed,
+       "not a SHA-1 digest"},
+      {"checksum too short", Entries{{"location", "blob.bin"}, {"checksum", std::string(39, 'a')}}, ErrorCode::malformed,
+       "not a SHA-1 digest"},
+      {"checksum of SHA-256 length", Entries{{"location", "blob.bin"}, {"checksum", std::string(64, 'a')}},
+       ErrorCode::malformed, "not a SHA-1 digest"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
@@ -260,4 +279,90 @@ TEST_CASE("a failure after some weights were decoded hands back no model") {
   REQUIRE_FALSE(r.ok());
   CHECK(r.code() == ErrorCode::path_escapes);
   CHECK(r.error().tensor == "bad");
+}
+
+TEST_CASE("tensor fields the loader used to accept without checking are refused by tensor and field") {
+  // Issue 12 §4. Each case names the tensor; the message names the field.
+  struct Case {
+    const char* what;
+    std::function<Proto()> build;
+    ErrorCode expected;
+    const char* message_part;
+  };
+  const Case cases[] = {
+      {"string_data on a float tensor",
+       [] { Proto t = tensor("x", 1, {1}); raw_data(t, {0, 0, 0, 0}); t.str(6, "a"); return t; },
+       ErrorCode::malformed, "string_data holds 1 values but data_type is float"},
+      {"string_data alone on a float tensor", [] { Proto t = tensor("x", 1, {1}); t.str(6, "abcd"); return t; },
+       ErrorCode::malformed, "string_data"},
+      {"string tensor with raw_data", [] { Proto t = tensor("x", 8, {1}); t.str(6, "a"); raw_data(t, {1}); return t; },
+       ErrorCode::malformed, "string_data only, but raw_data"},
+      {"string tensor with int32_data", [] { Proto t = tensor("x", 8, {1}); t.str(6, "a"); t.packed_varints(5, {1}); return t; },
+       ErrorCode::malformed, "string_data only"},
+      {"string tensor with fewer strings than dims", [] { Proto t = tensor("x", 8, {3}); t.str(6, "a").str(6, "b"); return t; },
+       ErrorCode::size_mismatch, "string_data has 2 values but dims need 3"},
+      {"string tensor with more strings than dims", [] { Proto t = tensor("x", 8, {}); t.str(6, "a").str(6, "b"); return t; },
+       ErrorCode::size_mismatch, "string_data has 2 values but dims need 1"},
+      {"int8 value 300 in int32_data", [] { Proto t = tensor("x", 3, {2}); t.packed_varints(5, {1, 300}); return t; },
+       ErrorCode::malformed, "int32_data value 300 does not fit in the 8 bits"},
+      {"int8 value -129 in int32_data (unpacked)", [] { Proto t = tensor("x", 3, {1}); t.sint(5, -129); return t; },
+       ErrorCode::malformed, "value -129 does not fit"},
+      {"float16 bits 70000 in int32_data", [] { Proto t = tensor("x", 10, {1}); t.packed_varints(5, {70000}); return t; },
+       ErrorCode::malformed, "does not fit in the 16 bits"},
+      {"uint32 value 2^32 in uint64_data", [] { Proto t = tensor("x", 12, {1}); t.packed_varints(11, {std::int64_t{1} << 32}); return t; },
+       ErrorCode::malformed, "uint64_data value 4294967296 does not fit in the 32 bits"},
+      {"int32 value 2^40 in int32_data", [] { Proto t = tensor("x", 6, {1}); t.packed_varints(5, {std::int64_t{1} << 40}); return t; },
+       ErrorCode::malformed, "does not fit in the 32 bits"},
+      {"raw_data and float_data", [] { Proto t = tensor("x", 1, {1}); raw_data(t, {0, 0, 0, 0}); t.packed_floats(4, {1.0f}); return t; },
+       ErrorCode::malformed, "both raw_data and float_data"},
+      {"float_data and int32_data", [] { Proto t = tensor("x", 1, {1}); t.packed_floats(4, {1.0f}); t.packed_varints(5, {1}); return t; },
+       ErrorCode::malformed, "both float_data and int32_data"},
+      {"data_location 2", [] { Proto t = tensor("x", 1, {1}); raw_data(t, {0, 0, 0, 0}); t.varint(14, 2); return t; },
+       ErrorCode::unsupported, "unknown data_location 2"},
+      {"EXTERNAL with raw_data too", [] { Proto t = tensor("x", 1, {1}); raw_data(t, {0, 0, 0, 0}); t.varint(14, 1); return t; },
+       ErrorCode::malformed, "also carries inline data"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    Proto m = model_with({c.build()});
+    auto r = load_proto(m);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.code() == c.expected);
+    CHECK(r.error().tensor == "x");
+    CHECK(r.error().offset.has_value());
+    CHECK_MESSAGE(r.error().to_string().find(c.message_part) != std::string::npos, r.error().to_string());
+  }
+  // What stays accepted: bit patterns in the signed fields, and the values
+  // at the edges of each width.
+  Proto edges_i8 = tensor("i8", 3, {3});
+  edges_i8.packed_varints(5, {-128, 127, 255});
+  Proto edges_u16 = tensor("u16", 4, {2});
+  edges_u16.packed_varints(5, {0, 65535});
+  Proto edges_u32 = tensor("u32", 12, {1});
+  edges_u32.packed_varints(11, {0xffffffffLL});
+  Proto b = tensor("flag", 9, {2});
+  b.packed_varints(5, {0, 7});  // bool: nonzero is true, as in the reference
+  Proto strings = tensor("words", 8, {2});
+  strings.str(6, "a").str(6, "b");
+  Proto m = model_with({edges_i8, edges_u16, edges_u32, b, strings});
+  auto ok = load_proto(m);
+  REQUIRE_MESSAGE(ok.ok(), ok.error().to_string());
+  CHECK(bytes_named(*ok, "i8") == std::vector<std::uint8_t>{0x80, 0x7f, 0xff});
+  CHECK(bytes_named(*ok, "u16") == std::vector<std::uint8_t>{0, 0, 0xff, 0xff});
+  CHECK(bytes_named(*ok, "flag") == std::vector<std::uint8_t>{0, 1});
+}
+
+TEST_CASE("empty and duplicate initializer names are refused, naming the weight") {
+  Proto a = f32_initializer("w");
+  Proto nameless = tensor("", 1, {2});
+  raw_data(nameless, {0, 0, 0, 0, 0, 0, 0, 0});
+  Proto dup = model_with({a, f32_initializer("w")});
+  auto r = load_proto(dup);
+  CHECK(r.code() == ErrorCode::malformed);
+  CHECK(r.error().tensor == "w");
+  CHECK(r.error().message.find("duplicate weight name") != std::string::npos);
+  Proto empty = model_with({nameless});
+  auto e = load_proto(empty);
+  CHECK(e.code() == ErrorCode::malformed);
+  CHECK(e.error().message.find("without a name") != std::string::npos);
 }

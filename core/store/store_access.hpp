@@ -1,0 +1,22 @@
+// The loader's access to WeightStore internals that engines have no use
+// for: the mapping of the .onnx itself, whose bytes inline weights borrow.
+#pragma once
+
+#include <ballast/weight_store.hpp>
+
+#include "store/mapped_file.hpp"
+
+#include <memory>
+
+namespace ballast::store {
+
+struct StoreAccess {
+  // Records (and keeps alive) the .onnx mapping, so that check_unchanged
+  // and copy_bytes treat inline weights borrowed from it like external ones.
+  static void set_model_file(WeightStore& store, std::shared_ptr<const MappedFile> file);
+  static std::shared_ptr<const MappedFile> model_file(const WeightStore& store);
+  // The mapping `id` (nullptr when there is none).
+  static std::shared_ptr<const MappedFile> mapping(const WeightStore& store, MappingId id);
+};
+
+}  // namespace ballast::store

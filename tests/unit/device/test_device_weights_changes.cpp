@@ -1,0 +1,167 @@
+// DeviceWeights when a data file changes under its mapping (issue 12 §3):
+// resolve() checks the file before it registers or uploads, and again on
+// every call for a weight read in place; uploads copy through a host buffer
+// with pread, so a truncation racing them is an io error, not SIGBUS.
+#include <ballast/backend_registry.hpp>
+#include <ballast/device_weights.hpp>
+#include <doctest/doctest.h>
+
+#include "unit/store/file_change_helpers.hpp"
+#include "unit/store/scratch_dir.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+
+using namespace ballast;
+using namespace ballast::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Forwards to a real backend, without host registration: every weight is
+// uploaded.
+class UploadOnly final : public GpuBackend {
+ public:
+  explicit UploadOnly(GpuBackend& inner) : inner_(inner), caps_(inner.capabilities()) {
+    caps_.host_registration = false;
+    caps_.host_registration_note = "test double: uploads only";
+  }
+ private:
+  const DeviceInfo& do_info() const override { return inner_.info(); }
+  const Capabilities& do_capabilities() const override { return caps_; }
+  Result<DevicePtr> do_allocate(std::uint64_t b, std::uint64_t a) override { return inner_.allocate(b, a); }
+  Status do_free(DevicePtr p, std::uint64_t) override { return inner_.free(p); }
+  Status do_copy_to_device(DevicePtr d, std::span<const std::byte> s) override { return inner_.copy_to_device(d, 0, s); }
+  Status do_copy_to_host(std::span<std::byte> d, DevicePtr s) override { return inner_.copy_to_host(d, s, 0); }
+  Status do_copy_device(DevicePtr d, DevicePtr s, std::uint64_t n) override { return inner_.copy_device(d, 0, s, 0, n); }
+  Result<DevicePtr> do_register_host(const void*, std::uint64_t, HostAccess) override {
+    return make_error(ErrorCode::unsupported, "test double: uploads only");
+  }
+  Status do_unregister_host(DevicePtr p, std::uint64_t, HostAccess) override { return inner_.unregister_host(p); }
+  Status do_launch(const DerivationLaunch& l, const DerivationSizes&) override { return inner_.launch(l); }
+  Status do_synchronize() override { return inner_.synchronize(); }
+
+  GpuBackend& inner_;
+  Capabilities caps_;
+};
+
+struct DataFile {
+  ScratchDir dir{"device-file-changes"};
+  fs::path file;
+  std::vector<std::byte> original;
+  WeightStore store;
+  ValueId head{0}, tail{1};
+
+  explicit DataFile(std::size_t size = 3 * 4096) {
+    file = dir / "w.bin";
+    original = byte_pattern(size, 4);
+    write_file(file, original);
+    REQUIRE(store.map_external(file).ok());
+    store.weights[head] = external_weight(file, 0, 4096);
+    store.weights[tail] = external_weight(file, size - 4096, 4096);
+  }
+  std::vector<std::byte> read_back(GpuBackend& gpu, DevicePtr p, std::size_t n) {
+    std::vector<std::byte> out(n);
+    REQUIRE(gpu.copy_to_host(out, p, 0).ok());
+    return out;
+  }
+};
+
+void check_changed(const Result<DevicePtr>& r, const fs::path& file) {
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.code() == ErrorCode::io);
+  CHECK(r.error().file == file.string());
+  CHECK_MESSAGE(contains(r.error().to_string(), file.string() + " changed since it was opened (size "),
+                r.error().to_string());
+}
+
+}  // namespace
+
+TEST_CASE("cpu: a data file truncated after load is an io error from resolve, not SIGBUS on the next read") {
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  DataFile f;
+  DeviceWeights dw(**gpu, f.store);
+  auto head = dw.resolve(f.head);  // registered: the device pointer reads the mapping itself
+  REQUIRE(head.ok());
+  CHECK(f.read_back(**gpu, *head, 4096) == std::vector<std::byte>(f.original.begin(), f.original.begin() + 4096));
+
+  truncate_file(f.file, 100);
+  // The measured crash was resolve() then a copy from the pointer: now
+  // resolve() refuses, for a weight resolved before and for a new one.
+  check_changed(dw.resolve(f.head), f.file);
+  check_changed(dw.resolve(f.tail), f.file);
+  CHECK(dw.release(**gpu).status.ok());
+}
+
+TEST_CASE("cpu without registration: an upload from a truncated file is an io error and frees what it allocated") {
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  UploadOnly up(**gpu);
+  DataFile f;
+  const AllocationCounters before = up.counters();
+  DeviceWeights dw(up, f.store);
+  auto head = dw.resolve(f.head);
+  REQUIRE(head.ok());
+  truncate_file(f.file, 0);
+  // Uploaded already: on the device, independent of the file from now on.
+  CHECK(dw.resolve(f.head).value() == *head);
+  check_changed(dw.resolve(f.tail), f.file);
+  CHECK(up.counters().live_allocations == before.live_allocations + 1);  // the head only
+  CHECK(dw.release(up).status.ok());
+  CHECK(up.counters().live_allocations == before.live_allocations);
+}
+
+TEST_CASE("cpu: truncations racing uploads never kill the process") {
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  UploadOnly up(**gpu);
+  constexpr std::size_t kSize = std::size_t{24} << 20;  // three bounce buffers' worth
+  std::mt19937 rng(7);
+  int completed = 0, refused = 0;
+  for (int round = 0; round < 10; ++round) {
+    CAPTURE(round);
+    DataFile f(kSize);
+    f.store.weights[f.head] = external_weight(f.file, 0, kSize);
+    const auto delay = std::chrono::microseconds(std::uniform_int_distribution<int>(0, 6000)(rng));
+    std::atomic<bool> go{false};
+    std::thread cutter([&] {
+      while (!go.load()) std::this_thread::yield();
+      std::this_thread::sleep_for(delay);
+      truncate_file(f.file, round % 2 == 0 ? 0 : kSize / 3);
+    });
+    DeviceWeights dw(up, f.store);
+    go.store(true);
+    auto r = dw.resolve(f.head);
+    cutter.join();
+    if (r.ok()) {
+      ++completed;
+      CHECK(f.read_back(up, *r, kSize) == f.original);
+    } else {
+      ++refused;
+      CHECK_MESSAGE(r.code() == ErrorCode::io, r.error().to_string());
+    }
+    CHECK(dw.release(up).status.ok());
+  }
+  MESSAGE("uploads completed: " << completed << ", refused: " << refused);
+}
+
+TEST_CASE("cpu: a data file replaced by rename keeps serving the old bytes") {
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  DataFile f;
+  replace_file(f.file, byte_pattern(f.original.size(), 9));
+  DeviceWeights dw(**gpu, f.store);
+  auto tail = dw.resolve(f.tail);
+  REQUIRE_MESSAGE(tail.ok(), tail.error().to_string());
+  CHECK(f.read_back(**gpu, *tail, 4096) == std::vector<std::byte>(f.original.end() - 4096, f.original.end()));
+  UploadOnly up(**gpu);
+  DeviceWeights uploaded(up, f.store);
+  auto copy = uploaded.resolve(f.tail);
+  REQUIRE_MESSAGE(copy.ok(), copy.error().to_string());
+  CHECK(f.read_back(up, *copy, 4096) == std::vector<std::byte>(f.original.end() - 4096, f.original.end()));
+  CHECK(uploaded.release(up).status.ok());
+  CHECK(dw.release(**gpu).status.ok());
+}

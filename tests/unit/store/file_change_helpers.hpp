@@ -1,0 +1,83 @@
+// Changing a file under a live mapping, the ways a re-export in place does:
+// truncating it, rewriting it at the same size, renaming a new file over it.
+#pragma once
+
+#include <ballast/weight_store.hpp>
+
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <vector>
+
+namespace ballast::testing {
+
+inline std::vector<std::byte> byte_pattern(std::size_t n, unsigned seed) {
+  std::vector<std::byte> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::byte>((i * 131 + seed * 17 + 7) & 0xff);
+  return out;
+}
+
+inline void write_file(const std::filesystem::path& p, const std::vector<std::byte>& bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(out.good());
+}
+
+inline void truncate_file(const std::filesystem::path& p, std::uint64_t size) {
+  REQUIRE(::truncate(p.c_str(), static_cast<off_t>(size)) == 0);
+}
+
+// Overwrites one byte in place (same size, same inode) and moves the
+// modification time well away from the old one, so that file systems with
+// coarse timestamps see the change too.
+inline void rewrite_in_place(const std::filesystem::path& p) {
+  const int fd = ::open(p.c_str(), O_WRONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  const unsigned char x = 0x5a;
+  CHECK(::pwrite(fd, &x, 1, 0) == 1);
+  struct stat st {};
+  REQUIRE(::fstat(fd, &st) == 0);
+  struct timespec times[2] = {st.st_atim, st.st_mtim};
+  times[1].tv_sec += 10;
+  CHECK(::futimens(fd, times) == 0);
+  ::close(fd);
+}
+
+// Writes `bytes` next to `p` and renames it over `p`: a new inode at the path.
+inline void replace_file(const std::filesystem::path& p, const std::vector<std::byte>& bytes) {
+  const std::filesystem::path tmp = p.string() + ".new";
+  write_file(tmp, bytes);
+  std::filesystem::rename(tmp, p);
+}
+
+// An external weight of `file` as the loader records it (device + inode of
+// the file as it is now).
+inline WeightRef external_weight(const std::filesystem::path& file, std::uint64_t offset, std::uint64_t length) {
+  struct stat st {};
+  REQUIRE(::stat(file.c_str(), &st) == 0);
+  WeightRef w;
+  w.dtype = DataType::uint8;
+  w.dims = {static_cast<std::int64_t>(length)};
+  w.storage = WeightRef::Storage::external;
+  ExternalLocation loc;
+  loc.file = std::make_shared<const ExternalFile>(ExternalFile{file.filename().string(), std::filesystem::canonical(file),
+                                                               static_cast<std::uint64_t>(st.st_dev),
+                                                               static_cast<std::uint64_t>(st.st_ino)});
+  loc.offset = offset;
+  loc.length = length;
+  w.external = loc;
+  return w;
+}
+
+inline bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+}  // namespace ballast::testing

@@ -1,0 +1,317 @@
+// Files that change under a live mapping (issue 12 §3): a data file
+// truncated, rewritten or replaced after it was mapped. Every read the store
+// does for ballast is checked first and copied under the SIGBUS guard, so
+// each of these is an io error or the old bytes, never a dead process.
+#include "store/mapped_file.hpp"
+#include "store/sigbus_guard.hpp"
+#include "unit/onnx/external_fixture.hpp"
+#include "unit/store/file_change_helpers.hpp"
+#include "unit/store/scratch_dir.hpp"
+
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <random>
+#include <thread>
+
+using namespace ballast;
+using namespace ballast::testing;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct MappedWeight {
+  ScratchDir dir{"file-changes"};
+  fs::path file;
+  std::vector<std::byte> original;
+  WeightStore store;
+  MappingId mapping = 0;
+  WeightRef weight;
+
+  explicit MappedWeight(std::size_t size = 64 * 1024, std::uint64_t offset = 4096, std::uint64_t length = 8192) {
+    file = dir / "w.bin";
+    original = byte_pattern(size, 1);
+    write_file(file, original);
+    auto id = store.map_external(file);
+    REQUIRE_MESSAGE(id.ok(), id.error().to_string());
+    mapping = *id;
+    weight = external_weight(file, offset, length);
+  }
+  std::vector<std::byte> slice(std::uint64_t offset, std::uint64_t length) const {
+    return {original.begin() + static_cast<std::ptrdiff_t>(offset),
+            original.begin() + static_cast<std::ptrdiff_t>(offset + length)};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a data file truncated after it was mapped: checks and copies are io errors naming the file") {
+  MappedWeight m;
+  REQUIRE(m.store.check_unchanged(m.weight).ok());
+  std::vector<std::byte> got(8192);
+  REQUIRE(m.store.copy_bytes(m.weight, 0, got).ok());
+  CHECK(got == m.slice(4096, 8192));
+
+  truncate_file(m.file, 1000);  // the weight's range [4096, 12288) now lies past the end
+  const std::string expected = m.file.string() + " changed since it was opened (size 65536, now 1000)";
+  for (const Status& s : {m.store.check_unchanged(m.weight), m.store.check_unchanged(m.mapping),
+                          m.store.copy_bytes(m.weight, 0, got)}) {
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.code() == ErrorCode::io);
+    CHECK(s.error().file == m.file.string());
+    CHECK_MESSAGE(contains(s.to_string(), "io: " + expected), s.to_string());
+  }
+  // A file that grew is refused the same way: its bytes are not the ones opened.
+  truncate_file(m.file, 70000);
+  CHECK_MESSAGE(contains(m.store.check_unchanged(m.weight).to_string(), "(size 65536, now 70000)"),
+                m.store.check_unchanged(m.weight).to_string());
+}
+
+TEST_CASE("a data file rewritten in place at the same size: the modification time says it changed") {
+  MappedWeight m;
+  rewrite_in_place(m.file);
+  const Status s = m.store.check_unchanged(m.weight);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.code() == ErrorCode::io);
+  CHECK_MESSAGE(contains(s.to_string(), "changed since it was opened (modified "), s.to_string());
+  CHECK_MESSAGE(contains(s.to_string(), ", now "), s.to_string());
+  std::vector<std::byte> got(16);
+  CHECK(m.store.copy_bytes(m.weight, 0, got).code() == ErrorCode::io);
+}
+
+TEST_CASE("a file renamed over the path: the mapping keeps serving the old bytes and check_path says so") {
+  MappedWeight m;
+  replace_file(m.file, byte_pattern(m.original.size(), 2));
+  // The old inode is untouched: nothing changed under the mapping.
+  CHECK(m.store.check_unchanged(m.weight).ok());
+  std::vector<std::byte> got(8192);
+  REQUIRE(m.store.copy_bytes(m.weight, 0, got).ok());
+  CHECK(got == m.slice(4096, 8192));
+  auto view = m.store.bytes(m.weight);
+  REQUIRE(view.has_value());
+  CHECK(std::vector<std::byte>(view->begin(), view->end()) == m.slice(4096, 8192));
+
+  const Status path = m.store.check_path(m.mapping);
+  REQUIRE_FALSE(path.ok());
+  CHECK(path.code() == ErrorCode::io);
+  CHECK_MESSAGE(contains(path.to_string(), m.file.string() + " now names a different file (inode "), path.to_string());
+
+  fs::remove(m.file);
+  const Status gone = m.store.check_path(m.mapping);
+  CHECK(gone.code() == ErrorCode::not_found);
+  CHECK_MESSAGE(contains(gone.to_string(), "no longer exists"), gone.to_string());
+  CHECK(m.store.copy_bytes(m.weight, 0, got).ok());  // unlinked, still mapped, still the old bytes
+  CHECK(got == m.slice(4096, 8192));
+}
+
+TEST_CASE("a truncation between the check and the copy is caught by the guard, not a dead process") {
+  MappedWeight m;
+  int calls = 0;
+  store::set_read_hook_for_testing([&](const store::MappedFile& f) {
+    if (calls++ == 0) truncate_file(f.path(), 0);
+  });
+  std::vector<std::byte> got(8192);
+  const Status s = m.store.copy_bytes(m.weight, 0, got);
+  store::set_read_hook_for_testing({});
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.code() == ErrorCode::io);
+  CHECK_MESSAGE(contains(s.to_string(), "changed since it was opened (size 65536, now 0)"), s.to_string());
+}
+
+TEST_CASE("truncations racing copies never kill the process") {
+  // 32 MiB copied while another thread truncates the file at a random
+  // moment: every copy either completes with the original bytes or is an io
+  // error. (Copying through the mapping instead dies of SIGBUS here.)
+  constexpr std::size_t kSize = std::size_t{32} << 20;
+  std::mt19937 rng(12);
+  int completed = 0, refused = 0;
+  for (int round = 0; round < 12; ++round) {
+    CAPTURE(round);
+    MappedWeight m(kSize, 0, kSize);
+    std::vector<std::byte> got(kSize);
+    const auto delay = std::chrono::microseconds(std::uniform_int_distribution<int>(0, 4000)(rng));
+    const std::uint64_t cut = round % 2 == 0 ? 0 : kSize / 2 + 4096 * static_cast<std::uint64_t>(round);
+    std::atomic<bool> go{false};
+    std::thread cutter([&] {
+      while (!go.load()) std::this_thread::yield();
+      std::this_thread::sleep_for(delay);
+      truncate_file(m.file, cut);
+    });
+    go.store(true);
+    const Status s = m.store.copy_bytes(m.weight, 0, got);
+    cutter.join();
+    if (s.ok()) {
+      ++completed;
+      CHECK(got == m.original);
+    } else {
+      ++refused;
+      CHECK_MESSAGE(s.code() == ErrorCode::io, s.to_string());
+      CHECK_MESSAGE(contains(s.to_string(), "changed since it was opened"), s.to_string());
+    }
+  }
+  MESSAGE("copies completed: " << completed << ", refused: " << refused);
+  CHECK(completed + refused == 12);
+}
+
+TEST_CASE("inline weights borrowed from a truncated .onnx are refused the same way") {
+  ScratchDir dir("file-changes-onnx");
+  Proto t = onnx_proto::tensor("w", 1, {4});
+  onnx_proto::raw_data(t, {0, 0, 0x80, 0x3f, 0, 0, 0, 0x40, 0, 0, 0x40, 0x40, 0, 0, 0x80, 0x40});
+  auto model = load_written(dir, {t});
+  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+  const WeightRef& w = weight_named(*model, "w");
+  REQUIRE(w.storage == WeightRef::Storage::inline_borrowed);
+  std::vector<std::byte> got(16);
+  REQUIRE(model->store().copy_bytes(w, 0, got).ok());
+  CHECK(std::to_integer<int>(got[3]) == 0x3f);
+
+  truncate_file(dir / "model.onnx", 0);
+  for (const Status& s : {model->store().check_unchanged(w), model->store().copy_bytes(w, 0, got)}) {
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.code() == ErrorCode::io);
+    CHECK_MESSAGE(contains(s.to_string(), "model.onnx changed since it was opened (size "), s.to_string());
+  }
+}
+
+TEST_CASE("copy_bytes refuses ranges outside the weight and copies plain-memory weights as they are") {
+  MappedWeight m;
+  std::vector<std::byte> got(16);
+  CHECK(m.store.copy_bytes(m.weight, 8192 - 8, got).code() == ErrorCode::out_of_bounds);
+  CHECK(m.store.copy_bytes(m.weight, UINT64_MAX - 4, got).code() == ErrorCode::out_of_bounds);
+  REQUIRE(m.store.copy_bytes(m.weight, 8192 - 16, got).ok());
+  CHECK(got == m.slice(4096 + 8192 - 16, 16));
+
+  auto owned = std::make_shared<std::vector<std::byte>>(byte_pattern(32, 3));
+  WeightRef in;
+  in.dtype = DataType::uint8;
+  in.dims = {32};
+  in.storage = WeightRef::Storage::inline_owned;
+  in.owned = owned;
+  in.inline_bytes = Bytes(owned->data(), owned->size());
+  CHECK(m.store.check_unchanged(in).ok());
+  REQUIRE(m.store.copy_bytes(in, 16, got).ok());
+  CHECK(std::vector<std::byte>(got.begin(), got.end()) == std::vector<std::byte>(owned->begin() + 16, owned->end()));
+
+  WeightRef unmapped = m.weight;
+  unmapped.external->file = std::make_shared<const ExternalFile>(ExternalFile{"x.bin", m.dir / "x.bin", 1, 1});
+  CHECK(m.store.copy_bytes(unmapped, 0, got).code() == ErrorCode::not_found);
+}
+
+// ---- The SIGBUS guard itself. Which handler was there before ballast's
+// matters, so each scenario runs in a fresh process: this binary again,
+// re-executed with one test case and BALLAST_SIGBUS_SCENARIO set.
+
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;  // ASan's own SIGBUS handler is the "previous" one: it reports, then exits 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+#else
+constexpr bool kAsan = false;
+#endif
+
+// A mapping of a file that was then truncated to nothing: every byte of it
+// faults. Writable, for the destination scenario.
+std::byte* vanished_mapping(const ScratchDir& dir, std::size_t size) {
+  const fs::path p = dir / "vanished.bin";
+  write_file(p, byte_pattern(size, 5));
+  const int fd = ::open(p.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  REQUIRE(m != MAP_FAILED);
+  truncate_file(p, 0);
+  return static_cast<std::byte*>(m);
+}
+
+[[noreturn]] void engine_handler(int) { ::_exit(42); }
+
+// Runs this binary's "sigbus scenario" test case in a child with
+// BALLAST_SIGBUS_SCENARIO=<scenario>; returns its wait status.
+int run_scenario(const char* scenario) {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    struct rlimit no_core {};
+    ::setrlimit(RLIMIT_CORE, &no_core);
+    ::setenv("BALLAST_SIGBUS_SCENARIO", scenario, 1);
+    ::execl("/proc/self/exe", "unit_store_file_changes", "--test-case=sigbus scenario (child process)",
+            "--no-version", "--minimal", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  return status;
+}
+
+// Died of SIGBUS, as a process without ballast would have (under ASan, its
+// handler reports the fault and exits non-zero instead).
+bool died_of_sigbus(int status) {
+  if (WIFSIGNALED(status)) return WTERMSIG(status) == SIGBUS;
+  return kAsan && WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 42;
+}
+
+}  // namespace
+
+TEST_CASE("sigbus scenario (child process)") {
+  const char* scenario = std::getenv("BALLAST_SIGBUS_SCENARIO");
+  if (scenario == nullptr) return;  // only ever run by run_scenario()
+  ScratchDir dir("sigbus-scenario");
+  std::byte* gone = vanished_mapping(dir, 8192);
+  std::vector<std::byte> buf(8192), fine = byte_pattern(8192, 6);
+  const std::string s = scenario;
+  if (s == "engine_handler") {
+    struct sigaction sa {};
+    sa.sa_handler = engine_handler;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, nullptr);  // the engine's, installed before ballast's
+  }
+  // The guard catches its own source range, whatever was installed before.
+  if (store::guarded_copy(buf.data(), gone + 100, 4000)) ::_exit(3);
+  if (!store::guarded_copy(buf.data(), fine.data(), fine.size()) || buf != fine) ::_exit(4);
+  volatile std::byte sink{};
+  if (s == "engine_handler" || s == "default") {
+    sink = gone[4096];  // outside any guarded copy: the previous disposition
+  } else if (s == "destination") {
+    // Inside a guarded copy, but the fault is at the destination, outside
+    // the guarded source range: not ballast's to catch.
+    store::guarded_copy(gone, fine.data(), 64);
+  } else if (s == "kill") {
+    ::raise(SIGBUS);  // sent, not a fault: never caught
+  }
+  static_cast<void>(sink);
+  ::_exit(0);  // survived a SIGBUS that should have ended the process
+}
+
+TEST_CASE("the SIGBUS guard catches its own copy's source range and nothing else") {
+  ScratchDir dir("sigbus-guard");
+  std::byte* gone = vanished_mapping(dir, 8192);
+  std::vector<std::byte> buf(8192);
+  CHECK_FALSE(store::guarded_copy(buf.data(), gone, 8192));
+  CHECK_FALSE(store::guarded_copy(buf.data(), gone + 4095, 2));  // across a page boundary
+  CHECK(store::sigbus_guard_installed());
+  CHECK(store::guarded_copy(buf.data(), gone, 0));  // nothing to copy, nothing touched
+  // Many in a row: the signal mask is restored each time (SIGBUS is blocked
+  // inside the handler; a second fault with it still blocked would kill).
+  for (int i = 0; i < 100; ++i) CHECK_FALSE(store::guarded_copy(buf.data(), gone + i * 64, 64));
+  ::munmap(gone, 8192);
+
+  // From here on in fresh processes (which handler was first matters).
+  const int chained = run_scenario("engine_handler");
+  CHECK_MESSAGE((WIFEXITED(chained) && WEXITSTATUS(chained) == 42), "a fault outside the guard reaches the engine's handler: status " << chained);
+  for (const char* s : {"default", "destination", "kill"}) {
+    CAPTURE(s);
+    const int status = run_scenario(s);
+    CHECK_MESSAGE(died_of_sigbus(status), "status " << status);
+  }
+}
