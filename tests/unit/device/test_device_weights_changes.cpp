@@ -1,7 +1,8 @@
 // DeviceWeights when a data file changes under its mapping (issue 12 §3):
 // resolve() checks the file before it registers or uploads, and again on
 // every call for a weight read in place; uploads copy through a host buffer
-// with pread, so a truncation racing them is an io error, not SIGBUS.
+// under the SIGBUS guard, so a truncation racing them is an io error, not a
+// dead process.
 #include <ballast/backend_registry.hpp>
 #include <ballast/device_weights.hpp>
 #include <doctest/doctest.h>

@@ -307,6 +307,8 @@ TEST_CASE("tensor fields the loader used to accept without checking are refused 
        ErrorCode::malformed, "int32_data value 300 does not fit in the 8 bits"},
       {"int8 value -129 in int32_data (unpacked)", [] { Proto t = tensor("x", 3, {1}); t.sint(5, -129); return t; },
        ErrorCode::malformed, "value -129 does not fit"},
+      {"uint8 value 256 in int32_data", [] { Proto t = tensor("x", 2, {1}); t.packed_varints(5, {256}); return t; },
+       ErrorCode::malformed, "int32_data value 256 does not fit in the 8 bits"},
       {"float16 bits 70000 in int32_data", [] { Proto t = tensor("x", 10, {1}); t.packed_varints(5, {70000}); return t; },
        ErrorCode::malformed, "does not fit in the 16 bits"},
       {"uint32 value 2^32 in uint64_data", [] { Proto t = tensor("x", 12, {1}); t.packed_varints(11, {std::int64_t{1} << 32}); return t; },

@@ -50,10 +50,18 @@ inline void rewrite_in_place(const std::filesystem::path& p) {
   ::close(fd);
 }
 
-// Writes `bytes` next to `p` and renames it over `p`: a new inode at the path.
+// Writes `bytes` next to `p` and renames it over `p`: a new inode at the
+// path, with a modification time well after the old one's (as a later
+// export has; file systems with coarse timestamps would otherwise give both
+// the same).
 inline void replace_file(const std::filesystem::path& p, const std::vector<std::byte>& bytes) {
   const std::filesystem::path tmp = p.string() + ".new";
   write_file(tmp, bytes);
+  struct stat old {};
+  REQUIRE(::stat(p.c_str(), &old) == 0);
+  struct timespec times[2] = {old.st_atim, old.st_mtim};
+  times[1].tv_sec += 10;
+  REQUIRE(::utimensat(AT_FDCWD, tmp.c_str(), times, 0) == 0);
   std::filesystem::rename(tmp, p);
 }
 
