@@ -88,7 +88,7 @@ Derived value_of(const DerivationLaunch& l, const DerivationSizes& sizes) {
 // failure is an error here and never a memoized value.
 template <class Derived>
 Result<Derived> build(GpuBackend& gpu, DerivationLaunch l, const DerivationSizes& sizes) {
-  if (Status s = allocate_and_launch(gpu, l, sizes); !s.ok()) return s.error();
+  BALLAST_RETURN_IF_ERROR(allocate_and_launch(gpu, l, sizes));
   if (Status s = gpu.synchronize(); !s.ok()) {
     free_quietly(gpu, l.dst);
     free_quietly(gpu, l.dst2);
@@ -111,7 +111,7 @@ Result<DerivedValue> derive_unwrapped(const DeriveContext& ctx, const PlannedDer
     if (!src.ok()) return src.error();
     l.src = *src;
   }
-  if (Status s = resolve_int4_operands(ctx, p, l); !s.ok()) return s.error();
+  BALLAST_RETURN_IF_ERROR(resolve_int4_operands(ctx, p, l));
   DerivedValue out;
   out.key = DerivationKey::of(l);
   if (derivation_yields_pair(p.kind)) {
@@ -180,7 +180,7 @@ class Wave {
       if (!src.ok()) return src.error();
       l.src = *src;
     }
-    if (Status s = resolve_int4_operands(ctx_, p, l); !s.ok()) return s;
+    BALLAST_RETURN_IF_ERROR(resolve_int4_operands(ctx_, p, l));
     PendingKey id{p.kind, DerivationKey::of(l)};
     if (auto hit = memoized(id)) {
       (*hit).key = id.key;
@@ -192,7 +192,7 @@ class Wave {
       pending_[it->second].results.push_back(result_index);
       return Status();
     }
-    if (Status s = allocate_and_launch(ctx_.backend, l, *sizes); !s.ok()) return s;
+    BALLAST_RETURN_IF_ERROR(allocate_and_launch(ctx_.backend, l, *sizes));
     pending_.push_back(Pending{id, l, *sizes, {result_index}});
     index_.emplace(id, pending_.size() - 1);
     return Status();
@@ -201,7 +201,7 @@ class Wave {
   // One wait for every launch of the wave, then every value memoized.
   Status commit() {
     if (pending_.empty()) return Status();
-    if (Status s = ctx_.backend.synchronize(); !s.ok()) return s;
+    BALLAST_RETURN_IF_ERROR(ctx_.backend.synchronize());
     while (!pending_.empty()) {
       Pending& p = pending_.back();
       auto value = insert(p);
@@ -286,9 +286,9 @@ Result<std::vector<DerivedValue>> derive_all_unwrapped(const DeriveContext& ctx,
     Wave wave(ctx, results, progress, report);
     for (std::size_t i = 0; i < plan.size(); ++i) {
       if (plan[i].of_transposed) continue;
-      if (Status s = wave.add(plan[i], i); !s.ok()) return std::move(s).with_context(where(plan[i])).error();
+      BALLAST_RETURN_IF_ERROR(wave.add(plan[i], i), where(plan[i]));
     }
-    if (Status s = wave.commit(); !s.ok()) return std::move(s).with_context("finishing the first wave of derivations").error();
+    BALLAST_RETURN_IF_ERROR(wave.commit(), "finishing the first wave of derivations");
   }
   // The transposed copies wave 2 reads; usually planned, hence memoized by
   // now, and launched here only when they were not.
@@ -300,17 +300,17 @@ Result<std::vector<DerivedValue>> derive_all_unwrapped(const DeriveContext& ctx,
     for (const PlannedDerivation& p : plan) {
       if (!p.of_transposed) continue;
       const PlannedDerivation t = transposed_source_of(p);
-      if (Status s = copies.add(t, 0); !s.ok()) return std::move(s).with_context(where(t)).error();
+      BALLAST_RETURN_IF_ERROR(copies.add(t, 0), where(t));
     }
-    if (Status s = copies.commit(); !s.ok()) return std::move(s).with_context("finishing the transposed copies").error();
+    BALLAST_RETURN_IF_ERROR(copies.commit(), "finishing the transposed copies");
   }
   // Wave 2: per-output-channel quantisation of those copies.
   Wave wave(ctx, results, progress, report);
   for (std::size_t i = 0; i < plan.size(); ++i) {
     if (!plan[i].of_transposed) continue;
-    if (Status s = wave.add(plan[i], i); !s.ok()) return std::move(s).with_context(where(plan[i])).error();
+    BALLAST_RETURN_IF_ERROR(wave.add(plan[i], i), where(plan[i]));
   }
-  if (Status s = wave.commit(); !s.ok()) return std::move(s).with_context("finishing the second wave of derivations").error();
+  BALLAST_RETURN_IF_ERROR(wave.commit(), "finishing the second wave of derivations");
   return results;
 }
 

@@ -154,21 +154,21 @@ Status ModelDecoder::decode(Bytes bytes) {
     if (!reader.next(f)) return reader.error();
     switch (f.number) {
       case model_field::kIrVersion:
-        if (Status s = expect_wire_type(f, WireType::varint, "ModelProto.ir_version"); !s.ok()) return s;
+        BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::varint, "ModelProto.ir_version"));
         model_.ir_version = static_cast<std::int64_t>(f.value);
         break;
       case model_field::kOpsetImport: {
-        if (Status s = expect_wire_type(f, WireType::len, "ModelProto.opset_import"); !s.ok()) return s;
+        BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::len, "ModelProto.opset_import"));
         std::pair<std::string, std::int64_t> opset;
         WireReader op(f.payload, f.payload_offset);
         while (!op.at_end()) {
           auto g = op.next();
           if (!g) return g.error();
           if (g->number == opset_field::kDomain) {
-            if (Status s = expect_wire_type(*g, WireType::len, "OperatorSetIdProto.domain"); !s.ok()) return s;
+            BALLAST_RETURN_IF_ERROR(expect_wire_type(*g, WireType::len, "OperatorSetIdProto.domain"));
             opset.first = std::string(g->text());
           } else if (g->number == opset_field::kVersion) {
-            if (Status s = expect_wire_type(*g, WireType::varint, "OperatorSetIdProto.version"); !s.ok()) return s;
+            BALLAST_RETURN_IF_ERROR(expect_wire_type(*g, WireType::varint, "OperatorSetIdProto.version"));
             opset.second = static_cast<std::int64_t>(g->value);
           }
         }
@@ -176,8 +176,8 @@ Status ModelDecoder::decode(Bytes bytes) {
         break;
       }
       case model_field::kGraph:
-        if (Status s = expect_wire_type(f, WireType::len, "ModelProto.graph"); !s.ok()) return s;
-        if (Status s = decode_graph(f, 0); !s.ok()) return s;
+        BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::len, "ModelProto.graph"));
+        BALLAST_RETURN_IF_ERROR(decode_graph(f, 0));
         break;
       default: break;  // producer, metadata, functions, training info
     }
@@ -197,15 +197,15 @@ Status ModelDecoder::decode_graph(const WireField& graph, unsigned depth) {
     if (!reader.next(f)) return reader.error();
     switch (f.number) {
       case graph_field::kNode:
-        if (Status s = expect_wire_type(f, WireType::len, "GraphProto.node"); !s.ok()) return s;
-        if (Status s = decode_node(f, depth); !s.ok()) return s;
+        BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::len, "GraphProto.node"));
+        BALLAST_RETURN_IF_ERROR(decode_node(f, depth));
         break;
       case graph_field::kInitializer:
-        if (Status s = expect_wire_type(f, WireType::len, "GraphProto.initializer"); !s.ok()) return s;
-        if (Status s = add_tensor(f, source, {}); !s.ok()) return s;
+        BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::len, "GraphProto.initializer"));
+        BALLAST_RETURN_IF_ERROR(add_tensor(f, source, {}));
         break;
       case graph_field::kSparseInitializer: {
-        if (Status s = expect_wire_type(f, WireType::len, "GraphProto.sparse_initializer"); !s.ok()) return s;
+        BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::len, "GraphProto.sparse_initializer"));
         std::string_view name;
         WireReader sparse(f.payload, f.payload_offset);
         while (!sparse.at_end()) {
@@ -304,7 +304,7 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
         return error_at(ErrorCode::malformed, "Constant node has more than one value attribute", first_output,
                         next->offset);
       have_value = true;
-      if (Status s = decode_constant(attr->message, attr->name, name, first_output, *next); !s.ok()) return s;
+      BALLAST_RETURN_IF_ERROR(decode_constant(attr->message, attr->name, name, first_output, *next));
     }
   }
   if (constant && !have_value)
@@ -374,7 +374,7 @@ Status ModelDecoder::decode_constant(const WireField& attribute, std::string_vie
 
 Status ModelDecoder::add_tensor(const WireField& tensor, WeightSource source, std::string_view name_override) {
   DecodedTensor& decoded = decoded_;
-  if (Status s = tensors_.decode(tensor, source, name_override, decoded); !s.ok()) return s;
+  BALLAST_RETURN_IF_ERROR(tensors_.decode(tensor, source, name_override, decoded));
   if (decoded.is_string) {
     StringTensorInfo info;
     info.name = std::string(decoded.name);

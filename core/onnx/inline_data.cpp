@@ -16,7 +16,7 @@ Status for_each_occurrence(const WireField& message, std::uint32_t number, Fn&& 
   while (!reader.at_end()) {
     if (!reader.next(field)) return reader.error();
     if (field.number != number) continue;
-    if (Status s = fn(field); !s.ok()) return s;
+    BALLAST_RETURN_IF_ERROR(fn(field));
   }
   return {};
 }
@@ -58,7 +58,7 @@ Result<InlineData> gather_fixed(const WireField& message, std::uint32_t number, 
       single = f.payload;
       return {};
     }
-    if (Status s = expect_wire_type(f, fixed_type(width), what); !s.ok()) return s;
+    BALLAST_RETURN_IF_ERROR(expect_wire_type(f, fixed_type(width), what));
     ++count;
     single = {};
     return {};
@@ -89,7 +89,7 @@ Result<std::uint64_t> count_varints(const WireField& message, std::uint32_t numb
       if (__builtin_add_overflow(count, *n, &count)) return wire_error("too many " + std::string(what) + " values", f.payload_offset);
       return {};
     }
-    if (Status s = expect_wire_type(f, WireType::varint, what); !s.ok()) return s;
+    BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::varint, what));
     ++count;
     return {};
   });

@@ -144,7 +144,7 @@ Result<std::unique_ptr<GpuBackend>> open_backend(PluginLoader& loader, std::stri
   if (!loaded.ok()) return std::move(loaded.error()).with_context(context);
   auto devices = devices_of(*loaded->plugin);
   if (!devices.ok()) return std::move(devices.error()).with_context(context);
-  if (auto s = check_device(*config, *devices); !s.ok()) return std::move(s).with_context(context);
+  BALLAST_RETURN_IF_ERROR(check_device(*config, *devices), context);
   auto backend = open_with(*loaded->plugin, *config);
   if (!backend.ok()) return std::move(backend.error()).with_context(context);
   return backend;

@@ -191,13 +191,13 @@ class DeriveJob {
     const WeightRef& w = model_.store().weights.at(p.source);
     for (const Output& o : outputs_of(p, *sizes, dst, dst2, w.dims)) {
       std::vector<std::byte> host(o.bytes);
-      if (Status s = gpu_.copy_to_host(host, o.ptr, 0); !s.ok()) return std::move(s).with_context("reading back " + o.suffix);
+      BALLAST_RETURN_IF_ERROR(gpu_.copy_to_host(host, o.ptr, 0), "reading back " + o.suffix);
       if (!dump_dir_) {  // beneath one directory handle, never following a planted symlink
         auto dir = DumpDirectory::open(opt_.dump);
         if (!dir.ok()) return dir.status();
         dump_dir_.emplace(std::move(*dir));
       }
-      if (auto written = dump_dir_->write_npy(stem, o.suffix, o.descr, o.shape, host); !written.ok()) return written.status();
+      BALLAST_RETURN_IF_ERROR(dump_dir_->write_npy(stem, o.suffix, o.descr, o.shape, host));
     }
     return Status();
   }
