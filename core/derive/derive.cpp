@@ -37,14 +37,12 @@ Result<DevicePtr> resolve(const DeriveContext& ctx, ValueId id, const char* role
 // The scales and zero points of an int4 launch (the source is the caller's).
 Status resolve_int4_operands(const DeriveContext& ctx, const PlannedDerivation& p, DerivationLaunch& l) {
   if (p.scales) {
-    auto s = resolve(ctx, *p.scales, "scales");
-    if (!s.ok()) return s.error();
-    l.scales = *s;
+    BALLAST_ASSIGN_OR_RETURN(auto s, resolve(ctx, *p.scales, "scales"));
+    l.scales = s;
   }
   if (p.zero_points) {
-    auto z = resolve(ctx, *p.zero_points, "zero points");
-    if (!z.ok()) return z.error();
-    l.zero_point = *z;
+    BALLAST_ASSIGN_OR_RETURN(auto z, resolve(ctx, *p.zero_points, "zero points"));
+    l.zero_point = z;
   }
   return Status();
 }
@@ -56,9 +54,8 @@ void free_quietly(GpuBackend& gpu, DevicePtr p) {
 // Allocates the outputs of `l` and launches it; nothing is left allocated
 // when it fails.
 Status allocate_and_launch(GpuBackend& gpu, DerivationLaunch& l, const DerivationSizes& sizes) {
-  auto dst = gpu.allocate(sizes.dst_bytes);
-  if (!dst.ok()) return dst.error();
-  l.dst = *dst;
+  BALLAST_ASSIGN_OR_RETURN(auto dst, gpu.allocate(sizes.dst_bytes));
+  l.dst = dst;
   if (sizes.dst2_bytes != 0) {
     auto second = gpu.allocate(sizes.dst2_bytes);
     if (!second.ok()) {
@@ -100,29 +97,24 @@ Result<Derived> build(GpuBackend& gpu, DerivationLaunch l, const DerivationSizes
 Result<DerivedValue> derive_unwrapped(const DeriveContext& ctx, const PlannedDerivation& p) {
   DerivationLaunch l = p.launch;
   l.kind = p.kind;
-  auto sizes = derivation_sizes(l);
-  if (!sizes.ok()) return sizes.error();
+  BALLAST_ASSIGN_OR_RETURN(auto sizes, derivation_sizes(l));
   if (p.of_transposed) {
-    auto t = derive_weight(ctx, transposed_source_of(p));
-    if (!t.ok()) return t.error();
-    l.src = t->first;
+    BALLAST_ASSIGN_OR_RETURN(auto t, derive_weight(ctx, transposed_source_of(p)));
+    l.src = t.first;
   } else {
-    auto src = resolve(ctx, p.source, "weight");
-    if (!src.ok()) return src.error();
-    l.src = *src;
+    BALLAST_ASSIGN_OR_RETURN(auto src, resolve(ctx, p.source, "weight"));
+    l.src = src;
   }
   BALLAST_RETURN_IF_ERROR(resolve_int4_operands(ctx, p, l));
   DerivedValue out;
   out.key = DerivationKey::of(l);
   if (derivation_yields_pair(p.kind)) {
-    auto v = ctx.memo.get_or_build_pair(p.kind, out.key, [&] { return build<DerivedPair>(ctx.backend, l, *sizes); });
-    if (!v.ok()) return v.error();
-    out.first = v->first;
-    out.second = v->second;
+    BALLAST_ASSIGN_OR_RETURN(auto v, ctx.memo.get_or_build_pair(p.kind, out.key, [&] { return build<DerivedPair>(ctx.backend, l, sizes); }));
+    out.first = v.first;
+    out.second = v.second;
   } else {
-    auto v = ctx.memo.get_or_build_ptr(p.kind, out.key, [&] { return build<DerivedPtr>(ctx.backend, l, *sizes); });
-    if (!v.ok()) return v.error();
-    out.first = *v;
+    BALLAST_ASSIGN_OR_RETURN(auto v, ctx.memo.get_or_build_ptr(p.kind, out.key, [&] { return build<DerivedPtr>(ctx.backend, l, sizes); }));
+    out.first = v;
   }
   return out;
 }
@@ -165,35 +157,32 @@ class Wave {
   Status add(const PlannedDerivation& p, std::size_t result_index) {
     DerivationLaunch l = p.launch;
     l.kind = p.kind;
-    auto sizes = derivation_sizes(l);
-    if (!sizes.ok()) return sizes.error();
+    BALLAST_ASSIGN_OR_RETURN(auto sizes, derivation_sizes(l));
     if (p.of_transposed) {
-      auto w = resolve(ctx_, p.source, "weight");
-      if (!w.ok()) return w.error();
+      BALLAST_ASSIGN_OR_RETURN(auto w, resolve(ctx_, p.source, "weight"));
       DerivationLaunch t = transposed_source_of(p).launch;
-      t.src = *w;
+      t.src = w;
       auto copy = ctx_.memo.get_ptr(derive::transpose, DerivationKey::of(t));
       if (!copy) return make_error(ErrorCode::internal, "the transposed copy it reads is not memoized");
       l.src = *copy;
     } else {
-      auto src = resolve(ctx_, p.source, "weight");
-      if (!src.ok()) return src.error();
-      l.src = *src;
+      BALLAST_ASSIGN_OR_RETURN(auto src, resolve(ctx_, p.source, "weight"));
+      l.src = src;
     }
     BALLAST_RETURN_IF_ERROR(resolve_int4_operands(ctx_, p, l));
     PendingKey id{p.kind, DerivationKey::of(l)};
     if (auto hit = memoized(id)) {
       (*hit).key = id.key;
       results_[result_index] = *hit;
-      advance(sizes->src_bytes);
+      advance(sizes.src_bytes);
       return Status();
     }
     if (auto it = index_.find(id); it != index_.end()) {
       pending_[it->second].results.push_back(result_index);
       return Status();
     }
-    BALLAST_RETURN_IF_ERROR(allocate_and_launch(ctx_.backend, l, *sizes));
-    pending_.push_back(Pending{id, l, *sizes, {result_index}});
+    BALLAST_RETURN_IF_ERROR(allocate_and_launch(ctx_.backend, l, sizes));
+    pending_.push_back(Pending{id, l, sizes, {result_index}});
     index_.emplace(id, pending_.size() - 1);
     return Status();
   }
@@ -204,10 +193,9 @@ class Wave {
     BALLAST_RETURN_IF_ERROR(ctx_.backend.synchronize());
     while (!pending_.empty()) {
       Pending& p = pending_.back();
-      auto value = insert(p);
-      if (!value.ok()) return value.error();  // p stays pending: the destructor frees it
+      BALLAST_ASSIGN_OR_RETURN(auto value, insert(p));  // p stays pending: the destructor frees it
       for (std::size_t r : p.results) {
-        results_[r] = *value;
+        results_[r] = value;
         results_[r].key = p.id.key;
       }
       const std::uint64_t src_bytes = p.sizes.src_bytes;
@@ -239,19 +227,17 @@ class Wave {
   Result<DerivedValue> insert(Pending& p) {
     DerivedValue v;
     if (derivation_yields_pair(p.id.kind)) {
-      auto ins = ctx_.memo.insert_pair(p.id.kind, p.id.key, value_of<DerivedPair>(p.launch, p.sizes));
-      if (!ins.ok()) return ins.error();
-      v.first = ins->memoized.first;
-      v.second = ins->memoized.second;
-      if (!ins->inserted()) {
+      BALLAST_ASSIGN_OR_RETURN(auto ins, ctx_.memo.insert_pair(p.id.kind, p.id.key, value_of<DerivedPair>(p.launch, p.sizes)));
+      v.first = ins.memoized.first;
+      v.second = ins.memoized.second;
+      if (!ins.inserted()) {
         free_quietly(ctx_.backend, p.launch.dst);
         free_quietly(ctx_.backend, p.launch.dst2);
       }
     } else {
-      auto ins = ctx_.memo.insert_ptr(p.id.kind, p.id.key, value_of<DerivedPtr>(p.launch, p.sizes));
-      if (!ins.ok()) return ins.error();
-      v.first = ins->memoized;
-      if (!ins->inserted()) free_quietly(ctx_.backend, p.launch.dst);
+      BALLAST_ASSIGN_OR_RETURN(auto ins, ctx_.memo.insert_ptr(p.id.kind, p.id.key, value_of<DerivedPtr>(p.launch, p.sizes)));
+      v.first = ins.memoized;
+      if (!ins.inserted()) free_quietly(ctx_.backend, p.launch.dst);
     }
     p.launch.dst = p.launch.dst2 = 0;  // memoized or freed: no longer ours
     return v;
@@ -327,15 +313,13 @@ Result<DerivedValue> derive_weight(const DeriveContext& ctx, const PlannedDeriva
 }
 
 Result<DerivedValue> derive_weight(const DeriveContext& ctx, const NodeInfo& node, Derivation kind) {
-  auto planned = plan_derivation(ctx.model, node, kind);
-  if (!planned.ok()) return planned.error();
-  return derive_weight(ctx, *planned);
+  BALLAST_ASSIGN_OR_RETURN(auto planned, plan_derivation(ctx.model, node, kind));
+  return derive_weight(ctx, planned);
 }
 
 Result<DerivedValue> derive_weight(const DeriveContext& ctx, std::string_view weight, Derivation kind) {
-  auto planned = plan_derivation(ctx.model, weight, kind);
-  if (!planned.ok()) return planned.error();
-  return derive_weight(ctx, *planned);
+  BALLAST_ASSIGN_OR_RETURN(auto planned, plan_derivation(ctx.model, weight, kind));
+  return derive_weight(ctx, planned);
 }
 
 Result<std::vector<DerivedValue>> derive_weights(const DeriveContext& ctx, std::span<const PlannedDerivation> plan,

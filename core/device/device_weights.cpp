@@ -20,16 +20,15 @@ struct DeviceWeights::Impl {
   WeightResidency residency;
 
   Result<DevicePtr> upload(Bytes bytes) {
-    auto ptr = backend->allocate(bytes.size());
-    if (!ptr.ok()) return ptr.error();
-    if (Status s = backend->copy_to_device(*ptr, 0, bytes); !s.ok()) {
-      static_cast<void>(backend->free(*ptr));
+    BALLAST_ASSIGN_OR_RETURN(auto ptr, backend->allocate(bytes.size()));
+    if (Status s = backend->copy_to_device(ptr, 0, bytes); !s.ok()) {
+      static_cast<void>(backend->free(ptr));
       return s.error();
     }
-    uploads.emplace_back(*ptr, bytes.size());
+    uploads.emplace_back(ptr, bytes.size());
     residency.uploaded_weights += 1;
     residency.uploaded_bytes += bytes.size();
-    return *ptr;
+    return ptr;
   }
 
   // Registers the whole mapping once; 0 means "upload this file's weights".
@@ -126,9 +125,8 @@ Result<DevicePtr> DeviceWeights::resolve(ValueId id) {
     }
   }
   if (ptr == 0) {
-    auto up = m.upload(*bytes);
-    if (!up.ok()) return std::move(up.error()).with_context("making weight visible to " + m.backend->info().backend);
-    ptr = *up;
+    BALLAST_ASSIGN_OR_RETURN(auto up, m.upload(*bytes), "making weight visible to " + m.backend->info().backend);
+    ptr = up;
   }
   m.resolved.emplace(id, ptr);
   return ptr;

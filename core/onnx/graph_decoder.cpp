@@ -162,14 +162,13 @@ Status ModelDecoder::decode(Bytes bytes) {
         std::pair<std::string, std::int64_t> opset;
         WireReader op(f.payload, f.payload_offset);
         while (!op.at_end()) {
-          auto g = op.next();
-          if (!g) return g.error();
-          if (g->number == opset_field::kDomain) {
-            BALLAST_RETURN_IF_ERROR(expect_wire_type(*g, WireType::len, "OperatorSetIdProto.domain"));
-            opset.first = std::string(g->text());
-          } else if (g->number == opset_field::kVersion) {
-            BALLAST_RETURN_IF_ERROR(expect_wire_type(*g, WireType::varint, "OperatorSetIdProto.version"));
-            opset.second = static_cast<std::int64_t>(g->value);
+          BALLAST_ASSIGN_OR_RETURN(auto g, op.next());
+          if (g.number == opset_field::kDomain) {
+            BALLAST_RETURN_IF_ERROR(expect_wire_type(g, WireType::len, "OperatorSetIdProto.domain"));
+            opset.first = std::string(g.text());
+          } else if (g.number == opset_field::kVersion) {
+            BALLAST_RETURN_IF_ERROR(expect_wire_type(g, WireType::varint, "OperatorSetIdProto.version"));
+            opset.second = static_cast<std::int64_t>(g.value);
           }
         }
         model_.opsets.push_back(std::move(opset));
@@ -209,9 +208,8 @@ Status ModelDecoder::decode_graph(const WireField& graph, unsigned depth) {
         std::string_view name;
         WireReader sparse(f.payload, f.payload_offset);
         while (!sparse.at_end()) {
-          auto g = sparse.next();
-          if (!g) return g.error();
-          if (g->number == sparse_field::kValues && g->type == WireType::len) name = TensorDecoder::name_of(*g);
+          BALLAST_ASSIGN_OR_RETURN(auto g, sparse.next());
+          if (g.number == sparse_field::kValues && g.type == WireType::len) name = TensorDecoder::name_of(g);
         }
         model_.notes.push_back({std::string(name), "sparse_initializer is not supported: not loaded as a weight"});
         break;
@@ -266,9 +264,8 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
       case node_field::kOpType: op_type = f.text(); break;
       case node_field::kDomain: domain = f.text(); break;
       case node_field::kAttribute: {
-        auto attr = scan_attribute(f);  // validates every attribute now, so the later table build cannot fail
-        if (!attr) return attr.error();
-        has_subgraphs = has_subgraphs || attr->has_graphs;
+        BALLAST_ASSIGN_OR_RETURN(auto attr, scan_attribute(f));  // validates every attribute now, so the later table build cannot fail
+        has_subgraphs = has_subgraphs || attr.has_graphs;
         break;
       }
       default: break;
@@ -285,26 +282,23 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
   bool have_value = false;
   WireReader again(node_field.payload, node_field.payload_offset);
   while (!again.at_end()) {
-    auto next = again.next();
-    if (!next) return next.error();
-    if (next->number != node_field::kAttribute) continue;
-    auto attr = scan_attribute(*next);
-    if (!attr) return attr.error();
-    WireReader inner(attr->message.payload, attr->message.payload_offset);
+    BALLAST_ASSIGN_OR_RETURN(auto next, again.next());
+    if (next.number != node_field::kAttribute) continue;
+    BALLAST_ASSIGN_OR_RETURN(auto attr, scan_attribute(next));
+    WireReader inner(attr.message.payload, attr.message.payload_offset);
     while (!inner.at_end()) {
-      auto g = inner.next();
-      if (!g) return g.error();
-      if (g->number == attr_field::kG || g->number == attr_field::kGraphs)
-        if (Status s = decode_graph(*g, depth + 1); !s.ok())
-          return std::move(s).with_context("in subgraph '" + std::string(attr->name) + "' of node '" +
+      BALLAST_ASSIGN_OR_RETURN(auto g, inner.next());
+      if (g.number == attr_field::kG || g.number == attr_field::kGraphs)
+        if (Status s = decode_graph(g, depth + 1); !s.ok())
+          return std::move(s).with_context("in subgraph '" + std::string(attr.name) + "' of node '" +
                                            std::string(name) + "' (" + std::string(op_type) + ")");
     }
-    if (constant && is_constant_value_attribute(attr->name)) {
+    if (constant && is_constant_value_attribute(attr.name)) {
       if (have_value)
         return error_at(ErrorCode::malformed, "Constant node has more than one value attribute", first_output,
-                        next->offset);
+                        next.offset);
       have_value = true;
-      BALLAST_RETURN_IF_ERROR(decode_constant(attr->message, attr->name, name, first_output, *next));
+      BALLAST_RETURN_IF_ERROR(decode_constant(attr.message, attr.name, name, first_output, next));
     }
   }
   if (constant && !have_value)
@@ -316,12 +310,11 @@ Status ModelDecoder::decode_constant(const WireField& attribute, std::string_vie
                                      std::string_view node_name, std::string_view name, const WireField& node_field) {
   if (name.empty())
     return error_at(ErrorCode::malformed, "Constant node without an output", node_name, node_field.offset);
-  auto attr = scan_attribute(attribute);
-  if (!attr) return attr.error();
+  BALLAST_ASSIGN_OR_RETURN(auto attr, scan_attribute(attribute));
 
   if (attr_name == "value") {
-    if (!attr->t) return error_at(ErrorCode::malformed, "Constant 'value' attribute without a tensor", name, attribute.offset);
-    return add_tensor(*attr->t, WeightSource::constant, name);
+    if (!attr.t) return error_at(ErrorCode::malformed, "Constant 'value' attribute without a tensor", name, attribute.offset);
+    return add_tensor(*attr.t, WeightSource::constant, name);
   }
   if (attr_name == "sparse_value") {
     model_.notes.push_back({std::string(name), "Constant sparse_value is not supported: not loaded as a weight"});
@@ -331,7 +324,7 @@ Status ModelDecoder::decode_constant(const WireField& attribute, std::string_vie
     StringTensorInfo info;
     info.name = std::string(name);
     info.source = WeightSource::constant;
-    if (attr_name == "value_strings") info.dims = {static_cast<std::int64_t>(attr->strings)};
+    if (attr_name == "value_strings") info.dims = {static_cast<std::int64_t>(attr.strings)};
     model_.string_tensors.push_back(std::move(info));
     return {};
   }
@@ -340,33 +333,30 @@ Status ModelDecoder::decode_constant(const WireField& attribute, std::string_vie
   w.source = WeightSource::constant;
   w.storage = WeightRef::Storage::inline_owned;
   if (attr_name == "value_float") {
-    const std::uint32_t bits = attr->f_bits.value_or(0);
+    const std::uint32_t bits = attr.f_bits.value_or(0);
     std::byte le[4];
     for (int k = 0; k < 4; ++k) le[k] = static_cast<std::byte>((bits >> (8 * k)) & 0xffu);
     w.dtype = DataType::float32;
     w.owned = owned_bytes(le, 4);
   } else if (attr_name == "value_int") {
     w.dtype = DataType::int64;
-    w.owned = owned_int64_le(attr->i.value_or(0));
+    w.owned = owned_int64_le(attr.i.value_or(0));
   } else if (attr_name == "value_floats") {
-    auto data = gather_fixed(attribute, attr_field::kFloats, 4, "AttributeProto.floats");
-    if (!data) return std::move(data.error());
+    BALLAST_ASSIGN_OR_RETURN(auto data, gather_fixed(attribute, attr_field::kFloats, 4, "AttributeProto.floats"));
     w.dtype = DataType::float32;
-    w.dims = {static_cast<std::int64_t>(data->count)};
-    if (data->owned) {
-      w.owned = data->owned;
+    w.dims = {static_cast<std::int64_t>(data.count)};
+    if (data.owned) {
+      w.owned = data.owned;
     } else {
       w.storage = WeightRef::Storage::inline_borrowed;  // a packed run is already float32 LE
-      w.inline_bytes = data->bytes;
+      w.inline_bytes = data.bytes;
     }
   } else {  // value_ints
-    auto count = count_varints(attribute, attr_field::kInts, "AttributeProto.ints");
-    if (!count) return std::move(count.error());
-    auto data = gather_varints(attribute, attr_field::kInts, *count, 8, false, "AttributeProto.ints");
-    if (!data) return std::move(data.error());
+    BALLAST_ASSIGN_OR_RETURN(auto count, count_varints(attribute, attr_field::kInts, "AttributeProto.ints"));
+    BALLAST_ASSIGN_OR_RETURN(auto data, gather_varints(attribute, attr_field::kInts, count, 8, false, "AttributeProto.ints"));
     w.dtype = DataType::int64;
-    w.dims = {static_cast<std::int64_t>(*count)};
-    w.owned = data->owned;
+    w.dims = {static_cast<std::int64_t>(count)};
+    w.owned = data.owned;
   }
   if (w.owned) w.inline_bytes = Bytes(w.owned->data(), w.owned->size());
   return add_weight(name, std::move(w), attribute.offset);

@@ -135,9 +135,8 @@ Status scan_tensor(const WireField& message, Scan& scan) {
           scan.dims.push_back(static_cast<std::int64_t>(f.value));
         } else {
           BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::len, "TensorProto.dims"));
-          auto n = count_packed_varints(f, "TensorProto.dims");
-          if (!n) return n.error();
-          scan.dims.reserve(scan.dims.size() + static_cast<std::size_t>(*n));
+          BALLAST_ASSIGN_OR_RETURN(auto n, count_packed_varints(f, "TensorProto.dims"));
+          scan.dims.reserve(scan.dims.size() + static_cast<std::size_t>(n));
           std::size_t pos = 0;
           std::uint64_t v = 0;
           while (read_varint(f.payload, pos, v)) scan.dims.push_back(static_cast<std::int64_t>(v));
