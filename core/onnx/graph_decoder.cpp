@@ -289,9 +289,7 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
     while (!inner.at_end()) {
       BALLAST_ASSIGN_OR_RETURN(auto g, inner.next());
       if (g.number == attr_field::kG || g.number == attr_field::kGraphs)
-        if (Status s = decode_graph(g, depth + 1); !s.ok())
-          return std::move(s).with_context("in subgraph '" + std::string(attr.name) + "' of node '" +
-                                           std::string(name) + "' (" + std::string(op_type) + ")");
+        BALLAST_RETURN_IF_ERROR(decode_graph(g, depth + 1), "in subgraph '", attr.name, "' of node '", name, "' (", op_type, ")");
     }
     if (constant && is_constant_value_attribute(attr.name)) {
       if (have_value)

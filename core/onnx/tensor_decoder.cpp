@@ -152,10 +152,8 @@ Status scan_tensor(const WireField& message, Scan& scan) {
       case kFloatData:
       case kDoubleData:
         if (f.type != WireType::len) {
-          if (Status s = expect_wire_type(f, f.number == kFloatData ? WireType::fixed32 : WireType::fixed64,
-                                          f.number == kFloatData ? "TensorProto.float_data" : "TensorProto.double_data");
-              !s.ok())
-            return s;
+          BALLAST_RETURN_IF_ERROR(expect_wire_type(f, f.number == kFloatData ? WireType::fixed32 : WireType::fixed64,
+                                                   f.number == kFloatData ? "TensorProto.float_data" : "TensorProto.double_data"));
         }
         scan.typed_seen |= 1u << f.number;
         break;
@@ -163,9 +161,7 @@ Status scan_tensor(const WireField& message, Scan& scan) {
       case kInt64Data:
       case kUint64Data:
         if (f.type != WireType::len) {
-          if (Status s = expect_wire_type(f, WireType::varint, "TensorProto." + std::string(typed_field_name(f.number)));
-              !s.ok())
-            return s;
+          BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::varint, "TensorProto." + std::string(typed_field_name(f.number))));
         }
         scan.typed_seen |= 1u << f.number;
         break;
