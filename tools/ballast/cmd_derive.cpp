@@ -3,10 +3,10 @@
 // every derivation that applies through the model's DerivedWeights memo,
 // reports per derivation, then tears everything down and reports that too.
 #include "command.hpp"
-#include "support_format.hpp"
-#include "support_model.hpp"
-#include "support_npy.hpp"
-#include "support_progress.hpp"
+#include "support/format.hpp"
+#include "support/model.hpp"
+#include "support/npy.hpp"
+#include "support/progress.hpp"
 
 #include <ballast/backend_registry.hpp>
 #include <ballast/derive.hpp>

@@ -1,10 +1,10 @@
 // `ballast verify MODEL`: every external range lies inside its file and every
 // external-data `checksum` (SHA-1 hex, as ONNX specifies) matches the bytes.
 #include "command.hpp"
-#include "support_format.hpp"
-#include "support_hash.hpp"
-#include "support_model.hpp"
-#include "support_progress.hpp"
+#include "support/format.hpp"
+#include "support/hash.hpp"
+#include "support/model.hpp"
+#include "support/progress.hpp"
 
 #include <ballast/onnx_loader.hpp>
 
