@@ -109,11 +109,13 @@ Result<DerivedValue> derive_unwrapped(const DeriveContext& ctx, const PlannedDer
   DerivedValue out;
   out.key = DerivationKey::of(l);
   if (derivation_yields_pair(p.kind)) {
-    BALLAST_ASSIGN_OR_RETURN(auto v, ctx.memo.get_or_build_pair(p.kind, out.key, [&] { return build<DerivedPair>(ctx.backend, l, sizes); }));
+    BALLAST_ASSIGN_OR_RETURN(
+        auto v, ctx.memo.get_or_build_pair(p.kind, out.key, [&] { return build<DerivedPair>(ctx.backend, l, sizes); }));
     out.first = v.first;
     out.second = v.second;
   } else {
-    BALLAST_ASSIGN_OR_RETURN(auto v, ctx.memo.get_or_build_ptr(p.kind, out.key, [&] { return build<DerivedPtr>(ctx.backend, l, sizes); }));
+    BALLAST_ASSIGN_OR_RETURN(
+        auto v, ctx.memo.get_or_build_ptr(p.kind, out.key, [&] { return build<DerivedPtr>(ctx.backend, l, sizes); }));
     out.first = v;
   }
   return out;
@@ -227,7 +229,8 @@ class Wave {
   Result<DerivedValue> insert(Pending& p) {
     DerivedValue v;
     if (derivation_yields_pair(p.id.kind)) {
-      BALLAST_ASSIGN_OR_RETURN(auto ins, ctx_.memo.insert_pair(p.id.kind, p.id.key, value_of<DerivedPair>(p.launch, p.sizes)));
+      BALLAST_ASSIGN_OR_RETURN(auto ins,
+                               ctx_.memo.insert_pair(p.id.kind, p.id.key, value_of<DerivedPair>(p.launch, p.sizes)));
       v.first = ins.memoized.first;
       v.second = ins.memoized.second;
       if (!ins.inserted()) {
@@ -235,7 +238,8 @@ class Wave {
         free_quietly(ctx_.backend, p.launch.dst2);
       }
     } else {
-      BALLAST_ASSIGN_OR_RETURN(auto ins, ctx_.memo.insert_ptr(p.id.kind, p.id.key, value_of<DerivedPtr>(p.launch, p.sizes)));
+      BALLAST_ASSIGN_OR_RETURN(auto ins,
+                               ctx_.memo.insert_ptr(p.id.kind, p.id.key, value_of<DerivedPtr>(p.launch, p.sizes)));
       v.first = ins.memoized;
       if (!ins.inserted()) free_quietly(ctx_.backend, p.launch.dst);
     }

@@ -264,7 +264,8 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
       case node_field::kOpType: op_type = f.text(); break;
       case node_field::kDomain: domain = f.text(); break;
       case node_field::kAttribute: {
-        BALLAST_ASSIGN_OR_RETURN(auto attr, scan_attribute(f));  // validates every attribute now, so the later table build cannot fail
+        // Validates every attribute now, so the later table build cannot fail.
+        BALLAST_ASSIGN_OR_RETURN(auto attr, scan_attribute(f));
         has_subgraphs = has_subgraphs || attr.has_graphs;
         break;
       }
@@ -289,7 +290,8 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
     while (!inner.at_end()) {
       BALLAST_ASSIGN_OR_RETURN(auto g, inner.next());
       if (g.number == attr_field::kG || g.number == attr_field::kGraphs)
-        BALLAST_RETURN_IF_ERROR(decode_graph(g, depth + 1), "in subgraph '", attr.name, "' of node '", name, "' (", op_type, ")");
+        BALLAST_RETURN_IF_ERROR(decode_graph(g, depth + 1), "in subgraph '", attr.name, "' of node '", name, "' (",
+                                op_type, ")");
     }
     if (constant && is_constant_value_attribute(attr.name)) {
       if (have_value)
@@ -311,7 +313,8 @@ Status ModelDecoder::decode_constant(const WireField& attribute, std::string_vie
   BALLAST_ASSIGN_OR_RETURN(auto attr, scan_attribute(attribute));
 
   if (attr_name == "value") {
-    if (!attr.t) return error_at(ErrorCode::malformed, "Constant 'value' attribute without a tensor", name, attribute.offset);
+    if (!attr.t)
+      return error_at(ErrorCode::malformed, "Constant 'value' attribute without a tensor", name, attribute.offset);
     return add_tensor(*attr.t, WeightSource::constant, name);
   }
   if (attr_name == "sparse_value") {
@@ -351,7 +354,8 @@ Status ModelDecoder::decode_constant(const WireField& attribute, std::string_vie
     }
   } else {  // value_ints
     BALLAST_ASSIGN_OR_RETURN(auto count, count_varints(attribute, attr_field::kInts, "AttributeProto.ints"));
-    BALLAST_ASSIGN_OR_RETURN(auto data, gather_varints(attribute, attr_field::kInts, count, 8, false, "AttributeProto.ints"));
+    BALLAST_ASSIGN_OR_RETURN(auto data,
+                             gather_varints(attribute, attr_field::kInts, count, 8, false, "AttributeProto.ints"));
     w.dtype = DataType::int64;
     w.dims = {static_cast<std::int64_t>(count)};
     w.owned = data.owned;

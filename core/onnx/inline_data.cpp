@@ -84,7 +84,8 @@ Result<std::uint64_t> count_varints(const WireField& message, std::uint32_t numb
   Status scanned = for_each_occurrence(message, number, [&](const WireField& f) -> Status {
     if (f.type == WireType::len) {
       BALLAST_ASSIGN_OR_RETURN(auto n, count_packed_varints(f, what));
-      if (__builtin_add_overflow(count, n, &count)) return wire_error("too many " + std::string(what) + " values", f.payload_offset);
+      if (__builtin_add_overflow(count, n, &count))
+        return wire_error("too many " + std::string(what) + " values", f.payload_offset);
       return {};
     }
     BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::varint, what));

@@ -58,7 +58,8 @@ Result<Model> load_model_file(const std::filesystem::path& path, const LoadOptio
     e.file = absolute.string();
     return std::move(e).with_context("opening ONNX model");
   }
-  BALLAST_ASSIGN_OR_RETURN(auto mapped, store::MappedFile::map(opened->fd.get(), opened->st, absolute), "opening ONNX model");
+  BALLAST_ASSIGN_OR_RETURN(auto mapped, store::MappedFile::map(opened->fd.get(), opened->st, absolute),
+                           "opening ONNX model");
   // The second root: the directory of the file actually opened, found
   // through its descriptor (so a model symlink swapped meanwhile does not
   // choose it).

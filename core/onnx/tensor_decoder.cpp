@@ -152,8 +152,9 @@ Status scan_tensor(const WireField& message, Scan& scan) {
       case kFloatData:
       case kDoubleData:
         if (f.type != WireType::len) {
-          BALLAST_RETURN_IF_ERROR(expect_wire_type(f, f.number == kFloatData ? WireType::fixed32 : WireType::fixed64,
-                                                   f.number == kFloatData ? "TensorProto.float_data" : "TensorProto.double_data"));
+          BALLAST_RETURN_IF_ERROR(
+              expect_wire_type(f, f.number == kFloatData ? WireType::fixed32 : WireType::fixed64,
+                               f.number == kFloatData ? "TensorProto.float_data" : "TensorProto.double_data"));
         }
         scan.typed_seen |= 1u << f.number;
         break;
@@ -161,7 +162,8 @@ Status scan_tensor(const WireField& message, Scan& scan) {
       case kInt64Data:
       case kUint64Data:
         if (f.type != WireType::len) {
-          BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::varint, "TensorProto." + std::string(typed_field_name(f.number))));
+          BALLAST_RETURN_IF_ERROR(
+              expect_wire_type(f, WireType::varint, "TensorProto." + std::string(typed_field_name(f.number))));
         }
         scan.typed_seen |= 1u << f.number;
         break;

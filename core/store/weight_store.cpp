@@ -127,7 +127,9 @@ Result<MappingId> WeightStore::map_external(const std::filesystem::path& path) {
     if (auto it = impl_->by_identity.find(store::identity_of(opened->st)); it != impl_->by_identity.end())
       return it->second;
   }
-  BALLAST_ASSIGN_OR_RETURN(auto mapped, store::MappedFile::map(opened->fd.get(), opened->st, store::path_of(opened->fd.get(), path)), "mapping external data");
+  BALLAST_ASSIGN_OR_RETURN(auto mapped,
+                           store::MappedFile::map(opened->fd.get(), opened->st, store::path_of(opened->fd.get(), path)),
+                           "mapping external data");
   std::unique_lock lock(impl_->mutex);
   if (auto it = impl_->by_identity.find(store::identity_of(opened->st)); it != impl_->by_identity.end())
     return it->second;  // mapped meanwhile by another thread: ours is dropped

@@ -158,22 +158,23 @@ std::string context(std::string_view first, const Rest&... rest) {
 // are evaluated only on failure. ASSIGN_OR_RETURN expands to several
 // statements (brace it under an `if`), and a comma in lhs needs parentheses
 // around the type, as in any macro argument.
-#define BALLAST_RETURN_IF_ERROR(expr, ...)                                                          \
-  do {                                                                                             \
-    if (::ballast::Status ballast_status_ = ::ballast::status_detail::status_of(expr);             \
-        !ballast_status_.ok()) [[unlikely]]                                                        \
-      return ::ballast::status_detail::propagate(ballast_status_)                                  \
-          __VA_OPT__(.with_context(::ballast::status_detail::context(__VA_ARGS__)));               \
+#define BALLAST_RETURN_IF_ERROR(expr, ...)                                                                    \
+  do {                                                                                                        \
+    if (::ballast::Status ballast_status_ = ::ballast::status_detail::status_of(expr); !ballast_status_.ok()) \
+        [[unlikely]]                                                                                          \
+      return ::ballast::status_detail::propagate(ballast_status_)                                             \
+          __VA_OPT__(.with_context(::ballast::status_detail::context(__VA_ARGS__)));                          \
   } while (false)
 
-#define BALLAST_ASSIGN_OR_RETURN(lhs, expr, ...) \
-  BALLAST_ASSIGN_OR_RETURN_IMPL_(BALLAST_STATUS_CONCAT_(ballast_result_, __LINE__), lhs, expr __VA_OPT__(, ) __VA_ARGS__)
+#define BALLAST_ASSIGN_OR_RETURN(lhs, expr, ...)                                         \
+  BALLAST_ASSIGN_OR_RETURN_IMPL_(BALLAST_STATUS_CONCAT_(ballast_result_, __LINE__), lhs, \
+                                 expr __VA_OPT__(, ) __VA_ARGS__)
 
 #define BALLAST_STATUS_CONCAT_INNER_(a, b) a##b
 #define BALLAST_STATUS_CONCAT_(a, b) BALLAST_STATUS_CONCAT_INNER_(a, b)
-#define BALLAST_ASSIGN_OR_RETURN_IMPL_(result, lhs, expr, ...)                                      \
-  auto result = (expr);                                                                            \
-  if (!result.ok()) [[unlikely]]                                                                   \
-    return ::ballast::Status(std::move(result.error()))                                            \
-        __VA_OPT__(.with_context(::ballast::status_detail::context(__VA_ARGS__)));                 \
+#define BALLAST_ASSIGN_OR_RETURN_IMPL_(result, lhs, expr, ...)                     \
+  auto result = (expr);                                                            \
+  if (!result.ok()) [[unlikely]]                                                   \
+    return ::ballast::Status(std::move(result.error()))                            \
+        __VA_OPT__(.with_context(::ballast::status_detail::context(__VA_ARGS__))); \
   lhs = std::move(result).value()

@@ -92,8 +92,8 @@ std::string run_derivation_case(const DerivationCase& c) {
   ballast::reference::Tolerance tol;
   tol.flushes_f16_subnormals = g.capabilities().flushes_f16_subnormals;
   tol.int8_codes_within_one = g.capabilities().int8_codes_within_one;
-  const bool banded = c.verify_row_bands > 0 && c.shape.kind != ballast::Derivation::transpose &&
-                      3 * c.verify_row_bands < c.shape.rows;
+  const bool banded =
+      c.verify_row_bands > 0 && c.shape.kind != ballast::Derivation::transpose && 3 * c.verify_row_bands < c.shape.rows;
   if (!banded) return compare_rows(c, c.shape, 0, c.shape.rows, *sizes, dst, dst2, tol);
   const std::uint64_t band = c.verify_row_bands;
   for (std::uint64_t first : {std::uint64_t{0}, c.shape.rows / 2 - band / 2, c.shape.rows - band}) {

@@ -40,8 +40,8 @@ float mixed_f32(std::mt19937_64& rng, bool wild) {
   const unsigned pick = static_cast<unsigned>(r >> 32) % 16;
   if (wild && pick == 0) return from_bits(static_cast<std::uint32_t>(r >> 24));
   // f32 exponent field 127+e: f16 normals are e in [-14, 15].
-  const unsigned e = wild && pick == 1 ? 127 - 26 + static_cast<unsigned>(r >> 40) % 13   // f16 subnormal range
-                     : wild && pick == 2 ? 127 + 15 + static_cast<unsigned>(r >> 40) % 4  // around f16 overflow
+  const unsigned e = wild && pick == 1   ? 127 - 26 + static_cast<unsigned>(r >> 40) % 13  // f16 subnormal range
+                     : wild && pick == 2 ? 127 + 15 + static_cast<unsigned>(r >> 40) % 4   // around f16 overflow
                                          : 127 - 12 + static_cast<unsigned>(r >> 40) % 24;
   return from_bits(sign_and_mantissa | (e << 23));
 }
@@ -93,8 +93,8 @@ DerivationCase to_f16_case(DataType source, std::uint64_t rows, std::uint64_t co
   return c;
 }
 
-DerivationCase int4_case(Derivation kind, DataType scale_type, ZeroPoints zero_points, std::uint64_t n,
-                         std::uint64_t k, std::uint32_t block_size, bool special, std::uint64_t seed) {
+DerivationCase int4_case(Derivation kind, DataType scale_type, ZeroPoints zero_points, std::uint64_t n, std::uint64_t k,
+                         std::uint32_t block_size, bool special, std::uint64_t seed) {
   static const char* const kZeroPointNames[] = {"no zero points", "packed zero points", "unpacked zero points"};
   DerivationCase c;
   c.label = std::string(ballast::derivation_name(kind)) + " " + std::string(ballast::dtype_name(scale_type)) +
@@ -128,9 +128,9 @@ DerivationCase int4_case(Derivation kind, DataType scale_type, ZeroPoints zero_p
   if (special) {
     // Scales that make (q - zp) * scale overflow f16, land in its subnormal
     // range, or carry NaN/inf/zero through.
-    const float specials[] = {65504.0f, 30000.0f, 1e-7f, -6e-8f, 0.0f, -0.0f,
-                              std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
-                              f32 ? 1e30f : 4096.0f, f32 ? 1e-30f : 1e-5f};
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+    const float huge = f32 ? 1e30f : 4096.0f, tiny = f32 ? 1e-30f : 1e-5f;
+    const float specials[] = {65504.0f, 30000.0f, 1e-7f, -6e-8f, 0.0f, -0.0f, inf, nan, huge, tiny};
     for (std::uint64_t i = 0; i < scale_count; i += 2) put_scale_type(c.scales, i, specials[(i / 2) % 10]);
   }
   c.zero_points.resize(sizes->zero_point_bytes);
@@ -170,15 +170,16 @@ DerivationCase quant_int8_case(DataType source, std::uint64_t rows, std::uint64_
   if (special && rows >= 6 && cols >= 4) {
     const float inf = std::numeric_limits<float>::infinity();
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    const float row2[] = {nan, 1.0f, -0.5f, 0.25f};      // NaN ignored for the scale, code 0
-    const float row3[] = {inf, 1.0f, -inf, 0.0f};        // infinite scale
+    const float row2[] = {nan, 1.0f, -0.5f, 0.25f};        // NaN ignored for the scale, code 0
+    const float row3[] = {inf, 1.0f, -inf, 0.0f};          // infinite scale
     const float row4[] = {1e-40f, -3e-41f, 0.0f, 1e-45f};  // subnormal f32 (zero in f16)
     const float row5[] = {-0.0f, 0.0f, -0.0f, 0.0f};
     const float* rows_[] = {row2, row3, row4, row5};
     for (int r = 0; r < 4; ++r)
       for (std::uint64_t col = 0; col < cols; ++col) set((r + 2) * cols + col, rows_[r][col % 4]);
     // Exact ties of w / scale at +-x.5 when the row max is 127.
-    for (std::uint64_t col = 0; col < cols; ++col) set(0 * cols + col, col == 0 ? 127.0f : static_cast<float>(col % 255) * 0.5f - 63.5f);
+    for (std::uint64_t col = 0; col < cols; ++col)
+      set(0 * cols + col, col == 0 ? 127.0f : static_cast<float>(col % 255) * 0.5f - 63.5f);
   }
   if (special && rows >= 8 && cols >= 10) {
     // Rows 6 and 7: ties of both parities and signs, and the clamp reached
@@ -202,7 +203,8 @@ DerivationCase int4_wide_range_case(std::mt19937& rng, const DerivationLaunch& s
   std::vector<float> scales(shape.rows * kb), zps(shape.rows * kb);
   for (auto& x : scales) {
     const std::uint32_t pick = rng() % 16;
-    x = pick == 0 ? awkward_f32(rng) : std::ldexp(static_cast<float>(rng() % 2000) / 1000.0f - 1.0f, static_cast<int>(rng() % 40) - 30);
+    x = pick == 0 ? awkward_f32(rng)
+                  : std::ldexp(static_cast<float>(rng() % 2000) / 1000.0f - 1.0f, static_cast<int>(rng() % 40) - 30);
   }
   for (auto& z : zps) {
     const std::uint32_t pick = rng() % 20;
@@ -220,8 +222,10 @@ DerivationCase int4_wide_range_case(std::mt19937& rng, const DerivationLaunch& s
     return out;
   };
   c.scales = as_type(scales);
-  if (shape.zero_points == ZeroPoints::packed_u4) c.zero_points = random_bytes(rng, shape.rows * ((kb + 1) / 2));
-  else if (shape.zero_points == ZeroPoints::unpacked) c.zero_points = as_type(zps);
+  if (shape.zero_points == ZeroPoints::packed_u4)
+    c.zero_points = random_bytes(rng, shape.rows * ((kb + 1) / 2));
+  else if (shape.zero_points == ZeroPoints::unpacked)
+    c.zero_points = as_type(zps);
   return c;
 }
 
@@ -263,9 +267,8 @@ std::vector<DerivationCase> kernel_cases() {
   // Small odd shapes (edge paths), and shapes with full 16-byte-aligned
   // tiles, slabs and chunks for the kernels' fast paths (with partial tiles
   // around them: 136 and 200 are multiples of 8 but not of the tiles).
-  const std::pair<std::uint64_t, std::uint64_t> dims[] = {{1, 1},     {3, 5},     {17, 33},  {64, 40},
-                                                          {7, 129},   {128, 256}, {136, 200}, {144, 272}, {2, 4112},
-                                                          {5, 8192 + 32}};
+  const std::pair<std::uint64_t, std::uint64_t> dims[] = {
+      {1, 1}, {3, 5}, {17, 33}, {64, 40}, {7, 129}, {128, 256}, {136, 200}, {144, 272}, {2, 4112}, {5, 8192 + 32}};
   for (auto [r, c] : dims) {
     for (DataType t : {DataType::uint8, DataType::float16, DataType::float32, DataType::int64}) {
       if (r * c > 64 * 1024) continue;  // the long rows are for quant_int8
@@ -274,7 +277,7 @@ std::vector<DerivationCase> kernel_cases() {
       k.shape.src_type = t;
       k.shape.rows = r;
       k.shape.cols = c;
-      k.src = random_bytes(rng, r * c * (t == DataType::uint8 ? 1 : t == DataType::float16 ? 2 : t == DataType::float32 ? 4 : 8));
+      k.src = random_bytes(rng, r * c * (dtype_bits(t) / 8));
       k.label = "transpose " + std::to_string(r) + "x" + std::to_string(c);
       cases.push_back(std::move(k));
     }
@@ -295,7 +298,9 @@ std::vector<DerivationCase> kernel_cases() {
       k.shape.rows = r;
       k.shape.cols = c;
       k.src = t == DataType::float32 ? random_f32(rng, r * c, -3.0f, 3.0f, false) : random_f16(rng, r * c, 20);
-      if (r == 3) std::fill(k.src.begin(), k.src.begin() + static_cast<std::ptrdiff_t>(c * (t == DataType::float32 ? 4 : 2)), std::byte{0});
+      if (r == 3)
+        std::fill(k.src.begin(), k.src.begin() + static_cast<std::ptrdiff_t>(c * (t == DataType::float32 ? 4 : 2)),
+                  std::byte{0});
       k.label = "quant_int8 " + std::to_string(r) + "x" + std::to_string(c);
       cases.push_back(std::move(k));
     }
@@ -318,9 +323,11 @@ std::vector<DerivationCase> kernel_cases() {
     cases.push_back(std::move(k));
   }
   // int4: N x K with block sizes where K is and is not a multiple.
-  const struct { std::uint64_t n, k; std::uint32_t bs; } int4_dims[] = {
-      {1, 1, 16},  {2, 16, 16},  {3, 37, 16},  {5, 100, 32}, {4, 200, 64},
-      {2, 300, 128}, {3, 256, 16}, {4, 512, 32}, {3, 448, 128}, {2, 264, 64}, {3, 96, 32}};
+  const struct {
+    std::uint64_t n, k;
+    std::uint32_t bs;
+  } int4_dims[] = {{1, 1, 16},   {2, 16, 16},  {3, 37, 16},   {5, 100, 32}, {4, 200, 64}, {2, 300, 128},
+                   {3, 256, 16}, {4, 512, 32}, {3, 448, 128}, {2, 264, 64}, {3, 96, 32}};
   for (auto d : int4_dims) {
     for (Derivation kind : {Derivation::dequant_int4, Derivation::repack_int4}) {
       for (DataType scale_type : {DataType::float32, DataType::float16}) {
@@ -334,7 +341,8 @@ std::vector<DerivationCase> kernel_cases() {
           k.shape.zero_points = zp;
           const std::uint64_t kb = k_blocks(d.k, d.bs);
           k.src = random_bytes(rng, d.n * kb * d.bs / 2);
-          k.scales = scale_type == DataType::float32 ? random_f32(rng, d.n * kb, -0.5f, 0.5f, false) : random_f16(rng, d.n * kb, 14);
+          k.scales = scale_type == DataType::float32 ? random_f32(rng, d.n * kb, -0.5f, 0.5f, false)
+                                                     : random_f16(rng, d.n * kb, 14);
           if (zp == ZeroPoints::packed_u4) k.zero_points = random_bytes(rng, d.n * ((kb + 1) / 2));
           if (zp == ZeroPoints::unpacked) {
             // Integer and half-integer zero points, some outside 0..15 (padding codes clamp).
@@ -352,8 +360,8 @@ std::vector<DerivationCase> kernel_cases() {
             }
           }
           k.label = std::string(derivation_name(kind)) + " " + std::to_string(d.n) + "x" + std::to_string(d.k) + " bs" +
-                   std::to_string(d.bs) + " zp" + std::to_string(static_cast<int>(zp)) + " scales " +
-                   (scale_type == DataType::float32 ? "f32" : "f16");
+                    std::to_string(d.bs) + " zp" + std::to_string(static_cast<int>(zp)) + " scales " +
+                    (scale_type == DataType::float32 ? "f32" : "f16");
           cases.push_back(std::move(k));
         }
       }

@@ -39,8 +39,10 @@ std::vector<std::byte> random_bytes(std::mt19937& rng, std::uint64_t n) {
 
 std::vector<std::byte> random_f32(std::mt19937& rng, std::uint64_t count, float lo, float hi, bool specials) {
   std::uniform_real_distribution<float> value(lo, hi);
+  // clang-format off
   static const float kSpecial[] = {0.0f, -0.0f, 1e-40f, -3e-8f, 65519.0f, 65520.0f, -1e9f, 5.9604645e-8f,
                                    std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  // clang-format on
   std::vector<std::byte> out(count * 4);
   for (std::uint64_t i = 0; i < count; ++i) {
     float f = value(rng);
@@ -62,9 +64,11 @@ std::vector<std::byte> random_f16(std::mt19937& rng, std::uint64_t count, unsign
 }
 
 float awkward_f32(std::mt19937& rng) {
+  // clang-format off
   static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 65504.0f, 65520.0f, -65519.996f,
                                   std::ldexp(1.0f, -24), std::ldexp(1.0f, -25), std::ldexp(3.0f, -26),
                                   std::ldexp(1.0f, -14), 1.0f + std::ldexp(1.0f, -11), 1e-45f, 3.4e38f};
+  // clang-format on
   const std::uint32_t pick = rng() % 8;
   if (pick == 0) return special[rng() % std::size(special)];
   if (pick < 4) {  // in f16 range, including its subnormals
@@ -76,10 +80,12 @@ float awkward_f32(std::mt19937& rng) {
 }
 
 std::vector<float> awkward_floats(std::size_t count, std::uint32_t seed) {
+  // clang-format off
   std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.5f, 65504.0f, 65519.996f, 65520.0f, -70000.0f, 6.0e-8f, 2.9e-8f,
                           3.0e-8f, 6.1e-5f, 6.0e-5f, 1.0e-40f, -1.0e-45f, 0.333333f};
-  const std::uint32_t specials[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc12345u, 0x7f800001u, 0x387fe000u,
-                                    0x33000000u, 0x33000001u, 0x337fffffu, 0x38800000u - 1u};
+  // clang-format on
+  const std::uint32_t specials[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc12345u, 0x7f800001u,
+                                    0x387fe000u, 0x33000000u, 0x33000001u, 0x337fffffu, 0x38800000u - 1u};
   for (std::uint32_t s : specials) v.push_back(from_bits(s));
   std::mt19937 rng(seed);
   std::uniform_int_distribution<std::uint32_t> bits;
@@ -90,6 +96,7 @@ std::vector<float> awkward_floats(std::size_t count, std::uint32_t seed) {
 }
 
 const std::vector<float>& f32_specials() {
+  // clang-format off
   static const std::vector<float> v = {
       0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
       from_bits(0x7fc00000u), from_bits(0xffc00000u), from_bits(0x7f800001u), from_bits(0x7fbfffffu),
@@ -99,6 +106,7 @@ const std::vector<float>& f32_specials() {
       -std::ldexp(5.0f, -26), std::ldexp(1.0f, -14), std::ldexp(1023.0f, -24), std::ldexp(2047.0f, -25),
       1.0f + std::ldexp(1.0f, -11), 1.0f + std::ldexp(3.0f, -11), -(1.0f + std::ldexp(1.0f, -11)),
       2048.0f + 1.0f, 2048.0f + 3.0f, 0.1f, -0.3333333f, 6.1035156e-05f, 6.097555e-05f};
+  // clang-format on
   return v;
 }
 
@@ -109,9 +117,7 @@ const std::vector<std::uint16_t>& half_specials() {
   return v;
 }
 
-float quant_int8_ties_row_value(std::uint64_t col) {
-  return col == 0 ? -127.0f : static_cast<float>(col % 20) - 9.5f;
-}
+float quant_int8_ties_row_value(std::uint64_t col) { return col == 0 ? -127.0f : static_cast<float>(col % 20) - 9.5f; }
 
 float quant_int8_clamp_row_value(std::uint64_t col) {
   static const int units[] = {-190, 189, -128, 128, -127, 127, -126, 1, -1, 0};
