@@ -1,9 +1,11 @@
 # Build options, one per optional part. Backends take AUTO|ON|OFF:
 # AUTO builds the backend when its toolchain is found, ON fails the
 # configure when it is not, OFF skips it.
-option(BALLAST_BUILD_TESTS "Build the tests" ON)
-option(BALLAST_BUILD_TOOLS "Build the ballast command line" ON)
-option(BALLAST_BUILD_BENCHMARKS "Build the benchmarks (Google Benchmark)" ON)
+# Tests, tools and benchmarks default to ON only when ballast is the
+# top-level project; a project that embeds ballast opts in to each.
+option(BALLAST_BUILD_TESTS "Build the tests" ${PROJECT_IS_TOP_LEVEL})
+option(BALLAST_BUILD_TOOLS "Build the ballast command line" ${PROJECT_IS_TOP_LEVEL})
+option(BALLAST_BUILD_BENCHMARKS "Build the benchmarks (Google Benchmark)" ${PROJECT_IS_TOP_LEVEL})
 option(BALLAST_FUZZ "Build the libFuzzer targets (needs clang)" OFF)
 
 foreach(_backend VULKAN CUDA HIP)

@@ -37,14 +37,12 @@ Result<DevicePtr> resolve(const DeriveContext& ctx, ValueId id, const char* role
 // The scales and zero points of an int4 launch (the source is the caller's).
 Status resolve_int4_operands(const DeriveContext& ctx, const PlannedDerivation& p, DerivationLaunch& l) {
   if (p.scales) {
-    auto s = resolve(ctx, *p.scales, "scales");
-    if (!s.ok()) return s.error();
-    l.scales = *s;
+    BALLAST_ASSIGN_OR_RETURN(auto s, resolve(ctx, *p.scales, "scales"));
+    l.scales = s;
   }
   if (p.zero_points) {
-    auto z = resolve(ctx, *p.zero_points, "zero points");
-    if (!z.ok()) return z.error();
-    l.zero_point = *z;
+    BALLAST_ASSIGN_OR_RETURN(auto z, resolve(ctx, *p.zero_points, "zero points"));
+    l.zero_point = z;
   }
   return Status();
 }
@@ -56,9 +54,8 @@ void free_quietly(GpuBackend& gpu, DevicePtr p) {
 // Allocates the outputs of `l` and launches it; nothing is left allocated
 // when it fails.
 Status allocate_and_launch(GpuBackend& gpu, DerivationLaunch& l, const DerivationSizes& sizes) {
-  auto dst = gpu.allocate(sizes.dst_bytes);
-  if (!dst.ok()) return dst.error();
-  l.dst = *dst;
+  BALLAST_ASSIGN_OR_RETURN(auto dst, gpu.allocate(sizes.dst_bytes));
+  l.dst = dst;
   if (sizes.dst2_bytes != 0) {
     auto second = gpu.allocate(sizes.dst2_bytes);
     if (!second.ok()) {
@@ -88,7 +85,7 @@ Derived value_of(const DerivationLaunch& l, const DerivationSizes& sizes) {
 // failure is an error here and never a memoized value.
 template <class Derived>
 Result<Derived> build(GpuBackend& gpu, DerivationLaunch l, const DerivationSizes& sizes) {
-  if (Status s = allocate_and_launch(gpu, l, sizes); !s.ok()) return s.error();
+  BALLAST_RETURN_IF_ERROR(allocate_and_launch(gpu, l, sizes));
   if (Status s = gpu.synchronize(); !s.ok()) {
     free_quietly(gpu, l.dst);
     free_quietly(gpu, l.dst2);
@@ -100,29 +97,26 @@ Result<Derived> build(GpuBackend& gpu, DerivationLaunch l, const DerivationSizes
 Result<DerivedValue> derive_unwrapped(const DeriveContext& ctx, const PlannedDerivation& p) {
   DerivationLaunch l = p.launch;
   l.kind = p.kind;
-  auto sizes = derivation_sizes(l);
-  if (!sizes.ok()) return sizes.error();
+  BALLAST_ASSIGN_OR_RETURN(auto sizes, derivation_sizes(l));
   if (p.of_transposed) {
-    auto t = derive_weight(ctx, transposed_source_of(p));
-    if (!t.ok()) return t.error();
-    l.src = t->first;
+    BALLAST_ASSIGN_OR_RETURN(auto t, derive_weight(ctx, transposed_source_of(p)));
+    l.src = t.first;
   } else {
-    auto src = resolve(ctx, p.source, "weight");
-    if (!src.ok()) return src.error();
-    l.src = *src;
+    BALLAST_ASSIGN_OR_RETURN(auto src, resolve(ctx, p.source, "weight"));
+    l.src = src;
   }
-  if (Status s = resolve_int4_operands(ctx, p, l); !s.ok()) return s.error();
+  BALLAST_RETURN_IF_ERROR(resolve_int4_operands(ctx, p, l));
   DerivedValue out;
   out.key = DerivationKey::of(l);
   if (derivation_yields_pair(p.kind)) {
-    auto v = ctx.memo.get_or_build_pair(p.kind, out.key, [&] { return build<DerivedPair>(ctx.backend, l, *sizes); });
-    if (!v.ok()) return v.error();
-    out.first = v->first;
-    out.second = v->second;
+    BALLAST_ASSIGN_OR_RETURN(
+        auto v, ctx.memo.get_or_build_pair(p.kind, out.key, [&] { return build<DerivedPair>(ctx.backend, l, sizes); }));
+    out.first = v.first;
+    out.second = v.second;
   } else {
-    auto v = ctx.memo.get_or_build_ptr(p.kind, out.key, [&] { return build<DerivedPtr>(ctx.backend, l, *sizes); });
-    if (!v.ok()) return v.error();
-    out.first = *v;
+    BALLAST_ASSIGN_OR_RETURN(
+        auto v, ctx.memo.get_or_build_ptr(p.kind, out.key, [&] { return build<DerivedPtr>(ctx.backend, l, sizes); }));
+    out.first = v;
   }
   return out;
 }
@@ -165,35 +159,32 @@ class Wave {
   Status add(const PlannedDerivation& p, std::size_t result_index) {
     DerivationLaunch l = p.launch;
     l.kind = p.kind;
-    auto sizes = derivation_sizes(l);
-    if (!sizes.ok()) return sizes.error();
+    BALLAST_ASSIGN_OR_RETURN(auto sizes, derivation_sizes(l));
     if (p.of_transposed) {
-      auto w = resolve(ctx_, p.source, "weight");
-      if (!w.ok()) return w.error();
+      BALLAST_ASSIGN_OR_RETURN(auto w, resolve(ctx_, p.source, "weight"));
       DerivationLaunch t = transposed_source_of(p).launch;
-      t.src = *w;
+      t.src = w;
       auto copy = ctx_.memo.get_ptr(derive::transpose, DerivationKey::of(t));
       if (!copy) return make_error(ErrorCode::internal, "the transposed copy it reads is not memoized");
       l.src = *copy;
     } else {
-      auto src = resolve(ctx_, p.source, "weight");
-      if (!src.ok()) return src.error();
-      l.src = *src;
+      BALLAST_ASSIGN_OR_RETURN(auto src, resolve(ctx_, p.source, "weight"));
+      l.src = src;
     }
-    if (Status s = resolve_int4_operands(ctx_, p, l); !s.ok()) return s;
+    BALLAST_RETURN_IF_ERROR(resolve_int4_operands(ctx_, p, l));
     PendingKey id{p.kind, DerivationKey::of(l)};
     if (auto hit = memoized(id)) {
       (*hit).key = id.key;
       results_[result_index] = *hit;
-      advance(sizes->src_bytes);
+      advance(sizes.src_bytes);
       return Status();
     }
     if (auto it = index_.find(id); it != index_.end()) {
       pending_[it->second].results.push_back(result_index);
       return Status();
     }
-    if (Status s = allocate_and_launch(ctx_.backend, l, *sizes); !s.ok()) return s;
-    pending_.push_back(Pending{id, l, *sizes, {result_index}});
+    BALLAST_RETURN_IF_ERROR(allocate_and_launch(ctx_.backend, l, sizes));
+    pending_.push_back(Pending{id, l, sizes, {result_index}});
     index_.emplace(id, pending_.size() - 1);
     return Status();
   }
@@ -201,13 +192,12 @@ class Wave {
   // One wait for every launch of the wave, then every value memoized.
   Status commit() {
     if (pending_.empty()) return Status();
-    if (Status s = ctx_.backend.synchronize(); !s.ok()) return s;
+    BALLAST_RETURN_IF_ERROR(ctx_.backend.synchronize());
     while (!pending_.empty()) {
       Pending& p = pending_.back();
-      auto value = insert(p);
-      if (!value.ok()) return value.error();  // p stays pending: the destructor frees it
+      BALLAST_ASSIGN_OR_RETURN(auto value, insert(p));  // p stays pending: the destructor frees it
       for (std::size_t r : p.results) {
-        results_[r] = *value;
+        results_[r] = value;
         results_[r].key = p.id.key;
       }
       const std::uint64_t src_bytes = p.sizes.src_bytes;
@@ -239,19 +229,19 @@ class Wave {
   Result<DerivedValue> insert(Pending& p) {
     DerivedValue v;
     if (derivation_yields_pair(p.id.kind)) {
-      auto ins = ctx_.memo.insert_pair(p.id.kind, p.id.key, value_of<DerivedPair>(p.launch, p.sizes));
-      if (!ins.ok()) return ins.error();
-      v.first = ins->memoized.first;
-      v.second = ins->memoized.second;
-      if (!ins->inserted()) {
+      BALLAST_ASSIGN_OR_RETURN(auto ins,
+                               ctx_.memo.insert_pair(p.id.kind, p.id.key, value_of<DerivedPair>(p.launch, p.sizes)));
+      v.first = ins.memoized.first;
+      v.second = ins.memoized.second;
+      if (!ins.inserted()) {
         free_quietly(ctx_.backend, p.launch.dst);
         free_quietly(ctx_.backend, p.launch.dst2);
       }
     } else {
-      auto ins = ctx_.memo.insert_ptr(p.id.kind, p.id.key, value_of<DerivedPtr>(p.launch, p.sizes));
-      if (!ins.ok()) return ins.error();
-      v.first = ins->memoized;
-      if (!ins->inserted()) free_quietly(ctx_.backend, p.launch.dst);
+      BALLAST_ASSIGN_OR_RETURN(auto ins,
+                               ctx_.memo.insert_ptr(p.id.kind, p.id.key, value_of<DerivedPtr>(p.launch, p.sizes)));
+      v.first = ins.memoized;
+      if (!ins.inserted()) free_quietly(ctx_.backend, p.launch.dst);
     }
     p.launch.dst = p.launch.dst2 = 0;  // memoized or freed: no longer ours
     return v;
@@ -286,9 +276,9 @@ Result<std::vector<DerivedValue>> derive_all_unwrapped(const DeriveContext& ctx,
     Wave wave(ctx, results, progress, report);
     for (std::size_t i = 0; i < plan.size(); ++i) {
       if (plan[i].of_transposed) continue;
-      if (Status s = wave.add(plan[i], i); !s.ok()) return std::move(s).with_context(where(plan[i])).error();
+      BALLAST_RETURN_IF_ERROR(wave.add(plan[i], i), where(plan[i]));
     }
-    if (Status s = wave.commit(); !s.ok()) return std::move(s).with_context("finishing the first wave of derivations").error();
+    BALLAST_RETURN_IF_ERROR(wave.commit(), "finishing the first wave of derivations");
   }
   // The transposed copies wave 2 reads; usually planned, hence memoized by
   // now, and launched here only when they were not.
@@ -300,17 +290,17 @@ Result<std::vector<DerivedValue>> derive_all_unwrapped(const DeriveContext& ctx,
     for (const PlannedDerivation& p : plan) {
       if (!p.of_transposed) continue;
       const PlannedDerivation t = transposed_source_of(p);
-      if (Status s = copies.add(t, 0); !s.ok()) return std::move(s).with_context(where(t)).error();
+      BALLAST_RETURN_IF_ERROR(copies.add(t, 0), where(t));
     }
-    if (Status s = copies.commit(); !s.ok()) return std::move(s).with_context("finishing the transposed copies").error();
+    BALLAST_RETURN_IF_ERROR(copies.commit(), "finishing the transposed copies");
   }
   // Wave 2: per-output-channel quantisation of those copies.
   Wave wave(ctx, results, progress, report);
   for (std::size_t i = 0; i < plan.size(); ++i) {
     if (!plan[i].of_transposed) continue;
-    if (Status s = wave.add(plan[i], i); !s.ok()) return std::move(s).with_context(where(plan[i])).error();
+    BALLAST_RETURN_IF_ERROR(wave.add(plan[i], i), where(plan[i]));
   }
-  if (Status s = wave.commit(); !s.ok()) return std::move(s).with_context("finishing the second wave of derivations").error();
+  BALLAST_RETURN_IF_ERROR(wave.commit(), "finishing the second wave of derivations");
   return results;
 }
 
@@ -327,15 +317,13 @@ Result<DerivedValue> derive_weight(const DeriveContext& ctx, const PlannedDeriva
 }
 
 Result<DerivedValue> derive_weight(const DeriveContext& ctx, const NodeInfo& node, Derivation kind) {
-  auto planned = plan_derivation(ctx.model, node, kind);
-  if (!planned.ok()) return planned.error();
-  return derive_weight(ctx, *planned);
+  BALLAST_ASSIGN_OR_RETURN(auto planned, plan_derivation(ctx.model, node, kind));
+  return derive_weight(ctx, planned);
 }
 
 Result<DerivedValue> derive_weight(const DeriveContext& ctx, std::string_view weight, Derivation kind) {
-  auto planned = plan_derivation(ctx.model, weight, kind);
-  if (!planned.ok()) return planned.error();
-  return derive_weight(ctx, *planned);
+  BALLAST_ASSIGN_OR_RETURN(auto planned, plan_derivation(ctx.model, weight, kind));
+  return derive_weight(ctx, planned);
 }
 
 Result<std::vector<DerivedValue>> derive_weights(const DeriveContext& ctx, std::span<const PlannedDerivation> plan,

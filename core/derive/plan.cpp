@@ -133,18 +133,16 @@ Result<std::vector<PlannedDerivation>> plan_derivations(const Model& model) {
   std::vector<PlannedDerivation> out;
   std::set<decltype(identity(PlannedDerivation{}))> seen;
   for (const NodeInfo& node : model.nodes()) {
-    auto planned = plan_node(model, node);
-    if (!planned.ok()) return planned.error();
-    for (PlannedDerivation& p : *planned)
+    BALLAST_ASSIGN_OR_RETURN(auto planned, plan_node(model, node));
+    for (PlannedDerivation& p : planned)
       if (seen.insert(identity(p)).second) out.push_back(std::move(p));
   }
   return out;
 }
 
 Result<PlannedDerivation> plan_derivation(const Model& model, const NodeInfo& node, Derivation kind) {
-  auto planned = plan_node(model, node);
-  if (!planned.ok()) return planned.error();
-  for (PlannedDerivation& p : *planned)
+  BALLAST_ASSIGN_OR_RETURN(auto planned, plan_node(model, node));
+  for (PlannedDerivation& p : planned)
     if (p.kind == kind) return std::move(p);
   return node_error(node, std::string(derivation_name(kind)) + " does not apply to this node's weight");
 }

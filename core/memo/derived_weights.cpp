@@ -62,11 +62,11 @@ std::optional<DevicePair> DerivedWeights::find_pair(Derivation kind, const Deriv
 }
 
 Result<std::optional<DevicePtr>> DerivedWeights::get_ptr(Derivation kind, const DerivationKey& key) const {
-  if (Status s = check_kind(kind, false); !s.ok()) return s;
+  BALLAST_RETURN_IF_ERROR(check_kind(kind, false));
   return find_ptr(kind, key);
 }
 Result<std::optional<DevicePair>> DerivedWeights::get_pair(Derivation kind, const DerivationKey& key) const {
-  if (Status s = check_kind(kind, true); !s.ok()) return s;
+  BALLAST_RETURN_IF_ERROR(check_kind(kind, true));
   return find_pair(kind, key);
 }
 
@@ -87,11 +87,11 @@ Result<Insertion<DerivedPair>> DerivedWeights::store_pair(Derivation kind, const
   }
 }
 Result<Insertion<DerivedPtr>> DerivedWeights::insert_ptr(Derivation kind, const DerivationKey& key, DerivedPtr value) {
-  if (Status s = check_kind(kind, false); !s.ok()) return s;
+  BALLAST_RETURN_IF_ERROR(check_kind(kind, false));
   return store_ptr(kind, key, value);
 }
 Result<Insertion<DerivedPair>> DerivedWeights::insert_pair(Derivation kind, const DerivationKey& key, DerivedPair value) {
-  if (Status s = check_kind(kind, true); !s.ok()) return s;
+  BALLAST_RETURN_IF_ERROR(check_kind(kind, true));
   return store_pair(kind, key, value);
 }
 

@@ -154,30 +154,29 @@ Status ModelDecoder::decode(Bytes bytes) {
     if (!reader.next(f)) return reader.error();
     switch (f.number) {
       case model_field::kIrVersion:
-        if (Status s = expect_wire_type(f, WireType::varint, "ModelProto.ir_version"); !s.ok()) return s;
+        BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::varint, "ModelProto.ir_version"));
         model_.ir_version = static_cast<std::int64_t>(f.value);
         break;
       case model_field::kOpsetImport: {
-        if (Status s = expect_wire_type(f, WireType::len, "ModelProto.opset_import"); !s.ok()) return s;
+        BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::len, "ModelProto.opset_import"));
         std::pair<std::string, std::int64_t> opset;
         WireReader op(f.payload, f.payload_offset);
         while (!op.at_end()) {
-          auto g = op.next();
-          if (!g) return g.error();
-          if (g->number == opset_field::kDomain) {
-            if (Status s = expect_wire_type(*g, WireType::len, "OperatorSetIdProto.domain"); !s.ok()) return s;
-            opset.first = std::string(g->text());
-          } else if (g->number == opset_field::kVersion) {
-            if (Status s = expect_wire_type(*g, WireType::varint, "OperatorSetIdProto.version"); !s.ok()) return s;
-            opset.second = static_cast<std::int64_t>(g->value);
+          BALLAST_ASSIGN_OR_RETURN(auto g, op.next());
+          if (g.number == opset_field::kDomain) {
+            BALLAST_RETURN_IF_ERROR(expect_wire_type(g, WireType::len, "OperatorSetIdProto.domain"));
+            opset.first = std::string(g.text());
+          } else if (g.number == opset_field::kVersion) {
+            BALLAST_RETURN_IF_ERROR(expect_wire_type(g, WireType::varint, "OperatorSetIdProto.version"));
+            opset.second = static_cast<std::int64_t>(g.value);
           }
         }
         model_.opsets.push_back(std::move(opset));
         break;
       }
       case model_field::kGraph:
-        if (Status s = expect_wire_type(f, WireType::len, "ModelProto.graph"); !s.ok()) return s;
-        if (Status s = decode_graph(f, 0); !s.ok()) return s;
+        BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::len, "ModelProto.graph"));
+        BALLAST_RETURN_IF_ERROR(decode_graph(f, 0));
         break;
       default: break;  // producer, metadata, functions, training info
     }
@@ -197,21 +196,20 @@ Status ModelDecoder::decode_graph(const WireField& graph, unsigned depth) {
     if (!reader.next(f)) return reader.error();
     switch (f.number) {
       case graph_field::kNode:
-        if (Status s = expect_wire_type(f, WireType::len, "GraphProto.node"); !s.ok()) return s;
-        if (Status s = decode_node(f, depth); !s.ok()) return s;
+        BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::len, "GraphProto.node"));
+        BALLAST_RETURN_IF_ERROR(decode_node(f, depth));
         break;
       case graph_field::kInitializer:
-        if (Status s = expect_wire_type(f, WireType::len, "GraphProto.initializer"); !s.ok()) return s;
-        if (Status s = add_tensor(f, source, {}); !s.ok()) return s;
+        BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::len, "GraphProto.initializer"));
+        BALLAST_RETURN_IF_ERROR(add_tensor(f, source, {}));
         break;
       case graph_field::kSparseInitializer: {
-        if (Status s = expect_wire_type(f, WireType::len, "GraphProto.sparse_initializer"); !s.ok()) return s;
+        BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::len, "GraphProto.sparse_initializer"));
         std::string_view name;
         WireReader sparse(f.payload, f.payload_offset);
         while (!sparse.at_end()) {
-          auto g = sparse.next();
-          if (!g) return g.error();
-          if (g->number == sparse_field::kValues && g->type == WireType::len) name = TensorDecoder::name_of(*g);
+          BALLAST_ASSIGN_OR_RETURN(auto g, sparse.next());
+          if (g.number == sparse_field::kValues && g.type == WireType::len) name = TensorDecoder::name_of(g);
         }
         model_.notes.push_back({std::string(name), "sparse_initializer is not supported: not loaded as a weight"});
         break;
@@ -266,9 +264,9 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
       case node_field::kOpType: op_type = f.text(); break;
       case node_field::kDomain: domain = f.text(); break;
       case node_field::kAttribute: {
-        auto attr = scan_attribute(f);  // validates every attribute now, so the later table build cannot fail
-        if (!attr) return attr.error();
-        has_subgraphs = has_subgraphs || attr->has_graphs;
+        // Validates every attribute now, so the later table build cannot fail.
+        BALLAST_ASSIGN_OR_RETURN(auto attr, scan_attribute(f));
+        has_subgraphs = has_subgraphs || attr.has_graphs;
         break;
       }
       default: break;
@@ -285,26 +283,22 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
   bool have_value = false;
   WireReader again(node_field.payload, node_field.payload_offset);
   while (!again.at_end()) {
-    auto next = again.next();
-    if (!next) return next.error();
-    if (next->number != node_field::kAttribute) continue;
-    auto attr = scan_attribute(*next);
-    if (!attr) return attr.error();
-    WireReader inner(attr->message.payload, attr->message.payload_offset);
+    BALLAST_ASSIGN_OR_RETURN(auto next, again.next());
+    if (next.number != node_field::kAttribute) continue;
+    BALLAST_ASSIGN_OR_RETURN(auto attr, scan_attribute(next));
+    WireReader inner(attr.message.payload, attr.message.payload_offset);
     while (!inner.at_end()) {
-      auto g = inner.next();
-      if (!g) return g.error();
-      if (g->number == attr_field::kG || g->number == attr_field::kGraphs)
-        if (Status s = decode_graph(*g, depth + 1); !s.ok())
-          return std::move(s).with_context("in subgraph '" + std::string(attr->name) + "' of node '" +
-                                           std::string(name) + "' (" + std::string(op_type) + ")");
+      BALLAST_ASSIGN_OR_RETURN(auto g, inner.next());
+      if (g.number == attr_field::kG || g.number == attr_field::kGraphs)
+        BALLAST_RETURN_IF_ERROR(decode_graph(g, depth + 1), "in subgraph '", attr.name, "' of node '", name, "' (",
+                                op_type, ")");
     }
-    if (constant && is_constant_value_attribute(attr->name)) {
+    if (constant && is_constant_value_attribute(attr.name)) {
       if (have_value)
         return error_at(ErrorCode::malformed, "Constant node has more than one value attribute", first_output,
-                        next->offset);
+                        next.offset);
       have_value = true;
-      if (Status s = decode_constant(attr->message, attr->name, name, first_output, *next); !s.ok()) return s;
+      BALLAST_RETURN_IF_ERROR(decode_constant(attr.message, attr.name, name, first_output, next));
     }
   }
   if (constant && !have_value)
@@ -316,12 +310,12 @@ Status ModelDecoder::decode_constant(const WireField& attribute, std::string_vie
                                      std::string_view node_name, std::string_view name, const WireField& node_field) {
   if (name.empty())
     return error_at(ErrorCode::malformed, "Constant node without an output", node_name, node_field.offset);
-  auto attr = scan_attribute(attribute);
-  if (!attr) return attr.error();
+  BALLAST_ASSIGN_OR_RETURN(auto attr, scan_attribute(attribute));
 
   if (attr_name == "value") {
-    if (!attr->t) return error_at(ErrorCode::malformed, "Constant 'value' attribute without a tensor", name, attribute.offset);
-    return add_tensor(*attr->t, WeightSource::constant, name);
+    if (!attr.t)
+      return error_at(ErrorCode::malformed, "Constant 'value' attribute without a tensor", name, attribute.offset);
+    return add_tensor(*attr.t, WeightSource::constant, name);
   }
   if (attr_name == "sparse_value") {
     model_.notes.push_back({std::string(name), "Constant sparse_value is not supported: not loaded as a weight"});
@@ -331,7 +325,7 @@ Status ModelDecoder::decode_constant(const WireField& attribute, std::string_vie
     StringTensorInfo info;
     info.name = std::string(name);
     info.source = WeightSource::constant;
-    if (attr_name == "value_strings") info.dims = {static_cast<std::int64_t>(attr->strings)};
+    if (attr_name == "value_strings") info.dims = {static_cast<std::int64_t>(attr.strings)};
     model_.string_tensors.push_back(std::move(info));
     return {};
   }
@@ -340,33 +334,31 @@ Status ModelDecoder::decode_constant(const WireField& attribute, std::string_vie
   w.source = WeightSource::constant;
   w.storage = WeightRef::Storage::inline_owned;
   if (attr_name == "value_float") {
-    const std::uint32_t bits = attr->f_bits.value_or(0);
+    const std::uint32_t bits = attr.f_bits.value_or(0);
     std::byte le[4];
     for (int k = 0; k < 4; ++k) le[k] = static_cast<std::byte>((bits >> (8 * k)) & 0xffu);
     w.dtype = DataType::float32;
     w.owned = owned_bytes(le, 4);
   } else if (attr_name == "value_int") {
     w.dtype = DataType::int64;
-    w.owned = owned_int64_le(attr->i.value_or(0));
+    w.owned = owned_int64_le(attr.i.value_or(0));
   } else if (attr_name == "value_floats") {
-    auto data = gather_fixed(attribute, attr_field::kFloats, 4, "AttributeProto.floats");
-    if (!data) return std::move(data.error());
+    BALLAST_ASSIGN_OR_RETURN(auto data, gather_fixed(attribute, attr_field::kFloats, 4, "AttributeProto.floats"));
     w.dtype = DataType::float32;
-    w.dims = {static_cast<std::int64_t>(data->count)};
-    if (data->owned) {
-      w.owned = data->owned;
+    w.dims = {static_cast<std::int64_t>(data.count)};
+    if (data.owned) {
+      w.owned = data.owned;
     } else {
       w.storage = WeightRef::Storage::inline_borrowed;  // a packed run is already float32 LE
-      w.inline_bytes = data->bytes;
+      w.inline_bytes = data.bytes;
     }
   } else {  // value_ints
-    auto count = count_varints(attribute, attr_field::kInts, "AttributeProto.ints");
-    if (!count) return std::move(count.error());
-    auto data = gather_varints(attribute, attr_field::kInts, *count, 8, false, "AttributeProto.ints");
-    if (!data) return std::move(data.error());
+    BALLAST_ASSIGN_OR_RETURN(auto count, count_varints(attribute, attr_field::kInts, "AttributeProto.ints"));
+    BALLAST_ASSIGN_OR_RETURN(auto data,
+                             gather_varints(attribute, attr_field::kInts, count, 8, false, "AttributeProto.ints"));
     w.dtype = DataType::int64;
-    w.dims = {static_cast<std::int64_t>(*count)};
-    w.owned = data->owned;
+    w.dims = {static_cast<std::int64_t>(count)};
+    w.owned = data.owned;
   }
   if (w.owned) w.inline_bytes = Bytes(w.owned->data(), w.owned->size());
   return add_weight(name, std::move(w), attribute.offset);
@@ -374,7 +366,7 @@ Status ModelDecoder::decode_constant(const WireField& attribute, std::string_vie
 
 Status ModelDecoder::add_tensor(const WireField& tensor, WeightSource source, std::string_view name_override) {
   DecodedTensor& decoded = decoded_;
-  if (Status s = tensors_.decode(tensor, source, name_override, decoded); !s.ok()) return s;
+  BALLAST_RETURN_IF_ERROR(tensors_.decode(tensor, source, name_override, decoded));
   if (decoded.is_string) {
     StringTensorInfo info;
     info.name = std::string(decoded.name);

@@ -16,7 +16,7 @@ Status for_each_occurrence(const WireField& message, std::uint32_t number, Fn&& 
   while (!reader.at_end()) {
     if (!reader.next(field)) return reader.error();
     if (field.number != number) continue;
-    if (Status s = fn(field); !s.ok()) return s;
+    BALLAST_RETURN_IF_ERROR(fn(field));
   }
   return {};
 }
@@ -58,7 +58,7 @@ Result<InlineData> gather_fixed(const WireField& message, std::uint32_t number, 
       single = f.payload;
       return {};
     }
-    if (Status s = expect_wire_type(f, fixed_type(width), what); !s.ok()) return s;
+    BALLAST_RETURN_IF_ERROR(expect_wire_type(f, fixed_type(width), what));
     ++count;
     single = {};
     return {};
@@ -67,16 +67,15 @@ Result<InlineData> gather_fixed(const WireField& message, std::uint32_t number, 
   if (runs == 1 && single.data() != nullptr) return InlineData{single, nullptr, count};
   if (runs == 0) return InlineData{};
 
-  auto buffer = allocate(count, width);
-  if (!buffer) return buffer.error();
-  std::byte* out = (*buffer)->data();
+  BALLAST_ASSIGN_OR_RETURN(auto buffer, allocate(count, width));
+  std::byte* out = buffer->data();
   Status copied = for_each_occurrence(message, number, [&](const WireField& f) -> Status {
     if (!f.payload.empty()) std::memcpy(out, f.payload.data(), f.payload.size());
     out += f.payload.size();
     return {};
   });
   if (!copied.ok()) return copied;
-  std::shared_ptr<const std::vector<std::byte>> owned = std::move(*buffer);
+  std::shared_ptr<const std::vector<std::byte>> owned = std::move(buffer);
   return InlineData{Bytes(owned->data(), owned->size()), owned, count};
 }
 
@@ -84,12 +83,12 @@ Result<std::uint64_t> count_varints(const WireField& message, std::uint32_t numb
   std::uint64_t count = 0;
   Status scanned = for_each_occurrence(message, number, [&](const WireField& f) -> Status {
     if (f.type == WireType::len) {
-      auto n = count_packed_varints(f, what);
-      if (!n) return n.error();
-      if (__builtin_add_overflow(count, *n, &count)) return wire_error("too many " + std::string(what) + " values", f.payload_offset);
+      BALLAST_ASSIGN_OR_RETURN(auto n, count_packed_varints(f, what));
+      if (__builtin_add_overflow(count, n, &count))
+        return wire_error("too many " + std::string(what) + " values", f.payload_offset);
       return {};
     }
-    if (Status s = expect_wire_type(f, WireType::varint, what); !s.ok()) return s;
+    BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::varint, what));
     ++count;
     return {};
   });
@@ -99,10 +98,9 @@ Result<std::uint64_t> count_varints(const WireField& message, std::uint32_t numb
 
 Result<InlineData> gather_varints(const WireField& message, std::uint32_t number, std::uint64_t count,
                                   std::size_t out_width, bool as_bool, std::string_view what, VarintField field) {
-  auto buffer = allocate(count, out_width);
-  if (!buffer) return buffer.error();
-  std::byte* out = (*buffer)->data();
-  std::byte* const end = out + (*buffer)->size();
+  BALLAST_ASSIGN_OR_RETURN(auto buffer, allocate(count, out_width));
+  std::byte* out = buffer->data();
+  std::byte* const end = out + buffer->size();
   const unsigned bits = static_cast<unsigned>(out_width * 8);
   const bool checked = field != VarintField::unchecked && !as_bool && bits < 64;
   auto fits = [&](std::uint64_t v) {
@@ -141,7 +139,7 @@ Result<InlineData> gather_varints(const WireField& message, std::uint32_t number
     return {};
   });
   if (!written.ok()) return written;
-  std::shared_ptr<const std::vector<std::byte>> owned = std::move(*buffer);
+  std::shared_ptr<const std::vector<std::byte>> owned = std::move(buffer);
   return InlineData{Bytes(owned->data(), owned->size()), owned, count};
 }
 

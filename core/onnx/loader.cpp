@@ -62,17 +62,17 @@ Result<Model> load_model_file(const std::filesystem::path& path, const LoadOptio
     e.file = absolute.string();
     return std::move(e).with_context("opening ONNX model");
   }
-  auto mapped = store::MappedFile::map(opened->fd.get(), opened->st, absolute);
-  if (!mapped) return std::move(mapped.error()).with_context("opening ONNX model");
+  BALLAST_ASSIGN_OR_RETURN(auto mapped, store::MappedFile::map(opened->fd.get(), opened->st, absolute),
+                           "opening ONNX model");
   // The second root: the directory of the file actually opened, found
   // through its descriptor (so a model symlink swapped meanwhile does not
   // choose it).
   std::optional<store::Root> real_dir;
   if (options.allow_model_real_dir) real_dir = store::open_parent_of(opened->fd.get(), opened->st);
-  const Bytes bytes = (*mapped)->bytes();
-  const std::uint64_t size = (*mapped)->size();
+  const Bytes bytes = mapped->bytes();
+  const std::uint64_t size = mapped->size();
   auto base_dir = absolute.parent_path();
-  return decode_into_new_model(bytes, std::move(absolute), size, base_dir, options, std::move(*mapped),
+  return decode_into_new_model(bytes, std::move(absolute), size, base_dir, options, std::move(mapped),
                                std::move(real_dir));
 }
 

@@ -134,17 +134,16 @@ Status scan_tensor(const WireField& message, Scan& scan) {
         if (f.type == WireType::varint) {
           scan.dims.push_back(static_cast<std::int64_t>(f.value));
         } else {
-          if (Status s = expect_wire_type(f, WireType::len, "TensorProto.dims"); !s.ok()) return s;
-          auto n = count_packed_varints(f, "TensorProto.dims");
-          if (!n) return n.error();
-          scan.dims.reserve(scan.dims.size() + static_cast<std::size_t>(*n));
+          BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::len, "TensorProto.dims"));
+          BALLAST_ASSIGN_OR_RETURN(auto n, count_packed_varints(f, "TensorProto.dims"));
+          scan.dims.reserve(scan.dims.size() + static_cast<std::size_t>(n));
           std::size_t pos = 0;
           std::uint64_t v = 0;
           while (read_varint(f.payload, pos, v)) scan.dims.push_back(static_cast<std::int64_t>(v));
         }
         break;
       case kDataType:
-        if (Status s = expect_wire_type(f, WireType::varint, "TensorProto.data_type"); !s.ok()) return s;
+        BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::varint, "TensorProto.data_type"));
         scan.data_type = f.value;
         break;
       case kSegment:
@@ -153,10 +152,9 @@ Status scan_tensor(const WireField& message, Scan& scan) {
       case kFloatData:
       case kDoubleData:
         if (f.type != WireType::len) {
-          if (Status s = expect_wire_type(f, f.number == kFloatData ? WireType::fixed32 : WireType::fixed64,
-                                          f.number == kFloatData ? "TensorProto.float_data" : "TensorProto.double_data");
-              !s.ok())
-            return s;
+          BALLAST_RETURN_IF_ERROR(
+              expect_wire_type(f, f.number == kFloatData ? WireType::fixed32 : WireType::fixed64,
+                               f.number == kFloatData ? "TensorProto.float_data" : "TensorProto.double_data"));
         }
         scan.typed_seen |= 1u << f.number;
         break;
@@ -164,26 +162,25 @@ Status scan_tensor(const WireField& message, Scan& scan) {
       case kInt64Data:
       case kUint64Data:
         if (f.type != WireType::len) {
-          if (Status s = expect_wire_type(f, WireType::varint, "TensorProto." + std::string(typed_field_name(f.number)));
-              !s.ok())
-            return s;
+          BALLAST_RETURN_IF_ERROR(
+              expect_wire_type(f, WireType::varint, "TensorProto." + std::string(typed_field_name(f.number))));
         }
         scan.typed_seen |= 1u << f.number;
         break;
       case kStringData:
-        if (Status s = expect_wire_type(f, WireType::len, "TensorProto.string_data"); !s.ok()) return s;
+        BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::len, "TensorProto.string_data"));
         ++scan.string_count;
         break;
       case kName:
-        if (Status s = expect_wire_type(f, WireType::len, "TensorProto.name"); !s.ok()) return s;
+        BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::len, "TensorProto.name"));
         scan.name = f.text();
         break;
       case kRawData:
-        if (Status s = expect_wire_type(f, WireType::len, "TensorProto.raw_data"); !s.ok()) return s;
+        BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::len, "TensorProto.raw_data"));
         scan.raw_data = f;
         break;
       case kExternalData: {
-        if (Status s = expect_wire_type(f, WireType::len, "TensorProto.external_data"); !s.ok()) return s;
+        BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::len, "TensorProto.external_data"));
         if (scan.external->size() >= scan.max_external) {
           Error e = make_error(ErrorCode::overflow, "more than " + std::to_string(scan.max_external) +
                                                         " external_data entries (LoadOptions::max_external_entries)");
@@ -191,12 +188,12 @@ Status scan_tensor(const WireField& message, Scan& scan) {
           return e;
         }
         ExternalEntry entry;
-        if (Status s = scan_entry(f, entry); !s.ok()) return s;
+        BALLAST_RETURN_IF_ERROR(scan_entry(f, entry));
         scan.external->push_back(entry);
         break;
       }
       case kDataLocation:
-        if (Status s = expect_wire_type(f, WireType::varint, "TensorProto.data_location"); !s.ok()) return s;
+        BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::varint, "TensorProto.data_location"));
         scan.data_location = f.value;
         break;
       default: break;  // doc_string, metadata and fields of later schema versions

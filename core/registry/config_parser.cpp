@@ -35,11 +35,11 @@ class Parser {
 
     if (pos_ < text_.size() && text_[pos_] == ':') {
       ++pos_;
-      if (auto s = parse_device(config); !s.ok()) return s.error();
+      BALLAST_RETURN_IF_ERROR(parse_device(config));
     }
     if (pos_ < text_.size() && text_[pos_] == '?') {
       ++pos_;
-      if (auto s = parse_options(config); !s.ok()) return s.error();
+      BALLAST_RETURN_IF_ERROR(parse_options(config));
     }
     if (pos_ < text_.size()) {
       return fail(pos_, "unexpected '" + printable(text_[pos_]) + "'; expected ':' (device), '?' (options) or the end");

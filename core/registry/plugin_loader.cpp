@@ -200,13 +200,11 @@ Result<LoadedPlugin> PluginLoader::load_uncached(std::string_view name, const st
     if (!std::filesystem::exists(path, ec)) continue;
     // The first file found is the plugin: a broken one is reported, never
     // skipped in favour of another copy further down the path.
-    auto lib = open_shared_library(path);
-    if (!lib.ok()) return std::move(lib.error()).with_context("loading plugin " + path);
-    auto descriptor = checked_descriptor(*lib, name);
-    if (!descriptor.ok()) return std::move(descriptor.error()).with_context("checking plugin " + path);
+    BALLAST_ASSIGN_OR_RETURN(auto lib, open_shared_library(path), "loading plugin " + path);
+    BALLAST_ASSIGN_OR_RETURN(auto descriptor, checked_descriptor(lib, name), "checking plugin " + path);
     BackendPlugin* plugin = nullptr;
     try {
-      plugin = (*descriptor)->create();
+      plugin = descriptor->create();
     } catch (...) {
       Error e = make_error(ErrorCode::internal, "plugin create() threw an exception");
       e.file = path;

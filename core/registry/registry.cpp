@@ -178,20 +178,16 @@ BackendListing listing_for(PluginLoader& loader, const std::string& name) {
 }  // namespace
 
 Result<std::unique_ptr<GpuBackend>> open_backend(PluginLoader& loader, std::string_view text) {
-  auto config = parse_backend_config(text);
-  if (!config.ok()) return config.error();
-  const std::string context = "opening backend \"" + config->text + "\"";
-  if (!is_known(loader, config->name)) {
+  BALLAST_ASSIGN_OR_RETURN(auto config, parse_backend_config(text));
+  const std::string context = "opening backend \"" + config.text + "\"";
+  if (!is_known(loader, config.name)) {
     return make_error(ErrorCode::invalid_argument,
-                      "unknown backend \"" + config->name + "\"; known backends: " + known_list(loader));
+                      "unknown backend \"" + config.name + "\"; known backends: " + known_list(loader));
   }
-  auto loaded = find_plugin(loader, config->name);
-  if (!loaded.ok()) return std::move(loaded.error()).with_context(context);
-  auto devices = devices_of(*loaded->plugin);
-  if (!devices.ok()) return std::move(devices.error()).with_context(context);
-  if (auto s = check_device(*config, *devices); !s.ok()) return std::move(s).with_context(context);
-  auto backend = open_with(*loaded->plugin, *config);
-  if (!backend.ok()) return std::move(backend.error()).with_context(context);
+  BALLAST_ASSIGN_OR_RETURN(auto loaded, find_plugin(loader, config.name), context);
+  BALLAST_ASSIGN_OR_RETURN(auto devices, devices_of(*loaded.plugin), context);
+  BALLAST_RETURN_IF_ERROR(check_device(config, devices), context);
+  BALLAST_ASSIGN_OR_RETURN(auto backend, open_with(*loaded.plugin, config), context);
   return backend;
 }
 

@@ -184,10 +184,9 @@ Result<OpenedFile> walk(std::span<const Root* const> roots, std::string_view loc
         stack.pop();
         continue;
       }
-      auto parent = open_dir_entry(stack.top().fd, "..");
-      if (!parent) return parent.error();
+      BALLAST_ASSIGN_OR_RETURN(auto parent, open_dir_entry(stack.top().fd, ".."));
       stack.pop();
-      stack.push(*parent);
+      stack.push(parent);
       continue;
     }
     const int raw = ::openat(stack.top().fd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
@@ -204,10 +203,9 @@ Result<OpenedFile> walk(std::span<const Root* const> roots, std::string_view loc
       target.resize(static_cast<std::size_t>(n));
       if (target.empty()) return make_error(ErrorCode::not_found, "no such file");
       if (target.front() == '/') {
-        auto top = open_dir_entry(AT_FDCWD, "/");
-        if (!top) return top.error();
+        BALLAST_ASSIGN_OR_RETURN(auto top, open_dir_entry(AT_FDCWD, "/"));
         stack.clear();
-        stack.push(*top);
+        stack.push(top);
       }
       push_components(pending, target);
       continue;

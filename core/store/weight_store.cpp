@@ -174,12 +174,13 @@ Result<MappingId> WeightStore::map_external(const std::filesystem::path& path) {
     if (auto it = impl_->by_identity.find(store::identity_of(opened->st)); it != impl_->by_identity.end())
       return it->second;
   }
-  auto mapped = store::MappedFile::map(opened->fd.get(), opened->st, store::path_of(opened->fd.get(), path));
-  if (!mapped) return std::move(mapped.error()).with_context("mapping external data");
+  BALLAST_ASSIGN_OR_RETURN(auto mapped,
+                           store::MappedFile::map(opened->fd.get(), opened->st, store::path_of(opened->fd.get(), path)),
+                           "mapping external data");
   std::unique_lock lock(impl_->mutex);
   if (auto it = impl_->by_identity.find(store::identity_of(opened->st)); it != impl_->by_identity.end())
     return it->second;  // mapped meanwhile by another thread: ours is dropped
-  return impl_->add(std::move(*mapped), path);
+  return impl_->add(std::move(mapped), path);
 }
 
 Result<MappingId> WeightStore::map_external_fd(int fd, const std::filesystem::path& display_path) {
@@ -194,11 +195,10 @@ Result<MappingId> WeightStore::map_external_fd(int fd, const std::filesystem::pa
     std::shared_lock lock(impl_->mutex);
     if (auto it = impl_->by_identity.find(store::identity_of(st)); it != impl_->by_identity.end()) return it->second;
   }
-  auto mapped = store::MappedFile::map(fd, st, display_path);
-  if (!mapped) return std::move(mapped.error()).with_context("mapping external data");
+  BALLAST_ASSIGN_OR_RETURN(auto mapped, store::MappedFile::map(fd, st, display_path), "mapping external data");
   std::unique_lock lock(impl_->mutex);
   if (auto it = impl_->by_identity.find(store::identity_of(st)); it != impl_->by_identity.end()) return it->second;
-  return impl_->add(std::move(*mapped), {});
+  return impl_->add(std::move(mapped), {});
 }
 
 std::optional<Bytes> WeightStore::bytes(const WeightRef& weight) const {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -113,4 +114,67 @@ class [[nodiscard]] Result {
   std::variant<T, Error> v_;
 };
 
+namespace status_detail {
+
+// The macros' return value (a function call, so that compilers do not warn
+// about std::move on a local in a return statement).
+inline Status&& propagate(Status& s) noexcept { return std::move(s); }
+
+inline Status status_of(Status&& s) noexcept { return std::move(s); }
+inline Status status_of(const Status& s) { return s; }
+template <class T>
+Status status_of(Result<T>&& r) {
+  return r.ok() ? Status() : Status(std::move(r.error()));
+}
+template <class T>
+Status status_of(const Result<T>& r) {
+  return r.status();
+}
+
+// The context pieces of the macros below, joined; built only on failure.
+inline std::string context(std::string_view first) { return std::string(first); }
+template <class... Rest>
+std::string context(std::string_view first, const Rest&... rest) {
+  std::string out(first);
+  (out.append(std::string_view(rest)), ...);
+  return out;
+}
+
+}  // namespace status_detail
+
 }  // namespace ballast
+
+// Early returns on failure, for functions returning Status or Result<U>.
+//
+//   BALLAST_RETURN_IF_ERROR(expr[, context...]);
+//     expr is a Status or a Result<T>; on failure the function returns its
+//     error.
+//   BALLAST_ASSIGN_OR_RETURN(lhs, expr[, context...]);
+//     expr is a Result<T>; on failure returns its error, else moves the value
+//     into lhs, a declaration (`auto x`, `std::uint64_t n`) or a variable.
+//
+// The optional context pieces (strings, string_views, C strings) are joined
+// and prefixed to the error's "while ..." chain (Error::with_context); they
+// are evaluated only on failure. ASSIGN_OR_RETURN expands to several
+// statements (brace it under an `if`), and a comma in lhs needs parentheses
+// around the type, as in any macro argument.
+#define BALLAST_RETURN_IF_ERROR(expr, ...)                                                                    \
+  do {                                                                                                        \
+    if (::ballast::Status ballast_status_ = ::ballast::status_detail::status_of(expr); !ballast_status_.ok()) \
+        [[unlikely]]                                                                                          \
+      return ::ballast::status_detail::propagate(ballast_status_)                                             \
+          __VA_OPT__(.with_context(::ballast::status_detail::context(__VA_ARGS__)));                          \
+  } while (false)
+
+#define BALLAST_ASSIGN_OR_RETURN(lhs, expr, ...)                                         \
+  BALLAST_ASSIGN_OR_RETURN_IMPL_(BALLAST_STATUS_CONCAT_(ballast_result_, __LINE__), lhs, \
+                                 expr __VA_OPT__(, ) __VA_ARGS__)
+
+#define BALLAST_STATUS_CONCAT_INNER_(a, b) a##b
+#define BALLAST_STATUS_CONCAT_(a, b) BALLAST_STATUS_CONCAT_INNER_(a, b)
+#define BALLAST_ASSIGN_OR_RETURN_IMPL_(result, lhs, expr, ...)                     \
+  auto result = (expr);                                                            \
+  if (!result.ok()) [[unlikely]]                                                   \
+    return ::ballast::Status(std::move(result.error()))                            \
+        __VA_OPT__(.with_context(::ballast::status_detail::context(__VA_ARGS__))); \
+  lhs = std::move(result).value()

@@ -8,6 +8,8 @@
 
 #include <doctest/doctest.h>
 
+#include <support/derivation_cases.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <random>
@@ -63,8 +65,9 @@ DeviceBuffer upload(std::span<const std::byte> host);
 // Reads `bytes` from `ptr + offset` (REQUIREs success).
 std::vector<std::byte> download(DevicePtr ptr, std::uint64_t bytes, std::uint64_t offset = 0);
 
-// Deterministic pseudo-random bytes, so a failure reproduces exactly.
-std::vector<std::byte> random_bytes(std::size_t n, std::uint64_t seed);
+// Deterministic pseudo-random bytes, so a failure reproduces exactly
+// (tests/support/derivation_cases.hpp).
+using ballast::test_cases::random_bytes;
 
 template <class T>
 std::span<const std::byte> bytes_of(const std::vector<T>& v) {

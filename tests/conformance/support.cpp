@@ -51,21 +51,6 @@ std::vector<std::byte> download(DevicePtr ptr, std::uint64_t bytes, std::uint64_
   return out;
 }
 
-std::vector<std::byte> random_bytes(std::size_t n, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<std::byte> out(n);
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const std::uint64_t r = rng();
-    std::memcpy(out.data() + i, &r, 8);
-  }
-  if (i < n) {
-    const std::uint64_t r = rng();
-    std::memcpy(out.data() + i, &r, n - i);
-  }
-  return out;
-}
-
 std::string describe(const ballast::Status& s) { return s.to_string(); }
 
 }  // namespace conformance

@@ -1,6 +1,6 @@
 // Every derivation x source type x shape against the scalar reference.
 #include "conformance/conformance.hpp"
-#include "conformance/derivation_cases.hpp"
+#include "conformance/derivation_runner.hpp"
 
 #include <vector>
 

@@ -1,6 +1,6 @@
 // Bad launches are errors, not crashes, and leave the backend usable.
 #include "conformance/conformance.hpp"
-#include "conformance/derivation_cases.hpp"
+#include "conformance/derivation_runner.hpp"
 
 #include <functional>
 #include <string>

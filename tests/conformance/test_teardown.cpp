@@ -1,7 +1,7 @@
 // Issue 4's teardown proof on real backend allocations: a DerivedWeights
 // memo filled through the backend gives every byte back via its TeardownHost.
 #include "conformance/conformance.hpp"
-#include "conformance/derivation_cases.hpp"
+#include "conformance/derivation_runner.hpp"
 
 #include <ballast/derived_weights.hpp>
 #include <ballast/model_resource.hpp>

@@ -1,7 +1,7 @@
 // Several threads allocating, launching, copying back and verifying on the
 // one backend at the same time.
 #include "conformance/conformance.hpp"
-#include "conformance/derivation_cases.hpp"
+#include "conformance/derivation_runner.hpp"
 
 #include <string>
 #include <thread>

@@ -84,20 +84,21 @@ def ctest_names(regex):
 
 def targets_for(tests, all_targets, path):
     """Build targets for these tests: a test's target has its name;
-    conformance_* run ballast_conformance, interop_* run ballast_cli.
+    conformance.<suite>.<backend> run ballast_conformance, interop_* and
+    cli_* (the python ones) run ballast_cli.
     None means: build everything."""
     targets = set()
     for t in tests:
         if t in all_targets:
             targets.add(t)
-        elif t.startswith("conformance_") and "ballast_conformance" in all_targets:
+        elif t.startswith("conformance.") and "ballast_conformance" in all_targets:
             targets.add("ballast_conformance")
-        elif t.startswith("interop_") and "ballast_cli" in all_targets:
+        elif t.startswith(("interop_", "cli_")) and "ballast_cli" in all_targets:
             targets.add("ballast_cli")
         else:
             return None
     # Plugins are loaded at run time, so nothing above depends on them.
-    if "ballast-vulkan" in all_targets and (path.startswith("backends/vulkan/") or
+    if "ballast-vulkan" in all_targets and (path.startswith(("backends/vulkan/", "tests/backends/vulkan/")) or
                                              any("vulkan" in t for t in tests)):
         targets.add("ballast-vulkan")
     return sorted(targets)

@@ -2,7 +2,7 @@
 // here and usable (and if not, exactly why), its devices and what they can
 // do, notably whether weights can be read in place or must be uploaded.
 #include "command.hpp"
-#include "support_format.hpp"
+#include "support/format.hpp"
 
 #include <ballast/backend_registry.hpp>
 

@@ -3,10 +3,10 @@
 // every derivation that applies through the model's DerivedWeights memo,
 // reports per derivation, then tears everything down and reports that too.
 #include "command.hpp"
-#include "support_format.hpp"
-#include "support_model.hpp"
-#include "support_npy.hpp"
-#include "support_progress.hpp"
+#include "support/format.hpp"
+#include "support/model.hpp"
+#include "support/npy.hpp"
+#include "support/progress.hpp"
 
 #include <ballast/backend_registry.hpp>
 #include <ballast/derive.hpp>
@@ -186,18 +186,16 @@ class DeriveJob {
   }
 
   Status dump(const PlannedDerivation& p, const std::string& stem, DevicePtr dst, DevicePtr dst2) {
-    auto sizes = derivation_sizes(p.launch);
-    if (!sizes.ok()) return sizes.status();
+    BALLAST_ASSIGN_OR_RETURN(auto sizes, derivation_sizes(p.launch));
     const WeightRef& w = model_.store().weights.at(p.source);
-    for (const Output& o : outputs_of(p, *sizes, dst, dst2, w.dims)) {
+    for (const Output& o : outputs_of(p, sizes, dst, dst2, w.dims)) {
       std::vector<std::byte> host(o.bytes);
-      if (Status s = gpu_.copy_to_host(host, o.ptr, 0); !s.ok()) return std::move(s).with_context("reading back " + o.suffix);
+      BALLAST_RETURN_IF_ERROR(gpu_.copy_to_host(host, o.ptr, 0), "reading back " + o.suffix);
       if (!dump_dir_) {  // beneath one directory handle, never following a planted symlink
-        auto dir = DumpDirectory::open(opt_.dump);
-        if (!dir.ok()) return dir.status();
-        dump_dir_.emplace(std::move(*dir));
+        BALLAST_ASSIGN_OR_RETURN(auto dir, DumpDirectory::open(opt_.dump));
+        dump_dir_.emplace(std::move(dir));
       }
-      if (auto written = dump_dir_->write_npy(stem, o.suffix, o.descr, o.shape, host); !written.ok()) return written.status();
+      BALLAST_RETURN_IF_ERROR(dump_dir_->write_npy(stem, o.suffix, o.descr, o.shape, host));
     }
     return Status();
   }

@@ -1,11 +1,11 @@
 // `ballast inspect MODEL [--json] [--hash] [--map FILE.svg]`: every weight of
 // a model, where its bytes live, and how much of each external file is dead.
 #include "command.hpp"
-#include "support_format.hpp"
-#include "support_hash.hpp"
-#include "support_model.hpp"
-#include "support_progress.hpp"
-#include "support_svg.hpp"
+#include "support/format.hpp"
+#include "support/hash.hpp"
+#include "support/model.hpp"
+#include "support/progress.hpp"
+#include "support/svg.hpp"
 
 #include <ballast/onnx_loader.hpp>
 

@@ -2,10 +2,11 @@
 // external-data `checksum` (SHA-1 hex, as ONNX specifies) matches the bytes,
 // and every data file is still the one opened, at its path (support_verify).
 #include "command.hpp"
-#include "support_format.hpp"
-#include "support_model.hpp"
-#include "support_progress.hpp"
-#include "support_verify.hpp"
+#include "support/format.hpp"
+#include "support/hash.hpp"
+#include "support/model.hpp"
+#include "support/progress.hpp"
+#include "support/verify.hpp"
 
 #include <ballast/onnx_loader.hpp>
 

@@ -113,7 +113,7 @@ struct Buffers {
       const std::uint32_t v = (x & 0x83ff83ffu) | 0x3c003c00u;
       std::memcpy(host.data() + i, &v, 4);
     }
-    if (auto st = g_backend->copy_to_device(*p, 0, host); !st) return st;
+    BALLAST_RETURN_IF_ERROR(g_backend->copy_to_device(*p, 0, host));
     return *p;
   }
 };

@@ -10,7 +10,7 @@ endif()
 string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
 string(REGEX REPLACE "((0x..,){16})" "\\1\n  " bytes "${bytes}")
 file(WRITE "${OUT}.tmp" "// Generated from ${SPV} by embed_spirv.cmake; do not edit.
-#include \"embedded_shaders.hpp\"
+#include \"vulkan/embedded_shaders.hpp\"
 
 namespace ballast::vulkan::shaders {
 namespace {

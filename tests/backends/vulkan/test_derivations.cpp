@@ -5,6 +5,8 @@
 
 #include "common/kernel_math.hpp"
 
+#include <support/derivation_cases.hpp>
+
 #include <cstdlib>
 #include <random>
 #include <thread>
@@ -89,20 +91,7 @@ Run run(VulkanBackend& b, DerivationLaunch l, const Bytes& src, const Bytes& sca
   return r;
 }
 
-// f32 values covering every path of the f16 conversion.
-std::vector<float> awkward_floats(std::size_t count, std::uint32_t seed) {
-  std::vector<float> v = {0.0f, -0.0f, 1.0f, -1.5f, 65504.0f, 65519.996f, 65520.0f, -70000.0f, 6.0e-8f, 2.9e-8f,
-                          3.0e-8f, 6.1e-5f, 6.0e-5f, 1.0e-40f, -1.0e-45f, 0.333333f};
-  const std::uint32_t specials[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc12345u, 0x7f800001u, 0x387fe000u,
-                                    0x33000000u, 0x33000001u, 0x337fffffu, 0x38800000u - 1u};
-  for (std::uint32_t s : specials) v.push_back(kmath::f32_from_bits(s));
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<std::uint32_t> bits;
-  std::normal_distribution<float> normal(0.0f, 3.0f);
-  while (v.size() < count) v.push_back(v.size() % 3 == 0 ? kmath::f32_from_bits(bits(rng)) : normal(rng));
-  v.resize(count);
-  return v;
-}
+using test_cases::awkward_floats;
 
 const std::uint64_t kShifts[] = {0, 1, 2, 3};
 
@@ -119,8 +108,7 @@ TEST_CASE("transpose: every element size, shapes and alignments, bit-exact") {
         CAPTURE(rows);
         CAPTURE(cols);
         CAPTURE(shift);
-        Bytes src(rows * cols * size);
-        for (auto& x : src) x = static_cast<std::uint8_t>(rng());
+        const Bytes src = bytes_of(test_cases::random_bytes(rng, rows * cols * size));
         DerivationLaunch l;
         l.kind = Derivation::transpose;
         l.src_type = t;
@@ -176,37 +164,36 @@ struct Int4Inputs {
   std::vector<float> scale_f, zp_f;  // per (n, block), as f32
 };
 
+// The shared case's operands, with its scales and zero points as f32 for
+// the kmath computations.
 Int4Inputs make_int4(const Int4Case& c, DataType scale_type, ZeroPoints zp, std::mt19937& rng) {
+  DerivationLaunch shape;
+  shape.kind = Derivation::dequant_int4;
+  shape.src_type = scale_type;
+  shape.rows = c.n;
+  shape.cols = c.k;
+  shape.block_size = c.block;
+  shape.zero_points = zp;
+  const test_cases::DerivationCase generated = test_cases::int4_normal_case(rng, shape);
   const std::uint64_t kb = k_blocks(c.k, c.block);
   Int4Inputs in;
-  in.b.resize(c.n * kb * c.block / 2);
-  for (auto& x : in.b) x = static_cast<std::uint8_t>(rng());
-  std::normal_distribution<float> normal(0.0f, 0.05f);
+  in.b = bytes_of(generated.src);
+  in.scales = bytes_of(generated.scales);
+  in.zero_points = bytes_of(generated.zero_points);
   const bool f16 = scale_type == DataType::float16;
-  auto push_typed = [&](Bytes& out, float v) -> float {
-    if (f16) {
-      const std::uint16_t h = kmath::f16_bits_from_f32(v);
-      out.push_back(static_cast<std::uint8_t>(h));
-      out.push_back(static_cast<std::uint8_t>(h >> 8));
-      return kmath::f32_from_f16_bits(h);
-    }
-    const std::uint32_t u = kmath::f32_bits(v);
-    for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::uint8_t>(u >> (8 * i)));
-    return v;
+  auto typed = [&](const Bytes& v, std::uint64_t i) {
+    if (f16) return kmath::f32_from_f16_bits(static_cast<std::uint16_t>(v[2 * i] | (v[2 * i + 1] << 8)));
+    std::uint32_t u;
+    std::memcpy(&u, v.data() + 4 * i, 4);
+    return kmath::f32_from_bits(u);
   };
-  for (std::uint64_t i = 0; i < c.n * kb; ++i) in.scale_f.push_back(push_typed(in.scales, normal(rng)));
+  for (std::uint64_t i = 0; i < c.n * kb; ++i) in.scale_f.push_back(typed(in.scales, i));
   if (zp == ZeroPoints::packed_u4) {
-    in.zero_points.resize(c.n * ((kb + 1) / 2));
-    for (auto& x : in.zero_points) x = static_cast<std::uint8_t>(rng());
     for (std::uint64_t n = 0; n < c.n; ++n)
       for (std::uint64_t blk = 0; blk < kb; ++blk)
         in.zp_f.push_back(kmath::zero_point_packed(in.zero_points.data(), kb, n, blk));
   } else if (zp == ZeroPoints::unpacked) {
-    std::uniform_real_distribution<float> z(-1.0f, 16.5f);
-    for (std::uint64_t i = 0; i < c.n * kb; ++i) {
-      const float v = i % 5 == 0 ? std::round(z(rng)) : (i % 7 == 0 ? 7.5f : z(rng));
-      in.zp_f.push_back(push_typed(in.zero_points, v));
-    }
+    for (std::uint64_t i = 0; i < c.n * kb; ++i) in.zp_f.push_back(typed(in.zero_points, i));
   } else {
     in.zp_f.assign(c.n * kb, kmath::kDefaultZeroPoint);
   }
@@ -354,26 +341,7 @@ TEST_CASE("quant_int8 from f32 and f16: scales and codes bit-exact") {
     // Awkward rows: all zero, subnormal only (f32), a NaN, an infinity, tiny
     // maxima, exact ties, and a row that reaches the clamp from both sides.
     const std::uint64_t k = 19;
-    std::vector<float> w(8 * k, 0.0f);
-    for (std::uint64_t c = 0; c < k; ++c) {
-      w[1 * k + c] = kmath::f32_from_bits(1 + 37 * c) * (c % 2 ? -1.0f : 1.0f);  // subnormals
-      w[2 * k + c] = static_cast<float>(c) - 9.0f;
-      w[3 * k + c] = static_cast<float>(c) * 0.25f;
-      w[4 * k + c] = 1.0e-37f * static_cast<float>(c + 1);  // scale underflows into subnormals
-      w[5 * k + c] = -1.0e-3f * static_cast<float>(c);
-    }
-    w[2 * k + 4] = std::numeric_limits<float>::quiet_NaN();
-    w[3 * k + 5] = std::numeric_limits<float>::infinity();
-    // Row 6: max |w| = 127 held by a negative value, so the scale is 1 and
-    // w / scale = w: ties x.5 with x even and odd, both signs.
-    w[6 * k + 0] = -127.0f;
-    for (std::uint64_t c = 1; c < k; ++c) w[6 * k + c] = static_cast<float>(c) - 9.5f;  // -8.5 .. 8.5
-    // Row 7 (f32 only; zero in f16): the largest magnitude is a negative
-    // subnormal, 190 units of 2^-149, so the scale rounds down to one unit and
-    // w / scale passes -127.5 and +127.5: the clamp decides, from both sides.
-    const auto units = [](int n) { return (n < 0 ? -1.0f : 1.0f) * kmath::f32_from_bits(static_cast<std::uint32_t>(n < 0 ? -n : n)); };
-    const int row7[] = {-190, 189, -128, 128, -127, 127, -126, 1, -1, 0};
-    for (std::uint64_t c = 0; c < k; ++c) w[7 * k + c] = units(row7[c % 10]);
+    const std::vector<float> w = test_cases::quant_int8_awkward_rows(k);
     check_quant(*b, w, 8, k, t, 1);
   }
 }

@@ -1,4 +1,4 @@
-#include "support_hash.hpp"
+#include "support/hash.hpp"
 
 #include <openssl/evp.h>
 

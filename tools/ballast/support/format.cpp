@@ -1,4 +1,4 @@
-#include "support_format.hpp"
+#include "support/format.hpp"
 
 #include <algorithm>
 #include <array>

@@ -1,7 +1,7 @@
 // Shared helpers of the Vulkan plugin tests.
 #pragma once
 
-#include "backend.hpp"
+#include "vulkan/backend.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-#include "support_npy.hpp"
+#include "support/npy.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,6 +1,6 @@
 // `derive --dump` writes beneath one directory handle: planted symlinks are
 // not followed, distinct weights never share a file, long names fit.
-#include "support_npy.hpp"
+#include "support/npy.hpp"
 
 #include <doctest/doctest.h>
 

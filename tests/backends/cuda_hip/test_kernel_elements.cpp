@@ -1,6 +1,6 @@
 // The GPU kernels' per-thread arithmetic, run on the CPU and compared with
 // the scalar reference under the documented tolerances.
-#include "derivation_cases.hpp"
+#include "support/derivation_cases.hpp"
 #include "host_kernels.hpp"
 #include "reference/reference.hpp"
 
@@ -23,8 +23,8 @@ std::uint64_t address(std::vector<std::byte>& v) { return reinterpret_cast<std::
 
 TEST_CASE("kernel per-thread bodies match the scalar reference for every derivation") {
   int checked = 0;
-  for (const testing::Case& c : testing::derivation_cases()) {
-    CAPTURE(c.name);
+  for (const test_cases::DerivationCase& c : test_cases::kernel_cases()) {
+    CAPTURE(c.label);
     auto sizes = derivation_sizes(c.shape);
     REQUIRE(sizes.ok());
     auto expected = reference::derive(c.shape, {c.src, c.scales, c.zero_points});

@@ -1,6 +1,6 @@
-#include "support_progress.hpp"
+#include "support/progress.hpp"
 
-#include "support_format.hpp"
+#include "support/format.hpp"
 
 #include <unistd.h>
 

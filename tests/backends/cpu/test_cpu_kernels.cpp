@@ -6,6 +6,7 @@
 #include "cpu_test_support.hpp"
 
 #include <reference/reference.hpp>
+#include <support/derivation_cases.hpp>
 
 #include "cpu/device.hpp"
 
@@ -17,6 +18,8 @@ using namespace ballast;
 using cpu_test::bytes_of;
 using cpu_test::download;
 using cpu_test::upload;
+using test_cases::awkward_f32;
+using test_cases::random_bytes;
 namespace ref = ballast::reference;
 
 namespace {
@@ -26,32 +29,6 @@ const std::vector<std::map<std::string, std::string, std::less<>>> kConfigs = {
     {{"threads", "2"}, {"simd", "off"}},
     {{"threads", "3"}, {"simd", "on"}},
 };
-
-std::vector<std::byte> random_bytes(std::mt19937& rng, std::uint64_t n) {
-  std::vector<std::byte> v(n);
-  for (auto& b : v) b = static_cast<std::byte>(rng());
-  return v;
-}
-
-// f32 values over every exponent, with the awkward ones mixed in.
-float awkward_f32(std::mt19937& rng) {
-  static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 65504.0f, 65520.0f, -65519.996f,
-                                  std::ldexp(1.0f, -24), std::ldexp(1.0f, -25), std::ldexp(3.0f, -26),
-                                  std::ldexp(1.0f, -14), 1.0f + std::ldexp(1.0f, -11), 1e-45f, 3.4e38f};
-  const std::uint32_t pick = rng() % 8;
-  if (pick == 0) return special[rng() % std::size(special)];
-  if (pick < 4) {  // in f16 range, including its subnormals
-    const std::uint32_t e = 127 - 26 + rng() % 42;
-    std::uint32_t bits = (rng() & 0x807fffffu) | (e << 23);
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-  }
-  std::uint32_t bits = rng();
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
 
 // Uploads the inputs, runs the launch on the backend and checks the outputs
 // against the reference under the documented tolerances.
@@ -142,35 +119,6 @@ const Int4Case kInt4Cases[] = {{1, 1, 16},   {1, 16, 16},  {3, 17, 16},  {2, 8, 
                                {4, 200, 64}, {7, 40, 16},  {2, 1000, 128}, {9, 4096, 32}, {3, 257, 256},
                                {6, 33, 16},  {33, 96, 16}, {2, 250, 16}};
 
-// int4 inputs: random codes; scales over a wide range with a few NaN, inf,
-// tiny (subnormal results) and huge (overflowing) ones; zero points in the
-// given form, unpacked ones mostly integers but some halves and a NaN.
-ref::Inputs int4_inputs(std::mt19937& rng, const DerivationLaunch& s, std::vector<std::byte> store[3]) {
-  const std::uint64_t kb = k_blocks(s.cols, s.block_size);
-  const bool f16 = s.src_type == DataType::float16;
-  store[0] = random_bytes(rng, s.rows * kb * s.block_size / 2);
-  std::vector<float> scales(s.rows * kb), zps(s.rows * kb);
-  for (auto& x : scales) {
-    const std::uint32_t pick = rng() % 16;
-    x = pick == 0 ? awkward_f32(rng) : std::ldexp(static_cast<float>(rng() % 2000) / 1000.0f - 1.0f, static_cast<int>(rng() % 40) - 30);
-  }
-  for (auto& z : zps) {
-    const std::uint32_t pick = rng() % 20;
-    z = pick == 0 ? NAN : pick == 1 ? 7.5f : pick == 2 ? -1.0f : static_cast<float>(rng() % 16);
-  }
-  auto as_type = [&](const std::vector<float>& v) {
-    if (!f16) return bytes_of(v);
-    std::vector<std::uint16_t> h(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i) h[i] = ref::f16_from_f32(v[i]);
-    return bytes_of(h);
-  };
-  store[1] = as_type(scales);
-  if (s.zero_points == ZeroPoints::packed_u4) store[2] = random_bytes(rng, s.rows * ((kb + 1) / 2));
-  else if (s.zero_points == ZeroPoints::unpacked) store[2] = as_type(zps);
-  else store[2].clear();
-  return {store[0], store[1], store[2]};
-}
-
 }  // namespace
 
 TEST_CASE("dequant_int4 and repack_int4: every zero-point form and scale type") {
@@ -188,9 +136,8 @@ TEST_CASE("dequant_int4 and repack_int4: every zero-point form and scale type") 
             s.cols = c.k;
             s.block_size = c.block_size;
             s.zero_points = zp;
-            std::vector<std::byte> store[3];
-            const ref::Inputs in = int4_inputs(rng, s, store);
-            check_against_reference(*b, s, in);
+            const test_cases::DerivationCase in = test_cases::int4_wide_range_case(rng, s);
+            check_against_reference(*b, s, in.inputs());
           }
   }
 }
@@ -232,12 +179,9 @@ TEST_CASE("quant_int8: exact ties of both parities and signs, and the clamp reac
   // path's 32 and a scalar tail.
   const std::uint64_t k = 40;
   std::vector<float> w(2 * k);
-  const int units[] = {-190, 189, -128, 128, -127, 127, -126, 1, -1, 0};
   for (std::uint64_t c = 0; c < k; ++c) {
-    w[c] = c == 0 ? -127.0f : static_cast<float>(c % 20) - 9.5f;
-    const int u = units[c % 10];
-    const std::uint32_t bits = static_cast<std::uint32_t>(u < 0 ? -u : u) | (u < 0 ? 0x80000000u : 0u);
-    std::memcpy(&w[k + c], &bits, 4);
+    w[c] = test_cases::quant_int8_ties_row_value(c);
+    w[k + c] = test_cases::quant_int8_clamp_row_value(c);
   }
   for (const auto& config : kConfigs) {
     auto b = cpu_test::open_cpu(config);

@@ -2,7 +2,7 @@
 // and dead ranges in two colours, so an orphaned prefix shows at a glance.
 #pragma once
 
-#include "support_model.hpp"
+#include "support/model.hpp"
 
 #include <ballast/status.hpp>
 

@@ -1,7 +1,7 @@
-#include "support_verify.hpp"
+#include "support/verify.hpp"
 
-#include "support_hash.hpp"
-#include "support_model.hpp"
+#include "support/hash.hpp"
+#include "support/model.hpp"
 
 #include <algorithm>
 #include <cctype>

@@ -1,4 +1,4 @@
-#include "support_model.hpp"
+#include "support/model.hpp"
 
 #include <iostream>
 

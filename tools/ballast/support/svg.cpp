@@ -1,6 +1,6 @@
-#include "support_svg.hpp"
+#include "support/svg.hpp"
 
-#include "support_format.hpp"
+#include "support/format.hpp"
 
 #include <algorithm>
 #include <cstdio>

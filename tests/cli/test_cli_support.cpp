@@ -1,10 +1,10 @@
 // The CLI's shared helpers: human sizes, tables, digests, the dead-weight map
 // and the per-file accounting that inspect prints.
-#include "support_format.hpp"
-#include "support_hash.hpp"
-#include "support_model.hpp"
-#include "support_svg.hpp"
-#include "support_verify.hpp"
+#include "support/format.hpp"
+#include "support/hash.hpp"
+#include "support/model.hpp"
+#include "support/svg.hpp"
+#include "support/verify.hpp"
 
 #include "unit/onnx/external_fixture.hpp"
 
@@ -119,7 +119,7 @@ TEST_CASE("write_dead_weight_map names the file it cannot write") {
 
 TEST_CASE("account_external_files: referenced union and dead ranges of a hand-built store") {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(BALLAST_BINARY_DIR) / "tests" / "interop" / "cli_support_store";
+  const fs::path dir = fs::path(BALLAST_BINARY_DIR) / "tests" / "cli" / "cli_support_store";
   fs::create_directories(dir);
   const fs::path blob = dir / "blob.bin";
   {

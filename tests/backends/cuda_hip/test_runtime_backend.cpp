@@ -1,7 +1,7 @@
 // RuntimeBackend and RuntimePlugin (the host side of the CUDA and HIP
 // plugins) over an emulated driver: everything except the vendor runtime
 // and the GPU itself.
-#include "derivation_cases.hpp"
+#include "support/derivation_cases.hpp"
 #include "cuda_hip/host/runtime_backend.hpp"
 #include "cuda_hip/host/runtime_plugin.hpp"
 #include "host_driver.hpp"
@@ -356,8 +356,8 @@ TEST_CASE("launch: shapes and operands are validated before the driver sees them
 
 TEST_CASE("launch: every derivation through the backend matches the scalar reference") {
   auto b = open_host();
-  for (const testing::Case& c : testing::derivation_cases()) {
-    CAPTURE(c.name);
+  for (const test_cases::DerivationCase& c : test_cases::kernel_cases()) {
+    CAPTURE(c.label);
     auto sizes = derivation_sizes(c.shape);
     REQUIRE(sizes.ok());
     DerivationLaunch l = c.shape;
