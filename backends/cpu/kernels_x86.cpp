@@ -2,7 +2,7 @@
 // x86-64 CPU since about 2013), chosen at run time so the library itself
 // still runs on any x86-64. Same bits as the portable table: the f16
 // conversion is F16C's vcvtps2ph with round-to-nearest-even, which matches
-// kernel_math.hpp bit for bit (tests/unit/cpu checks both tables), and the
+// kernel_math.hpp bit for bit (tests/backends/cpu checks both tables), and the
 // f32 arithmetic is the same IEEE operations in the same order.
 #include "int4_access.hpp"
 #include "kernels.hpp"

@@ -2,13 +2,13 @@
 // piece of arithmetic one thread does between two barriers, written as
 // plain functions of (thread, tile/row, pointers). The kernels in
 // derivation_kernels.cuh are loops and barriers around these; the CPU tests
-// (tests/unit/gpu/host_kernels.hpp) replay the same functions thread by
+// (tests/backends/cuda_hip/host_kernels.hpp) replay the same functions thread by
 // thread, phase by phase, so index arithmetic, fast-path conditions and
 // arithmetic are all checked against the scalar reference on the CPU.
 //
 // Kept free of vendor names. Device-only hardware operations (f16
 // conversions, round-to-integer, max) are behind `hw_*` helpers whose host
-// branch is kernel_math's integer reference: tests/unit/gpu proves the two
+// branch is kernel_math's integer reference: tests/backends/cuda_hip proves the two
 // equal (exhaustively over all 2^32 f32 inputs for the f16 conversion).
 #pragma once
 
@@ -74,7 +74,7 @@ BALLAST_HD inline uint32_t word(const Vec4& v, unsigned i) { return i == 0 ? v.x
 // ------------------------------------------------------ hardware helpers
 // f32 -> f16 bits, round to nearest even: the hardware conversion on the
 // GPU (cvt.rn.f16.f32 / v_cvt_f16_f32), kernel_math's integer reference on
-// the host. Bit-identical for every non-NaN input (tests/unit/gpu
+// the host. Bit-identical for every non-NaN input (tests/backends/cuda_hip
 // test_f16_exhaustive); NaN stays NaN (payload may differ, as documented).
 BALLAST_HD inline uint16_t hw_f16_from_f32(float f) {
 #if BALLAST_DEVICE_PASS
@@ -158,7 +158,7 @@ BALLAST_HD inline float hw_rint(float x) {
 // differ between the two when the quotient lies within that distance of a
 // half-integer. Those cases (|frac(r) - 0.5| < 2^-14), rows whose inv is
 // not finite and non-finite r take the exact division. Proven against
-// kmath::quant_int8_code in tests/unit/gpu (test_f16_exhaustive).
+// kmath::quant_int8_code in tests/backends/cuda_hip (test_f16_exhaustive).
 BALLAST_HD inline uint32_t quant_code_fast(float w, float inv, bool& exact) {
   const float r = w * inv;
   const float rounded = hw_rint(r);
