@@ -13,6 +13,11 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include <ballast/export.hpp>
+
+// Exported from libballast for the registry's own tests only (loaders over
+// test folders); not installed, not public API.
+BALLAST_API_BEGIN
 
 namespace ballast::registry {
 
@@ -82,3 +87,5 @@ PluginLoader& process_plugin_loader();
 PluginLoader* process_plugin_loader_if_made() noexcept;
 
 }  // namespace ballast::registry
+
+BALLAST_API_END

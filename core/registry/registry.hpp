@@ -5,6 +5,11 @@
 #include "registry/plugin_loader.hpp"
 
 #include <ballast/backend_registry.hpp>
+#include <ballast/export.hpp>
+
+// Exported from libballast for the registry's own tests only (loaders over
+// test folders); not installed, not public API.
+BALLAST_API_BEGIN
 
 namespace ballast::registry {
 
@@ -14,3 +19,5 @@ std::vector<BackendListing> list_backends(PluginLoader& loader);
 std::vector<std::string> known_backend_names(PluginLoader& loader);
 
 }  // namespace ballast::registry
+
+BALLAST_API_END

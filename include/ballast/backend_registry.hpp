@@ -5,6 +5,7 @@
 // Examples: "cpu", "cuda:0", "vulkan:GPU-1f2e...?validation=on".
 #pragma once
 
+#include <ballast/export.hpp>
 #include <ballast/gpu_backend.hpp>
 #include <ballast/status.hpp>
 
@@ -14,6 +15,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+BALLAST_API_BEGIN
 
 namespace ballast {
 
@@ -75,3 +78,5 @@ void set_plugin_search_path(std::vector<std::string> folders);
 std::vector<std::string> plugin_search_paths();
 
 }  // namespace ballast
+
+BALLAST_API_END

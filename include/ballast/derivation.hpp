@@ -2,11 +2,14 @@
 // Layouts, rounding and tolerances: docs/derivations.md.
 #pragma once
 
+#include <ballast/export.hpp>
 #include <ballast/dtype.hpp>
 #include <ballast/status.hpp>
 
 #include <cstdint>
 #include <string_view>
+
+BALLAST_API_BEGIN
 
 namespace ballast {
 
@@ -87,3 +90,5 @@ inline std::uint64_t k_blocks(std::uint64_t k, std::uint64_t block_size) {
 }
 
 }  // namespace ballast
+
+BALLAST_API_END

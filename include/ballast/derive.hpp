@@ -15,6 +15,7 @@
 // and the node it was planned for. Full story: docs/derived_weights.md.
 #pragma once
 
+#include <ballast/export.hpp>
 #include <ballast/derivation.hpp>
 #include <ballast/derived_weights.hpp>
 #include <ballast/device_weights.hpp>
@@ -30,6 +31,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+BALLAST_API_BEGIN
 
 namespace ballast {
 
@@ -106,3 +109,5 @@ Result<std::vector<DerivedValue>> derive_weights(const DeriveContext& ctx, std::
                                                  const DeriveProgressFn& progress = {});
 
 }  // namespace ballast
+
+BALLAST_API_END

@@ -60,6 +60,7 @@
 // TeardownHost. Full story: docs/derived_weights.md.
 #pragma once
 
+#include <ballast/export.hpp>
 #include <ballast/derivation.hpp>
 #include <ballast/gpu_backend.hpp>
 #include <ballast/model_resource.hpp>
@@ -73,6 +74,8 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+
+BALLAST_API_BEGIN
 
 namespace ballast {
 
@@ -268,3 +271,5 @@ class DerivedWeights final : public ModelResource<GpuBackend> {
 };
 
 }  // namespace ballast
+
+BALLAST_API_END

@@ -24,12 +24,15 @@
 // register it with a TeardownHost, to see failures. docs/device_weights.md.
 #pragma once
 
+#include <ballast/export.hpp>
 #include <ballast/gpu_backend.hpp>
 #include <ballast/model_resource.hpp>
 #include <ballast/weight_store.hpp>
 
 #include <memory>
 #include <string>
+
+BALLAST_API_BEGIN
 
 namespace ballast {
 
@@ -69,3 +72,5 @@ class DeviceWeights final : public ModelResource<GpuBackend> {
 };
 
 }  // namespace ballast
+
+BALLAST_API_END

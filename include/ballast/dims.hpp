@@ -3,6 +3,7 @@
 // then allocates nothing for shapes. Higher ranks spill to the heap.
 #pragma once
 
+#include <ballast/export.hpp>
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -10,6 +11,8 @@
 #include <memory>
 #include <span>
 #include <vector>
+
+BALLAST_API_BEGIN
 
 namespace ballast {
 
@@ -91,3 +94,5 @@ class Dims {
 };
 
 }  // namespace ballast
+
+BALLAST_API_END

@@ -1,10 +1,13 @@
 // ONNX TensorProto.DataType, numbered exactly as the ONNX schema numbers them.
 #pragma once
 
+#include <ballast/export.hpp>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string_view>
+
+BALLAST_API_BEGIN
 
 namespace ballast {
 
@@ -56,3 +59,5 @@ std::optional<std::uint64_t> dtype_storage_bytes(DataType t, std::uint64_t eleme
 std::optional<std::uint64_t> element_count(std::span<const std::int64_t> dims) noexcept;
 
 }  // namespace ballast
+
+BALLAST_API_END

@@ -3,6 +3,7 @@
 // never care which vendor they run on. No method throws.
 #pragma once
 
+#include <ballast/export.hpp>
 #include <ballast/derivation.hpp>
 #include <ballast/status.hpp>
 
@@ -11,6 +12,8 @@
 #include <memory>
 #include <span>
 #include <string>
+
+BALLAST_API_BEGIN
 
 namespace ballast {
 
@@ -124,3 +127,5 @@ class GpuBackend {
 };
 
 }  // namespace ballast
+
+BALLAST_API_END

@@ -4,8 +4,11 @@
 // routes them into its own log with set_log_sink().
 #pragma once
 
+#include <ballast/export.hpp>
 #include <functional>
 #include <string_view>
+
+BALLAST_API_BEGIN
 
 namespace ballast {
 
@@ -31,3 +34,5 @@ void log_message(LogLevel level, std::string_view source, std::string_view text)
 std::string_view log_level_name(LogLevel level) noexcept;
 
 }  // namespace ballast
+
+BALLAST_API_END

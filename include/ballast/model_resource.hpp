@@ -19,6 +19,7 @@
 //     may call it again, which then frees nothing and succeeds.
 #pragma once
 
+#include <ballast/export.hpp>
 #include <ballast/status.hpp>
 
 #include <algorithm>
@@ -27,6 +28,8 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+BALLAST_API_BEGIN
 
 namespace ballast {
 
@@ -153,3 +156,5 @@ class TeardownHost {
 };
 
 }  // namespace ballast
+
+BALLAST_API_END

@@ -2,6 +2,7 @@
 // place, and fills a WeightStore without copying weight bytes.
 #pragma once
 
+#include <ballast/export.hpp>
 #include <ballast/status.hpp>
 #include <ballast/weight_store.hpp>
 
@@ -13,6 +14,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+BALLAST_API_BEGIN
 
 namespace ballast {
 
@@ -141,3 +144,5 @@ Result<Model> load_onnx_from_bytes(std::span<const std::byte> bytes, const std::
                                    const LoadOptions& options = {});
 
 }  // namespace ballast
+
+BALLAST_API_END

@@ -18,6 +18,7 @@
 // returns errors as values.
 #pragma once
 
+#include <ballast/export.hpp>
 #include <ballast/backend_registry.hpp>
 #include <ballast/gpu_backend.hpp>
 #include <ballast/version.hpp>
@@ -27,6 +28,8 @@
 #include <string_view>
 #include <type_traits>
 #include <vector>
+
+BALLAST_API_BEGIN
 
 #define BALLAST_PLUGIN_ABI_VERSION 4u
 
@@ -162,3 +165,5 @@ namespace ballast::plugin_detail {
 inline constexpr const char* kFingerprint =
     "ballast-" BALLAST_VERSION_STRING ";abi-" BALLAST_PLUGIN_STR_(BALLAST_PLUGIN_ABI_VERSION) ";" BALLAST_PLUGIN_COMPILER_ ";" BALLAST_PLUGIN_STDLIB_ ";c++" BALLAST_PLUGIN_STR_(__cplusplus);
 }  // namespace ballast::plugin_detail
+
+BALLAST_API_END

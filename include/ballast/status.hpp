@@ -2,6 +2,7 @@
 // Result<T>. Nothing throws across the public API or the plugin boundary.
 #pragma once
 
+#include <ballast/export.hpp>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -9,6 +10,8 @@
 #include <string_view>
 #include <utility>
 #include <variant>
+
+BALLAST_API_BEGIN
 
 namespace ballast {
 
@@ -178,3 +181,5 @@ std::string context(std::string_view first, const Rest&... rest) {
     return ::ballast::Status(std::move(result.error()))                            \
         __VA_OPT__(.with_context(::ballast::status_detail::context(__VA_ARGS__))); \
   lhs = std::move(result).value()
+
+BALLAST_API_END

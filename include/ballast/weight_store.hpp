@@ -3,6 +3,7 @@
 // actually references (the rest is dead weight).
 #pragma once
 
+#include <ballast/export.hpp>
 #include <ballast/dims.hpp>
 #include <ballast/dtype.hpp>
 #include <ballast/status.hpp>
@@ -18,6 +19,8 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+BALLAST_API_BEGIN
 
 namespace ballast {
 
@@ -234,3 +237,5 @@ class WeightStore {
 };
 
 }  // namespace ballast
+
+BALLAST_API_END
