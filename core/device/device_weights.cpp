@@ -219,8 +219,7 @@ Result<DevicePtr> DeviceWeights::resolve(ValueId id) {
   if (ref.is_external()) {
     auto prov = m.store->external_mmap_provenance(ref);
     if (prov) {
-      const Impl::Registration* reg =
-          Impl::containing(m.registrations_for(prov->mapping), prov->offset, prov->length);
+      const Impl::Registration* reg = Impl::containing(m.registrations_for(prov->mapping), prov->offset, prov->length);
       // A weight at an offset its kernels cannot read in place (not aligned
       // to its element size) is uploaded instead, and counted.
       if (reg != nullptr && reg->ptr != 0) {

@@ -22,10 +22,10 @@ namespace ballast::device {
 struct RegistrationPlanInput {
   std::vector<ByteRange> referenced;  // merged, sorted, non-empty, inside [0, file_size)
   std::uint64_t file_size = 0;
-  std::uint64_t base_address = 0;     // host address of the mapping's first byte
-  std::uint64_t import_alignment = 1; // Capabilities::import_alignment (0 is taken as 1)
-  std::uint64_t page_size = 4096;     // host page size
-  std::uint64_t split_gap = 0;        // a dead gap at least this long splits
+  std::uint64_t base_address = 0;      // host address of the mapping's first byte
+  std::uint64_t import_alignment = 1;  // Capabilities::import_alignment (0 is taken as 1)
+  std::uint64_t page_size = 4096;      // host page size
+  std::uint64_t split_gap = 0;         // a dead gap at least this long splits
 };
 
 // Sorted, non-overlapping file-offset ranges inside [0, file_size).

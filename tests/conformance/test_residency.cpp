@@ -49,7 +49,7 @@ bool registers(const GpuBackend& g) {
 struct SplitStore {
   TempDir dir{"residency_split"};
   WeightStore store;
-  static constexpr std::uint64_t kA = 64 * kKiB, kAEnd = 256 * kKiB;     // range A [64 KiB, 256 KiB)
+  static constexpr std::uint64_t kA = 64 * kKiB, kAEnd = 256 * kKiB;  // range A [64 KiB, 256 KiB)
   static constexpr std::uint64_t kB = kAEnd + 2 * kMiB, kBEnd = kB + 64 * kKiB;
   static constexpr std::uint64_t kMiddle = (kA + kAEnd) / 2;
   std::vector<std::byte> file_bytes = conformance::random_bytes(kBEnd + 4096, 31);

@@ -24,11 +24,11 @@
 namespace ballast::test_models {
 
 struct OrphanedPrefixModel {
-  static constexpr std::uint64_t kW0Bytes = 96 * 64 * 4;   // 24576
-  static constexpr std::uint64_t kW1Bytes = 96 * 4;        // 384
-  static constexpr std::uint64_t kW2Bytes = 64 * 32 * 2;   // 4096
+  static constexpr std::uint64_t kW0Bytes = 96 * 64 * 4;                        // 24576
+  static constexpr std::uint64_t kW1Bytes = 96 * 4;                             // 384
+  static constexpr std::uint64_t kW2Bytes = 64 * 32 * 2;                        // 4096
   static constexpr std::uint64_t kReferenced = kW0Bytes + kW1Bytes + kW2Bytes;  // 29056
-  static constexpr std::uint64_t kPrefix = kReferenced;   // the old export: the same tensors
+  static constexpr std::uint64_t kPrefix = kReferenced;                         // the old export: the same tensors
   static constexpr std::uint64_t kFileBytes = kPrefix + kReferenced;            // 58112
   // Planned derivations' outputs (derivation_sizes):
   //   w0: transpose 96*64*4 + to_f16 96*64*2 + quant_int8 [64 x 96] codes 64*96 + scales 64*4
@@ -51,7 +51,8 @@ struct OrphanedPrefixModel {
     std::vector<char> blob(kFileBytes);
     for (std::size_t i = 0; i < blob.size(); ++i)
       blob[i] = static_cast<char>(i < kPrefix ? (i * 7 + 1) & 0x7f : ((i * 131 + 17) >> 3) & 0x3f);
-    std::ofstream(m.data, std::ios::binary | std::ios::trunc).write(blob.data(), static_cast<std::streamsize>(blob.size()));
+    std::ofstream(m.data, std::ios::binary | std::ios::trunc)
+        .write(blob.data(), static_cast<std::streamsize>(blob.size()));
 
     auto tensor = [](const char* name, int dtype, std::initializer_list<std::int64_t> dims, std::uint64_t offset,
                      std::uint64_t length) {
@@ -76,7 +77,7 @@ struct OrphanedPrefixModel {
     g.msg(1, node("add1", "Add", "X", "w1", "a"));
     g.msg(1, node("mm2", "MatMul", "h", "w2", "y"));
     g.str(2, "orphaned_prefix");
-    g.msg(5, tensor("w0", 1, {96, 64}, kW0Offset, kW0Bytes));   // FLOAT
+    g.msg(5, tensor("w0", 1, {96, 64}, kW0Offset, kW0Bytes));  // FLOAT
     g.msg(5, tensor("w1", 1, {96}, kW1Offset, kW1Bytes));
     g.msg(5, tensor("w2", 10, {64, 32}, kW2Offset, kW2Bytes));  // FLOAT16
     const Proto model = testing::onnx_proto::model(g);

@@ -24,9 +24,9 @@ TEST_CASE("auto budget of the orphaned-prefix model: the live half plus derivati
   CHECK(b->external_bytes == M::kReferenced);  // 29056: the 29056-byte prefix is not counted
   CHECK(b->inline_bytes == 0);
   CHECK(b->source_bytes == M::kReferenced);
-  CHECK(b->derived_bytes == M::kDerived);      // 49536
+  CHECK(b->derived_bytes == M::kDerived);  // 49536
   CHECK(b->derivations == M::kDerivations);
-  CHECK(b->total == M::kReferenced + M::kDerived);  // 78592
+  CHECK(b->total == M::kReferenced + M::kDerived);              // 78592
   CHECK(b->total + M::kPrefix == M::kFileBytes + M::kDerived);  // what a file-length budget would say
   // The two-argument form over the same plan agrees.
   auto plan = plan_derivations(*model);

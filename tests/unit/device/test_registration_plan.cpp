@@ -38,8 +38,8 @@ RegistrationPlanInput input(std::vector<ByteRange> refs, std::uint64_t file_size
 
 TEST_CASE("plan: the hull of the referenced bytes, never the dead prefix or tail") {
   // A file with a dead prefix 8x its referenced bytes, and a dead tail.
-  const auto plan = plan_registrations(input({{8 * kMiB, kMiB / 2}, {8 * kMiB + kMiB / 2 + 64, kMiB / 2 - 64}},
-                                             10 * kMiB, kRegistrationSplitGap));
+  const auto plan = plan_registrations(
+      input({{8 * kMiB, kMiB / 2}, {8 * kMiB + kMiB / 2 + 64, kMiB / 2 - 64}}, 10 * kMiB, kRegistrationSplitGap));
   REQUIRE(plan.size() == 1);
   CHECK(plan[0] == ByteRange{8 * kMiB, kMiB});  // the 64-byte hole inside is kept: one registration
 }
@@ -116,9 +116,7 @@ TEST_CASE("plan: every referenced range lies wholly inside one planned range; no
   }
 }
 
-TEST_CASE("plan: no referenced bytes, nothing to register") {
-  CHECK(plan_registrations(input({}, 4096, 0)).empty());
-}
+TEST_CASE("plan: no referenced bytes, nothing to register") { CHECK(plan_registrations(input({}, 4096, 0)).empty()); }
 
 TEST_CASE("DeviceWeights registers the orphaned-prefix model's live half only") {
   testing::ScratchDir dir("orphaned_prefix_dw");
@@ -169,9 +167,9 @@ TEST_CASE("DeviceWeights splits a file at a large dead gap (threshold lowered th
     w.external = loc;
     return w;
   };
-  store.weights[ValueId{0}] = external(4096, 8192);          // range A
-  store.weights[ValueId{1}] = external(4096 + 8192, 5000);   // range A, adjacent
-  store.weights[ValueId{2}] = external(2 * kMiB, 4096);      // range B, after a ~2 MiB dead gap
+  store.weights[ValueId{0}] = external(4096, 8192);         // range A
+  store.weights[ValueId{1}] = external(4096 + 8192, 5000);  // range A, adjacent
+  store.weights[ValueId{2}] = external(2 * kMiB, 4096);     // range B, after a ~2 MiB dead gap
   auto gpu = open_backend("cpu");
   REQUIRE(gpu.ok());
   const std::uint64_t baseline = (*gpu)->counters().live_registrations;
