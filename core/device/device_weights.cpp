@@ -1,12 +1,17 @@
 #include <ballast/device_weights.hpp>
 #include <ballast/log.hpp>
 
+#include "device/registration_plan.hpp"
+
 #include <algorithm>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <unordered_map>
 #include <vector>
+
+#include <unistd.h>
 
 namespace ballast {
 
@@ -14,10 +19,21 @@ struct DeviceWeights::Impl {
   GpuBackend* backend = nullptr;
   const WeightStore* store = nullptr;
   std::string label;
+  DeviceWeightsOptions options;
 
   std::mutex mutex;
-  // Mapping id -> registration pointer; 0 marks a mapping that fell back to upload.
-  std::unordered_map<MappingId, DevicePtr> registrations;
+  // One registration of a file's planned ranges (registration_plan.hpp);
+  // ptr 0 marks a range that fell back to upload.
+  struct Registration {
+    std::uint64_t offset = 0;
+    std::uint64_t length = 0;
+    DevicePtr ptr = 0;
+  };
+  // Mapping id -> its ranges, sorted by offset.
+  std::unordered_map<MappingId, std::vector<Registration>> registrations;
+  // What the weights reference, per file: computed once, on the first
+  // external weight (so a model with many files walks its weights once).
+  std::optional<ReferencedWeightBytes> referenced;
   struct Resolved {
     DevicePtr ptr = 0;
     bool in_place = false;  // inside a registered mapping: read from the file's pages
@@ -56,49 +72,105 @@ struct DeviceWeights::Impl {
     return *ptr;
   }
 
-  // Registers the whole mapping once; 0 means "upload this file's weights".
-  DevicePtr registration_for(MappingId mapping) {
+  // The referenced ranges of `mapping`, merged and sorted.
+  const std::vector<ByteRange>& referenced_ranges(MappingId mapping) {
+    if (!referenced) referenced = store->referenced_weight_bytes();
+    for (const auto& f : referenced->files)
+      if (f.mapping == mapping) return f.ranges;
+    static const std::vector<ByteRange> none;
+    return none;
+  }
+
+  // Registers the planned ranges of `mapping` once, on its first weight;
+  // a range whose registration is refused has ptr 0 ("upload its weights").
+  const std::vector<Registration>& registrations_for(MappingId mapping) {
     if (auto it = registrations.find(mapping); it != registrations.end()) return it->second;
-    DevicePtr base = 0;
+    std::vector<Registration> regs;
     std::string why;
     const Capabilities& caps = backend->capabilities();
     auto whole = store->mmap_full_bytes(mapping);
+    const std::vector<ByteRange>& refs = referenced_ranges(mapping);
     if (!caps.host_registration || !caps.read_only_registration) {
       // Mappings are read-only: a backend that cannot register read-only
       // memory is not asked to.
       why = std::string(caps.host_registration ? "backend cannot register read-only host memory"
                                                : "backend cannot register host memory") +
             (caps.host_registration_note.empty() ? std::string() : ": " + caps.host_registration_note);
-    } else if (!whole || whole->empty()) {
-      why = "mapping has no bytes to register";
+    } else if (!whole || whole->empty() || refs.empty()) {
+      why = "mapping has no referenced bytes to register";
     } else {
-      auto reg = backend->register_host(whole->data(), whole->size(), HostAccess::read_only);
-      if (reg.ok()) {
-        base = *reg;
+      device::RegistrationPlanInput in;
+      in.referenced = refs;
+      in.file_size = whole->size();
+      in.base_address = reinterpret_cast<std::uintptr_t>(whole->data());
+      in.import_alignment = caps.import_alignment;
+      const long page = ::sysconf(_SC_PAGESIZE);
+      in.page_size = page > 0 ? static_cast<std::uint64_t>(page) : 4096;
+      in.split_gap = options.split_gap_bytes;
+      bool any = false;
+      std::size_t next_ref = 0;  // both sorted: each referenced range lies inside one planned range
+      for (const ByteRange& r : device::plan_registrations(in)) {
+        std::uint64_t inside = 0;
+        for (; next_ref < refs.size() && refs[next_ref].offset < r.offset + r.length; ++next_ref) {
+          const ByteRange& x = refs[next_ref];
+          const std::uint64_t lo = std::max(x.offset, r.offset);
+          const std::uint64_t hi = std::min(x.offset + x.length, r.offset + r.length);
+          if (lo < hi) inside += hi - lo;
+        }
+        auto reg = backend->register_host(whole->data() + r.offset, r.length, HostAccess::read_only);
+        if (reg.ok()) {
+          regs.push_back({r.offset, r.length, *reg});
+          any = true;
+          residency.registered_ranges += 1;
+          residency.registered_bytes += r.length;
+          residency.referenced_bytes += inside;
+        } else {
+          regs.push_back({r.offset, r.length, 0});
+          if (why.empty())
+            why = "registering " + store->mapping_path(mapping).value_or("?").string() + " [" +
+                  std::to_string(r.offset) + ", " + std::to_string(r.offset + r.length) +
+                  ") failed: " + reg.error().to_string();
+        }
+      }
+      if (any) {
         residency.registered_files += 1;
-        residency.registered_bytes += whole->size();
-      } else {
-        why = "registering " + store->mapping_path(mapping).value_or("?").string() +
-              " failed: " + reg.error().to_string();
+        residency.mapped_bytes += whole->size();
       }
     }
-    if (base == 0) {
+    if (!why.empty()) {
       residency.fallback_files += 1;
       log_message(LogLevel::warning, "device weights",
                   "uploading the weights of " + store->mapping_path(mapping).value_or("?").string() +
                       " instead of registering the mapping: " + why);
       if (residency.fallback_reason.empty()) residency.fallback_reason = why;
     }
-    registrations.emplace(mapping, base);
-    return base;
+    return registrations.emplace(mapping, std::move(regs)).first->second;
+  }
+
+  // The registration wholly containing [offset, offset + length); nullptr
+  // when none does (a weight added to the store after its file was planned,
+  // or an empty one): that weight is uploaded.
+  static const Registration* containing(const std::vector<Registration>& regs, std::uint64_t offset,
+                                        std::uint64_t length) {
+    auto it = std::upper_bound(regs.begin(), regs.end(), offset,
+                               [](std::uint64_t o, const Registration& r) { return o < r.offset; });
+    if (it == regs.begin()) return nullptr;
+    const Registration& r = *std::prev(it);
+    if (length == 0 || offset - r.offset >= r.length || length > r.length - (offset - r.offset)) return nullptr;
+    return &r;
   }
 };
 
 DeviceWeights::DeviceWeights(GpuBackend& backend, const WeightStore& store, std::string label)
+    : DeviceWeights(backend, store, DeviceWeightsOptions{}, std::move(label)) {}
+
+DeviceWeights::DeviceWeights(GpuBackend& backend, const WeightStore& store, const DeviceWeightsOptions& options,
+                             std::string label)
     : impl_(std::make_unique<Impl>()) {
   impl_->backend = &backend;
   impl_->store = &store;
   impl_->label = std::move(label);
+  impl_->options = options;
 }
 
 // Backstop, same rule as TeardownHost(gpu): an engine that forgets
@@ -147,11 +219,11 @@ Result<DevicePtr> DeviceWeights::resolve(ValueId id) {
   if (ref.is_external()) {
     auto prov = m.store->external_mmap_provenance(ref);
     if (prov) {
-      const DevicePtr base = m.registration_for(prov->mapping);
+      const Impl::Registration* reg = Impl::containing(m.registrations_for(prov->mapping), prov->offset, prov->length);
       // A weight at an offset its kernels cannot read in place (not aligned
       // to its element size) is uploaded instead, and counted.
-      if (base != 0) {
-        const DevicePtr in_place = base + prov->offset;
+      if (reg != nullptr && reg->ptr != 0) {
+        const DevicePtr in_place = reg->ptr + (prov->offset - reg->offset);
         if (m.backend->capabilities().unaligned_operands || in_place % derivation_operand_alignment(ref.dtype) == 0) {
           ptr = in_place;
           read_in_place = true;
@@ -186,12 +258,15 @@ Released DeviceWeights::release(GpuBackend& backend) {
       note_failure(std::move(s), "freeing an uploaded weight");
     }
   }
-  for (auto& [mapping, base] : m.registrations) {
-    if (base == 0) continue;
-    if (Status s = backend.unregister_host(base); !s.ok()) note_failure(std::move(s), "unregistering a mapping");
+  for (auto& [mapping, regs] : m.registrations) {
+    for (const Impl::Registration& r : regs) {
+      if (r.ptr == 0) continue;
+      if (Status s = backend.unregister_host(r.ptr); !s.ok()) note_failure(std::move(s), "unregistering a mapping");
+    }
   }
   m.uploads.clear();
   m.registrations.clear();
+  m.referenced.reset();
   m.resolved.clear();
   m.residency = {};
   return out;

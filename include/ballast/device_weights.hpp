@@ -1,9 +1,12 @@
 // DeviceWeights: makes a model's source weights visible to one backend.
 //
-// External weights are read in place: each mapped data file is registered
-// with the backend ONCE, whole, and a weight's device pointer is the
-// registration's pointer plus the weight's offset, so a weight is
-// contiguous for its full length wherever it sits in the file. Where the
+// External weights are read in place (the zero_copy residency): of each
+// mapped data file, only what the graph references is registered with the
+// backend, once: the hull of its referenced bytes, split where a dead gap
+// is at least DeviceWeightsOptions::split_gap_bytes, widened to the
+// backend's import alignment. A weight's device pointer is its
+// registration's pointer plus its offset in it, so a weight is contiguous
+// for its full length (each lies wholly inside one registration). Where the
 // backend cannot register host memory (capability absent) or refuses this
 // mapping (e.g. too large to lock), that file's weights are uploaded
 // instead, and `residency()` says so and why: never a silent copy.
@@ -37,20 +40,34 @@ BALLAST_API_BEGIN
 namespace ballast {
 
 struct WeightResidency {
-  std::uint64_t registered_files = 0;   // mappings registered zero-copy
-  std::uint64_t registered_bytes = 0;   // their whole size
+  std::uint64_t registered_files = 0;   // mappings registered zero-copy (at least one range)
+  std::uint64_t registered_bytes = 0;   // bytes of the ranges registered, import alignment included
   std::uint64_t uploaded_weights = 0;   // weights copied to device memory
   std::uint64_t uploaded_bytes = 0;
   std::uint64_t misaligned_uploads = 0; // weights in a registered file uploaded because their
                                         // offset is not aligned to their element size
   std::uint64_t fallback_files = 0;     // mappings that could not be registered
   std::string fallback_reason;          // the first reason, e.g. "backend cannot register host memory: ..."
+  std::uint64_t registered_ranges = 0;  // registrations made (a file may need several)
+  std::uint64_t referenced_bytes = 0;   // bytes weights reference inside those ranges
+  std::uint64_t mapped_bytes = 0;       // whole size of the registered files (what registering
+                                        // them whole would have pinned)
+};
+
+// A dead gap between referenced bytes of one file at least this long splits
+// its registration in two (docs/residency.md).
+inline constexpr std::uint64_t kRegistrationSplitGap = std::uint64_t{64} << 20;
+
+struct DeviceWeightsOptions {
+  std::uint64_t split_gap_bytes = kRegistrationSplitGap;
 };
 
 class DeviceWeights final : public ModelResource<GpuBackend> {
  public:
   // `backend` and `store` must outlive this object.
   DeviceWeights(GpuBackend& backend, const WeightStore& store, std::string label = "source weights");
+  DeviceWeights(GpuBackend& backend, const WeightStore& store, const DeviceWeightsOptions& options,
+                std::string label = "source weights");
   // Releases whatever release() has not (see "Lifetime" above).
   ~DeviceWeights() override;
   DeviceWeights(const DeviceWeights&) = delete;

@@ -103,6 +103,28 @@ def test_good(cli, sample, work):
                "inspect --json: external file keys")
         expect(f["unreferenced_bytes"] * 2 == f["mapped_bytes"] and f["dead_ranges"] == [[0, f["unreferenced_bytes"]]],
                "inspect --json: the sample's orphaned prefix is exactly the first half (%r)" % f["dead_ranges"])
+        b = doc.get("auto_budget") or {}
+        t = doc["totals"]
+        expect(b.get("external_bytes") == f["referenced_bytes"] and b.get("inline_bytes") == t["inline_bytes"]
+               and b.get("source_bytes") == f["referenced_bytes"] + t["inline_bytes"]
+               and b.get("derived_bytes", 0) > 0 and b.get("total_bytes") == b.get("source_bytes", 0) + b["derived_bytes"],
+               "inspect --json: auto budget = referenced + inline + derived, the orphaned prefix not counted (%r)" % b)
+    rc, out, err = cli("inspect", sample)
+    expect(rc == 0 and "auto budget: " in out and "planned derivations)" in out,
+           "inspect sample: the table shows the auto budget")
+
+    rc, out, err = cli("derive", sample, "--backend", "cpu", "--json")
+    d = json.loads(out) if rc == 0 else {}
+    sw = d.get("source_weights", {})
+    if expect(rc == 0 and sw, "derive --json on cpu: exit 0 and a source_weights object (got %d; %s)" % (rc, err.strip())):
+        expect(sw["registered_files"] == 1 and sw["registered_ranges"] == 1
+               and sw["registered_bytes"] == sw["referenced_bytes"] == sw["mapped_bytes"] // 2,
+               "derive --json: cpu registers exactly the referenced half of the sample's data file (%r)" % sw)
+        expect(d["device_after_teardown"] == {"live_allocations": 0, "live_registrations": 0}
+               and d["teardown"]["ok"] and d["error"] is None and len(d["derivations"]) >= 3,
+               "derive --json: derivations listed, teardown back to the baseline")
+    rc, out, err = cli("derive", sample, "--backend", "cpu")
+    expect(rc == 0 and " range(s); referenced " in out, "derive: the summary gives registered vs referenced bytes")
 
     rc, out, err = cli("verify", sample)
     expect(rc == 0 and "ok" in out, "verify sample: exit 0 (got %d; %s%s)" % (rc, out.strip(), err.strip()))

@@ -1,7 +1,9 @@
-// ballast derive MODEL --backend NAME [--dump DIR]: the main job end to end.
-// Opens the model, makes its source weights visible to the backend, runs
-// every derivation that applies through the model's DerivedWeights memo,
-// reports per derivation, then tears everything down and reports that too.
+// ballast derive MODEL --backend NAME [--dump DIR] [--json]: the main job end
+// to end. Opens the model, makes its source weights visible to the backend,
+// runs every derivation that applies through the model's DerivedWeights memo,
+// reports per derivation and what was registered against what the graph
+// references, then tears everything down and reports that too (as one JSON
+// document with --json; schema in docs/tools.md).
 #include "command.hpp"
 #include "support/format.hpp"
 #include "support/model.hpp"
@@ -14,6 +16,8 @@
 #include <ballast/device_weights.hpp>
 #include <ballast/model_resource.hpp>
 #include <ballast/onnx_loader.hpp>
+
+#include <nlohmann/json.hpp>
 
 #include <array>
 #include <chrono>
@@ -32,6 +36,7 @@ struct Options {
   std::string model;
   std::string backend = "cpu";
   std::string dump;
+  bool json = false;
 };
 
 struct KindTotals {
@@ -126,7 +131,9 @@ class DeriveJob {
     t.print(out, "  ");
     const WeightResidency r = sources_.residency();
     out << "source weights: " << r.registered_files << " file(s) registered zero-copy (" << human_bytes(r.registered_bytes)
-        << "), " << r.uploaded_weights << " weight(s) uploaded (" << human_bytes(r.uploaded_bytes) << ")\n";
+        << " in " << r.registered_ranges << " range(s); referenced " << human_bytes(r.referenced_bytes) << " of "
+        << human_bytes(r.mapped_bytes) << " mapped), " << r.uploaded_weights << " weight(s) uploaded ("
+        << human_bytes(r.uploaded_bytes) << ")\n";
     if (r.misaligned_uploads != 0)
       out << r.misaligned_uploads << " weight(s) uploaded because their file offset is not aligned to their element size\n";
     if (r.fallback_files != 0)
@@ -137,6 +144,40 @@ class DeriveJob {
     out << "sharing: " << shared_ << " planned derivation(s) shared an entry (same bytes, same parameters); "
         << distinct_by_parameters_ << " entr" << (distinct_by_parameters_ == 1 ? "y" : "ies")
         << " read bytes another entry of the same derivation reads, kept apart because parameters differ\n";
+  }
+
+  nlohmann::ordered_json report_json() const {
+    using json = nlohmann::ordered_json;
+    json doc;
+    doc["model"] = model_.path().string();
+    doc["backend"] = gpu_.info().backend;
+    doc["device"] = gpu_.info().name;
+    json kinds = json::array();
+    for (int k = 0; k < kDerivationCount; ++k) {
+      const KindTotals& kt = totals_[static_cast<std::size_t>(k)];
+      if (kt.count == 0) continue;
+      kinds.push_back({{"derivation", std::string(derivation_name(static_cast<Derivation>(k)))},
+                       {"count", kt.count},
+                       {"bytes_read", kt.bytes_read},
+                       {"bytes_written", kt.bytes_written},
+                       {"seconds", kt.seconds}});
+    }
+    doc["derivations"] = std::move(kinds);
+    const WeightResidency r = sources_.residency();
+    doc["source_weights"] = {{"registered_files", r.registered_files},
+                             {"registered_ranges", r.registered_ranges},
+                             {"registered_bytes", r.registered_bytes},
+                             {"referenced_bytes", r.referenced_bytes},
+                             {"mapped_bytes", r.mapped_bytes},
+                             {"uploaded_weights", r.uploaded_weights},
+                             {"uploaded_bytes", r.uploaded_bytes},
+                             {"misaligned_uploads", r.misaligned_uploads},
+                             {"fallback_files", r.fallback_files},
+                             {"fallback_reason", r.fallback_reason}};
+    const DerivedWeightsStats st = memo_.stats();
+    doc["memo"] = {{"entries", memo_.len()}, {"bytes", memo_.bytes()}, {"builds", st.builds}, {"hits", st.hits}};
+    doc["sharing"] = {{"shared_entries", shared_}, {"distinct_by_parameters", distinct_by_parameters_}};
+    return doc;
   }
 
   const Status& failure() const { return failure_; }
@@ -249,17 +290,31 @@ int run_derive(const Options& opt) {
   const AllocationCounters baseline = (*gpu)->counters();
   TeardownReport report;
   Status failure;
+  nlohmann::ordered_json doc;
   {
     DeriveJob job(opt, *model, **gpu);
     job.run(*plan);
-    job.print_report(std::cout);
+    if (opt.json) doc = job.report_json();
+    else job.print_report(std::cout);
     failure = job.failure();
     report = job.teardown();
   }
-  std::cout << report.to_string();
   const AllocationCounters after = (*gpu)->counters();
-  std::cout << "device after teardown: " << after.live_allocations - baseline.live_allocations << " live allocation(s), "
-            << after.live_registrations - baseline.live_registrations << " live registration(s)\n";
+  if (opt.json) {
+    doc["teardown"] = {{"ok", report.ok()},
+                       {"bytes_freed", report.bytes_freed()},
+                       {"allocations_freed", report.allocations_freed()},
+                       {"failed_resources", report.failed_resources()}};
+    doc["device_after_teardown"] = {{"live_allocations", after.live_allocations - baseline.live_allocations},
+                                    {"live_registrations", after.live_registrations - baseline.live_registrations}};
+    doc["error"] = failure.ok() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(failure.error().to_string());
+    std::cout << doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << '\n';
+  } else {
+    std::cout << report.to_string();
+    std::cout << "device after teardown: " << after.live_allocations - baseline.live_allocations
+              << " live allocation(s), " << after.live_registrations - baseline.live_registrations
+              << " live registration(s)\n";
+  }
   if (!failure.ok()) {
     report_error("derive", failure.error());
     return kExitBadInput;
@@ -281,6 +336,7 @@ const RegisterCommand kDerive{{
       sub.add_option("--backend", opt->backend, "backend config string, e.g. cpu, vulkan:0, cuda:GPU-<uuid>")
           ->capture_default_str();
       sub.add_option("--dump", opt->dump, "write every derived tensor to DIR as .npy (pairs as two files)");
+      sub.add_flag("--json", opt->json, "print the report as one JSON document (schema in docs/tools.md)");
       return [opt] { return run_derive(*opt); };
     },
 }};

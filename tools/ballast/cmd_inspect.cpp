@@ -1,5 +1,6 @@
 // `ballast inspect MODEL [--json] [--hash] [--map FILE.svg]`: every weight of
-// a model, where its bytes live, and how much of each external file is dead.
+// a model, where its bytes live, how much of each external file is dead, and
+// the auto device budget (referenced source bytes + planned derivations).
 #include "command.hpp"
 #include "support/format.hpp"
 #include "support/hash.hpp"
@@ -8,6 +9,7 @@
 #include "support/svg.hpp"
 
 #include <ballast/onnx_loader.hpp>
+#include <ballast/residency.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -89,7 +91,7 @@ nlohmann::ordered_json ranges_json(const std::vector<ByteRange>& ranges) {
 
 int print_json(const Model& model, const std::vector<NamedWeight>& weights,
                const std::vector<std::optional<std::string>>& hashes, const std::vector<FileAccounting>& files,
-               const Totals& t) {
+               const Totals& t, const Result<AutoBudget>& budget) {
   using json = nlohmann::ordered_json;
   json doc;
   doc["model"] = model.path().string();
@@ -145,6 +147,17 @@ int print_json(const Model& model, const std::vector<NamedWeight>& weights,
                    {"referenced_bytes", t.referenced_bytes},
                    {"unreferenced_bytes", t.unreferenced_bytes},
                    {"onnx_file_bytes", model.file_size()}};
+  if (budget.ok()) {
+    doc["auto_budget"] = {{"source_bytes", budget->source_bytes},
+                          {"external_bytes", budget->external_bytes},
+                          {"inline_bytes", budget->inline_bytes},
+                          {"derived_bytes", budget->derived_bytes},
+                          {"derivations", budget->derivations},
+                          {"total_bytes", budget->total}};
+  } else {
+    doc["auto_budget"] = nullptr;
+    doc["auto_budget_error"] = budget.error().to_string();
+  }
   // Invalid UTF-8 in names (the proto does not enforce it) is replaced, not fatal.
   std::cout << doc.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
   return kExitOk;
@@ -156,7 +169,7 @@ std::string display_location(const WeightRef& w) {
 
 int print_table(const Model& model, const std::vector<NamedWeight>& weights,
                 const std::vector<std::optional<std::string>>& hashes, const std::vector<FileAccounting>& files,
-                const Totals& t) {
+                const Totals& t, const Result<AutoBudget>& budget) {
   std::ostream& out = std::cout;
   out << "model: " << model.path().string() << " (" << human_bytes(model.file_size()) << ", ir_version "
       << model.ir_version() << ", opsets";
@@ -192,6 +205,14 @@ int print_table(const Model& model, const std::vector<NamedWeight>& weights,
     out << "external data: " << files.size() << " file" << (files.size() == 1 ? "" : "s") << ", mapped "
         << human_bytes(t.mapped_bytes) << ", referenced " << human_bytes(t.referenced_bytes) << ", unreferenced "
         << human_bytes(t.unreferenced_bytes) << " (" << percent(t.unreferenced_bytes, t.mapped_bytes) << ")\n";
+  }
+  // From the accounting, never from file lengths: dead bytes cost nothing.
+  if (budget.ok()) {
+    out << "auto budget: " << human_bytes(budget->total) << " (source " << human_bytes(budget->source_bytes)
+        << " referenced + derived " << human_bytes(budget->derived_bytes) << " by " << budget->derivations
+        << " planned derivation" << (budget->derivations == 1 ? "" : "s") << ")\n";
+  } else {
+    out << "auto budget: unavailable (" << budget.error().to_string() << ")\n";
   }
 
   if (!files.empty()) {
@@ -244,6 +265,7 @@ int run_inspect(const InspectOptions& opt) {
   const Totals totals = totals_of(weights, files);
   std::vector<std::optional<std::string>> hashes;
   if (opt.hash) hashes = hash_weights(model.store(), weights);
+  const Result<AutoBudget> budget = auto_budget(model);
 
   if (!opt.map.empty()) {
     Status written = write_dead_weight_map(opt.map, model.path().filename().string(), files);
@@ -252,7 +274,8 @@ int run_inspect(const InspectOptions& opt) {
       return kExitBadInput;
     }
   }
-  return opt.json ? print_json(model, weights, hashes, files, totals) : print_table(model, weights, hashes, files, totals);
+  return opt.json ? print_json(model, weights, hashes, files, totals, budget)
+                  : print_table(model, weights, hashes, files, totals, budget);
 }
 
 const RegisterCommand kInspect{{
