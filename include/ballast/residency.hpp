@@ -10,6 +10,7 @@
 // them today: docs/residency.md.
 #pragma once
 
+#include <ballast/export.hpp>
 #include <ballast/derive.hpp>
 #include <ballast/onnx_loader.hpp>
 #include <ballast/status.hpp>
@@ -17,6 +18,8 @@
 
 #include <cstdint>
 #include <span>
+
+BALLAST_API_BEGIN
 
 namespace ballast {
 
@@ -38,3 +41,5 @@ Result<AutoBudget> auto_budget(const WeightStore& store, std::span<const Planned
 Result<AutoBudget> auto_budget(const Model& model);
 
 }  // namespace ballast
+
+BALLAST_API_END
