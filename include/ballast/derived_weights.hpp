@@ -256,7 +256,7 @@ class DerivedWeights final : public ModelResource<GpuBackend> {
   Released release(GpuBackend& backend) override;
 
  private:
-  struct Impl;
+  struct BALLAST_HIDDEN Impl;
 
   static Status check_kind(Derivation kind, bool want_pair);
   std::optional<DevicePtr> find_ptr(Derivation kind, const DerivationKey& key) const noexcept;

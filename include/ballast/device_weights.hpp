@@ -84,7 +84,7 @@ class DeviceWeights final : public ModelResource<GpuBackend> {
   Released release(GpuBackend& backend) override;
 
  private:
-  struct Impl;
+  struct BALLAST_HIDDEN Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -9,10 +9,12 @@
 
 #if defined(__GNUC__) || defined(__clang__)
 #define BALLAST_API __attribute__((visibility("default")))
+#define BALLAST_HIDDEN __attribute__((visibility("hidden")))
 #define BALLAST_API_BEGIN _Pragma("GCC visibility push(default)")
 #define BALLAST_API_END _Pragma("GCC visibility pop")
 #else
 #define BALLAST_API
+#define BALLAST_HIDDEN
 #define BALLAST_API_BEGIN
 #define BALLAST_API_END
 #endif

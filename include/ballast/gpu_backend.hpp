@@ -48,7 +48,7 @@ struct AllocationCounters {
 enum class HostAccess : std::uint8_t { read_only, read_write };
 
 namespace detail {
-class LiveRanges;
+class BALLAST_HIDDEN LiveRanges;
 }
 
 // Validation lives here, once, in front of every backend: each public

@@ -127,7 +127,7 @@ class Model {
   // (domain, version) pairs from opset_import.
   const std::vector<std::pair<std::string, std::int64_t>>& opsets() const noexcept;
 
-  struct Impl;
+  struct BALLAST_HIDDEN Impl;
   Impl& impl() noexcept { return *impl_; }
   const Impl& impl() const noexcept { return *impl_; }
 

@@ -25,7 +25,7 @@ BALLAST_API_BEGIN
 namespace ballast {
 
 namespace store {
-struct StoreAccess;  // the loader's way in (core/store/store_access.hpp)
+struct BALLAST_HIDDEN StoreAccess;  // the loader's way in (core/store/store_access.hpp)
 }
 
 // A graph value interned per model. Model::value_id / Model::value_name map
@@ -232,7 +232,7 @@ class WeightStore {
 
  private:
   friend struct store::StoreAccess;
-  struct Impl;
+  struct BALLAST_HIDDEN Impl;
   std::unique_ptr<Impl> impl_;
 };
 
