@@ -140,6 +140,7 @@ struct Pending {
   DerivationLaunch launch;
   DerivationSizes sizes;
   std::vector<std::size_t> results;
+  const PlannedDerivation* origin;  // the plan entry it was launched for (its weight names it)
 };
 
 class Wave {
@@ -156,7 +157,9 @@ class Wave {
 
   // Memoized already: the result now. Otherwise launched (or joined to an
   // identical launch of this wave) and resolved by commit().
-  Status add(const PlannedDerivation& p, std::size_t result_index) {
+  // `origin` is the plan entry `p` was made for (the same one, or the
+  // quant_int8 entry whose transposed copy `p` is): it outlives the wave.
+  Status add(const PlannedDerivation& p, std::size_t result_index, const PlannedDerivation& origin) {
     DerivationLaunch l = p.launch;
     l.kind = p.kind;
     BALLAST_ASSIGN_OR_RETURN(auto sizes, derivation_sizes(l));
@@ -184,7 +187,7 @@ class Wave {
       return Status();
     }
     BALLAST_RETURN_IF_ERROR(allocate_and_launch(ctx_.backend, l, sizes));
-    pending_.push_back(Pending{id, l, sizes, {result_index}});
+    pending_.push_back(Pending{id, l, sizes, {result_index}, &origin});
     index_.emplace(id, pending_.size() - 1);
     return Status();
   }
@@ -192,7 +195,10 @@ class Wave {
   // One wait for every launch of the wave, then every value memoized.
   Status commit() {
     if (pending_.empty()) return Status();
-    BALLAST_RETURN_IF_ERROR(ctx_.backend.synchronize());
+    // One wait covers every launch of the wave, so a failure cannot be
+    // pinned on one of them: the error names them all (the first few), and
+    // none is memoized (the destructor frees them).
+    if (Status s = ctx_.backend.synchronize(); !s.ok()) return std::move(s).with_context(waiting_for());
     while (!pending_.empty()) {
       Pending& p = pending_.back();
       BALLAST_ASSIGN_OR_RETURN(auto value, insert(p));  // p stays pending: the destructor frees it
@@ -209,6 +215,19 @@ class Wave {
   }
 
  private:
+  // "waiting for 9 derivations (transpose of 'a', to_f16 of 'a', quant_int8 of 'b' and 6 more)"
+  std::string waiting_for() const {
+    constexpr std::size_t kNamed = 3;
+    std::string out = "waiting for " + std::to_string(pending_.size()) + " derivation" +
+                      (pending_.size() == 1 ? "" : "s") + " (";
+    for (std::size_t i = 0; i < pending_.size() && i < kNamed; ++i) {
+      if (i != 0) out += i + 1 == pending_.size() ? " and " : ", ";
+      out += std::string(derivation_name(pending_[i].id.kind)) + " of '" + pending_[i].origin->weight + "'";
+    }
+    if (pending_.size() > kNamed) out += " and " + std::to_string(pending_.size() - kNamed) + " more";
+    return out + ")";
+  }
+
   std::optional<DerivedValue> memoized(const PendingKey& id) const {
     DerivedValue v;
     if (derivation_yields_pair(id.kind)) {
@@ -276,7 +295,7 @@ Result<std::vector<DerivedValue>> derive_all_unwrapped(const DeriveContext& ctx,
     Wave wave(ctx, results, progress, report);
     for (std::size_t i = 0; i < plan.size(); ++i) {
       if (plan[i].of_transposed) continue;
-      BALLAST_RETURN_IF_ERROR(wave.add(plan[i], i), where(plan[i]));
+      BALLAST_RETURN_IF_ERROR(wave.add(plan[i], i, plan[i]), where(plan[i]));
     }
     BALLAST_RETURN_IF_ERROR(wave.commit(), "finishing the first wave of derivations");
   }
@@ -290,7 +309,7 @@ Result<std::vector<DerivedValue>> derive_all_unwrapped(const DeriveContext& ctx,
     for (const PlannedDerivation& p : plan) {
       if (!p.of_transposed) continue;
       const PlannedDerivation t = transposed_source_of(p);
-      BALLAST_RETURN_IF_ERROR(copies.add(t, 0), where(t));
+      BALLAST_RETURN_IF_ERROR(copies.add(t, 0, p), where(t));
     }
     BALLAST_RETURN_IF_ERROR(copies.commit(), "finishing the transposed copies");
   }
@@ -298,7 +317,7 @@ Result<std::vector<DerivedValue>> derive_all_unwrapped(const DeriveContext& ctx,
   Wave wave(ctx, results, progress, report);
   for (std::size_t i = 0; i < plan.size(); ++i) {
     if (!plan[i].of_transposed) continue;
-    BALLAST_RETURN_IF_ERROR(wave.add(plan[i], i), where(plan[i]));
+    BALLAST_RETURN_IF_ERROR(wave.add(plan[i], i, plan[i]), where(plan[i]));
   }
   BALLAST_RETURN_IF_ERROR(wave.commit(), "finishing the second wave of derivations");
   return results;

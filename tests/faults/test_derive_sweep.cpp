@@ -35,6 +35,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <string>
@@ -198,6 +199,8 @@ void sweep(Way way) {
   for (FaultOp op : kAllFaultOps) totals.calls[op] = gpu.calls(op);
   const bool registers = clean.residency.registered_files > 0;
 
+  // BALLAST_FAULTS_VERBOSE=1: print what each faulted run said.
+  const bool verbose = std::getenv("BALLAST_FAULTS_VERBOSE") != nullptr;
   const auto start = std::chrono::steady_clock::now();
   for (FaultOp op : kAllFaultOps) {
     for (std::uint64_t n = 1; n <= totals.calls[op]; ++n) {
@@ -210,6 +213,13 @@ void sweep(Way way) {
       const RunResult r = run_once(gpu, *model, *plan, way);
       dog.disarm();
       totals.runs += 1;
+
+      if (verbose) {
+        const std::string said = !r.failure.ok()        ? r.failure.to_string()
+                                 : !r.report.ok()       ? r.report.status().to_string()
+                                 : r.residency.fallback_reason;
+        std::printf("%s\n    %s\n", run_name.c_str(), said.c_str());
+      }
 
       // The fault happened, once, where it was asked for.
       const std::vector<InjectedFault> injected = gpu.injected();
@@ -251,6 +261,12 @@ void sweep(Way way) {
                                                    : prefix + "unregister host memory at " + hex_of(fault.ptr);
         CHECK(contains(text, at));
         CHECK(contains(text, marker));
+        // ...and what it was: a derived value (its derivation and key), an
+        // upload (its file and offset, or its value id), a mapping (its file).
+        if (op == FaultOp::unregister_host)
+          CHECK(contains(text, "unregistering the mapping of " + (ballast::faults::model_dir() / "sample.weights").string()));
+        else
+          CHECK((contains(text, " value " + hex_of(fault.ptr) + " of source 0x") || contains(text, "-byte upload of ")));
         CHECK(r.report.status().code() == fault.error.code);
         if (op == FaultOp::free) {
           CHECK(r.report.allocations_freed() + 1 == clean.report.allocations_freed());
