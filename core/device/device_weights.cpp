@@ -2,6 +2,7 @@
 #include <ballast/log.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -41,8 +42,15 @@ struct DeviceWeights::Impl {
     const std::uint64_t length = ref.byte_length();
     auto ptr = backend->allocate(length);
     if (!ptr.ok()) return ptr.error();
+    // A device that refuses the free too (a lost one) leaves the copy live
+    // and owned by no one: the error says so, with its pointer.
     auto failed = [&](Error e) -> Result<DevicePtr> {
-      static_cast<void>(backend->free(*ptr));
+      if (Status f = backend->free(*ptr); !f.ok()) {
+        char at[24];
+        std::snprintf(at, sizeof at, "0x%llx", static_cast<unsigned long long>(*ptr));
+        e.message += "; then freeing its " + std::to_string(length) + "-byte device copy failed, so it stays live, " +
+                     "owned by no one (" + at + "): " + f.to_string();
+      }
       return e;
     };
     const std::uint64_t chunk = std::min(length, kBounceBytes);

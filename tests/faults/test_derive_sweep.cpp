@@ -157,13 +157,26 @@ bool names_a_weight(const std::string& text, const std::set<std::string>& names)
   return false;
 }
 
+// The "owned by no one (0x.., 0x..)" lists of an error: allocations a
+// failing derivation or upload could not free.
+std::string orphan_lists(const std::string& text) {
+  std::string out;
+  const std::string tag = "owned by no one (";
+  for (std::size_t at = text.find(tag); at != std::string::npos; at = text.find(tag, at + 1)) {
+    const std::size_t end = text.find(')', at);
+    out += text.substr(at + tag.size(), end == std::string::npos ? std::string::npos : end + 1 - at - tag.size());
+  }
+  return out;
+}
+
 struct SweepTotals {
   std::map<FaultOp, std::uint64_t> calls;
   std::uint64_t runs = 0;
   double seconds = 0;
 };
 
-void sweep(Way way) {
+void sweep(Way way, FaultInjectingBackend::Fault mode) {
+  const bool lost = mode == FaultInjectingBackend::Fault::from_then_on;
   auto model = load_onnx(ballast::faults::model_dir() / "sample.onnx");
   REQUIRE_MESSAGE(model.ok(), model.error().to_string());
   auto plan = plan_derivations(*model);
@@ -205,10 +218,11 @@ void sweep(Way way) {
   for (FaultOp op : kAllFaultOps) {
     for (std::uint64_t n = 1; n <= totals.calls[op]; ++n) {
       const std::string run_name = std::string(way_name(way)) + ", " + std::string(fault_op_name(op)) + " call " +
-                                   std::to_string(n) + " of " + std::to_string(totals.calls[op]) + " fails";
+                                   std::to_string(n) + " of " + std::to_string(totals.calls[op]) +
+                                   (lost ? " fails and the device is lost" : " fails");
       CAPTURE(run_name);
       logged.clear();
-      gpu.fail_nth(op, n);
+      gpu.fail_nth(op, n, mode);
       dog.arm(run_name, limit);
       const RunResult r = run_once(gpu, *model, *plan, way);
       dog.disarm();
@@ -221,80 +235,125 @@ void sweep(Way way) {
         std::printf("%s\n    %s\n", run_name.c_str(), said.c_str());
       }
 
-      // The fault happened, once, where it was asked for.
-      const std::vector<InjectedFault> injected = gpu.injected();
-      REQUIRE(injected.size() == 1);
-      const InjectedFault& fault = injected[0];
-      CHECK(fault.op == op);
-      CHECK(fault.call == n);
-      const std::string marker = "injected at call " + std::to_string(n) + " of " + std::string(fault_op_name(op));
+      if (mode == FaultInjectingBackend::Fault::once) {
+        // The fault happened, once, where it was asked for.
+        const std::vector<InjectedFault> injected = gpu.injected();
+        REQUIRE(injected.size() == 1);
+        const InjectedFault& fault = injected[0];
+        CHECK(fault.op == op);
+        CHECK(fault.call == n);
+        const std::string marker = "injected at call " + std::to_string(n) + " of " + std::string(fault_op_name(op));
 
-      // A second teardown frees nothing, whatever happened.
-      CHECK(r.again.ok());
-      CHECK(r.again.allocations_freed() == 0);
+        // A second teardown frees nothing, whatever happened.
+        CHECK(r.again.ok());
+        CHECK(r.again.allocations_freed() == 0);
 
-      if (op == FaultOp::register_host) {
-        // Not an error: the file's weights are uploaded instead, and said so.
-        CHECK_MESSAGE(r.failure.ok(), r.failure.to_string());
-        CHECK(r.report.ok());
-        CHECK(r.residency.fallback_files == 1);
-        CHECK(r.residency.registered_files + 1 == clean.residency.registered_files);
-        CHECK(r.residency.uploaded_weights > clean.residency.uploaded_weights);
-        CHECK_MESSAGE(names_operation(r.residency.fallback_reason, prefix, op), r.residency.fallback_reason);
-        CHECK_MESSAGE(contains(r.residency.fallback_reason, fault.error.native), r.residency.fallback_reason);
-        CHECK(r.values == clean.values);  // the same bytes, read from uploads
-        REQUIRE(logged.size() == 1);
-        CHECK(contains(logged[0], fault.error.native));
-      } else if (op == FaultOp::free || op == FaultOp::unregister_host) {
-        // Only teardown frees on this path: the report names and counts
-        // the one it could not do; everything else was freed.
-        CHECK_MESSAGE(r.failure.ok(), r.failure.to_string());
-        CHECK(r.values == clean.values);
-        CHECK_FALSE(r.report.ok());
-        CHECK(r.report.failed_resources() == 1);
-        std::uint64_t failed = 0;
-        for (const TeardownEntry& e : r.report.entries) failed += e.failed_frees;
-        CHECK(failed == 1);
-        const std::string text = r.report.status().to_string();
-        CAPTURE(text);
-        const std::string at = op == FaultOp::free ? prefix + "free " + hex_of(fault.ptr)
-                                                   : prefix + "unregister host memory at " + hex_of(fault.ptr);
-        CHECK(contains(text, at));
-        CHECK(contains(text, marker));
-        // ...and what it was: a derived value (its derivation and key), an
-        // upload (its file and offset, or its value id), a mapping (its file).
-        if (op == FaultOp::unregister_host)
-          CHECK(contains(text, "unregistering the mapping of " + (ballast::faults::model_dir() / "sample.weights").string()));
-        else
-          CHECK((contains(text, " value " + hex_of(fault.ptr) + " of source 0x") || contains(text, "-byte upload of ")));
-        CHECK(r.report.status().code() == fault.error.code);
-        if (op == FaultOp::free) {
-          CHECK(r.report.allocations_freed() + 1 == clean.report.allocations_freed());
-          CHECK(r.report.bytes_freed() + fault.bytes == clean.report.bytes_freed());
-          CHECK(gpu.kept_allocations() == std::vector<DevicePtr>{fault.ptr});
-          CHECK(gpu.counters().live_allocations == baseline.live_allocations + 1);
-          CHECK(inner.counters().live_allocations == inner_baseline.live_allocations + 1);
+        if (op == FaultOp::register_host) {
+          // Not an error: the file's weights are uploaded instead, and said so.
+          CHECK_MESSAGE(r.failure.ok(), r.failure.to_string());
+          CHECK(r.report.ok());
+          CHECK(r.residency.fallback_files == 1);
+          CHECK(r.residency.registered_files + 1 == clean.residency.registered_files);
+          CHECK(r.residency.uploaded_weights > clean.residency.uploaded_weights);
+          CHECK_MESSAGE(names_operation(r.residency.fallback_reason, prefix, op), r.residency.fallback_reason);
+          CHECK_MESSAGE(contains(r.residency.fallback_reason, fault.error.native), r.residency.fallback_reason);
+          CHECK(r.values == clean.values);  // the same bytes, read from uploads
+          REQUIRE(logged.size() == 1);
+          CHECK(contains(logged[0], fault.error.native));
+        } else if (op == FaultOp::free || op == FaultOp::unregister_host) {
+          // Only teardown frees on this path: the report names and counts
+          // the one it could not do; everything else was freed.
+          CHECK_MESSAGE(r.failure.ok(), r.failure.to_string());
+          CHECK(r.values == clean.values);
+          CHECK_FALSE(r.report.ok());
+          CHECK(r.report.failed_resources() == 1);
+          std::uint64_t failed = 0;
+          for (const TeardownEntry& e : r.report.entries) failed += e.failed_frees;
+          CHECK(failed == 1);
+          const std::string text = r.report.status().to_string();
+          CAPTURE(text);
+          const std::string at = op == FaultOp::free ? prefix + "free " + hex_of(fault.ptr)
+                                                     : prefix + "unregister host memory at " + hex_of(fault.ptr);
+          CHECK(contains(text, at));
+          CHECK(contains(text, marker));
+          // ...and what it was: a derived value (its derivation and key), an
+          // upload (its file and offset, or its value id), a mapping (its file).
+          if (op == FaultOp::unregister_host)
+            CHECK(contains(text, "unregistering the mapping of " + (ballast::faults::model_dir() / "sample.weights").string()));
+          else
+            CHECK((contains(text, " value " + hex_of(fault.ptr) + " of source 0x") || contains(text, "-byte upload of ")));
+          CHECK(r.report.status().code() == fault.error.code);
+          if (op == FaultOp::free) {
+            CHECK(r.report.allocations_freed() + 1 == clean.report.allocations_freed());
+            CHECK(r.report.bytes_freed() + fault.bytes == clean.report.bytes_freed());
+            CHECK(gpu.kept_allocations() == std::vector<DevicePtr>{fault.ptr});
+            CHECK(gpu.counters().live_allocations == baseline.live_allocations + 1);
+            CHECK(inner.counters().live_allocations == inner_baseline.live_allocations + 1);
+          } else {
+            CHECK(r.report.allocations_freed() == clean.report.allocations_freed());
+            CHECK(gpu.kept_registrations() == std::vector<DevicePtr>{fault.ptr});
+            CHECK(gpu.counters().live_registrations == baseline.live_registrations + 1);
+            CHECK(inner.counters().live_registrations == inner_baseline.live_registrations + 1);
+          }
         } else {
-          CHECK(r.report.allocations_freed() == clean.report.allocations_freed());
-          CHECK(gpu.kept_registrations() == std::vector<DevicePtr>{fault.ptr});
-          CHECK(gpu.counters().live_registrations == baseline.live_registrations + 1);
-          CHECK(inner.counters().live_registrations == inner_baseline.live_registrations + 1);
+          // The run fails with the device's error, named and placed.
+          REQUIRE_FALSE(r.failure.ok());
+          const std::string text = r.failure.to_string();
+          CAPTURE(text);
+          CHECK(r.failure.code() == fault.error.code);
+          CHECK(r.failure.error().native == fault.error.native);
+          CHECK(names_operation(text, prefix, op));
+          CHECK(contains(text, marker));
+          CHECK(names_a_weight(text, names));
+          // Everything that was built is released cleanly.
+          CHECK_MESSAGE(r.report.ok(), r.report.to_string());
+          CHECK(gpu.kept_allocations().empty());
+          CHECK(gpu.kept_registrations().empty());
+          CHECK(logged.empty());
         }
+
       } else {
-        // The run fails with the device's error, named and placed.
-        REQUIRE_FALSE(r.failure.ok());
-        const std::string text = r.failure.to_string();
-        CAPTURE(text);
-        CHECK(r.failure.code() == fault.error.code);
-        CHECK(r.failure.error().native == fault.error.native);
-        CHECK(names_operation(text, prefix, op));
-        CHECK(contains(text, marker));
-        CHECK(names_a_weight(text, names));
-        // Everything that was built is released cleanly.
-        CHECK_MESSAGE(r.report.ok(), r.report.to_string());
-        CHECK(gpu.kept_allocations().empty());
-        CHECK(gpu.kept_registrations().empty());
-        CHECK(logged.empty());
+        // A lost device: the Nth call and every call after it fail.
+        const std::vector<InjectedFault> injected = gpu.injected();
+        REQUIRE_FALSE(injected.empty());
+        CHECK(injected[0].op == op);
+        CHECK(injected[0].call == n);
+        const std::string marker = "injected at call " + std::to_string(n) + " of " + std::string(fault_op_name(op));
+        CHECK(r.again.ok());
+        CHECK(r.again.allocations_freed() == 0);
+        if (op == FaultOp::free || op == FaultOp::unregister_host) {
+          CHECK_MESSAGE(r.failure.ok(), r.failure.to_string());  // lost only while tearing down
+          CHECK_FALSE(r.report.ok());
+          CHECK(contains(r.report.status().to_string(), marker));
+        } else {
+          REQUIRE_FALSE(r.failure.ok());
+          const std::string text = r.failure.to_string();
+          CAPTURE(text);
+          CHECK(names_a_weight(text, names));
+          if (op == FaultOp::register_host) {
+            // Registration falls back to uploads, whose allocate then fails.
+            CHECK(contains(r.residency.fallback_reason, marker));
+            CHECK(contains(text, "injected at call 1 of allocate"));
+          } else {
+            CHECK(contains(text, marker));
+            CHECK(names_operation(text, prefix, op));
+          }
+        }
+        // Nothing is left live unaccounted for: each allocation or
+        // registration a refused free kept is either named by the run's
+        // error (freed while failing, by no one else) or counted by the
+        // teardown report (freed while tearing down).
+        std::vector<DevicePtr> kept = gpu.kept_allocations();
+        for (DevicePtr p : gpu.kept_registrations()) kept.push_back(p);
+        const std::string failure_text = r.failure.ok() ? std::string() : r.failure.to_string();
+        const std::string orphans = orphan_lists(failure_text);
+        std::uint64_t named = 0;
+        for (DevicePtr p : kept) named += contains(orphans, hex_of(p) + ",") || contains(orphans, hex_of(p) + ")") ? 1 : 0;
+        std::uint64_t reported = 0;
+        for (const TeardownEntry& e : r.report.entries) reported += e.failed_frees;
+        CHECK_MESSAGE(named + reported == kept.size(),
+                      kept.size() << " kept live, " << named << " named by the error, " << reported
+                                   << " reported by teardown: " << failure_text << " / " << r.report.to_string());
       }
 
       // Free what a refused free left, then both records are at baseline.
@@ -315,8 +374,8 @@ void sweep(Way way) {
   std::string counts;
   for (FaultOp op : kAllFaultOps)
     counts += " " + std::string(fault_op_name(op)) + "=" + std::to_string(totals.calls[op]);
-  std::printf("%s on %s: calls per run:%s; %llu faulted runs in %.2f s%s\n", way_name(way),
-              inner.info().backend.c_str(), counts.c_str(), static_cast<unsigned long long>(totals.runs),
+  std::printf("%s on %s%s: calls per run:%s; %llu faulted runs in %.2f s%s\n", way_name(way),
+              inner.info().backend.c_str(), lost ? " (device lost)" : "", counts.c_str(), static_cast<unsigned long long>(totals.runs),
               totals.seconds, registers ? "" : " (the backend registers no host memory)");
   std::fflush(stdout);
   // Every operation the path uses was swept; the path uses these at least.
@@ -334,8 +393,18 @@ void sweep(Way way) {
 
 }  // namespace
 
-TEST_CASE("a device fault at every call of derive_weights") { sweep(Way::batch); }
+TEST_CASE("a device fault at every call of derive_weights") { sweep(Way::batch, FaultInjectingBackend::Fault::once); }
 
 TEST_CASE("a device fault at every call of derive_weight, entry by entry (the ballast derive loop)") {
-  sweep(Way::one_by_one);
+  sweep(Way::one_by_one, FaultInjectingBackend::Fault::once);
+}
+
+// The same sweeps with the device lost at the Nth call: every later call
+// fails too, so the frees on the error paths and in teardown fail as well.
+TEST_CASE("the device lost at every call of derive_weights") {
+  sweep(Way::batch, FaultInjectingBackend::Fault::from_then_on);
+}
+
+TEST_CASE("the device lost at every call of derive_weight, entry by entry") {
+  sweep(Way::one_by_one, FaultInjectingBackend::Fault::from_then_on);
 }
