@@ -4,8 +4,11 @@
 #include "faults/fault_sweep.hpp"
 #include "support/fault_injecting_backend.hpp"
 
+#include <ballast/backend_registry.hpp>
+
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -263,4 +266,51 @@ TEST_CASE("realistic errors: out of memory for allocate and register, a device e
   CHECK(realistic_error("vulkan", FaultOp::allocate).native == "VK_ERROR_OUT_OF_DEVICE_MEMORY");
   CHECK(realistic_error("vulkan", FaultOp::synchronize).native == "VK_ERROR_DEVICE_LOST");
   CHECK(realistic_error("cuda", FaultOp::allocate).native == "CUDA_ERROR_OUT_OF_MEMORY");
+}
+
+// Not injected: the driver itself refusing an allocation larger than the
+// whole device heap, across the plugin boundary. The backend's own limit
+// (max_single_allocation) would refuse it before the driver sees it, so the
+// backend is opened again with that limit lifted (vulkan?max_allocation=).
+TEST_CASE("vulkan: a real VK_ERROR_OUT_OF_DEVICE_MEMORY, larger than the heap, leaves nothing behind") {
+  if (backend().info().backend != "vulkan") {
+    MESSAGE("skipped: only the vulkan backend takes max_allocation");
+    return;
+  }
+  std::string config = ballast::faults::backend_config();
+  config += (config.find('?') == std::string::npos ? "?" : "&") + std::string("max_allocation=") +
+            std::to_string(std::uint64_t{1} << 50);
+  auto opened = open_backend(config);
+  REQUIRE_MESSAGE(opened.ok(), opened.error().to_string());
+  GpuBackend& gpu = **opened;
+  const std::uint64_t heap = gpu.info().memory_bytes;  // every device-local heap
+  const std::uint64_t request = std::max<std::uint64_t>(heap * 4, std::uint64_t{8} << 30);
+  CAPTURE(heap);
+  CAPTURE(request);
+  const AllocationCounters before = gpu.counters();
+  auto huge = gpu.allocate(request);
+  REQUIRE_FALSE(huge.ok());
+  const std::string text = huge.error().to_string();
+  CAPTURE(text);
+  CHECK(huge.code() == ErrorCode::out_of_memory);
+  CHECK(huge.error().native == "VK_ERROR_OUT_OF_DEVICE_MEMORY");
+  CHECK(contains(text, "vulkan: allocate " + std::to_string(request) + " bytes"));
+  const AllocationCounters after = gpu.counters();
+  CHECK(after.live_allocations == before.live_allocations);
+  CHECK(after.live_bytes == before.live_bytes);
+  // The device is still fine: a launch runs, and everything is freed.
+  auto a = gpu.allocate(4 * 64);
+  auto b = gpu.allocate(4 * 64);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  const std::vector<float> m = matrix(8, 8);
+  REQUIRE(gpu.copy_to_device(*a, 0, std::as_bytes(std::span(m))).ok());
+  REQUIRE(gpu.launch(transpose_of(*a, *b, 8, 8)).ok());
+  REQUIRE(gpu.synchronize().ok());
+  std::vector<float> back(64);
+  REQUIRE(gpu.copy_to_host(std::as_writable_bytes(std::span(back)), *b, 0).ok());
+  CHECK(back[1] == m[8]);
+  REQUIRE(gpu.free(*a).ok());
+  REQUIRE(gpu.free(*b).ok());
+  CHECK(gpu.counters().live_allocations == before.live_allocations);
 }
