@@ -229,9 +229,9 @@ void sweep(Way way, FaultInjectingBackend::Fault mode) {
       totals.runs += 1;
 
       if (verbose) {
-        const std::string said = !r.failure.ok()        ? r.failure.to_string()
-                                 : !r.report.ok()       ? r.report.status().to_string()
-                                 : r.residency.fallback_reason;
+        const std::string said = !r.failure.ok()  ? r.failure.to_string()
+                                 : !r.report.ok() ? r.report.status().to_string()
+                                                  : r.residency.fallback_reason;
         std::printf("%s\n    %s\n", run_name.c_str(), said.c_str());
       }
 
@@ -279,9 +279,11 @@ void sweep(Way way, FaultInjectingBackend::Fault mode) {
           // ...and what it was: a derived value (its derivation and key), an
           // upload (its file and offset, or its value id), a mapping (its file).
           if (op == FaultOp::unregister_host)
-            CHECK(contains(text, "unregistering the mapping of " + (ballast::faults::model_dir() / "sample.weights").string()));
+            CHECK(contains(
+                text, "unregistering the mapping of " + (ballast::faults::model_dir() / "sample.weights").string()));
           else
-            CHECK((contains(text, " value " + hex_of(fault.ptr) + " of source 0x") || contains(text, "-byte upload of ")));
+            CHECK((contains(text, " value " + hex_of(fault.ptr) + " of source 0x") ||
+                   contains(text, "-byte upload of ")));
           CHECK(r.report.status().code() == fault.error.code);
           if (op == FaultOp::free) {
             CHECK(r.report.allocations_freed() + 1 == clean.report.allocations_freed());
@@ -348,12 +350,13 @@ void sweep(Way way, FaultInjectingBackend::Fault mode) {
         const std::string failure_text = r.failure.ok() ? std::string() : r.failure.to_string();
         const std::string orphans = orphan_lists(failure_text);
         std::uint64_t named = 0;
-        for (DevicePtr p : kept) named += contains(orphans, hex_of(p) + ",") || contains(orphans, hex_of(p) + ")") ? 1 : 0;
+        for (DevicePtr p : kept)
+          named += contains(orphans, hex_of(p) + ",") || contains(orphans, hex_of(p) + ")") ? 1 : 0;
         std::uint64_t reported = 0;
         for (const TeardownEntry& e : r.report.entries) reported += e.failed_frees;
         CHECK_MESSAGE(named + reported == kept.size(),
                       kept.size() << " kept live, " << named << " named by the error, " << reported
-                                   << " reported by teardown: " << failure_text << " / " << r.report.to_string());
+                                  << " reported by teardown: " << failure_text << " / " << r.report.to_string());
       }
 
       // Free what a refused free left, then both records are at baseline.
@@ -375,8 +378,9 @@ void sweep(Way way, FaultInjectingBackend::Fault mode) {
   for (FaultOp op : kAllFaultOps)
     counts += " " + std::string(fault_op_name(op)) + "=" + std::to_string(totals.calls[op]);
   std::printf("%s on %s%s: calls per run:%s; %llu faulted runs in %.2f s%s\n", way_name(way),
-              inner.info().backend.c_str(), lost ? " (device lost)" : "", counts.c_str(), static_cast<unsigned long long>(totals.runs),
-              totals.seconds, registers ? "" : " (the backend registers no host memory)");
+              inner.info().backend.c_str(), lost ? " (device lost)" : "", counts.c_str(),
+              static_cast<unsigned long long>(totals.runs), totals.seconds,
+              registers ? "" : " (the backend registers no host memory)");
   std::fflush(stdout);
   // Every operation the path uses was swept; the path uses these at least.
   CHECK(totals.calls[FaultOp::allocate] > 0);

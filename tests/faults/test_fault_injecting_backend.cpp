@@ -101,7 +101,8 @@ TEST_CASE("a failed allocate allocates nothing and says so in the backend's word
   CHECK(contains(text, "injected at call 2 of allocate"));
   CHECK(second.error().native == realistic_error(backend().info().backend, FaultOp::allocate).native);
   CHECK(backend().counters().live_allocations == one.live_allocations);  // the wrapped backend never saw it
-  auto third = gpu.allocate(64);  // once: the next call passes
+  // `once`: the next call passes.
+  auto third = gpu.allocate(64);
   REQUIRE(third.ok());
   CHECK(gpu.calls(FaultOp::allocate) == 3);
   REQUIRE(gpu.injected().size() == 1);

@@ -34,7 +34,8 @@ VendorError vendor_error(std::string_view backend, FaultOp op) {
       case FaultOp::allocate: return {ErrorCode::out_of_memory, "cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY"};
       case FaultOp::register_host: return {ErrorCode::out_of_memory, "cuMemHostRegister", "CUDA_ERROR_OUT_OF_MEMORY"};
       case FaultOp::free: return {ErrorCode::device_error, "cuMemFree", "CUDA_ERROR_ILLEGAL_ADDRESS"};
-      case FaultOp::unregister_host: return {ErrorCode::device_error, "cuMemHostUnregister", "CUDA_ERROR_ILLEGAL_ADDRESS"};
+      case FaultOp::unregister_host:
+        return {ErrorCode::device_error, "cuMemHostUnregister", "CUDA_ERROR_ILLEGAL_ADDRESS"};
       case FaultOp::launch: return {ErrorCode::device_error, "cuLaunchKernel", "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"};
       case FaultOp::synchronize: return {ErrorCode::device_error, "cuStreamSynchronize", "CUDA_ERROR_ILLEGAL_ADDRESS"};
       default: return {ErrorCode::device_error, "cuMemcpy", "CUDA_ERROR_ILLEGAL_ADDRESS"};

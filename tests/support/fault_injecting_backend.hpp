@@ -79,9 +79,9 @@ enum class FaultOp : std::uint8_t {
 };
 inline constexpr std::size_t kFaultOpCount = 9;
 inline constexpr std::array<FaultOp, kFaultOpCount> kAllFaultOps = {
-    FaultOp::allocate,       FaultOp::free,         FaultOp::register_host,
+    FaultOp::allocate,        FaultOp::free,           FaultOp::register_host,
     FaultOp::unregister_host, FaultOp::copy_to_device, FaultOp::copy_to_host,
-    FaultOp::copy_device,    FaultOp::launch,       FaultOp::synchronize};
+    FaultOp::copy_device,     FaultOp::launch,         FaultOp::synchronize};
 
 // "allocate", "free", "register_host", ... (the GpuBackend method's name).
 std::string_view fault_op_name(FaultOp op) noexcept;
@@ -99,10 +99,10 @@ Error realistic_error(std::string_view backend, FaultOp op);
 // One injected failure, as it happened.
 struct InjectedFault {
   FaultOp op = FaultOp::allocate;
-  std::uint64_t call = 0;  // which call of `op` (1-based)
-  Error error;             // what it returned
-  DevicePtr ptr = 0;       // free / unregister_host: the pointer kept live
-  std::uint64_t bytes = 0; // ...and its size
+  std::uint64_t call = 0;   // which call of `op` (1-based)
+  Error error;              // what it returned
+  DevicePtr ptr = 0;        // free / unregister_host: the pointer kept live
+  std::uint64_t bytes = 0;  // ...and its size
 };
 
 class FaultInjectingBackend final : public GpuBackend {
