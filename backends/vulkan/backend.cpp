@@ -21,11 +21,13 @@ constexpr std::uint64_t kStagingBytes = 16ull << 20;
 // Kernels address operands with 32-bit byte offsets.
 constexpr std::uint64_t kMaxOperandBytes = (1ull << 32) - 8;
 
-const char* const kKnownOptions = "validation (on|off), max_workgroups (a positive integer)";
+const char* const kKnownOptions =
+    "validation (on|off), max_workgroups (a positive integer), max_allocation (a positive number of bytes)";
 
 struct Options {
   bool validation = false;
   std::uint32_t max_workgroups = 0;  // 0: the device's limit
+  std::uint64_t max_allocation = 0;  // 0: the device's limit
 };
 
 Result<Options> parse_options(const BackendConfig& config) {
@@ -45,6 +47,13 @@ Result<Options> parse_options(const BackendConfig& config) {
       if (ec != std::errc() || end != value.data() + value.size() || n == 0)
         return make_error(ErrorCode::invalid_argument, "option max_workgroups must be a positive integer, not '" + value + "'");
       o.max_workgroups = n;
+    } else if (key == "max_allocation") {
+      std::uint64_t n = 0;
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (ec != std::errc() || end != value.data() + value.size() || n == 0)
+        return make_error(ErrorCode::invalid_argument,
+                          "option max_allocation must be a positive number of bytes, not '" + value + "'");
+      o.max_allocation = n;
     } else {
       return make_error(ErrorCode::invalid_argument,
                         "unknown option '" + key + "' for the vulkan backend; known options: " + kKnownOptions);
@@ -102,7 +111,11 @@ Result<std::unique_ptr<VulkanBackend>> VulkanBackend::open(const BackendConfig& 
   if (!devices) return devices.error();
   auto chosen = select(*devices, config);
   if (!chosen) return chosen.error();
-  auto device = Device::create(*b->instance_, **chosen);
+  PhysicalDevice physical_device = **chosen;
+  // Above the device's own limit, requests reach the driver, which answers
+  // them itself (a real VK_ERROR_OUT_OF_DEVICE_MEMORY, for tests).
+  if (options->max_allocation != 0) physical_device.max_allocation = options->max_allocation;
+  auto device = Device::create(*b->instance_, std::move(physical_device));
   if (!device) return device.error();
   b->device_ = std::move(*device);
   auto queue = Queue::create(*b->device_, kStagingBytes);

@@ -2,6 +2,7 @@
 // synchronize -> memoize, freeing what was allocated on every failure.
 #include <ballast/derive.hpp>
 
+#include "base/hex.hpp"
 #include "memo/memo_map.hpp"
 
 #include <new>
@@ -47,28 +48,66 @@ Status resolve_int4_operands(const DeriveContext& ctx, const PlannedDerivation& 
   return Status();
 }
 
-void free_quietly(GpuBackend& gpu, DevicePtr p) {
-  if (p != 0) static_cast<void>(gpu.free(p));
+void free_quietly(GpuBackend& gpu, DevicePtr p) noexcept {
+  try {
+    if (p != 0) static_cast<void>(gpu.free(p));
+  } catch (...) {  // describing the refusal ran out of memory: the free itself is done or refused
+  }
 }
 
-// Allocates the outputs of `l` and launches it; nothing is left allocated
-// when it fails.
+// Frees what a failing derivation allocated. A free the device refuses (a
+// lost device refuses them all) leaves that allocation live, counted by the
+// backend and owned by no one: the error then says so and names each one,
+// so an engine can account for what the backend's counters still show.
+class Cleanup {
+ public:
+  explicit Cleanup(GpuBackend& gpu) noexcept : gpu_(gpu) {}
+
+  void free(DevicePtr p) {
+    if (p == 0) return;
+    Status s = gpu_.free(p);
+    if (s.ok()) return;
+    kept_.push_back(p);
+    if (first_.ok()) first_ = std::move(s);
+  }
+
+  // `failure`, plus what could not be freed.
+  Status finish(Status failure) && {
+    if (kept_.empty() || failure.ok()) return failure;
+    std::string list;
+    for (std::size_t i = 0; i < kept_.size(); ++i) list += (i == 0 ? "" : ", ") + hex(kept_[i]);
+    failure.error().message += "; then freeing what it had allocated failed, so " + std::to_string(kept_.size()) +
+                               (kept_.size() == 1 ? " allocation stays" : " allocations stay") +
+                               " live, owned by no one (" + list + "): " + first_.to_string();
+    return failure;
+  }
+
+ private:
+  GpuBackend& gpu_;
+  std::vector<DevicePtr> kept_;
+  Status first_;
+};
+
+// Frees the outputs of a launch that failed (or whose wait did).
+Status release_outputs(GpuBackend& gpu, DerivationLaunch& l, Status failure) {
+  Cleanup cleanup(gpu);
+  cleanup.free(l.dst);
+  cleanup.free(l.dst2);
+  l.dst = l.dst2 = 0;
+  return std::move(cleanup).finish(std::move(failure));
+}
+
+// Allocates the outputs of `l` and launches it; when it fails, it has freed
+// them (or says which it could not).
 Status allocate_and_launch(GpuBackend& gpu, DerivationLaunch& l, const DerivationSizes& sizes) {
   BALLAST_ASSIGN_OR_RETURN(auto dst, gpu.allocate(sizes.dst_bytes));
   l.dst = dst;
   if (sizes.dst2_bytes != 0) {
     auto second = gpu.allocate(sizes.dst2_bytes);
-    if (!second.ok()) {
-      free_quietly(gpu, l.dst);
-      return second.error();
-    }
+    if (!second.ok()) return release_outputs(gpu, l, second.status());
     l.dst2 = *second;
   }
-  if (Status s = gpu.launch(l); !s.ok()) {
-    free_quietly(gpu, l.dst);
-    free_quietly(gpu, l.dst2);
-    return s;
-  }
+  if (Status s = gpu.launch(l); !s.ok()) return release_outputs(gpu, l, std::move(s));
   return Status();
 }
 
@@ -86,11 +125,7 @@ Derived value_of(const DerivationLaunch& l, const DerivationSizes& sizes) {
 template <class Derived>
 Result<Derived> build(GpuBackend& gpu, DerivationLaunch l, const DerivationSizes& sizes) {
   BALLAST_RETURN_IF_ERROR(allocate_and_launch(gpu, l, sizes));
-  if (Status s = gpu.synchronize(); !s.ok()) {
-    free_quietly(gpu, l.dst);
-    free_quietly(gpu, l.dst2);
-    return s.error();
-  }
+  if (Status s = gpu.synchronize(); !s.ok()) return release_outputs(gpu, l, std::move(s));
   return value_of<Derived>(l, sizes);
 }
 
@@ -140,6 +175,7 @@ struct Pending {
   DerivationLaunch launch;
   DerivationSizes sizes;
   std::vector<std::size_t> results;
+  const PlannedDerivation* origin;  // the plan entry it was launched for (its weight names it)
 };
 
 class Wave {
@@ -147,6 +183,7 @@ class Wave {
   Wave(const DeriveContext& ctx, std::vector<DerivedValue>& results, DeriveProgress& progress,
        const DeriveProgressFn& report)
       : ctx_(ctx), results_(results), progress_(progress), report_(report) {}
+  // Backstop for an exception (host memory) between add() and discard().
   ~Wave() {
     for (const Pending& p : pending_) {
       free_quietly(ctx_.backend, p.launch.dst);
@@ -154,9 +191,25 @@ class Wave {
     }
   }
 
+  // A wave that failed: frees every launch not yet memoized (the wait, if
+  // any, has returned) and returns `failure` saying what it could not free.
+  Status discard(Status failure) {
+    Cleanup cleanup(ctx_.backend);
+    while (!pending_.empty()) {
+      Pending& p = pending_.back();
+      cleanup.free(p.launch.dst);
+      cleanup.free(p.launch.dst2);
+      pending_.pop_back();
+    }
+    index_.clear();
+    return std::move(cleanup).finish(std::move(failure));
+  }
+
   // Memoized already: the result now. Otherwise launched (or joined to an
   // identical launch of this wave) and resolved by commit().
-  Status add(const PlannedDerivation& p, std::size_t result_index) {
+  // `origin` is the plan entry `p` was made for (the same one, or the
+  // quant_int8 entry whose transposed copy `p` is): it outlives the wave.
+  Status add(const PlannedDerivation& p, std::size_t result_index, const PlannedDerivation& origin) {
     DerivationLaunch l = p.launch;
     l.kind = p.kind;
     BALLAST_ASSIGN_OR_RETURN(auto sizes, derivation_sizes(l));
@@ -184,7 +237,7 @@ class Wave {
       return Status();
     }
     BALLAST_RETURN_IF_ERROR(allocate_and_launch(ctx_.backend, l, sizes));
-    pending_.push_back(Pending{id, l, sizes, {result_index}});
+    pending_.push_back(Pending{id, l, sizes, {result_index}, &origin});
     index_.emplace(id, pending_.size() - 1);
     return Status();
   }
@@ -192,10 +245,13 @@ class Wave {
   // One wait for every launch of the wave, then every value memoized.
   Status commit() {
     if (pending_.empty()) return Status();
-    BALLAST_RETURN_IF_ERROR(ctx_.backend.synchronize());
+    // One wait covers every launch of the wave, so a failure cannot be
+    // pinned on one of them: the error names them all (the first few), and
+    // none is memoized (discard() frees them).
+    if (Status s = ctx_.backend.synchronize(); !s.ok()) return std::move(s).with_context(waiting_for());
     while (!pending_.empty()) {
       Pending& p = pending_.back();
-      BALLAST_ASSIGN_OR_RETURN(auto value, insert(p));  // p stays pending: the destructor frees it
+      BALLAST_ASSIGN_OR_RETURN(auto value, insert(p));  // p stays pending: discard() frees it
       for (std::size_t r : p.results) {
         results_[r] = value;
         results_[r].key = p.id.key;
@@ -209,6 +265,19 @@ class Wave {
   }
 
  private:
+  // "waiting for 9 derivations (transpose of 'a', to_f16 of 'a', quant_int8 of 'b' and 6 more)"
+  std::string waiting_for() const {
+    constexpr std::size_t kNamed = 3;
+    std::string out = "waiting for " + std::to_string(pending_.size()) + " derivation" +
+                      (pending_.size() == 1 ? "" : "s") + " (";
+    for (std::size_t i = 0; i < pending_.size() && i < kNamed; ++i) {
+      if (i != 0) out += i + 1 == pending_.size() ? " and " : ", ";
+      out += std::string(derivation_name(pending_[i].id.kind)) + " of '" + pending_[i].origin->weight + "'";
+    }
+    if (pending_.size() > kNamed) out += " and " + std::to_string(pending_.size() - kNamed) + " more";
+    return out + ")";
+  }
+
   std::optional<DerivedValue> memoized(const PendingKey& id) const {
     DerivedValue v;
     if (derivation_yields_pair(id.kind)) {
@@ -261,6 +330,22 @@ class Wave {
   std::unordered_map<PendingKey, std::size_t, PendingHash> index_;
 };
 
+Status with_where(Status s, const PlannedDerivation& p) {
+  if (!s.ok()) return std::move(s).with_context(where(p));
+  return s;
+}
+
+// After a wave's adds (`added`: the first failure, or ok): waits and
+// memoizes; on any failure frees what the wave launched and returns why.
+Status settle(Wave& wave, Status added, const char* finishing) {
+  if (added.ok()) {
+    added = wave.commit();
+    if (!added.ok()) added = std::move(added).with_context(finishing);
+  }
+  if (!added.ok()) return wave.discard(std::move(added));
+  return added;
+}
+
 Result<std::vector<DerivedValue>> derive_all_unwrapped(const DeriveContext& ctx, std::span<const PlannedDerivation> plan,
                                                        const DeriveProgressFn& report) {
   std::vector<DerivedValue> results(plan.size());
@@ -274,11 +359,10 @@ Result<std::vector<DerivedValue>> derive_all_unwrapped(const DeriveContext& ctx,
   // Wave 1: everything that reads weights.
   {
     Wave wave(ctx, results, progress, report);
-    for (std::size_t i = 0; i < plan.size(); ++i) {
-      if (plan[i].of_transposed) continue;
-      BALLAST_RETURN_IF_ERROR(wave.add(plan[i], i), where(plan[i]));
-    }
-    BALLAST_RETURN_IF_ERROR(wave.commit(), "finishing the first wave of derivations");
+    Status s;
+    for (std::size_t i = 0; i < plan.size() && s.ok(); ++i)
+      if (!plan[i].of_transposed) s = with_where(wave.add(plan[i], i, plan[i]), plan[i]);
+    BALLAST_RETURN_IF_ERROR(settle(wave, std::move(s), "finishing the first wave of derivations"));
   }
   // The transposed copies wave 2 reads; usually planned, hence memoized by
   // now, and launched here only when they were not.
@@ -287,20 +371,20 @@ Result<std::vector<DerivedValue>> derive_all_unwrapped(const DeriveContext& ctx,
     DeriveProgress ignored;
     const DeriveProgressFn silent;  // a named object: Wave keeps a reference
     Wave copies(ctx, scratch, ignored, silent);
-    for (const PlannedDerivation& p : plan) {
-      if (!p.of_transposed) continue;
-      const PlannedDerivation t = transposed_source_of(p);
-      BALLAST_RETURN_IF_ERROR(copies.add(t, 0), where(t));
+    Status s;
+    for (std::size_t i = 0; i < plan.size() && s.ok(); ++i) {
+      if (!plan[i].of_transposed) continue;
+      const PlannedDerivation t = transposed_source_of(plan[i]);
+      s = with_where(copies.add(t, 0, plan[i]), t);
     }
-    BALLAST_RETURN_IF_ERROR(copies.commit(), "finishing the transposed copies");
+    BALLAST_RETURN_IF_ERROR(settle(copies, std::move(s), "finishing the transposed copies"));
   }
   // Wave 2: per-output-channel quantisation of those copies.
   Wave wave(ctx, results, progress, report);
-  for (std::size_t i = 0; i < plan.size(); ++i) {
-    if (!plan[i].of_transposed) continue;
-    BALLAST_RETURN_IF_ERROR(wave.add(plan[i], i), where(plan[i]));
-  }
-  BALLAST_RETURN_IF_ERROR(wave.commit(), "finishing the second wave of derivations");
+  Status s;
+  for (std::size_t i = 0; i < plan.size() && s.ok(); ++i)
+    if (plan[i].of_transposed) s = with_where(wave.add(plan[i], i, plan[i]), plan[i]);
+  BALLAST_RETURN_IF_ERROR(settle(wave, std::move(s), "finishing the second wave of derivations"));
   return results;
 }
 

@@ -4,6 +4,7 @@
 #include "device/registration_plan.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <optional>
 #include <memory>
 #include <mutex>
@@ -39,7 +40,12 @@ struct DeviceWeights::Impl {
     bool in_place = false;  // inside a registered mapping: read from the file's pages
   };
   std::unordered_map<ValueId, Resolved> resolved;
-  std::vector<std::pair<DevicePtr, std::uint64_t>> uploads;  // (ptr, bytes) this object owns
+  struct Upload {
+    DevicePtr ptr = 0;
+    std::uint64_t bytes = 0;
+    ValueId id{};  // the weight it holds, to name it if freeing fails
+  };
+  std::vector<Upload> uploads;  // what this object owns
   WeightResidency residency;
 
   // Bytes go host -> device through a bounce buffer this size (or the
@@ -48,12 +54,19 @@ struct DeviceWeights::Impl {
   // an io error here and never SIGBUS inside a backend (docs/reliability.md).
   static constexpr std::uint64_t kBounceBytes = std::uint64_t{8} << 20;
 
-  Result<DevicePtr> upload(const WeightRef& ref) {
+  Result<DevicePtr> upload(ValueId id, const WeightRef& ref) {
     const std::uint64_t length = ref.byte_length();
     auto ptr = backend->allocate(length);
     if (!ptr.ok()) return ptr.error();
+    // A device that refuses the free too (a lost one) leaves the copy live
+    // and owned by no one: the error says so, with its pointer.
     auto failed = [&](Error e) -> Result<DevicePtr> {
-      static_cast<void>(backend->free(*ptr));
+      if (Status f = backend->free(*ptr); !f.ok()) {
+        char at[24];
+        std::snprintf(at, sizeof at, "0x%llx", static_cast<unsigned long long>(*ptr));
+        e.message += "; then freeing its " + std::to_string(length) + "-byte device copy failed, so it stays live, " +
+                     "owned by no one (" + at + "): " + f.to_string();
+      }
       return e;
     };
     const std::uint64_t chunk = std::min(length, kBounceBytes);
@@ -66,7 +79,7 @@ struct DeviceWeights::Impl {
       if (Status s = store->copy_bytes(ref, at, part); !s.ok()) return failed(std::move(s.error()));
       if (Status s = backend->copy_to_device(*ptr, at, part); !s.ok()) return failed(std::move(s.error()));
     }
-    uploads.emplace_back(*ptr, length);
+    uploads.push_back(Upload{*ptr, length, id});
     residency.uploaded_weights += 1;
     residency.uploaded_bytes += length;
     return *ptr;
@@ -234,7 +247,7 @@ Result<DevicePtr> DeviceWeights::resolve(ValueId id) {
     }
   }
   if (ptr == 0) {
-    auto up = m.upload(ref);
+    auto up = m.upload(id, ref);
     if (!up.ok()) return std::move(up.error()).with_context("making weight visible to " + m.backend->info().backend);
     ptr = *up;
   }
@@ -246,22 +259,56 @@ Released DeviceWeights::release(GpuBackend& backend) {
   Impl& m = *impl_;
   std::lock_guard lock(m.mutex);
   Released out;
-  auto note_failure = [&out](Status s, const std::string& what) {
+  // The first failure is the report's, named by the weight's file and
+  // offset (the store knows no names); later ones are counted in it.
+  // Naming is a courtesy: without host memory for it, the backend's error
+  // and the counts still stand.
+  auto note_failure = [&out](Status s, const auto& describe) {
     out.failed_frees += 1;
-    if (out.status.ok()) out.status = std::move(s).with_context(what);
+    if (!out.status.ok()) return;
+    try {
+      describe(s.error());
+    } catch (const std::bad_alloc&) {
+    }
+    out.status = std::move(s);
   };
-  for (auto& [ptr, bytes] : m.uploads) {
-    if (Status s = backend.free(ptr); s.ok()) {
-      out.bytes_freed += bytes;
+  for (const Impl::Upload& u : m.uploads) {
+    if (Status s = backend.free(u.ptr); s.ok()) {
+      out.bytes_freed += u.bytes;
       out.allocations_freed += 1;
     } else {
-      note_failure(std::move(s), "freeing an uploaded weight");
+      note_failure(std::move(s), [&](Error& e) {
+        const std::string what = "freeing the " + std::to_string(u.bytes) + "-byte upload of ";
+        auto w = m.store->weights.find(u.id);
+        if (w == m.store->weights.end() || !w->second.is_external()) {
+          e.with_context(what + "the inline weight with value id " + std::to_string(u.id.index));
+          return;
+        }
+        const ExternalLocation& at = *w->second.external;
+        if (e.file.empty()) {
+          e.file = at.resolved().string();
+          e.offset = at.offset;
+        }
+        e.with_context(what + "the weight at offset " + std::to_string(at.offset) + " of " + at.resolved().string());
+      });
     }
   }
   for (auto& [mapping, regs] : m.registrations) {
     for (const Impl::Registration& r : regs) {
       if (r.ptr == 0) continue;
-      if (Status s = backend.unregister_host(r.ptr); !s.ok()) note_failure(std::move(s), "unregistering a mapping");
+      if (Status s = backend.unregister_host(r.ptr); !s.ok())
+        note_failure(std::move(s), [&, mapping = mapping](Error& e) {
+          const std::string path = m.store->mapping_path(mapping).value_or("?").string();
+          if (e.file.empty()) e.file = path;
+          e.with_context("unregistering the mapping of " + path);
+        });
+    }
+  }
+  if (out.failed_frees > 1) {
+    try {
+      out.status.error().message += " (and " + std::to_string(out.failed_frees - 1) + " more refused free" +
+                                    (out.failed_frees == 2 ? ")" : "s)");
+    } catch (const std::bad_alloc&) {
     }
   }
   m.uploads.clear();

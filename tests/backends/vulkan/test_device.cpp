@@ -67,6 +67,22 @@ TEST_CASE("unknown and malformed options are refused, naming the known ones") {
 
   auto capped = open("?max_workgroups=3");
   CHECK(capped->max_groups_per_dispatch() == 3);
+
+  CHECK(unknown.error().message.find("max_allocation") != std::string::npos);
+  for (const std::string bad : {"?max_allocation=0", "?max_allocation=-1", "?max_allocation=1k"}) {
+    CAPTURE(bad);
+    CHECK(VulkanBackend::open(config(bad)).code() == ErrorCode::invalid_argument);
+  }
+  // Below the device's limit it is the limit: larger requests are refused
+  // by ballast, with the reason, before the driver sees them.
+  auto small = open("?max_allocation=4096");
+  CHECK(small->capabilities().max_single_allocation == 4096);
+  auto refused = small->allocate(4097, 256);
+  CHECK(refused.code() == ErrorCode::out_of_memory);
+  CHECK(refused.error().message.find("largest single allocation (4096 bytes") != std::string::npos);
+  auto fits = small->allocate(4096, 256);
+  REQUIRE(fits.ok());
+  CHECK(small->free(*fits).ok());
 }
 
 TEST_CASE("several backends on one device live side by side") {
