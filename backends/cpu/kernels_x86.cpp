@@ -497,7 +497,9 @@ BALLAST_SIMD void quant_int8_rows_typed(const Quant8Args& a, std::uint64_t row_b
     a.scales[n] = scale;
     std::int8_t* codes = a.codes + base;
     if (scale == 0.0f) {
-      std::memset(codes, 0, a.k);
+      // K = 0 (N zero scales, no codes): the codes operand is empty and may
+      // be null, which memset must not see even for 0 bytes.
+      if (a.k != 0) std::memset(codes, 0, a.k);
       continue;
     }
     // While this row (already in cache from the max pass) is coded, pull

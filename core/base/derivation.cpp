@@ -24,7 +24,8 @@ bool mul(std::uint64_t a, std::uint64_t b, std::uint64_t& out) {
 Error overflow(const char* what) { return make_error(ErrorCode::overflow, std::string(what) + " overflows 64 bits"); }
 
 // ceil(a / b) for any a: (a + b - 1) / b wraps for K near 2^64 and then
-// sized a huge matrix as empty (found by fuzz_launch_validation).
+// sized a huge matrix as empty (caught by fuzz_launch_validation's
+// 128-bit model of these sizes).
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
 }  // namespace

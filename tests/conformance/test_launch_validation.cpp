@@ -111,3 +111,20 @@ TEST_CASE("launch validation: bad shapes and bad pointers are errors and the bac
   CHECK_MESSAGE(failure.empty(), failure);
   CHECK(gpu().synchronize().ok());
 }
+
+TEST_CASE("launch validation: empty operands may be null; quant_int8 with K = 0 writes N zero scales") {
+  // The CPU's vector kernel passed the empty, null codes operand to memset:
+  // undefined behaviour, which UBSan reported under fuzz_launch_validation
+  // (and would under the asan preset).
+  LeakCheck leaks;
+  DeviceBuffer scales = upload(random_bytes(64, 9));
+  DerivationLaunch quant;
+  quant.kind = Derivation::quant_int8;
+  quant.src_type = DataType::float32;
+  quant.rows = 16;
+  quant.cols = 0;
+  quant.dst2 = scales.ptr();  // src and dst: 0 bytes each, left null
+  REQUIRE(gpu().launch(quant).ok());
+  REQUIRE(gpu().synchronize().ok());
+  CHECK(download(scales.ptr(), 64) == std::vector<std::byte>(64));
+}

@@ -8,7 +8,7 @@ derivation is launched once validly on each kernel table, plus copies, a
 read-write registration, frees and unregistrations followed by launches on
 the stale pointers, and the refusals the rules name (an output aliasing an
 input, a write into a read-only registration, a misaligned operand, a
-range one byte past its allocation).
+range one byte past its allocation), and the inputs that found bugs.
 """
 import os
 import struct
@@ -140,7 +140,17 @@ refused = {
     "bad_frees": free(ptr(A0, 64)) + free(ptr(RO)) + free(NULL) + unregister(ptr(A0)),
 }
 
-for name, body in {**valid, **refused}.items():
+# Inputs that found bugs, kept so every run replays them.
+regressions = {
+    # derivation_sizes sized a [1, 2^64 - 1] repack as 0 bytes everywhere.
+    "regression_repack_cols_2p64": launch(REPACK, F16, 1, (1 << 64) - 1, 16, src=ptr(A0), scales=ptr(A2), dst=ptr(A1),
+                                          dst2=ptr(A1, 4096)),
+    # quant_int8 with K = 0 and a null (empty) dst: memset(nullptr, 0, 0)
+    # in the vector kernel (UBSan).
+    "regression_quant_k0_null_dst": launch(QUANT8, F32, 4, 0, dst2=ptr(A2)),
+}
+
+for name, body in {**valid, **refused, **regressions}.items():
     for portable in (False, True):
         with open(os.path.join(out, name + ("_portable" if portable else "")), "wb") as f:
             f.write(header(portable) + body)
