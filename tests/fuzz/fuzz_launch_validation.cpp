@@ -95,19 +95,21 @@ std::string hex(u64 v) {
 }
 
 std::string describe(const DerivationLaunch& l) {
-  return std::string(ballast::derivation_name(l.kind)) + "(kind " + std::to_string(static_cast<int>(l.kind)) + ", type " +
-         std::to_string(static_cast<int>(l.src_type)) + ", rows " + std::to_string(l.rows) + ", cols " +
+  return std::string(ballast::derivation_name(l.kind)) + "(kind " + std::to_string(static_cast<int>(l.kind)) +
+         ", type " + std::to_string(static_cast<int>(l.src_type)) + ", rows " + std::to_string(l.rows) + ", cols " +
          std::to_string(l.cols) + ", block " + std::to_string(l.block_size) + ", zp form " +
          std::to_string(static_cast<int>(l.zero_points)) + ", src " + hex(l.src) + ", scales " + hex(l.scales) +
          ", zero_point " + hex(l.zero_point) + ", dst " + hex(l.dst) + ", dst2 " + hex(l.dst2) + ")";
 }
 
 // Where arithmetic on shapes wraps or nearly does.
+// clang-format off
 constexpr std::array<u64, 16> kEdges = {
-    256,        4096,           8193,           u64{1} << 16, u64{1} << 31, u64{1} << 32, (u64{1} << 32) + 1,
+    256,          4096,         8193,         u64{1} << 16, u64{1} << 31, u64{1} << 32, (u64{1} << 32) + 1,
     u64{1} << 61, u64{1} << 62, u64{1} << 63, ~u64{0},      ~u64{0} - 1,  ~u64{0} - 6,  ~u64{0} - 7,
     ~u64{0} - 15, (~u64{0} >> 1) + 2,
 };
+// clang-format on
 
 class Reader {
  public:
@@ -245,9 +247,7 @@ struct Registration {
 std::byte* host(DevicePtr p) { return reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(p)); }
 DevicePtr device(const void* p) { return static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(p)); }
 
-bool inside(u64 start, u64 size, u64 ptr, u64 bytes) {
-  return ptr >= start && u128{ptr} + bytes <= u128{start} + size;
-}
+bool inside(u64 start, u64 size, u64 ptr, u64 bytes) { return ptr >= start && u128{ptr} + bytes <= u128{start} + size; }
 bool overlap(u64 a, u64 an, u64 b, u64 bn) {
   return an != 0 && bn != 0 && u128{a} < u128{b} + bn && u128{b} < u128{a} + an;
 }
@@ -349,7 +349,8 @@ class World {
   void write_shadow(DevicePtr p, std::span<const std::byte> bytes) {
     if (bytes.empty()) return;
     for (Allocation& a : allocations_)
-      if (inside(a.ptr, a.bytes, p, bytes.size())) std::memcpy(a.shadow.data() + (p - a.ptr), bytes.data(), bytes.size());
+      if (inside(a.ptr, a.bytes, p, bytes.size()))
+        std::memcpy(a.shadow.data() + (p - a.ptr), bytes.data(), bytes.size());
     if (inside(device(arena_.data()), kArena, p, bytes.size()))
       std::memcpy(arena_shadow_.data() + (p - device(arena_.data())), bytes.data(), bytes.size());
   }
@@ -376,7 +377,8 @@ class World {
   }
 
   void free(DevicePtr p) {
-    const auto it = std::find_if(allocations_.begin(), allocations_.end(), [&](const Allocation& a) { return a.ptr == p; });
+    const auto it =
+        std::find_if(allocations_.begin(), allocations_.end(), [&](const Allocation& a) { return a.ptr == p; });
     const ballast::Status s = gpu_.free(p);
     check_verdict(s, it != allocations_.end(), "free(" + hex(p) + ")");
     if (s.ok()) allocations_.erase(it);
@@ -387,7 +389,8 @@ class World {
     length %= kArena - offset + 1;
     const bool read_write = (flags & 1) != 0;
     const std::byte* p = (flags & 2) != 0 ? nullptr : arena_.data() + offset;
-    auto r = gpu_.register_host(p, length, read_write ? ballast::HostAccess::read_write : ballast::HostAccess::read_only);
+    auto r =
+        gpu_.register_host(p, length, read_write ? ballast::HostAccess::read_write : ballast::HostAccess::read_only);
     check_verdict(r.status(), p != nullptr && length != 0, "register_host(+" + std::to_string(length) + ")");
     if (!r.ok()) return;
     if (*r != device(p)) fail("the cpu backend registered " + hex(device(p)) + " as " + hex(*r));
@@ -411,8 +414,9 @@ class World {
     const ballast::Status s = gpu_.copy_to_device(dst, offset, src);
     const u128 to = u128{dst} + offset;
     const bool expected = to <= kMax64 && operand_ok(static_cast<u64>(to), length, true);
-    check_verdict(s, expected, "copy_to_device(" + hex(dst) + " + " + std::to_string(offset) + ", " +
-                                   std::to_string(length) + " bytes)");
+    check_verdict(
+        s, expected,
+        "copy_to_device(" + hex(dst) + " + " + std::to_string(offset) + ", " + std::to_string(length) + " bytes)");
     if (s.ok()) write_shadow(static_cast<u64>(to), src);
   }
 
@@ -423,8 +427,9 @@ class World {
     const ballast::Status s = gpu_.copy_to_host(dst, src, offset);
     const u128 from = u128{src} + offset;
     const bool expected = from <= kMax64 && operand_ok(static_cast<u64>(from), length, false);
-    check_verdict(s, expected, "copy_to_host(" + hex(src) + " + " + std::to_string(offset) + ", " +
-                                   std::to_string(length) + " bytes)");
+    check_verdict(
+        s, expected,
+        "copy_to_host(" + hex(src) + " + " + std::to_string(offset) + ", " + std::to_string(length) + " bytes)");
     for (std::size_t i = 0; i < kGuard; ++i)
       if (buffer[i] != std::byte{0xA5} || buffer[kGuard + length + i] != std::byte{0xA5})
         fail("copy_to_host wrote outside its destination span");
@@ -443,8 +448,9 @@ class World {
     const bool expected = to <= kMax64 && from <= kMax64 && operand_ok(static_cast<u64>(from), bytes, false) &&
                           operand_ok(static_cast<u64>(to), bytes, true) &&
                           !overlap(static_cast<u64>(to), bytes, static_cast<u64>(from), bytes);
-    check_verdict(s, expected, "copy_device(" + hex(dst) + " + " + std::to_string(dst_offset) + " <- " + hex(src) +
-                                   " + " + std::to_string(src_offset) + ", " + std::to_string(bytes) + " bytes)");
+    check_verdict(s, expected,
+                  "copy_device(" + hex(dst) + " + " + std::to_string(dst_offset) + " <- " + hex(src) + " + " +
+                      std::to_string(src_offset) + ", " + std::to_string(bytes) + " bytes)");
     if (s.ok()) write_shadow(static_cast<u64>(to), shadow_bytes(static_cast<u64>(from), bytes));
   }
 
@@ -531,8 +537,8 @@ class World {
   static std::string first_difference(const std::byte* actual, const std::vector<std::byte>& shadow) {
     for (std::size_t i = 0; i < shadow.size(); ++i)
       if (actual[i] != shadow[i])
-        return " (first at byte " + std::to_string(i) + ": " + std::to_string(static_cast<int>(actual[i])) + ", expected " +
-               std::to_string(static_cast<int>(shadow[i])) + ")";
+        return " (first at byte " + std::to_string(i) + ": " + std::to_string(static_cast<int>(actual[i])) +
+               ", expected " + std::to_string(static_cast<int>(shadow[i])) + ")";
     return "";
   }
 
@@ -627,15 +633,24 @@ void run(GpuBackend& gpu, Reader& in) {
         world.allocate(bytes, in.alignment());
         break;
       }
-      case 5: name = "free"; world.free(world.pointer(in)); break;
+      case 5:
+        name = "free";
+        world.free(world.pointer(in));
+        break;
       case 6: {
         name = "register_host";
         const u64 offset = in.u16(), length = in.u16();
         world.register_host(offset, length, in.u8());
         break;
       }
-      case 7: name = "unregister_host"; world.unregister_host(world.pointer(in)); break;
-      case 8: name = "synchronize"; world.synchronize(); break;
+      case 7:
+        name = "unregister_host";
+        world.unregister_host(world.pointer(in));
+        break;
+      case 8:
+        name = "synchronize";
+        world.synchronize();
+        break;
     }
     world.verify(name);
   }

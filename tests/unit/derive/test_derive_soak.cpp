@@ -6,13 +6,15 @@
 // backend. Run under ThreadSanitizer in CI's tsan stage (label tsan, with
 // libballast and the Vulkan plugin instrumented), and in the dev stage.
 //
-// Phase 1: every thread calls derive_weight() on every entry, each thread
-//   in its own order. Single-flight: one build per key, every thread gets
-//   the same pointers, and the memo's stats add up exactly
-//   (hits + misses = requests, builds + waits = misses, builds = keys).
-// Phase 2, on a fresh memo over the same sources: four threads call
-//   derive_weight(), four call derive_weights() (batches that build, then
-//   insert, and free their copy when another writer was first).
+// Three rounds, each phase on a fresh memo over the same sources:
+// Phase 1: every thread calls derive_weight() on every entry (four
+//   threads in one order, four in others). Single-flight: one build per
+//   key, every thread gets the same pointers, and the memo's stats add up
+//   exactly (hits + misses = requests, builds + waits = misses,
+//   builds = keys).
+// Phase 2: four threads call derive_weight(), four derive_weights()
+//   (batches that build, then insert, and free their copy when another
+//   writer was first).
 // After each phase every value is byte-equal to a single-threaded run on
 // the same backend, the backend holds exactly the memo's allocations plus
 // the uploaded sources, and after teardown nothing is left on the device.
@@ -40,6 +42,7 @@ namespace {
 
 constexpr int kThreads = 8;
 constexpr int kLayers = 24;
+constexpr int kRounds = 3;  // each: phase 1 and phase 2 on fresh memos
 
 struct Bytes {
   std::vector<std::byte> first, second;
@@ -49,8 +52,8 @@ struct Bytes {
 struct Device {
   std::string name;
   std::unique_ptr<GpuBackend> gpu;
-  std::vector<Bytes> reference;  // single-threaded results, by plan entry
-  std::size_t keys = 0;          // distinct memo keys of the plan
+  std::vector<Bytes> reference;         // single-threaded results, by plan entry
+  std::size_t keys = 0;                 // distinct memo keys of the plan
   std::uint64_t value_allocations = 0;  // device allocations those keys' values take
 };
 
@@ -70,11 +73,14 @@ Bytes read_back(GpuBackend& gpu, const PlannedDerivation& p, const DerivedValue&
   return out;
 }
 
-// The order thread t walks the plan in: rotated by t/8 of its length,
-// backwards for odd t, so threads meet on every entry from both sides.
+// The order thread t walks the plan in. Threads 0, 2, 4 and 6 walk it in
+// the same order, so they ask for the same key at the same moment (builds
+// and waits); odd threads start a quarter further on each and walk
+// backwards, so threads also meet entries from both sides.
 std::vector<std::size_t> order_of(int t, std::size_t n) {
   std::vector<std::size_t> order(n);
-  for (std::size_t i = 0; i < n; ++i) order[i] = (i + n * static_cast<std::size_t>(t) / kThreads) % n;
+  const std::size_t start = t % 2 == 0 ? 0 : n * static_cast<std::size_t>(t / 2) / 4;
+  for (std::size_t i = 0; i < n; ++i) order[i] = (i + start) % n;
   if (t % 2 == 1) std::reverse(order.begin(), order.end());
   return order;
 }
@@ -216,8 +222,8 @@ TEST_CASE("soak: 8 threads derive every weight of an LLM-shaped model on cpu and
         for (int t = 1; t < kThreads; ++t) {
           const DerivedValue& v = seen[static_cast<std::size_t>(t)][b][i];
           if (v.first != v0.first || v.second != v0.second || !(v.key == v0.key))
-            FAIL_CHECK(phase << " " << s.device->name << ": thread " << t << " got another value for entry " << i << " ("
-                             << plan[i].weight << ")");
+            FAIL_CHECK(phase << " " << s.device->name << ": thread " << t << " got another value for entry " << i
+                             << " (" << plan[i].weight << ")");
         }
         if (read_back(gpu, plan[i], v0) != s.device->reference[i])
           FAIL_CHECK(phase << " " << s.device->name << ": entry " << i << " (" << plan[i].weight << ", "
@@ -246,70 +252,91 @@ TEST_CASE("soak: 8 threads derive every weight of an LLM-shaped model on cpu and
     return seen;
   };
 
-  // ---- phase 1: derive_weight() from every thread
-  fresh_memos();
-  auto t1 = std::chrono::steady_clock::now();
-  auto seen = run_threads([&](int t, std::vector<std::vector<DerivedValue>>& out, Failures& failures) {
+  // Totals over the rounds, per backend, for the closing message.
+  struct Totals {
+    std::uint64_t requests = 0, hits = 0, builds = 0, waits = 0, mixed_builds = 0, lost_inserts = 0;
+  };
+  std::vector<Totals> totals(shared.size());
+  double phase1_s = 0, phase2_s = 0;
+  auto release_memos = [&] {
+    for (Shared& s : shared) {
+      const Released r = s.memo->release(*s.device->gpu);
+      REQUIRE_MESSAGE(r.status.ok(), r.status.error().to_string());
+    }
+  };
+  auto derive_each = [&](int t, std::vector<std::vector<DerivedValue>>& out, Failures& failures) {
     for (std::size_t i : order_of(t, plan.size()))
       for (std::size_t b = 0; b < shared.size(); ++b) {
         auto v = derive_weight(*shared[b].ctx, plan[i]);
-        if (!v.ok()) failures.add(shared[b].device->name + ": " + v.error().to_string());
-        else out[b][i] = *v;
+        if (!v.ok())
+          failures.add(shared[b].device->name + ": " + v.error().to_string());
+        else
+          out[b][i] = *v;
       }
-  });
-  const double phase1_s = seconds_since(t1);
-  check_phase("derive_weight", seen);
-  std::string summary;
-  for (const Shared& s : shared) {
-    const DerivedWeightsStats st = s.memo->stats();
-    const std::uint64_t requests = kThreads * (plan.size() + transposed);
-    CAPTURE(s.device->name);
-    CHECK(st.hits + st.misses == requests);
-    CHECK(st.builds + st.waits == st.misses);
-    CHECK(st.builds == s.device->keys);  // single-flight: one build per key
-    CHECK(st.failed_builds == 0);
-    CHECK(st.rejected_inserts == 0);
-    summary += s.device->name + ": " + std::to_string(requests) + " requests, " + std::to_string(st.hits) + " hits, " +
-               std::to_string(st.misses) + " misses (" + std::to_string(st.builds) + " builds, " +
-               std::to_string(st.waits) + " waits); ";
-  }
-  for (Shared& s : shared) {
-    const Released r = s.memo->release(*s.device->gpu);
-    REQUIRE_MESSAGE(r.status.ok(), r.status.error().to_string());
-  }
+  };
 
-  // ---- phase 2: derive_weight() and derive_weights() together
-  fresh_memos();
-  auto t2 = std::chrono::steady_clock::now();
-  seen = run_threads([&](int t, std::vector<std::vector<DerivedValue>>& out, Failures& failures) {
-    if (t % 2 == 0) {
-      for (std::size_t i : order_of(t, plan.size()))
-        for (std::size_t b = 0; b < shared.size(); ++b) {
-          auto v = derive_weight(*shared[b].ctx, plan[i]);
-          if (!v.ok()) failures.add(shared[b].device->name + ": " + v.error().to_string());
-          else out[b][i] = *v;
-        }
-      return;
-    }
+  for (int round = 0; round < kRounds; ++round) {
+    CAPTURE(round);
+    // ---- phase 1: derive_weight() from every thread
+    fresh_memos();
+    auto t1 = std::chrono::steady_clock::now();
+    auto seen = run_threads(derive_each);
+    phase1_s += seconds_since(t1);
+    check_phase("derive_weight", seen);
     for (std::size_t b = 0; b < shared.size(); ++b) {
-      auto all = derive_weights(*shared[b].ctx, plan);
-      if (!all.ok()) failures.add(shared[b].device->name + ": " + all.error().to_string());
-      else out[b] = std::move(*all);
+      const Shared& s = shared[b];
+      const DerivedWeightsStats st = s.memo->stats();
+      const std::uint64_t requests = kThreads * (plan.size() + transposed);
+      CAPTURE(s.device->name);
+      CHECK(st.hits + st.misses == requests);
+      CHECK(st.builds + st.waits == st.misses);
+      CHECK(st.builds == s.device->keys);  // single-flight: one build per key
+      CHECK(st.failed_builds == 0);
+      CHECK(st.rejected_inserts == 0);
+      totals[b].requests += requests;
+      totals[b].hits += st.hits;
+      totals[b].builds += st.builds;
+      totals[b].waits += st.waits;
     }
-  });
-  const double phase2_s = seconds_since(t2);
-  check_phase("derive_weight + derive_weights", seen);
-  for (const Shared& s : shared) {
-    const DerivedWeightsStats st = s.memo->stats();
-    std::uint64_t requests = 0;
-    for (const PlannedDerivation& p : plan) requests += (kThreads / 2) * lookups_one(p);
-    requests += (kThreads / 2) * lookups_batch(plan);
-    CAPTURE(s.device->name);
-    CHECK(st.hits + st.misses == requests);
-    CHECK(st.builds <= s.device->keys);
-    CHECK(st.failed_builds == 0);
-    summary += s.device->name + " (mixed): " + std::to_string(st.builds) + " builds, " +
-               std::to_string(st.rejected_inserts) + " inserts lost to an earlier writer (freed); ";
+    release_memos();
+
+    // ---- phase 2: derive_weight() and derive_weights() together
+    fresh_memos();
+    auto t2 = std::chrono::steady_clock::now();
+    seen = run_threads([&](int t, std::vector<std::vector<DerivedValue>>& out, Failures& failures) {
+      if (t % 2 == 0) return derive_each(t, out, failures);
+      for (std::size_t b = 0; b < shared.size(); ++b) {
+        auto all = derive_weights(*shared[b].ctx, plan);
+        if (!all.ok())
+          failures.add(shared[b].device->name + ": " + all.error().to_string());
+        else
+          out[b] = std::move(*all);
+      }
+    });
+    phase2_s += seconds_since(t2);
+    check_phase("derive_weight + derive_weights", seen);
+    for (std::size_t b = 0; b < shared.size(); ++b) {
+      const Shared& s = shared[b];
+      const DerivedWeightsStats st = s.memo->stats();
+      std::uint64_t requests = 0;
+      for (const PlannedDerivation& p : plan) requests += (kThreads / 2) * lookups_one(p);
+      requests += (kThreads / 2) * lookups_batch(plan);
+      CAPTURE(s.device->name);
+      CHECK(st.hits + st.misses == requests);
+      CHECK(st.builds <= s.device->keys);
+      CHECK(st.failed_builds == 0);
+      totals[b].mixed_builds += st.builds;
+      totals[b].lost_inserts += st.rejected_inserts;
+    }
+    if (round + 1 < kRounds) release_memos();
+  }
+  std::string summary;
+  for (std::size_t b = 0; b < shared.size(); ++b) {
+    const Totals& x = totals[b];
+    summary += "; " + shared[b].device->name + ": derive_weight " + std::to_string(x.requests) + " requests, " +
+               std::to_string(x.hits) + " hits, " + std::to_string(x.builds) + " builds, " + std::to_string(x.waits) +
+               " waits; mixed " + std::to_string(x.mixed_builds) + " builds, " + std::to_string(x.lost_inserts) +
+               " batch inserts lost to an earlier writer (freed)";
   }
 
   // ---- teardown: nothing left on either device
@@ -324,7 +351,7 @@ TEST_CASE("soak: 8 threads derive every weight of an LLM-shaped model on cpu and
     CHECK(after.live_bytes == s.baseline.live_bytes);
     CHECK(after.live_registrations == s.baseline.live_registrations);
   }
-  MESSAGE(kThreads << " threads, " << plan.size() << " planned derivations (" << kLayers << " layers) on "
-                   << shared.size() << " backend(s); setup " << setup_s << " s, phase 1 " << phase1_s
-                   << " s, phase 2 " << phase2_s << " s; " << summary);
+  MESSAGE(kThreads << " threads, " << kRounds << " rounds, " << plan.size() << " planned derivations (" << kLayers
+                   << " layers) on " << shared.size() << " backend(s); setup " << setup_s << " s, phase 1 " << phase1_s
+                   << " s, phase 2 " << phase2_s << " s" << summary);
 }
