@@ -11,7 +11,7 @@ build/fuzz/long/summary.md: wall and CPU time, executions, coverage
 artifacts a crash, leak, timeout or sanitizer report left; each run's
 libFuzzer output is in build/fuzz/long/<target>/log.txt).
 
-  fuzz_long.py [--minutes N] [--only NAME[,NAME...]]
+  fuzz_long.py [--minutes N] [--only NAME[,NAME...]] [--jobs J]
 
 Exit 0 when no target found anything. A finding's input is in
 build/fuzz/long/<target>/artifacts: fix it, then add it to the target's
@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
 import time
@@ -36,11 +35,6 @@ def fuzz_tests():
     out = subprocess.run(["ctest", "--preset", "fuzz", "-N", "-L", "fuzz", "--show-only=json-v1"], cwd=ROOT,
                          check=True, capture_output=True, text=True).stdout
     return [(t["name"], t["command"]) for t in json.loads(out)["tests"]]
-
-
-def cpu_seconds():
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
 
 
 def parse_log(path):
@@ -66,6 +60,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=15.0, help="minutes per target (default 15)")
     ap.add_argument("--only", default="", help="comma-separated target names")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="targets run at once (default 1); under nice, more use a busy machine's idle moments")
     args = ap.parse_args()
     seconds = max(1, int(args.minutes * 60))
     only = {n for n in args.only.split(",") if n}
@@ -78,8 +74,12 @@ def main():
             return 2
         tests = [t for t in tests if t[0] in only]
     os.makedirs(LONG, exist_ok=True)
-    rows, total_cpu, total_execs, findings = [], 0.0, 0, 0
-    for name, command in tests:
+    rows = []
+    totals = {"cpu": 0.0, "execs": 0, "findings": 0}
+    running = {}  # pid -> (name, work, log, wall0)
+    run_wall0 = time.monotonic()
+
+    def start(name, command):
         work = os.path.join(LONG, name)
         log = os.path.join(work, "log.txt")
         os.makedirs(work, exist_ok=True)
@@ -87,17 +87,37 @@ def main():
         script = cmd.index("-P")
         cmd[script:script] = ["-DSECONDS=%d" % seconds, "-DWORK=" + work, "-DKEEP=ON", "-DLOG=" + log]
         print("[fuzz] %s: %d s (log: %s)" % (name, seconds, os.path.relpath(log, ROOT)), flush=True)
-        cpu0, wall0 = cpu_seconds(), time.monotonic()
-        rc = subprocess.run(cmd, cwd=BUILD, capture_output=True, text=True).returncode
-        cpu, wall = cpu_seconds() - cpu0, time.monotonic() - wall0
-        artifacts = sorted(os.listdir(os.path.join(work, "artifacts"))) if os.path.isdir(os.path.join(work, "artifacts")) else []
+        proc = subprocess.Popen(cmd, cwd=BUILD, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        running[proc.pid] = (name, work, log, time.monotonic())
+
+    def finish():
+        # wait4 gives each run's own CPU time (the fuzzer included), also
+        # when several run at once.
+        pid, status, usage = os.wait4(-1, 0)
+        if pid not in running:
+            return
+        name, work, log, wall0 = running.pop(pid)
+        rc = os.waitstatus_to_exitcode(status)
+        cpu, wall = usage.ru_utime + usage.ru_stime, time.monotonic() - wall0
+        adir = os.path.join(work, "artifacts")
+        artifacts = sorted(os.listdir(adir)) if os.path.isdir(adir) else []
         stats = parse_log(log) if os.path.exists(log) else {}
         found = len(artifacts) if artifacts else (1 if rc != 0 else 0)
-        findings += found
-        total_cpu += cpu
-        total_execs += stats.get("execs") or 0
+        totals["cpu"] += cpu
+        totals["execs"] += stats.get("execs") or 0
+        totals["findings"] += found
         rows.append((name, wall, cpu, stats, found, artifacts))
         print("[fuzz] %s: %s" % (name, line(rows[-1])), flush=True)
+
+    for name, command in tests:
+        while len(running) >= args.jobs:
+            finish()
+        start(name, command)
+    while running:
+        finish()
+    total_cpu, total_execs, findings = totals["cpu"], totals["execs"], totals["findings"]
+    order = [name for name, _ in tests]
+    rows.sort(key=lambda r: order.index(r[0]))
 
     lines = ["| target | wall min | CPU min | executions | cov | ft | corpus | findings |",
              "|---|---:|---:|---:|---:|---:|---:|---|"]
@@ -106,11 +126,12 @@ def main():
             name, wall / 60, cpu / 60, fmt(stats.get("execs")), fmt(stats.get("cov")), fmt(stats.get("ft")),
             "%s (%s)" % (fmt(stats.get("corpus")), stats.get("corpus_bytes") or "?"),
             "none" if not found else ", ".join(artifacts) or "exit status"))
-    lines.append("| total | %.1f | %.1f | %s | | | | %d |" % (
-        sum(r[1] for r in rows) / 60, total_cpu / 60, fmt(total_execs), findings))
+    lines.append("| total (elapsed) | %.1f | %.1f | %s | | | | %d |" % (
+        (time.monotonic() - run_wall0) / 60, total_cpu / 60, fmt(total_execs), findings))
     summary = "\n".join(lines)
     with open(os.path.join(LONG, "summary.md"), "w", encoding="utf-8") as f:
-        f.write("`tools/dev fuzz --minutes %g` (%s)\n\n%s\n" % (args.minutes, time.strftime("%d %b %Y"), summary))
+        f.write("`tools/dev fuzz --minutes %g --jobs %d` (%s)\n\n%s\n" % (args.minutes, args.jobs, time.strftime("%d %b %Y"),
+                                                                         summary))
     print(summary)
     return 0 if findings == 0 else 1
 

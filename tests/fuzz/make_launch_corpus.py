@@ -148,6 +148,10 @@ regressions = {
     # quant_int8 with K = 0 and a null (empty) dst: memset(nullptr, 0, 0)
     # in the vector kernel (UBSan).
     "regression_quant_k0_null_dst": launch(QUANT8, F32, 4, 0, dst2=ptr(A2)),
+    # repack_int4 pairs at a 2-byte-aligned dst2 (allowed: f16 elements)
+    # were stored through a uint32_t pointer: misaligned stores (UBSan).
+    "regression_repack_pairs_2_aligned": launch(REPACK, F32, 8, 200, 16, UNPACKED, src=ptr(A0), scales=ptr(A2),
+                                                zero_point=ptr(A2, 512), dst=ptr(A1), dst2=ptr(A1, 1026)),
 }
 
 for name, body in {**valid, **refused, **regressions}.items():
