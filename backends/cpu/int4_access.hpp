@@ -5,6 +5,8 @@
 
 #include <common/kernel_math.hpp>
 
+#include <cstring>
+
 namespace ballast::cpu {
 
 inline float int4_scale(const Int4Args& a, std::uint64_t n, std::uint64_t block) {
@@ -24,6 +26,11 @@ inline float int4_zero_point(const Int4Args& a, std::uint64_t n, std::uint64_t b
                  : kmath::zero_point_f32(static_cast<const float*>(a.zero_points), a.k_blocks, n, block);
   }
   return kmath::kDefaultZeroPoint;
+}
+
+// Pair `block` of row n's pairs (see Int4Args::pairs: 2-byte aligned).
+inline void store_pair(std::uint8_t* row_pairs, std::uint64_t block, std::uint32_t pair) {
+  std::memcpy(row_pairs + 4 * block, &pair, 4);
 }
 
 // Bytes of B per row.

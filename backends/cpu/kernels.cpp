@@ -72,7 +72,7 @@ void run_derivation(const DerivationLaunch& l, const RowKernels& kernels, Thread
         a.f16_out = as<std::uint16_t>(l.dst);
       } else {
         a.words = as<std::uint32_t>(l.dst);
-        a.pairs = as<std::uint32_t>(l.dst2);
+        a.pairs = as<std::uint8_t>(l.dst2);
       }
       pool.parallel_for(a.n, [&](std::uint64_t r0, std::uint64_t r1) { rows(a, r0, r1); }, chunks_for(pool, a.n));
       return;

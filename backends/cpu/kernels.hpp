@@ -22,7 +22,10 @@ struct Int4Args {
   std::uint64_t n = 0, k = 0, block_size = 0, k_blocks = 0;
   std::uint16_t* f16_out = nullptr;  // dequant_int4: [N, K]
   std::uint32_t* words = nullptr;    // repack_int4: [N, ceil(K/8)]
-  std::uint32_t* pairs = nullptr;    // repack_int4: [N, k_blocks] (scale, -scale*zp)
+  // repack_int4: [N, k_blocks] (scale, -scale*zp), each pair a 4-byte
+  // little-endian word of two f16. dst2's elements are the f16 halves, so
+  // it is only 2-byte aligned: written with store_pair, never as uint32_t.
+  std::uint8_t* pairs = nullptr;
 };
 
 struct Quant8Args {

@@ -74,9 +74,9 @@ void repack_int4_rows(const Int4Args& a, std::uint64_t row_begin, std::uint64_t 
       out[j] = int4_repack_bytes(v);
     }
     if (full_words < words) out[full_words] = int4_partial_word(a, n, full_words);
-    std::uint32_t* pairs = a.pairs + n * a.k_blocks;
+    std::uint8_t* pairs = a.pairs + 4 * n * a.k_blocks;
     for (std::uint64_t block = 0; block < a.k_blocks; ++block)
-      pairs[block] = kmath::repack_scale_pair(int4_scale(a, n, block), int4_zero_point(a, n, block));
+      store_pair(pairs, block, kmath::repack_scale_pair(int4_scale(a, n, block), int4_zero_point(a, n, block)));
   }
 }
 

@@ -379,16 +379,17 @@ BALLAST_SIMD void repack_int4_rows(const Int4Args& a, std::uint64_t row_begin, s
     }
     if (full_words < words) out[full_words] = int4_partial_word(a, n, full_words);
 
-    std::uint32_t* pairs = a.pairs + n * a.k_blocks;
+    std::uint8_t* pairs = a.pairs + 4 * n * a.k_blocks;
     std::uint64_t b = 0;
     for (; b + 8 <= a.k_blocks; b += 8) {
       const __m256 s = int4_scales8(a, n, b), z = int4_zero_points8(a, n, b);
       const __m128i hs = _mm256_cvtps_ph(s, kRne);
       const __m128i ho = _mm256_cvtps_ph(_mm256_xor_ps(_mm256_mul_ps(s, z), sign), kRne);  // -(s*z)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(pairs + b), _mm_unpacklo_epi16(hs, ho));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(pairs + b + 4), _mm_unpackhi_epi16(hs, ho));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(pairs + 4 * b), _mm_unpacklo_epi16(hs, ho));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(pairs + 4 * (b + 4)), _mm_unpackhi_epi16(hs, ho));
     }
-    for (; b < a.k_blocks; ++b) pairs[b] = kmath::repack_scale_pair(int4_scale(a, n, b), int4_zero_point(a, n, b));
+    for (; b < a.k_blocks; ++b)
+      store_pair(pairs, b, kmath::repack_scale_pair(int4_scale(a, n, b), int4_zero_point(a, n, b)));
   }
 }
 
@@ -497,7 +498,9 @@ BALLAST_SIMD void quant_int8_rows_typed(const Quant8Args& a, std::uint64_t row_b
     a.scales[n] = scale;
     std::int8_t* codes = a.codes + base;
     if (scale == 0.0f) {
-      std::memset(codes, 0, a.k);
+      // K = 0 (N zero scales, no codes): the codes operand is empty and may
+      // be null, which memset must not see even for 0 bytes.
+      if (a.k != 0) std::memset(codes, 0, a.k);
       continue;
     }
     // While this row (already in cache from the max pass) is coded, pull

@@ -23,6 +23,11 @@ bool mul(std::uint64_t a, std::uint64_t b, std::uint64_t& out) {
 
 Error overflow(const char* what) { return make_error(ErrorCode::overflow, std::string(what) + " overflows 64 bits"); }
 
+// ceil(a / b) for any a: (a + b - 1) / b wraps for K near 2^64 and then
+// sized a huge matrix as empty (caught by fuzz_launch_validation's
+// 128-bit model of these sizes).
+std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
+
 }  // namespace
 
 Status check_operand_alignment(const DerivationLaunch& l) {
@@ -122,7 +127,7 @@ Result<DerivationSizes> derivation_sizes(const DerivationLaunch& l) {
       const std::uint64_t bs = l.block_size;
       if (bs < 16 || (bs & (bs - 1)) != 0) return bad("block_size", "must be a power of two >= 16, got " + std::to_string(bs));
       if (l.rows == 0 || l.cols == 0) return bad("N and K", "must both be non-zero");
-      const std::uint64_t kb = k_blocks(l.cols, bs);
+      const std::uint64_t kb = ceil_div(l.cols, bs);
       const std::uint64_t scale_size = dtype_bits(l.src_type) / 8;
       std::uint64_t blocks = 0;
       if (!mul(l.rows, kb, blocks)) return overflow("N x k_blocks");
@@ -131,7 +136,7 @@ Result<DerivationSizes> derivation_sizes(const DerivationLaunch& l) {
       switch (l.zero_points) {
         case ZeroPoints::absent: s.zero_point_bytes = 0; break;
         case ZeroPoints::packed_u4:
-          if (!mul(l.rows, (kb + 1) / 2, s.zero_point_bytes)) return overflow("zero_point bytes");
+          if (!mul(l.rows, ceil_div(kb, 2), s.zero_point_bytes)) return overflow("zero_point bytes");
           break;
         case ZeroPoints::unpacked: s.zero_point_bytes = blocks * scale_size; break;
         default: return bad("zero_points", "unknown form");
@@ -140,7 +145,7 @@ Result<DerivationSizes> derivation_sizes(const DerivationLaunch& l) {
         if (!mul(elements, 2, s.dst_bytes)) return overflow("dequant output bytes");
       } else {
         std::uint64_t words = 0;
-        if (!mul(l.rows, (l.cols + 7) / 8, words) || !mul(words, 4, s.dst_bytes)) return overflow("repacked words");
+        if (!mul(l.rows, ceil_div(l.cols, 8), words) || !mul(words, 4, s.dst_bytes)) return overflow("repacked words");
         s.dst2_bytes = blocks * 4;  // (scale, -scale*zp) as two f16
       }
       return s;

@@ -111,3 +111,50 @@ TEST_CASE("launch validation: bad shapes and bad pointers are errors and the bac
   CHECK_MESSAGE(failure.empty(), failure);
   CHECK(gpu().synchronize().ok());
 }
+
+TEST_CASE("launch validation: empty operands may be null; quant_int8 with K = 0 writes N zero scales") {
+  // The CPU's vector kernel passed the empty, null codes operand to memset:
+  // undefined behaviour, which UBSan reported under fuzz_launch_validation
+  // (and would under the asan preset).
+  LeakCheck leaks;
+  DeviceBuffer scales = upload(random_bytes(64, 9));
+  DerivationLaunch quant;
+  quant.kind = Derivation::quant_int8;
+  quant.src_type = DataType::float32;
+  quant.rows = 16;
+  quant.cols = 0;
+  quant.dst2 = scales.ptr();  // src and dst: 0 bytes each, left null
+  REQUIRE(gpu().launch(quant).ok());
+  REQUIRE(gpu().synchronize().ok());
+  CHECK(download(scales.ptr(), 64) == std::vector<std::byte>(64));
+}
+
+TEST_CASE("launch validation: repack_int4 pairs at a 2-byte-aligned dst2 (f16 elements) are written exactly") {
+  // dst2 holds pairs of f16, so 2-byte alignment is allowed. The CPU
+  // kernels stored each pair through a uint32_t pointer: a misaligned
+  // store, which UBSan reported under fuzz_launch_validation.
+  LeakCheck leaks;
+  const auto c = int4_case(Derivation::repack_int4, DataType::float32, ZeroPoints::unpacked, 8, 200, 16, false, 5);
+  const auto sizes = ballast::derivation_sizes(c.shape);
+  REQUIRE(sizes.ok());
+  DeviceBuffer src = upload(c.src);
+  DeviceBuffer scales = upload(c.scales);
+  DeviceBuffer zero_points = upload(c.zero_points);
+  DeviceBuffer dst = allocate(sizes->dst_bytes);
+  DeviceBuffer dst2 = allocate(sizes->dst2_bytes + 2);
+  DerivationLaunch l = c.shape;
+  l.src = src.ptr();
+  l.scales = scales.ptr();
+  l.zero_point = zero_points.ptr();
+  l.dst = dst.ptr();
+  l.dst2 = dst2.ptr() + 2;
+  REQUIRE(gpu().launch(l).ok());
+  REQUIRE(gpu().synchronize().ok());
+  const auto expected = ballast::reference::derive(c.shape, c.inputs());
+  REQUIRE(expected.ok());
+  ballast::reference::Tolerance tol;
+  tol.flushes_f16_subnormals = gpu().capabilities().flushes_f16_subnormals;
+  const auto cmp = ballast::reference::compare(c.shape, *expected, download(dst.ptr(), sizes->dst_bytes),
+                                               download(dst2.ptr(), sizes->dst2_bytes, 2), tol);
+  CHECK_MESSAGE(cmp.ok, cmp.message);
+}

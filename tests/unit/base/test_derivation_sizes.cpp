@@ -79,3 +79,33 @@ TEST_CASE("check_operand_alignment: operands aligned to their element size; zero
   CHECK(derivation_operand_alignment(DataType::int4) == 1);
   CHECK(derivation_operand_alignment(DataType::float64) == 8);
 }
+
+TEST_CASE("int4 sizes near 2^64 columns: k_blocks and the repacked words never wrap to zero") {
+  // ceil(K / block) used to be (K + block - 1) / block, which wraps for K
+  // within a block of 2^64: a [1, 2^64 - 1] repack then sized every operand
+  // as 0 bytes and "succeeded" without launching (fuzz_launch_validation).
+  DerivationLaunch l;
+  l.kind = Derivation::repack_int4;
+  l.src_type = DataType::float16;
+  l.rows = 1;
+  l.cols = ~std::uint64_t{0};
+  l.block_size = 16;
+  auto s = derivation_sizes(l);
+  REQUIRE(s.ok());
+  CHECK(s->src_bytes == std::uint64_t{1} << 63);    // 2^60 blocks of 8 bytes
+  CHECK(s->scales_bytes == std::uint64_t{1} << 61);
+  CHECK(s->dst_bytes == std::uint64_t{1} << 63);    // 2^61 words
+  CHECK(s->dst2_bytes == std::uint64_t{1} << 62);
+  l.zero_points = ZeroPoints::packed_u4;
+  s = derivation_sizes(l);
+  REQUIRE(s.ok());
+  CHECK(s->zero_point_bytes == std::uint64_t{1} << 59);
+  l.cols = ~std::uint64_t{0} - 3;  // K + 7 wraps, K + 15 wraps
+  s = derivation_sizes(l);
+  REQUIRE(s.ok());
+  CHECK(s->dst_bytes == std::uint64_t{1} << 63);
+  l.src_type = DataType::float32;  // scales: 2^60 blocks x 4 bytes = 2^62; fine
+  CHECK(derivation_sizes(l).ok());
+  l.rows = 2;                      // rows x cols: past 2^64
+  CHECK(derivation_sizes(l).code() == ErrorCode::overflow);
+}

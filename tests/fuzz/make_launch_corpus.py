@@ -1,0 +1,160 @@
+#!/usr/bin/python3
+"""Writes the seed corpus of fuzz_launch_validation (tests/fuzz/corpus_launch).
+
+Each seed is a short program in the target's input format (see the comment
+at the top of fuzz_launch_validation.cpp): four allocations (8, 8, 4 and 1
+KiB), a read-only registration in the host arena, then operations. Every
+derivation is launched once validly on each kernel table, plus copies, a
+read-write registration, frees and unregistrations followed by launches on
+the stale pointers, and the refusals the rules name (an output aliasing an
+input, a write into a read-only registration, a misaligned operand, a
+range one byte past its allocation), and the inputs that found bugs.
+"""
+import os
+import struct
+import sys
+
+out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus_launch")
+os.makedirs(out, exist_ok=True)
+
+# Known ranges, in the order the target records them.
+A0, A1, A2, A3, ARENA, RO = 0, 1, 2, 3, 4, 5
+RW = 6  # the first registration a seed adds itself
+
+F32, U8, I64, F16, BF16 = 1, 2, 7, 10, 16
+TRANSPOSE, TO_F16, DEQUANT, REPACK, QUANT8 = 0, 1, 2, 3, 4
+ABSENT, PACKED, UNPACKED = 0, 1, 2
+
+
+def u8(v):
+    return bytes([v & 0xFF])
+
+
+def u16(v):
+    return struct.pack("<H", v & 0xFFFF)
+
+
+def count(v):
+    if v < 0xE0:
+        return u8(v)
+    if v < 0x10000:
+        return u8(0xF0) + u16(v)
+    return u8(0xF8) + struct.pack("<Q", v)
+
+
+def ptr(known, offset=0):
+    return u8(known) + struct.pack("<h", offset)
+
+
+NULL = u8(0xC0)
+
+
+def block(bs):
+    if bs & (bs - 1) == 0:
+        return u8(bs.bit_length() - 1)
+    return u8(0x80) + struct.pack("<I", bs)
+
+
+def header(portable=False):
+    sizes = [(8192, 8), (8192, 8), (4096, 6), (1024, 6)]  # (bytes, alignment code: 1 << code)
+    h = u8(1 if portable else 0)
+    for size, align in sizes:
+        h += u16(size) + u8(align)
+    return h + u8(7) + u16(1024) + u16(4096)  # fill seed; read-only registration [1024, +4096) of the arena
+
+
+def launch(kind, dtype, rows, cols, bs=0, zp=ABSENT, src=NULL, scales=NULL, zero_point=NULL, dst=NULL, dst2=NULL):
+    b = u8(0) + u8(kind) + u8(dtype) + count(rows) + count(cols)
+    b += block(bs) if bs else u8(0)
+    return b + u8(zp) + src + scales + zero_point + dst + dst2
+
+
+def copy_to_device(dst, offset, length, seed=3):
+    return u8(1) + dst + count(offset) + u16(length) + u8(seed)
+
+
+def copy_to_host(src, offset, length):
+    return u8(2) + src + count(offset) + u16(length)
+
+
+def copy_device(dst, dst_offset, src, src_offset, nbytes):
+    return u8(3) + dst + count(dst_offset) + src + count(src_offset) + count(nbytes)
+
+
+def allocate(size, align_code=6):
+    return u8(4) + u16(size) + u8(align_code)
+
+
+def free(p):
+    return u8(5) + p
+
+
+def register(offset, length, read_write):
+    return u8(6) + u16(offset) + u16(length) + u8(1 if read_write else 0)
+
+
+def unregister(p):
+    return u8(7) + p
+
+
+SYNC = u8(8)
+
+valid = {
+    "transpose_f32": launch(TRANSPOSE, F32, 16, 32, src=ptr(A0), dst=ptr(A1)),
+    "transpose_u8_blocks": launch(TRANSPOSE, U8, 64, 64, src=ptr(A0), dst=ptr(A1)),
+    "transpose_f16_edges": launch(TRANSPOSE, F16, 48, 40, src=ptr(A0, 64), dst=ptr(A1, 2)),
+    "transpose_i64": launch(TRANSPOSE, I64, 20, 24, src=ptr(A0), dst=ptr(A1, 8)),
+    "transpose_vector": launch(TRANSPOSE, F32, 1, 200, src=ptr(A0, 4), dst=ptr(A1)),
+    "to_f16_f32": launch(TO_F16, F32, 100, 20, src=ptr(A0), dst=ptr(A1)),
+    "to_f16_bf16": launch(TO_F16, BF16, 33, 61, src=ptr(A0, 2), dst=ptr(A1, 6)),
+    "quant_int8_f32": launch(QUANT8, F32, 32, 64, src=ptr(A0), dst=ptr(A1), dst2=ptr(A2)),
+    "quant_int8_f16": launch(QUANT8, F16, 19, 77, src=ptr(A0), dst=ptr(A1, 1), dst2=ptr(A2, 4)),
+    "dequant_int4_packed": launch(DEQUANT, F16, 16, 100, 32, PACKED, src=ptr(A0), scales=ptr(A2),
+                                  zero_point=ptr(A3), dst=ptr(A1)),
+    "dequant_int4_wide": launch(DEQUANT, F32, 4, 512, 32, ABSENT, src=ptr(A0), scales=ptr(A2), dst=ptr(A1)),
+    "repack_int4_unpacked": launch(REPACK, F32, 8, 200, 16, UNPACKED, src=ptr(A0), scales=ptr(A2),
+                                   zero_point=ptr(A2, 512), dst=ptr(A1), dst2=ptr(A1, 1024)),
+    "repack_int4_f16": launch(REPACK, F16, 8, 512, 64, PACKED, src=ptr(A0), scales=ptr(A2), zero_point=ptr(A3),
+                              dst=ptr(A1), dst2=ptr(A1, 4096)),
+    "read_registration": launch(TRANSPOSE, F32, 8, 8, src=ptr(RO), dst=ptr(A1)),
+    "write_registration": register(8192, 4096, True) + launch(TRANSPOSE, F16, 16, 16, src=ptr(A0), dst=ptr(RW)),
+    "copies": copy_to_device(ptr(A2), 0, 100) + copy_to_host(ptr(A2), 50, 100) + copy_device(ptr(A1), 0, ptr(A0), 0, 512)
+    + copy_to_host(ptr(RO), 0, 4096) + SYNC,
+    "stale_allocation": free(ptr(A3)) + launch(TRANSPOSE, U8, 4, 4, src=ptr(A3), dst=ptr(A1)) + allocate(256)
+    + launch(TRANSPOSE, U8, 4, 4, src=ptr(6), dst=ptr(A1)) + free(ptr(A3)),
+    "stale_registration": unregister(ptr(RO)) + launch(TRANSPOSE, F32, 8, 8, src=ptr(RO), dst=ptr(A1))
+    + unregister(ptr(RO)),
+}
+
+refused = {
+    "alias_output": launch(TRANSPOSE, F32, 16, 16, src=ptr(A0), dst=ptr(A0, 512)),
+    "write_read_only": launch(TRANSPOSE, F32, 8, 8, src=ptr(A0), dst=ptr(RO))
+    + copy_to_device(ptr(RO), 16, 64) + copy_device(ptr(RO), 0, ptr(A0), 0, 64),
+    "misaligned": launch(TO_F16, F32, 4, 4, src=ptr(A0, 2), dst=ptr(A1)),
+    "one_past": launch(TRANSPOSE, U8, 8, 8, src=ptr(A3, 1024 - 63), dst=ptr(A1))
+    + copy_to_host(ptr(A3), 1, 1024) + copy_device(ptr(A1), 8192 - 99, ptr(A0), 0, 100),
+    "overlapping_copy": copy_device(ptr(A0), 0, ptr(A0), 64, 128),
+    "bad_shapes": launch(DEQUANT, F16, 16, 100, 24, src=ptr(A0), scales=ptr(A2), dst=ptr(A1))
+    + launch(7, F32, 4, 4, src=ptr(A0), dst=ptr(A1)) + launch(TRANSPOSE, 8, 4, 4, src=ptr(A0), dst=ptr(A1))
+    + launch(QUANT8, F32, 1 << 32, 1 << 32, src=ptr(A0), dst=ptr(A1), dst2=ptr(A2)),
+    "bad_frees": free(ptr(A0, 64)) + free(ptr(RO)) + free(NULL) + unregister(ptr(A0)),
+}
+
+# Inputs that found bugs, kept so every run replays them.
+regressions = {
+    # derivation_sizes sized a [1, 2^64 - 1] repack as 0 bytes everywhere.
+    "regression_repack_cols_2p64": launch(REPACK, F16, 1, (1 << 64) - 1, 16, src=ptr(A0), scales=ptr(A2), dst=ptr(A1),
+                                          dst2=ptr(A1, 4096)),
+    # quant_int8 with K = 0 and a null (empty) dst: memset(nullptr, 0, 0)
+    # in the vector kernel (UBSan).
+    "regression_quant_k0_null_dst": launch(QUANT8, F32, 4, 0, dst2=ptr(A2)),
+    # repack_int4 pairs at a 2-byte-aligned dst2 (allowed: f16 elements)
+    # were stored through a uint32_t pointer: misaligned stores (UBSan).
+    "regression_repack_pairs_2_aligned": launch(REPACK, F32, 8, 200, 16, UNPACKED, src=ptr(A0), scales=ptr(A2),
+                                                zero_point=ptr(A2, 512), dst=ptr(A1), dst2=ptr(A1, 1026)),
+}
+
+for name, body in {**valid, **refused, **regressions}.items():
+    for portable in (False, True):
+        with open(os.path.join(out, name + ("_portable" if portable else "")), "wb") as f:
+            f.write(header(portable) + body)
