@@ -49,6 +49,8 @@
 #include <ballast/gpu_backend.hpp>
 
 #include "reference/reference.hpp"
+#include "fuzz/launch_input.hpp"
+#include "fuzz/reference_sizes.hpp"
 
 #include <algorithm>
 #include <array>
@@ -72,10 +74,12 @@ using ballast::DerivationLaunch;
 using ballast::DevicePtr;
 using ballast::GpuBackend;
 using ballast::ZeroPoints;
-using u64 = std::uint64_t;
-using u128 = unsigned __int128;
+using fuzz::kMax64;
+using fuzz::Reader;
+using fuzz::reference_sizes;
+using fuzz::u128;
+using fuzz::u64;
 
-constexpr u128 kMax64 = std::numeric_limits<u64>::max();
 constexpr u64 kMaxAllocation = 8192;
 constexpr u64 kArena = 16384;
 constexpr std::size_t kMaxLive = 8;
@@ -100,107 +104,6 @@ std::string describe(const DerivationLaunch& l) {
          std::to_string(l.cols) + ", block " + std::to_string(l.block_size) + ", zp form " +
          std::to_string(static_cast<int>(l.zero_points)) + ", src " + hex(l.src) + ", scales " + hex(l.scales) +
          ", zero_point " + hex(l.zero_point) + ", dst " + hex(l.dst) + ", dst2 " + hex(l.dst2) + ")";
-}
-
-// Where arithmetic on shapes wraps or nearly does.
-// clang-format off
-constexpr std::array<u64, 16> kEdges = {
-    256,          4096,         8193,         u64{1} << 16, u64{1} << 31, u64{1} << 32, (u64{1} << 32) + 1,
-    u64{1} << 61, u64{1} << 62, u64{1} << 63, ~u64{0},      ~u64{0} - 1,  ~u64{0} - 6,  ~u64{0} - 7,
-    ~u64{0} - 15, (~u64{0} >> 1) + 2,
-};
-// clang-format on
-
-class Reader {
- public:
-  Reader(const std::uint8_t* data, std::size_t size) : data_(data), size_(size) {}
-  bool empty() const { return pos_ >= size_; }
-  std::uint8_t u8() { return pos_ < size_ ? data_[pos_++] : 0; }
-  std::uint16_t u16() { return static_cast<std::uint16_t>(u8() | (u8() << 8)); }
-  std::uint32_t u32() { return u16() | (static_cast<std::uint32_t>(u16()) << 16); }
-  u64 u64v() { return u32() | (static_cast<u64>(u32()) << 32); }
-  u64 count() {
-    const std::uint8_t c = u8();
-    if (c < 0xE0) return c;
-    if (c < 0xF0) return kEdges[c - 0xE0];
-    if (c < 0xF8) return u16();
-    return u64v();
-  }
-  std::uint32_t block_size() {
-    const std::uint8_t b = u8();
-    return b < 0x80 ? std::uint32_t{1} << (b % 32) : u32();
-  }
-  u64 alignment() {
-    const std::uint8_t a = u8();
-    return a < 0xF0 ? u64{1} << (a % 13) : a;
-  }
-
- private:
-  const std::uint8_t* data_;
-  std::size_t size_;
-  std::size_t pos_ = 0;
-};
-
-// ------------------------------------------------------------ the sizes
-// derivation.hpp and docs/derivations.md, in 128 bits: nullopt when the
-// launch must be refused (bad kind, type, block size or zero-point form,
-// N or K zero for int4, or a size beyond 64 bits).
-struct Sizes {
-  u128 src = 0, scales = 0, zero_point = 0, dst = 0, dst2 = 0;
-};
-
-u128 ceil_div(u128 a, u128 b) { return (a + b - 1) / b; }
-
-std::optional<Sizes> reference_sizes(const DerivationLaunch& l) {
-  const u128 rows = l.rows, cols = l.cols, elements = rows * cols;
-  if (elements > kMax64) return std::nullopt;  // a [rows, cols] matrix must be countable
-  const unsigned bits = ballast::dtype_bits(l.src_type);
-  const u128 width = bits / 8;
-  Sizes s;
-  switch (l.kind) {
-    case Derivation::transpose:
-      if (bits != 8 && bits != 16 && bits != 32 && bits != 64) return std::nullopt;
-      s.src = s.dst = elements * width;
-      break;
-    case Derivation::to_f16:
-      if (l.src_type != DataType::float32 && l.src_type != DataType::bfloat16) return std::nullopt;
-      s.src = elements * width;
-      s.dst = elements * 2;
-      break;
-    case Derivation::quant_int8:
-      if (l.src_type != DataType::float32 && l.src_type != DataType::float16) return std::nullopt;
-      s.src = elements * width;
-      s.dst = elements;
-      s.dst2 = rows * 4;
-      break;
-    case Derivation::dequant_int4:
-    case Derivation::repack_int4: {
-      if (l.src_type != DataType::float32 && l.src_type != DataType::float16) return std::nullopt;
-      const u128 bs = l.block_size;
-      if (bs < 16 || (bs & (bs - 1)) != 0) return std::nullopt;
-      if (rows == 0 || cols == 0) return std::nullopt;
-      const u128 blocks = rows * ceil_div(cols, bs);
-      s.src = blocks * (bs / 2);
-      s.scales = blocks * width;
-      switch (l.zero_points) {
-        case ZeroPoints::absent: break;
-        case ZeroPoints::packed_u4: s.zero_point = rows * ceil_div(ceil_div(cols, bs), 2); break;
-        case ZeroPoints::unpacked: s.zero_point = blocks * width; break;
-        default: return std::nullopt;
-      }
-      if (l.kind == Derivation::dequant_int4) {
-        s.dst = elements * 2;
-      } else {
-        s.dst = rows * ceil_div(cols, 8) * 4;
-        s.dst2 = blocks * 4;
-      }
-      break;
-    }
-    default: return std::nullopt;
-  }
-  for (u128 v : {s.src, s.scales, s.zero_point, s.dst, s.dst2})
-    if (v > kMax64) return std::nullopt;
-  return s;
 }
 
 // derivation_sizes() against reference_sizes(): the same verdict and, when
