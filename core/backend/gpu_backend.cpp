@@ -119,7 +119,7 @@ Status GpuBackend::copy_device(DevicePtr dst, std::uint64_t dst_offset, DevicePt
 Result<DevicePtr> GpuBackend::register_host(const void* host, std::uint64_t bytes, HostAccess access) {
   const auto address = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(host));
   const bool read_only = access == HostAccess::read_only;
-  const std::string doing = info().backend + ": register " + describe_range("host", address, bytes).substr(5) +
+  const std::string doing = info().backend + ": register " + detail::format_range(address, bytes) +
                             (read_only ? " read-only" : " read-write");
   if (host == nullptr || bytes == 0)
     return make_error(ErrorCode::invalid_argument, "a host registration must be non-null and non-empty").with_context(doing);

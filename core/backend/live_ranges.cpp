@@ -17,8 +17,12 @@ bool inside(DevicePtr start, std::uint64_t size, DevicePtr ptr, std::uint64_t by
 
 }  // namespace
 
+std::string format_range(DevicePtr ptr, std::uint64_t bytes) {
+  return "[" + hex(ptr) + ", +" + std::to_string(bytes) + " bytes)";
+}
+
 std::string describe_range(std::string_view operand, DevicePtr ptr, std::uint64_t bytes) {
-  return std::string(operand) + " [" + hex(ptr) + ", +" + std::to_string(bytes) + " bytes)";
+  return std::string(operand) + " " + format_range(ptr, bytes);
 }
 
 bool LiveRanges::add_allocation(DevicePtr start, std::uint64_t bytes) {
@@ -103,11 +107,11 @@ Status LiveRanges::check(std::string_view operand, DevicePtr ptr, std::uint64_t 
   if (in_allocation) {
     const auto& [base, size] = *std::prev(next);
     return make_error(ErrorCode::out_of_bounds,
-                      range + " runs past the end of its allocation " + describe_range("", base, size).substr(1));
+                      range + " runs past the end of its allocation " + format_range(base, size));
   }
   if (const Registration* r = registration_holding(ptr, 1, false, start))
     return make_error(ErrorCode::out_of_bounds,
-                      range + " runs past the end of its host registration " + describe_range("", start, r->bytes).substr(1));
+                      range + " runs past the end of its host registration " + format_range(start, r->bytes));
   return make_error(ErrorCode::invalid_argument, range + " is not inside any live allocation or host registration");
 }
 

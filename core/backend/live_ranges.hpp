@@ -61,7 +61,9 @@ class LiveRanges {
   std::uint64_t allocated_bytes_ = 0;
 };
 
-// "<operand> [0x1000, +64 bytes)": how every validation error names a range.
+// "[0x1000, +64 bytes)": how every validation error shows a range.
+std::string format_range(DevicePtr ptr, std::uint64_t bytes);
+// "<operand> [0x1000, +64 bytes)".
 std::string describe_range(std::string_view operand, DevicePtr ptr, std::uint64_t bytes);
 
 }  // namespace ballast::detail
