@@ -1,8 +1,10 @@
 // The CLI's shared helpers: human sizes, tables, digests, the dead-weight map
 // and the per-file accounting that inspect prints.
+#include "support/budget.hpp"
 #include "support/format.hpp"
 #include "support/hash.hpp"
 #include "support/model.hpp"
+#include "support/replay_walk.hpp"
 #include "support/svg.hpp"
 #include "support/verify.hpp"
 
@@ -16,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -216,4 +219,70 @@ TEST_CASE("verify_weights: a data file renamed over after load is reported; the 
   CHECK_MESSAGE(out.str().find("FAIL io: " + (dir / "data.bin").string() + " now names a different file (inode ") !=
                     std::string::npos,
                 out.str());
+}
+
+namespace {
+std::optional<std::uint64_t> budget_of(const std::string& text) {
+  std::optional<std::uint64_t> bytes = 12345;  // left alone on failure
+  const std::string why = cli::parse_budget(text, bytes);
+  REQUIRE_MESSAGE(why.empty(), text + ": " + why);
+  return bytes;
+}
+std::string budget_error(const std::string& text) {
+  std::optional<std::uint64_t> bytes = 12345;
+  std::string why = cli::parse_budget(text, bytes);
+  CHECK_MESSAGE(bytes == std::optional<std::uint64_t>(12345), text);
+  return why;
+}
+}  // namespace
+
+TEST_CASE("parse_budget: byte counts with binary suffixes, fractions with a suffix, auto") {
+  CHECK(budget_of("4194304") == 4194304u);
+  CHECK(budget_of("1") == 1u);
+  CHECK(budget_of("1B") == 1u);
+  CHECK(budget_of("1K") == 1024u);
+  CHECK(budget_of("1k") == 1024u);
+  CHECK(budget_of("3KiB") == 3072u);
+  CHECK(budget_of("512M") == 512ull << 20);
+  CHECK(budget_of("512MiB") == 512ull << 20);
+  CHECK(budget_of("2G") == 2ull << 30);
+  CHECK(budget_of("2GiB") == 2ull << 30);
+  CHECK(budget_of("1T") == 1ull << 40);
+  CHECK(budget_of("1.5G") == 3ull << 29);
+  CHECK(budget_of("0.5K") == 512u);
+  CHECK(budget_of("1.0009765625K") == 1025u);
+  CHECK(budget_of("1.0001K") == 1024u);  // rounded down to whole bytes
+  CHECK(budget_of("18446744073709551615") == ~std::uint64_t{0});
+  CHECK(budget_of("auto") == std::nullopt);
+  CHECK(budget_of("AUTO") == std::nullopt);
+}
+
+TEST_CASE("parse_budget: garbage, zero, overflow and SI suffixes are refused with a reason") {
+  for (const char* bad : {"", "lots", "12Q", "-5", "+5", " 5", "5 ", "1.5", "1.", ".", "K", "1KK", "1Ki", "1KIBB", "0",
+                          "0K", "0.0001K", "18446744073709551616", "16777216T", "99999999999999999999999", "1e9"}) {
+    const std::string why = budget_error(bad);
+    CHECK_MESSAGE(!why.empty(), bad);
+    CHECK_MESSAGE(why.find("budget") != std::string::npos, why);
+  }
+  CHECK(budget_error("4MB").find("ambiguous") != std::string::npos);
+  CHECK(budget_error("0").find("zero") != std::string::npos);
+  CHECK(budget_error("18446744073709551616").find("64 bits") != std::string::npos);
+}
+
+TEST_CASE("prefetch_window_end: the next steps within max(one step, the window), at most one token, never past the run") {
+  cli::Walk walk;
+  for (std::uint64_t b : {100, 300, 50, 50, 400}) {
+    cli::WalkStep s;
+    s.first_bytes = b;
+    walk.steps.push_back(s);
+  }
+  const std::size_t run = 3 * walk.steps.size();
+  CHECK(cli::prefetch_window_end(walk, 0, run, 400) == 2);    // 100 + 300
+  CHECK(cli::prefetch_window_end(walk, 1, run, 400) == 4);    // 300 + 50 + 50
+  CHECK(cli::prefetch_window_end(walk, 4, run, 100) == 5);    // one step even past the window
+  CHECK(cli::prefetch_window_end(walk, 4, run, 500) == 6);    // wraps into the next token: 400 + 100
+  CHECK(cli::prefetch_window_end(walk, 0, run, 1u << 30) == 5);  // at most one token of steps
+  CHECK(cli::prefetch_window_end(walk, 13, run, 1u << 30) == 15);  // never past the run
+  CHECK(cli::prefetch_window_end(walk, 15, run, 400) == 15);
+  CHECK(cli::prefetch_window_end(cli::Walk{}, 0, 0, 400) == 0);
 }

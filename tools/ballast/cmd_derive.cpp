@@ -1,14 +1,18 @@
 // ballast derive MODEL --backend NAME [--dump DIR] [--json]: the main job end
-// to end. Opens the model, makes its source weights visible to the backend,
+// to end. (With --residency, derive_residency.cpp runs instead: every
+// derivation pinned through a Residency, read back and hashed.) Opens the model, makes its source weights visible to the backend,
 // runs every derivation that applies through the model's DerivedWeights memo,
 // reports per derivation and what was registered against what the graph
 // references, then tears everything down and reports that too (as one JSON
 // document with --json; schema in docs/tools.md).
 #include "command.hpp"
+#include "derive_residency.hpp"
+#include "support/budget.hpp"
 #include "support/format.hpp"
 #include "support/model.hpp"
 #include "support/npy.hpp"
 #include "support/progress.hpp"
+#include "support/residency_report.hpp"
 
 #include <ballast/backend_registry.hpp>
 #include <ballast/derive.hpp>
@@ -37,6 +41,7 @@ struct Options {
   std::string backend = "cpu";
   std::string dump;
   bool json = false;
+  DeriveResidencyOptions residency;  // used when --residency is given
 };
 
 struct KindTotals {
@@ -262,6 +267,13 @@ class DeriveJob {
 };
 
 int run_derive(const Options& opt) {
+  if (!opt.residency.residency.empty()) {
+    DeriveResidencyOptions r = opt.residency;
+    r.model = opt.model;
+    r.backend = opt.backend;
+    r.json = opt.json;
+    return run_derive_residency(r);
+  }
   auto model = load_onnx(opt.model);
   if (!model.ok()) {
     report_error("derive", model.error());
@@ -335,8 +347,20 @@ const RegisterCommand kDerive{{
       sub.add_option("model", opt->model, "the .onnx file")->required();
       sub.add_option("--backend", opt->backend, "backend config string, e.g. cpu, vulkan:0, cuda:GPU-<uuid>")
           ->capture_default_str();
-      sub.add_option("--dump", opt->dump, "write every derived tensor to DIR as .npy (pairs as two files)");
+      auto* dump = sub.add_option("--dump", opt->dump, "write every derived tensor to DIR as .npy (pairs as two files)");
       sub.add_flag("--json", opt->json, "print the report as one JSON document (schema in docs/tools.md)");
+      auto* residency = sub.add_option("--residency", opt->residency.residency,
+                                       "pin every derivation through a Residency (upload, zero-copy, paged), read it "
+                                       "back and hash it")
+                            ->check(CLI::Validator(check_residency, "STRATEGY", "residency strategy"))
+                            ->excludes(dump);
+      sub.add_option("--budget", opt->residency.budget,
+                     "device byte budget for --residency: BYTES with an optional K/M/G/KiB/MiB/GiB suffix, or auto")
+          ->check(CLI::Validator(check_budget, "BYTES|auto", "byte budget"))
+          ->needs(residency);
+      sub.add_option("--only", opt->residency.only, "with --residency: only these derivations (KIND[,KIND...])")
+          ->check(CLI::Validator(check_derivation_kinds, "KIND[,KIND...]", "derivation kinds"))
+          ->needs(residency);
       return [opt] { return run_derive(*opt); };
     },
 }};

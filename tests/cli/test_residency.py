@@ -1,0 +1,277 @@
+#!/usr/bin/python3
+"""`ballast derive --residency` and `ballast replay` on one backend.
+
+  test_residency.py --ballast BIN --gen DIR --work DIR --backend cpu|vulkan
+
+- derive through each strategy (upload, zero-copy, paged) gives the same
+  digest per derivation, equal to the bytes the plain `derive --dump` path
+  writes; paged at about 40% of the auto budget too, with its peak device
+  bytes within the budget and evictions; no host copies anywhere;
+- replay at the auto budget pages nothing after the first token; at about
+  50% of it, with prefetch off and on, it completes without a mismatch,
+  pages at most 1.1x the least any policy could plus one largest entry per
+  steady token, and its peak stays within the budget; --json parses;
+- bad --budget, bad --residency, a budget below the largest entry: a clear
+  one-line error, exit 2, no crash.
+
+Exit 0 pass, 1 fail, 77 skipped (the backend has no device here, or the
+python has no onnx), with the reason printed.
+"""
+
+import argparse
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+FAILURES = []
+STRATEGIES = ("upload", "zero-copy", "paged")
+
+
+def skip(reason):
+    print("skipped: " + reason)
+    sys.exit(77)
+
+
+def expect(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        FAILURES.append(what)
+    return ok
+
+
+class Cli:
+    def __init__(self, ballast, backend):
+        self.ballast = ballast
+        self.backend = backend
+
+    def __call__(self, *args):
+        proc = subprocess.run([self.ballast, *map(str, args)], capture_output=True, text=True, timeout=600)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    def json(self, *args):
+        rc, out, err = self(*args, "--backend", self.backend, "--json")
+        try:
+            doc = json.loads(out)
+        except ValueError as e:
+            doc = {"_unparsed": "%s: %r" % (e, out[:200])}
+        return rc, doc, err
+
+
+def one_line_error(stderr, *must_contain):
+    lines = [l for l in stderr.splitlines() if l.strip()]
+    return len(lines) == 1 and all(s.lower() in lines[0].lower() for s in must_contain)
+
+
+def auto_budget(cli, model):
+    rc, out, err = cli("inspect", model, "--json")
+    if rc != 0:
+        sys.exit("inspect %s failed: %s" % (model, err))
+    return json.loads(out)["auto_budget"]["total_bytes"]
+
+
+def digests(doc):
+    return [(v["derivation"], v["weight"], v["node"], v["bytes"], v["digest"]) for v in doc.get("values", [])]
+
+
+def clean(doc, label):
+    """The checks every derive/replay document must pass."""
+    r = doc.get("residency", {})
+    expect(doc.get("error", "missing") is None, "%s: no error (%s)" % (label, doc.get("error", doc.get("_unparsed"))))
+    expect(r.get("host_copy_bytes") == 0, "%s: host_copy_bytes == 0 (%r)" % (label, r.get("host_copy_bytes")))
+    expect(doc.get("device_after_teardown") == {"live_allocations": 0, "live_registrations": 0}
+           and doc.get("teardown", {}).get("ok"), "%s: teardown back to the baseline" % label)
+
+
+def dump_digests(cli, model, work):
+    """SHA-256 per derivation of what the plain derive --dump path writes (pairs: both halves in order)."""
+    import numpy as np
+    dump = os.path.join(work, "dump_" + cli.backend)
+    shutil.rmtree(dump, ignore_errors=True)
+    rc, out, err = cli("derive", model, "--backend", cli.backend, "--dump", dump)
+    if not expect(rc == 0, "plain derive --dump on %s: exit 0 (%s)" % (cli.backend, err.strip())):
+        return {}
+    suffixes = {"repack_int4": (".words", ".scale_offset"), "quant_int8": (".codes", ".scales")}
+    out = {}
+    for kind in ("transpose", "to_f16", "dequant_int4", "repack_int4", "quant_int8"):
+        for first in glob.glob(os.path.join(dump, "*.%s%s.npy" % (kind, suffixes.get(kind, ("",))[0]))):
+            weight = os.path.basename(first)[: -len(".%s%s.npy" % (kind, suffixes.get(kind, ("",))[0]))]
+            h = hashlib.sha256()
+            for suffix in suffixes.get(kind, ("",)):
+                h.update(np.load(os.path.join(dump, "%s.%s%s.npy" % (weight, kind, suffix))).tobytes())
+            out[(kind, weight)] = h.hexdigest()
+    return out
+
+
+def test_derive(cli, model, label, work, reference_dump):
+    auto = auto_budget(cli, model)
+    runs = {}
+    for s in STRATEGIES:
+        rc, doc, err = cli.json("derive", model, "--residency", s)
+        if rc == 2 and ("unavailable" in err or "not_found" in err):
+            skip("backend %s: %s" % (cli.backend, err.strip()))
+        expect(rc == 0, "derive %s --residency %s on %s: exit 0 (got %d: %s)" % (label, s, cli.backend, rc, err.strip()))
+        clean(doc, "derive %s %s" % (label, s))
+        runs[s] = doc
+    base = digests(runs["upload"])
+    expect(len(base) > 0 and all(len(d[4]) == 64 for d in base), "derive %s: %d derivations hashed" % (label, len(base)))
+    for s in STRATEGIES[1:]:
+        expect(digests(runs[s]) == base, "derive %s: %s digests equal upload's, derivation by derivation" % (label, s))
+    t = runs["paged"]
+    expect(t.get("time_to_first_derivation_seconds", 0) > 0
+           and t["time_to_all_derivations_seconds"] >= t["time_to_first_derivation_seconds"]
+           and t.get("peak_rss_bytes", 0) > 0, "derive %s: times to first and all derivations, peak RSS" % label)
+    r = t["residency"]
+    expect(r["strategy"] == "paged" and r["budget_bytes"] == auto and r["peak_device_bytes"] <= auto,
+           "derive %s paged: budget auto = inspect's auto budget %d, peak %d within it" % (label, auto, r["peak_device_bytes"]))
+    expect(runs["upload"]["residency"]["uploaded_bytes"] > 0 and runs["zero-copy"]["residency"]["paged_in_bytes"] == 0,
+           "derive %s: upload uploads, zero-copy pages nothing in" % label)
+
+    budget = auto * 40 // 100
+    rc, doc, err = cli.json("derive", model, "--residency", "paged", "--budget", budget)
+    expect(rc == 0, "derive %s paged at 40%% of auto (%d B): exit 0 (got %d: %s)" % (label, budget, rc, err.strip()))
+    clean(doc, "derive %s paged 40%%" % label)
+    r = doc.get("residency", {})
+    expect(digests(doc) == base, "derive %s paged 40%%: digests equal upload's" % label)
+    expect(r.get("budget_bytes") == budget and r.get("peak_device_bytes", budget + 1) <= budget,
+           "derive %s paged 40%%: peak %s <= budget %d" % (label, r.get("peak_device_bytes"), budget))
+    expect(r.get("source_evictions", 0) + r.get("derived_evictions", 0) > 0,
+           "derive %s paged 40%%: evictions (%s source, %s derived)" % (label, r.get("source_evictions"), r.get("derived_evictions")))
+
+    if reference_dump:
+        ref = dump_digests(cli, model, work)
+        mine = {(d[0], d[1]): d[4] for d in base}
+        expect(ref and ref == mine, "derive %s: residency digests equal the plain --dump path's (%d of %d)"
+               % (label, sum(1 for k in mine if ref.get(k) == mine[k]), len(mine)))
+
+    rc, doc, err = cli.json("derive", model, "--residency", "paged", "--only", "transpose,quant_int8")
+    kinds = {v["derivation"] for v in doc.get("values", [])}
+    expect(rc == 0 and kinds == {"transpose", "quant_int8"}
+           and [d for d in base if d[0] in kinds] == digests(doc),
+           "derive %s --only transpose,quant_int8: only those, same digests (%s)" % (label, sorted(kinds)))
+
+    rc, out, err = cli("derive", model, "--backend", cli.backend, "--residency", "paged", "--budget", budget)
+    expect(rc == 0 and "residency:" in out and "evictions:" in out and "time to first derivation" in out
+           and "peak RSS" in out and "device after teardown: 0 live allocation(s), 0 live registration(s)" in out,
+           "derive %s paged (text): per-kind table, residency summary, times, teardown" % label)
+
+
+def test_replay(cli, model, label):
+    auto = auto_budget(cli, model)
+    rc, doc, err = cli.json("replay", model, "--tokens", 4)
+    expect(rc == 0, "replay %s at auto: exit 0 (got %d: %s)" % (label, rc, err.strip()))
+    clean(doc, "replay %s auto" % label)
+    tokens = doc.get("tokens", [])
+    expect(len(tokens) == 4 and tokens[0]["paged_in_bytes"] > 0 and all(t["paged_in_bytes"] == 0 for t in tokens[1:]),
+           "replay %s at auto: tokens 2-4 page in 0 bytes (%s)" % (label, [t["paged_in_bytes"] for t in tokens]))
+    s = doc.get("summary", {})
+    expect(s.get("minimum_paged_bytes_per_token") == 0 and s.get("peak_within_budget") is True,
+           "replay %s at auto: minimum 0, peak within budget" % label)
+
+    budget = auto // 2
+    for prefetch in ("off", "on"):
+        what = "replay %s at 50%% of auto (%d B), prefetch %s" % (label, budget, prefetch)
+        rc, doc, err = cli.json("replay", model, "--budget", budget, "--tokens", 5, "--prefetch", prefetch, "--anchor")
+        expect(rc == 0, "%s: exit 0, no mismatch (got %d: %s)" % (what, rc, err.strip()))
+        clean(doc, what)
+        s = doc.get("summary", {})
+        steady, minimum, largest = (s.get("steady_paged_bytes_per_token"), s.get("minimum_paged_bytes_per_token"),
+                                    s.get("largest_entry_bytes"))
+        print("     %s: steady %s B/token, minimum %s, largest entry %s, ratio %s"
+              % (what, steady, minimum, largest, s.get("paged_vs_minimum")))
+        expect(steady is not None and minimum is not None and steady <= 1.1 * minimum + largest,
+               "%s: steady paged bytes <= 1.1 x minimum + one largest entry" % what)
+        expect(s.get("peak_device_bytes", budget + 1) <= budget and s.get("peak_within_budget") is True,
+               "%s: peak %s <= budget" % (what, s.get("peak_device_bytes")))
+        a = doc.get("anchor") or {}
+        expect(a.get("error") is None and (a.get("anchor_bytes_per_second") or 0) > 0,
+               "%s: --anchor measured (%s)" % (what, a.get("anchor_bytes_per_second")))
+        if prefetch == "on":
+            expect(doc["residency"]["prefetches"] + doc["residency"]["prefetches_skipped"] > 0,
+                   "%s: prefetches requested (%d done, %d skipped)"
+                   % (what, doc["residency"]["prefetches"], doc["residency"]["prefetches_skipped"]))
+
+    for derived in ("all", "none"):
+        rc, doc, err = cli.json("replay", model, "--budget", budget, "--tokens", 3, "--derived", derived)
+        expect(rc == 0 and doc.get("error", "x") is None and doc["walk"]["steps"] > 0,
+               "replay %s --derived %s at 50%%: exit 0 (got %d: %s)" % (label, derived, rc, err.strip()))
+    for strategy in ("upload", "zero-copy"):
+        rc, doc, err = cli.json("replay", model, "--residency", strategy, "--tokens", 3)
+        expect(rc == 0 and doc.get("error", "x") is None and all(t["paged_in_bytes"] == 0 for t in doc["tokens"]),
+               "replay %s --residency %s: exit 0, nothing paged (got %d: %s)" % (label, strategy, rc, err.strip()))
+
+    rc, out, err = cli("replay", model, "--backend", cli.backend, "--budget", budget, "--tokens", 3)
+    expect(rc == 0 and "TOKEN" in out and "summary:" in out and "steady state" in out and "\r" not in out + err,
+           "replay %s (text): per-token table and summary, no progress bar in a pipe" % label)
+
+
+def test_errors(cli, model):
+    b = cli.backend
+    cases = [
+        (("derive", model, "--backend", b, "--residency", "sideways"), "residency"),
+        (("derive", model, "--backend", b, "--residency", "paged", "--budget", "12Q"), "budget"),
+        (("derive", model, "--backend", b, "--residency", "paged", "--budget", "lots"), "budget"),
+        (("derive", model, "--backend", b, "--residency", "paged", "--budget", "0"), "budget"),
+        (("derive", model, "--backend", b, "--residency", "paged", "--budget", "4MB"), "budget"),
+        (("derive", model, "--backend", b, "--budget", "4M"), "residency"),
+        (("derive", model, "--backend", b, "--residency", "paged", "--only", "rotate"), "rotate"),
+        (("replay", model, "--backend", b, "--residency", "sideways"), "residency"),
+        (("replay", model, "--backend", b, "--budget", "-5"), "budget"),
+        (("replay", model, "--backend", b, "--budget", "99999999999999999999999"), "budget"),
+        (("replay", model, "--backend", b, "--prefetch", "maybe"), "prefetch"),
+        (("replay", model, "--backend", b, "--tokens", "0"), "tokens"),
+    ]
+    for args, word in cases:
+        rc, out, err = cli(*args)
+        expect(rc == 2 and word in err.lower() and "Traceback" not in err,
+               "%s: usage error, exit 2, naming %s (got %d: %s)" % (" ".join(map(str, args[2:])), word, rc,
+                                                                    err.strip().splitlines()[:1]))
+    for command in ("derive", "replay"):
+        args = [command, model, "--backend", b, "--residency", "paged", "--budget", "1K"]
+        rc, out, err = cli(*args)
+        expect(rc == 2 and one_line_error(err, "budget"),
+               "%s with a budget below the largest entry: exit 2, one line naming the budget (got %d: %s)"
+               % (command, rc, err.strip()))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--ballast", required=True)
+    p.add_argument("--gen", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--backend", default="cpu")
+    a = p.parse_args()
+    try:
+        import onnx  # noqa: F401
+        import numpy  # noqa: F401
+    except ImportError as e:
+        skip("%s has no onnx or numpy (%s)" % (sys.executable, e))
+    work = os.path.join(a.work, a.backend)
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    gens = [("sample", ["make_sample_model.py"], "sample.onnx"),
+            ("llm", ["make_llm_model.py", "--layers", "2", "--hidden", "256", "--ffn", "512", "--vocab", "1024"],
+             "llm.onnx")]
+    models = {}
+    for name, cmd, file in gens:
+        out = os.path.join(work, name)
+        gen = subprocess.run([sys.executable, os.path.join(a.gen, cmd[0]), out, *cmd[1:]], capture_output=True, text=True)
+        if gen.returncode != 0:
+            print("FAIL: %s exit %d\n%s" % (cmd[0], gen.returncode, gen.stderr))
+            return 1
+        models[name] = os.path.join(out, file)
+    cli = Cli(a.ballast, a.backend)
+    test_derive(cli, models["sample"], "sample", work, reference_dump=True)
+    test_derive(cli, models["llm"], "llm", work, reference_dump=False)
+    test_replay(cli, models["llm"], "llm")
+    test_replay(cli, models["sample"], "sample")
+    test_errors(cli, models["sample"])
+    print("%d check(s) failed" % len(FAILURES) if FAILURES else "all residency CLI checks passed on " + a.backend)
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+#include "support/replay_walk.hpp"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace ballast::cli {
+namespace {
+
+// What makes two derived steps the same value (the memo's view: kind,
+// operands, shape and types).
+auto identity(const PlannedDerivation& p) {
+  const DerivationLaunch& l = p.launch;
+  return std::make_tuple(static_cast<int>(p.kind), p.source.index, p.scales ? p.scales->index + 1 : 0,
+                         p.zero_points ? p.zero_points->index + 1 : 0, p.of_transposed, l.rows, l.cols, l.block_size,
+                         static_cast<int>(l.src_type), static_cast<int>(l.zero_points));
+}
+
+class WalkBuilder {
+ public:
+  explicit WalkBuilder(const Model& model) : model_(model) {}
+
+  Status add_derived(const NodeInfo& node, const PlannedDerivation& p) {
+    WalkStep s;
+    s.label = std::string(node.name) + ": " + std::string(derivation_name(p.kind)) + " of " + p.weight;
+    s.derived = true;
+    s.planned = p;
+    s.planned.launch.kind = p.kind;
+    BALLAST_ASSIGN_OR_RETURN(DerivationSizes sizes, derivation_sizes(s.planned.launch), "sizing ",
+                             derivation_name(p.kind), " of ", p.weight);
+    s.first_bytes = sizes.dst_bytes;
+    s.second_bytes = sizes.dst2_bytes;
+    const auto [it, fresh] = derived_.emplace(identity(p), walk_.entry_bytes.size());
+    s.entry = it->second;
+    if (fresh) add_entry(s.bytes());
+    add_source(p.source);
+    if (p.scales) add_source(*p.scales);
+    if (p.zero_points) add_source(*p.zero_points);
+    walk_.steps.push_back(std::move(s));
+    return Status();
+  }
+
+  void add_source_step(const NodeInfo& node, std::string_view name, ValueId id) {
+    WalkStep s;
+    s.label = std::string(node.name) + ": " + std::string(name);
+    s.weight = id;
+    s.first_bytes = model_.store().weights.at(id).byte_length();
+    const auto [it, fresh] = pinned_sources_.emplace(id, walk_.entry_bytes.size());
+    s.entry = it->second;
+    if (fresh) add_entry(s.bytes());
+    add_source(id);
+    walk_.steps.push_back(std::move(s));
+  }
+
+  Walk take() { return std::move(walk_); }
+
+ private:
+  void add_entry(std::uint64_t bytes) {
+    walk_.entry_bytes.push_back(bytes);
+    walk_.touched_bytes += bytes;
+    walk_.largest_entry = std::max(walk_.largest_entry, bytes);
+  }
+
+  void add_source(ValueId id) {
+    if (!sources_seen_.insert(id).second) return;
+    walk_.sources.push_back(id);
+    walk_.source_bytes += model_.store().weights.at(id).byte_length();
+  }
+
+  const Model& model_;
+  Walk walk_;
+  std::map<decltype(identity(PlannedDerivation{})), std::size_t> derived_;
+  std::map<ValueId, std::size_t> pinned_sources_;
+  std::set<ValueId> sources_seen_;
+};
+
+}  // namespace
+
+Result<Walk> build_walk(const Model& model, DerivedMode mode) {
+  // Validates every node once: after this, plan_derivation() failing for a
+  // node and kind only means the kind does not apply there.
+  BALLAST_RETURN_IF_ERROR(plan_derivations(model));
+  // plan_derivation() per kind, in enum order, gives a node's derivations in
+  // the order plan_derivations() lists them (dense: transpose, to_f16,
+  // quant_int8; MatMulNBits: dequant_int4, repack_int4), each with that
+  // node's own parameters, also for a consumer whose entry the plan shares
+  // with an earlier one.
+  WalkBuilder b(model);
+  for (const NodeInfo& node : model.nodes()) {
+    std::vector<PlannedDerivation> mine;
+    if (mode != DerivedMode::none) {
+      for (int k = 0; k < kDerivationCount; ++k) {
+        auto p = plan_derivation(model, node, static_cast<Derivation>(k));
+        if (p.ok()) mine.push_back(std::move(*p));
+      }
+    }
+    std::set<std::string_view> done;
+    for (std::string_view input : node.inputs) {
+      if (input.empty() || !done.insert(input).second) continue;
+      const auto id = model.value_id(input);
+      if (!id || !model.store().weights.contains(*id)) continue;
+      bool covered = false;
+      for (const PlannedDerivation& p : mine) {
+        if (p.source == *id) {
+          if (!covered || mode == DerivedMode::all) BALLAST_RETURN_IF_ERROR(b.add_derived(node, p));
+          covered = true;
+        } else if (p.scales == *id || p.zero_points == *id) {
+          covered = true;  // an operand of the node's derivations, read when they are built
+        }
+      }
+      if (!covered) b.add_source_step(node, input, *id);
+    }
+  }
+  return b.take();
+}
+
+std::size_t prefetch_window_end(const Walk& walk, std::size_t next, std::size_t limit, std::uint64_t window_bytes) {
+  const std::size_t n = walk.steps.size();
+  if (n == 0 || next >= limit) return next;
+  const std::uint64_t cap = std::max(walk.steps[next % n].bytes(), window_bytes);
+  std::uint64_t sum = 0;
+  std::size_t end = next;
+  while (end < limit && end - next < n) {
+    const std::uint64_t b = walk.steps[end % n].bytes();
+    if (sum + b > cap) break;
+    sum += b;
+    ++end;
+  }
+  return end;
+}
+
+Result<Anchor> measure_anchor(const WeightStore& store, std::span<const ValueId> weights, std::uint64_t bytes) {
+  std::vector<Bytes> pieces;
+  for (ValueId id : weights) {
+    auto it = store.weights.find(id);
+    if (it == store.weights.end()) continue;
+    auto b = store.bytes(it->second);
+    if (b && !b->empty()) pieces.push_back(*b);
+  }
+  if (pieces.empty() || bytes == 0) return make_error(ErrorCode::invalid_argument, "the anchor has no bytes to copy");
+  const auto start = std::chrono::steady_clock::now();
+  void* fresh = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (fresh == MAP_FAILED)
+    return make_error(ErrorCode::out_of_memory, std::string("anchor: mmap of ") + std::to_string(bytes) +
+                                                    " bytes failed: " + std::strerror(errno));
+  auto* dst = static_cast<std::byte*>(fresh);
+  std::uint64_t at = 0;
+  for (std::size_t i = 0; at < bytes; i = (i + 1) % pieces.size()) {
+    const std::uint64_t n = std::min<std::uint64_t>(pieces[i].size(), bytes - at);
+    std::memcpy(dst + at, pieces[i].data(), static_cast<std::size_t>(n));
+    at += n;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // The copy is used (one byte read) so it cannot be optimised away.
+  volatile std::byte sink = dst[bytes - 1];
+  static_cast<void>(sink);
+  ::munmap(fresh, bytes);
+  return Anchor{bytes, seconds};
+}
+
+}  // namespace ballast::cli
