@@ -82,6 +82,7 @@ struct DeviceWeights::Impl {
     uploads.push_back(Upload{*ptr, length, id});
     residency.uploaded_weights += 1;
     residency.uploaded_bytes += length;
+    residency.host_copy_bytes += length;  // through the bounce buffer
     return *ptr;
   }
 

@@ -1,0 +1,42 @@
+// Which resident entry to evict when a page-in needs room: the policy, as
+// a pure function over the entries, so it is tested on its own.
+//
+// An engine's decode loop walks the same weights in the same order every
+// token: a cyclic scan. Plain LRU is the worst policy for it (once the
+// budget is below the working set, every entry is evicted just before it
+// is needed again, so every token pages in the whole model). This policy
+// keeps a stable resident set and streams the rest through the newest
+// slots, in this order of preference:
+//   1. sources loaded only to build a derivation (never asked for
+//      directly): dead weight once their derivation exists; the least
+//      recently used first;
+//   2. stale entries, not used for two whole cycles of the engine's
+//      requests (a model phase that has ended); least recently used first;
+//   3. the rest, the most recently LOADED first: the first entries loaded
+//      stay (the stable set), later ones stream through;
+//   4. only for a demand load, never for a prefetch: entries prefetched
+//      but not used yet, the oldest first.
+// Pinned entries, entries being loaded and non-evictable (upload) entries
+// are never candidates. Sources and derived values are otherwise treated
+// alike: a derived value costs its source's page-in plus a kernel to
+// rebuild, which class 1 already accounts for.
+#pragma once
+
+#include "residency/entry.hpp"
+
+#include <cstdint>
+#include <span>
+
+namespace ballast::residency {
+
+struct EvictionClock {
+  std::uint64_t now = 0;              // the use clock
+  std::uint64_t distinct_entries = 0; // entries the engine has asked for (one cycle of uses)
+};
+
+enum class Requester : std::uint8_t { demand, prefetch };
+
+// The entry to evict next, or nullptr when none may be.
+Entry* choose_victim(std::span<Entry* const> resident, const EvictionClock& clock, Requester who) noexcept;
+
+}  // namespace ballast::residency

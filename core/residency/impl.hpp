@@ -1,0 +1,93 @@
+// Residency's state, shared by the files that implement it: residency.cpp
+// (the public methods, pins, stats, release) and loading.cpp (budget
+// reservations, eviction, page-ins and derivation builds).
+#pragma once
+
+#include <ballast/residency.hpp>
+
+#include "derive/identity.hpp"
+#include "residency/entry.hpp"
+#include "residency/eviction.hpp"
+#include "residency/prefetcher.hpp"
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace ballast {
+
+struct Residency::Impl {
+  // How an entry is being asked for: pinned by the engine, pinned while a
+  // derivation that reads it is built, or prefetched (not pinned).
+  enum class Use : std::uint8_t { pin, dependency, prefetch };
+
+  Impl(GpuBackend& g, const Model& m, const ResidencyOptions& o, std::string l)
+      : gpu(g), model(m), store(m.store()), options(o), label(std::move(l)) {}
+
+  GpuBackend& gpu;
+  const Model& model;
+  const WeightStore& store;
+  ResidencyOptions options;
+  std::string label;
+  Residency* self = nullptr;
+  std::uint64_t budget = kUnlimitedBudget;
+  std::unordered_map<ValueId, ResidencyStrategy> overrides;
+  std::unique_ptr<DeviceWeights> registrations;  // the zero_copy weights, when any
+
+  mutable std::mutex mutex;
+  std::condition_variable changed;  // an entry finished loading (or failed to)
+  std::map<identity::Entry, std::unique_ptr<residency::Entry>> entries;
+  std::vector<residency::Entry*> all;  // the same entries, for the eviction scan
+  std::uint64_t held = 0;              // bytes resident, being loaded, or stuck
+  std::uint64_t peak = 0;
+  std::uint64_t pinned = 0;
+  residency::EvictionClock clock;
+  std::uint64_t load_clock = 0;
+  ResidencyStats counters;
+  std::atomic<std::uint64_t> paging_ns{0};
+  struct Stuck {
+    DevicePtr ptr = 0;
+    std::uint64_t bytes = 0;
+  };
+  std::vector<Stuck> stuck;  // evictions the backend refused to free: still held, retried at release
+  bool released = false;
+  residency::Prefetcher prefetcher;  // last: stopped before the rest goes
+
+  ResidencyStrategy strategy_of(ValueId id) const noexcept;
+
+  // ---- entries (residency.cpp)
+  Result<residency::Entry*> source_entry(ValueId id);
+  Result<residency::Entry*> derived_entry(const PlannedDerivation& p);
+  Result<Pinned> pin_source(ValueId id, Use use);
+  Result<Pinned> pin_derived(const PlannedDerivation& p, Use use);
+  // Makes `e` resident (loading it once across threads) and, unless
+  // prefetching, pins it.
+  Status acquire(residency::Entry& e, Use use);
+  Pinned handle(residency::Entry& e);
+  void unpin(residency::Entry& e) noexcept;
+
+  // ---- loading (loading.cpp)
+  struct Loaded {
+    DevicePtr first = 0;
+    DevicePtr second = 0;
+  };
+  Result<Loaded> page_in(const residency::Entry& e, residency::Requester who);
+  Result<Loaded> build(const residency::Entry& e, residency::Requester who);
+  // Counts `bytes` as held, evicting under the policy until they fit.
+  Status reserve(std::uint64_t bytes, const std::string& what, residency::Requester who);
+  void unreserve(std::uint64_t bytes) noexcept;
+  // allocate(), evicting and retrying while the DEVICE is out of memory.
+  Result<DevicePtr> allocate(std::uint64_t bytes, residency::Requester who);
+  // Frees an allocation this object made (unreserving it); a refused free
+  // keeps it held and listed as stuck. Locks.
+  void discard(DevicePtr ptr, std::uint64_t bytes) noexcept;
+  // With the lock held: frees `e`'s values, leaving it absent.
+  void evict_locked(residency::Entry& e) noexcept;
+  void free_locked(DevicePtr ptr, std::uint64_t bytes) noexcept;
+};
+
+}  // namespace ballast

@@ -1,0 +1,182 @@
+// Paged and uploaded residency's device work: reserving budget (evicting
+// under the policy in eviction.hpp), copying a source weight straight from
+// its mapping, and building a derived value from pinned operands.
+#include "residency/impl.hpp"
+
+#include "base/hex.hpp"
+
+#include <algorithm>
+
+namespace ballast {
+
+using residency::Entry;
+using residency::Requester;
+
+namespace {
+
+std::string bytes_text(std::uint64_t n) { return std::to_string(n) + " bytes"; }
+
+// The [N, K] copy a per-output-channel quant_int8 of a [K, N] weight reads.
+PlannedDerivation transposed_source_of(const PlannedDerivation& p) {
+  PlannedDerivation t = p;
+  t.kind = Derivation::transpose;
+  t.of_transposed = false;
+  t.launch.kind = Derivation::transpose;
+  t.launch.rows = p.launch.cols;
+  t.launch.cols = p.launch.rows;
+  t.launch.block_size = 0;
+  t.launch.zero_points = ZeroPoints::absent;
+  t.scales.reset();
+  t.zero_points.reset();
+  return t;
+}
+
+// Until WeightStore::transfer() lands: the same contract without the
+// truncation guard (checked just before the copy).
+template <class Sink>
+Status transfer(const WeightStore& store, const WeightRef& ref, Sink&& sink) {
+  BALLAST_RETURN_IF_ERROR(store.check_unchanged(ref));
+  auto bytes = store.bytes(ref);
+  if (!bytes) return make_error(ErrorCode::not_found, "the weight's bytes are not mapped");
+  return sink(*bytes);
+}
+
+}  // namespace
+
+Status Residency::Impl::reserve(std::uint64_t bytes, const std::string& what, Requester who) {
+  std::lock_guard lock(mutex);
+  while (bytes > budget || held > budget - bytes) {
+    Entry* victim = residency::choose_victim(all, clock, who);
+    if (victim == nullptr) {
+      std::string message = "budget of " + bytes_text(budget) + " cannot take " + bytes_text(bytes) + " for " + what +
+                            ": " + bytes_text(pinned) + " pinned, " + bytes_text(held) + " held in all";
+      if (who == Requester::prefetch) message += " (a prefetch evicts nothing in use or prefetched)";
+      return make_error(ErrorCode::out_of_memory, std::move(message));
+    }
+    evict_locked(*victim);
+  }
+  held += bytes;
+  peak = std::max(peak, held);
+  return Status();
+}
+
+void Residency::Impl::unreserve(std::uint64_t bytes) noexcept {
+  std::lock_guard lock(mutex);
+  held -= std::min(held, bytes);
+}
+
+void Residency::Impl::free_locked(DevicePtr ptr, std::uint64_t bytes) noexcept {
+  if (ptr == 0) return;
+  Status s = gpu.free(ptr);
+  if (s.ok()) {
+    held -= std::min(held, bytes);
+  } else {
+    // Still live on the device: it stays counted against the budget.
+    try {
+      stuck.push_back({ptr, bytes});
+    } catch (...) {
+    }
+  }
+}
+
+void Residency::Impl::evict_locked(Entry& e) noexcept {
+  free_locked(e.first, e.first_bytes);
+  free_locked(e.second, e.second_bytes);
+  e.first = e.second = 0;
+  e.state = Entry::State::absent;
+  e.awaiting_use = false;
+  ++(e.derived ? counters.derived_evictions : counters.source_evictions);
+}
+
+void Residency::Impl::discard(DevicePtr ptr, std::uint64_t bytes) noexcept {
+  std::lock_guard lock(mutex);
+  free_locked(ptr, bytes);
+}
+
+Result<DevicePtr> Residency::Impl::allocate(std::uint64_t bytes, Requester who) {
+  for (;;) {
+    auto ptr = gpu.allocate(bytes);
+    if (ptr.ok() || ptr.error().code != ErrorCode::out_of_memory) return ptr;
+    // The device is fuller than the budget says (another model, another
+    // process): give back what the policy allows and try again.
+    std::lock_guard lock(mutex);
+    Entry* victim = residency::choose_victim(all, clock, who);
+    if (victim == nullptr) return ptr;
+    evict_locked(*victim);
+  }
+}
+
+Result<Residency::Impl::Loaded> Residency::Impl::page_in(const Entry& e, Requester who) {
+  auto it = store.weights.find(e.weight);
+  if (it == store.weights.end()) return make_error(ErrorCode::not_found, e.name + " is not in the model's store");
+  const WeightRef& ref = it->second;
+  const std::uint64_t length = e.first_bytes;
+  BALLAST_RETURN_IF_ERROR(reserve(length, e.name, who));
+  auto ptr = allocate(length, who);
+  if (!ptr.ok()) {
+    unreserve(length);
+    return std::move(ptr.error()).with_context("paging in " + e.name);
+  }
+  Status copied;
+  if (length != 0) {
+    copied = transfer(store, ref, [&](Bytes bytes) -> Status {
+      // The backend reads the mapping itself: no host copy in between.
+      return gpu.copy_to_device(*ptr, 0, bytes);
+    });
+  }
+  if (!copied.ok()) {
+    discard(*ptr, length);
+    return std::move(copied).with_context("paging in " + e.name);
+  }
+  return Loaded{*ptr, 0};
+}
+
+Result<Residency::Impl::Loaded> Residency::Impl::build(const Entry& e, Requester who) {
+  const PlannedDerivation& p = *e.plan;
+  const Use use = Use::dependency;
+  DerivationLaunch l = p.launch;
+  l.kind = p.kind;
+  // Operands stay pinned until the kernel has completed (end of scope).
+  Pinned source, scales, zero_points;
+  if (p.of_transposed) {
+    BALLAST_ASSIGN_OR_RETURN(source, pin_derived(transposed_source_of(p), use));
+  } else {
+    BALLAST_ASSIGN_OR_RETURN(source, pin_source(p.source, use));
+  }
+  l.src = source.ptr();
+  if (p.scales) {
+    BALLAST_ASSIGN_OR_RETURN(scales, pin_source(*p.scales, use));
+    l.scales = scales.ptr();
+  }
+  if (p.zero_points) {
+    BALLAST_ASSIGN_OR_RETURN(zero_points, pin_source(*p.zero_points, use));
+    l.zero_point = zero_points.ptr();
+  }
+  BALLAST_RETURN_IF_ERROR(reserve(e.bytes(), e.name, who));
+  auto first = allocate(e.first_bytes, who);
+  if (!first.ok()) {
+    unreserve(e.bytes());
+    return std::move(first.error()).with_context("allocating " + e.name);
+  }
+  l.dst = *first;
+  if (e.second_bytes != 0 || derivation_yields_pair(p.kind)) {
+    auto second = allocate(e.second_bytes, who);
+    if (!second.ok()) {
+      discard(*first, e.first_bytes);
+      unreserve(e.second_bytes);
+      return std::move(second.error()).with_context("allocating " + e.name);
+    }
+    l.dst2 = *second;
+  }
+  Status s = gpu.launch(l);
+  // Wait: an asynchronous kernel failure must never leave a resident value.
+  if (s.ok()) s = gpu.synchronize();
+  if (!s.ok()) {
+    discard(l.dst, e.first_bytes);
+    if (l.dst2 != 0) discard(l.dst2, e.second_bytes);
+    return std::move(s).with_context("building " + e.name);
+  }
+  return Loaded{l.dst, l.dst2};
+}
+
+}  // namespace ballast

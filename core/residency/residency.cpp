@@ -1,0 +1,326 @@
+// Residency: the public methods, pins and single-flight loading, prefetch,
+// stats and release. Device work is in loading.cpp; the eviction policy in
+// eviction.cpp.
+#include "residency/impl.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+namespace ballast {
+
+using residency::Entry;
+using residency::Requester;
+
+std::string_view residency_strategy_name(ResidencyStrategy s) noexcept {
+  switch (s) {
+    case ResidencyStrategy::upload: return "upload";
+    case ResidencyStrategy::zero_copy: return "zero-copy";
+    case ResidencyStrategy::paged: return "paged";
+  }
+  return "unknown";
+}
+
+Result<ResidencyStrategy> parse_residency_strategy(std::string_view text) {
+  if (text == "upload") return ResidencyStrategy::upload;
+  if (text == "zero-copy" || text == "zero_copy") return ResidencyStrategy::zero_copy;
+  if (text == "paged") return ResidencyStrategy::paged;
+  return make_error(ErrorCode::invalid_argument,
+                    "residency must be upload, zero-copy or paged, not '" + std::string(text) + "'");
+}
+
+// ------------------------------------------------------------------ Pinned
+
+Pinned::Pinned(Pinned&& other) noexcept
+    : owner_(std::exchange(other.owner_, nullptr)), entry_(std::exchange(other.entry_, nullptr)),
+      first_(std::exchange(other.first_, 0)), second_(std::exchange(other.second_, 0)),
+      bytes_(std::exchange(other.bytes_, 0)) {}
+
+Pinned& Pinned::operator=(Pinned&& other) noexcept {
+  if (this != &other) {
+    reset();
+    owner_ = std::exchange(other.owner_, nullptr);
+    entry_ = std::exchange(other.entry_, nullptr);
+    first_ = std::exchange(other.first_, 0);
+    second_ = std::exchange(other.second_, 0);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+Pinned::~Pinned() { reset(); }
+
+void Pinned::reset() noexcept {
+  if (owner_ != nullptr && entry_ != nullptr) owner_->unpin(entry_);
+  owner_ = nullptr;
+  entry_ = nullptr;
+  first_ = second_ = 0;
+  bytes_ = 0;
+}
+
+// ------------------------------------------------------------------ Impl
+
+ResidencyStrategy Residency::Impl::strategy_of(ValueId id) const noexcept {
+  auto it = overrides.find(id);
+  return it == overrides.end() ? options.strategy : it->second;
+}
+
+Result<Entry*> Residency::Impl::source_entry(ValueId id) {
+  auto it = store.weights.find(id);
+  if (it == store.weights.end())
+    return make_error(ErrorCode::not_found, "'" + std::string(model.value_name(id)) + "' is not a weight of the model");
+  const identity::Entry key = identity::of_source(store, id);
+  std::lock_guard lock(mutex);
+  auto& slot = entries[key];
+  if (!slot) {
+    auto e = std::make_unique<Entry>();
+    e->weight = id;
+    e->name = "weight '" + std::string(model.value_name(id)) + "'";
+    e->evictable = strategy_of(id) == ResidencyStrategy::paged;
+    e->first_bytes = it->second.byte_length();
+    all.reserve(all.size() + 1);
+    slot = std::move(e);
+    all.push_back(slot.get());
+  }
+  return slot.get();
+}
+
+Result<Entry*> Residency::Impl::derived_entry(const PlannedDerivation& p) {
+  DerivationLaunch l = p.launch;
+  l.kind = p.kind;
+  std::string name = std::string(derivation_name(p.kind)) + " of '" + p.weight + "'";
+  auto sizes = derivation_sizes(l);
+  if (!sizes.ok()) return std::move(sizes.error()).with_context("sizing " + name);
+  const identity::Entry key = identity::of_derivation(store, p);
+  std::lock_guard lock(mutex);
+  auto& slot = entries[key];
+  if (!slot) {
+    auto e = std::make_unique<Entry>();
+    e->derived = true;
+    e->weight = p.source;
+    e->plan = p;
+    e->name = std::move(name);
+    e->evictable = strategy_of(p.source) == ResidencyStrategy::paged;
+    e->first_bytes = sizes->dst_bytes;
+    e->second_bytes = sizes->dst2_bytes;
+    all.reserve(all.size() + 1);
+    slot = std::move(e);
+    all.push_back(slot.get());
+  }
+  return slot.get();
+}
+
+Pinned Residency::Impl::handle(Entry& e) {
+  std::lock_guard lock(mutex);
+  return Pinned(self, &e, e.first, e.second, e.bytes());
+}
+
+Result<Pinned> Residency::Impl::pin_source(ValueId id, Use use) {
+  if (strategy_of(id) == ResidencyStrategy::zero_copy) {
+    // Registered for the model's life: nothing to pin.
+    auto it = store.weights.find(id);
+    if (it == store.weights.end())
+      return make_error(ErrorCode::not_found, "'" + std::string(model.value_name(id)) + "' is not a weight of the model");
+    BALLAST_ASSIGN_OR_RETURN(auto ptr, registrations->resolve(id));
+    if (use == Use::prefetch) return Pinned();
+    return Pinned(self, nullptr, ptr, 0, it->second.byte_length());
+  }
+  BALLAST_ASSIGN_OR_RETURN(Entry * e, source_entry(id));
+  BALLAST_RETURN_IF_ERROR(acquire(*e, use));
+  if (use == Use::prefetch) return Pinned();
+  return handle(*e);
+}
+
+Result<Pinned> Residency::Impl::pin_derived(const PlannedDerivation& p, Use use) {
+  BALLAST_ASSIGN_OR_RETURN(Entry * e, derived_entry(p));
+  BALLAST_RETURN_IF_ERROR(acquire(*e, use));
+  if (use == Use::prefetch) return Pinned();
+  return handle(*e);
+}
+
+Status Residency::Impl::acquire(Entry& e, Use use) {
+  std::unique_lock lock(mutex);
+  if (use != Use::dependency && !e.requested) {
+    e.requested = true;
+    ++clock.distinct_entries;
+  }
+  auto note_use = [&] {
+    if (e.pins++ == 0) pinned += e.bytes();
+    if (use == Use::pin) {
+      e.last_use = ++clock.now;
+      e.awaiting_use = false;
+    }
+  };
+  for (;;) {
+    if (e.state == Entry::State::resident) {
+      if (use != Use::prefetch) note_use();
+      return Status();
+    }
+    if (e.state == Entry::State::absent) break;
+    if (use == Use::prefetch) return Status();  // already coming
+    const std::uint64_t failures = e.failures;
+    changed.wait(lock, [&] { return e.state != Entry::State::loading; });
+    // The load this call joined failed: its error is this call's too. (A
+    // failed prefetch is not: it gave up on rules a demand load does not
+    // have, so the loop retries as the loader.)
+    if (e.state == Entry::State::absent && e.failures != failures && !e.failure.ok()) return e.failure;
+  }
+  e.state = Entry::State::loading;
+  lock.unlock();
+
+  const Requester who = use == Use::prefetch ? Requester::prefetch : Requester::demand;
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<Loaded> loaded = e.derived ? build(e, who) : page_in(e, who);
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+  paging_ns += static_cast<std::uint64_t>(ns.count());
+
+  lock.lock();
+  if (!loaded.ok()) {
+    e.state = Entry::State::absent;
+    ++e.failures;
+    e.failure = use == Use::prefetch ? Status() : Status(loaded.error());
+    if (use == Use::prefetch) ++counters.prefetches_skipped;
+    changed.notify_all();
+    return loaded.status();
+  }
+  e.first = loaded->first;
+  e.second = loaded->second;
+  e.state = Entry::State::resident;
+  e.loaded_at = ++load_clock;
+  if (e.derived) {
+    ++counters.derived_builds;
+    if (e.loads > 0) ++counters.derived_rebuilds;
+  } else {
+    ++counters.page_ins;
+    (e.evictable ? counters.paged_in_bytes : counters.uploaded_bytes) += e.first_bytes;
+  }
+  ++e.loads;
+  if (use == Use::prefetch) {
+    e.awaiting_use = true;
+    ++counters.prefetches;
+  } else {
+    note_use();
+  }
+  changed.notify_all();
+  return Status();
+}
+
+void Residency::Impl::unpin(Entry& e) noexcept {
+  std::lock_guard lock(mutex);
+  if (e.pins > 0 && --e.pins == 0) pinned -= std::min(pinned, e.bytes());
+}
+
+// ------------------------------------------------------------------ Residency
+
+Residency::Residency(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) { impl_->self = this; }
+
+Residency::~Residency() {
+  if (impl_ && !impl_->released) static_cast<void>(release(impl_->gpu));
+}
+
+void Residency::unpin(void* entry) noexcept { impl_->unpin(*static_cast<Entry*>(entry)); }
+
+Result<Pinned> Residency::pin(ValueId weight) { return impl_->pin_source(weight, Impl::Use::pin); }
+
+Result<Pinned> Residency::pin(std::string_view weight) {
+  auto id = impl_->model.value_id(weight);
+  if (!id) return make_error(ErrorCode::not_found, "the model has no value named '" + std::string(weight) + "'");
+  return pin(*id);
+}
+
+Result<Pinned> Residency::pin(const PlannedDerivation& derivation) {
+  return impl_->pin_derived(derivation, Impl::Use::pin);
+}
+
+void Residency::prefetch(std::span<const ValueId> weights) {
+  for (ValueId id : weights)
+    impl_->prefetcher.post([impl = impl_.get(), id] { static_cast<void>(impl->pin_source(id, Impl::Use::prefetch)); });
+}
+
+void Residency::prefetch(std::span<const PlannedDerivation> derivations) {
+  for (const PlannedDerivation& p : derivations)
+    impl_->prefetcher.post([impl = impl_.get(), p] { static_cast<void>(impl->pin_derived(p, Impl::Use::prefetch)); });
+}
+
+void Residency::wait_for_prefetches() { impl_->prefetcher.wait_idle(); }
+
+ResidencyStats Residency::stats() const {
+  ResidencyStats s;
+  {
+    std::lock_guard lock(impl_->mutex);
+    s = impl_->counters;
+    s.device_bytes = impl_->held;
+    s.peak_device_bytes = impl_->peak;
+    s.pinned_bytes = impl_->pinned;
+  }
+  s.strategy = impl_->options.strategy;
+  s.budget_bytes = impl_->budget;
+  s.paging_seconds = static_cast<double>(impl_->paging_ns.load()) * 1e-9;
+  if (impl_->registrations) {
+    const WeightResidency r = impl_->registrations->residency();
+    s.registered_bytes = r.registered_bytes;
+    s.uploaded_bytes += r.uploaded_bytes;
+    s.host_copy_bytes += r.host_copy_bytes;
+  }
+  return s;
+}
+
+std::uint64_t Residency::budget() const noexcept { return impl_->budget; }
+
+ResidencyStrategy Residency::strategy_of(ValueId weight) const noexcept { return impl_->strategy_of(weight); }
+
+WeightResidency Residency::registrations() const {
+  return impl_->registrations ? impl_->registrations->residency() : WeightResidency{};
+}
+
+std::string Residency::label() const { return impl_->label; }
+
+Released Residency::release(GpuBackend& backend) {
+  Impl& m = *impl_;
+  m.prefetcher.stop();
+  Released out;
+  auto note = [&](Status s) {
+    if (s.ok()) return;
+    ++out.failed_frees;
+    if (out.status.ok()) out.status = std::move(s);
+  };
+  {
+    std::lock_guard lock(m.mutex);
+    for (Entry* e : m.all) {
+      if (e->state != Entry::State::resident) continue;
+      for (auto [ptr, bytes] : {std::pair{e->first, e->first_bytes}, std::pair{e->second, e->second_bytes}}) {
+        if (ptr == 0) continue;
+        Status s = backend.free(ptr);
+        if (s.ok()) {
+          out.bytes_freed += bytes;
+          ++out.allocations_freed;
+        }
+        note(std::move(s).with_context("freeing " + e->name));
+      }
+      e->first = e->second = 0;
+      e->state = Entry::State::absent;
+      e->pins = 0;
+    }
+    for (const Impl::Stuck& st : m.stuck) {
+      Status s = backend.free(st.ptr);
+      if (s.ok()) {
+        out.bytes_freed += st.bytes;
+        ++out.allocations_freed;
+      }
+      note(std::move(s).with_context("freeing an evicted value"));
+    }
+    m.stuck.clear();
+    m.held = 0;
+    m.pinned = 0;
+  }
+  if (m.registrations) {
+    Released r = m.registrations->release(backend);
+    out.bytes_freed += r.bytes_freed;
+    out.allocations_freed += r.allocations_freed;
+    out.failed_frees += r.failed_frees;
+    if (out.status.ok() && !r.status.ok()) out.status = std::move(r.status);
+  }
+  m.released = true;
+  return out;
+}
+
+}  // namespace ballast

@@ -1,0 +1,273 @@
+// Residency strategies on the backend under test (issue 17): upload,
+// zero_copy and paged give byte-identical weights and derived values;
+// paged stays within its budget, evicts, and never serves a stale pointer;
+// its accounting equals the allocator's live bytes; pins are never evicted
+// and a request that cannot fit beside them fails with out_of_memory; many
+// threads pin and evict at once. Model: the orphaned-prefix model
+// (tests/support/orphaned_prefix_model.hpp: 3 weights, 5 derivations).
+#include "conformance/conformance.hpp"
+
+#include <ballast/derive.hpp>
+#include <ballast/onnx_loader.hpp>
+#include <ballast/residency.hpp>
+
+#include <support/orphaned_prefix_model.hpp>
+
+#include <atomic>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <unistd.h>
+
+using namespace ballast;
+namespace fs = std::filesystem;
+using Model_ = ballast::test_models::OrphanedPrefixModel;
+
+namespace {
+
+// Below it, create() refuses: quant_int8 of w0 pins w0 (24576) beside its
+// transposed copy (24576) while the copy is built.
+constexpr std::uint64_t kLargestNeed = 2 * Model_::kW0Bytes;
+
+struct Fixture {
+  fs::path dir = fs::temp_directory_path() / ("ballast_conformance_paging_" + std::to_string(::getpid()));
+  Model model;
+  std::vector<PlannedDerivation> plan;
+  Fixture() {
+    fs::remove_all(dir);
+    Model_::write(dir);
+    auto m = load_onnx(dir / "model.onnx");
+    REQUIRE_MESSAGE(m.ok(), m.status().to_string());
+    model = std::move(*m);
+    auto p = plan_derivations(model);
+    REQUIRE(p.ok());
+    plan = std::move(*p);
+    REQUIRE(plan.size() == Model_::kDerivations);
+  }
+  ~Fixture() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  std::unique_ptr<Residency> open(ResidencyStrategy s, std::optional<std::uint64_t> budget = std::nullopt) {
+    ResidencyOptions o;
+    o.strategy = s;
+    o.budget_bytes = budget;
+    auto r = Residency::create(conformance::gpu(), model, o);
+    REQUIRE_MESSAGE(r.ok(), r.status().to_string());
+    return std::move(*r);
+  }
+};
+
+std::vector<std::byte> read_pinned(const Pinned& p, const PlannedDerivation* d) {
+  if (d == nullptr) return conformance::download(p.ptr(), p.bytes());
+  DerivationLaunch l = d->launch;
+  l.kind = d->kind;
+  auto sizes = derivation_sizes(l);
+  REQUIRE(sizes.ok());
+  auto out = conformance::download(p.ptr(), sizes->dst_bytes);
+  if (sizes->dst2_bytes != 0) {
+    auto second = conformance::download(p.second(), sizes->dst2_bytes);
+    out.insert(out.end(), second.begin(), second.end());
+  }
+  return out;
+}
+
+// Every weight and every derived value, by name, read through `r`.
+std::map<std::string, std::vector<std::byte>> everything(Fixture& f, Residency& r, int rounds = 1) {
+  std::map<std::string, std::vector<std::byte>> out;
+  for (int round = 0; round < rounds; ++round) {
+    for (std::size_t i = 0; i < f.plan.size(); ++i) {
+      const PlannedDerivation& d = f.plan[round % 2 ? f.plan.size() - 1 - i : i];
+      auto p = r.pin(d);
+      REQUIRE_MESSAGE(p.ok(), p.status().to_string());
+      auto bytes = read_pinned(*p, &d);
+      const std::string key = std::string(derivation_name(d.kind)) + " " + d.weight;
+      if (round == 0) out[key] = bytes;
+      else CHECK_MESSAGE(out[key] == bytes, key << " changed in round " << round);
+    }
+    for (ValueId id : f.model.weight_order()) {
+      auto p = r.pin(id);
+      REQUIRE_MESSAGE(p.ok(), p.status().to_string());
+      auto bytes = read_pinned(*p, nullptr);
+      const std::string key(f.model.value_name(id));
+      if (round == 0) out[key] = bytes;
+      else CHECK_MESSAGE(out[key] == bytes, key << " changed in round " << round);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("paging: every strategy gives byte-identical weights and derived values") {
+  conformance::LeakCheck leaks;
+  Fixture f;
+  auto upload = f.open(ResidencyStrategy::upload);
+  const auto reference = everything(f, *upload, 2);
+  REQUIRE(reference.size() == Model_::kDerivations + 3);
+  CHECK(upload->stats().host_copy_bytes == 0);
+  CHECK(upload->stats().uploaded_bytes == Model_::kReferenced);
+  CHECK(upload->release(conformance::gpu()).status.ok());
+
+  auto zero_copy = f.open(ResidencyStrategy::zero_copy);
+  CHECK(everything(f, *zero_copy) == reference);
+  CHECK(zero_copy->release(conformance::gpu()).status.ok());
+
+  for (std::uint64_t budget : {Model_::kReferenced + Model_::kDerived, kLargestNeed + 4096, kLargestNeed}) {
+    CAPTURE(budget);
+    auto paged = f.open(ResidencyStrategy::paged, budget);
+    CHECK(everything(f, *paged, 3) == reference);
+    const ResidencyStats s = paged->stats();
+    CHECK(s.peak_device_bytes <= budget);
+    CHECK(s.host_copy_bytes == 0);
+    CHECK(s.pinned_bytes == 0);
+    if (budget < Model_::kReferenced + Model_::kDerived) {
+      CHECK(s.source_evictions + s.derived_evictions > 0);
+      CHECK(s.derived_rebuilds > 0);
+    } else {
+      CHECK(s.source_evictions + s.derived_evictions == 0);
+      CHECK(s.derived_builds == Model_::kDerivations);
+    }
+    CHECK(paged->release(conformance::gpu()).status.ok());
+  }
+}
+
+TEST_CASE("paging: auto is the referenced sources plus the derivations, never the orphaned prefix") {
+  Fixture f;
+  auto paged = f.open(ResidencyStrategy::paged);
+  CHECK(paged->budget() == Model_::kReferenced + Model_::kDerived);
+  auto upload = f.open(ResidencyStrategy::upload);
+  CHECK(upload->budget() == kUnlimitedBudget);
+}
+
+TEST_CASE("paging: the budget's accounting equals the allocator's live bytes") {
+  conformance::LeakCheck leaks;
+  Fixture f;
+  const std::uint64_t before = conformance::gpu().counters().live_bytes;
+  auto paged = f.open(ResidencyStrategy::paged, kLargestNeed + 8192);
+  std::vector<Pinned> held;
+  for (const PlannedDerivation& d : f.plan) {
+    auto p = paged->pin(d);
+    REQUIRE_MESSAGE(p.ok(), p.status().to_string());
+    CHECK(paged->stats().device_bytes == conformance::gpu().counters().live_bytes - before);
+    if (d.kind == Derivation::quant_int8) held.push_back(std::move(*p));  // pinned, small
+  }
+  CHECK(paged->stats().pinned_bytes > 0);
+  held.clear();
+  CHECK(paged->stats().pinned_bytes == 0);
+  CHECK(paged->stats().device_bytes == conformance::gpu().counters().live_bytes - before);
+  const Released r = paged->release(conformance::gpu());
+  CHECK(r.status.ok());
+  CHECK(conformance::gpu().counters().live_bytes == before);
+}
+
+TEST_CASE("paging: a pinned entry is never evicted; a request that cannot fit beside the pins is out_of_memory") {
+  conformance::LeakCheck leaks;
+  Fixture f;
+  auto paged = f.open(ResidencyStrategy::paged, kLargestNeed);
+  const PlannedDerivation* transpose = nullptr;
+  const PlannedDerivation* to_f16 = nullptr;
+  for (const PlannedDerivation& d : f.plan) {
+    if (d.weight == "w0" && d.kind == Derivation::transpose) transpose = &d;
+    if (d.weight == "w0" && d.kind == Derivation::to_f16) to_f16 = &d;
+  }
+  REQUIRE(transpose);
+  REQUIRE(to_f16);
+  auto t = paged->pin(*transpose);
+  REQUIRE(t.ok());
+  const auto t_bytes = read_pinned(*t, transpose);
+  // to_f16 of w0 needs w0 (24576) and its output (12288) beside the pinned
+  // transpose (24576): w0 is pinned for the build, then its output does
+  // not fit: 61440 > 49152.
+  auto refused = paged->pin(*to_f16);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == ErrorCode::out_of_memory);
+  const std::string message = refused.status().to_string();
+  CHECK_MESSAGE(message.find("budget of 49152 bytes") != std::string::npos, message);
+  CHECK_MESSAGE(message.find("49152 bytes pinned") != std::string::npos, message);
+  CHECK_MESSAGE(message.find("cannot take 12288 bytes for to_f16 of 'w0'") != std::string::npos, message);
+  CHECK(paged->stats().pinned_bytes == Model_::kW0Bytes);  // the build's pin of w0 is gone again
+  CHECK(read_pinned(*t, transpose) == t_bytes);  // still resident, still right
+  CHECK(paged->stats().peak_device_bytes <= kLargestNeed);
+  t->reset();
+  auto now = paged->pin(*to_f16);
+  CHECK_MESSAGE(now.ok(), now.status().to_string());
+  now->reset();
+  CHECK(paged->release(conformance::gpu()).status.ok());
+}
+
+TEST_CASE("paging: a budget below the largest single need is refused at create") {
+  Fixture f;
+  ResidencyOptions o;
+  o.strategy = ResidencyStrategy::paged;
+  o.budget_bytes = kLargestNeed - 1;
+  auto r = Residency::create(conformance::gpu(), f.model, o);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == ErrorCode::invalid_argument);
+  CHECK_MESSAGE(r.status().to_string().find("49152 bytes") != std::string::npos, r.status().to_string());
+}
+
+TEST_CASE("paging: prefetched entries are resident when pinned") {
+  conformance::LeakCheck leaks;
+  Fixture f;
+  auto paged = f.open(ResidencyStrategy::paged);
+  paged->prefetch(f.plan);
+  paged->wait_for_prefetches();
+  const ResidencyStats before = paged->stats();
+  CHECK(before.prefetches == Model_::kDerivations);
+  for (const PlannedDerivation& d : f.plan) REQUIRE(paged->pin(d).ok());
+  const ResidencyStats after = paged->stats();
+  CHECK(after.derived_builds == before.derived_builds);
+  CHECK(after.page_ins == before.page_ins);
+  CHECK(paged->release(conformance::gpu()).status.ok());
+}
+
+TEST_CASE("paging: many threads pin, evict and prefetch at once; every value read is right") {
+  conformance::LeakCheck leaks;
+  Fixture f;
+  std::map<std::string, std::vector<std::byte>> reference;
+  {
+    auto upload = f.open(ResidencyStrategy::upload);
+    reference = everything(f, *upload);
+    CHECK(upload->release(conformance::gpu()).status.ok());
+  }
+  const std::uint64_t before = conformance::gpu().counters().live_bytes;
+  auto paged = f.open(ResidencyStrategy::paged, kLargestNeed + 8192);
+  std::atomic<int> good{0}, refused{0}, wrong{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1);
+      for (int i = 0; i < 60; ++i) {
+        const std::size_t k = rng() % (f.plan.size() + 1);
+        if (k == f.plan.size()) {
+          paged->prefetch(std::span(f.plan).subspan(rng() % f.plan.size(), 1));
+          continue;
+        }
+        const PlannedDerivation& d = f.plan[k];
+        auto p = paged->pin(d);
+        if (!p.ok()) {
+          (p.error().code == ErrorCode::out_of_memory ? refused : failed)++;
+          continue;
+        }
+        const auto bytes = read_pinned(*p, &d);
+        (bytes == reference[std::string(derivation_name(d.kind)) + " " + d.weight] ? good : wrong)++;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  paged->wait_for_prefetches();
+  CHECK(wrong == 0);
+  CHECK(failed == 0);
+  CHECK(good > 0);
+  const ResidencyStats s = paged->stats();
+  MESSAGE("good " << good.load() << ", refused (all pinned) " << refused.load() << ", evictions "
+                  << s.source_evictions + s.derived_evictions);
+  CHECK(s.peak_device_bytes <= kLargestNeed + 8192);
+  CHECK(s.source_evictions + s.derived_evictions > 0);
+  CHECK(s.pinned_bytes == 0);
+  CHECK(s.device_bytes == conformance::gpu().counters().live_bytes - before);
+  CHECK(paged->release(conformance::gpu()).status.ok());
+}
