@@ -225,7 +225,7 @@ namespace {
 std::optional<std::uint64_t> budget_of(const std::string& text) {
   std::optional<std::uint64_t> bytes = 12345;  // left alone on failure
   const std::string why = cli::parse_budget(text, bytes);
-  REQUIRE_MESSAGE(why.empty(), text + ": " + why);
+  REQUIRE_MESSAGE(why.empty(), (text + ": " + why));
   return bytes;
 }
 std::string budget_error(const std::string& text) {

@@ -194,6 +194,28 @@ def test_replay(cli, model, label):
                    "%s: prefetches requested (%d done, %d skipped)"
                    % (what, doc["residency"]["prefetches"], doc["residency"]["prefetches_skipped"]))
 
+    # Every derivation per consumer: the walk touches more than the budget,
+    # so the minimum is not 0 and the bound means something. Without
+    # prefetch the paging is deterministic; with it, the background loads
+    # race the walk, so only completion, values and the budget are checked
+    # (the numbers are printed).
+    for prefetch in ("off", "on"):
+        what = "replay %s --derived all at 50%% of auto, prefetch %s" % (label, prefetch)
+        rc, doc, err = cli.json("replay", model, "--budget", budget, "--tokens", 5, "--derived", "all",
+                                "--prefetch", prefetch)
+        expect(rc == 0, "%s: exit 0, no mismatch (got %d: %s)" % (what, rc, err.strip()))
+        clean(doc, what)
+        s = doc.get("summary", {})
+        steady, minimum, largest = (s.get("steady_paged_bytes_per_token"), s.get("minimum_paged_bytes_per_token"),
+                                    s.get("largest_entry_bytes"))
+        print("     %s: steady %s B/token, minimum %s, largest entry %s, ratio %s, per token %s"
+              % (what, steady, minimum, largest, s.get("paged_vs_minimum"),
+                 [t["paged_in_bytes"] for t in doc.get("tokens", [])]))
+        if prefetch == "off":
+            expect(steady is not None and minimum is not None and steady <= 1.1 * minimum + largest,
+                   "%s: steady paged bytes <= 1.1 x minimum + one largest entry" % what)
+        expect(s.get("peak_device_bytes", budget + 1) <= budget, "%s: peak %s <= budget" % (what, s.get("peak_device_bytes")))
+
     for derived in ("all", "none"):
         rc, doc, err = cli.json("replay", model, "--budget", budget, "--tokens", 3, "--derived", derived)
         expect(rc == 0 and doc.get("error", "x") is None and doc["walk"]["steps"] > 0,

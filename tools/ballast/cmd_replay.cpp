@@ -109,6 +109,9 @@ class Replayer {
     auto where = [&] { return "token " + std::to_string(t + 1) + ", step " + std::to_string(i + 1) + " (" + s.label + ")"; };
     auto pinned = s.derived ? residency_.pin(s.planned) : residency_.pin(s.weight);
     if (!pinned.ok()) return Error(pinned.error()).with_context("pinning " + where());
+    if (pinned->bytes() != s.bytes())
+      return make_error(ErrorCode::internal, where() + ": the pinned value has " + std::to_string(pinned->bytes()) +
+                                                 " bytes, the plan says " + std::to_string(s.bytes()));
     Touch now;
     const std::size_t n1 = static_cast<std::size_t>(std::min(s.first_bytes, kTouchBytes));
     const std::size_t n2 = static_cast<std::size_t>(std::min(s.second_bytes, kTouchBytes));

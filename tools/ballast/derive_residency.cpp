@@ -97,6 +97,10 @@ class ResidencyDeriveJob {
       if (!pinned.ok())
         return Status(pinned.error()).with_context("pinning " + std::string(derivation_name(p.kind)) + " of " + p.weight);
       if (!first_seconds_) first_seconds_ = seconds_since(start_);
+      if (pinned->bytes() != sizes.dst_bytes + sizes.dst2_bytes)
+        return make_error(ErrorCode::internal, "pinned " + std::string(derivation_name(p.kind)) + " of " + p.weight +
+                                                   " has " + std::to_string(pinned->bytes()) + " bytes, the plan says " +
+                                                   std::to_string(sizes.dst_bytes + sizes.dst2_bytes));
       Digester digest(Digest::sha256);
       BALLAST_RETURN_IF_ERROR(read_back(gpu_, pinned->ptr(), sizes.dst_bytes, digest, buffer), "reading back ",
                               derivation_name(p.kind), " of ", p.weight);
