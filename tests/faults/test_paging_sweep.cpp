@@ -25,6 +25,8 @@
 #include "support/fault_injecting_backend.hpp"
 
 #include <ballast/derive.hpp>
+#include <ballast/derived_weights.hpp>
+#include <ballast/device_weights.hpp>
 #include <ballast/onnx_loader.hpp>
 #include <ballast/residency.hpp>
 
@@ -121,6 +123,26 @@ TEST_CASE("paged residency: a device fault at every call leaves nothing half-bui
     REQUIRE_MESSAGE(clean.released.status.ok(), clean.released.status.to_string());
     REQUIRE(clean.values.size() == 2 * plan->size());
     REQUIRE(gpu.counters().live_allocations == baseline.live_allocations);
+    {
+      // The clean run's values are derive_weights()' (every kind, int4 included).
+      DeviceWeights sources(inner, model->store());
+      DerivedWeights memo;
+      auto values = derive_weights(DeriveContext{inner, *model, sources, memo}, *plan);
+      REQUIRE(values.ok());
+      for (std::size_t i = 0; i < plan->size(); ++i) {
+        DerivationLaunch l = (*plan)[i].launch;
+        l.kind = (*plan)[i].kind;
+        auto sizes = derivation_sizes(l);
+        REQUIRE(sizes.ok());
+        std::vector<std::byte> bytes(sizes->dst_bytes + sizes->dst2_bytes);
+        REQUIRE(inner.copy_to_host(std::span(bytes).first(sizes->dst_bytes), (*values)[i].first, 0).ok());
+        if (sizes->dst2_bytes != 0)
+          REQUIRE(inner.copy_to_host(std::span(bytes).subspan(sizes->dst_bytes), (*values)[i].second, 0).ok());
+        CHECK_MESSAGE(bytes == clean.values[i], derivation_name((*plan)[i].kind) << " of " << (*plan)[i].weight);
+      }
+      CHECK(memo.release(inner).status.ok());
+      CHECK(sources.release(inner).status.ok());
+    }
     std::map<FaultOp, std::uint64_t> calls;
     for (FaultOp op : kAllFaultOps) calls[op] = gpu.calls(op);
     if (strategy == ResidencyStrategy::paged) CHECK(calls[FaultOp::free] > clean.released.allocations_freed);  // evictions
