@@ -20,16 +20,18 @@
 
 namespace ballast::testing {
 
-#if defined(__SANITIZE_ADDRESS__)
-inline constexpr bool kAsan = true;  // ASan's own SIGBUS handler is the "previous" one: it reports, then exits 1
+// ASan's and TSan's own SIGBUS handlers are the "previous" one under those
+// sanitizers: they report the fault, then exit non-zero (1 and 66).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitizerReportsBus = true;
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-inline constexpr bool kAsan = true;
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool kSanitizerReportsBus = true;
 #else
-inline constexpr bool kAsan = false;
+inline constexpr bool kSanitizerReportsBus = false;
 #endif
 #else
-inline constexpr bool kAsan = false;
+inline constexpr bool kSanitizerReportsBus = false;
 #endif
 
 // A mapping of a file that was then truncated to nothing: every byte of it
@@ -76,11 +78,11 @@ inline int run_scenario(const char* binary, const char* test_case, const char* s
   return status;
 }
 
-// Died of SIGBUS, as a process without ballast would have (under ASan, its
-// handler reports the fault and exits non-zero instead).
+// Died of SIGBUS, as a process without ballast would have (under ASan or
+// TSan, the sanitizer reports the fault and exits non-zero instead).
 inline bool died_of_sigbus(int status) {
   if (WIFSIGNALED(status)) return WTERMSIG(status) == SIGBUS;
-  return kAsan && WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 42;
+  return kSanitizerReportsBus && WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 42;
 }
 
 }  // namespace ballast::testing
