@@ -31,16 +31,6 @@ PlannedDerivation transposed_source_of(const PlannedDerivation& p) {
   return t;
 }
 
-// Until WeightStore::transfer() lands: the same contract without the
-// truncation guard (checked just before the copy).
-template <class Sink>
-Status transfer(const WeightStore& store, const WeightRef& ref, Sink&& sink) {
-  BALLAST_RETURN_IF_ERROR(store.check_unchanged(ref));
-  auto bytes = store.bytes(ref);
-  if (!bytes) return make_error(ErrorCode::not_found, "the weight's bytes are not mapped");
-  return sink(*bytes);
-}
-
 }  // namespace
 
 Status Residency::Impl::reserve(std::uint64_t bytes, const std::string& what, Requester who) {
@@ -119,8 +109,12 @@ Result<Residency::Impl::Loaded> Residency::Impl::page_in(const Entry& e, Request
   }
   Status copied;
   if (length != 0) {
-    copied = transfer(store, ref, [&](Bytes bytes) -> Status {
-      // The backend reads the mapping itself: no host copy in between.
+    // The backend reads the mapping itself: no host copy in between. The
+    // span is checked to be the store's own bytes, so a copy would show in
+    // host_copy_bytes rather than go unnoticed.
+    const auto own = store.bytes(ref);
+    copied = store.transfer(ref, 0, length, [&](Bytes bytes) -> Status {
+      if (!own || bytes.data() != own->data()) host_copies += bytes.size();
       return gpu.copy_to_device(*ptr, 0, bytes);
     });
   }

@@ -255,6 +255,7 @@ ResidencyStats Residency::stats() const {
   s.strategy = impl_->options.strategy;
   s.budget_bytes = impl_->budget;
   s.paging_seconds = static_cast<double>(impl_->paging_ns.load()) * 1e-9;
+  s.host_copy_bytes = impl_->host_copies.load();
   if (impl_->registrations) {
     const WeightResidency r = impl_->registrations->residency();
     s.registered_bytes = r.registered_bytes;

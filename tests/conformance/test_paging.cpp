@@ -115,6 +115,7 @@ TEST_CASE("paging: every strategy gives byte-identical weights and derived value
 
   auto zero_copy = f.open(ResidencyStrategy::zero_copy);
   CHECK(everything(f, *zero_copy) == reference);
+  CHECK(zero_copy->stats().host_copy_bytes == 0);  // uploads (fallbacks) go straight from the mapping too
   CHECK(zero_copy->release(conformance::gpu()).status.ok());
 
   for (std::uint64_t budget : {Model_::kReferenced + Model_::kDerived, kLargestNeed + 4096, kLargestNeed}) {
