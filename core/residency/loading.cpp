@@ -6,6 +6,8 @@
 #include "base/hex.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 
 namespace ballast {
 
@@ -15,6 +17,24 @@ using residency::Requester;
 namespace {
 
 std::string bytes_text(std::uint64_t n) { return std::to_string(n) + " bytes"; }
+
+// Adds the time from construction to destruction to `total`: the time a
+// page-in or a build itself takes (a build's operand page-ins are timed by
+// their own page-ins, not twice).
+class PagingTimer {
+ public:
+  explicit PagingTimer(std::atomic<std::uint64_t>& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~PagingTimer() {
+    total_ += static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count());
+  }
+  PagingTimer(const PagingTimer&) = delete;
+  PagingTimer& operator=(const PagingTimer&) = delete;
+
+ private:
+  std::atomic<std::uint64_t>& total_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 // The [N, K] copy a per-output-channel quant_int8 of a [K, N] weight reads.
 PlannedDerivation transposed_source_of(const PlannedDerivation& p) {
@@ -101,6 +121,7 @@ Result<Residency::Impl::Loaded> Residency::Impl::page_in(const Entry& e, Request
   if (it == store.weights.end()) return make_error(ErrorCode::not_found, e.name + " is not in the model's store");
   const WeightRef& ref = it->second;
   const std::uint64_t length = e.first_bytes;
+  const PagingTimer timer(paging_ns);
   BALLAST_RETURN_IF_ERROR(reserve(length, e.name, who));
   auto ptr = allocate(length, who);
   if (!ptr.ok()) {
@@ -146,6 +167,7 @@ Result<Residency::Impl::Loaded> Residency::Impl::build(const Entry& e, Requester
     BALLAST_ASSIGN_OR_RETURN(zero_points, pin_source(*p.zero_points, use));
     l.zero_point = zero_points.ptr();
   }
+  const PagingTimer timer(paging_ns);
   BALLAST_RETURN_IF_ERROR(reserve(e.bytes(), e.name, who));
   auto first = allocate(e.first_bytes, who);
   if (!first.ok()) {
