@@ -48,12 +48,10 @@ struct DeviceWeights::Impl {
   std::vector<Upload> uploads;  // what this object owns
   WeightResidency residency;
 
-  // Bytes go host -> device through a bounce buffer this size (or the
-  // weight's, when smaller), read with WeightStore::copy_bytes: a backend's
-  // copy_to_device never reads a mapping, so a file truncated meanwhile is
-  // an io error here and never SIGBUS inside a backend (docs/reliability.md).
-  static constexpr std::uint64_t kBounceBytes = std::uint64_t{8} << 20;
-
+  // Bytes go host -> device straight from where they live (the mapping or
+  // the inline bytes), through WeightStore::transfer: the backend's copy
+  // reads the mapping itself, and a file truncated meanwhile is an io
+  // error here, never SIGBUS inside a backend (docs/reliability.md).
   Result<DevicePtr> upload(ValueId id, const WeightRef& ref) {
     const std::uint64_t length = ref.byte_length();
     auto ptr = backend->allocate(length);
@@ -69,20 +67,18 @@ struct DeviceWeights::Impl {
       }
       return e;
     };
-    const std::uint64_t chunk = std::min(length, kBounceBytes);
-    std::unique_ptr<std::byte[]> bounce(new (std::nothrow) std::byte[static_cast<std::size_t>(std::max<std::uint64_t>(chunk, 1))]);
-    if (!bounce)
-      return failed(make_error(ErrorCode::out_of_memory,
-                               "cannot allocate a " + std::to_string(chunk) + "-byte host buffer for the upload"));
-    for (std::uint64_t at = 0; at < length; at += chunk) {
-      const std::span<std::byte> part(bounce.get(), static_cast<std::size_t>(std::min(chunk, length - at)));
-      if (Status s = store->copy_bytes(ref, at, part); !s.ok()) return failed(std::move(s.error()));
-      if (Status s = backend->copy_to_device(*ptr, at, part); !s.ok()) return failed(std::move(s.error()));
+    if (length != 0) {
+      const auto own = store->bytes(ref);
+      Status s = store->transfer(ref, 0, length, [&](Bytes bytes) -> Status {
+        // Counted if it ever were a copy rather than the store's own bytes.
+        if (!own || bytes.data() != own->data()) residency.host_copy_bytes += bytes.size();
+        return backend->copy_to_device(*ptr, 0, bytes);
+      });
+      if (!s.ok()) return failed(std::move(s.error()));
     }
     uploads.push_back(Upload{*ptr, length, id});
     residency.uploaded_weights += 1;
     residency.uploaded_bytes += length;
-    residency.host_copy_bytes += length;  // through the bounce buffer
     return *ptr;
   }
 

@@ -68,10 +68,20 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
 
   bool any_paged = options.strategy == ResidencyStrategy::paged;
   for (const auto& [id, strategy] : m->overrides) any_paged |= strategy == ResidencyStrategy::paged;
+  if (!options.budget_bytes && !any_paged) return std::unique_ptr<Residency>(new Residency(std::move(m)));
+
+  std::vector<PlannedDerivation> plan;
+  if (options.derivations) {
+    plan = *options.derivations;
+  } else {
+    auto planned = plan_derivations(model);
+    if (!planned.ok()) return std::move(planned.error()).with_context("planning the model's derivations");
+    plan = std::move(*planned);
+  }
   if (options.budget_bytes) {
     m->budget = *options.budget_bytes;
   } else if (any_paged) {
-    auto b = auto_budget(model);
+    auto b = auto_budget(model.store(), plan);
     if (!b.ok()) return std::move(b.error()).with_context("computing the auto budget");
     m->budget = b->total;
   }
@@ -82,9 +92,7 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
     for (const auto& [id, w] : model.store().weights)
       if (m->strategy_of(id) != ResidencyStrategy::zero_copy && w.byte_length() > largest.bytes)
         largest = {w.byte_length(), "weight '" + std::string(model.value_name(id)) + "'"};
-    auto plan = plan_derivations(model);
-    if (!plan.ok()) return std::move(plan.error()).with_context("planning the model's derivations");
-    for (const PlannedDerivation& p : *plan) {
+    for (const PlannedDerivation& p : plan) {
       BALLAST_ASSIGN_OR_RETURN(Need n, need_of(model.store(), [&](ValueId id) { return m->strategy_of(id); }, p));
       if (n.bytes > largest.bytes) largest = std::move(n);
     }

@@ -49,6 +49,7 @@ struct Residency::Impl {
   std::uint64_t load_clock = 0;
   ResidencyStats counters;
   std::atomic<std::uint64_t> paging_ns{0};
+  std::atomic<std::uint64_t> host_copies{0};  // bytes a page-in was handed that were not the store's own
   struct Stuck {
     DevicePtr ptr = 0;
     std::uint64_t bytes = 0;

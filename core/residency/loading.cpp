@@ -6,6 +6,8 @@
 #include "base/hex.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 
 namespace ballast {
 
@@ -15,6 +17,24 @@ using residency::Requester;
 namespace {
 
 std::string bytes_text(std::uint64_t n) { return std::to_string(n) + " bytes"; }
+
+// Adds the time from construction to destruction to `total`: the time a
+// page-in or a build itself takes (a build's operand page-ins are timed by
+// their own page-ins, not twice).
+class PagingTimer {
+ public:
+  explicit PagingTimer(std::atomic<std::uint64_t>& total) : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~PagingTimer() {
+    total_ += static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_).count());
+  }
+  PagingTimer(const PagingTimer&) = delete;
+  PagingTimer& operator=(const PagingTimer&) = delete;
+
+ private:
+  std::atomic<std::uint64_t>& total_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 // The [N, K] copy a per-output-channel quant_int8 of a [K, N] weight reads.
 PlannedDerivation transposed_source_of(const PlannedDerivation& p) {
@@ -29,16 +49,6 @@ PlannedDerivation transposed_source_of(const PlannedDerivation& p) {
   t.scales.reset();
   t.zero_points.reset();
   return t;
-}
-
-// Until WeightStore::transfer() lands: the same contract without the
-// truncation guard (checked just before the copy).
-template <class Sink>
-Status transfer(const WeightStore& store, const WeightRef& ref, Sink&& sink) {
-  BALLAST_RETURN_IF_ERROR(store.check_unchanged(ref));
-  auto bytes = store.bytes(ref);
-  if (!bytes) return make_error(ErrorCode::not_found, "the weight's bytes are not mapped");
-  return sink(*bytes);
 }
 
 }  // namespace
@@ -111,6 +121,7 @@ Result<Residency::Impl::Loaded> Residency::Impl::page_in(const Entry& e, Request
   if (it == store.weights.end()) return make_error(ErrorCode::not_found, e.name + " is not in the model's store");
   const WeightRef& ref = it->second;
   const std::uint64_t length = e.first_bytes;
+  const PagingTimer timer(paging_ns);
   BALLAST_RETURN_IF_ERROR(reserve(length, e.name, who));
   auto ptr = allocate(length, who);
   if (!ptr.ok()) {
@@ -119,8 +130,12 @@ Result<Residency::Impl::Loaded> Residency::Impl::page_in(const Entry& e, Request
   }
   Status copied;
   if (length != 0) {
-    copied = transfer(store, ref, [&](Bytes bytes) -> Status {
-      // The backend reads the mapping itself: no host copy in between.
+    // The backend reads the mapping itself: no host copy in between. The
+    // span is checked to be the store's own bytes, so a copy would show in
+    // host_copy_bytes rather than go unnoticed.
+    const auto own = store.bytes(ref);
+    copied = store.transfer(ref, 0, length, [&](Bytes bytes) -> Status {
+      if (!own || bytes.data() != own->data()) host_copies += bytes.size();
       return gpu.copy_to_device(*ptr, 0, bytes);
     });
   }
@@ -152,6 +167,7 @@ Result<Residency::Impl::Loaded> Residency::Impl::build(const Entry& e, Requester
     BALLAST_ASSIGN_OR_RETURN(zero_points, pin_source(*p.zero_points, use));
     l.zero_point = zero_points.ptr();
   }
+  const PagingTimer timer(paging_ns);
   BALLAST_RETURN_IF_ERROR(reserve(e.bytes(), e.name, who));
   auto first = allocate(e.first_bytes, who);
   if (!first.ok()) {

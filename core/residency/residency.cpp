@@ -4,7 +4,6 @@
 #include "residency/impl.hpp"
 
 #include <algorithm>
-#include <chrono>
 
 namespace ballast {
 
@@ -168,10 +167,7 @@ Status Residency::Impl::acquire(Entry& e, Use use) {
   lock.unlock();
 
   const Requester who = use == Use::prefetch ? Requester::prefetch : Requester::demand;
-  const auto t0 = std::chrono::steady_clock::now();
   Result<Loaded> loaded = e.derived ? build(e, who) : page_in(e, who);
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
-  paging_ns += static_cast<std::uint64_t>(ns.count());
 
   lock.lock();
   if (!loaded.ok()) {
@@ -255,6 +251,7 @@ ResidencyStats Residency::stats() const {
   s.strategy = impl_->options.strategy;
   s.budget_bytes = impl_->budget;
   s.paging_seconds = static_cast<double>(impl_->paging_ns.load()) * 1e-9;
+  s.host_copy_bytes = impl_->host_copies.load();
   if (impl_->registrations) {
     const WeightResidency r = impl_->registrations->residency();
     s.registered_bytes = r.registered_bytes;

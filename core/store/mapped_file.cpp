@@ -117,29 +117,57 @@ Status MappedFile::check_unchanged() const {
   return {};
 }
 
+Status MappedFile::check_range(const char* verb, std::uint64_t offset, std::uint64_t length) const {
+  if (offset <= stamp_.size && length <= stamp_.size - offset) return {};
+  Error e = path_error(ErrorCode::out_of_bounds,
+                       std::string(verb) + " [" + std::to_string(offset) + ", +" + std::to_string(length) + ") of a " +
+                           std::to_string(stamp_.size) + "-byte file",
+                       path_);
+  e.offset = offset;
+  return e;
+}
+
+Status MappedFile::pages_gone(std::uint64_t offset, std::uint64_t length) const {
+  // The file shrank; the stat says how, unless it grew back meanwhile.
+  if (Status s = check_unchanged(); !s.ok()) return s;
+  Error e = path_error(ErrorCode::io,
+                       path_.string() + " changed since it was opened (its pages in [" + std::to_string(offset) +
+                           ", +" + std::to_string(length) + ") are gone: truncated)",
+                       path_);
+  e.offset = offset;
+  return e;
+}
+
 Status MappedFile::read(std::uint64_t offset, std::span<std::byte> dst) const {
-  if (offset > stamp_.size || dst.size() > stamp_.size - offset) {
-    Error e = path_error(ErrorCode::out_of_bounds,
-                         "reading [" + std::to_string(offset) + ", +" + std::to_string(dst.size()) + ") of a " +
-                             std::to_string(stamp_.size) + "-byte file",
-                         path_);
-    e.offset = offset;
-    return e;
-  }
+  if (Status s = check_range("reading", offset, dst.size()); !s.ok()) return s;
   if (Status s = check_unchanged(); !s.ok()) return s;
   if (g_read_hook) g_read_hook(*this);
-  if (!guarded_copy(dst.data(), data_ + offset, dst.size())) {
-    // Pages vanished under the copy: the file shrank.
-    if (Status s = check_unchanged(); !s.ok()) return s;
-    Error e = path_error(ErrorCode::io,
-                         path_.string() + " changed since it was opened (its pages in [" + std::to_string(offset) +
-                             ", +" + std::to_string(dst.size()) + ") are gone: truncated)",
+  if (!guarded_copy(dst.data(), data_ + offset, dst.size())) return pages_gone(offset, dst.size());
+  // Rewritten (same size) while we copied: the bytes may be a mix.
+  return check_unchanged();
+}
+
+Status MappedFile::transfer(std::uint64_t offset, std::uint64_t length,
+                            const std::function<Status(Bytes)>& sink) const {
+  if (Status s = check_range("transferring", offset, length); !s.ok()) return s;
+  if (Status s = check_unchanged(); !s.ok()) return s;
+  const Bytes range = bytes().subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(length));
+  ZeroFillRange zero_fill(range.data(), range.size());
+  if (!zero_fill.armed()) {
+    Error e = path_error(ErrorCode::unavailable,
+                         "cannot transfer [" + std::to_string(offset) + ", +" + std::to_string(length) +
+                             "): all " + std::to_string(ZeroFillRange::kSlots) +
+                             " guards for transfers are in use and this thread holds one (a transfer inside a "
+                             "transfer's sink), so waiting for one could deadlock",
                          path_);
     e.offset = offset;
     return e;
   }
-  // Rewritten (same size) while we copied: the bytes may be a mix.
-  return check_unchanged();
+  Status sunk = sink(range);
+  // The pages lost read as zeros meanwhile: whatever `sink` made of them is wrong.
+  if (zero_fill.disarm()) return pages_gone(offset, length);
+  if (!sunk.ok()) return sunk;
+  return check_unchanged();  // rewritten (same size) while `sink` read
 }
 
 }  // namespace ballast::store

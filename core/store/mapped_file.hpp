@@ -70,9 +70,23 @@ class MappedFile {
   // copy is an io error, never a signal. A range outside the file as mapped
   // is out_of_bounds.
   Status read(std::uint64_t offset, std::span<std::byte> dst) const;
+  // Hands bytes [offset, offset + length) of the mapping itself to `sink`,
+  // with the range armed for zero-filling (ZeroFillRange in
+  // store/sigbus_guard.hpp) while it runs: a truncation before the call is
+  // the io error of check_unchanged(); one while `sink` reads makes the
+  // lost pages read as zeros (no signal) and is the same io error after
+  // it returns. Otherwise `sink`'s error, or, when it succeeded, a rewrite
+  // during it (checked after). unavailable when every slot for armed
+  // ranges is busy and this thread holds one (a transfer nested in a
+  // sink); a range outside the file as mapped is out_of_bounds.
+  Status transfer(std::uint64_t offset, std::uint64_t length, const std::function<Status(Bytes)>& sink) const;
 
  private:
   MappedFile() = default;
+  // out_of_bounds unless [offset, offset + length) lies inside the file as mapped.
+  Status check_range(const char* verb, std::uint64_t offset, std::uint64_t length) const;
+  // The io error for pages of [offset, offset + length) that vanished under a read.
+  Status pages_gone(std::uint64_t offset, std::uint64_t length) const;
 
   std::filesystem::path path_;
   FileStamp stamp_;

@@ -6,6 +6,9 @@
 #include <csignal>
 #include <cstring>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 namespace ballast::store {
 namespace {
 
@@ -20,6 +23,76 @@ thread_local Frame* t_frame __attribute__((tls_model("initial-exec"))) = nullptr
 
 struct sigaction g_previous {};
 std::atomic<bool> g_installed{false};
+std::uintptr_t g_page_size = 4096;  // set by install(), before the handler can run
+
+// The armed ranges of ZeroFillRange. A slot's word packs a generation
+// (bumped on every claim), a faulted bit and a state; the handler marks a
+// fault with a compare-exchange on the word it validated, so a slot that
+// was released and claimed again meanwhile (another generation) is never
+// marked by a fault that was not its own.
+constexpr std::uint64_t kFree = 0, kBusy = 1, kArmed = 2, kStateMask = 3;
+constexpr std::uint64_t kFaulted = 4;
+constexpr std::uint64_t kGenerationOne = 8;
+
+struct Slot {
+  std::atomic<std::uint64_t> word{kFree};
+  std::atomic<std::uintptr_t> begin{0};
+  std::atomic<std::uintptr_t> end{0};
+};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free && std::atomic<std::uintptr_t>::is_always_lock_free,
+              "the handler may only touch lock-free atomics");
+Slot g_slots[ZeroFillRange::kSlots];
+// Bumped (and notified) whenever a slot is released: what waiters wait on.
+std::atomic<std::uint32_t> g_released{0};
+// Slots the calling thread holds (it must not wait for one then).
+thread_local int t_slots_held = 0;
+
+// Whether `at` lies in an armed range (a seqlock read of each slot).
+bool in_armed_range(std::uintptr_t at) noexcept {
+  for (Slot& slot : g_slots) {
+    const std::uint64_t w = slot.word.load(std::memory_order_acquire);
+    if ((w & kStateMask) != kArmed) continue;
+    const std::uintptr_t b = slot.begin.load(std::memory_order_relaxed);
+    const std::uintptr_t e = slot.end.load(std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (slot.word.load(std::memory_order_relaxed) != w) continue;  // released and claimed again meanwhile
+    if (at >= b && at < e) return true;
+  }
+  return false;
+}
+
+// Marks every armed range that overlaps [lo, hi) as faulted: all of them
+// read the zero page now, whichever thread faulted first.
+void mark_faulted(std::uintptr_t lo, std::uintptr_t hi) noexcept {
+  for (Slot& slot : g_slots) {
+    std::uint64_t w = slot.word.load(std::memory_order_acquire);
+    while ((w & kStateMask) == kArmed && (w & kFaulted) == 0) {
+      const std::uintptr_t b = slot.begin.load(std::memory_order_relaxed);
+      const std::uintptr_t e = slot.end.load(std::memory_order_relaxed);
+      if (b >= hi || e <= lo) break;
+      // Fails when the word changed: marked by another fault (done), or
+      // another generation (then b and e may be its, and are read again).
+      if (slot.word.compare_exchange_weak(w, w | kFaulted, std::memory_order_acq_rel, std::memory_order_acquire))
+        break;
+    }
+  }
+}
+
+// The zero-fill answer: true when the fault was ours and the page now reads
+// zeros (the handler may return), false to chain.
+bool zero_fill(const siginfo_t* info) noexcept {
+  if (info == nullptr || info->si_code != BUS_ADRERR) return false;  // a vanished page, nothing else
+  const auto at = reinterpret_cast<std::uintptr_t>(info->si_addr);
+  if (!in_armed_range(at)) return false;
+  const std::uintptr_t page = at & ~(g_page_size - 1);
+  // mmap(2) is a plain system call on Linux (not on POSIX's list of
+  // async-signal-safe functions, but it takes no user-space lock).
+  void* p = ::mmap(reinterpret_cast<void*>(page), g_page_size, PROT_READ, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+  if (p == MAP_FAILED) return false;  // (out of mappings) returning would fault forever: die as without ballast
+  mark_faulted(page, page + g_page_size);
+  return true;
+}
 
 // What would have happened without ballast.
 void chain(int sig, siginfo_t* info, void* context) {
@@ -52,11 +125,16 @@ void on_sigbus(int sig, siginfo_t* info, void* context) {
     if (at >= frame->begin && at < frame->end) siglongjmp(frame->jump, 1);
   }
   const int saved_errno = errno;
+  if (zero_fill(info)) {
+    errno = saved_errno;
+    return;  // the faulting instruction runs again and reads zeros
+  }
   chain(sig, info, context);
   errno = saved_errno;
 }
 
 void install() noexcept {
+  if (const long page = ::sysconf(_SC_PAGESIZE); page > 0) g_page_size = static_cast<std::uintptr_t>(page);
   // Read the previous disposition first, then install: a fault in another
   // thread in between still finds it.
   ::sigaction(SIGBUS, nullptr, &g_previous);
@@ -67,14 +145,18 @@ void install() noexcept {
   if (::sigaction(SIGBUS, &sa, nullptr) == 0) g_installed.store(true);
 }
 
+void install_once() noexcept {
+  static const bool once = (install(), true);
+  static_cast<void>(once);
+}
+
 }  // namespace
 
 bool sigbus_guard_installed() noexcept { return g_installed.load(); }
 
 bool guarded_copy(void* dst, const void* src, std::size_t n) noexcept {
   if (n == 0) return true;
-  static const bool once = (install(), true);
-  static_cast<void>(once);
+  install_once();
   Frame frame;
   frame.begin = static_cast<const char*>(src);
   frame.end = frame.begin + n;
@@ -90,6 +172,61 @@ bool guarded_copy(void* dst, const void* src, std::size_t n) noexcept {
   std::atomic_signal_fence(std::memory_order_seq_cst);
   t_frame = outer;
   return true;
+}
+
+ZeroFillRange::ZeroFillRange(const void* src, std::size_t n) noexcept {
+  if (n == 0) return;  // nothing is read: nothing to arm
+  install_once();
+  const auto b = reinterpret_cast<std::uintptr_t>(src);
+  for (;;) {
+    const std::uint32_t released = g_released.load(std::memory_order_acquire);
+    for (std::size_t i = 0; i < kSlots; ++i) {
+      Slot& slot = g_slots[i];
+      std::uint64_t w = slot.word.load(std::memory_order_relaxed);
+      if ((w & kStateMask) != kFree) continue;
+      const std::uint64_t generation = (w & ~(kGenerationOne - 1)) + kGenerationOne;
+      if (!slot.word.compare_exchange_strong(w, generation | kBusy, std::memory_order_acq_rel)) continue;
+      slot.begin.store(b, std::memory_order_relaxed);
+      slot.end.store(b + n, std::memory_order_relaxed);
+      slot.word.store(generation | kArmed, std::memory_order_release);  // the range is published with it
+      slot_ = static_cast<int>(i);
+      ++t_slots_held;
+      return;
+    }
+    if (t_slots_held > 0) {
+      slot_ = kRefused;
+      return;
+    }
+    g_released.wait(released, std::memory_order_acquire);  // until a slot is released (or was, since the scan)
+  }
+}
+
+ZeroFillRange::~ZeroFillRange() { disarm(); }
+
+bool ZeroFillRange::faulted() const noexcept {
+  if (slot_ < 0) return faulted_;
+  return (g_slots[slot_].word.load(std::memory_order_acquire) & kFaulted) != 0;
+}
+
+bool ZeroFillRange::disarm() noexcept {
+  if (slot_ < 0) return faulted_;
+  Slot& slot = g_slots[slot_];
+  // Reads the faulted bit and frees the slot in one step (the generation stays).
+  const std::uint64_t w = slot.word.exchange(slot.word.load(std::memory_order_relaxed) & ~(kGenerationOne - 1),
+                                             std::memory_order_acq_rel);
+  faulted_ = (w & kFaulted) != 0;
+  slot_ = kNone;
+  --t_slots_held;
+  g_released.fetch_add(1, std::memory_order_release);
+  g_released.notify_all();
+  return faulted_;
+}
+
+std::size_t zero_fill_slots_in_use() noexcept {
+  std::size_t n = 0;
+  for (const Slot& slot : g_slots)
+    if ((slot.word.load(std::memory_order_relaxed) & kStateMask) != kFree) ++n;
+  return n;
 }
 
 }  // namespace ballast::store

@@ -355,6 +355,27 @@ Status WeightStore::copy_bytes(const WeightRef& weight, std::uint64_t offset, st
   return {};
 }
 
+Status WeightStore::transfer(const WeightRef& weight, std::uint64_t offset, std::uint64_t length,
+                             const std::function<Status(Bytes)>& sink) const {
+  Impl::Located where;
+  {
+    BALLAST_STORE_READ(make_error(ErrorCode::not_found, "the store is empty (moved from)"));
+    auto found = im.locate(weight);
+    if (!found) return found.error();
+    where = std::move(*found);
+  }
+  if (!store::range_inside(offset, length, where.length)) {
+    Error e = make_error(ErrorCode::out_of_bounds, "transferring [" + std::to_string(offset) + ", +" +
+                                                       std::to_string(length) + ") of a " +
+                                                       std::to_string(where.length) + "-byte weight");
+    if (where.file) e.file = where.file->path().string();
+    return e;
+  }
+  // In a mapped file: the mapping itself, armed against truncation.
+  if (where.file) return where.file->transfer(where.offset + offset, length, sink);
+  return sink(weight.inline_bytes.subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(length)));
+}
+
 Status WeightStore::check_path(MappingId mapping) const {
   auto file = store::StoreAccess::mapping(*this, mapping);
   if (!file) return make_error(ErrorCode::not_found, "no mapping with id " + std::to_string(mapping));

@@ -52,7 +52,8 @@ struct WeightResidency {
   std::uint64_t referenced_bytes = 0;   // bytes weights reference inside those ranges
   std::uint64_t mapped_bytes = 0;       // whole size of the registered files (what registering
                                         // them whole would have pinned)
-  std::uint64_t host_copy_bytes = 0;    // bytes uploads copied through a host buffer first
+  std::uint64_t host_copy_bytes = 0;    // bytes uploads copied on the host first (0: they are sent
+                                        // to the backend straight from the mapping)
 };
 
 // A dead gap between referenced bytes of one file at least this long splits

@@ -85,6 +85,10 @@ struct ResidencyOptions {
   // Device bytes this object may hold. nullopt: `auto` for paged (auto_budget's
   // total), unlimited for upload and zero_copy.
   std::optional<std::uint64_t> budget_bytes;
+  // The derivations this engine will pin: what the auto budget counts and
+  // what create() checks the budget against. nullopt: every planned one
+  // (plan_derivations(model)); empty: none, only source weights.
+  std::optional<std::vector<PlannedDerivation>> derivations;
   // Per-weight strategy, overriding `strategy` for the weights named.
   std::vector<std::pair<ValueId, ResidencyStrategy>> overrides;
   // zero_copy: a dead gap this long splits a file's registration.

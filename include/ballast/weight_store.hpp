@@ -223,6 +223,25 @@ class WeightStore {
   // is an io error, never a signal. out_of_bounds when the range is not
   // inside the weight, not_found when its file is not mapped.
   Status copy_bytes(const WeightRef& weight, std::uint64_t offset, std::span<std::byte> dst) const;
+  // Hands `sink` bytes [offset, offset + length) of `weight`'s raw bytes
+  // straight from where they live (the file mapping, or the inline bytes),
+  // in one call, with no copy of its own: for device transfers that read the
+  // mapping themselves. The file is checked first (check_unchanged); a file
+  // truncated before or while `sink` reads turns into an io error naming the
+  // file (the pages it lost read as zeros meanwhile, never SIGBUS). out_of_bounds
+  // when the range is not inside the weight, not_found when its file is not
+  // mapped. `sink`'s own error is returned as it is.
+  // Why not a guard like copy_bytes': that one jumps out of the copy on
+  // SIGBUS, which must never happen to a backend's copy_to_device (it may
+  // hold locks, or read the pages in a driver thread). While `sink` runs,
+  // the range is armed instead: a fault in it, from any thread, maps a zero
+  // page over the lost page and the read goes on. Armed ranges take one of
+  // 64 process-wide slots; when all are busy this waits for one, or, when
+  // the calling thread holds one already (a transfer inside a sink), is
+  // unavailable. Everything `sink` starts must have finished reading when
+  // it returns. docs/reliability.md, "transfer()".
+  Status transfer(const WeightRef& weight, std::uint64_t offset, std::uint64_t length,
+                  const std::function<Status(Bytes)>& sink) const;
   // Whether the path a mapped file was opened under still names that file
   // (device + inode, looked up by name now). ok; io "<path> now names a
   // different file (inode X, now Y)" when it was replaced (e.g. a new file

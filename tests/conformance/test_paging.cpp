@@ -8,6 +8,8 @@
 #include "conformance/conformance.hpp"
 
 #include <ballast/derive.hpp>
+#include <ballast/derived_weights.hpp>
+#include <ballast/device_weights.hpp>
 #include <ballast/onnx_loader.hpp>
 #include <ballast/residency.hpp>
 
@@ -113,6 +115,7 @@ TEST_CASE("paging: every strategy gives byte-identical weights and derived value
 
   auto zero_copy = f.open(ResidencyStrategy::zero_copy);
   CHECK(everything(f, *zero_copy) == reference);
+  CHECK(zero_copy->stats().host_copy_bytes == 0);  // uploads (fallbacks) go straight from the mapping too
   CHECK(zero_copy->release(conformance::gpu()).status.ok());
 
   for (std::uint64_t budget : {Model_::kReferenced + Model_::kDerived, kLargestNeed + 4096, kLargestNeed}) {
@@ -132,6 +135,40 @@ TEST_CASE("paging: every strategy gives byte-identical weights and derived value
     }
     CHECK(paged->release(conformance::gpu()).status.ok());
   }
+}
+
+TEST_CASE("paging: residency's derived values are derive_weights()' values, byte for byte") {
+  conformance::LeakCheck leaks;
+  Fixture f;
+  // The one-call derive path, checked against the CPU reference by the
+  // derivations suite.
+  std::map<std::string, std::vector<std::byte>> expected;
+  {
+    DeviceWeights sources(conformance::gpu(), f.model.store());
+    DerivedWeights memo;
+    const DeriveContext ctx{conformance::gpu(), f.model, sources, memo};
+    auto values = derive_weights(ctx, f.plan);
+    REQUIRE_MESSAGE(values.ok(), values.status().to_string());
+    for (std::size_t i = 0; i < f.plan.size(); ++i) {
+      const PlannedDerivation& d = f.plan[i];
+      DerivationLaunch l = d.launch;
+      l.kind = d.kind;
+      auto sizes = derivation_sizes(l);
+      REQUIRE(sizes.ok());
+      auto bytes = conformance::download((*values)[i].first, sizes->dst_bytes);
+      if (sizes->dst2_bytes != 0) {
+        auto second = conformance::download((*values)[i].second, sizes->dst2_bytes);
+        bytes.insert(bytes.end(), second.begin(), second.end());
+      }
+      expected[std::string(derivation_name(d.kind)) + " " + d.weight] = std::move(bytes);
+    }
+    CHECK(memo.release(conformance::gpu()).status.ok());
+    CHECK(sources.release(conformance::gpu()).status.ok());
+  }
+  auto paged = f.open(ResidencyStrategy::paged, kLargestNeed);
+  const auto got = everything(f, *paged, 2);
+  for (const auto& [key, bytes] : expected) CHECK_MESSAGE(got.at(key) == bytes, key);
+  CHECK(paged->release(conformance::gpu()).status.ok());
 }
 
 TEST_CASE("paging: auto is the referenced sources plus the derivations, never the orphaned prefix") {

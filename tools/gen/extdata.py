@@ -247,7 +247,14 @@ class Blob:
         self.f.write(data)
         return offset, len(data)
 
+    def hole(self, length):
+        """Reserves `length` zero bytes without writing them (a sparse file)."""
+        offset = self.f.tell()
+        self.f.seek(offset + length)
+        return offset, length
+
     def close(self):
+        self.f.truncate()  # a trailing hole still counts in the file's length
         self.f.close()
 
 

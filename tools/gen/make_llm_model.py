@@ -14,6 +14,11 @@ The graph computes nothing sensible (activations are chained only so that
 every node has an input); weight bytes are random but deterministic, with
 scales in a moderate range so every derived value is a normal number.
 Default size: 8 layers, H=1024, F=2816, V=8192: about 120 MiB of weights.
+
+--sparse leaves the large tensors (projections, packed int4 weights,
+lm_head) as holes in a sparse file: zeros that take no disk and no time to
+write, so a model of several GiB (the residency benchmark's) is generated
+in seconds. Scales and zero points are still written.
 """
 
 import argparse
@@ -28,10 +33,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import extdata  # noqa: E402
 
 
-def nbits(rng, k, n, block, scale_type, zero_points):
+def nbits(rng, k, n, block, scale_type, zero_points, sparse=False):
     k_blocks = -(-k // block)
+    shape = (n, k_blocks, block // 2)
     tensors = {
-        "B": rng.integers(0, 256, size=(n, k_blocks, block // 2), dtype=np.uint8),
+        "B_shape": shape,
+        "B": None if sparse else rng.integers(0, 256, size=shape, dtype=np.uint8),
         "scales": rng.uniform(0.001, 0.02, size=n * k_blocks).astype(scale_type),
     }
     if zero_points:
@@ -48,6 +55,7 @@ def main():
     ap.add_argument("--ffn", type=int, default=2816)
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--block", type=int, default=32)
+    ap.add_argument("--sparse", action="store_true", help="large tensors as holes (zeros) in a sparse file")
     args = ap.parse_args()
     h, f, v, block = args.hidden, args.ffn, args.vocab, args.block
 
@@ -64,6 +72,20 @@ def main():
         initializers.append(t)
         return name
 
+    def add_large(name, shape, dtype, make):
+        if not args.sparse:
+            return add(name, make())
+        t = onnx.TensorProto()
+        t.name = name
+        t.data_type = {np.dtype(np.float16): TensorProto.FLOAT16, np.dtype(np.float32): TensorProto.FLOAT,
+                       np.dtype(np.uint8): TensorProto.UINT8}[np.dtype(dtype)]
+        t.dims.extend(shape)
+        blob.pad_to(64)
+        offset, length = blob.hole(int(np.prod(shape)) * np.dtype(dtype).itemsize)
+        extdata.set_external(t, "llm.weights", offset, length)
+        initializers.append(t)
+        return name
+
     x = "X"
     for layer in range(args.layers):
         p = "layers.%d." % layer
@@ -71,7 +93,8 @@ def main():
         nodes.append(helper.make_node("Cast", [x], [x16], name=p + "cast", to=TensorProto.FLOAT16))
         acc = None
         for proj in ("q", "k", "v", "o"):
-            w = add(p + "attn.%s_proj.weight" % proj, (rng.standard_normal((h, h)) * 0.02).astype(np.float16))
+            w = add_large(p + "attn.%s_proj.weight" % proj, (h, h), np.float16,
+                          lambda: (rng.standard_normal((h, h)) * 0.02).astype(np.float16))
             out = p + proj
             nodes.append(helper.make_node("MatMul", [x16, w], [out], name=p + "attn.%s_proj" % proj))
             if acc is None:
@@ -83,21 +106,23 @@ def main():
         nodes.append(helper.make_node("Cast", [acc], [attn], name=p + "attn.cast", to=TensorProto.FLOAT))
         mlp_in = attn
         for proj, (k, n, scale_type, zp) in (("gate", (h, f, np.float16, True)), ("up", (h, f, np.float16, True))):
-            q = nbits(rng, k, n, block, scale_type, zp)
-            inputs = [mlp_in, add(p + "mlp.%s_proj.qweight" % proj, q["B"]),
+            q = nbits(rng, k, n, block, scale_type, zp, args.sparse)
+            inputs = [mlp_in, add_large(p + "mlp.%s_proj.qweight" % proj, q["B_shape"], np.uint8, lambda: q["B"]),
                       add(p + "mlp.%s_proj.scales" % proj, q["scales"])]
             if "zero_points" in q:
                 inputs.append(add(p + "mlp.%s_proj.zero_points" % proj, q["zero_points"]))
             nodes.append(helper.make_node("MatMulNBits", inputs, [p + proj], name=p + "mlp.%s_proj" % proj,
                                           domain="com.microsoft", K=k, N=n, bits=4, block_size=block))
         nodes.append(helper.make_node("Mul", [p + "gate", p + "up"], [p + "gated"], name=p + "mlp.mul"))
-        q = nbits(rng, f, h, block, np.float32, False)
+        q = nbits(rng, f, h, block, np.float32, False, args.sparse)
         out = p + "out"
         nodes.append(helper.make_node(
-            "MatMulNBits", [p + "gated", add(p + "mlp.down_proj.qweight", q["B"]), add(p + "mlp.down_proj.scales", q["scales"])],
+            "MatMulNBits", [p + "gated", add_large(p + "mlp.down_proj.qweight", q["B_shape"], np.uint8, lambda: q["B"]),
+                            add(p + "mlp.down_proj.scales", q["scales"])],
             [out], name=p + "mlp.down_proj", domain="com.microsoft", K=f, N=h, bits=4, block_size=block))
         x = out
-    head = add("lm_head.weight", (rng.standard_normal((h, v)) * 0.02).astype(np.float32))
+    head = add_large("lm_head.weight", (h, v), np.float32,
+                     lambda: (rng.standard_normal((h, v)) * 0.02).astype(np.float32))
     nodes.append(helper.make_node("MatMul", [x, head], ["logits"], name="lm_head"))
     blob.close()
 

@@ -7,6 +7,7 @@
 #include "unit/onnx/external_fixture.hpp"
 #include "unit/store/file_change_helpers.hpp"
 #include "unit/store/scratch_dir.hpp"
+#include "unit/store/sigbus_scenarios.hpp"
 
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -203,63 +204,12 @@ TEST_CASE("copy_bytes refuses ranges outside the weight and copies plain-memory 
 }
 
 // ---- The SIGBUS guard itself. Which handler was there before ballast's
-// matters, so each scenario runs in a fresh process: this binary again,
-// re-executed with one test case and BALLAST_SIGBUS_SCENARIO set.
+// matters, so each scenario runs in a fresh process (sigbus_scenarios.hpp).
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kAsan = true;  // ASan's own SIGBUS handler is the "previous" one: it reports, then exits 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr bool kAsan = true;
-#else
-constexpr bool kAsan = false;
-#endif
-#else
-constexpr bool kAsan = false;
-#endif
-
-// A mapping of a file that was then truncated to nothing: every byte of it
-// faults. Writable, for the destination scenario.
-std::byte* vanished_mapping(const ScratchDir& dir, std::size_t size) {
-  const fs::path p = dir / "vanished.bin";
-  write_file(p, byte_pattern(size, 5));
-  const int fd = ::open(p.c_str(), O_RDWR | O_CLOEXEC);
-  REQUIRE(fd >= 0);
-  void* m = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  REQUIRE(m != MAP_FAILED);
-  truncate_file(p, 0);
-  return static_cast<std::byte*>(m);
-}
-
-[[noreturn]] void engine_handler(int) { ::_exit(42); }
-
-// Runs this binary's "sigbus scenario" test case in a child with
-// BALLAST_SIGBUS_SCENARIO=<scenario>; returns its wait status.
 int run_scenario(const char* scenario) {
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    struct rlimit no_core {};
-    ::setrlimit(RLIMIT_CORE, &no_core);
-    ::alarm(60);  // a handler that returns to a fault it did not fix loops forever: end it
-    ::setenv("BALLAST_SIGBUS_SCENARIO", scenario, 1);
-    ::execl("/proc/self/exe", "unit_store_file_changes", "--test-case=sigbus scenario (child process)",
-            "--no-version", "--minimal", static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  return status;
-}
-
-// Died of SIGBUS, as a process without ballast would have (under ASan, its
-// handler reports the fault and exits non-zero instead).
-bool died_of_sigbus(int status) {
-  if (WIFSIGNALED(status)) return WTERMSIG(status) == SIGBUS;
-  return kAsan && WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 42;
+  return ballast::testing::run_scenario("unit_store_file_changes", "sigbus scenario (child process)", scenario);
 }
 
 }  // namespace
@@ -271,12 +221,7 @@ TEST_CASE("sigbus scenario (child process)") {
   std::byte* gone = vanished_mapping(dir, 8192);
   std::vector<std::byte> buf(8192), fine = byte_pattern(8192, 6);
   const std::string s = scenario;
-  if (s == "engine_handler") {
-    struct sigaction sa {};
-    sa.sa_handler = engine_handler;
-    sigemptyset(&sa.sa_mask);
-    ::sigaction(SIGBUS, &sa, nullptr);  // the engine's, installed before ballast's
-  }
+  if (s == "engine_handler") install_engine_handler();  // the engine's, installed before ballast's
   // The guard catches its own source range, whatever was installed before.
   if (store::guarded_copy(buf.data(), gone + 100, 4000)) ::_exit(3);
   if (!store::guarded_copy(buf.data(), fine.data(), fine.size()) || buf != fine) ::_exit(4);
