@@ -152,6 +152,14 @@ def test_derive(cli, model, label, work, reference_dump):
     expect(rc == 0 and kinds == {"transpose", "quant_int8"}
            and [d for d in base if d[0] in kinds] == digests(doc),
            "derive %s --only transpose,quant_int8: only those, same digests (%s)" % (label, sorted(kinds)))
+    # auto counts the sources and only the derivations this run pins (each
+    # entry of these models is distinct).
+    rc2, out, _ = cli("inspect", model, "--json")
+    source_bytes = json.loads(out)["auto_budget"]["source_bytes"]
+    want = source_bytes + sum(d[3] for d in base if d[0] in kinds)
+    expect(doc.get("residency", {}).get("budget_bytes") == want,
+           "derive %s --only: the auto budget is sources + the derivations kept (%s, want %d)"
+           % (label, doc.get("residency", {}).get("budget_bytes"), want))
 
     rc, out, err = cli("derive", model, "--backend", cli.backend, "--residency", "paged", "--budget", budget)
     expect(rc == 0 and "residency:" in out and "evictions:" in out and "time to first derivation" in out
@@ -231,6 +239,11 @@ def test_replay(cli, model, label):
            % (label, w, ab["derivations"], ab["derived_bytes"]))
     expect(walks["none"].get("touched_bytes") == ab["source_bytes"] == walks["none"].get("source_bytes"),
            "replay %s --derived none: the walk touches every source weight, as stored (%s)" % (label, walks["none"]))
+    rc, doc, err = cli.json("replay", model, "--tokens", 2, "--derived", "none")
+    s = doc.get("summary", {})
+    expect(rc == 0 and s.get("budget_bytes") == ab["source_bytes"] and doc["tokens"][1]["paged_in_bytes"] == 0,
+           "replay %s --derived none at auto: the budget is the source bytes, nothing paged after token 1 (%s)"
+           % (label, s.get("budget_bytes")))
     expect(0 < walks["first"].get("steps", 0) < w.get("steps", 0)
            and walks["first"].get("source_bytes") == ab["source_bytes"],
            "replay %s --derived first: one derivation per consumer (%s)" % (label, walks["first"]))

@@ -172,6 +172,10 @@ int run_replay(const ReplayOptions& opt) {
     report_error("replay", walk.error());
     return kExitBadInput;
   }
+  // auto (and the largest-entry check) counts the derivations the walk pins, no others.
+  options->derivations.emplace();
+  for (const WalkStep& step : walk->steps)
+    if (step.derived) options->derivations->push_back(step.planned);
   auto gpu = open_backend(opt.backend);
   if (!gpu.ok()) {
     report_error("replay", gpu.error());

@@ -220,6 +220,7 @@ int run_derive_residency(const DeriveResidencyOptions& opt) {
       if (auto k = derivation_named(name)) keep[static_cast<std::size_t>(*k)] = true;
     }
     std::erase_if(*plan, [&](const PlannedDerivation& p) { return !keep[static_cast<std::size_t>(p.kind)]; });
+    options->derivations = *plan;  // auto (and the largest-entry check) counts only what this run pins
   }
   auto gpu = open_backend(opt.backend);
   if (!gpu.ok()) {
