@@ -11,6 +11,12 @@ std::string hex(std::uint64_t v) {
   return s.str();
 }
 
+// The end of the address range an entry holds: an allocation holds the
+// whole words reserved for it, a registration what was registered.
+DevicePtr end_of(const Buffer& b) {
+  return b.user_ptr + (b.kind == Buffer::Kind::allocation ? b.block_bytes : b.user_bytes);
+}
+
 // A memory type allowed by `type_bits` with all of `required`, preferring
 // one that also has `preferred`.
 std::optional<std::uint32_t> pick_memory_type(const VkPhysicalDeviceMemoryProperties& memory, std::uint32_t type_bits,
@@ -96,41 +102,6 @@ void destroy_buffer(const Device& device, Buffer& buffer) {
   buffer.memory = VK_NULL_HANDLE;
 }
 
-Result<Buffer> create_device_buffer(const Device& device, std::uint64_t bytes, std::uint64_t alignment) {
-  const std::uint64_t max = device.physical().max_allocation;
-  // Whole words (kernels store 32-bit words) and never empty, so a zero-byte
-  // allocation still has a unique address.
-  const std::uint64_t size = bytes == 0 ? 4 : (bytes + 3) & ~std::uint64_t{3};
-  if (bytes > max || size > max) {
-    auto e = make_error(ErrorCode::out_of_memory,
-                        std::to_string(bytes) + " bytes exceed this device's largest single allocation (" +
-                            std::to_string(max) + " bytes: min(maxMemoryAllocationSize, maxBufferSize))");
-    return e;
-  }
-  auto b = create_bound_buffer(device, size, nullptr, nullptr, ~0u, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
-  if (!b && b.code() == ErrorCode::unsupported)  // no device-local type allowed: any type will do
-    b = create_bound_buffer(device, size, nullptr, nullptr, ~0u, 0, 0);
-  if (!b) return b.error();
-  if (b->address % alignment == 0) {
-    b->user_ptr = b->address;
-    b->user_bytes = bytes;
-    return b;
-  }
-  // The driver's address is less aligned than asked: pad and point inside.
-  destroy_buffer(device, *b);
-  if (size > max - alignment)
-    return make_error(ErrorCode::out_of_memory, std::to_string(bytes) + " bytes aligned to " + std::to_string(alignment) +
-                                                    " exceed this device's largest single allocation (" +
-                                                    std::to_string(max) + " bytes)");
-  auto padded = create_bound_buffer(device, size + alignment, nullptr, nullptr, ~0u, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0);
-  if (!padded && padded.code() == ErrorCode::unsupported)
-    padded = create_bound_buffer(device, size + alignment, nullptr, nullptr, ~0u, 0, 0);
-  if (!padded) return padded.error();
-  padded->user_ptr = (padded->address + alignment - 1) & ~(alignment - 1);
-  padded->user_bytes = bytes;
-  return padded;
-}
-
 Result<MappedBuffer> create_staging_buffer(const Device& device, std::uint64_t bytes) {
   MappedBuffer staging;
   const VkMemoryPropertyFlags visible = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
@@ -162,7 +133,7 @@ void BufferMap::insert(Buffer buffer) {
   } else {
     ++counters_.live_registrations;
   }
-  by_address_.emplace(buffer.address, buffer);
+  by_address_.emplace(buffer.user_ptr, buffer);
 }
 
 Result<Buffer> BufferMap::take(DevicePtr ptr, Buffer::Kind kind) {
@@ -173,7 +144,7 @@ Result<Buffer> BufferMap::take(DevicePtr ptr, Buffer::Kind kind) {
   --it;
   const Buffer& b = it->second;
   if (b.user_ptr != ptr || b.kind != kind) {
-    if (ptr < b.address + b.size && b.kind == kind)
+    if (ptr < end_of(b) && b.kind == kind)
       return make_error(ErrorCode::invalid_argument, hex(ptr) + " points inside the " + std::string(what) + " at " +
                                                          hex(b.user_ptr) + "; release that pointer instead");
     if (ptr == b.user_ptr)

@@ -1,9 +1,11 @@
 // Buffers addressed by their device addresses.
 //
-// Every allocation and host registration is one VkBuffer bound to its own
-// VkDeviceMemory. The ordered map from buffer address ranges back to buffers
-// lets free, the copies and kernel launches accept any pointer, including
-// one inside an allocation, and check that a byte range stays inside it.
+// An allocation is a sub-range of a memory block's VkBuffer
+// (suballocator.hpp); a host registration is a VkBuffer bound to its own
+// imported VkDeviceMemory. The ordered map from allocation and
+// registration address ranges back to buffers lets free, the copies and
+// kernel launches accept any pointer, including one inside an allocation,
+// and check that a byte range stays inside it.
 #pragma once
 
 #include "device.hpp"
@@ -13,6 +15,8 @@
 #include <map>
 
 namespace ballast::vulkan {
+
+struct Block;
 
 struct Buffer {
   enum class Kind : std::uint8_t { allocation, registration };
@@ -24,14 +28,17 @@ struct Buffer {
   std::uint64_t user_bytes = 0;   // what the caller asked for
   Kind kind = Kind::allocation;
   bool read_only = false;
+  // Allocations only: the block whose VkBuffer (above) they are carved
+  // from, which owns the handles, and the bytes of it they hold (offset
+  // from the block's start; whole words, at least one).
+  Block* block = nullptr;
+  std::uint64_t block_offset = 0;
+  std::uint64_t block_bytes = 0;
 };
 
-// Destroys the buffer and frees its memory (no-op on null handles).
+// Destroys the buffer and frees its memory (no-op on null handles). Not
+// for an allocation: its block owns the handles (SubAllocator::release).
 void destroy_buffer(const Device& device, Buffer& buffer);
-
-// A device-local buffer of at least `bytes` (>= 4, a multiple of 4) whose
-// returned pointer is aligned to `alignment`.
-Result<Buffer> create_device_buffer(const Device& device, std::uint64_t bytes, std::uint64_t alignment);
 
 namespace detail {
 // Creates a buffer of `size` and binds fresh memory of a type allowed by
@@ -54,7 +61,7 @@ void destroy_staging_buffer(const Device& device, MappedBuffer& staging);
 // A resolved byte range: the buffer and the offset inside it.
 struct BufferRange {
   const Buffer* buffer = nullptr;
-  std::uint64_t offset = 0;  // from buffer->address
+  std::uint64_t offset = 0;  // from buffer->address: bind buffer->buffer at this offset
 };
 
 class BufferMap {
@@ -73,7 +80,9 @@ class BufferMap {
   AllocationCounters counters() const { return counters_; }
 
  private:
-  std::map<DevicePtr, Buffer> by_address_;  // keyed by Buffer::address
+  // Keyed by Buffer::user_ptr: allocations in one block share a VkBuffer
+  // (and its address) but never a user pointer.
+  std::map<DevicePtr, Buffer> by_address_;
   AllocationCounters counters_;
 };
 

@@ -22,12 +22,14 @@ constexpr std::uint64_t kStagingBytes = 16ull << 20;
 constexpr std::uint64_t kMaxOperandBytes = (1ull << 32) - 8;
 
 const char* const kKnownOptions =
-    "validation (on|off), max_workgroups (a positive integer), max_allocation (a positive number of bytes)";
+    "validation (on|off), max_workgroups (a positive integer), max_allocation (a positive number of bytes), "
+    "max_memory_allocations (a positive integer)";
 
 struct Options {
   bool validation = false;
   std::uint32_t max_workgroups = 0;  // 0: the device's limit
   std::uint64_t max_allocation = 0;  // 0: the device's limit
+  std::uint64_t max_memory_allocations = 0;  // 0: the device's limit
 };
 
 Result<Options> parse_options(const BackendConfig& config) {
@@ -54,6 +56,13 @@ Result<Options> parse_options(const BackendConfig& config) {
         return make_error(ErrorCode::invalid_argument,
                           "option max_allocation must be a positive number of bytes, not '" + value + "'");
       o.max_allocation = n;
+    } else if (key == "max_memory_allocations") {
+      std::uint64_t n = 0;
+      auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (ec != std::errc() || end != value.data() + value.size() || n == 0)
+        return make_error(ErrorCode::invalid_argument,
+                          "option max_memory_allocations must be a positive integer, not '" + value + "'");
+      o.max_memory_allocations = n;
     } else {
       return make_error(ErrorCode::invalid_argument,
                         "unknown option '" + key + "' for the vulkan backend; known options: " + kKnownOptions);
@@ -118,11 +127,17 @@ Result<std::unique_ptr<VulkanBackend>> VulkanBackend::open(const BackendConfig& 
   auto device = Device::create(*b->instance_, std::move(physical_device));
   if (!device) return device.error();
   b->device_ = std::move(*device);
+  const PhysicalDevice& physical = b->device_->physical();
+  b->memory_objects_ =
+      std::make_unique<MemoryObjects>(physical.properties.limits.maxMemoryAllocationCount, options->max_memory_allocations);
+  if (auto s = b->memory_objects_->check_room("the staging buffer"); !s) return s.error();
   auto queue = Queue::create(*b->device_, kStagingBytes);
   if (!queue) return queue.error();
   b->queue_ = std::move(*queue);
+  b->memory_objects_->add(MemoryObjects::Kind::staging);
+  b->suballocator_ = std::make_unique<SubAllocator>(*b->device_, *b->memory_objects_,
+                                                    std::min(kBlockBytes, physical.max_allocation));
 
-  const PhysicalDevice& physical = b->device_->physical();
   std::uint32_t max_groups = physical.properties.limits.maxComputeWorkGroupCount[0];
   if (options->max_workgroups != 0) max_groups = std::min(max_groups, options->max_workgroups);
   auto kernels = Kernels::create(*b->device_, std::max<std::uint32_t>(max_groups, 1));
@@ -154,8 +169,11 @@ Result<std::unique_ptr<VulkanBackend>> VulkanBackend::open(const BackendConfig& 
 VulkanBackend::~VulkanBackend() {
   if (!device_) return;
   if (queue_) (void)queue_->wait_idle();
-  // Whatever the caller did not release goes with the backend.
-  for (Buffer& b : buffers_.take_all()) destroy_buffer(*device_, b);
+  // Whatever the caller did not release goes with the backend: imports
+  // here, allocations with their blocks.
+  for (Buffer& b : buffers_.take_all())
+    if (b.kind == Buffer::Kind::registration) destroy_buffer(*device_, b);
+  suballocator_.reset();
   kernels_.reset();
   queue_.reset();
   device_.reset();
@@ -172,16 +190,10 @@ Status VulkanBackend::pending_validation_error() {
   return {};
 }
 
-Status VulkanBackend::check_memory_object_limit() const {
-  // Each allocation and registration is one VkDeviceMemory; the staging
-  // buffer is one more. Drivers cap how many may exist (4096 on some).
-  const std::uint64_t limit = device_->physical().properties.limits.maxMemoryAllocationCount;
-  const AllocationCounters c = buffers_.counters();
-  if (c.live_allocations + c.live_registrations + 1 >= limit)
-    return make_error(ErrorCode::out_of_memory, "this device allows " + std::to_string(limit) +
-                                                    " live memory allocations (maxMemoryAllocationCount) and ballast uses "
-                                                    "one per allocation or registration; free some first");
-  return {};
+VulkanBackend::MemoryObjectCount VulkanBackend::memory_objects() const {
+  std::lock_guard lock(mutex_);
+  return {memory_objects_->live(), memory_objects_->peak(), memory_objects_->limit(),
+          memory_objects_->live(MemoryObjects::Kind::block)};
 }
 
 Result<BufferRange> VulkanBackend::resolve(DevicePtr ptr, std::uint64_t bytes) const {
@@ -196,15 +208,13 @@ Result<DevicePtr> VulkanBackend::do_allocate(std::uint64_t bytes, std::uint64_t 
   if (alignment > capabilities_.max_single_allocation)
     return make_error(ErrorCode::invalid_argument, "alignment " + std::to_string(alignment) +
                                                        " exceeds the largest allocation this device can make");
-  if (auto s = check_memory_object_limit(); !s) return s.error();
-  auto b = create_device_buffer(*device_, bytes, alignment);
+  auto b = suballocator_->allocate(bytes, alignment);
   if (!b) return std::move(b.error()).with_context("on " + info().name);
-  b->kind = Buffer::Kind::allocation;
   const DevicePtr ptr = b->user_ptr;
   try {
     buffers_.insert(*b);
   } catch (const std::bad_alloc&) {
-    destroy_buffer(*device_, *b);
+    suballocator_->release(*b);
     return make_error(ErrorCode::out_of_memory, "no host memory to record the buffer");
   }
   return ptr;
@@ -218,7 +228,7 @@ Status VulkanBackend::do_free(DevicePtr ptr, std::uint64_t) {
   if (Status idle = queue_->wait_idle(); !idle) return idle;
   auto b = buffers_.take(ptr, Buffer::Kind::allocation);
   if (!b) return make_error(ErrorCode::internal, "the Vulkan buffer table disagrees with the core: " + b.error().message);
-  destroy_buffer(*device_, *b);
+  suballocator_->release(*b);
   return {};
 }
 
@@ -251,7 +261,11 @@ Status VulkanBackend::do_copy_device(DevicePtr dst, DevicePtr src, std::uint64_t
 Result<DevicePtr> VulkanBackend::do_register_host(const void* host, std::uint64_t bytes, HostAccess access) {
   std::lock_guard lock(mutex_);
   if (auto s = pending_validation_error(); !s) return s.error();
-  if (auto s = check_memory_object_limit(); !s) return s.error();
+  // An import is one more VkDeviceMemory; an empty block kept for reuse
+  // gives way to it.
+  if (!memory_objects_->has_room()) suballocator_->drop_cached_block();
+  if (auto s = memory_objects_->check_room("registering " + std::to_string(bytes) + " bytes of host memory"); !s)
+    return s.error();
   auto b = import_host_range(*device_, host, bytes, access == HostAccess::read_only);
   if (!b) return b.error();
   const DevicePtr ptr = b->user_ptr;
@@ -261,6 +275,7 @@ Result<DevicePtr> VulkanBackend::do_register_host(const void* host, std::uint64_
     destroy_buffer(*device_, *b);
     return make_error(ErrorCode::out_of_memory, "no host memory to record the buffer");
   }
+  memory_objects_->add(MemoryObjects::Kind::import);
   return ptr;
 }
 
@@ -271,6 +286,7 @@ Status VulkanBackend::do_unregister_host(DevicePtr ptr, std::uint64_t, HostAcces
   auto b = buffers_.take(ptr, Buffer::Kind::registration);
   if (!b) return make_error(ErrorCode::internal, "the Vulkan buffer table disagrees with the core: " + b.error().message);
   destroy_buffer(*device_, *b);
+  memory_objects_->remove(MemoryObjects::Kind::import);
   return {};
 }
 

@@ -3,10 +3,15 @@
 // Options (config string `vulkan[:device]?key=value`):
 //   validation=on|off   Khronos validation layer; every message becomes an error
 //   max_workgroups=N    cap on workgroups per dispatch (exercises splitting)
+//   max_allocation=N    replaces the largest single allocation ballast allows
+//   max_memory_allocations=N  caps live VkDeviceMemory objects below the
+//                       driver's maxMemoryAllocationCount
 #pragma once
 
 #include "device.hpp"
 #include "kernels.hpp"
+#include "memory_objects.hpp"
+#include "suballocator.hpp"
 #include "transfer.hpp"
 #include "validation.hpp"
 
@@ -29,12 +34,18 @@ class VulkanBackend final : public GpuBackend {
   // Outlives the backend, so tests can count messages raised at teardown.
   std::shared_ptr<const ValidationLog> validation_log() const { return log_; }
   std::uint32_t max_groups_per_dispatch() const { return kernels_->max_groups(); }
+  // The VkDeviceMemory objects this backend holds (blocks, imports, the
+  // staging buffer): now, at most ever, and the limit it keeps to.
+  struct MemoryObjectCount {
+    std::uint64_t live = 0, peak = 0, limit = 0;
+    std::uint64_t blocks = 0;  // of them, sub-allocator blocks
+  };
+  MemoryObjectCount memory_objects() const;
 
  private:
   VulkanBackend() = default;
   // The validation message an earlier call left behind, if any.
   Status pending_validation_error();
-  Status check_memory_object_limit() const;
   // The buffer holding a range the core already validated.
   Result<BufferRange> resolve(DevicePtr ptr, std::uint64_t bytes) const;
 
@@ -51,12 +62,15 @@ class VulkanBackend final : public GpuBackend {
   Status do_synchronize() override;
 
   // Declaration order is destruction order, reversed: the log outlives the
-  // instance that reports into it, the device outlives every buffer.
+  // instance that reports into it, the device outlives every buffer, the
+  // count outlives the sub-allocator that reports into it.
   std::shared_ptr<ValidationLog> log_;
   std::unique_ptr<Instance> instance_;
   std::unique_ptr<Device> device_;
   std::unique_ptr<Queue> queue_;
   std::unique_ptr<Kernels> kernels_;
+  std::unique_ptr<MemoryObjects> memory_objects_;
+  std::unique_ptr<SubAllocator> suballocator_;
   Capabilities capabilities_;
   mutable std::mutex mutex_;
   BufferMap buffers_;

@@ -157,7 +157,9 @@ Status Queue::copy(const BufferRange& dst, const BufferRange& src, std::uint64_t
   if (bytes == 0) return {};
   const DeviceFns& f = device_.fns();
   VkBufferCopy region{src.offset, dst.offset, bytes};
-  if (src.buffer == dst.buffer && src.offset < dst.offset + bytes && dst.offset < src.offset + bytes) {
+  // Allocations of one memory block share its VkBuffer: compare handles,
+  // not records.
+  if (src.buffer->buffer == dst.buffer->buffer && src.offset < dst.offset + bytes && dst.offset < src.offset + bytes) {
     // vkCmdCopyBuffer forbids overlapping regions of one buffer: bounce
     // through the staging buffer, a chunk at a time, in a safe direction.
     const std::uint64_t step = staging_.buffer.size;
