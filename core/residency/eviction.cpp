@@ -22,7 +22,8 @@ bool sooner(const Entry& a, const Entry& b, int cls) noexcept {
     case 1:
     case 2: return a.last_use < b.last_use;
     case 3: return a.loaded_at > b.loaded_at;
-    default: return a.loaded_at < b.loaded_at;
+    // Prefetches run in walk order: the newest is needed last.
+    default: return a.loaded_at > b.loaded_at;
   }
 }
 

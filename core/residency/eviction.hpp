@@ -15,7 +15,9 @@
 //   3. the rest, the most recently LOADED first: the first entries loaded
 //      stay (the stable set), later ones stream through;
 //   4. only for a demand load, never for a prefetch: entries prefetched
-//      but not used yet, the oldest first.
+//      but not used yet, the newest first (prefetches are queued in walk
+//      order, so the newest is needed last; evicting the oldest would
+//      evict the very next entry the engine asks for).
 // Pinned entries, entries being loaded and non-evictable (upload) entries
 // are never candidates. Sources and derived values are otherwise treated
 // alike: a derived value costs its source's page-in plus a kernel to

@@ -22,8 +22,11 @@ namespace ballast {
 
 struct Residency::Impl {
   // How an entry is being asked for: pinned by the engine, pinned while a
-  // derivation that reads it is built, or prefetched (not pinned).
-  enum class Use : std::uint8_t { pin, dependency, prefetch };
+  // derivation that reads it is built (for a demand load, or for a
+  // prefetch), or prefetched (not pinned). Nothing done for a prefetch
+  // ever waits, so a demand load may wait for prefetches without deadlock.
+  enum class Use : std::uint8_t { pin, dependency, prefetch_dependency, prefetch };
+  static bool for_prefetch(Use u) noexcept { return u == Use::prefetch || u == Use::prefetch_dependency; }
 
   Impl(GpuBackend& g, const Model& m, const ResidencyOptions& o, std::string l)
       : gpu(g), model(m), store(m.store()), options(o), label(std::move(l)) {}
@@ -47,6 +50,7 @@ struct Residency::Impl {
   std::uint64_t pinned = 0;
   residency::EvictionClock clock;
   std::uint64_t load_clock = 0;
+  std::uint64_t prefetch_loads = 0;  // loads for a prefetch in progress (a demand load short of room waits for them)
   ResidencyStats counters;
   std::atomic<std::uint64_t> paging_ns{0};
   std::atomic<std::uint64_t> host_copies{0};  // bytes a page-in was handed that were not the store's own

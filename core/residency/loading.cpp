@@ -54,9 +54,15 @@ PlannedDerivation transposed_source_of(const PlannedDerivation& p) {
 }  // namespace
 
 Status Residency::Impl::reserve(std::uint64_t bytes, const std::string& what, Requester who) {
-  std::lock_guard lock(mutex);
+  std::unique_lock lock(mutex);
   while (bytes > budget || held > budget - bytes) {
     Entry* victim = residency::choose_victim(all, clock, who);
+    if (victim == nullptr && who == Requester::demand && prefetch_loads > 0 && bytes <= budget) {
+      // Room held by prefetches in flight: they never wait, so they end
+      // soon, and a best-effort prefetch must not fail an engine's pin.
+      changed.wait(lock);
+      continue;
+    }
     if (victim == nullptr) {
       std::string message = "budget of " + bytes_text(budget) + " cannot take " + bytes_text(bytes) + " for " + what +
                             ": " + bytes_text(pinned) + " pinned, " + bytes_text(held) + " held in all";
@@ -148,7 +154,7 @@ Result<Residency::Impl::Loaded> Residency::Impl::page_in(const Entry& e, Request
 
 Result<Residency::Impl::Loaded> Residency::Impl::build(const Entry& e, Requester who) {
   const PlannedDerivation& p = *e.plan;
-  const Use use = Use::dependency;
+  const Use use = who == Requester::prefetch ? Use::prefetch_dependency : Use::dependency;
   DerivationLaunch l = p.launch;
   l.kind = p.kind;
   // Operands stay pinned until the kernel has completed (end of scope).

@@ -138,7 +138,7 @@ Result<Pinned> Residency::Impl::pin_derived(const PlannedDerivation& p, Use use)
 
 Status Residency::Impl::acquire(Entry& e, Use use) {
   std::unique_lock lock(mutex);
-  if (use != Use::dependency && !e.requested) {
+  if ((use == Use::pin || use == Use::prefetch) && !e.requested) {
     e.requested = true;
     ++clock.distinct_entries;
   }
@@ -156,6 +156,8 @@ Status Residency::Impl::acquire(Entry& e, Use use) {
     }
     if (e.state == Entry::State::absent) break;
     if (use == Use::prefetch) return Status();  // already coming
+    if (use == Use::prefetch_dependency)        // a prefetch never waits: it gives up
+      return make_error(ErrorCode::unavailable, e.name + " is being loaded by another caller");
     const std::uint64_t failures = e.failures;
     changed.wait(lock, [&] { return e.state != Entry::State::loading; });
     // The load this call joined failed: its error is this call's too. (A
@@ -164,16 +166,19 @@ Status Residency::Impl::acquire(Entry& e, Use use) {
     if (e.state == Entry::State::absent && e.failures != failures && !e.failure.ok()) return e.failure;
   }
   e.state = Entry::State::loading;
+  const bool prefetching = for_prefetch(use);
+  if (prefetching) ++prefetch_loads;
   lock.unlock();
 
-  const Requester who = use == Use::prefetch ? Requester::prefetch : Requester::demand;
+  const Requester who = prefetching ? Requester::prefetch : Requester::demand;
   Result<Loaded> loaded = e.derived ? build(e, who) : page_in(e, who);
 
   lock.lock();
+  if (prefetching) --prefetch_loads;
   if (!loaded.ok()) {
     e.state = Entry::State::absent;
     ++e.failures;
-    e.failure = use == Use::prefetch ? Status() : Status(loaded.error());
+    e.failure = prefetching ? Status() : Status(loaded.error());
     if (use == Use::prefetch) ++counters.prefetches_skipped;
     changed.notify_all();
     return loaded.status();

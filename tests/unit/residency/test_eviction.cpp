@@ -120,7 +120,7 @@ TEST_CASE("a prefetch never evicts an entry prefetched and not yet used; a deman
   }
   sim.entries[0].pins = 1;  // in use
   CHECK(choose_victim(sim.all, sim.clock, Requester::prefetch) == nullptr);
-  CHECK(choose_victim(sim.all, sim.clock, Requester::demand) == &sim.entries[1]);  // the oldest prefetch
+  CHECK(choose_victim(sim.all, sim.clock, Requester::demand) == &sim.entries[2]);  // the newest: needed last
 }
 
 TEST_CASE("non-evictable (upload) entries and entries being loaded are never chosen") {
