@@ -13,7 +13,13 @@
 //   2. stale entries, not used for two whole cycles of the engine's
 //      requests (a model phase that has ended); least recently used first;
 //   3. the rest, the most recently LOADED first: the first entries loaded
-//      stay (the stable set), later ones stream through;
+//      stay (the stable set), later ones stream through. Among these, an
+//      entry no larger than the request goes before a larger one: a large
+//      entry evicted to make room for a small one would be paged in again
+//      in full, while swapping like for like keeps the large ones in the
+//      stable set and streams only small ones (on a decode loop with one
+//      lm_head eight times a layer matrix, this takes the overshoot over
+//      the minimum from one lm_head to about one layer matrix);
 //   4. only for a demand load, never for a prefetch: entries prefetched
 //      but not used yet, the newest first (prefetches are queued in walk
 //      order, so the newest is needed last; evicting the oldest would
@@ -38,7 +44,9 @@ struct EvictionClock {
 
 enum class Requester : std::uint8_t { demand, prefetch };
 
-// The entry to evict next, or nullptr when none may be.
-Entry* choose_victim(std::span<Entry* const> resident, const EvictionClock& clock, Requester who) noexcept;
+// The entry to evict next to make room for `request_bytes`, or nullptr
+// when none may be.
+Entry* choose_victim(std::span<Entry* const> resident, const EvictionClock& clock, Requester who,
+                     std::uint64_t request_bytes) noexcept;
 
 }  // namespace ballast::residency

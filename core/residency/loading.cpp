@@ -56,7 +56,7 @@ PlannedDerivation transposed_source_of(const PlannedDerivation& p) {
 Status Residency::Impl::reserve(std::uint64_t bytes, const std::string& what, Requester who) {
   std::unique_lock lock(mutex);
   while (bytes > budget || held > budget - bytes) {
-    Entry* victim = residency::choose_victim(all, clock, who);
+    Entry* victim = residency::choose_victim(all, clock, who, bytes);
     if (victim == nullptr && who == Requester::demand && prefetch_loads > 0 && bytes <= budget) {
       // Room held by prefetches in flight: they never wait, so they end
       // soon, and a best-effort prefetch must not fail an engine's pin.
@@ -116,7 +116,7 @@ Result<DevicePtr> Residency::Impl::allocate(std::uint64_t bytes, Requester who) 
     // The device is fuller than the budget says (another model, another
     // process): give back what the policy allows and try again.
     std::lock_guard lock(mutex);
-    Entry* victim = residency::choose_victim(all, clock, who);
+    Entry* victim = residency::choose_victim(all, clock, who, bytes);
     if (victim == nullptr) return ptr;
     evict_locked(*victim);
   }

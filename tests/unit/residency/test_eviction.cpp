@@ -31,9 +31,15 @@ struct Sim {
       all.push_back(&entries.back());
     }
   }
+  explicit Sim(const std::vector<std::uint64_t>& sizes) : budget(0) {
+    for (std::uint64_t size : sizes) {
+      entries.emplace_back().first_bytes = size;
+      all.push_back(&entries.back());
+    }
+  }
   bool load(Entry& e, Requester who = Requester::demand) {
     while (held + e.bytes() > budget) {
-      Entry* v = choose_victim(all, clock, who);
+      Entry* v = choose_victim(all, clock, who, e.bytes());
       if (v == nullptr) return false;
       v->state = Entry::State::absent;
       held -= v->bytes();
@@ -60,6 +66,15 @@ struct Sim {
     for (std::size_t i = first; i < first + count; ++i) use(i);
     return loads - before;
   }
+  // Bytes loaded by one pass over every entry.
+  std::uint64_t token_bytes() {
+    std::uint64_t bytes = 0;
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      if (entries[i].state != Entry::State::resident) bytes += entries[i].bytes();
+      use(i);
+    }
+    return bytes;
+  }
 };
 
 }  // namespace
@@ -74,6 +89,28 @@ TEST_CASE("a cyclic walk larger than the budget pages in about the minimum, ever
       // The minimum is 20 - budget; plain LRU pages in all 20.
       CHECK(paged <= 20 - budget + 1);
       CHECK(paged >= 20 - budget);
+    }
+  }
+}
+
+TEST_CASE("a decode loop with one large entry streams small entries, not the large one") {
+  // 140 layer matrices of 32 units, then an lm_head of 262: paging only the
+  // minimum would need the lm_head kept resident; streaming it instead costs
+  // 262 - 32 more every token.
+  std::vector<std::uint64_t> sizes(140, 32);
+  sizes.push_back(262);
+  std::uint64_t total = 0;
+  for (std::uint64_t s : sizes) total += s;
+  for (int pct : {25, 50, 90}) {
+    CAPTURE(pct);
+    Sim sim(sizes);
+    sim.budget = total * static_cast<std::uint64_t>(pct) / 100;
+    const std::uint64_t minimum = total - sim.budget;
+    sim.token_bytes();
+    for (int t = 0; t < 5; ++t) {
+      const std::uint64_t paged = sim.token_bytes();
+      CHECK(paged >= minimum);
+      CHECK(paged <= minimum + 2 * 32);
     }
   }
 }
@@ -100,13 +137,13 @@ TEST_CASE("entries loaded only to build another go first; pinned entries never")
   Entry& dependency = sim.entries[3];
   REQUIRE(sim.load(dependency));  // a source paged in for a derivation, never asked for itself
   for (std::size_t i = 0; i < 3; ++i) sim.use(i);  // loaded after it
-  CHECK(choose_victim(sim.all, sim.clock, Requester::demand) == &dependency);
+  CHECK(choose_victim(sim.all, sim.clock, Requester::demand, 1) == &dependency);
   dependency.pins = 1;
-  Entry* v = choose_victim(sim.all, sim.clock, Requester::demand);
+  Entry* v = choose_victim(sim.all, sim.clock, Requester::demand, 1);
   CHECK(v != &dependency);
   CHECK(v == &sim.entries[2]);  // then the most recently loaded of the rest
   for (Entry& e : sim.entries) e.pins = 1;
-  CHECK(choose_victim(sim.all, sim.clock, Requester::demand) == nullptr);
+  CHECK(choose_victim(sim.all, sim.clock, Requester::demand, 1) == nullptr);
 }
 
 TEST_CASE("a prefetch never evicts an entry prefetched and not yet used; a demand load may") {
@@ -119,8 +156,8 @@ TEST_CASE("a prefetch never evicts an entry prefetched and not yet used; a deman
     e.awaiting_use = true;
   }
   sim.entries[0].pins = 1;  // in use
-  CHECK(choose_victim(sim.all, sim.clock, Requester::prefetch) == nullptr);
-  CHECK(choose_victim(sim.all, sim.clock, Requester::demand) == &sim.entries[2]);  // the newest: needed last
+  CHECK(choose_victim(sim.all, sim.clock, Requester::prefetch, 1) == nullptr);
+  CHECK(choose_victim(sim.all, sim.clock, Requester::demand, 1) == &sim.entries[2]);  // the newest: needed last
 }
 
 TEST_CASE("non-evictable (upload) entries and entries being loaded are never chosen") {
@@ -129,5 +166,5 @@ TEST_CASE("non-evictable (upload) entries and entries being loaded are never cho
   sim.use(1);
   sim.entries[0].evictable = false;
   sim.entries[1].state = Entry::State::loading;
-  CHECK(choose_victim(sim.all, sim.clock, Requester::demand) == nullptr);
+  CHECK(choose_victim(sim.all, sim.clock, Requester::demand, 1) == nullptr);
 }
