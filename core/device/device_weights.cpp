@@ -117,6 +117,7 @@ struct DeviceWeights::Impl {
       const long page = ::sysconf(_SC_PAGESIZE);
       in.page_size = page > 0 ? static_cast<std::uint64_t>(page) : 4096;
       in.split_gap = options.split_gap_bytes;
+      in.max_range = backend->capabilities().max_single_allocation;
       bool any = false;
       std::size_t next_ref = 0;  // both sorted: each referenced range lies inside one planned range
       for (const ByteRange& r : device::plan_registrations(in)) {
@@ -127,6 +128,9 @@ struct DeviceWeights::Impl {
           const std::uint64_t hi = std::min(x.offset + x.length, r.offset + r.length);
           if (lo < hi) inside += hi - lo;
         }
+        // A range split off for the size limit may share its first referenced
+        // range with the one before: count that one in both.
+        if (next_ref > 0 && refs[next_ref - 1].offset + refs[next_ref - 1].length > r.offset + r.length) --next_ref;
         auto reg = backend->register_host(whole->data() + r.offset, r.length, HostAccess::read_only);
         if (reg.ok()) {
           regs.push_back({r.offset, r.length, *reg});

@@ -116,6 +116,34 @@ TEST_CASE("plan: every referenced range lies wholly inside one planned range; no
   }
 }
 
+TEST_CASE("plan: no range outgrows the backend's largest single allocation (split between weights)") {
+  // 64 contiguous 1 MiB weights, 4 KiB import alignment, a 10 MiB limit
+  // (lavapipe's is 2 GiB: a 4 GiB model's one hull would be refused whole).
+  std::vector<ByteRange> refs;
+  for (std::uint64_t i = 0; i < 64; ++i) refs.push_back({i * kMiB, kMiB});
+  RegistrationPlanInput in = input(refs, 64 * kMiB, kRegistrationSplitGap, 4096);
+  in.max_range = 10 * kMiB;
+  const auto plan = plan_registrations(in);
+  CHECK(plan.size() >= 7);
+  for (const ByteRange& r : plan) CHECK(r.length <= in.max_range);
+  for (const ByteRange& ref : refs) {
+    const bool inside_one = std::any_of(plan.begin(), plan.end(), [&](const ByteRange& r) {
+      return r.offset <= ref.offset && ref.offset + ref.length <= r.offset + r.length;
+    });
+    CHECK_MESSAGE(inside_one, "weight at " << ref.offset);
+  }
+  SUBCASE("without a limit: one range") {
+    in.max_range = 0;
+    CHECK(plan_registrations(in).size() == 1);
+  }
+  SUBCASE("a weight longer than the limit stays whole, in a range of its own") {
+    in.referenced = {{0, kMiB}, {kMiB, 12 * kMiB}, {13 * kMiB, kMiB}};
+    const auto big = plan_registrations(in);
+    REQUIRE(big.size() == 3);
+    CHECK(big[1] == ByteRange{kMiB, 12 * kMiB});
+  }
+}
+
 TEST_CASE("plan: no referenced bytes, nothing to register") { CHECK(plan_registrations(input({}, 4096, 0)).empty()); }
 
 TEST_CASE("DeviceWeights registers the orphaned-prefix model's live half only") {
