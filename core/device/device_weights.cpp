@@ -110,7 +110,15 @@ struct DeviceWeights::Impl {
       why = "mapping has no referenced bytes to register";
     } else {
       device::RegistrationPlanInput in;
-      in.referenced = refs;
+      // Each weight's own range, not their union: a split for the size
+      // limit must fall between two weights, and weights stored back to
+      // back are one referenced range.
+      for (const auto& [id, w] : store->weights)
+        if (w.is_external())
+          if (auto p = store->external_mmap_provenance(w); p && p->mapping == mapping && p->length != 0)
+            in.referenced.push_back({p->offset, p->length});
+      std::sort(in.referenced.begin(), in.referenced.end(),
+                [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
       in.file_size = whole->size();
       in.base_address = reinterpret_cast<std::uintptr_t>(whole->data());
       in.import_alignment = caps.import_alignment;

@@ -26,7 +26,8 @@
 namespace ballast::device {
 
 struct RegistrationPlanInput {
-  std::vector<ByteRange> referenced;  // merged, sorted, non-empty, inside [0, file_size)
+  std::vector<ByteRange> referenced;  // each weight's range, sorted by offset (they may overlap),
+                                      // inside [0, file_size)
   std::uint64_t file_size = 0;
   std::uint64_t base_address = 0;      // host address of the mapping's first byte
   std::uint64_t import_alignment = 1;  // Capabilities::import_alignment (0 is taken as 1)
