@@ -3,6 +3,7 @@
 #include <ballast/derive.hpp>
 
 #include "base/hex.hpp"
+#include "derive/transposed_source.hpp"
 #include "memo/memo_map.hpp"
 
 #include <new>
@@ -18,16 +19,6 @@ std::string where(const PlannedDerivation& p) {
   return out;
 }
 
-// The [N, K] copy a per-output-channel quant_int8 of a [K, N] weight reads.
-PlannedDerivation transposed_source_of(const PlannedDerivation& p) {
-  PlannedDerivation t = p;
-  t.kind = Derivation::transpose;
-  t.of_transposed = false;
-  t.launch.kind = Derivation::transpose;
-  t.launch.rows = p.launch.cols;
-  t.launch.cols = p.launch.rows;
-  return t;
-}
 
 Result<DevicePtr> resolve(const DeriveContext& ctx, ValueId id, const char* role) {
   auto r = ctx.sources.resolve(id);

@@ -4,6 +4,7 @@
 #include "residency/impl.hpp"
 
 #include "base/hex.hpp"
+#include "derive/transposed_source.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -36,20 +37,6 @@ class PagingTimer {
   std::chrono::steady_clock::time_point start_;
 };
 
-// The [N, K] copy a per-output-channel quant_int8 of a [K, N] weight reads.
-PlannedDerivation transposed_source_of(const PlannedDerivation& p) {
-  PlannedDerivation t = p;
-  t.kind = Derivation::transpose;
-  t.of_transposed = false;
-  t.launch.kind = Derivation::transpose;
-  t.launch.rows = p.launch.cols;
-  t.launch.cols = p.launch.rows;
-  t.launch.block_size = 0;
-  t.launch.zero_points = ZeroPoints::absent;
-  t.scales.reset();
-  t.zero_points.reset();
-  return t;
-}
 
 }  // namespace
 
