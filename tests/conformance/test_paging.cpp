@@ -16,6 +16,8 @@
 #include <support/orphaned_prefix_model.hpp>
 
 #include <atomic>
+#include <latch>
+#include <mutex>
 #include <filesystem>
 #include <map>
 #include <random>
@@ -307,4 +309,69 @@ TEST_CASE("paging: many threads pin, evict and prefetch at once; every value rea
   CHECK(s.pinned_bytes == 0);
   CHECK(s.device_bytes == conformance::gpu().counters().live_bytes - before);
   CHECK(paged->release(conformance::gpu()).status.ok());
+}
+
+TEST_CASE("paging: threads missing one entry together load it once") {
+  conformance::LeakCheck leaks;
+  Fixture f;
+  auto paged = f.open(ResidencyStrategy::paged);
+  const PlannedDerivation& d = f.plan.front();
+  std::latch start(8);
+  std::vector<std::thread> threads;
+  std::atomic<int> good{0};
+  std::vector<std::byte> first;
+  std::mutex first_mutex;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      start.arrive_and_wait();
+      auto p = paged->pin(d);
+      if (!p.ok()) return;
+      auto bytes = read_pinned(*p, &d);
+      std::lock_guard lock(first_mutex);
+      if (first.empty()) first = bytes;
+      if (bytes == first) ++good;
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(good == 8);
+  const ResidencyStats s = paged->stats();
+  CHECK(s.derived_builds == 1);
+  CHECK(s.page_ins == 1);  // its one source
+  CHECK(paged->release(conformance::gpu()).status.ok());
+}
+
+TEST_CASE("paging: per-weight strategies: an uploaded weight in a paged model is never evicted") {
+  conformance::LeakCheck leaks;
+  Fixture f;
+  ResidencyOptions o;
+  o.strategy = ResidencyStrategy::paged;
+  // w2 and its derived values (which follow its strategy) stay: 4096 +
+  // 4096 + 2176 bytes beside the largest need of the paged rest.
+  o.budget_bytes = kLargestNeed + 16384;
+  const ValueId w2 = *f.model.value_id("w2");
+  o.overrides = {{w2, ResidencyStrategy::upload}};
+  auto r = Residency::create(conformance::gpu(), f.model, o);
+  REQUIRE_MESSAGE(r.ok(), r.status().to_string());
+  Residency& paged = **r;
+  CHECK(paged.strategy_of(w2) == ResidencyStrategy::upload);
+  CHECK(paged.strategy_of(*f.model.value_id("w0")) == ResidencyStrategy::paged);
+  auto pinned = paged.pin(w2);
+  REQUIRE(pinned.ok());
+  const DevicePtr where = pinned->ptr();
+  pinned->reset();
+  // Everything else, twice, through a budget that has to evict to fit it.
+  for (int round = 0; round < 2; ++round)
+    for (const PlannedDerivation& d : f.plan) {
+      auto p = paged.pin(d);
+      REQUIRE_MESSAGE(p.ok(), p.status().to_string());
+    }
+  const ResidencyStats s = paged.stats();
+  CHECK(s.source_evictions + s.derived_evictions > 0);
+  CHECK(s.uploaded_bytes == Model_::kW2Bytes);  // once
+  auto again = paged.pin(w2);
+  REQUIRE(again.ok());
+  CHECK(again->ptr() == where);  // the same upload, never evicted
+  again->reset();
+  CHECK(paged.release(conformance::gpu()).status.ok());
+
 }
