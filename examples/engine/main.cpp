@@ -2,7 +2,10 @@
 // config string, make the source weights visible to it, derive everything
 // its MatMul, Gemm and MatMulNBits nodes want in one batch (launched
 // together, synchronized once, then memoized), print what happened, tear
-// down, and prove nothing was left on the device.
+// down, and prove nothing was left on the device. Then the same
+// derivations again as a decode loop would ask for them, paged under half
+// of the model's auto budget (evicted and rebuilt as it goes): every value
+// must read back as the batch made it.
 //
 //   engine MODEL.onnx BACKEND      e.g. engine sample.onnx vulkan:0
 // Exit: 0 ok, 1 a step failed or the device counters did not return to
@@ -13,9 +16,12 @@
 #include <ballast/device_weights.hpp>
 #include <ballast/model_resource.hpp>
 #include <ballast/onnx_loader.hpp>
+#include <ballast/residency.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 using namespace ballast;
 
@@ -24,6 +30,20 @@ namespace {
 int fail(const Error& e) {
   std::fprintf(stderr, "%s\n", e.to_string().c_str());
   return 1;
+}
+
+// The first bytes of a device value: enough to tell two builds apart.
+std::vector<std::byte> head(GpuBackend& gpu, DevicePtr ptr, std::uint64_t bytes) {
+  std::vector<std::byte> out(std::min<std::uint64_t>(bytes, 64));
+  if (!out.empty() && !gpu.copy_to_host(out, ptr, 0).ok()) out.clear();
+  return out;
+}
+
+std::uint64_t first_bytes(const PlannedDerivation& p) {
+  DerivationLaunch l = p.launch;
+  l.kind = p.kind;
+  auto sizes = derivation_sizes(l);
+  return sizes.ok() ? sizes->dst_bytes : 0;
 }
 
 bool same(const AllocationCounters& a, const AllocationCounters& b) {
@@ -47,6 +67,7 @@ int main(int argc, char** argv) {
   const AllocationCounters baseline = gpu.counters();
 
   int derivations = 0;
+  std::vector<std::vector<std::byte>> batch_heads;
   {
     DeviceWeights source(gpu, model->store());
     DerivedWeights derived;
@@ -66,6 +87,7 @@ int main(int argc, char** argv) {
       const PlannedDerivation& p = (*plan)[i];
       std::printf("  %-28s %-12s for %-20s -> 0x%llx\n", p.weight.c_str(), std::string(derivation_name(p.kind)).c_str(),
                   p.node.c_str(), static_cast<unsigned long long>((*values)[i].first));
+      batch_heads.push_back(head(gpu, (*values)[i].first, first_bytes(p)));
       ++derivations;
     }
     const WeightResidency r = source.residency();
@@ -88,5 +110,44 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("counters back to baseline: ok\n");
+
+  // A decode loop's view: pin each derived value as a kernel would use it,
+  // under half the auto budget (or the least the model allows).
+  {
+    auto plan = plan_derivations(*model);
+    auto full = auto_budget(*model);
+    if (!plan.ok() || !full.ok()) return fail(plan.ok() ? full.error() : plan.error());
+    ResidencyOptions options;
+    options.strategy = ResidencyStrategy::paged;
+    std::unique_ptr<Residency> paged;
+    for (std::uint64_t b = full->total / 2; !paged && b <= full->total; b += full->total / 10) {
+      options.budget_bytes = b;
+      if (auto r = Residency::create(gpu, *model, options); r.ok()) paged = std::move(*r);
+    }
+    if (!paged) return fail(make_error(ErrorCode::invalid_argument, "no budget up to auto was accepted"));
+    for (int token = 0; token < 2; ++token) {
+      for (std::size_t i = 0; i < plan->size(); ++i) {
+        auto pinned = paged->pin((*plan)[i]);  // held while "the kernel" reads it
+        if (!pinned.ok()) return fail(pinned.error());
+        if (head(gpu, pinned->ptr(), first_bytes((*plan)[i])) != batch_heads[i]) {
+          std::fprintf(stderr, "paged %s of %s differs from the batch's\n",
+                       std::string(derivation_name((*plan)[i].kind)).c_str(), (*plan)[i].weight.c_str());
+          return 1;
+        }
+      }
+    }
+    const ResidencyStats st = paged->stats();
+    std::printf("paged under %llu of %llu auto bytes: peak %llu, %llu evictions, %llu rebuilds, same values: ok\n",
+                static_cast<unsigned long long>(st.budget_bytes), static_cast<unsigned long long>(full->total),
+                static_cast<unsigned long long>(st.peak_device_bytes),
+                static_cast<unsigned long long>(st.source_evictions + st.derived_evictions),
+                static_cast<unsigned long long>(st.derived_rebuilds));
+    const Released released = paged->release(gpu);
+    if (!released.status.ok() || st.peak_device_bytes > st.budget_bytes) return 1;
+  }
+  if (!same(gpu.counters(), baseline)) {
+    std::fprintf(stderr, "leak after the paged pass\n");
+    return 1;
+  }
   return 0;
 }

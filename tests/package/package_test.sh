@@ -97,6 +97,7 @@ engine_cpu | engine_vulkan)
   build_engine
   "$engine_build/engine" "$work/model/sample.onnx" "$backend" | tee "$work/$step.log"
   grep -Eq '^[1-9][0-9]* derivations' "$work/$step.log" || fail "the engine derived nothing"
+  grep -q "same values: ok" "$work/$step.log" || fail "the engine's paged pass did not finish"
   grep -q "counters back to baseline: ok" "$work/$step.log" || fail "no counter check"
   ;;
 
