@@ -287,6 +287,18 @@ Released Residency::release(GpuBackend& backend) {
   };
   {
     std::lock_guard lock(m.mutex);
+    // An engine that releases while it still holds pins is told so (their
+    // pointers die here); resetting such a Pinned afterwards is harmless
+    // as long as this object lives.
+    std::uint64_t still_pinned = 0;
+    const Entry* first_pinned = nullptr;
+    for (const Entry* e : m.all)
+      if (e->state == Entry::State::resident && e->pins > 0 && still_pinned++ == 0) first_pinned = e;
+    if (first_pinned != nullptr)
+      out.status = make_error(ErrorCode::invalid_argument,
+                              label() + ": released with " + std::to_string(still_pinned) +
+                                  " value(s) still pinned (first: " + first_pinned->name +
+                                  "); their device pointers are freed now");
     for (Entry* e : m.all) {
       if (e->state != Entry::State::resident) continue;
       for (auto [ptr, bytes] : {std::pair{e->first, e->first_bytes}, std::pair{e->second, e->second_bytes}}) {

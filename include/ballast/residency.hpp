@@ -183,6 +183,9 @@ class Residency final : public ModelResource<GpuBackend> {
 
   std::string label() const override;
   // Frees every device value and ends every registration. Idempotent.
+  // Values still pinned are freed too, and the status says so
+  // (invalid_argument naming the first); resetting those Pinned handles
+  // afterwards does nothing, while this object lives.
   Released release(GpuBackend& backend) override;
 
  private:

@@ -375,3 +375,18 @@ TEST_CASE("paging: per-weight strategies: an uploaded weight in a paged model is
   CHECK(paged.release(conformance::gpu()).status.ok());
 
 }
+
+TEST_CASE("paging: release with values still pinned frees them and says so") {
+  conformance::LeakCheck leaks;
+  Fixture f;
+  auto paged = f.open(ResidencyStrategy::paged);
+  auto held = paged->pin(f.plan.front());
+  REQUIRE(held.ok());
+  const Released r = paged->release(conformance::gpu());
+  REQUIRE_FALSE(r.status.ok());
+  CHECK(r.status.code() == ErrorCode::invalid_argument);
+  CHECK_MESSAGE(r.status.to_string().find("1 value(s) still pinned") != std::string::npos, r.status.to_string());
+  CHECK(r.failed_frees == 0);
+  held->reset();  // harmless: the object still lives, the entry is gone
+  CHECK(paged->release(conformance::gpu()).status.ok());
+}
