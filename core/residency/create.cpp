@@ -4,6 +4,7 @@
 #include "residency/impl.hpp"
 
 #include <algorithm>
+#include <set>
 
 namespace ballast {
 namespace {
@@ -96,11 +97,31 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
       BALLAST_ASSIGN_OR_RETURN(Need n, need_of(model.store(), [&](ValueId id) { return m->strategy_of(id); }, p));
       if (n.bytes > largest.bytes) largest = std::move(n);
     }
-    if (largest.bytes > m->budget)
+    // In a paged model, weights overridden to upload (and their derived
+    // values, which follow them) stay for good: the paged rest must still
+    // fit beside them.
+    std::uint64_t kept = 0;
+    if (options.strategy == ResidencyStrategy::paged) {
+      auto stays = [&](ValueId id) { return m->strategy_of(id) == ResidencyStrategy::upload; };
+      for (const auto& [id, strategy] : m->overrides)
+        if (strategy == ResidencyStrategy::upload) kept = sum({kept, model.store().weights.at(id).byte_length()});
+      std::set<identity::Entry> counted;
+      for (const PlannedDerivation& p : plan) {
+        if (!stays(p.source) || !counted.insert(identity::of_derivation(model.store(), p)).second) continue;
+        DerivationLaunch l = p.launch;
+        l.kind = p.kind;
+        BALLAST_ASSIGN_OR_RETURN(auto sizes, derivation_sizes(l));
+        kept = sum({kept, sizes.dst_bytes, sizes.dst2_bytes});
+      }
+    }
+    if (sum({largest.bytes, kept}) > m->budget)
       return make_error(ErrorCode::invalid_argument,
                         "a budget of " + std::to_string(m->budget) + " bytes is below the " +
                             std::to_string(largest.bytes) + " bytes that " + largest.what +
-                            " needs on the device at once (with the operands it is built from)");
+                            " needs on the device at once (with the operands it is built from)" +
+                            (kept == 0 ? std::string()
+                                       : " beside the " + std::to_string(kept) +
+                                             " bytes of the weights kept uploaded and their derived values"));
   }
   return std::unique_ptr<Residency>(new Residency(std::move(m)));
 }

@@ -350,6 +350,16 @@ TEST_CASE("paging: per-weight strategies: an uploaded weight in a paged model is
   o.budget_bytes = kLargestNeed + 16384;
   const ValueId w2 = *f.model.value_id("w2");
   o.overrides = {{w2, ResidencyStrategy::upload}};
+  {
+    // w2's kept 10368 bytes leave too little beside the largest need.
+    ResidencyOptions tight = o;
+    tight.budget_bytes = kLargestNeed + 4096;
+    auto refused = Residency::create(conformance::gpu(), f.model, tight);
+    REQUIRE_FALSE(refused.ok());
+    CHECK_MESSAGE(refused.status().to_string().find("beside the 10368 bytes of the weights kept uploaded") !=
+                      std::string::npos,
+                  refused.status().to_string());
+  }
   auto r = Residency::create(conformance::gpu(), f.model, o);
   REQUIRE_MESSAGE(r.ok(), r.status().to_string());
   Residency& paged = **r;
