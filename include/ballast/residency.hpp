@@ -19,7 +19,9 @@
 //
 // A pinned entry is never evicted. When the pinned set plus a request cannot
 // fit the budget, the request fails with out_of_memory naming the budget,
-// the pinned bytes and the request: never a wait, never an overshoot.
+// the pinned bytes and the request: never an overshoot, and never a wait for
+// another pin to go (only, briefly, for prefetches already in flight, which
+// never wait themselves).
 //
 // The budget bounds every device byte the object holds for the model:
 // sources paged in or uploaded, and derived values. `auto` is computed from
