@@ -4,6 +4,8 @@
 
 #include <ballast/weight_store.hpp>
 
+#include "unit/store/scratch_dir.hpp"
+
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
@@ -83,6 +85,31 @@ inline WeightRef external_weight(const std::filesystem::path& file, std::uint64_
   w.external = loc;
   return w;
 }
+
+// A 64 KiB file of a known pattern in a scratch folder, mapped by its own
+// store, and a weight of bytes [offset, offset + length) of it.
+struct MappedWeight {
+  ScratchDir dir{"mapped-weight"};
+  std::filesystem::path file;
+  std::vector<std::byte> original;
+  WeightStore store;
+  MappingId mapping = 0;
+  WeightRef weight;
+
+  explicit MappedWeight(std::size_t size = 64 * 1024, std::uint64_t offset = 4096, std::uint64_t length = 8192) {
+    file = dir / "w.bin";
+    original = byte_pattern(size, 1);
+    write_file(file, original);
+    auto id = store.map_external(file);
+    REQUIRE_MESSAGE(id.ok(), id.error().to_string());
+    mapping = *id;
+    weight = external_weight(file, offset, length);
+  }
+  std::vector<std::byte> slice(std::uint64_t offset, std::uint64_t length) const {
+    return {original.begin() + static_cast<std::ptrdiff_t>(offset),
+            original.begin() + static_cast<std::ptrdiff_t>(offset + length)};
+  }
+};
 
 inline bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;

@@ -24,33 +24,6 @@ using namespace ballast;
 using namespace ballast::testing;
 namespace fs = std::filesystem;
 
-namespace {
-
-struct MappedWeight {
-  ScratchDir dir{"file-changes"};
-  fs::path file;
-  std::vector<std::byte> original;
-  WeightStore store;
-  MappingId mapping = 0;
-  WeightRef weight;
-
-  explicit MappedWeight(std::size_t size = 64 * 1024, std::uint64_t offset = 4096, std::uint64_t length = 8192) {
-    file = dir / "w.bin";
-    original = byte_pattern(size, 1);
-    write_file(file, original);
-    auto id = store.map_external(file);
-    REQUIRE_MESSAGE(id.ok(), id.error().to_string());
-    mapping = *id;
-    weight = external_weight(file, offset, length);
-  }
-  std::vector<std::byte> slice(std::uint64_t offset, std::uint64_t length) const {
-    return {original.begin() + static_cast<std::ptrdiff_t>(offset),
-            original.begin() + static_cast<std::ptrdiff_t>(offset + length)};
-  }
-};
-
-}  // namespace
-
 TEST_CASE("a data file truncated after it was mapped: checks and copies are io errors naming the file") {
   MappedWeight m;
   REQUIRE(m.store.check_unchanged(m.weight).ok());

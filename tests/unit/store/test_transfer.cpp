@@ -28,29 +28,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A 64 KiB file of a known pattern, mapped, and a weight of bytes
-// [4096, 4096 + 8192) of it.
-struct MappedWeight {
-  ScratchDir dir{"transfer"};
-  fs::path file;
-  std::vector<std::byte> original;
-  WeightStore store;
-  WeightRef weight;
-
-  explicit MappedWeight(std::size_t size = 64 * 1024, std::uint64_t offset = 4096, std::uint64_t length = 8192) {
-    file = dir / "w.bin";
-    original = byte_pattern(size, 1);
-    write_file(file, original);
-    auto id = store.map_external(file);
-    REQUIRE_MESSAGE(id.ok(), id.error().to_string());
-    weight = external_weight(file, offset, length);
-  }
-  std::vector<std::byte> slice(std::uint64_t offset, std::uint64_t length) const {
-    return {original.begin() + static_cast<std::ptrdiff_t>(offset),
-            original.begin() + static_cast<std::ptrdiff_t>(offset + length)};
-  }
-};
-
 const std::vector<std::byte> kZeros(64 * 1024, std::byte{0});
 
 std::vector<std::byte> zeros(std::size_t n) { return {kZeros.begin(), kZeros.begin() + static_cast<std::ptrdiff_t>(n)}; }
