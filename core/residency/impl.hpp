@@ -65,6 +65,9 @@ struct Residency::Impl {
   ResidencyStrategy strategy_of(ValueId id) const noexcept;
 
   // ---- entries (residency.cpp)
+  Result<const WeightRef*> weight_ref(ValueId id) const;
+  // With the lock held: records a new entry under `key`.
+  residency::Entry* add_locked(const identity::Entry& key, std::unique_ptr<residency::Entry> e);
   Result<residency::Entry*> source_entry(ValueId id);
   Result<residency::Entry*> derived_entry(const PlannedDerivation& p);
   Result<Pinned> pin_source(ValueId id, Use use);

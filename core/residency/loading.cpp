@@ -3,7 +3,6 @@
 // its mapping, and building a derived value from pinned operands.
 #include "residency/impl.hpp"
 
-#include "base/hex.hpp"
 #include "derive/transposed_source.hpp"
 
 #include <algorithm>
@@ -36,7 +35,6 @@ class PagingTimer {
   std::atomic<std::uint64_t>& total_;
   std::chrono::steady_clock::time_point start_;
 };
-
 
 }  // namespace
 
@@ -110,9 +108,8 @@ Result<DevicePtr> Residency::Impl::allocate(std::uint64_t bytes, Requester who) 
 }
 
 Result<Residency::Impl::Loaded> Residency::Impl::page_in(const Entry& e, Requester who) {
-  auto it = store.weights.find(e.weight);
-  if (it == store.weights.end()) return make_error(ErrorCode::not_found, e.name + " is not in the model's store");
-  const WeightRef& ref = it->second;
+  BALLAST_ASSIGN_OR_RETURN(const WeightRef* found, weight_ref(e.weight));
+  const WeightRef& ref = *found;
   const std::uint64_t length = e.first_bytes;
   const PagingTimer timer(paging_ns);
   BALLAST_RETURN_IF_ERROR(reserve(length, e.name, who));

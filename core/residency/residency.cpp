@@ -63,49 +63,53 @@ ResidencyStrategy Residency::Impl::strategy_of(ValueId id) const noexcept {
   return it == overrides.end() ? options.strategy : it->second;
 }
 
-Result<Entry*> Residency::Impl::source_entry(ValueId id) {
+Result<const WeightRef*> Residency::Impl::weight_ref(ValueId id) const {
   auto it = store.weights.find(id);
   if (it == store.weights.end())
     return make_error(ErrorCode::not_found, "'" + std::string(model.value_name(id)) + "' is not a weight of the model");
+  return &it->second;
+}
+
+Entry* Residency::Impl::add_locked(const identity::Entry& key, std::unique_ptr<Entry> e) {
+  all.reserve(all.size() + 1);  // so that the push_back below cannot throw after the map holds it
+  Entry* raw = e.get();
+  entries.emplace(key, std::move(e));
+  all.push_back(raw);
+  return raw;
+}
+
+Result<Entry*> Residency::Impl::source_entry(ValueId id) {
+  BALLAST_ASSIGN_OR_RETURN(const WeightRef* ref, weight_ref(id));
   const identity::Entry key = identity::of_source(store, id);
   std::lock_guard lock(mutex);
-  auto& slot = entries[key];
-  if (!slot) {
-    auto e = std::make_unique<Entry>();
-    e->weight = id;
-    e->name = "weight '" + std::string(model.value_name(id)) + "'";
-    e->evictable = strategy_of(id) == ResidencyStrategy::paged;
-    e->first_bytes = it->second.byte_length();
-    all.reserve(all.size() + 1);
-    slot = std::move(e);
-    all.push_back(slot.get());
-  }
-  return slot.get();
+  if (auto it = entries.find(key); it != entries.end()) return it->second.get();
+  auto e = std::make_unique<Entry>();
+  e->weight = id;
+  e->name = "weight '" + std::string(model.value_name(id)) + "'";
+  e->evictable = strategy_of(id) == ResidencyStrategy::paged;
+  e->first_bytes = ref->byte_length();
+  return add_locked(key, std::move(e));
 }
 
 Result<Entry*> Residency::Impl::derived_entry(const PlannedDerivation& p) {
+  const identity::Entry key = identity::of_derivation(store, p);
+  std::lock_guard lock(mutex);
+  if (auto it = entries.find(key); it != entries.end()) return it->second.get();
+  // First sight of this value: size it and name it once.
   DerivationLaunch l = p.launch;
   l.kind = p.kind;
   std::string name = std::string(derivation_name(p.kind)) + " of '" + p.weight + "'";
   auto sizes = derivation_sizes(l);
   if (!sizes.ok()) return std::move(sizes.error()).with_context("sizing " + name);
-  const identity::Entry key = identity::of_derivation(store, p);
-  std::lock_guard lock(mutex);
-  auto& slot = entries[key];
-  if (!slot) {
-    auto e = std::make_unique<Entry>();
-    e->derived = true;
-    e->weight = p.source;
-    e->plan = p;
-    e->name = std::move(name);
-    e->evictable = strategy_of(p.source) == ResidencyStrategy::paged;
-    e->first_bytes = sizes->dst_bytes;
-    e->second_bytes = sizes->dst2_bytes;
-    all.reserve(all.size() + 1);
-    slot = std::move(e);
-    all.push_back(slot.get());
-  }
-  return slot.get();
+  auto e = std::make_unique<Entry>();
+  e->derived = true;
+  e->weight = p.source;
+  e->plan = p;
+  e->name = std::move(name);
+  e->evictable = strategy_of(p.source) == ResidencyStrategy::paged;
+  e->first_bytes = sizes->dst_bytes;
+  e->second_bytes = sizes->dst2_bytes;
+  return add_locked(key, std::move(e));
 }
 
 Pinned Residency::Impl::handle(Entry& e) {
@@ -116,12 +120,10 @@ Pinned Residency::Impl::handle(Entry& e) {
 Result<Pinned> Residency::Impl::pin_source(ValueId id, Use use) {
   if (strategy_of(id) == ResidencyStrategy::zero_copy) {
     // Registered for the model's life: nothing to pin.
-    auto it = store.weights.find(id);
-    if (it == store.weights.end())
-      return make_error(ErrorCode::not_found, "'" + std::string(model.value_name(id)) + "' is not a weight of the model");
+    BALLAST_ASSIGN_OR_RETURN(const WeightRef* ref, weight_ref(id));
     BALLAST_ASSIGN_OR_RETURN(auto ptr, registrations->resolve(id));
     if (use == Use::prefetch) return Pinned();
-    return Pinned(self, nullptr, ptr, 0, it->second.byte_length());
+    return Pinned(self, nullptr, ptr, 0, ref->byte_length());
   }
   BALLAST_ASSIGN_OR_RETURN(Entry * e, source_entry(id));
   BALLAST_RETURN_IF_ERROR(acquire(*e, use));
