@@ -2,6 +2,7 @@
 
 #include "embedded_shaders.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace ballast::vulkan {
@@ -41,7 +42,21 @@ std::uint32_t variant_of(const DerivationLaunch& l) {
   }
 }
 
+bool aligned(DevicePtr ptr, DevicePtr to) { return ptr % to == 0; }
+
 }  // namespace
+
+PacketDivider packet_divider(std::uint32_t d) {
+  std::uint32_t log2 = 0;
+  while ((std::uint64_t{2} << log2) <= d) ++log2;  // floor(log2 d)
+  if ((d & (d - 1)) == 0) return {0, log2};
+  // mul = ceil(2^(32+s) / d) with s = floor(log2 d) < log2(d): it fits in 32
+  // bits, and its excess e = mul * d - 2^(32+s) < d <= 2^(s+1) keeps
+  // i * e < 2^(32+s), so the quotient is exact, for every i < 2^31.
+  const std::uint64_t numerator = std::uint64_t{1} << (32 + log2);  // log2 <= 31
+  const auto mul = static_cast<std::uint32_t>((numerator + d - 1) / d);
+  return {mul, log2};
+}
 
 Result<std::unique_ptr<Kernels>> Kernels::create(const Device& device, std::uint32_t max_groups) {
   std::unique_ptr<Kernels> k(new Kernels(device, max_groups));
@@ -64,8 +79,8 @@ Kernels::~Kernels() {
   if (layout_ != VK_NULL_HANDLE) f.DestroyPipelineLayout(device_.handle(), layout_, nullptr);
 }
 
-Result<VkPipeline> Kernels::pipeline(Derivation kind, std::uint32_t variant, std::uint32_t zero_points) {
-  const auto key = std::make_tuple(kind, variant, zero_points);
+Result<VkPipeline> Kernels::pipeline(Derivation kind, std::uint32_t variant, std::uint32_t zero_points, bool packets) {
+  const auto key = std::make_tuple(kind, variant, zero_points, packets);
   if (auto it = pipelines_.find(key); it != pipelines_.end()) return it->second;
   const DeviceFns& f = device_.fns();
 
@@ -84,10 +99,10 @@ Result<VkPipeline> Kernels::pipeline(Derivation kind, std::uint32_t variant, std
     module_it = modules_.emplace(kind, module).first;
   }
 
-  const std::uint32_t constants[3] = {kWorkgroupSize, variant, zero_points};
-  VkSpecializationMapEntry entries[3];
-  for (std::uint32_t i = 0; i < 3; ++i) entries[i] = {i, i * 4, 4};
-  VkSpecializationInfo specialization{3, entries, sizeof constants, constants};
+  const std::uint32_t constants[4] = {kWorkgroupSize, variant, zero_points, packets ? 1u : 0u};
+  VkSpecializationMapEntry entries[4];
+  for (std::uint32_t i = 0; i < 4; ++i) entries[i] = {i, i * 4, 4};
+  VkSpecializationInfo specialization{4, entries, sizeof constants, constants};
   VkComputePipelineCreateInfo info{};
   info.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO;
   info.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
@@ -105,27 +120,55 @@ Result<VkPipeline> Kernels::pipeline(Derivation kind, std::uint32_t variant, std
   return pipeline;
 }
 
-void Kernels::split(std::vector<Dispatch>& out, VkPipeline pipeline, const PushConstants& params, std::uint32_t total,
-                    std::uint32_t items_per_group) const {
-  const std::uint64_t groups = (std::uint64_t{total} + items_per_group - 1) / items_per_group;
-  for (std::uint64_t first = 0; first < groups; first += max_groups_) {
+void Kernels::split(std::vector<Dispatch>& out, VkPipeline pipeline, const PushConstants& params, std::uint32_t first,
+                    std::uint32_t total, std::uint32_t items_per_group) const {
+  if (first >= total) return;
+  const std::uint64_t groups = (std::uint64_t{total} - first + items_per_group - 1) / items_per_group;
+  for (std::uint64_t group = 0; group < groups; group += max_groups_) {
     Dispatch d;
     d.pipeline = pipeline;
     d.params = params;
     d.params.total = total;
-    d.params.base = static_cast<std::uint32_t>(first * items_per_group);
-    d.groups = static_cast<std::uint32_t>(std::min<std::uint64_t>(max_groups_, groups - first));
+    d.params.base = static_cast<std::uint32_t>(first + group * items_per_group);
+    d.groups = static_cast<std::uint32_t>(std::min<std::uint64_t>(max_groups_, groups - group));
     out.push_back(d);
   }
 }
 
+// Packet pipelines (FAST in shaders/common.glsl) take a launch when its
+// operands allow 16-byte accesses and its shape splits into whole packets:
+//  to_f16        src and dst 16-byte aligned; the elements past the last
+//                whole packet (fewer than eight) go to the word pipeline;
+//  dequant_int4  K a multiple of 8, src 4- and dst 16-byte aligned;
+//  repack_int4   K a multiple of 32, src and dst 16-, dst2 4-byte aligned;
+//  quant_int8    K a multiple of 16, src and dst 16-, dst2 4-byte aligned.
+// Scales and zero points are read as before (any alignment). Transposes
+// keep their tiled and word modes.
 Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const DerivationSizes& sizes) {
   std::vector<Dispatch> out;
   const std::uint32_t zp = (l.kind == Derivation::dequant_int4 || l.kind == Derivation::repack_int4)
                                ? static_cast<std::uint32_t>(l.zero_points)
                                : 0;
-  auto pipe = pipeline(l.kind, variant_of(l), zp);
+  bool packets = false;
+  switch (l.kind) {
+    case Derivation::transpose: break;
+    case Derivation::to_f16: packets = aligned(l.src, 16) && aligned(l.dst, 16); break;
+    case Derivation::dequant_int4: packets = l.cols % 8 == 0 && aligned(l.src, 4) && aligned(l.dst, 16); break;
+    case Derivation::repack_int4:
+      packets = l.cols % 32 == 0 && aligned(l.src, 16) && aligned(l.dst, 16) && aligned(l.dst2, 4);
+      break;
+    case Derivation::quant_int8:
+      packets = l.cols % 16 == 0 && aligned(l.src, 16) && aligned(l.dst, 16) && aligned(l.dst2, 4);
+      break;
+  }
+  auto pipe = pipeline(l.kind, variant_of(l), zp, false);
   if (!pipe) return pipe.error();
+  VkPipeline packet_pipe = VK_NULL_HANDLE;
+  if (packets) {
+    auto fast = pipeline(l.kind, variant_of(l), zp, true);
+    if (!fast) return fast.error();
+    packet_pipe = *fast;
+  }
 
   PushConstants p{};
   set_address(p.src, l.src);
@@ -142,6 +185,16 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
   p.block_size = l.block_size;
   p.dst_bytes = static_cast<std::uint32_t>(sizes.dst_bytes);
   p.dst2_bytes = static_cast<std::uint32_t>(sizes.dst2_bytes);
+  const std::uint32_t words = word_count(l.dst, sizes.dst_bytes);
+  const std::uint32_t per_group = kWorkgroupSize * kWordsPerInvocation;
+  // One packet per invocation; `columns` of a row per packet.
+  auto split_packets = [&](std::uint32_t count, std::uint64_t columns) {
+    PushConstants fast = p;
+    const PacketDivider div = packet_divider(static_cast<std::uint32_t>(std::max<std::uint64_t>(1, l.cols / columns)));
+    fast.div_mul = div.mul;
+    fast.div_shift = div.shift;
+    split(out, packet_pipe, fast, 0, count, kWorkgroupSize);
+  };
 
   switch (l.kind) {
     case Derivation::transpose: {
@@ -154,31 +207,44 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
           tiles <= 0xffffffffu) {
         if (tiles != 0) {
           p.mode = 1;
-          split(out, *pipe, p, static_cast<std::uint32_t>(tiles), 1);
+          split(out, *pipe, p, 0, static_cast<std::uint32_t>(tiles), 1);
         }
         break;
       }
-      if (sizes.dst_bytes != 0) split(out, *pipe, p, word_count(l.dst, sizes.dst_bytes), kWorkgroupSize * kWordsPerInvocation);
+      split(out, *pipe, p, 0, words, per_group);
       break;
     }
-    case Derivation::to_f16:
+    case Derivation::to_f16: {
+      const auto count = packets ? static_cast<std::uint32_t>(l.rows * l.cols / 8) : 0u;
+      if (count != 0) split_packets(count, 1);
+      split(out, *pipe, p, 4 * count, words, per_group);  // the tail: fewer than eight elements
+      break;
+    }
     case Derivation::dequant_int4:
-      if (sizes.dst_bytes != 0) split(out, *pipe, p, word_count(l.dst, sizes.dst_bytes), kWorkgroupSize * kWordsPerInvocation);
+      if (packets) {
+        if (words != 0) split_packets(words / 4, 8);
+      } else {
+        split(out, *pipe, p, 0, words, per_group);
+      }
       break;
     case Derivation::repack_int4: {
+      if (packets) {
+        if (words != 0) split_packets(words / 4, 32);
+        break;
+      }
       p.mode = 0;
-      split(out, *pipe, p, word_count(l.dst, sizes.dst_bytes), kWorkgroupSize * kWordsPerInvocation);
+      split(out, *pipe, p, 0, words, per_group);
       // The pairs pass writes dst2 through the shader's dst slot.
       PushConstants pairs = p;
       pairs.mode = 1;
       set_address(pairs.dst, l.dst2);
       pairs.shifts = (p.shifts & ~(3u << (2 * kDst))) | static_cast<std::uint32_t>((l.dst2 & 3) << (2 * kDst));
       pairs.dst_bytes = static_cast<std::uint32_t>(sizes.dst2_bytes);
-      split(out, *pipe, pairs, word_count(l.dst2, sizes.dst2_bytes), kWorkgroupSize * kWordsPerInvocation);
+      split(out, *pipe, pairs, 0, word_count(l.dst2, sizes.dst2_bytes), per_group);
       break;
     }
     case Derivation::quant_int8:
-      if (l.rows != 0) split(out, *pipe, p, static_cast<std::uint32_t>(l.rows), 1);
+      if (l.rows != 0) split(out, packets ? packet_pipe : *pipe, p, 0, static_cast<std::uint32_t>(l.rows), 1);
       break;
   }
   return out;

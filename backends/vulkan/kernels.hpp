@@ -31,12 +31,23 @@ struct PushConstants {
   std::uint32_t base;
   std::uint32_t total;
   std::uint32_t mode;
+  std::uint32_t div_mul;
+  std::uint32_t div_shift;
 };
-static_assert(sizeof(PushConstants) == 76);
+static_assert(sizeof(PushConstants) == 84);
 
 inline constexpr std::uint32_t kWorkgroupSize = 64;
 // WORDS_PER_INVOCATION in shaders/common.glsl.
 inline constexpr std::uint32_t kWordsPerInvocation = 16;
+
+// Packet index / d without a division in the shader (row_of_packet in
+// shaders/common.glsl): (i * mul) >> (32 + shift), or i >> shift when mul
+// is 0 (d a power of two). Exact for every i < 2^31.
+struct PacketDivider {
+  std::uint32_t mul = 0;
+  std::uint32_t shift = 0;
+};
+PacketDivider packet_divider(std::uint32_t d);  // d >= 1
 
 struct Dispatch {
   VkPipeline pipeline = VK_NULL_HANDLE;
@@ -63,16 +74,17 @@ class Kernels {
 
  private:
   Kernels(const Device& device, std::uint32_t max_groups) : device_(device), max_groups_(max_groups) {}
-  Result<VkPipeline> pipeline(Derivation kind, std::uint32_t variant, std::uint32_t zero_points);
-  // Appends the dispatches for `total` work items, `items_per_group` each.
-  void split(std::vector<Dispatch>& out, VkPipeline pipeline, const PushConstants& params, std::uint32_t total,
-             std::uint32_t items_per_group) const;
+  // `packets`: the packet pipeline (FAST in shaders/common.glsl).
+  Result<VkPipeline> pipeline(Derivation kind, std::uint32_t variant, std::uint32_t zero_points, bool packets);
+  // Appends the dispatches for work items [first, total), `items_per_group` each.
+  void split(std::vector<Dispatch>& out, VkPipeline pipeline, const PushConstants& params, std::uint32_t first,
+             std::uint32_t total, std::uint32_t items_per_group) const;
 
   const Device& device_;
   std::uint32_t max_groups_;
   VkPipelineLayout layout_ = VK_NULL_HANDLE;
   std::map<Derivation, VkShaderModule> modules_;
-  std::map<std::tuple<Derivation, std::uint32_t, std::uint32_t>, VkPipeline> pipelines_;
+  std::map<std::tuple<Derivation, std::uint32_t, std::uint32_t, bool>, VkPipeline> pipelines_;
 };
 
 }  // namespace ballast::vulkan

@@ -29,10 +29,13 @@ struct Int4Shape {
 };
 
 // 1x1, single rows and columns, odd sizes, K not a multiple of the block
-// size, K smaller than one block, several blocks with a partial last one.
-const Int4Shape kInt4Shapes[] = {{1, 1, 16},   {1, 16, 16},  {3, 17, 16},  {2, 15, 16},  {5, 100, 32},
-                                 {4, 64, 64},  {2, 33, 128}, {3, 300, 256}, {6, 129, 16}, {1, 7, 32},
-                                 {9, 1000, 64}, {7, 8, 16}};
+// size, K smaller than one block, several blocks with a partial last one;
+// and K a multiple of 8 and of 32 (a backend's packet paths, e.g. Vulkan's)
+// with blocks of 16 (two per 32 columns), 32, and wider than K's last part.
+const Int4Shape kInt4Shapes[] = {{1, 1, 16},   {1, 16, 16},   {3, 17, 16},  {2, 15, 16},  {5, 100, 32},
+                                 {4, 64, 64},  {2, 33, 128},  {3, 300, 256}, {6, 129, 16}, {1, 7, 32},
+                                 {9, 1000, 64}, {7, 8, 16},   {3, 96, 16},  {5, 160, 32}, {4, 288, 128},
+                                 {33, 40, 16}};
 
 }  // namespace
 
@@ -72,6 +75,7 @@ TEST_CASE("derivations: dequant_int4 and repack_int4, every scale type and zero-
       for (ZeroPoints zp : {ZeroPoints::absent, ZeroPoints::packed_u4, ZeroPoints::unpacked}) {
         for (const auto& s : kInt4Shapes) cases.push_back(int4_case(kind, scales, zp, s.n, s.k, s.block_size, false, ++seed));
         cases.push_back(int4_case(kind, scales, zp, 5, 77, 16, true, ++seed));
+        cases.push_back(int4_case(kind, scales, zp, 5, 96, 16, true, ++seed));
       }
     }
   }
@@ -83,10 +87,13 @@ TEST_CASE("derivations: quant_int8 from float and float16") {
   std::vector<DerivationCase> cases;
   std::uint64_t seed = 400;
   for (DataType t : {DataType::float32, DataType::float16}) {
-    for (Shape s : {Shape{1, 1}, Shape{1, 7}, Shape{2, 1}, Shape{5, 33}, Shape{17, 1000}, Shape{64, 4096}}) {
+    for (Shape s : {Shape{1, 1}, Shape{1, 7}, Shape{2, 1}, Shape{5, 33}, Shape{17, 1000}, Shape{64, 4096}, Shape{3, 16},
+                    Shape{9, 2064}}) {
       cases.push_back(quant_int8_case(t, s.rows, s.cols, false, ++seed));
     }
     cases.push_back(quant_int8_case(t, 8, 37, true, ++seed));
+    cases.push_back(quant_int8_case(t, 8, 48, true, ++seed));
+    cases.push_back(quant_int8_case(t, 40, 1024, true, ++seed));
   }
   run_all(cases);
 }

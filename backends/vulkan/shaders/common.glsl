@@ -1,19 +1,27 @@
 // Shared by every derivation shader: operands addressed by buffer device
-// addresses (as uvec2, so no shaderInt64 is needed), read and written only
-// as 32-bit words (so no 8/16-bit storage features are needed), and the
-// per-element math of backends/common/kernel_math.hpp ported bit for bit.
+// addresses (as uvec2, so no shaderInt64 is needed), read and written as
+// 32-bit words or 16-byte packets (so no 8/16-bit storage features are
+// needed), and the per-element math of backends/common/kernel_math.hpp
+// ported bit for bit.
 #extension GL_EXT_buffer_reference : require
 #extension GL_EXT_buffer_reference_uvec2 : require
+#extension GL_EXT_control_flow_attributes : require
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 1) const uint VARIANT = 0;    // per shader: element size, source type
 layout(constant_id = 2) const uint ZERO_POINTS = 0;  // int4: 0 absent, 1 packed u4, 2 unpacked
+// 1: the packet pipeline, which the host picks when the operands are 16-byte
+// aligned and the shape splits into whole packets (backends/vulkan/
+// kernels.cpp says when); 0: the general word pipeline, for everything else.
+layout(constant_id = 3) const uint FAST = 0;
 
 // Operands never overlap (the backend refuses launches whose outputs
 // overlap another operand), so every reference is `restrict`; inputs are
 // read through a `readonly` view, so loads need not wait on stores.
 layout(buffer_reference, std430, buffer_reference_align = 4) restrict buffer Words { uint w[]; };
 layout(buffer_reference, std430, buffer_reference_align = 4) restrict readonly buffer ReadWords { uint w[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) restrict buffer Packets { uvec4 v[]; };
+layout(buffer_reference, std430, buffer_reference_align = 16) restrict readonly buffer ReadPackets { uvec4 v[]; };
 
 // Addresses are rounded down to 4 bytes on the host; the low two bits of
 // each operand's address are in `shifts` (2 bits per operand, in the order
@@ -33,6 +41,8 @@ layout(push_constant) uniform Params {
   uint base;        // first work item of this dispatch (large launches are split)
   uint total;       // work items in the whole launch
   uint mode;        // shader-specific (repack_int4: 0 words, 1 scale pairs)
+  uint div_mul;     // packet pipelines: packet index / packets per row is
+  uint div_shift;   // (index * div_mul) >> (32 + div_shift), or index >> div_shift when div_mul is 0
 } p;
 
 const uint OP_SRC = 0u, OP_SCALES = 1u, OP_ZP = 2u, OP_DST = 3u, OP_DST2 = 4u;
@@ -60,6 +70,18 @@ void run_words() {
   const uint stride = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
   uint word = p.base + gl_GlobalInvocationID.x;
   for (uint i = 0u; i < WORDS_PER_INVOCATION && word < p.total; ++i, word += stride) process_word(word);
+}
+
+// Packet pipelines: one invocation per 16-byte packet of the output.
+uint packet_index() { return p.base + gl_GlobalInvocationID.x; }
+
+// The row of a packet, without a division: the host's multiplier is exact
+// for every index below 2^31 (packets of a < 4 GiB output are below 2^28).
+uint row_of_packet(uint packet) {
+  if (p.div_mul == 0u) return packet >> p.div_shift;
+  uint hi, lo;
+  umulExtended(packet, p.div_mul, hi, lo);
+  return hi >> p.div_shift;
 }
 
 // ------------------------------------------------------------ byte access
@@ -158,6 +180,44 @@ int round_half_even_bits(uint x) {
   }
   const int m = int(magnitude);
   return (x >> 31) != 0u ? -m : m;
+}
+
+// Packet pipelines convert the common case without branches: f32 bits
+// whose f16 is a normal number (|x| in [2^-14, 65520)) or a zero, where
+// rounding to f16 is a fixed shift of the significand. Anything else (f16
+// subnormals, overflow, infinities, NaNs) takes f16_bits_from_f32_bits.
+bool f16_fast(uint x) {
+  const uint ax = x & 0x7fffffffu;
+  return ax - 0x38800000u < 0x477ff000u - 0x38800000u || ax == 0u;
+}
+
+bool all_f16_fast(uvec4 v) {
+  const uvec4 ax = v & 0x7fffffffu;
+  return all(lessThan(mix(ax - 0x38800000u, uvec4(0u), equal(ax, uvec4(0u))), uvec4(0x477ff000u - 0x38800000u)));
+}
+
+// f16_bits_from_f32_bits for f16_fast inputs.
+uint f16_bits_fast(uint x) {
+  const uint ax = x & 0x7fffffffu;
+  const uint m = ax - (112u << 23);
+  const uint magnitude = (m + 0xfffu + ((m >> 13) & 1u)) >> 13;
+  return ((x >> 16) & 0x8000u) | (ax == 0u ? 0u : magnitude);
+}
+
+// Eight f32 (as bits: a, then b) to the packet of their eight f16, when
+// all_f16_fast holds for both.
+uvec4 f16_packet_fast(uvec4 a, uvec4 b) {
+  return uvec4(f16_bits_fast(a.x) | (f16_bits_fast(a.y) << 16), f16_bits_fast(a.z) | (f16_bits_fast(a.w) << 16),
+               f16_bits_fast(b.x) | (f16_bits_fast(b.y) << 16), f16_bits_fast(b.z) | (f16_bits_fast(b.w) << 16));
+}
+
+// The value of a finite f16, exactly, with no subnormal arithmetic: a
+// subnormal f16 is m * 2^-24, a normal f32; the exponent field 31
+// (infinities, NaNs) is the caller's to test.
+float f16_value(uint h) {
+  const uint magnitude = h & 0x7fffu;
+  const float v = magnitude < 0x400u ? float(magnitude) * 5.9604644775390625e-8 : uintBitsToFloat((magnitude << 13) + (112u << 23));
+  return (h & 0x8000u) != 0u ? -v : v;
 }
 
 bool is_nan_bits(uint x) { return (x & 0x7fffffffu) > 0x7f800000u; }

@@ -1,6 +1,9 @@
 #version 460
 // dequant_int4: f16 [N, K] = (q - zp) * scale in f32, rounded once to f16.
-// One invocation per 32-bit word of the output.
+// Packet pipeline (K a multiple of 8): one invocation per 16-byte packet
+// of the output, eight columns of one row, which share a block and take
+// one 32-bit word of codes; neighbouring invocations write neighbouring
+// packets. General pipeline: one invocation per 32-bit word of the output.
 #include "common.glsl"
 #include "int4_common.glsl"
 
@@ -54,4 +57,33 @@ void process_word(uint word) {
   store_word(OP_DST, word, value, mask);
 }
 
-void main() { run_words(); }
+void dequant_packet(uint packet) {
+  const uint n = row_of_packet(packet);
+  const uint k = (packet - n * (p.cols >> 3)) << 3;  // first of the packet's eight columns
+  const uint block = k >> block_shift();
+  const uint codes = ReadWords(p.src).w[n * (k_blocks() * (p.block_size >> 3)) + (k >> 3)];
+  const uint zp = zero_point_bits(n, block), scale = scale_bits(n, block);
+  if (!is_subnormal_bits(zp)) {
+    const uvec4 q_lo = uvec4(codes, codes >> 4, codes >> 8, codes >> 12) & 0xfu;
+    const uvec4 q_hi = uvec4(codes >> 16, codes >> 20, codes >> 24, codes >> 28) & 0xfu;
+    precise vec4 lo = (vec4(q_lo) - uintBitsToFloat(zp)) * uintBitsToFloat(scale);
+    precise vec4 hi = (vec4(q_hi) - uintBitsToFloat(zp)) * uintBitsToFloat(scale);
+    const uvec4 a = floatBitsToUint(lo), b = floatBitsToUint(hi);
+    if (all_f16_fast(a) && all_f16_fast(b)) {
+      Packets(p.dst).v[packet] = f16_packet_fast(a, b);
+      return;
+    }
+  }
+  [[dont_unroll]] for (uint i = 0u; i < 4u; ++i) {
+    const uint pair = codes >> (8u * i);
+    Words(p.dst).w[4u * packet + i] = dequant_f16(pair & 0xfu, zp, scale) | (dequant_f16((pair >> 4) & 0xfu, zp, scale) << 16);
+  }
+}
+
+void main() {
+  if (FAST == 1u) {
+    if (packet_index() < p.total) dequant_packet(packet_index());
+  } else {
+    run_words();
+  }
+}

@@ -5,6 +5,10 @@
 //  1: pairs [N, k_blocks] of f16 (scale, -scale*zp), scale in the low half.
 // One invocation per 32-bit word of the output being written; outputs are
 // 32-bit values, so an unaligned destination splits them across words.
+// Packet pipeline (K a multiple of 32, p.mode unused): one invocation per
+// 16-byte packet of words (32 columns of one row, one 16-byte load of
+// codes), which also writes the pair of every block starting in it: one
+// dispatch for both outputs.
 #include "common.glsl"
 #include "int4_common.glsl"
 
@@ -43,14 +47,16 @@ uint repacked_word(uint index) {
   return word;
 }
 
-uint scale_pair(uint index) {
-  const uint kb = k_blocks();
-  const uint n = index / kb;
-  const uint block = index - n * kb;
+uint pair_of(uint n, uint block) {
   const uint s = scale_bits(n, block);
   const uint zp = zero_point_bits(n, block);
   precise float offset = -(uintBitsToFloat(s) * uintBitsToFloat(zp));
   return f16_bits_from_f32_bits(s) | (f16_bits_from_f32_bits(floatBitsToUint(offset)) << 16);
+}
+
+uint scale_pair(uint index) {
+  const uint n = index / k_blocks();
+  return pair_of(n, index - n * k_blocks());
 }
 
 uint output_value(uint index) { return p.mode == 0u ? repacked_word(index) : scale_pair(index); }
@@ -80,4 +86,36 @@ void process_word(uint word) {
   store_word(OP_DST, word, value, mask);
 }
 
-void main() { run_words(); }
+// Eight codes in column order to the repacked order 0,2,4,6,1,3,5,7: the
+// even columns (low nibble of each byte) gathered into the low half, the
+// odd ones into the high half.
+uint repack_codes(uint codes) {
+  uint even = codes & 0x0f0f0f0fu, odd = (codes >> 4) & 0x0f0f0f0fu;
+  even = (even | (even >> 4)) & 0x00ff00ffu;
+  odd = (odd | (odd >> 4)) & 0x00ff00ffu;
+  return ((even | (even >> 8)) & 0xffffu) | (((odd | (odd >> 8)) & 0xffffu) << 16);
+}
+
+void repack_packet(uint packet) {
+  const uint n = row_of_packet(packet);
+  const uint j = packet - n * (p.cols >> 5);  // columns 32j .. 32j + 31
+  // A row of codes is k_blocks * block_size / 2 bytes: whole packets, since
+  // K is a multiple of 32 (so a row of 16-column blocks has an even count).
+  const uvec4 codes = ReadPackets(p.src).v[n * ((k_blocks() * p.block_size) >> 5) + j];
+  Packets(p.dst).v[packet] = uvec4(repack_codes(codes.x), repack_codes(codes.y), repack_codes(codes.z), repack_codes(codes.w));
+  // Blocks starting in these 32 columns: one for block_size >= 32 when the
+  // packet starts a block, two for block_size 16.
+  const uint first = 32u * j;
+  [[dont_unroll]] for (uint start = (first + p.block_size - 1u) & ~(p.block_size - 1u); start < first + 32u; start += p.block_size) {
+    const uint block = start >> block_shift();
+    Words(p.dst2).w[n * k_blocks() + block] = pair_of(n, block);
+  }
+}
+
+void main() {
+  if (FAST == 1u) {
+    if (packet_index() < p.total) repack_packet(packet_index());
+  } else {
+    run_words();
+  }
+}

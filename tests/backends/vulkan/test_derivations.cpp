@@ -31,14 +31,21 @@ std::vector<T> values_of(const Bytes& b) {
 }
 
 constexpr std::uint8_t kGuard = 0xab;
-constexpr std::uint64_t kGuardBytes = 9;
+constexpr std::uint64_t kGuardBytes = 16;
+// Inputs `shift` bytes into their buffers and outputs (shift + 1) % 4 bytes
+// past their guard, so each shift misaligns the two differently; except
+// kPacketAligned, which puts every operand on a 16-byte boundary (the
+// packet pipelines of backends/vulkan/kernels.cpp).
+constexpr std::uint64_t kPacketAligned = 16;
+std::uint64_t output_shift(std::uint64_t shift) { return shift == kPacketAligned ? 0 : (shift + 1) % 4; }
 
 struct Run {
   Bytes dst, dst2;
 };
 
 // Uploads the inputs `shift` bytes into their buffers, runs `l` (pointers
-// filled in here) and returns the outputs; fails if a guard byte changed.
+// filled in here, outputs at output_shift) and returns the outputs; fails
+// if a guard byte changed.
 Run run(VulkanBackend& b, DerivationLaunch l, const Bytes& src, const Bytes& scales, const Bytes& zero_points,
         std::uint64_t shift) {
   auto sizes = derivation_sizes(l);
@@ -57,12 +64,12 @@ Run run(VulkanBackend& b, DerivationLaunch l, const Bytes& src, const Bytes& sca
   };
   auto output = [&](std::uint64_t bytes) -> DevicePtr {
     if (bytes == 0) return 0;
-    Bytes guarded(bytes + 2 * kGuardBytes + shift, kGuard);
+    Bytes guarded(bytes + 2 * kGuardBytes + output_shift(shift), kGuard);
     auto p = b.allocate(guarded.size(), 256);
     REQUIRE(p.ok());
     owned.push_back(*p);
     REQUIRE(b.copy_to_device(*p, 0, std::as_bytes(std::span(guarded))).ok());
-    return *p + kGuardBytes + shift;
+    return *p + kGuardBytes + output_shift(shift);
   };
   l.src = input(src);
   l.scales = input(scales);
@@ -93,7 +100,7 @@ Run run(VulkanBackend& b, DerivationLaunch l, const Bytes& src, const Bytes& sca
 
 using test_cases::awkward_floats;
 
-const std::uint64_t kShifts[] = {0, 1, 2, 3};
+const std::uint64_t kShifts[] = {0, 1, 2, 3, kPacketAligned};
 
 }  // namespace
 
@@ -200,7 +207,8 @@ Int4Inputs make_int4(const Int4Case& c, DataType scale_type, ZeroPoints zp, std:
   return in;
 }
 
-const Int4Case kInt4Cases[] = {{1, 16, 16}, {3, 50, 16}, {5, 130, 32}, {4, 7, 16}, {17, 1000, 64}, {2, 4096, 128}};
+const Int4Case kInt4Cases[] = {{1, 16, 16},    {3, 50, 16},     {5, 130, 32},  {4, 7, 16}, {17, 1000, 64},
+                               {2, 4096, 128}, {3, 96, 16},     {6, 160, 32},  {5, 288, 128}};
 
 }  // namespace
 
@@ -210,8 +218,8 @@ TEST_CASE("dequant_int4 and repack_int4: scale types, zero-point forms, ragged K
   for (DataType st : {DataType::float32, DataType::float16}) {
     for (ZeroPoints zp : {ZeroPoints::absent, ZeroPoints::packed_u4, ZeroPoints::unpacked}) {
       for (const Int4Case& c : kInt4Cases)
-      // Word-aligned operands (the shaders' whole-word fast paths) and shifted ones.
-      for (const std::uint64_t shift : {std::uint64_t{0}, (c.n + c.k) % 4}) {
+      // Packet-aligned operands (the packet pipelines where K allows), word-aligned inputs, shifted ones.
+      for (const std::uint64_t shift : {kPacketAligned, std::uint64_t{0}, (c.n + c.k) % 4}) {
         CAPTURE(dtype_name(st));
         CAPTURE(static_cast<int>(zp));
         CAPTURE(c.n);
@@ -332,17 +340,20 @@ TEST_CASE("quant_int8 from f32 and f16: scales and codes bit-exact") {
   std::mt19937 rng(4);
   for (DataType t : {DataType::float32, DataType::float16}) {
     CAPTURE(dtype_name(t));
-    for (auto [n, k] : {std::pair<std::uint64_t, std::uint64_t>{1, 1}, {3, 7}, {33, 1000}, {5, 4097}}) {
+    for (auto [n, k] : {std::pair<std::uint64_t, std::uint64_t>{1, 1}, {3, 7}, {33, 1000}, {5, 4097}, {7, 1024}, {3, 16}}) {
       std::normal_distribution<float> normal(0.0f, 2.0f);
       std::vector<float> w(n * k);
       for (auto& x : w) x = normal(rng);
       check_quant(*b, w, n, k, t, (n * k) % 4);
+      if (k % 16 == 0) check_quant(*b, w, n, k, t, kPacketAligned);
     }
     // Awkward rows: all zero, subnormal only (f32), a NaN, an infinity, tiny
     // maxima, exact ties, and a row that reaches the clamp from both sides.
-    const std::uint64_t k = 19;
-    const std::vector<float> w = test_cases::quant_int8_awkward_rows(k);
-    check_quant(*b, w, 8, k, t, 1);
+    for (const std::uint64_t k : {19, 32}) {
+      const std::vector<float> w = test_cases::quant_int8_awkward_rows(k);
+      check_quant(*b, w, 8, k, t, 1);
+      check_quant(*b, w, 8, k, t, kPacketAligned);
+    }
   }
 }
 
@@ -360,9 +371,46 @@ TEST_CASE("work beyond one dispatch is split, not truncated") {
   for (std::size_t i = 0; i < f.size(); ++i) wrong += got[i] != kmath::f16_bits_from_f32(f[i]);
   CHECK(wrong == 0);
 
-  std::vector<float> w(11 * 9);
-  for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 13) - 6.0f;
-  check_quant(*b, w, 11, 9, DataType::float32, 0);  // 11 rows, 2 workgroups per dispatch
+  // The packet pipeline: 768 packets of 64 per workgroup, six dispatches, and a tail of five elements.
+  const std::vector<float> g = awkward_floats(8 * kWorkgroupSize * 12 + 5, 6);
+  l.cols = g.size();
+  const auto got_packets = values_of<std::uint16_t>(run(*b, l, bytes_of(g), {}, {}, kPacketAligned).dst);
+  wrong = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) wrong += got_packets[i] != kmath::f16_bits_from_f32(g[i]);
+  CHECK(wrong == 0);
+
+  for (const std::uint64_t k : {9, 16}) {  // 11 rows, 2 workgroups per dispatch; the word then the packet pipeline
+    std::vector<float> w(11 * k);
+    for (std::size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 13) - 6.0f;
+    check_quant(*b, w, 11, k, DataType::float32, k == 16 ? kPacketAligned : 0);
+  }
+}
+
+TEST_CASE("packet rows without a division: exact for every index below 2^31") {
+  std::mt19937 rng(8);
+  std::vector<std::uint32_t> divisors;
+  for (std::uint32_t d = 1; d <= 3000; ++d) divisors.push_back(d);
+  for (std::uint32_t d : {4095u, 4097u, 12289u, 65535u, 65537u, 1u << 20, (1u << 20) + 1, 0x7fffffffu, 0x80000001u, 0xffffffffu})
+    divisors.push_back(d);
+  for (int i = 0; i < 2000; ++i) divisors.push_back(rng() | 1u);
+  std::size_t wrong = 0;
+  for (const std::uint32_t d : divisors) {
+    const PacketDivider div = packet_divider(d);
+    auto quotient = [&](std::uint32_t i) -> std::uint32_t {
+      if (div.mul == 0) return i >> div.shift;
+      return static_cast<std::uint32_t>((std::uint64_t{i} * div.mul) >> (32 + div.shift));
+    };
+    std::vector<std::uint32_t> indices = {0, 1, 0x7fffffffu, 0x7ffffffeu};
+    for (std::uint64_t m : {std::uint64_t{1}, std::uint64_t{2}, std::uint64_t{0x7fffffffu} / d})
+      for (std::int64_t delta : {-1, 0, 1}) {
+        const std::int64_t i = static_cast<std::int64_t>(m * d) + delta;
+        if (i >= 0 && i < 0x80000000ll) indices.push_back(static_cast<std::uint32_t>(i));
+      }
+    for (int r = 0; r < 64; ++r) indices.push_back(rng() & 0x7fffffffu);
+    for (const std::uint32_t i : indices)
+      if (quotient(i) != i / d && wrong++ == 0) FAIL_CHECK(i << " / " << d << ": got " << quotient(i));
+  }
+  CHECK(wrong == 0);
 }
 
 TEST_CASE("launches are validated before anything runs") {
