@@ -44,6 +44,12 @@ std::uint32_t variant_of(const DerivationLaunch& l) {
 
 bool aligned(DevicePtr ptr, DevicePtr to) { return ptr % to == 0; }
 
+// Scales, and unpacked zero points, at their type's natural alignment.
+bool int4_side_operands_aligned(const DerivationLaunch& l) {
+  const DevicePtr e = l.src_type == DataType::float16 ? 2 : 4;
+  return aligned(l.scales, e) && (l.zero_points != ZeroPoints::unpacked || aligned(l.zero_point, e));
+}
+
 }  // namespace
 
 PacketDivider packet_divider(std::uint32_t d) {
@@ -141,8 +147,10 @@ void Kernels::split(std::vector<Dispatch>& out, VkPipeline pipeline, const PushC
 //                whole packet (fewer than eight) go to the word pipeline;
 //  dequant_int4  K a multiple of 8, src 4- and dst 16-byte aligned;
 //  repack_int4   K a multiple of 32, src and dst 16-, dst2 4-byte aligned;
+//                for both, scales and unpacked zero points at their
+//                type's alignment (read as whole words or halves);
 //  quant_int8    K a multiple of 16, src and dst 16-, dst2 4-byte aligned.
-// Scales and zero points are read as before (any alignment). Transposes
+// Transposes
 // keep their tiled and word modes.
 Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const DerivationSizes& sizes) {
   std::vector<Dispatch> out;
@@ -153,9 +161,12 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
   switch (l.kind) {
     case Derivation::transpose: break;
     case Derivation::to_f16: packets = aligned(l.src, 16) && aligned(l.dst, 16); break;
-    case Derivation::dequant_int4: packets = l.cols % 8 == 0 && aligned(l.src, 4) && aligned(l.dst, 16); break;
+    case Derivation::dequant_int4:
+      packets = l.cols % 8 == 0 && aligned(l.src, 4) && aligned(l.dst, 16) && int4_side_operands_aligned(l);
+      break;
     case Derivation::repack_int4:
-      packets = l.cols % 32 == 0 && aligned(l.src, 16) && aligned(l.dst, 16) && aligned(l.dst2, 4);
+      packets = l.cols % 32 == 0 && aligned(l.src, 16) && aligned(l.dst, 16) && aligned(l.dst2, 4) &&
+                int4_side_operands_aligned(l);
       break;
     case Derivation::quant_int8:
       packets = l.cols % 16 == 0 && aligned(l.src, 16) && aligned(l.dst, 16) && aligned(l.dst2, 4);

@@ -4,13 +4,17 @@
 // and prints the driver's statistics for each, read through
 // VK_KHR_pipeline_executable_properties.
 //
-//   radv_stats NAME FILE.spv WORKGROUP VARIANT ZERO_POINTS [NAME FILE ...]
+//   radv_stats NAME FILE.spv WORKGROUP VARIANT ZERO_POINTS FAST [NAME FILE ...]
 //
 // One line per pipeline:
 //   stat <TAB> NAME <TAB> VGPRs <TAB> spilled VGPRs+SGPRs <TAB> scratch bytes
 //        <TAB> LDS bytes <TAB> instructions <TAB> 0
+// then one line per global memory instruction of the driver's assembly:
+//   mem <TAB> NAME <TAB> mnemonic (global_load_dwordx4, global_store_dword, ...)
+// With RADV_STATS_ASM set, the assembly itself goes to stderr.
 // The specialization constants are the Vulkan backend's (backends/vulkan/
-// kernels.cpp): 0 workgroup size, 1 variant, 2 zero-point form; the layout
+// kernels.cpp): 0 workgroup size, 1 variant, 2 zero-point form, 3 packet
+// pipeline; the layout
 // has the backend's push-constant block (76 bytes; 128 reserved).
 #include <vulkan/vulkan.h>
 
@@ -47,8 +51,8 @@ std::uint64_t stat_value(const VkPipelineExecutableStatisticKHR& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 6 || (argc - 1) % 5 != 0) {
-    std::printf("usage: radv_stats NAME FILE.spv WORKGROUP VARIANT ZERO_POINTS [...]\n");
+  if (argc < 7 || (argc - 1) % 6 != 0) {
+    std::printf("usage: radv_stats NAME FILE.spv WORKGROUP VARIANT ZERO_POINTS FAST [...]\n");
     return 2;
   }
   VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
@@ -89,7 +93,9 @@ int main(int argc, char** argv) {
       vkGetDeviceProcAddr(device, "vkGetPipelineExecutablePropertiesKHR"));
   auto get_statistics = reinterpret_cast<PFN_vkGetPipelineExecutableStatisticsKHR>(
       vkGetDeviceProcAddr(device, "vkGetPipelineExecutableStatisticsKHR"));
-  if (!get_executables || !get_statistics) die("VK_KHR_pipeline_executable_properties missing", VK_ERROR_EXTENSION_NOT_PRESENT);
+  auto get_representations = reinterpret_cast<PFN_vkGetPipelineExecutableInternalRepresentationsKHR>(
+      vkGetDeviceProcAddr(device, "vkGetPipelineExecutableInternalRepresentationsKHR"));
+  if (!get_executables || !get_statistics || !get_representations) die("VK_KHR_pipeline_executable_properties missing", VK_ERROR_EXTENSION_NOT_PRESENT);
 
   VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, 128};
   VkPipelineLayoutCreateInfo lci{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
@@ -98,7 +104,7 @@ int main(int argc, char** argv) {
   VkPipelineLayout layout;
   check(vkCreatePipelineLayout(device, &lci, nullptr, &layout), "vkCreatePipelineLayout");
 
-  for (int a = 1; a + 4 < argc; a += 5) {
+  for (int a = 1; a + 5 < argc; a += 6) {
     const std::string name = argv[a];
     std::ifstream in(argv[a + 1], std::ios::binary);
     std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -110,13 +116,12 @@ int main(int argc, char** argv) {
     mci.pCode = words.data();
     VkShaderModule module;
     check(vkCreateShaderModule(device, &mci, nullptr, &module), "vkCreateShaderModule");
-    const std::uint32_t constants[3] = {static_cast<std::uint32_t>(std::atoi(argv[a + 2])),
-                                        static_cast<std::uint32_t>(std::atoi(argv[a + 3])),
-                                        static_cast<std::uint32_t>(std::atoi(argv[a + 4]))};
-    VkSpecializationMapEntry entries[3] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}};
-    VkSpecializationInfo spec{3, entries, sizeof constants, constants};
+    std::uint32_t constants[4];
+    for (int i = 0; i < 4; ++i) constants[i] = static_cast<std::uint32_t>(std::atoi(argv[a + 2 + i]));
+    VkSpecializationMapEntry entries[4] = {{0, 0, 4}, {1, 4, 4}, {2, 8, 4}, {3, 12, 4}};
+    VkSpecializationInfo spec{4, entries, sizeof constants, constants};
     VkComputePipelineCreateInfo pci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
-    pci.flags = VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
+    pci.flags = VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR | VK_PIPELINE_CREATE_CAPTURE_INTERNAL_REPRESENTATIONS_BIT_KHR;
     pci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
     pci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
     pci.stage.module = module;
@@ -131,6 +136,7 @@ int main(int argc, char** argv) {
     std::uint32_t n = 0;
     check(get_executables(device, &pinfo, &n, nullptr), "vkGetPipelineExecutablePropertiesKHR");
     std::map<std::string, std::uint64_t> stats;
+    std::vector<std::string> mem;
     for (std::uint32_t e = 0; e < n; ++e) {
       VkPipelineExecutableInfoKHR einfo{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR};
       einfo.pipeline = pipeline;
@@ -144,12 +150,33 @@ int main(int argc, char** argv) {
         if (std::getenv("RADV_STATS_ALL")) std::fprintf(stderr, "  %s %s = %llu\n", name.c_str(), st.name,
                                                          static_cast<unsigned long long>(stat_value(st)));
       }
+      std::uint32_t rn = 0;
+      check(get_representations(device, &einfo, &rn, nullptr), "vkGetPipelineExecutableInternalRepresentationsKHR");
+      std::vector<VkPipelineExecutableInternalRepresentationKHR> reps(
+          rn, {VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INTERNAL_REPRESENTATION_KHR});
+      check(get_representations(device, &einfo, &rn, reps.data()), "vkGetPipelineExecutableInternalRepresentationsKHR");
+      std::vector<std::vector<char>> texts(rn);
+      for (std::uint32_t r = 0; r < rn; ++r) {
+        texts[r].resize(reps[r].dataSize);
+        reps[r].pData = texts[r].data();
+      }
+      check(get_representations(device, &einfo, &rn, reps.data()), "vkGetPipelineExecutableInternalRepresentationsKHR");
+      for (std::uint32_t r = 0; r < rn; ++r) {
+        if (std::strcmp(reps[r].name, "Assembly") != 0) continue;
+        const std::string text(texts[r].data(), strnlen(texts[r].data(), texts[r].size()));
+        if (std::getenv("RADV_STATS_ASM")) std::fprintf(stderr, "%s\n", text.c_str());
+        for (std::size_t at = text.find("global_"); at != std::string::npos; at = text.find("global_", at + 1)) {
+          const std::size_t end = text.find_first_of(" \t\n", at);
+          mem.push_back(text.substr(at, end - at));
+        }
+      }
     }
     std::printf("stat\t%s\t%llu\t%llu\t%llu\t%llu\t%llu\t0\n", name.c_str(),
                 static_cast<unsigned long long>(stats["VGPRs"]),
                 static_cast<unsigned long long>(stats["Spilled VGPRs"] + stats["Spilled SGPRs"]),
                 static_cast<unsigned long long>(stats["Scratch size"]), static_cast<unsigned long long>(stats["LDS size"]),
                 static_cast<unsigned long long>(stats["Instructions"]));
+    for (const auto& m : mem) std::printf("mem\t%s\t%s\n", name.c_str(), m.c_str());
     vkDestroyPipeline(device, pipeline, nullptr);
     vkDestroyShaderModule(device, module, nullptr);
   }

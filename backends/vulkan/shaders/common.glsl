@@ -78,10 +78,9 @@ uint packet_index() { return p.base + gl_GlobalInvocationID.x; }
 // The row of a packet, without a division: the host's multiplier is exact
 // for every index below 2^31 (packets of a < 4 GiB output are below 2^28).
 uint row_of_packet(uint packet) {
-  if (p.div_mul == 0u) return packet >> p.div_shift;
   uint hi, lo;
   umulExtended(packet, p.div_mul, hi, lo);
-  return hi >> p.div_shift;
+  return (p.div_mul == 0u ? packet : hi) >> p.div_shift;  // a select, not a branch
 }
 
 // ------------------------------------------------------------ byte access

@@ -104,68 +104,69 @@ void store_u32(uint op, uint offset, uint value) {
 }
 
 // ------------------------------------------------------------ packets
-// Slab s of a row (16 elements) as four vectors of f32 values, with NaN
-// elements marked. f16 sources are decoded exactly (f16_value).
-void load_slab(uint row, uint s, out vec4 v[4], out bvec4 nan[4]) {
+// Slab s of a row (16 elements) as four vectors of f32 values. f16 sources
+// go through the hardware conversion, exact for normal f16; a driver may
+// flush f16 subnormals, which is harmless in rows whose maximum is at least
+// 2^-6 (below).
+void load_slab(uint row, uint s, out vec4 v[4]) {
   if (VARIANT == 0u) {
-    const uint first = row * (p.cols >> 2) + 4u * s;
-    for (uint i = 0u; i < 4u; ++i) {
-      const uvec4 w = ReadPackets(p.src).v[first + i];
-      v[i] = uintBitsToFloat(w);
-      nan[i] = greaterThan(w & 0x7fffffffu, uvec4(0x7f800000u));
-    }
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) v[i] = uintBitsToFloat(ReadPackets(p.src).v[row * (p.cols >> 2) + 4u * s + i]);
   } else {
-    const uint first = row * (p.cols >> 3) + 2u * s;
-    for (uint i = 0u; i < 2u; ++i) {
-      const uvec4 w = ReadPackets(p.src).v[first + i];
-      for (uint h = 0u; h < 2u; ++h) {
-        // Elements in order: the low then the high half of each word.
-        const uvec4 e = h == 0u ? uvec4(w.x & 0xffffu, w.x >> 16, w.y & 0xffffu, w.y >> 16)
-                                : uvec4(w.z & 0xffffu, w.z >> 16, w.w & 0xffffu, w.w >> 16);
-        v[2u * i + h] = vec4(f16_value(e.x), f16_value(e.y), f16_value(e.z), f16_value(e.w));
-        nan[2u * i + h] = greaterThan(e & 0x7fffu, uvec4(0x7c00u));
-      }
+    [[unroll]] for (uint i = 0u; i < 2u; ++i) {
+      const uvec4 w = ReadPackets(p.src).v[row * (p.cols >> 3) + 2u * s + i];
+      v[2u * i] = vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
+      v[2u * i + 1u] = vec4(unpackHalf2x16(w.z), unpackHalf2x16(w.w));
     }
   }
 }
 
-// The largest |w| of slab s as f32 bits, NaNs left out (integer order is
-// float order for non-NaN magnitudes).
-uint slab_max_bits(uint row, uint s) {
+// The largest magnitude of slab s as integer bits of the source type (f32
+// or f16): integer order is float order, and a NaN is above every number,
+// so a row with a NaN is seen as such and takes row_max_without_nans.
+uint slab_max_magnitude(uint row, uint s) {
   uvec4 m = uvec4(0u);
   if (VARIANT == 0u) {
-    for (uint i = 0u; i < 4u; ++i) {
-      const uvec4 a = ReadPackets(p.src).v[row * (p.cols >> 2) + 4u * s + i] & 0x7fffffffu;
-      m = max(m, mix(a, uvec4(0u), greaterThan(a, uvec4(0x7f800000u))));
-    }
-    return max(max(m.x, m.y), max(m.z, m.w));
-  }
-  for (uint i = 0u; i < 2u; ++i) {
-    const uvec4 w = ReadPackets(p.src).v[row * (p.cols >> 3) + 2u * s + i];
-    for (uint h = 0u; h < 2u; ++h) {
-      const uvec4 a = (h == 0u ? w : w >> 16) & 0x7fffu;
-      m = max(m, mix(a, uvec4(0u), greaterThan(a, uvec4(0x7c00u))));
+    [[unroll]] for (uint i = 0u; i < 4u; ++i) m = max(m, ReadPackets(p.src).v[row * (p.cols >> 2) + 4u * s + i] & 0x7fffffffu);
+  } else {
+    [[unroll]] for (uint i = 0u; i < 2u; ++i) {
+      const uvec4 w = ReadPackets(p.src).v[row * (p.cols >> 3) + 2u * s + i];
+      m = max(m, max(w & 0x7fffu, (w >> 16) & 0x7fffu));
     }
   }
-  return f32_bits_from_f16_bits(max(max(m.x, m.y), max(m.z, m.w)));
+  return max(max(m.x, m.y), max(m.z, m.w));
 }
 
-// Codes by one reciprocal: for a scale in [2^-62, inf), inv = 1/scale is
+// 16 codes by one reciprocal: for a scale in [2^-62, inf), inv = 1/scale is
 // within 2.5 ulp (Vulkan's bound for a division), so r = w * inv is within
-// 3 ulp of w / scale, and |r| <= 127.0001 puts that under 2^-15. Rounding r
-// to nearest even gives the code of the exact quotient, and so of its
-// correctly rounded f32 (the reference's), unless r is within 2^-14 of a
-// half-integer; such slabs, and NaN elements, take code_of. A subnormal w
-// gives |w / scale| < 2^-64, code 0, flushed or not.
-uint packed_codes(vec4 v, float inv) {
+// 3 ulp of w / scale, and |r| <= 127.0001 puts that under 2^-15 (and keeps
+// round(r) in [-127, 127]: no clamp). Rounding r to nearest even gives the
+// code of the exact quotient, and so of its correctly rounded f32 (the
+// reference's), unless r is within 2^-14 of a half-integer: `exact` turns
+// false there, and for NaN elements (NaN fails every comparison), and the
+// caller takes code_of. A subnormal w gives |w / scale| < 2^-64, code 0,
+// flushed or not.
+uint codes_of(vec4 v, float inv, inout bool exact) {
   precise vec4 r = v * inv;
-  const ivec4 c = ivec4(clamp(roundEven(r), vec4(-127.0), vec4(127.0)));
-  return (uint(c.x) & 0xffu) | ((uint(c.y) & 0xffu) << 8) | ((uint(c.z) & 0xffu) << 16) | (uint(c.w) << 24);
+  const vec4 c = roundEven(r);
+  exact = exact && all(lessThanEqual(abs(r - c), vec4(0.49993896484375)));  // 0.5 - 2^-14
+  const ivec4 i = ivec4(c);
+  return (uint(i.x) & 0xffu) | ((uint(i.y) & 0xffu) << 8) | ((uint(i.z) & 0xffu) << 16) | (uint(i.w) << 24);
 }
 
-bool needs_division(vec4 v, bvec4 nan, float inv) {
-  precise vec4 r = abs(v * inv);
-  return any(nan) || any(lessThan(abs(r - floor(r) - 0.5), vec4(1.0 / 16384.0)));
+shared uint row_max_clean;
+
+// The row's max |w| as f32 bits, NaNs left out, element by element.
+uint row_max_without_nans(uint row) {
+  if (gl_LocalInvocationID.x == 0u) row_max_clean = 0u;
+  barrier();
+  uint local_max = 0u;
+  for (uint k = gl_LocalInvocationID.x; k < p.cols; k += gl_WorkGroupSize.x) {
+    const uint a = element_bits(row, k) & 0x7fffffffu;
+    if (a <= 0x7f800000u && a > local_max) local_max = a;
+  }
+  atomicMax(row_max_clean, local_max);
+  barrier();
+  return row_max_clean;
 }
 
 void quantize_row_packets(uint row) {
@@ -176,25 +177,29 @@ void quantize_row_packets(uint row) {
   if (lid == 0u) row_max_bits = 0u;
   barrier();
   uint local_max = 0u;
-  for (uint s = lid; s < slabs; s += threads) local_max = max(local_max, slab_max_bits(row, s));
+  for (uint s = lid; s < slabs; s += threads) local_max = max(local_max, slab_max_magnitude(row, s));
   atomicMax(row_max_bits, local_max);
   barrier();
-  const uint scale = scale_bits_of(row_max_bits);
-  if (lid == 0u) Words(p.dst2).w[row] = scale;
-  if (scale == 0u) {  // every element zero or NaN: codes 0
-    for (uint s = lid; s < slabs; s += threads) Packets(p.dst).v[row * slabs + s] = uvec4(0u);
-    return;
+  const uint magnitude = row_max_bits;  // the same in every invocation: the branches below are uniform
+  uint max_bits;
+  if (magnitude > (VARIANT == 0u ? 0x7f800000u : 0x7c00u)) {
+    max_bits = row_max_without_nans(row);
+  } else {
+    max_bits = VARIANT == 0u ? magnitude : f32_bits_from_f16_bits(magnitude);
   }
-  const bool reciprocal = scale >= (65u << 23) && scale < 0x7f800000u;
+  const uint scale = scale_bits_of(max_bits);
+  if (lid == 0u) Words(p.dst2).w[row] = scale;
+  // f16 rows below 2^-6 could hold subnormals whose codes are not 0.
+  const bool reciprocal = scale >= (65u << 23) && scale < 0x7f800000u && (VARIANT == 0u || max_bits >= 0x3c800000u);
   const float inv = 1.0 / uintBitsToFloat(reciprocal ? scale : 0x3f800000u);
   for (uint s = lid; s < slabs; s += threads) {
     vec4 v[4];
-    bvec4 nan[4];
-    load_slab(row, s, v, nan);
-    if (reciprocal && !needs_division(v[0], nan[0], inv) && !needs_division(v[1], nan[1], inv) &&
-        !needs_division(v[2], nan[2], inv) && !needs_division(v[3], nan[3], inv)) {
-      Packets(p.dst).v[row * slabs + s] =
-          uvec4(packed_codes(v[0], inv), packed_codes(v[1], inv), packed_codes(v[2], inv), packed_codes(v[3], inv));
+    load_slab(row, s, v);
+    bool exact = reciprocal;
+    const uvec4 codes = uvec4(codes_of(v[0], inv, exact), codes_of(v[1], inv, exact), codes_of(v[2], inv, exact),
+                              codes_of(v[3], inv, exact));
+    if (exact) {
+      Packets(p.dst).v[row * slabs + s] = codes;
       continue;
     }
     [[dont_unroll]] for (uint i = 0u; i < 4u; ++i) {

@@ -47,11 +47,18 @@ uint repacked_word(uint index) {
   return word;
 }
 
-uint pair_of(uint n, uint block) {
+// A block's pair as f32 bits: the scale, and -scale * zp (`precise`: no
+// fused multiply-add).
+uvec2 pair_values(uint n, uint block) {
   const uint s = scale_bits(n, block);
-  const uint zp = zero_point_bits(n, block);
-  precise float offset = -(uintBitsToFloat(s) * uintBitsToFloat(zp));
-  return f16_bits_from_f32_bits(s) | (f16_bits_from_f32_bits(floatBitsToUint(offset)) << 16);
+  precise float offset = -(uintBitsToFloat(s) * uintBitsToFloat(zero_point_bits(n, block)));
+  return uvec2(s, floatBitsToUint(offset));
+}
+
+uint pair_of(uint n, uint block) {
+  const uvec2 v = pair_values(n, block);
+  if (f16_fast(v.x) && f16_fast(v.y)) return f16_bits_fast(v.x) | (f16_bits_fast(v.y) << 16);
+  return f16_bits_from_f32_bits(v.x) | (f16_bits_from_f32_bits(v.y) << 16);
 }
 
 uint scale_pair(uint index) {
@@ -86,14 +93,13 @@ void process_word(uint word) {
   store_word(OP_DST, word, value, mask);
 }
 
-// Eight codes in column order to the repacked order 0,2,4,6,1,3,5,7: the
-// even columns (low nibble of each byte) gathered into the low half, the
-// odd ones into the high half.
+// Eight codes in column order to the repacked order 0,2,4,6,1,3,5,7 by two
+// swaps: nibbles 1<->2 and 5<->6 (giving 0,2,1,3,4,6,5,7), then bytes
+// 1<->2.
 uint repack_codes(uint codes) {
-  uint even = codes & 0x0f0f0f0fu, odd = (codes >> 4) & 0x0f0f0f0fu;
-  even = (even | (even >> 4)) & 0x00ff00ffu;
-  odd = (odd | (odd >> 4)) & 0x00ff00ffu;
-  return ((even | (even >> 8)) & 0xffffu) | (((odd | (odd >> 8)) & 0xffffu) << 16);
+  const uint t = (codes ^ (codes << 4)) & 0x0f000f00u;
+  codes ^= t ^ (t >> 4);
+  return bitfieldInsert(bitfieldInsert(codes, codes >> 16, 8, 8), codes >> 8, 16, 8);
 }
 
 void repack_packet(uint packet) {
