@@ -149,9 +149,9 @@ void Kernels::split(std::vector<Dispatch>& out, VkPipeline pipeline, const PushC
 //  repack_int4   K a multiple of 32, src and dst 16-, dst2 4-byte aligned;
 //                for both, scales and unpacked zero points at their
 //                type's alignment (read as whole words or halves);
-//  quant_int8    K a multiple of 16, src and dst 16-, dst2 4-byte aligned.
-// Transposes
-// keep their tiled and word modes.
+//  quant_int8    K a multiple of 16, src and dst 16-, dst2 4-byte aligned;
+//  transpose     src and dst 16-byte aligned, rows of both matrices whole
+//                packets (the tiled mode, moved as packets).
 Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const DerivationSizes& sizes) {
   std::vector<Dispatch> out;
   const std::uint32_t zp = (l.kind == Derivation::dequant_int4 || l.kind == Derivation::repack_int4)
@@ -159,7 +159,11 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
                                : 0;
   bool packets = false;
   switch (l.kind) {
-    case Derivation::transpose: break;
+    case Derivation::transpose: {
+      const std::uint64_t e = dtype_bits(l.src_type) / 8;
+      packets = aligned(l.src, 16) && aligned(l.dst, 16) && (l.rows * e) % 16 == 0 && (l.cols * e) % 16 == 0;
+      break;
+    }
     case Derivation::to_f16: packets = aligned(l.src, 16) && aligned(l.dst, 16); break;
     case Derivation::dequant_int4:
       packets = l.cols % 8 == 0 && aligned(l.src, 4) && aligned(l.dst, 16) && int4_side_operands_aligned(l);
@@ -218,7 +222,7 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
           tiles <= 0xffffffffu) {
         if (tiles != 0) {
           p.mode = 1;
-          split(out, *pipe, p, 0, static_cast<std::uint32_t>(tiles), 1);
+          split(out, packets ? packet_pipe : *pipe, p, 0, static_cast<std::uint32_t>(tiles), 1);
         }
         break;
       }

@@ -87,9 +87,59 @@ void transpose_tile(uint t) {
   }
 }
 
+// Packet tiles (the packet pipeline, FAST = 1, chosen when both operands
+// are 16-byte aligned and every row of both matrices is whole 16-byte
+// packets): the same tile and shared memory, moved as packets, so each
+// invocation issues 16-byte loads and stores (of neighbouring packets).
+const uint TILE_PACKETS = TILE * VARIANT / 16u;  // packets of one tile row: 2 (u8) .. 16 (u64)
+
+void transpose_tile_packets(uint t) {
+  const uint tiles_c = (p.cols + TILE - 1u) / TILE;
+  const uint tr = t / tiles_c;
+  const uint r0 = tr * TILE, c0 = (t - tr * tiles_c) * TILE;
+  const uint src_row_packets = p.cols * VARIANT / 16u, dst_row_packets = p.rows * VARIANT / 16u;
+  const uint elem_mask = VARIANT >= 4u ? 0xffffffffu : (1u << (8u * VARIANT)) - 1u;
+  for (uint i = gl_LocalInvocationID.x; i < TILE * TILE_PACKETS; i += gl_WorkGroupSize.x) {
+    const uint y = i / TILE_PACKETS, x = i % TILE_PACKETS;
+    const uint r = r0 + y, cp = c0 * VARIANT / 16u + x;
+    if (r < p.rows && cp < src_row_packets) {
+      const uvec4 v = ReadPackets(p.src).v[r * src_row_packets + cp];
+      [[unroll]] for (uint k = 0u; k < 4u; ++k) {
+        const uint xw = 4u * x + k;  // word of the tile row
+        if (VARIANT >= 4u) {
+          tile[y * STRIDE + xw] = v[k];
+        } else {
+          for (uint j = 0u; j < EPW; ++j) tile[y * STRIDE + xw * EPW + j] = (v[k] >> (8u * VARIANT * j)) & elem_mask;
+        }
+      }
+    }
+  }
+  barrier();
+  for (uint i = gl_LocalInvocationID.x; i < TILE * TILE_PACKETS; i += gl_WorkGroupSize.x) {
+    const uint y = i / TILE_PACKETS, x = i % TILE_PACKETS;  // output row c0 + y, packet x of its tile part
+    const uint oc = c0 + y, op = r0 * VARIANT / 16u + x;
+    if (oc < p.cols && op < dst_row_packets) {
+      uvec4 v = uvec4(0u);
+      [[unroll]] for (uint k = 0u; k < 4u; ++k) {
+        const uint xw = 4u * x + k;
+        if (VARIANT >= 4u) {
+          v[k] = tile[(xw / WPE) * STRIDE + y * WPE + xw % WPE];
+        } else {
+          for (uint j = 0u; j < EPW; ++j) v[k] |= tile[(xw * EPW + j) * STRIDE + y] << (8u * VARIANT * j);
+        }
+      }
+      Packets(p.dst).v[oc * dst_row_packets + op] = v;
+    }
+  }
+}
+
 void main() {
   if (p.mode == 1u) {
-    transpose_tile(p.base + gl_WorkGroupID.x);
+    if (FAST == 1u) {
+      transpose_tile_packets(p.base + gl_WorkGroupID.x);
+    } else {
+      transpose_tile(p.base + gl_WorkGroupID.x);
+    }
   } else {
     run_words();
   }

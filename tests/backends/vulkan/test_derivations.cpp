@@ -109,7 +109,10 @@ TEST_CASE("transpose: every element size, shapes and alignments, bit-exact") {
   std::mt19937 rng(1);
   for (DataType t : {DataType::uint8, DataType::float16, DataType::float32, DataType::float64}) {
     const std::uint64_t size = dtype_bits(t) / 8;
-    for (auto [rows, cols] : {std::pair<std::uint64_t, std::uint64_t>{1, 1}, {7, 13}, {64, 33}, {129, 250}, {1, 1000}}) {
+    // ... and shapes whose rows are whole 16-byte packets for every element size (the packet tiles),
+    // with partial tiles at the right and bottom edges.
+    for (auto [rows, cols] : {std::pair<std::uint64_t, std::uint64_t>{1, 1}, {7, 13}, {64, 33}, {129, 250}, {1, 1000},
+                              {48, 80}, {32, 16}, {112, 96}}) {
       for (std::uint64_t shift : kShifts) {
         CAPTURE(size);
         CAPTURE(rows);
