@@ -210,15 +210,6 @@ uvec4 f16_packet_fast(uvec4 a, uvec4 b) {
                f16_bits_fast(b.x) | (f16_bits_fast(b.y) << 16), f16_bits_fast(b.z) | (f16_bits_fast(b.w) << 16));
 }
 
-// The value of a finite f16, exactly, with no subnormal arithmetic: a
-// subnormal f16 is m * 2^-24, a normal f32; the exponent field 31
-// (infinities, NaNs) is the caller's to test.
-float f16_value(uint h) {
-  const uint magnitude = h & 0x7fffu;
-  const float v = magnitude < 0x400u ? float(magnitude) * 5.9604644775390625e-8 : uintBitsToFloat((magnitude << 13) + (112u << 23));
-  return (h & 0x8000u) != 0u ? -v : v;
-}
-
 bool is_nan_bits(uint x) { return (x & 0x7fffffffu) > 0x7f800000u; }
 
 // Float arithmetic here must match IEEE f32 exactly. Drivers may flush
