@@ -358,6 +358,14 @@ TEST_CASE("quant_int8 from f32 and f16: scales and codes bit-exact") {
       check_quant(*b, w, 8, k, t, kPacketAligned);
     }
   }
+  // A scale near the smallest normal f32 (row maximum 127 * 2^-126): subnormal elements have codes up to
+  // 1 there, which a driver that flushes subnormals (lavapipe does) would turn into 0 through a reciprocal;
+  // the packet pipeline must take the exact path for such rows.
+  std::vector<float> tiny(16);
+  const std::uint32_t bits[] = {0x007fffffu, 0x00400000u, 0x00600000u, 0x80700000u, 0x00000001u, 0x003fffffu};
+  for (std::size_t i = 0; i < tiny.size(); ++i) tiny[i] = kmath::f32_from_bits(bits[i % 6]);
+  tiny[7] = 127.0f * kmath::f32_from_bits(0x00800000u);
+  check_quant(*b, tiny, 1, 16, DataType::float32, kPacketAligned);
 }
 
 TEST_CASE("work beyond one dispatch is split, not truncated") {
