@@ -22,8 +22,8 @@ rows = [
  ("transpose/u8/8192x8192", 64, 128, 16384, 256, 0.5, 0.5, 32, 31.3, 1.0),
  ("to_f16/f32/4096x4096", 256, 24, 0, 32, 2/3, 1.0, 48, 24.0, 1.0),
  ("to_f16/bf16/8192x4096", 256, 20, 0, 16, 0.5, 1.0, 32, 29.0, 1.0),
- ("dequant_int4/f32_scales/packed_zp/8192x8192/bs32", 256, 40, 0, 21, 0.25, 1.0, 21.2, 56.5, 0.95),
- ("dequant_int4/f16_scales/no_zp/8192x8192/bs128", 256, 40, 0, 18, 0.22, 1.0, 20.5, 49.0, 0.95),
+ ("dequant_int4/f32_scales/packed_zp/8192x8192/bs32", 256, 31, 0, 9, 0.25, 1.0, 21.2, 87.0, 1.0),
+ ("dequant_int4/f16_scales/no_zp/8192x8192/bs128", 256, 31, 0, 6, 0.22, 1.0, 20.5, 70.0, 1.0),
  ("repack_int4/f32_scales/packed_zp/8192x16384/bs32", 256, 40, 0, 20.5, 0.51, 1.0, 32.4, 134.4, 1.0),
  ("repack_int4/f16_scales/no_zp/8192x16384/bs128", 256, 40, 0, 16.5, 0.49, 1.0, 31.5, 110.0, 1.0),
  ("quant_int8/f32/4096x4096", 256, 64, 64, 64, 0.8, 0.5, 80, 275.0, 1.0),
@@ -45,7 +45,7 @@ print()
 blocks = {  # work blocks of the bench case, blocks resident per SM
  "transpose/f32/4096x4096": (16384, 1344//64), "transpose/f16/8192x4096": (8192, 768//64), "transpose/u8/8192x8192": (4096, 512//64),
  "to_f16/f32/4096x4096": (8192, 8), "to_f16/bf16/8192x4096": (16384, 8),
- "dequant_int4/f32_scales/packed_zp/8192x8192/bs32": (8192, 6), "dequant_int4/f16_scales/no_zp/8192x8192/bs128": (8192, 6),
+ "dequant_int4/f32_scales/packed_zp/8192x8192/bs32": (32768, 8), "dequant_int4/f16_scales/no_zp/8192x8192/bs128": (32768, 8),
  "repack_int4/f32_scales/packed_zp/8192x16384/bs32": (16384, 6), "repack_int4/f16_scales/no_zp/8192x16384/bs128": (16384, 6),
  "quant_int8/f32/4096x4096": (4096, 4), "quant_int8/f16/8192x4096": (8192, 5)}
 out = []

@@ -67,11 +67,11 @@ extern "C" __global__ void probe_to_f16_bf16(const elem::Vec4* __restrict__ in, 
     shape.zero_points = sizeof(S) == 4 ? KernelZeroPoints::packed_u4 : KernelZeroPoints::absent;          \
     fn;                                                                                                   \
   }
-// dequant: 32 columns of f16 per chunk; repack: 4 words, plus a pair per block start (bs 32: one).
-PROBE_BYTES(probe_dequant_int4_f32, 64)
-INT4_PROBE(float, probe_dequant_int4_f32, elem::dequant_chunk_wide(shape, n, chunk, b, scales, zps, out), uint16_t* __restrict__ out)
-PROBE_BYTES(probe_dequant_int4_f16, 64)
-INT4_PROBE(uint16_t, probe_dequant_int4_f16, elem::dequant_chunk_wide(shape, n, chunk, b, scales, zps, out), uint16_t* __restrict__ out)
+// dequant: a group of 8 columns of f16 (`chunk` is the group); repack: 4 words, plus a pair per block start (bs 32: one).
+PROBE_BYTES(probe_dequant_int4_f32, 16)
+INT4_PROBE(float, probe_dequant_int4_f32, elem::dequant_group_wide(shape, n, chunk, b, scales, zps, out), uint16_t* __restrict__ out)
+PROBE_BYTES(probe_dequant_int4_f16, 16)
+INT4_PROBE(uint16_t, probe_dequant_int4_f16, elem::dequant_group_wide(shape, n, chunk, b, scales, zps, out), uint16_t* __restrict__ out)
 PROBE_BYTES(probe_repack_int4_f32, 20)
 INT4_PROBE(float, probe_repack_int4_f32, elem::repack_chunk_wide(shape, n, chunk, b, scales, zps, words, pairs),
            uint32_t* __restrict__ words, uint32_t* __restrict__ pairs)

@@ -102,10 +102,13 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // --------------------------------------------------------------- int4
-// One thread per chunk of 32 columns (16 bytes of B) of one row: a
-// 16-byte load of B, four 16-byte stores of f16 (dequant) or one of four
-// words (repack, which also writes the pairs of the blocks starting in the
-// chunk: one launch). (row, chunk) is a cursor: no division per item.
+// repack, and dequant when the shape is not wide: one thread per chunk of
+// 32 columns (16 bytes of B) of one row: a 16-byte load of B and one
+// 16-byte store of four words (repack, which also writes the pairs of the
+// blocks starting in the chunk: one launch), group by group for dequant.
+// Wide dequant: one thread per group of eight columns (a 32-bit load of
+// codes, a 16-byte store; neighbouring threads, neighbouring packets).
+// (row, item) is a cursor: no division per item.
 template <class S>
 __global__ void __launch_bounds__(kThreads)
     dequant_int4_kernel(const uint8_t* __restrict__ b, const S* __restrict__ scales, const uint8_t* __restrict__ zps,
@@ -113,6 +116,16 @@ __global__ void __launch_bounds__(kThreads)
   for (elem::Cursor c = elem::cursor_at(blockIdx.x * kThreads + threadIdx.x, shape.chunks_per_row); c.major < shape.rows;
        elem::cursor_step(c, stride, shape.chunks_per_row))
     elem::dequant_chunk(shape, c.major, c.minor, b, scales, zps, out);
+}
+
+template <class S>
+__global__ void __launch_bounds__(kThreads)
+    dequant_int4_groups_kernel(const uint8_t* __restrict__ b, const S* __restrict__ scales,
+                               const uint8_t* __restrict__ zps, uint16_t* __restrict__ out, elem::Int4Shape shape,
+                               elem::Cursor stride) {
+  for (elem::Cursor c = elem::cursor_at(blockIdx.x * kThreads + threadIdx.x, shape.groups_per_row); c.major < shape.rows;
+       elem::cursor_step(c, stride, shape.groups_per_row))
+    elem::dequant_group_wide(shape, c.major, c.minor, b, scales, zps, out);
 }
 
 template <class S>
@@ -130,11 +143,17 @@ void enqueue_int4(const KernelArgs& a, vendor::Stream stream) {
   const bool repack = a.kind == KernelKind::repack_int4;
   const elem::Int4Shape shape =
       elem::int4_shape<S>(a.rows, a.cols, a.block_size, a.zero_points, a.src, a.dst, repack);
-  const unsigned grid = grid_for(a.rows * shape.chunks_per_row, kThreads);
-  const elem::Cursor stride = elem::cursor_at(grid * kThreads, shape.chunks_per_row);
   const auto* b = reinterpret_cast<const uint8_t*>(a.src);
   const auto* scales = reinterpret_cast<const S*>(a.scales);
   const auto* zps = reinterpret_cast<const uint8_t*>(a.zero_point);
+  if (!repack && shape.wide) {
+    const unsigned grid = grid_for(a.rows * shape.groups_per_row, kThreads);
+    dequant_int4_groups_kernel<S><<<grid, kThreads, 0, stream>>>(
+        b, scales, zps, reinterpret_cast<uint16_t*>(a.dst), shape, elem::cursor_at(grid * kThreads, shape.groups_per_row));
+    return;
+  }
+  const unsigned grid = grid_for(a.rows * shape.chunks_per_row, kThreads);
+  const elem::Cursor stride = elem::cursor_at(grid * kThreads, shape.chunks_per_row);
   if (repack) {
     repack_int4_kernel<S><<<grid, kThreads, 0, stream>>>(b, scales, zps, reinterpret_cast<uint32_t*>(a.dst),
                                                           reinterpret_cast<uint32_t*>(a.dst2), shape, stride,

@@ -54,6 +54,14 @@ void int4_on_host(const KernelArgs& a) {
   // The kernels' cursor walk with a small "grid" of 7 threads, so the
   // stride's carry is exercised.
   constexpr std::uint32_t kThreads = 7;
+  if (!repack && shape.wide) {  // dequant_int4_groups_kernel
+    const elem::Cursor stride = elem::cursor_at(kThreads, shape.groups_per_row);
+    for (std::uint32_t t = 0; t < kThreads; ++t)
+      for (elem::Cursor c = elem::cursor_at(t, shape.groups_per_row); c.major < shape.rows;
+           elem::cursor_step(c, stride, shape.groups_per_row))
+        elem::dequant_group_wide(shape, c.major, c.minor, b, scales, zps, reinterpret_cast<std::uint16_t*>(a.dst));
+    return;
+  }
   const elem::Cursor stride = elem::cursor_at(kThreads, shape.chunks_per_row);
   for (std::uint32_t t = 0; t < kThreads; ++t) {
     for (elem::Cursor c = elem::cursor_at(t, shape.chunks_per_row); c.major < shape.rows;
