@@ -8,7 +8,8 @@
 //
 // One line per pipeline:
 //   stat <TAB> NAME <TAB> VGPRs <TAB> spilled VGPRs+SGPRs <TAB> scratch bytes
-//        <TAB> LDS bytes <TAB> instructions <TAB> 0
+//        <TAB> LDS bytes <TAB> instructions <TAB> subgroups per SIMD (the
+//        driver's theoretical occupancy)
 // then one line per global memory instruction of the driver's assembly:
 //   mem <TAB> NAME <TAB> mnemonic (global_load_dwordx4, global_store_dword, ...)
 // With RADV_STATS_ASM set, the assembly itself goes to stderr.
@@ -171,11 +172,12 @@ int main(int argc, char** argv) {
         }
       }
     }
-    std::printf("stat\t%s\t%llu\t%llu\t%llu\t%llu\t%llu\t0\n", name.c_str(),
+    std::printf("stat\t%s\t%llu\t%llu\t%llu\t%llu\t%llu\t%llu\n", name.c_str(),
                 static_cast<unsigned long long>(stats["VGPRs"]),
                 static_cast<unsigned long long>(stats["Spilled VGPRs"] + stats["Spilled SGPRs"]),
                 static_cast<unsigned long long>(stats["Scratch size"]), static_cast<unsigned long long>(stats["LDS size"]),
-                static_cast<unsigned long long>(stats["Instructions"]));
+                static_cast<unsigned long long>(stats["Instructions"]),
+                static_cast<unsigned long long>(stats["Subgroups per SIMD"]));
     for (const auto& m : mem) std::printf("mem\t%s\t%s\n", name.c_str(), m.c_str());
     vkDestroyPipeline(device, pipeline, nullptr);
     vkDestroyShaderModule(device, module, nullptr);
