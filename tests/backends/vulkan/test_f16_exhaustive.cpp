@@ -37,20 +37,23 @@ TEST_CASE("to_f16 on the device: every f32 and every bf16, bit for bit") {
   auto dst = b->allocate(kChunk * 2, 256);
   REQUIRE(src.ok());
   REQUIRE(dst.ok());
+  auto convert = [&](DataType type, std::uint64_t rows, std::uint64_t cols) {
+    DerivationLaunch l;
+    l.kind = Derivation::to_f16;
+    l.src_type = type;
+    l.rows = rows;
+    l.cols = cols;
+    l.src = *src;
+    l.dst = *dst;
+    REQUIRE(b->launch(l).ok());
+  };
   std::vector<std::uint32_t> in(kChunk);
   std::vector<std::uint16_t> want(kChunk), got(kChunk);
   std::uint64_t wrong = 0;
   for (std::uint64_t first = 0; first < (std::uint64_t{1} << 32); first += kChunk) {
     for (std::size_t i = 0; i < kChunk; ++i) in[i] = static_cast<std::uint32_t>(first + i);
     REQUIRE(b->copy_to_device(*src, 0, std::as_bytes(std::span(in))).ok());
-    DerivationLaunch l;
-    l.kind = Derivation::to_f16;
-    l.src_type = DataType::float32;
-    l.rows = 1;
-    l.cols = kChunk;
-    l.src = *src;
-    l.dst = *dst;
-    REQUIRE(b->launch(l).ok());
+    convert(DataType::float32, 1, kChunk);
     std::thread ref([&] { reference(first, kChunk, want); });  // overlaps the device's work
     REQUIRE(b->synchronize().ok());
     REQUIRE(b->copy_to_host(std::as_writable_bytes(std::span(got)), *dst, 0).ok());
@@ -65,14 +68,7 @@ TEST_CASE("to_f16 on the device: every f32 and every bf16, bit for bit") {
   std::vector<std::uint16_t> bf(65536), bf_got(65536);
   for (std::size_t i = 0; i < bf.size(); ++i) bf[i] = static_cast<std::uint16_t>(i);
   REQUIRE(b->copy_to_device(*src, 0, std::as_bytes(std::span(bf))).ok());
-  DerivationLaunch l;
-  l.kind = Derivation::to_f16;
-  l.src_type = DataType::bfloat16;
-  l.rows = 256;
-  l.cols = 256;
-  l.src = *src;
-  l.dst = *dst;
-  REQUIRE(b->launch(l).ok());
+  convert(DataType::bfloat16, 256, 256);
   REQUIRE(b->synchronize().ok());
   REQUIRE(b->copy_to_host(std::as_writable_bytes(std::span(bf_got)), *dst, 0).ok());
   std::size_t bf_wrong = 0;
