@@ -176,13 +176,18 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
       packets = l.cols % 16 == 0 && aligned(l.src, 16) && aligned(l.dst, 16) && aligned(l.dst2, 4);
       break;
   }
-  auto pipe = pipeline(l.kind, variant_of(l), zp, false);
-  if (!pipe) return pipe.error();
-  VkPipeline packet_pipe = VK_NULL_HANDLE;
+  // Only the pipelines this launch dispatches are built: the word pipeline
+  // without packets, or for to_f16's tail.
+  VkPipeline word_pipe = VK_NULL_HANDLE, packet_pipe = VK_NULL_HANDLE;
+  if (!packets || (l.kind == Derivation::to_f16 && (l.rows * l.cols) % 8 != 0)) {
+    auto built = pipeline(l.kind, variant_of(l), zp, false);
+    if (!built) return built.error();
+    word_pipe = *built;
+  }
   if (packets) {
-    auto fast = pipeline(l.kind, variant_of(l), zp, true);
-    if (!fast) return fast.error();
-    packet_pipe = *fast;
+    auto built = pipeline(l.kind, variant_of(l), zp, true);
+    if (!built) return built.error();
+    packet_pipe = *built;
   }
 
   PushConstants p{};
@@ -222,24 +227,24 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
           tiles <= 0xffffffffu) {
         if (tiles != 0) {
           p.mode = 1;
-          split(out, packets ? packet_pipe : *pipe, p, 0, static_cast<std::uint32_t>(tiles), 1);
+          split(out, packets ? packet_pipe : word_pipe, p, 0, static_cast<std::uint32_t>(tiles), 1);
         }
         break;
       }
-      split(out, *pipe, p, 0, words, per_group);
+      split(out, word_pipe, p, 0, words, per_group);
       break;
     }
     case Derivation::to_f16: {
       const auto count = packets ? static_cast<std::uint32_t>(l.rows * l.cols / 8) : 0u;
       if (count != 0) split_packets(count, 1);
-      split(out, *pipe, p, 4 * count, words, per_group);  // the tail: fewer than eight elements
+      split(out, word_pipe, p, 4 * count, words, per_group);  // the tail: fewer than eight elements
       break;
     }
     case Derivation::dequant_int4:
       if (packets) {
         if (words != 0) split_packets(words / 4, 8);
       } else {
-        split(out, *pipe, p, 0, words, per_group);
+        split(out, word_pipe, p, 0, words, per_group);
       }
       break;
     case Derivation::repack_int4: {
@@ -248,18 +253,18 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
         break;
       }
       p.mode = 0;
-      split(out, *pipe, p, 0, words, per_group);
+      split(out, word_pipe, p, 0, words, per_group);
       // The pairs pass writes dst2 through the shader's dst slot.
       PushConstants pairs = p;
       pairs.mode = 1;
       set_address(pairs.dst, l.dst2);
       pairs.shifts = (p.shifts & ~(3u << (2 * kDst))) | static_cast<std::uint32_t>((l.dst2 & 3) << (2 * kDst));
       pairs.dst_bytes = static_cast<std::uint32_t>(sizes.dst2_bytes);
-      split(out, *pipe, pairs, 0, word_count(l.dst2, sizes.dst2_bytes), per_group);
+      split(out, word_pipe, pairs, 0, word_count(l.dst2, sizes.dst2_bytes), per_group);
       break;
     }
     case Derivation::quant_int8:
-      if (l.rows != 0) split(out, packets ? packet_pipe : *pipe, p, 0, static_cast<std::uint32_t>(l.rows), 1);
+      if (l.rows != 0) split(out, packets ? packet_pipe : word_pipe, p, 0, static_cast<std::uint32_t>(l.rows), 1);
       break;
   }
   return out;
