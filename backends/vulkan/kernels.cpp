@@ -157,13 +157,12 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
   const std::uint32_t zp = (l.kind == Derivation::dequant_int4 || l.kind == Derivation::repack_int4)
                                ? static_cast<std::uint32_t>(l.zero_points)
                                : 0;
+  const std::uint64_t e = dtype_bits(l.src_type) / 8;  // transpose: element bytes
   bool packets = false;
   switch (l.kind) {
-    case Derivation::transpose: {
-      const std::uint64_t e = dtype_bits(l.src_type) / 8;
+    case Derivation::transpose:
       packets = aligned(l.src, 16) && aligned(l.dst, 16) && (l.rows * e) % 16 == 0 && (l.cols * e) % 16 == 0;
       break;
-    }
     case Derivation::to_f16: packets = aligned(l.src, 16) && aligned(l.dst, 16); break;
     case Derivation::dequant_int4:
       packets = l.cols % 8 == 0 && aligned(l.src, 4) && aligned(l.dst, 16) && int4_side_operands_aligned(l);
@@ -221,7 +220,6 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
       // Tiled (shaders/transpose.comp, mode 1) when both operands are
       // word-aligned and every row of both matrices is whole words: then no
       // output word is shared by two tiles and every store is a plain one.
-      const std::uint64_t e = dtype_bits(l.src_type) / 8;
       const std::uint64_t tiles = ((l.rows + 31) / 32) * ((l.cols + 31) / 32);
       if ((l.src & 3) == 0 && (l.dst & 3) == 0 && (l.rows * e) % 4 == 0 && (l.cols * e) % 4 == 0 &&
           tiles <= 0xffffffffu) {

@@ -478,7 +478,7 @@ struct Int4Shape {
   uint64_t groups_per_row;  // of eight columns: dequant's wide work items
   uint32_t block_shift;
   KernelZeroPoints zero_points;
-  bool wide;  // 16-byte loads of B and 16-byte stores of the output, whole chunks
+  bool wide;  // aligned whole work items: dequant's groups, repack's 16-byte chunks (int4_shape)
 };
 
 template <class S>

@@ -74,10 +74,8 @@ void dequant_packet(uint packet) {
       return;
     }
   }
-  [[dont_unroll]] for (uint i = 0u; i < 4u; ++i) {
-    const uint pair = codes >> (8u * i);
-    Words(p.dst).w[4u * packet + i] = dequant_f16(pair & 0xfu, zp, scale) | (dequant_f16((pair >> 4) & 0xfu, zp, scale) << 16);
-  }
+  // A subnormal zero point or a result that is not a normal f16 or zero: word by word.
+  [[dont_unroll]] for (uint i = 0u; i < 4u; ++i) process_word(4u * packet + i);
 }
 
 void main() {

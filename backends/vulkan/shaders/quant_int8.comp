@@ -155,7 +155,10 @@ uint codes_of(vec4 v, float inv, inout bool exact) {
 
 shared uint row_max_clean;
 
-// The row's max |w| as f32 bits, NaNs left out, element by element.
+// The row's max |w| as f32 bits, NaNs left out, element by element: |w|
+// compared as integers, the same order as the floats for non-NaN values,
+// and immune to subnormal flushing. The word pipeline's max pass; packet
+// rows whose maximum is a NaN.
 uint row_max_without_nans(uint row) {
   if (gl_LocalInvocationID.x == 0u) row_max_clean = 0u;
   barrier();
@@ -221,18 +224,7 @@ void main() {
   const uint lid = gl_LocalInvocationID.x;
   const uint threads = gl_WorkGroupSize.x;
 
-  if (lid == 0u) row_max_bits = 0u;
-  barrier();
-  // |w| compared as integers: the same order as the floats for non-NaN
-  // values, and immune to subnormal flushing.
-  uint local_max = 0u;
-  for (uint k = lid; k < p.cols; k += threads) {
-    const uint a = element_bits(row, k) & 0x7fffffffu;
-    if (a <= 0x7f800000u && a > local_max) local_max = a;
-  }
-  atomicMax(row_max_bits, local_max);
-  barrier();
-  const uint scale = scale_bits_of(row_max_bits);
+  const uint scale = scale_bits_of(row_max_without_nans(row));
   if (lid == 0u) store_u32(OP_DST2, 4u * row, scale);
 
   if (p.cols == 0u) return;

@@ -53,37 +53,45 @@ const uint TILE_WORDS = TILE * VARIANT / 4u;                 // words of one til
 const uint STRIDE = (TILE + 1u) * WPE;                       // shared words per tile row
 shared uint tile[TILE * (TILE + 1u) * 2u];
 
-void transpose_tile(uint t) {
+// Source row and column of tile t's first element (tiles row-major).
+uvec2 tile_origin(uint t) {
   const uint tiles_c = (p.cols + TILE - 1u) / TILE;
   const uint tr = t / tiles_c;
-  const uint r0 = tr * TILE, c0 = (t - tr * tiles_c) * TILE;
+  return uvec2(tr * TILE, (t - tr * tiles_c) * TILE);
+}
+
+// Word x of tile row y into shared memory (element x / WPE, word x % WPE;
+// or EPW elements), and word x of the tile's column y back out.
+void tile_put(uint y, uint x, uint w) {
+  if (VARIANT >= 4u) {
+    tile[y * STRIDE + x] = w;
+  } else {
+    const uint elem_mask = (1u << (8u * VARIANT)) - 1u;
+    for (uint j = 0u; j < EPW; ++j) tile[y * STRIDE + x * EPW + j] = (w >> (8u * VARIANT * j)) & elem_mask;
+  }
+}
+
+uint tile_get(uint y, uint x) {
+  if (VARIANT >= 4u) return tile[(x / WPE) * STRIDE + y * WPE + x % WPE];
+  uint w = 0u;
+  for (uint j = 0u; j < EPW; ++j) w |= tile[(x * EPW + j) * STRIDE + y] << (8u * VARIANT * j);
+  return w;
+}
+
+void transpose_tile(uint t) {
+  const uvec2 origin = tile_origin(t);
+  const uint r0 = origin.x, c0 = origin.y;
   const uint src_row_words = p.cols * VARIANT / 4u, dst_row_words = p.rows * VARIANT / 4u;
-  const uint elem_mask = VARIANT >= 4u ? 0xffffffffu : (1u << (8u * VARIANT)) - 1u;
   for (uint i = gl_LocalInvocationID.x; i < TILE * TILE_WORDS; i += gl_WorkGroupSize.x) {
     const uint y = i / TILE_WORDS, x = i % TILE_WORDS;
     const uint r = r0 + y, cw = c0 * VARIANT / 4u + x;
-    if (r < p.rows && cw < src_row_words) {
-      const uint w = ReadWords(p.src).w[r * src_row_words + cw];
-      if (VARIANT >= 4u) {
-        tile[y * STRIDE + x] = w;  // element x / WPE, word x % WPE
-      } else {
-        for (uint j = 0u; j < EPW; ++j) tile[y * STRIDE + x * EPW + j] = (w >> (8u * VARIANT * j)) & elem_mask;
-      }
-    }
+    if (r < p.rows && cw < src_row_words) tile_put(y, x, ReadWords(p.src).w[r * src_row_words + cw]);
   }
   barrier();
   for (uint i = gl_LocalInvocationID.x; i < TILE * TILE_WORDS; i += gl_WorkGroupSize.x) {
     const uint y = i / TILE_WORDS, x = i % TILE_WORDS;  // output row c0 + y, word x of its tile part
     const uint oc = c0 + y, ow = r0 * VARIANT / 4u + x;
-    if (oc < p.cols && ow < dst_row_words) {
-      uint w = 0u;
-      if (VARIANT >= 4u) {
-        w = tile[(x / WPE) * STRIDE + y * WPE + x % WPE];
-      } else {
-        for (uint j = 0u; j < EPW; ++j) w |= tile[(x * EPW + j) * STRIDE + y] << (8u * VARIANT * j);
-      }
-      Words(p.dst).w[oc * dst_row_words + ow] = w;
-    }
+    if (oc < p.cols && ow < dst_row_words) Words(p.dst).w[oc * dst_row_words + ow] = tile_get(y, x);
   }
 }
 
@@ -94,24 +102,15 @@ void transpose_tile(uint t) {
 const uint TILE_PACKETS = TILE * VARIANT / 16u;  // packets of one tile row: 2 (u8) .. 16 (u64)
 
 void transpose_tile_packets(uint t) {
-  const uint tiles_c = (p.cols + TILE - 1u) / TILE;
-  const uint tr = t / tiles_c;
-  const uint r0 = tr * TILE, c0 = (t - tr * tiles_c) * TILE;
+  const uvec2 origin = tile_origin(t);
+  const uint r0 = origin.x, c0 = origin.y;
   const uint src_row_packets = p.cols * VARIANT / 16u, dst_row_packets = p.rows * VARIANT / 16u;
-  const uint elem_mask = VARIANT >= 4u ? 0xffffffffu : (1u << (8u * VARIANT)) - 1u;
   for (uint i = gl_LocalInvocationID.x; i < TILE * TILE_PACKETS; i += gl_WorkGroupSize.x) {
     const uint y = i / TILE_PACKETS, x = i % TILE_PACKETS;
     const uint r = r0 + y, cp = c0 * VARIANT / 16u + x;
     if (r < p.rows && cp < src_row_packets) {
       const uvec4 v = ReadPackets(p.src).v[r * src_row_packets + cp];
-      [[unroll]] for (uint k = 0u; k < 4u; ++k) {
-        const uint xw = 4u * x + k;  // word of the tile row
-        if (VARIANT >= 4u) {
-          tile[y * STRIDE + xw] = v[k];
-        } else {
-          for (uint j = 0u; j < EPW; ++j) tile[y * STRIDE + xw * EPW + j] = (v[k] >> (8u * VARIANT * j)) & elem_mask;
-        }
-      }
+      [[unroll]] for (uint k = 0u; k < 4u; ++k) tile_put(y, 4u * x + k, v[k]);
     }
   }
   barrier();
@@ -119,16 +118,8 @@ void transpose_tile_packets(uint t) {
     const uint y = i / TILE_PACKETS, x = i % TILE_PACKETS;  // output row c0 + y, packet x of its tile part
     const uint oc = c0 + y, op = r0 * VARIANT / 16u + x;
     if (oc < p.cols && op < dst_row_packets) {
-      uvec4 v = uvec4(0u);
-      [[unroll]] for (uint k = 0u; k < 4u; ++k) {
-        const uint xw = 4u * x + k;
-        if (VARIANT >= 4u) {
-          v[k] = tile[(xw / WPE) * STRIDE + y * WPE + xw % WPE];
-        } else {
-          for (uint j = 0u; j < EPW; ++j) v[k] |= tile[(xw * EPW + j) * STRIDE + y] << (8u * VARIANT * j);
-        }
-      }
-      Packets(p.dst).v[oc * dst_row_packets + op] = v;
+      Packets(p.dst).v[oc * dst_row_packets + op] =
+          uvec4(tile_get(y, 4u * x), tile_get(y, 4u * x + 1u), tile_get(y, 4u * x + 2u), tile_get(y, 4u * x + 3u));
     }
   }
 }
