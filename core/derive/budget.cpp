@@ -4,6 +4,8 @@
 
 #include "derive/identity.hpp"
 
+#include <algorithm>
+#include <cstdio>
 #include <set>
 
 namespace ballast {
@@ -17,11 +19,24 @@ Status add(std::uint64_t& sum, std::uint64_t n, const char* what) {
 
 }  // namespace
 
-Result<AutoBudget> auto_budget(const WeightStore& store, std::span<const PlannedDerivation> plan) {
+Result<AutoBudget> auto_budget(const WeightStore& store, std::span<const PlannedDerivation> plan,
+                               double max_amplification) {
   AutoBudget b;
   b.external_bytes = store.referenced_weight_bytes().total;
-  for (const auto& [id, w] : store.weights)
-    if (!w.is_external()) BALLAST_RETURN_IF_ERROR(add(b.inline_bytes, w.byte_length(), "inline bytes"));
+  // Sources as paged residency keys them: each distinct byte range once
+  // (aliases share one), so two ranges that overlap are two entries and
+  // count twice here too; the union alone would under-count them and a
+  // budget made of it would evict on every pin.
+  std::set<identity::Bytes> ranges;
+  std::uint64_t keyed_external = 0;
+  for (const auto& [id, w] : store.weights) {
+    if (!w.is_external()) {
+      BALLAST_RETURN_IF_ERROR(add(b.inline_bytes, w.byte_length(), "inline bytes"));
+    } else if (w.byte_length() != 0 && ranges.insert(identity::of_bytes(store, id)).second) {
+      BALLAST_RETURN_IF_ERROR(add(keyed_external, w.byte_length(), "source bytes"));
+    }
+  }
+  b.overlap_bytes = keyed_external > b.external_bytes ? keyed_external - b.external_bytes : 0;
 
   std::set<identity::Entry> seen;
   for (const PlannedDerivation& p : plan) {
@@ -41,15 +56,35 @@ Result<AutoBudget> auto_budget(const WeightStore& store, std::span<const Planned
     b.derivations += 1;
   }
   b.source_bytes = b.external_bytes;
+  BALLAST_RETURN_IF_ERROR(add(b.source_bytes, b.overlap_bytes, "source bytes"));
   BALLAST_RETURN_IF_ERROR(add(b.source_bytes, b.inline_bytes, "source bytes"));
   b.total = b.source_bytes;
   BALLAST_RETURN_IF_ERROR(add(b.total, b.derived_bytes, "the total"));
+  // Bounded work (docs/security.md): device bytes against the bytes the
+  // files really hold for the model.
+  const std::uint64_t referenced = b.external_bytes + b.inline_bytes;
+  if (max_amplification > 0 && b.total > referenced &&
+      static_cast<long double>(b.total) > max_amplification * std::max<long double>(referenced, 1)) {
+    char ratio[64];
+    std::snprintf(ratio, sizeof ratio, "%.0Lfx", static_cast<long double>(b.total) / std::max<long double>(referenced, 1));
+    char limit[32];
+    std::snprintf(limit, sizeof limit, "%gx", max_amplification);
+    return make_error(ErrorCode::unsupported,
+                      "auto budget: the model would hold " + std::to_string(b.total) + " device bytes (" +
+                          std::to_string(b.source_bytes) + " of sources as residency keys them, of which " +
+                          std::to_string(b.overlap_bytes) + " in overlapping ranges, and " +
+                          std::to_string(b.derived_bytes) + " derived) from " + std::to_string(referenced) +
+                          " referenced bytes (" + ratio + ", above the cap of " + limit +
+                          "; raise it with the max_amplification argument or --max-amplification)");
+  }
   return b;
 }
 
-Result<AutoBudget> auto_budget(const Model& model) {
-  BALLAST_ASSIGN_OR_RETURN(auto plan, plan_derivations(model));
-  return auto_budget(model.store(), plan);
+Result<AutoBudget> auto_budget(const Model& model, double max_amplification) {
+  PlanOptions options;
+  options.max_amplification = max_amplification;
+  BALLAST_ASSIGN_OR_RETURN(auto plan, plan_derivations(model, options));
+  return auto_budget(model.store(), plan, max_amplification);
 }
 
 }  // namespace ballast

@@ -7,6 +7,7 @@
 #include "memo/memo_map.hpp"
 
 #include <new>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
@@ -24,6 +25,25 @@ Result<DevicePtr> resolve(const DeriveContext& ctx, ValueId id, const char* role
   auto r = ctx.sources.resolve(id);
   if (!r.ok()) r.error().with_context("resolving " + std::string(role) + " '" + std::string(ctx.model.value_name(id)) + "'");
   return r;
+}
+
+// After the wait: the kernels read every in-place (zero-copy) operand from
+// its file's pages, and a truncation meanwhile made them read zeros (the
+// registration is armed: docs/reliability.md). Resolving again re-checks
+// each such operand's file (one stat, and the guard's poison); uploads and
+// a transposed copy are device memory and need nothing.
+struct Operands {
+  std::optional<ValueId> source;  // none: it reads a transposed copy
+  std::optional<ValueId> scales, zero_points;
+  static Operands of(const PlannedDerivation& p) {
+    return {p.of_transposed ? std::nullopt : std::optional<ValueId>(p.source), p.scales, p.zero_points};
+  }
+};
+Status recheck_operands(const DeriveContext& ctx, const Operands& o) {
+  if (o.source) BALLAST_RETURN_IF_ERROR(resolve(ctx, *o.source, "weight"));
+  if (o.scales) BALLAST_RETURN_IF_ERROR(resolve(ctx, *o.scales, "scales"));
+  if (o.zero_points) BALLAST_RETURN_IF_ERROR(resolve(ctx, *o.zero_points, "zero points"));
+  return Status();
 }
 
 // The scales and zero points of an int4 launch (the source is the caller's).
@@ -114,9 +134,12 @@ Derived value_of(const DerivationLaunch& l, const DerivationSizes& sizes) {
 // One build for the memo: launch, then wait, so that an asynchronous kernel
 // failure is an error here and never a memoized value.
 template <class Derived>
-Result<Derived> build(GpuBackend& gpu, DerivationLaunch l, const DerivationSizes& sizes) {
+Result<Derived> build(const DeriveContext& ctx, const PlannedDerivation& p, DerivationLaunch l,
+                      const DerivationSizes& sizes) {
+  GpuBackend& gpu = ctx.backend;
   BALLAST_RETURN_IF_ERROR(allocate_and_launch(gpu, l, sizes));
   if (Status s = gpu.synchronize(); !s.ok()) return release_outputs(gpu, l, std::move(s));
+  if (Status s = recheck_operands(ctx, Operands::of(p)); !s.ok()) return release_outputs(gpu, l, std::move(s).with_context(where(p)));
   return value_of<Derived>(l, sizes);
 }
 
@@ -136,12 +159,12 @@ Result<DerivedValue> derive_unwrapped(const DeriveContext& ctx, const PlannedDer
   out.key = DerivationKey::of(l);
   if (derivation_yields_pair(p.kind)) {
     BALLAST_ASSIGN_OR_RETURN(
-        auto v, ctx.memo.get_or_build_pair(p.kind, out.key, [&] { return build<DerivedPair>(ctx.backend, l, sizes); }));
+        auto v, ctx.memo.get_or_build_pair(p.kind, out.key, [&] { return build<DerivedPair>(ctx, p, l, sizes); }));
     out.first = v.first;
     out.second = v.second;
   } else {
     BALLAST_ASSIGN_OR_RETURN(
-        auto v, ctx.memo.get_or_build_ptr(p.kind, out.key, [&] { return build<DerivedPtr>(ctx.backend, l, sizes); }));
+        auto v, ctx.memo.get_or_build_ptr(p.kind, out.key, [&] { return build<DerivedPtr>(ctx, p, l, sizes); }));
     out.first = v;
   }
   return out;
@@ -167,6 +190,7 @@ struct Pending {
   DerivationSizes sizes;
   std::vector<std::size_t> results;
   const PlannedDerivation* origin;  // the plan entry it was launched for (its weight names it)
+  Operands operands;                // what the launch read (checked again after the wait)
 };
 
 class Wave {
@@ -228,7 +252,7 @@ class Wave {
       return Status();
     }
     BALLAST_RETURN_IF_ERROR(allocate_and_launch(ctx_.backend, l, sizes));
-    pending_.push_back(Pending{id, l, sizes, {result_index}, &origin});
+    pending_.push_back(Pending{id, l, sizes, {result_index}, &origin, Operands::of(p)});
     index_.emplace(id, pending_.size() - 1);
     return Status();
   }
@@ -240,6 +264,8 @@ class Wave {
     // pinned on one of them: the error names them all (the first few), and
     // none is memoized (discard() frees them).
     if (Status s = ctx_.backend.synchronize(); !s.ok()) return std::move(s).with_context(waiting_for());
+    for (const Pending& p : pending_)
+      BALLAST_RETURN_IF_ERROR(recheck_operands(ctx_, p.operands), where(*p.origin));  // discard() frees them all
     while (!pending_.empty()) {
       Pending& p = pending_.back();
       BALLAST_ASSIGN_OR_RETURN(auto value, insert(p));  // p stays pending: discard() frees it

@@ -1,6 +1,10 @@
 // Which derivations apply to which weights, read off the consuming nodes.
 #include <ballast/derive.hpp>
 
+#include <algorithm>
+#include <cstdio>
+#include <span>
+#include <limits>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -42,6 +46,11 @@ Result<std::vector<PlannedDerivation>> plan_nbits(const Model& model, const Node
   auto k = node.int_attribute("K"), n = node.int_attribute("N"), bs = node.int_attribute("block_size");
   if (!k || !n || !bs || *k <= 0 || *n <= 0 || *bs <= 0)
     return node_error(node, "MatMulNBits needs positive K, N and block_size attributes");
+  // The launch holds a 32-bit block size: refuse what would not fit before
+  // narrowing (2^32 + 16 must not become 16).
+  if (static_cast<std::uint64_t>(*bs) > std::numeric_limits<std::uint32_t>::max())
+    return node_error(node, "MatMulNBits block_size " + std::to_string(*bs) + " does not fit in 32 bits (at most " +
+                                std::to_string(std::numeric_limits<std::uint32_t>::max()) + ")");
   DerivationLaunch l;
   l.src_type = s->dtype;
   l.rows = static_cast<std::uint64_t>(*n);
@@ -127,9 +136,37 @@ auto identity(const PlannedDerivation& p) {
                          static_cast<int>(l.src_type), static_cast<int>(l.zero_points));
 }
 
+// Derived bytes against referenced source bytes (PlanOptions::max_amplification).
+Status check_amplification(const Model& model, std::span<const PlannedDerivation> plan, double cap) {
+  if (cap <= 0 || plan.empty()) return Status();
+  const WeightStore& store = model.store();
+  long double source = static_cast<long double>(store.referenced_weight_bytes().total);
+  for (const auto& [id, w] : store.weights)
+    if (!w.is_external()) source += static_cast<long double>(w.byte_length());
+  long double derived = 0;
+  for (const PlannedDerivation& p : plan) {
+    DerivationLaunch l = p.launch;
+    l.kind = p.kind;
+    if (auto sizes = derivation_sizes(l); sizes.ok())
+      derived += static_cast<long double>(sizes->dst_bytes) + static_cast<long double>(sizes->dst2_bytes);
+  }
+  if (derived <= cap * std::max<long double>(source, 1)) return Status();
+  char ratio[64];
+  std::snprintf(ratio, sizeof ratio, "%.0Lfx", source > 0 ? derived / source : derived);
+  char limit[32];
+  std::snprintf(limit, sizeof limit, "%gx", cap);
+  return make_error(ErrorCode::unsupported,
+                    "the plan's " + std::to_string(plan.size()) + " derivations would make " +
+                        std::to_string(static_cast<unsigned long long>(derived)) + " bytes from " +
+                        std::to_string(static_cast<unsigned long long>(source)) + " referenced source bytes (" + ratio +
+                        ", above the cap of " + limit +
+                        "; a model that really needs more raises PlanOptions::max_amplification, or "
+                        "--max-amplification on the command line)");
+}
+
 }  // namespace
 
-Result<std::vector<PlannedDerivation>> plan_derivations(const Model& model) {
+Result<std::vector<PlannedDerivation>> plan_derivations(const Model& model, const PlanOptions& options) {
   std::vector<PlannedDerivation> out;
   std::set<decltype(identity(PlannedDerivation{}))> seen;
   for (const NodeInfo& node : model.nodes()) {
@@ -137,6 +174,10 @@ Result<std::vector<PlannedDerivation>> plan_derivations(const Model& model) {
     for (PlannedDerivation& p : planned)
       if (seen.insert(identity(p)).second) out.push_back(std::move(p));
   }
+  // The node records were read from the .onnx mapping: a truncation
+  // meanwhile made them read zeros, and the plan is not the file's.
+  BALLAST_RETURN_IF_ERROR(model.check_unchanged(), "planning derivations");
+  BALLAST_RETURN_IF_ERROR(check_amplification(model, out, options.max_amplification), "planning derivations");
   return out;
 }
 

@@ -2,6 +2,8 @@
 #include <ballast/log.hpp>
 
 #include "device/registration_plan.hpp"
+#include "store/sigbus_guard.hpp"
+#include "store/store_access.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -29,6 +31,11 @@ struct DeviceWeights::Impl {
     std::uint64_t offset = 0;
     std::uint64_t length = 0;
     DevicePtr ptr = 0;
+    // The range armed for as long as it is registered: the backend's kernels
+    // (the CPU's, lavapipe's) read these pages themselves, at any time, so a
+    // truncation must turn them to zeros and poison the file, not kill the
+    // process. Destroyed after the range is unregistered.
+    std::shared_ptr<store::RegistrationArm> arm;
   };
   // Mapping id -> its ranges, sorted by offset.
   std::unordered_map<MappingId, std::vector<Registration>> registrations;
@@ -139,9 +146,15 @@ struct DeviceWeights::Impl {
         // A range split off for the size limit may share its first referenced
         // range with the one before: count that one in both.
         if (next_ref > 0 && refs[next_ref - 1].offset + refs[next_ref - 1].length > r.offset + r.length) --next_ref;
-        auto reg = backend->register_host(whole->data() + r.offset, r.length, HostAccess::read_only);
+        const auto file = store::StoreAccess::mapping(*store, mapping);
+        auto arm = std::make_shared<store::RegistrationArm>(whole->data() + r.offset, static_cast<std::size_t>(r.length),
+                                                            file ? file->poison_flag() : nullptr);
+        Result<DevicePtr> reg = make_error(ErrorCode::unavailable,
+                                           "all " + std::to_string(store::RegistrationArm::kSlots) +
+                                               " guards for zero-copy registrations are in use");
+        if (arm->armed()) reg = backend->register_host(whole->data() + r.offset, r.length, HostAccess::read_only);
         if (reg.ok()) {
-          regs.push_back({r.offset, r.length, *reg});
+          regs.push_back({r.offset, r.length, *reg, std::move(arm)});
           any = true;
           residency.registered_ranges += 1;
           residency.registered_bytes += r.length;
@@ -255,6 +268,9 @@ Result<DevicePtr> DeviceWeights::resolve(ValueId id) {
       }
     }
   }
+  // Truncated while it was registered: the backend may have read zeros.
+  if (read_in_place)
+    if (Status s = m.store->check_unchanged(ref); !s.ok()) return s.error();
   if (ptr == 0) {
     auto up = m.upload(id, ref);
     if (!up.ok()) return std::move(up.error()).with_context("making weight visible to " + m.backend->info().backend);

@@ -24,13 +24,25 @@ Result<Model> decode_into_new_model(Bytes bytes, std::filesystem::path path, std
   impl.path = std::move(path);
   impl.file_size = file_size;
   impl.bytes_anchor = mapped;
+  if (mapped && mapped->size() != 0) {
+    impl.file_arm = std::make_unique<store::RegistrationArm>(mapped->bytes().data(), mapped->bytes().size(),
+                                                             mapped->poison_flag());
+    if (!impl.file_arm->armed()) impl.file_arm.reset();
+  }
+  const std::shared_ptr<const store::MappedFile> file_mapping = mapped;
   // The store keeps the .onnx mapping alive and checks and reads inline
   // weights through its descriptor (docs/reliability.md).
   if (mapped) store::StoreAccess::set_model_file(impl.store, std::move(mapped));
   const std::string file = impl.path.string();
   onnx::ModelDecoder decoder(impl, file, base_dir, options, std::move(real_model_dir));
-  if (Status s = decoder.decode(bytes); !s.ok()) {
-    Error& e = s.error();
+  Status decoded = decoder.decode(bytes);
+  // Truncated while it was decoded: the decoder read zeros where the pages
+  // went, so whatever it made of them (or its error about them) is not the
+  // file's. The change is the error.
+  if (file_mapping)
+    if (Status s = file_mapping->check_unchanged(); !s.ok()) return std::move(s.error()).with_context("decoding ONNX model");
+  if (!decoded.ok()) {
+    Error& e = decoded.error();
     if (e.file.empty()) e.file = file;
     return std::move(e);
   }

@@ -1,4 +1,5 @@
 #include "onnx/model_impl.hpp"
+#include "store/store_access.hpp"
 
 #include "onnx/graph_decoder.hpp"
 
@@ -47,6 +48,10 @@ const std::vector<ValueId>& Model::weight_order() const noexcept { return impl_-
 const std::vector<NodeInfo>& Model::nodes() const {
   impl_->build_nodes();
   return impl_->nodes;
+}
+Status Model::check_unchanged() const {
+  const auto file = store::StoreAccess::model_file(impl_->store);
+  return file ? file->check_unchanged() : Status();
 }
 const std::vector<StringTensorInfo>& Model::string_tensors() const noexcept { return impl_->string_tensors; }
 const std::vector<LoadNote>& Model::notes() const noexcept { return impl_->notes; }

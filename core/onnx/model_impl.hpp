@@ -4,6 +4,7 @@
 #include <ballast/onnx_loader.hpp>
 
 #include "onnx/name_table.hpp"
+#include "store/sigbus_guard.hpp"
 
 #include <memory>
 #include <mutex>
@@ -20,6 +21,12 @@ struct Model::Impl {
   // The .onnx mapping, held here too: the node records and the tables built
   // from them on first use point into it even if the store is moved out.
   std::shared_ptr<const void> bytes_anchor;
+  // The .onnx mapping armed for the model's lifetime: node records and
+  // inline weights are read from it lazily, by ballast and by the engine,
+  // and a page a truncation took must read zeros (and poison the file,
+  // which Model::check_unchanged reports), never kill the process. Null for
+  // a model decoded from caller-owned bytes, or when every slot was taken.
+  std::unique_ptr<store::RegistrationArm> file_arm;
 
   // ValueId <-> name. Opening a model interns only the weights' names; the
   // other values the nodes name are interned the first time anyone asks for

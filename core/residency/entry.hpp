@@ -37,6 +37,12 @@ struct Entry {
   std::uint64_t loads = 0;       // times it became resident (> 1: a rebuild or re-page-in)
   std::uint64_t failures = 0;    // failed loads; waiters compare it to see theirs
   Status failure;                // the last failed load's error, for its waiters
+
+  // Eviction bookkeeping (EvictionIndex): creation order, the tie-break,
+  // and where the index filed the entry (the keys it was filed under).
+  std::uint64_t seq = 0;
+  int filed_in = 0;              // 0: not filed; else the set (see eviction.cpp)
+  std::uint64_t filed_use = 0, filed_loaded = 0, filed_bytes = 0;
 };
 
 }  // namespace ballast::residency

@@ -49,3 +49,173 @@ Entry* choose_victim(std::span<Entry* const> resident, const EvictionClock& cloc
 }
 
 }  // namespace ballast::residency
+
+// ---------------------------------------------------------------- EvictionIndex
+
+#include <ext/pb_ds/assoc_container.hpp>
+#include <ext/pb_ds/tree_policy.hpp>
+
+#include <functional>
+#include <set>
+#include <tuple>
+
+namespace ballast::residency {
+namespace {
+
+// The sets an entry may be filed in: one at a time.
+enum : int { kNone = 0, kUnrequested = 1, kPrefetched = 2, kRequested = 3 };
+
+// (key, seq, entry): seq breaks ties as the creation-order scan does.
+using UseKey = std::tuple<std::uint64_t, std::uint64_t, Entry*>;     // last_use ascending
+using LoadedKey = std::tuple<std::uint64_t, std::uint64_t, Entry*>;  // loaded_at descending (negated order below)
+struct NewestFirst {
+  bool operator()(const LoadedKey& a, const LoadedKey& b) const noexcept {
+    if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) > std::get<0>(b);
+    return std::get<1>(a) < std::get<1>(b);
+  }
+};
+
+// (bytes, loaded_at, seq, entry), ordered by bytes: each node also keeps the
+// newest loaded_at of its subtree, so "the newest entry no larger than N"
+// and "the newest entry larger than N" are one walk down the tree each.
+using SizeKey = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, Entry*>;
+
+template <class NodeCIt, class NodeIt, class Cmp, class Alloc>
+struct NewestInSubtree {
+  // (loaded_at, -seq) of the newest: the larger wins; on equal loaded_at
+  // the entry created first.
+  using metadata_type = std::pair<std::uint64_t, std::uint64_t>;
+  void operator()(NodeIt it, NodeCIt end) {
+    metadata_type best = {std::get<1>(**it), ~std::get<2>(**it)};
+    NodeIt l = it.get_l_child(), r = it.get_r_child();
+    if (l != end) best = std::max(best, l.get_metadata());
+    if (r != end) best = std::max(best, r.get_metadata());
+    const_cast<metadata_type&>(it.get_metadata()) = best;
+  }
+  virtual NodeCIt node_begin() const = 0;
+  virtual NodeCIt node_end() const = 0;
+  virtual ~NewestInSubtree() = default;
+};
+
+using SizeTree = __gnu_pbds::tree<SizeKey, __gnu_pbds::null_type, std::less<SizeKey>, __gnu_pbds::rb_tree_tag,
+                                  NewestInSubtree>;
+using Meta = std::pair<std::uint64_t, std::uint64_t>;
+
+Meta meta_of(const SizeKey& k) { return {std::get<1>(k), ~std::get<2>(k)}; }
+
+// The newest entry of `tree` whose bytes are <= limit (at_most) or > limit:
+// one walk down from the root, which passes O(log n) nodes inside the range
+// and the subtrees wholly inside it (their maxima are kept), then one walk
+// down the best such subtree to the node that holds its maximum.
+Entry* newest(const SizeTree& tree, std::uint64_t limit, bool at_most) noexcept {
+  using NodeIt = SizeTree::node_const_iterator;
+  const NodeIt end = tree.node_end();
+  bool any = false;
+  Meta best{0, 0};
+  const SizeKey* best_node = nullptr;  // a single node holding `best`, or
+  NodeIt best_subtree = end;           // a subtree whose maximum is `best`
+  for (NodeIt node = tree.node_begin(); node != end;) {
+    const SizeKey& key = **node;
+    const bool inside = at_most ? std::get<0>(key) <= limit : std::get<0>(key) > limit;
+    if (!inside) {
+      node = at_most ? node.get_l_child() : node.get_r_child();
+      continue;
+    }
+    if (!any || meta_of(key) > best) {
+      best = meta_of(key);
+      best_node = &key;
+      best_subtree = end;
+      any = true;
+    }
+    // Keys are ordered by bytes first: everything on the near side of an
+    // inside node is inside too.
+    const NodeIt whole = at_most ? node.get_l_child() : node.get_r_child();
+    if (whole != end && whole.get_metadata() > best) {
+      best = whole.get_metadata();
+      best_node = nullptr;
+      best_subtree = whole;
+    }
+    node = at_most ? node.get_r_child() : node.get_l_child();
+  }
+  if (!any) return nullptr;
+  if (best_node != nullptr) return std::get<3>(*best_node);
+  for (NodeIt node = best_subtree;;) {
+    if (meta_of(**node) == best) return std::get<3>(**node);
+    const NodeIt l = node.get_l_child();
+    node = (l != end && l.get_metadata() == best) ? l : node.get_r_child();
+  }
+}
+
+}  // namespace
+
+struct EvictionIndex::Sets {
+  std::set<UseKey> unrequested;              // class 1: by last_use
+  std::set<LoadedKey, NewestFirst> prefetched;  // class 4 of the header (5 in class_of): newest first
+  std::set<UseKey> requested_by_use;         // the rest: staleness (class 2) by last_use...
+  SizeTree requested_by_size;                // ...and classes 3/4 by size, newest first
+};
+
+EvictionIndex::EvictionIndex() : sets_(std::make_unique<Sets>()) {}
+EvictionIndex::~EvictionIndex() = default;
+
+std::size_t EvictionIndex::size() const noexcept {
+  return sets_->unrequested.size() + sets_->prefetched.size() + sets_->requested_by_use.size();
+}
+
+void EvictionIndex::erase(Entry& e) noexcept {
+  Sets& s = *sets_;
+  switch (e.filed_in) {
+    case kUnrequested: s.unrequested.erase({e.filed_use, e.seq, &e}); break;
+    case kPrefetched: s.prefetched.erase({e.filed_loaded, e.seq, &e}); break;
+    case kRequested:
+      s.requested_by_use.erase({e.filed_use, e.seq, &e});
+      s.requested_by_size.erase({e.filed_bytes, e.filed_loaded, e.seq, &e});
+      break;
+    default: break;
+  }
+  e.filed_in = kNone;
+}
+
+void EvictionIndex::update(Entry& e) {
+  erase(e);
+  if (!candidate(e)) return;
+  Sets& s = *sets_;
+  // Filed before the keys are recorded: an insertion that throws leaves the
+  // entry unfiled (and not half in two sets).
+  if (!e.requested) {
+    s.unrequested.insert({e.last_use, e.seq, &e});
+    e.filed_in = kUnrequested;
+  } else if (e.awaiting_use) {
+    s.prefetched.insert({e.loaded_at, e.seq, &e});
+    e.filed_in = kPrefetched;
+  } else {
+    s.requested_by_use.insert({e.last_use, e.seq, &e});
+    try {
+      s.requested_by_size.insert({e.bytes(), e.loaded_at, e.seq, &e});
+    } catch (...) {
+      s.requested_by_use.erase({e.last_use, e.seq, &e});
+      throw;
+    }
+    e.filed_in = kRequested;
+  }
+  e.filed_use = e.last_use;
+  e.filed_loaded = e.loaded_at;
+  e.filed_bytes = e.bytes();
+}
+
+Entry* EvictionIndex::choose(const EvictionClock& clock, Requester who, std::uint64_t request_bytes) const noexcept {
+  const Sets& s = *sets_;
+  if (!s.unrequested.empty()) return std::get<2>(*s.unrequested.begin());
+  if (!s.requested_by_use.empty()) {
+    // Stale is monotone in last_use: if the least recently used is not
+    // stale, none is.
+    Entry* oldest = std::get<2>(*s.requested_by_use.begin());
+    if (class_of(*oldest, clock, request_bytes) == 2) return oldest;
+    if (Entry* e = newest(s.requested_by_size, request_bytes, true)) return e;
+    if (Entry* e = newest(s.requested_by_size, request_bytes, false)) return e;
+  }
+  if (who == Requester::demand && !s.prefetched.empty()) return std::get<2>(*s.prefetched.begin());
+  return nullptr;
+}
+
+}  // namespace ballast::residency

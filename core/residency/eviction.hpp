@@ -33,6 +33,7 @@
 #include "residency/entry.hpp"
 
 #include <cstdint>
+#include <memory>
 #include <span>
 
 namespace ballast::residency {
@@ -45,8 +46,35 @@ struct EvictionClock {
 enum class Requester : std::uint8_t { demand, prefetch };
 
 // The entry to evict next to make room for `request_bytes`, or nullptr
-// when none may be.
+// when none may be: the policy as a scan of every entry (O(n)), the
+// reference EvictionIndex is tested against.
 Entry* choose_victim(std::span<Entry* const> resident, const EvictionClock& clock, Requester who,
                      std::uint64_t request_bytes) noexcept;
+
+// The same choice in O(log n): the candidates (resident, evictable,
+// unpinned) kept in ordered structures per class, updated whenever a field
+// the policy reads changes. Ties go to the entry created first (Entry::seq),
+// as in the scan over entries in creation order. Residency calls update()
+// with its lock held after every such change; choose() == choose_victim()
+// over the same entries, always (tests/unit/residency).
+class EvictionIndex {
+ public:
+  EvictionIndex();
+  ~EvictionIndex();
+  EvictionIndex(const EvictionIndex&) = delete;
+  EvictionIndex& operator=(const EvictionIndex&) = delete;
+
+  // Re-files `e` after its state, pins, requested, awaiting_use, last_use,
+  // loaded_at or size changed (inserts, moves or removes it).
+  void update(Entry& e);
+  // Removes `e` (before it is destroyed).
+  void erase(Entry& e) noexcept;
+  Entry* choose(const EvictionClock& clock, Requester who, std::uint64_t request_bytes) const noexcept;
+  std::size_t size() const noexcept;
+
+ private:
+  struct Sets;
+  std::unique_ptr<Sets> sets_;
+};
 
 }  // namespace ballast::residency

@@ -44,7 +44,8 @@ struct Residency::Impl {
   mutable std::mutex mutex;
   std::condition_variable changed;  // an entry finished loading (or failed to)
   std::map<identity::Entry, std::unique_ptr<residency::Entry>> entries;
-  std::vector<residency::Entry*> all;  // the same entries, for the eviction scan
+  std::vector<residency::Entry*> all;  // the same entries, in creation order (Entry::seq)
+  residency::EvictionIndex eviction;   // the candidates for eviction, O(log n) per choice
   std::uint64_t held = 0;              // bytes resident, being loaded, or stuck
   std::uint64_t peak = 0;
   std::uint64_t pinned = 0;

@@ -5,6 +5,7 @@
 
 #include "derive/transposed_source.hpp"
 
+#include <optional>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -41,7 +42,7 @@ class PagingTimer {
 Status Residency::Impl::reserve(std::uint64_t bytes, const std::string& what, Requester who) {
   std::unique_lock lock(mutex);
   while (bytes > budget || held > budget - bytes) {
-    Entry* victim = residency::choose_victim(all, clock, who, bytes);
+    Entry* victim = eviction.choose(clock, who, bytes);
     if (victim == nullptr && who == Requester::demand && prefetch_loads > 0 && bytes <= budget) {
       // Room held by prefetches in flight: they never wait, so they end
       // soon, and a best-effort prefetch must not fail an engine's pin.
@@ -86,6 +87,7 @@ void Residency::Impl::evict_locked(Entry& e) noexcept {
   e.first = e.second = 0;
   e.state = Entry::State::absent;
   e.awaiting_use = false;
+  eviction.erase(e);
   ++(e.derived ? counters.derived_evictions : counters.source_evictions);
 }
 
@@ -101,7 +103,7 @@ Result<DevicePtr> Residency::Impl::allocate(std::uint64_t bytes, Requester who) 
     // The device is fuller than the budget says (another model, another
     // process): give back what the policy allows and try again.
     std::lock_guard lock(mutex);
-    Entry* victim = residency::choose_victim(all, clock, who, bytes);
+    Entry* victim = eviction.choose(clock, who, bytes);
     if (victim == nullptr) return ptr;
     evict_locked(*victim);
   }
@@ -177,6 +179,16 @@ Result<Residency::Impl::Loaded> Residency::Impl::build(const Entry& e, Requester
   Status s = gpu.launch(l);
   // Wait: an asynchronous kernel failure must never leave a resident value.
   if (s.ok()) s = gpu.synchronize();
+  // The kernel read zero-copy operands from their files' pages: a
+  // truncation meanwhile made it read zeros (the registration is armed),
+  // and resolving again re-checks the file and the guard's poison.
+  auto recheck = [&](std::optional<ValueId> id) {
+    if (s.ok() && id && strategy_of(*id) == ResidencyStrategy::zero_copy)
+      if (auto again = registrations->resolve(*id); !again.ok()) s = again.status();
+  };
+  if (!p.of_transposed) recheck(p.source);
+  recheck(p.scales);
+  recheck(p.zero_points);
   if (!s.ok()) {
     discard(l.dst, e.first_bytes);
     if (l.dst2 != 0) discard(l.dst2, e.second_bytes);

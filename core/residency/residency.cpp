@@ -73,6 +73,7 @@ Result<const WeightRef*> Residency::Impl::weight_ref(ValueId id) const {
 Entry* Residency::Impl::add_locked(const identity::Entry& key, std::unique_ptr<Entry> e) {
   all.reserve(all.size() + 1);  // so that the push_back below cannot throw after the map holds it
   Entry* raw = e.get();
+  raw->seq = all.size();
   entries.emplace(key, std::move(e));
   all.push_back(raw);
   return raw;
@@ -143,6 +144,7 @@ Status Residency::Impl::acquire(Entry& e, Use use) {
   if ((use == Use::pin || use == Use::prefetch) && !e.requested) {
     e.requested = true;
     ++clock.distinct_entries;
+    eviction.update(e);  // out of class 1 (dependencies only)
   }
   auto note_use = [&] {
     if (e.pins++ == 0) pinned += e.bytes();
@@ -150,6 +152,7 @@ Status Residency::Impl::acquire(Entry& e, Use use) {
       e.last_use = ++clock.now;
       e.awaiting_use = false;
     }
+    eviction.update(e);  // pinned: no longer a candidate
   };
   for (;;) {
     if (e.state == Entry::State::resident) {
@@ -168,6 +171,7 @@ Status Residency::Impl::acquire(Entry& e, Use use) {
     if (e.state == Entry::State::absent && e.failures != failures && !e.failure.ok()) return e.failure;
   }
   e.state = Entry::State::loading;
+  eviction.erase(e);
   const bool prefetching = for_prefetch(use);
   if (prefetching) ++prefetch_loads;
   lock.unlock();
@@ -200,6 +204,7 @@ Status Residency::Impl::acquire(Entry& e, Use use) {
   if (use == Use::prefetch) {
     e.awaiting_use = true;
     ++counters.prefetches;
+    eviction.update(e);
   } else {
     note_use();
   }
@@ -209,7 +214,15 @@ Status Residency::Impl::acquire(Entry& e, Use use) {
 
 void Residency::Impl::unpin(Entry& e) noexcept {
   std::lock_guard lock(mutex);
-  if (e.pins > 0 && --e.pins == 0) pinned -= std::min(pinned, e.bytes());
+  if (e.pins > 0 && --e.pins == 0) {
+    pinned -= std::min(pinned, e.bytes());
+    try {
+      eviction.update(e);  // a candidate again
+    } catch (...) {
+      // Out of memory filing it: it stays resident but is never chosen, so
+      // the budget may refuse a request it could have met; never a leak.
+    }
+  }
 }
 
 // ------------------------------------------------------------------ Residency
@@ -315,6 +328,7 @@ Released Residency::release(GpuBackend& backend) {
       e->first = e->second = 0;
       e->state = Entry::State::absent;
       e->pins = 0;
+      m.eviction.erase(*e);
     }
     for (const Impl::Stuck& st : m.stuck) {
       Status s = backend.free(st.ptr);

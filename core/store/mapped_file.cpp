@@ -26,6 +26,8 @@ FileStamp stamp_of(const struct stat& st) noexcept {
   s.identity = identity_of(st);
   s.mtime_sec = static_cast<std::int64_t>(st.st_mtim.tv_sec);
   s.mtime_nsec = static_cast<std::int64_t>(st.st_mtim.tv_nsec);
+  s.ctime_sec = static_cast<std::int64_t>(st.st_ctim.tv_sec);
+  s.ctime_nsec = static_cast<std::int64_t>(st.st_ctim.tv_nsec);
   return s;
 }
 
@@ -94,6 +96,20 @@ Result<std::shared_ptr<const MappedFile>> MappedFile::map(int fd, const struct s
 }
 
 Status MappedFile::check_unchanged() const {
+  // What stat(2) says first (it names the change); then the poison, for a
+  // file put back so well that stat cannot tell (a new inode renamed over
+  // the path, as rsync -t does, while the faulted mapping holds the old one).
+  if (Status s = check_stamp(); !s.ok()) return s;
+  if (poisoned())
+    return path_error(ErrorCode::io,
+                      path_.string() +
+                          " changed since it was opened (a read of its mapping faulted: the file was truncated "
+                          "under it, and the pages lost read as zeros in this mapping for good; reopen the model)",
+                      path_);
+  return {};
+}
+
+Status MappedFile::check_stamp() const {
   struct stat st {};
   if (::stat(path_.c_str(), &st) != 0) {
     const int err = errno;
@@ -114,6 +130,12 @@ Status MappedFile::check_unchanged() const {
                       changed + "(modified " + utc_time(stamp_.mtime_sec, stamp_.mtime_nsec) + ", now " +
                           utc_time(now.mtime_sec, now.mtime_nsec) + ")",
                       path_);
+  if (now.ctime_sec != stamp_.ctime_sec || now.ctime_nsec != stamp_.ctime_nsec)
+    return path_error(ErrorCode::io,
+                      changed + "(status changed " + utc_time(stamp_.ctime_sec, stamp_.ctime_nsec) + ", now " +
+                          utc_time(now.ctime_sec, now.ctime_nsec) +
+                          ": written, truncated or re-dated since, though size and modification time match)",
+                      path_);
   return {};
 }
 
@@ -129,7 +151,7 @@ Status MappedFile::check_range(const char* verb, std::uint64_t offset, std::uint
 
 Status MappedFile::pages_gone(std::uint64_t offset, std::uint64_t length) const {
   // The file shrank; the stat says how, unless it grew back meanwhile.
-  if (Status s = check_unchanged(); !s.ok()) return s;
+  if (Status s = check_stamp(); !s.ok()) return s;
   Error e = path_error(ErrorCode::io,
                        path_.string() + " changed since it was opened (its pages in [" + std::to_string(offset) +
                            ", +" + std::to_string(length) + ") are gone: truncated)",
@@ -142,7 +164,13 @@ Status MappedFile::read(std::uint64_t offset, std::span<std::byte> dst) const {
   if (Status s = check_range("reading", offset, dst.size()); !s.ok()) return s;
   if (Status s = check_unchanged(); !s.ok()) return s;
   if (g_read_hook) g_read_hook(*this);
-  if (!guarded_copy(dst.data(), data_ + offset, dst.size())) return pages_gone(offset, dst.size());
+  if (!guarded_copy(dst.data(), data_ + offset, dst.size())) {
+    // guarded_copy jumps out and maps nothing: the pages stay unmapped, yet
+    // a file put back later would make later reads return its bytes. Refuse
+    // them anyway: the file was seen changing under the mapping once.
+    poisoned_.store(true, std::memory_order_release);
+    return pages_gone(offset, dst.size());
+  }
   // Rewritten (same size) while we copied: the bytes may be a mix.
   return check_unchanged();
 }
@@ -152,7 +180,7 @@ Status MappedFile::transfer(std::uint64_t offset, std::uint64_t length,
   if (Status s = check_range("transferring", offset, length); !s.ok()) return s;
   if (Status s = check_unchanged(); !s.ok()) return s;
   const Bytes range = bytes().subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(length));
-  ZeroFillRange zero_fill(range.data(), range.size());
+  ZeroFillRange zero_fill(range.data(), range.size(), &poisoned_);
   if (!zero_fill.armed()) {
     Error e = path_error(ErrorCode::unavailable,
                          "cannot transfer [" + std::to_string(offset) + ", +" + std::to_string(length) +

@@ -15,6 +15,7 @@
 
 #include "store/safe_open.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -29,6 +30,12 @@ struct FileStamp {
   FileIdentity identity;
   std::int64_t mtime_sec = 0;
   std::int64_t mtime_nsec = 0;
+  // The status change time: set by the kernel on every write, truncation,
+  // chmod or utimensat, and unlike the modification time no user can set
+  // it back, so a file rewritten and then dated back (cp -p, rsync -t, an
+  // attacker's touch -d) is still seen to have changed.
+  std::int64_t ctime_sec = 0;
+  std::int64_t ctime_nsec = 0;
 };
 FileStamp stamp_of(const struct stat& st) noexcept;
 
@@ -54,10 +61,14 @@ class MappedFile {
   const FileStamp& stamp() const noexcept { return stamp_; }
   // Empty for a zero-length file (nothing is mapped then).
   Bytes bytes() const noexcept { return {data_, static_cast<std::size_t>(stamp_.size)}; }
-  // ok while the file has the size and modification time it had when it
-  // was mapped; otherwise an io error worded
+  // ok while the file has the size, modification time and status change
+  // time it had when it was mapped and no read of the mapping has faulted;
+  // otherwise an io error worded
   //   "<file> changed since it was opened (size X, now Y)"
-  // (or "(modified <time>, now <time>)"). One stat(2) of path(): while the
+  // (or "(modified <time>, now <time>)", "(status changed <time>, now
+  // <time>)", or, once poisoned, "... a read of its mapping faulted ...").
+  // Poison is for good: a page the guard zero-filled reads zeros for the
+  // mapping's lifetime, whatever the file holds again. One stat(2) of path(): while the
   // path names the mapped inode, that is the mapped file. When it names
   // another inode or nothing (a file renamed over it, or deleted), the
   // mapped inode is no longer reachable by name and is left as it was
@@ -80,9 +91,16 @@ class MappedFile {
   // ranges is busy and this thread holds one (a transfer nested in a
   // sink); a range outside the file as mapped is out_of_bounds.
   Status transfer(std::uint64_t offset, std::uint64_t length, const std::function<Status(Bytes)>& sink) const;
+  // Whether a guarded read of the mapping faulted (its zero-filled pages no
+  // longer show the file): every check and read refuses it from then on.
+  bool poisoned() const noexcept { return poisoned_.load(std::memory_order_acquire); }
+  // The flag the guard sets (store/sigbus_guard.hpp); lives as long as this.
+  std::atomic<bool>* poison_flag() const noexcept { return &poisoned_; }
 
  private:
   MappedFile() = default;
+  // check_unchanged() without the poison: what stat(2) says.
+  Status check_stamp() const;
   // out_of_bounds unless [offset, offset + length) lies inside the file as mapped.
   Status check_range(const char* verb, std::uint64_t offset, std::uint64_t length) const;
   // The io error for pages of [offset, offset + length) that vanished under a read.
@@ -91,6 +109,7 @@ class MappedFile {
   std::filesystem::path path_;
   FileStamp stamp_;
   const std::byte* data_ = nullptr;
+  mutable std::atomic<bool> poisoned_{false};
 };
 
 // Tests: called by MappedFile::read between the check before the copy and

@@ -16,9 +16,26 @@
 // zero page, read-only, over the faulting page and marking every armed
 // range that shares that page as faulted; the handler returns and the
 // faulting instruction reads zeros. Everything else chains as above.
+//
+// A range may name a poison flag (its MappedFile's): the handler sets it
+// with the faulted bit, so the file stays refused after the range is
+// disarmed, even if the file is later put back as it was (docs/reliability.md).
+//
+// RegistrationArm is the third, for reads nobody runs through ballast at
+// all: a backend's kernels or a driver thread reading a zero-copy
+// registration of the mapping, at any time while it is registered. Same
+// zero-fill answer, in a second, larger table whose slots never wait.
+//
+// Chaining is exact: a SIGBUS that is not ballast's reaches the
+// disposition installed before ballast's as if ballast were not loaded:
+// SIG_IGN ignores a sent signal (a fault cannot be ignored: the kernel
+// forces the default, so the process dies of it), a handler runs with its
+// own sa_mask (and SIGBUS unblocked under SA_NODEFER), and SA_RESETHAND
+// makes it run once, the default taking over after.
 // docs/reliability.md has the reasoning.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -43,7 +60,9 @@ class ZeroFillRange {
  public:
   static constexpr std::size_t kSlots = 64;
 
-  ZeroFillRange(const void* src, std::size_t n) noexcept;
+  // `poison` (may be null) is set, never cleared, when a read of the range
+  // faults; it must outlive the range.
+  ZeroFillRange(const void* src, std::size_t n, std::atomic<bool>* poison = nullptr) noexcept;
   ~ZeroFillRange();
   ZeroFillRange(const ZeroFillRange&) = delete;
   ZeroFillRange& operator=(const ZeroFillRange&) = delete;
@@ -63,8 +82,30 @@ class ZeroFillRange {
   bool faulted_ = false;  // as read at disarm()
 };
 
-// Slots armed right now (for tests).
+// A zero-copy registration's range, armed for as long as it lives (see
+// above). Never waits: when all kSlots are taken, armed() is false and the
+// caller must not hand the range to a reader it does not run (DeviceWeights
+// uploads that file's weights instead).
+class RegistrationArm {
+ public:
+  static constexpr std::size_t kSlots = 4096;
+
+  RegistrationArm(const void* src, std::size_t n, std::atomic<bool>* poison) noexcept;
+  ~RegistrationArm();
+  RegistrationArm(const RegistrationArm&) = delete;
+  RegistrationArm& operator=(const RegistrationArm&) = delete;
+
+  bool armed() const noexcept { return slot_ >= 0 || empty_; }
+  bool faulted() const noexcept;
+
+ private:
+  int slot_ = -1;
+  bool empty_ = false;
+};
+
+// Slots armed right now (for tests): ZeroFillRange's and RegistrationArm's.
 std::size_t zero_fill_slots_in_use() noexcept;
+std::size_t registration_slots_in_use() noexcept;
 
 // Whether the handler has been installed (it is, on the first copy).
 bool sigbus_guard_installed() noexcept;

@@ -61,7 +61,18 @@ struct PlannedDerivation {
 // once; consumers with different parameters (another scales tensor, a
 // different shape on the same bytes) each get their own entry. Errors name
 // the node whose inputs or attributes do not fit the operator.
-Result<std::vector<PlannedDerivation>> plan_derivations(const Model& model);
+//
+// Bounded work: a plan whose derived bytes exceed `max_amplification`
+// times the model's referenced source bytes (the union of the referenced
+// ranges of its data files plus its inline weights) is refused with
+// unsupported, naming both sizes and the ratio. Real models stay below
+// 10x (an int4 B dequantized to f32 is 8x); a small hostile file (thousands
+// of nodes over one shared blob) is far above. docs/security.md.
+inline constexpr double kDefaultMaxAmplification = 64;
+struct PlanOptions {
+  double max_amplification = kDefaultMaxAmplification;  // <= 0: no cap
+};
+Result<std::vector<PlannedDerivation>> plan_derivations(const Model& model, const PlanOptions& options = {});
 
 // The derivation `kind` of the weight a node consumes (MatMul/Gemm: B;
 // MatMulNBits: B with its scales and zero points). invalid_argument when the

@@ -120,6 +120,13 @@ class Model {
   // Every node at every depth, parents first. Built on the first call
   // (once, thread-safe; opening only validates the nodes).
   const std::vector<NodeInfo>& nodes() const;
+  // ok while the .onnx file is as it was opened (size, modification and
+  // status change times) and no read of its mapping faulted. Node records
+  // are read from the mapping lazily (nodes(), planning), under a guard
+  // that makes pages a truncation took read as zeros instead of killing
+  // the process; this is how a caller learns that happened: an io error
+  // naming the file. plan_derivations() checks it before it returns.
+  Status check_unchanged() const;
   const std::vector<StringTensorInfo>& string_tensors() const noexcept;
   const std::vector<LoadNote>& notes() const noexcept;
 

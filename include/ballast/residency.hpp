@@ -57,7 +57,9 @@ namespace ballast {
 struct AutoBudget {
   std::uint64_t external_bytes = 0;  // union of the referenced ranges of every data file (dead bytes excluded)
   std::uint64_t inline_bytes = 0;    // weights stored inside the .onnx
-  std::uint64_t source_bytes = 0;    // external_bytes + inline_bytes
+  std::uint64_t overlap_bytes = 0;   // bytes counted again because distinct weights' ranges overlap
+                                     // (paged residency holds each range apart; aliases of one range count once)
+  std::uint64_t source_bytes = 0;    // external_bytes + overlap_bytes + inline_bytes
   std::uint64_t derived_bytes = 0;   // every output of the planned derivations (derivation_sizes)
   std::uint64_t derivations = 0;     // planned derivations counted (the same bytes with the same
                                      // parameters count once, as the memo shares them)
@@ -66,10 +68,14 @@ struct AutoBudget {
 
 // The budget of `store` with `plan` (plan_derivations() of its model).
 // overflow when a sum exceeds 64 bits; a planned launch derivation_sizes()
-// refuses is that error, naming the weight.
-Result<AutoBudget> auto_budget(const WeightStore& store, std::span<const PlannedDerivation> plan);
-// plan_derivations(model), then the above.
-Result<AutoBudget> auto_budget(const Model& model);
+// refuses is that error, naming the weight. unsupported when the total is
+// above `max_amplification` times the referenced bytes (external_bytes +
+// inline_bytes; <= 0: no cap), naming both and the ratio: bounded work for
+// a small hostile file (docs/security.md).
+Result<AutoBudget> auto_budget(const WeightStore& store, std::span<const PlannedDerivation> plan,
+                               double max_amplification = kDefaultMaxAmplification);
+// plan_derivations(model) under the same cap, then the above.
+Result<AutoBudget> auto_budget(const Model& model, double max_amplification = kDefaultMaxAmplification);
 
 // ------------------------------------------------------------ strategies
 

@@ -49,6 +49,10 @@ install)
   echo "installed to $work/staged, moved to $moved"
   ;;
 
+runpaths)
+  "$python" "$src/tools/check-runpaths" "$moved"
+  ;;
+
 backends)
   # Each plugin resolves libballast through its own RUNPATH, from where it lies.
   for p in "$moved"/lib/ballast/libballast-*.so; do

@@ -26,6 +26,7 @@ struct InspectOptions {
   bool hash = false;
   std::string map;
   LoadOptions load;
+  double max_amplification = kDefaultMaxAmplification;
 };
 
 struct Totals {
@@ -63,20 +64,34 @@ Totals totals_of(const std::vector<NamedWeight>& weights, const std::vector<File
 }
 
 // SHA-256 of every weight's bytes, in order; nullopt where the bytes are not
-// available (a range the store refuses).
-std::vector<std::optional<std::string>> hash_weights(const WeightStore& store, const std::vector<NamedWeight>& weights) {
+// available (a range the store refuses). The bytes are hashed inside
+// WeightStore::transfer, so a file truncated meanwhile is an io error for
+// that weight (its pages read as zeros, never SIGBUS), not a dead process.
+std::vector<std::optional<std::string>> hash_weights(const WeightStore& store, const std::vector<NamedWeight>& weights,
+                                                     std::vector<Error>& failures) {
   std::uint64_t total = 0;
   for (const auto& w : weights) total += w.ref->byte_length();
   ProgressBar bar("hashing", total);
   std::vector<std::optional<std::string>> out;
   out.reserve(weights.size());
   for (const auto& w : weights) {
-    const std::optional<Bytes> bytes = store.bytes(*w.ref);
-    if (!bytes) {
+    if (!store.bytes(*w.ref)) {
       out.emplace_back();
       continue;
     }
-    out.emplace_back(hex_digest(Digest::sha256, *bytes, [&bar](std::uint64_t n) { bar.advance(n); }));
+    std::string digest;
+    Status s = store.transfer(*w.ref, 0, w.ref->byte_length(), [&](Bytes bytes) -> Status {
+      digest = hex_digest(Digest::sha256, bytes, [&bar](std::uint64_t n) { bar.advance(n); });
+      return Status();
+    });
+    if (!s.ok()) {
+      Error e = s.error();
+      e.tensor = std::string(w.name);
+      failures.push_back(std::move(e));
+      out.emplace_back();
+      continue;
+    }
+    out.emplace_back(std::move(digest));
   }
   return out;
 }
@@ -264,8 +279,9 @@ int run_inspect(const InspectOptions& opt) {
   const std::vector<FileAccounting> files = account_external_files(model.store());
   const Totals totals = totals_of(weights, files);
   std::vector<std::optional<std::string>> hashes;
-  if (opt.hash) hashes = hash_weights(model.store(), weights);
-  const Result<AutoBudget> budget = auto_budget(model);
+  std::vector<Error> hash_failures;
+  if (opt.hash) hashes = hash_weights(model.store(), weights, hash_failures);
+  const Result<AutoBudget> budget = auto_budget(model, opt.max_amplification);
 
   if (!opt.map.empty()) {
     Status written = write_dead_weight_map(opt.map, model.path().filename().string(), files);
@@ -274,8 +290,16 @@ int run_inspect(const InspectOptions& opt) {
       return kExitBadInput;
     }
   }
-  return opt.json ? print_json(model, weights, hashes, files, totals, budget)
-                  : print_table(model, weights, hashes, files, totals, budget);
+  const int printed = opt.json ? print_json(model, weights, hashes, files, totals, budget)
+                               : print_table(model, weights, hashes, files, totals, budget);
+  // A file that changed while it was read (hashed, or the .onnx while its
+  // nodes were read): what was printed for it is not the file's.
+  for (const Error& e : hash_failures) report_error("inspect", e);
+  if (Status s = model.check_unchanged(); !s.ok()) {
+    report_error("inspect", s.error());
+    return kExitBadInput;
+  }
+  return hash_failures.empty() ? printed : kExitBadInput;
 }
 
 const RegisterCommand kInspect{{
@@ -290,6 +314,11 @@ const RegisterCommand kInspect{{
           ->type_name("FILE.svg");
       sub.add_flag("--allow-model-real-dir,--allow-external-outside-model-dir", opt->load.allow_model_real_dir,
                    "also accept external data beneath the folder of the model file's real path (symlinked caches)");
+      sub.add_option("--max-amplification", opt->max_amplification,
+                     "refuse an auto budget above R times the referenced bytes (0: no cap; docs/security.md)")
+          ->type_name("R")
+          ->check(CLI::NonNegativeNumber)
+          ->capture_default_str();
       return [opt] { return run_inspect(*opt); };
     },
 }};

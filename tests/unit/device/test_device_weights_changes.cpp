@@ -166,3 +166,50 @@ TEST_CASE("cpu: a data file replaced by rename keeps serving the old bytes") {
   CHECK(uploaded.release(up).status.ok());
   CHECK(dw.release(**gpu).status.ok());
 }
+
+// Issue 24 §3: the cpu backend's kernels read a zero-copy registration
+// directly. A truncation between registering and the kernel (or during it)
+// makes the kernel read zeros (the registration is armed), never SIGBUS;
+// the mapping is poisoned, so resolve() refuses it even once the file is
+// put back exactly as it was.
+TEST_CASE("cpu: a kernel over a registered mapping truncated under it reads zeros, and the file stays refused") {
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  DataFile f;
+  DeviceWeights dw(**gpu, f.store);
+  auto head = dw.resolve(f.head);
+  REQUIRE(head.ok());
+  REQUIRE(dw.residency().registered_ranges >= 1);
+  struct stat st {};
+  REQUIRE(::stat(f.file.c_str(), &st) == 0);
+
+  truncate_file(f.file, 0);
+  DerivationLaunch l;
+  l.kind = Derivation::transpose;
+  l.src_type = DataType::uint8;
+  l.rows = 64;
+  l.cols = 64;
+  l.src = *head;
+  auto dst = (*gpu)->allocate(4096);
+  REQUIRE(dst.ok());
+  l.dst = *dst;
+  REQUIRE((*gpu)->launch(l).ok());  // reads the vanished pages: zeros, no signal
+  REQUIRE((*gpu)->synchronize().ok());
+  CHECK(f.read_back(**gpu, *dst, 4096) == std::vector<std::byte>(4096, std::byte{0}));
+
+  // Put back byte for byte, with the old modification time: still refused.
+  {
+    const int fd = ::open(f.file.c_str(), O_WRONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    REQUIRE(::pwrite(fd, f.original.data(), f.original.size(), 0) == static_cast<ssize_t>(f.original.size()));
+    struct timespec times[2] = {st.st_atim, st.st_mtim};
+    REQUIRE(::futimens(fd, times) == 0);
+    ::close(fd);
+  }
+  auto again = dw.resolve(f.head);
+  REQUIRE_FALSE(again.ok());
+  CHECK(again.code() == ErrorCode::io);
+  CHECK_MESSAGE(contains(again.error().to_string(), "changed since it was opened"), again.error().to_string());
+  CHECK((*gpu)->free(*dst).ok());
+  CHECK(dw.release(**gpu).status.ok());
+}

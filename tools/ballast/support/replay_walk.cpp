@@ -137,12 +137,12 @@ std::size_t prefetch_window_end(const Walk& walk, std::size_t next, std::size_t 
 }
 
 Result<Anchor> measure_anchor(const WeightStore& store, std::span<const ValueId> weights, std::uint64_t bytes) {
-  std::vector<Bytes> pieces;
+  std::vector<const WeightRef*> pieces;
   for (ValueId id : weights) {
     auto it = store.weights.find(id);
     if (it == store.weights.end()) continue;
     auto b = store.bytes(it->second);
-    if (b && !b->empty()) pieces.push_back(*b);
+    if (b && !b->empty()) pieces.push_back(&it->second);
   }
   if (pieces.empty() || bytes == 0) return make_error(ErrorCode::invalid_argument, "the anchor has no bytes to copy");
   const auto start = std::chrono::steady_clock::now();
@@ -152,9 +152,19 @@ Result<Anchor> measure_anchor(const WeightStore& store, std::span<const ValueId>
                                                     " bytes failed: " + std::strerror(errno));
   auto* dst = static_cast<std::byte*>(fresh);
   std::uint64_t at = 0;
+  // Each piece is copied inside WeightStore::transfer, as a page-in would
+  // be: a file truncated meanwhile is an io error, never SIGBUS (and the
+  // transfer's one stat per weight is part of what a page-in costs too).
   for (std::size_t i = 0; at < bytes; i = (i + 1) % pieces.size()) {
-    const std::uint64_t n = std::min<std::uint64_t>(pieces[i].size(), bytes - at);
-    std::memcpy(dst + at, pieces[i].data(), static_cast<std::size_t>(n));
+    const std::uint64_t n = std::min<std::uint64_t>(pieces[i]->byte_length(), bytes - at);
+    Status s = store.transfer(*pieces[i], 0, n, [&](Bytes from) -> Status {
+      std::memcpy(dst + at, from.data(), from.size());
+      return Status();
+    });
+    if (!s.ok()) {
+      ::munmap(fresh, bytes);
+      return std::move(s.error()).with_context("anchor: copying the paged bytes");
+    }
     at += n;
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

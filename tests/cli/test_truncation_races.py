@@ -1,0 +1,125 @@
+#!/usr/bin/python3
+"""Issue 24 §3: no `ballast` command dies of SIGBUS when a model file is
+truncated under it. Each path ballast reads a mapping by itself runs while a
+helper truncates the file and puts it back, again and again:
+
+  inspect --hash          hashing every weight (through WeightStore::transfer)
+  replay --anchor         the anchor's copy out of the mapping
+  derive --backend cpu    zero-copy: the CPU kernels read the registered mapping
+  derive --backend vulkan zero-copy on lavapipe (skipped without the plugin)
+  inspect / derive        the .onnx itself truncated while decoded and planned
+
+Every run must end with exit 0 (the race lost) or a one-line error (exit 1 or
+2, an io error naming the file); never a signal. Exit 0 pass, 1 fail, 77 skip.
+"""
+
+import argparse
+import os
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+FAILURES = []
+
+
+def expect(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        FAILURES.append(what)
+    return ok
+
+
+class Truncator:
+    """Truncates `path` to a random size and writes it back, in a loop, until stopped."""
+
+    def __init__(self, path, seed):
+        self.path = path
+        with open(path, "rb") as f:
+            self.original = f.read()
+        self.stop = threading.Event()
+        self.rng = random.Random(seed)
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.stop.is_set():
+            time.sleep(self.rng.uniform(0.0, 0.03))
+            with open(self.path, "r+b") as f:
+                f.truncate(self.rng.randrange(0, max(1, len(self.original) // 2)))
+            time.sleep(self.rng.uniform(0.0, 0.01))
+            with open(self.path, "r+b") as f:  # same inode: the mapping sees it
+                f.write(self.original)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        with open(self.path, "r+b") as f:
+            f.write(self.original)
+            f.truncate(len(self.original))
+
+
+def race(ballast, args, victim, runs, label, seed):
+    outcomes = {}
+    with Truncator(victim, seed):
+        for _ in range(runs):
+            proc = subprocess.run([ballast, *args], capture_output=True, text=True, timeout=300)
+            rc = proc.returncode
+            outcomes[rc] = outcomes.get(rc, 0) + 1
+            if rc < 0:
+                expect(False, "%s: died of signal %d (stderr: %s)" % (label, -rc, proc.stderr.strip()[-300:]))
+                return
+            if rc not in (0, 1, 2):
+                expect(False, "%s: exit %d (stderr: %s)" % (label, rc, proc.stderr.strip()[-300:]))
+                return
+            if rc == 2 and "io:" not in proc.stderr and "out_of_bounds" not in proc.stderr and \
+                    "malformed" not in proc.stderr and "size_mismatch" not in proc.stderr:
+                expect(False, "%s: exit 2 without a typed error: %s" % (label, proc.stderr.strip()[-300:]))
+                return
+    expect(True, "%s: %d runs against a truncating helper, never a signal (exit codes %s)"
+           % (label, runs, dict(sorted(outcomes.items()))))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ballast", required=True)
+    ap.add_argument("--gen", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--runs", type=int, default=12)
+    a = ap.parse_args()
+    shutil.rmtree(a.work, ignore_errors=True)
+    os.makedirs(a.work)
+    # A small LLM-shaped model with real (non-sparse) bytes, so reads take long
+    # enough for the helper to land inside them.
+    subprocess.run([sys.executable, os.path.join(a.gen, "make_llm_model.py"), a.work, "--layers", "2",
+                    "--hidden", "512", "--ffn", "1024", "--vocab", "2048"],
+                   check=True, capture_output=True)
+    model = os.path.join(a.work, "llm.onnx")
+    data = os.path.join(a.work, "llm.weights")
+
+    backends = subprocess.run([a.ballast, "backends"], capture_output=True, text=True).stdout
+    race(a.ballast, ["inspect", model, "--hash"], data, a.runs, "inspect --hash, data truncated", 1)
+    race(a.ballast, ["replay", model, "--backend", "cpu", "--tokens", "2", "--anchor", "--budget", "auto"], data,
+         a.runs, "replay --anchor, data truncated", 2)
+    race(a.ballast, ["derive", model, "--backend", "cpu"], data, a.runs, "derive cpu (zero-copy), data truncated", 3)
+    if "vulkan" in backends and "available" in backends:
+        race(a.ballast, ["derive", model, "--backend", "vulkan"], data, max(4, a.runs // 3),
+             "derive vulkan (zero-copy), data truncated", 4)
+    else:
+        print("skip vulkan: no Vulkan device or plugin here")
+    race(a.ballast, ["inspect", model], model, a.runs, "inspect, .onnx truncated", 5)
+    race(a.ballast, ["derive", model, "--backend", "cpu"], model, a.runs, "derive cpu, .onnx truncated", 6)
+
+    if FAILURES:
+        print("%d failure(s)" % len(FAILURES))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
