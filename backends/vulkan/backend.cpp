@@ -161,6 +161,10 @@ Result<std::unique_ptr<VulkanBackend>> VulkanBackend::open(const BackendConfig& 
   // off on a GPU; lavapipe (llvmpipe) divides correctly and is held to exact codes.
   c.int8_codes_within_one = std::string_view(physical.properties.deviceName).find("llvmpipe") == std::string_view::npos;
   c.unaligned_operands = true;       // shaders address 32-bit words and shift partial ones
+  // A CPU implementation (lavapipe) reads imported host memory in its own
+  // worker threads, which block SIGBUS: a truncated file's page there kills
+  // the process before any handler runs (Capabilities::guarded_host_reads).
+  c.guarded_host_reads = physical.properties.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU;
   if (c.host_registration_note.empty()) c.host_registration_note = physical.host_import_note;
   if (auto s = b->pending_validation_error(); !s) return std::move(s).with_context("opening " + config.text);
   return b;

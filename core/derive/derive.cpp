@@ -206,9 +206,15 @@ class Wave {
     }
   }
 
-  // A wave that failed: frees every launch not yet memoized (the wait, if
-  // any, has returned) and returns `failure` saying what it could not free.
+  // A wave that failed: waits for what it launched, frees every launch not
+  // yet memoized, and returns `failure` saying what it could not free.
   Status discard(Status failure) {
+    // A wave that failed while adding (an operand refused after earlier
+    // launches went out) still has kernels in flight: they write the
+    // outputs about to be freed and read operands the caller may release
+    // next (a zero-copy registration, unarmed once unregistered). Wait for
+    // them first; a failed wait adds nothing the failure does not say.
+    if (!pending_.empty()) static_cast<void>(ctx_.backend.synchronize());
     Cleanup cleanup(ctx_.backend);
     while (!pending_.empty()) {
       Pending& p = pending_.back();

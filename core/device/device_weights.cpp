@@ -113,6 +113,10 @@ struct DeviceWeights::Impl {
       why = std::string(caps.host_registration ? "backend cannot register read-only host memory"
                                                : "backend cannot register host memory") +
             (caps.host_registration_note.empty() ? std::string() : ": " + caps.host_registration_note);
+    } else if (!caps.guarded_host_reads && !options.register_unguarded) {
+      why = "the backend reads registered host memory in threads that block SIGBUS, so a truncation of the file "
+            "under the registration could not be answered and would kill the process (set "
+            "DeviceWeightsOptions::register_unguarded to register anyway)";
     } else if (!whole || whole->empty() || refs.empty()) {
       why = "mapping has no referenced bytes to register";
     } else {

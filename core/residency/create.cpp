@@ -64,6 +64,7 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
   if (any_zero_copy) {
     DeviceWeightsOptions dw;
     dw.split_gap_bytes = options.split_gap_bytes;
+    dw.register_unguarded = options.register_unguarded;
     m->registrations = std::make_unique<DeviceWeights>(backend, model.store(), dw, m->label + ": registrations");
   }
 

@@ -62,6 +62,12 @@ inline constexpr std::uint64_t kRegistrationSplitGap = std::uint64_t{64} << 20;
 
 struct DeviceWeightsOptions {
   std::uint64_t split_gap_bytes = kRegistrationSplitGap;
+  // Register mapped files even on a backend whose reads of registered memory
+  // ballast cannot guard (Capabilities::guarded_host_reads false: lavapipe).
+  // Off by default: a file truncated under such a registration kills the
+  // process. An engine that never truncates its model files may turn it on
+  // to keep zero-copy there (docs/reliability.md).
+  bool register_unguarded = false;
 };
 
 class DeviceWeights final : public ModelResource<GpuBackend> {

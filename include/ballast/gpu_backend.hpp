@@ -37,6 +37,16 @@ struct Capabilities {
   bool unaligned_operands = false;           // kernels take operands at any byte address; otherwise
                                              // each must be aligned to its element size (check_operand_alignment)
   std::string host_registration_note;        // why registration is missing, when it is
+  // Whether a CPU read of registered host memory by the device happens in a
+  // thread where ballast's SIGBUS guard can answer a page a truncated file
+  // lost. false for a device run by threads that block SIGBUS (lavapipe:
+  // Mesa's worker threads block every signal but SIGSEGV and SIGSYS, and
+  // the kernel kills a process whose faulting thread blocks the signal,
+  // whatever handler is installed). DeviceWeights then uploads a mapped
+  // file's weights instead of registering them, unless the engine opts in
+  // (DeviceWeightsOptions::register_unguarded). GPUs read registrations by
+  // DMA from pages their driver pinned: nothing faults on the host.
+  bool guarded_host_reads = true;
 };
 
 struct AllocationCounters {

@@ -101,6 +101,9 @@ struct ResidencyOptions {
   std::vector<std::pair<ValueId, ResidencyStrategy>> overrides;
   // zero_copy: a dead gap this long splits a file's registration.
   std::uint64_t split_gap_bytes = kRegistrationSplitGap;
+  // zero_copy on a backend whose reads of registrations cannot be guarded
+  // (DeviceWeightsOptions::register_unguarded).
+  bool register_unguarded = false;
 };
 
 struct ResidencyStats {

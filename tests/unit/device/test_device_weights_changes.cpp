@@ -213,3 +213,56 @@ TEST_CASE("cpu: a kernel over a registered mapping truncated under it reads zero
   CHECK((*gpu)->free(*dst).ok());
   CHECK(dw.release(**gpu).status.ok());
 }
+
+namespace {
+
+// Forwards to a real backend but says its reads of registered memory cannot
+// be guarded (as lavapipe's worker threads, which block SIGBUS).
+class UnguardedReads final : public GpuBackend {
+ public:
+  explicit UnguardedReads(GpuBackend& inner) : inner_(inner), caps_(inner.capabilities()) {
+    caps_.guarded_host_reads = false;
+  }
+ private:
+  const DeviceInfo& do_info() const override { return inner_.info(); }
+  const Capabilities& do_capabilities() const override { return caps_; }
+  Result<DevicePtr> do_allocate(std::uint64_t b, std::uint64_t a) override { return inner_.allocate(b, a); }
+  Status do_free(DevicePtr p, std::uint64_t) override { return inner_.free(p); }
+  Status do_copy_to_device(DevicePtr d, std::span<const std::byte> s) override { return inner_.copy_to_device(d, 0, s); }
+  Status do_copy_to_host(std::span<std::byte> d, DevicePtr s) override { return inner_.copy_to_host(d, s, 0); }
+  Status do_copy_device(DevicePtr d, DevicePtr s, std::uint64_t n) override { return inner_.copy_device(d, 0, s, 0, n); }
+  Result<DevicePtr> do_register_host(const void* h, std::uint64_t n, HostAccess a) override {
+    return inner_.register_host(h, n, a);
+  }
+  Status do_unregister_host(DevicePtr p, std::uint64_t, HostAccess) override { return inner_.unregister_host(p); }
+  Status do_launch(const DerivationLaunch& l, const DerivationSizes&) override { return inner_.launch(l); }
+  Status do_synchronize() override { return inner_.synchronize(); }
+
+  GpuBackend& inner_;
+  Capabilities caps_;
+};
+
+}  // namespace
+
+TEST_CASE("a backend whose reads of registrations cannot be guarded gets uploads, unless the engine opts in") {
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  UnguardedReads unguarded(**gpu);
+  DataFile f;
+  {
+    DeviceWeights dw(unguarded, f.store);
+    REQUIRE(dw.resolve(f.head).ok());
+    const WeightResidency r = dw.residency();
+    CHECK(r.registered_files == 0);
+    CHECK(r.uploaded_weights == 1);
+    CHECK(r.fallback_files == 1);
+    CHECK_MESSAGE(contains(r.fallback_reason, "threads that block SIGBUS"), r.fallback_reason);
+    CHECK(dw.release(unguarded).status.ok());
+  }
+  DeviceWeightsOptions opt_in;
+  opt_in.register_unguarded = true;
+  DeviceWeights dw(unguarded, f.store, opt_in);
+  REQUIRE(dw.resolve(f.head).ok());
+  CHECK(dw.residency().registered_files == 1);
+  CHECK(dw.release(unguarded).status.ok());
+}
