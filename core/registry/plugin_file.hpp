@@ -9,9 +9,13 @@
 
 #include "registry/shared_library.hpp"
 
+#include <ballast/export.hpp>
 #include <ballast/status.hpp>
 
 #include <string>
+
+// Exported from libballast for the registry's own tests only; not installed.
+BALLAST_API_BEGIN
 
 namespace ballast::registry {
 
@@ -66,3 +70,5 @@ PluginCandidate check_plugin_candidate(const std::string& folder, const std::str
 Result<SharedLibrary> open_checked_library(PluginCandidate&& admitted);
 
 }  // namespace ballast::registry
+
+BALLAST_API_END

@@ -85,7 +85,7 @@ int exit_code_within(const std::function<int()>& body, std::chrono::seconds limi
   }
 }
 
-bool exists(const fs::path& p) {
+bool marker_exists(const fs::path& p) {
   std::error_code ec;
   return fs::exists(p, ec);
 }
@@ -107,7 +107,7 @@ TEST_CASE("listing plugin folders runs nothing of the files in them; loading is 
   PluginLoader loader({dir});
 
   const auto listing = registry::list_backends(loader);
-  CHECK_FALSE(exists(marker));  // the constructor did not run
+  CHECK_FALSE(marker_exists(marker));  // the constructor did not run
   const auto* found = &listing.back();
   REQUIRE(found->name == "marker");
   CHECK(found->state == BackendListing::State::found);
@@ -121,12 +121,12 @@ TEST_CASE("listing plugin folders runs nothing of the files in them; loading is 
   ListOptions only_cuda;
   only_cuda.load = {"cuda"};
   (void)registry::list_backends(loader, only_cuda);
-  CHECK_FALSE(exists(marker));
+  CHECK_FALSE(marker_exists(marker));
 
   ListOptions only_marker;
   only_marker.load = {"marker"};
   const auto loaded = registry::list_backends(loader, only_marker);
-  CHECK(exists(marker));
+  CHECK(marker_exists(marker));
   CHECK(loaded.back().state == BackendListing::State::available);
   CHECK(loaded.back().devices.size() == 2);
 
@@ -179,7 +179,7 @@ TEST_CASE("a plugin file or folder writable by group or others is refused with w
       {"group-writable file", 0775, 0755, "file writable by group (mode 0775)"},
       {"world-writable file", 0757, 0755, "file writable by others (mode 0757)"},
       {"group-writable folder", 0755, 0775, "folder writable by group (mode 0775)"},
-      {"world-writable sticky folder", 0755, 01777, "folder writable by others (mode 1777)"},
+      {"world-writable sticky folder", 0755, 01777, "folder writable by group and others (mode 1777)"},
   };
   Folder good;
   const std::string good_path = good.plant("working");
