@@ -137,8 +137,11 @@ def main():
     terminal_safe("derive --json stdout", out)
     try:
         text, doc = json_names(out)
+        # derive reports per derivation, not per weight; whatever names it
+        # does carry (model path, errors) come back as written.
         found = set(strings_in(doc))
-        expect(weight.decode("utf-8") in found, "derive --json: the weight's name round-trips exactly")
+        expect(doc.get("model") == model and doc.get("backend") == "cpu",
+               "derive --json: parses, the model path round-trips (%r)" % doc.get("model"))
     except (UnicodeDecodeError, ValueError) as e:
         expect(False, "derive --json: ASCII JSON (%s)" % e)
 
