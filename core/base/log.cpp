@@ -1,7 +1,9 @@
 #include <ballast/log.hpp>
+#include <ballast/printable.hpp>
 
 #include <cstdio>
 #include <mutex>
+#include <string>
 #include <utility>
 
 namespace ballast {
@@ -44,9 +46,16 @@ void log_message(LogLevel level, std::string_view source, std::string_view text)
     }
     return;
   }
-  std::fprintf(stderr, "ballast %.*s: %.*s: %.*s\n", static_cast<int>(source.size()), source.data(),
-               static_cast<int>(log_level_name(level).size()), log_level_name(level).data(),
-               static_cast<int>(text.size()), text.data());
+  // The text may carry a model's names: escaped, so it stays one line that
+  // moves no cursor (printable.hpp). A sink an engine sets gets it raw.
+  std::string line = "ballast ";
+  append_printable(line, source);
+  line += ": ";
+  line += log_level_name(level);
+  line += ": ";
+  append_printable(line, text);
+  line += '\n';
+  std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
 }  // namespace ballast

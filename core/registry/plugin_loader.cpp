@@ -16,7 +16,10 @@ void add_unique(std::vector<std::string>& dirs, std::string dir) {
   if (dir.empty()) return;
   std::error_code ec;
   const auto absolute = std::filesystem::absolute(dir, ec);
-  if (!ec) dir = absolute.lexically_normal().string();
+  // Kept relative, it would be looked up in whatever folder the process is
+  // in at load time (a model's folder, in a CLI run): dropped instead.
+  if (ec || !absolute.is_absolute()) return;
+  dir = absolute.lexically_normal().string();
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   for (const auto& d : dirs) {
     if (d == dir) return;
@@ -182,8 +185,10 @@ std::vector<std::string> PluginLoader::discover() const {
     for (std::filesystem::directory_iterator it(d, ec), end; !ec && it != end; it.increment(ec)) {
       auto name = plugin_backend_name(it->path().filename().string());
       if (!name || !plugin_detail::is_backend_name(*name)) continue;
+      // Listed by name only; whether it may be loaded is probe()'s to say,
+      // so a symlink or a FIFO shows up as refused rather than vanishing.
       std::error_code file_ec;
-      if (!it->is_regular_file(file_ec)) continue;  // follows symlinks
+      if (it->symlink_status(file_ec).type() == std::filesystem::file_type::directory) continue;
       names.push_back(std::move(*name));
     }
   }
@@ -192,15 +197,48 @@ std::vector<std::string> PluginLoader::discover() const {
   return names;
 }
 
+std::vector<CandidateReport> PluginLoader::probe(std::string_view name) const {
+  std::vector<CandidateReport> reports;
+  for (const auto& d : search_dirs()) {
+    PluginCandidate c = check_plugin_candidate(d, plugin_file_name(name));
+    reports.push_back(CandidateReport{std::move(c.path), c.verdict, std::move(c.reason)});
+  }
+  return reports;
+}
+
+std::optional<LoadedPlugin> PluginLoader::loaded(std::string_view name) {
+  Slot& s = slot(name);
+  std::lock_guard slot_lock(s.mutex);
+  if (s.claimed || !s.outcome || !s.outcome->ok()) return std::nullopt;
+  return **s.outcome;
+}
+
+std::vector<std::string> refusal_lines(const std::vector<CandidateReport>& reports) {
+  std::vector<std::string> lines;
+  for (const auto& r : reports) {
+    if (r.verdict == PluginCandidate::Verdict::refused) lines.push_back(r.path + ": " + r.reason);
+  }
+  return lines;
+}
+
 Result<LoadedPlugin> PluginLoader::load_uncached(std::string_view name, const std::vector<std::string>& dirs) const {
-  std::vector<std::string> candidates;
-  for (const auto& d : dirs) candidates.push_back((std::filesystem::path(d) / plugin_file_name(name)).string());
-  for (const auto& path : candidates) {
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) continue;
-    // The first file found is the plugin: a broken one is reported, never
+  const std::string file = plugin_file_name(name);
+  std::string searched;
+  std::string refusals;
+  for (const auto& d : dirs) {
+    PluginCandidate candidate = check_plugin_candidate(d, file);
+    searched += (searched.empty() ? "" : ", ") + candidate.path;
+    if (candidate.verdict == PluginCandidate::Verdict::absent) continue;
+    if (candidate.verdict == PluginCandidate::Verdict::refused) {
+      // Someone else's file, a link or a FIFO: never loaded, and never in
+      // the way of a good copy further down.
+      refusals += (refusals.empty() ? "" : "; ") + candidate.path + " (" + candidate.reason + ")";
+      continue;
+    }
+    // The first admitted file is the plugin: a broken one is reported, never
     // skipped in favour of another copy further down the path.
-    BALLAST_ASSIGN_OR_RETURN(auto lib, open_shared_library(path), "loading plugin " + path);
+    const std::string path = candidate.path;
+    BALLAST_ASSIGN_OR_RETURN(auto lib, open_checked_library(std::move(candidate)), "loading plugin " + path);
     BALLAST_ASSIGN_OR_RETURN(auto descriptor, checked_descriptor(lib, name), "checking plugin " + path);
     BackendPlugin* plugin = nullptr;
     try {
@@ -217,11 +255,10 @@ Result<LoadedPlugin> PluginLoader::load_uncached(std::string_view name, const st
     }
     return LoadedPlugin{plugin, path};
   }
-  std::string searched;
-  for (const auto& p : candidates) searched += (searched.empty() ? "" : ", ") + p;
   if (searched.empty()) searched = "(no search folders)";
-  return make_error(ErrorCode::not_found, "plugin " + plugin_file_name(name) + " for backend \"" + std::string(name) +
-                                              "\" not found; searched: " + searched);
+  std::string message = "plugin " + file + " for backend \"" + std::string(name) + "\" not found; searched: " + searched;
+  if (!refusals.empty()) message += "; refused: " + refusals;
+  return make_error(ErrorCode::not_found, message);
 }
 
 namespace {

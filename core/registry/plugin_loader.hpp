@@ -3,6 +3,8 @@
 // their own over folders of deliberately broken plugins.
 #pragma once
 
+#include "registry/plugin_file.hpp"
+
 #include <ballast/plugin_abi.hpp>
 #include <ballast/status.hpp>
 
@@ -10,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +29,17 @@ struct LoadedPlugin {
   std::string library;              // path it came from
 };
 
+// What one search folder holds under a plugin's file name, checked but not
+// loaded (check_plugin_candidate without the descriptor).
+struct CandidateReport {
+  std::string path;
+  PluginCandidate::Verdict verdict = PluginCandidate::Verdict::absent;
+  std::string reason;  // why refused
+};
+
+// "<path>: <reason>" for each refused report, in search order.
+std::vector<std::string> refusal_lines(const std::vector<CandidateReport>& reports);
+
 // The symbol every plugin exports.
 inline constexpr const char* kDescriptorSymbol = "ballast_plugin_descriptor";
 
@@ -33,7 +47,10 @@ inline constexpr const char* kDescriptorSymbol = "ballast_plugin_descriptor";
 // `engine_dirs` (set_plugin_search_path), then <folder of libballast>/ballast
 // (where an install puts plugins, wherever the install was moved), then the
 // build tree's lib/ when libballast is the build tree's own copy. Duplicates
-// dropped, order kept. No absolute install path is baked in: a moved or
+// dropped, order kept. Every folder is made absolute here, against the
+// working directory of this call, and one that cannot be (no working
+// directory) is dropped: a search path never changes meaning when the
+// process later changes directory. No absolute install path is baked in: a moved or
 // re-prefixed install must find its own plugins, not a stale copy.
 std::vector<std::string> default_plugin_search_dirs(const std::vector<std::string>& engine_dirs = {});
 
@@ -49,6 +66,10 @@ class PluginLoader {
   // from any thread, returns that same outcome, except that a failed load is
   // tried again once the search folders have changed (a loaded plugin is
   // never unloaded, so success is final). A claimed name is never loaded.
+  // The first admitted file in search order is the plugin: refused files
+  // (plugin_file.hpp) are skipped and named in the not_found error, while an
+  // admitted file that fails to load or to pass the ABI check is the
+  // outcome, never skipped for another copy further down.
   Result<LoadedPlugin> load(std::string_view name);
 
   // Keeps `name` from ever being loaded from a file (register_backend has
@@ -58,8 +79,18 @@ class PluginLoader {
 
   // The backend names of the plugin files in the search folders
   // (libballast-<name>.so with <name> a lowercase identifier), sorted, each
-  // once. Folders that do not exist or cannot be read are skipped.
+  // once: every entry of such a name but a directory, admissible or not
+  // (probe says which), never opened. Folders that do not exist or cannot
+  // be read are skipped.
   std::vector<std::string> discover() const;
+
+  // Each search folder's candidate for `name`, in order, checked and not
+  // loaded; absent ones included.
+  std::vector<CandidateReport> probe(std::string_view name) const;
+
+  // The plugin `name` was loaded as, when an earlier load() succeeded;
+  // never loads.
+  std::optional<LoadedPlugin> loaded(std::string_view name);
 
   // Full paths tried for `name`, in search order.
   std::vector<std::string> candidate_paths(std::string_view name) const;

@@ -135,14 +135,42 @@ BackendListing::State load_state(ErrorCode code) {
   return code == ErrorCode::not_found ? BackendListing::State::not_found : BackendListing::State::load_error;
 }
 
-BackendListing listing_for(PluginLoader& loader, const std::string& name) {
+// Where nothing was admitted: not_found, or refused when files were there.
+void mark_missing(BackendListing& out, PluginLoader& loader, const std::vector<CandidateReport>& reports) {
+  out.refused = refusal_lines(reports);
+  out.state = out.refused.empty() ? BackendListing::State::not_found : BackendListing::State::refused;
+  out.searched = loader.candidate_paths(out.name);
+}
+
+// A listing that loads nothing: what the folders hold under the name.
+BackendListing unloaded_listing(PluginLoader& loader, const std::string& name) {
+  BackendListing out;
+  out.name = name;
+  const auto reports = loader.probe(name);
+  for (const auto& r : reports) {
+    if (r.verdict != PluginCandidate::Verdict::admitted) continue;
+    out.state = BackendListing::State::found;
+    out.library = r.path;
+    std::vector<CandidateReport> before(reports.begin(), reports.begin() + (&r - reports.data()));
+    out.refused = refusal_lines(before);  // only those passed over on the way to it
+    return out;
+  }
+  mark_missing(out, loader, reports);
+  std::string text = "plugin libballast-" + name + ".so for backend \"" + name + "\" not found (not loaded: listing only)";
+  for (const auto& line : out.refused) text += "; refused " + line;
+  out.reason = std::move(text);
+  return out;
+}
+
+BackendListing listing_for(PluginLoader& loader, const std::string& name, bool load) {
+  if (!load && registered_plugin(name) == nullptr && !loader.loaded(name)) return unloaded_listing(loader, name);
   BackendListing out;
   out.name = name;
   auto loaded = find_plugin(loader, name);
   if (!loaded.ok()) {
     out.state = load_state(loaded.code());
     out.reason = loaded.error().to_string();
-    if (out.state == BackendListing::State::not_found) out.searched = loader.candidate_paths(name);
+    if (out.state == BackendListing::State::not_found) mark_missing(out, loader, loader.probe(name));
     return out;
   }
   out.library = loaded->library;
@@ -191,9 +219,12 @@ Result<std::unique_ptr<GpuBackend>> open_backend(PluginLoader& loader, std::stri
   return backend;
 }
 
-std::vector<BackendListing> list_backends(PluginLoader& loader) {
+std::vector<BackendListing> list_backends(PluginLoader& loader, const ListOptions& options) {
   std::vector<BackendListing> out;
-  for (const auto& name : known_backend_names(loader)) out.push_back(listing_for(loader, name));
+  for (const auto& name : known_backend_names(loader)) {
+    const bool load = options.load_all || std::find(options.load.begin(), options.load.end(), name) != options.load.end();
+    out.push_back(listing_for(loader, name, load));
+  }
   return out;
 }
 
@@ -252,6 +283,8 @@ std::string_view backend_state_name(BackendListing::State s) noexcept {
     case BackendListing::State::unavailable: return "unavailable";
     case BackendListing::State::not_found: return "not found";
     case BackendListing::State::load_error: return "load error";
+    case BackendListing::State::found: return "found";
+    case BackendListing::State::refused: return "refused";
   }
   return "unknown";
 }
@@ -263,6 +296,10 @@ Result<std::unique_ptr<GpuBackend>> open_backend(std::string_view config) {
 }
 
 std::vector<BackendListing> list_backends() { return registry::list_backends(registry::process_plugin_loader()); }
+
+std::vector<BackendListing> list_backends(const ListOptions& options) {
+  return registry::list_backends(registry::process_plugin_loader(), options);
+}
 
 void set_plugin_search_path(std::vector<std::string> folders) {
   registry::process_plugin_loader().set_search_dirs(registry::default_plugin_search_dirs(folders));

@@ -14,7 +14,7 @@ BALLAST_API_BEGIN
 namespace ballast::registry {
 
 Result<std::unique_ptr<GpuBackend>> open_backend(PluginLoader& loader, std::string_view config);
-std::vector<BackendListing> list_backends(PluginLoader& loader);
+std::vector<BackendListing> list_backends(PluginLoader& loader, const ListOptions& options = {});
 // known_backend_names() over `loader`'s search folders.
 std::vector<std::string> known_backend_names(PluginLoader& loader);
 

@@ -17,9 +17,8 @@ struct SharedLibrary {
   std::string path;
 };
 
-// Loads with every symbol resolved now and nothing exported to other
-// libraries; failure carries the loader's own message.
-Result<SharedLibrary> open_shared_library(const std::string& path);
+// Opened only through open_checked_library (plugin_file.hpp), which loads
+// the descriptor it checked; there is no loading by path.
 
 // The address of `symbol`, or a not_found error with the loader's message.
 Result<void*> find_symbol(const SharedLibrary& library, const char* symbol);

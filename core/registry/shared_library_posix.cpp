@@ -6,17 +6,6 @@
 
 namespace ballast::registry {
 
-Result<SharedLibrary> open_shared_library(const std::string& path) {
-  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* why = ::dlerror();
-    Error e = make_error(ErrorCode::io, std::string("dlopen failed: ") + (why != nullptr ? why : "unknown reason"));
-    e.file = path;
-    return e;
-  }
-  return SharedLibrary{handle, path};
-}
-
 Result<void*> find_symbol(const SharedLibrary& library, const char* symbol) {
   ::dlerror();  // clear, so a stale message is never reported
   void* address = ::dlsym(library.handle, symbol);

@@ -46,19 +46,35 @@ std::vector<std::string> known_backend_names();
 Result<std::unique_ptr<GpuBackend>> open_backend(std::string_view config);
 
 struct BackendListing {
-  enum class State { available, unavailable, not_found, load_error };
+  // found: a plugin file is there and admissible, but was not loaded for
+  //   this listing (nothing of it has run; ask for it in ListOptions);
+  // refused: files of its name are there, none admissible (`refused` says
+  //   why each one was not loaded: owner, permissions, a symlink, a FIFO).
+  enum class State { available, unavailable, not_found, load_error, found, refused };
   std::string name;
   State state = State::not_found;
-  std::string reason;                  // for anything but available
+  std::string reason;                  // for anything but available and found
   std::string library;                 // plugin path when found ("built in" when registered, as cpu is)
-  std::vector<std::string> searched;   // paths tried when not found
+  std::vector<std::string> searched;   // paths tried when not found or refused
+  std::vector<std::string> refused;    // "<path>: <why>" for each file passed over, in search order
   std::vector<DeviceInfo> devices;
   Capabilities capabilities;           // of device 0, when available
 };
 std::string_view backend_state_name(BackendListing::State s) noexcept;
 
-// One listing per known_backend_names() entry, in that order.
+// Which plugin files a listing may load. Loading a plugin runs its code
+// (constructors, driver start-up), so by default a listing loads none: a
+// plugin not loaded before is `found`, with its path. Registered backends
+// and plugins already loaded in this process are always listed in full.
+struct ListOptions {
+  bool load_all = false;           // every admissible plugin found (`ballast backends --load`)
+  std::vector<std::string> load;   // or only these names
+};
+
+// One listing per known_backend_names() entry, in that order, loading
+// nothing that is not loaded already.
 std::vector<BackendListing> list_backends();
+std::vector<BackendListing> list_backends(const ListOptions& options);
 
 // Where plugin libraries (libballast-<name>.so) are looked for, in order:
 //   1. each folder of BALLAST_PLUGIN_PATH (':'-separated);
@@ -66,8 +82,12 @@ std::vector<BackendListing> list_backends();
 //   3. <folder holding libballast>/ballast: an install's plugin folder,
 //      wherever the install lives or was moved to;
 //   4. the build tree's lib/, when libballast is the build tree's own.
-// The first file found is the plugin (docs/backends.md). A name given to
-// register_backend() is never looked up as a file.
+// Each folder is made absolute when it is set. A file is loaded only when it
+// is a regular file (never a symlink), owned by root or the running user,
+// writable by no one else, in a folder of the same kind; other files are
+// passed over and named in the error. The first admissible file is the
+// plugin (docs/plugins.md). A name given to register_backend() is never
+// looked up as a file.
 //
 // set_plugin_search_path() replaces the folders of step 2 (an engine that
 // ships its own plugins; an empty list removes them). Plugins already

@@ -43,7 +43,9 @@ TEST_CASE("device info: identity, memory and capabilities are consistent") {
   }
 
   // The same device as the registry lists it.
-  for (const auto& listing : ballast::list_backends()) {
+  ballast::ListOptions load_this;
+  load_this.load = {info.backend};
+  for (const auto& listing : ballast::list_backends(load_this)) {
     if (listing.name != info.backend) continue;
     REQUIRE(listing.state == ballast::BackendListing::State::available);
     REQUIRE(static_cast<std::size_t>(info.index) < listing.devices.size());

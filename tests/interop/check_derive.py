@@ -161,7 +161,7 @@ def expected(model):
 def codes_within_one(ballast, backend):
     """The backend's declared int8_codes_within_one capability (`ballast backends --json`)."""
     name = backend.split(":")[0].split("?")[0]
-    p = subprocess.run([ballast, "backends", "--json"], capture_output=True, text=True, check=True)
+    p = subprocess.run([ballast, "backends", "--load", "--json"], capture_output=True, text=True, check=True)
     for b in json.loads(p.stdout)["backends"]:
         if b["name"] == name and b.get("capabilities"):
             return bool(b["capabilities"]["int8_codes_within_one"])

@@ -19,7 +19,7 @@ has_plugin() { [[ "$plugins" == *",$1,"* ]]; }
 need_vulkan() {
   has_plugin vulkan || { echo "skipped: the vulkan plugin is not built here"; exit 77; }
   local state
-  state="$("$moved/bin/ballast" backends --json | "$python" -c \
+  state="$("$moved/bin/ballast" backends --load --json | "$python" -c \
     'import json,sys; print(next(b["state"] for b in json.load(sys.stdin)["backends"] if b["name"]=="vulkan"))')"
   [[ "$state" == "unavailable" ]] && { echo "skipped: no Vulkan device here"; exit 77; }
   [[ "$state" == "available" ]] || fail "vulkan is '$state' from the moved install"
@@ -61,7 +61,7 @@ backends)
     [[ "$got" == /* ]] && got="$(realpath -m "$got")"
     [[ "$got" == "$moved/lib/"* ]] || fail "$p resolves libballast to '$got', not into $moved/lib"
   done
-  "$moved/bin/ballast" backends --json >"$work/backends.json"
+  "$moved/bin/ballast" backends --load --json >"$work/backends.json"
   "$python" - "$work/backends.json" "$moved" "$work/staged" "$build" "$plugins" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
@@ -142,8 +142,8 @@ plugin_loopback)
   fi
 
   # (a) `ballast backends` lists it, after the first-party names, as available.
-  BALLAST_PLUGIN_PATH="$plugins_dir" "$moved/bin/ballast" backends --json >"$work/plugin_backends.json"
-  "$moved/bin/ballast" backends --json >"$work/plugin_backends_without.json"
+  BALLAST_PLUGIN_PATH="$plugins_dir" "$moved/bin/ballast" backends --load --json >"$work/plugin_backends.json"
+  "$moved/bin/ballast" backends --load --json >"$work/plugin_backends_without.json"
   "$python" - "$work/plugin_backends.json" "$work/plugin_backends_without.json" "$plugins_dir" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
@@ -161,7 +161,7 @@ assert doc["plugin_search_path"][0] == plugins_dir, doc["plugin_search_path"]
 assert "loopback" not in [x["name"] for x in without["backends"]], "loopback listed without its folder"
 print("loopback:", b["state"], b["library"], "device:", b["devices"][0]["name"])
 PY
-  BALLAST_PLUGIN_PATH="$plugins_dir" "$moved/bin/ballast" backends >"$work/plugin_backends.txt"
+  BALLAST_PLUGIN_PATH="$plugins_dir" "$moved/bin/ballast" backends --load >"$work/plugin_backends.txt"
   grep -q '^loopback: available' "$work/plugin_backends.txt" || fail "the text listing does not show loopback as available"
 
   # (b) an engine derives through it, (c) the conformance suite passes on it.

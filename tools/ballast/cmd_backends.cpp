@@ -1,8 +1,11 @@
-// `ballast backends [--json]`: every backend ballast knows, whether it is
-// here and usable (and if not, exactly why), its devices and what they can
-// do, notably whether weights can be read in place or must be uploaded.
+// `ballast backends [--load] [--json]`: every backend ballast knows, whether
+// it is here and usable (and if not, exactly why), its devices and what they
+// can do, notably whether weights can be read in place or must be uploaded.
+// Plugin files are only found and checked unless --load is given: loading
+// one runs its code.
 #include "command.hpp"
 #include "support/format.hpp"
+#include "support/terminal.hpp"
 
 #include <ballast/backend_registry.hpp>
 
@@ -40,12 +43,18 @@ int print_table(const std::vector<BackendListing>& listing, const std::vector<st
   for (const auto& b : listing) {
     out << '\n' << b.name << ": " << backend_state_name(b.state) << '\n';
     if (!b.library.empty()) out << "  library: " << b.library << '\n';
-    // A not-found reason is the searched list again; the list reads better.
+    // A not-found or refused reason is the searched and refused lists
+    // again; the lists read better.
     if (!b.reason.empty() && b.searched.empty()) out << "  reason: " << b.reason << '\n';
     if (!b.searched.empty()) {
       out << "  searched:\n";
       for (const auto& p : b.searched) out << "    " << p << '\n';
     }
+    if (!b.refused.empty()) {
+      out << "  refused (not loaded):\n";
+      for (const auto& r : b.refused) out << "    " << r << '\n';
+    }
+    if (b.state == BackendListing::State::found) out << "  not loaded: run `ballast backends --load` to load it and list its devices\n";
     if (!b.devices.empty()) {
       Table devices({"index", "name", "uuid", "memory"}, {true, false, false, true});
       for (const auto& d : b.devices) devices.add({std::to_string(d.index), d.name, d.uuid, human_bytes(d.memory_bytes)});
@@ -77,6 +86,7 @@ int print_json(const std::vector<BackendListing>& listing, const std::vector<std
     j["reason"] = b.reason;
     j["library"] = b.library;
     j["searched"] = b.searched;
+    j["refused"] = b.refused;
     nlohmann::json devices = nlohmann::json::array();
     for (const auto& d : b.devices) {
       devices.push_back({{"index", d.index}, {"name", d.name}, {"uuid", d.uuid}, {"driver", d.driver}, {"memory_bytes", d.memory_bytes}});
@@ -97,7 +107,7 @@ int print_json(const std::vector<BackendListing>& listing, const std::vector<std
     backends.push_back(std::move(j));
   }
   nlohmann::json doc = {{"backends", backends}, {"plugin_search_path", search_dirs}};
-  std::cout << doc.dump(2) << '\n';
+  std::cout << json_text(doc) << '\n';
   return kExitOk;
 }
 
@@ -106,9 +116,15 @@ const RegisterCommand kBackends{{
     "List every backend: found, available or why not, its devices and capabilities",
     [](CLI::App& sub) -> std::function<int()> {
       auto json = std::make_shared<bool>(false);
+      auto load = std::make_shared<bool>(false);
       sub.add_flag("--json", *json, "machine-readable output");
-      return [json] {
-        const auto listing = list_backends();
+      sub.add_flag("--load", *load,
+                   "load every plugin found, to list its devices and capabilities (runs the plugins' code); "
+                   "without it plugin files are only found and checked");
+      return [json, load] {
+        ListOptions options;
+        options.load_all = *load;
+        const auto listing = list_backends(options);
         const auto dirs = plugin_search_paths();
         return *json ? print_json(listing, dirs) : print_table(listing, dirs);
       };

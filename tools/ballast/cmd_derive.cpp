@@ -12,6 +12,7 @@
 #include "support/model.hpp"
 #include "support/npy.hpp"
 #include "support/progress.hpp"
+#include "support/terminal.hpp"
 #include "support/residency_report.hpp"
 
 #include <ballast/backend_registry.hpp>
@@ -320,7 +321,7 @@ int run_derive(const Options& opt) {
     doc["device_after_teardown"] = {{"live_allocations", after.live_allocations - baseline.live_allocations},
                                     {"live_registrations", after.live_registrations - baseline.live_registrations}};
     doc["error"] = failure.ok() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(failure.error().to_string());
-    std::cout << doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << '\n';
+    std::cout << json_text(doc) << '\n';
   } else {
     std::cout << report.to_string();
     std::cout << "device after teardown: " << after.live_allocations - baseline.live_allocations

@@ -6,8 +6,10 @@
 #include "support/hash.hpp"
 #include "support/model.hpp"
 #include "support/progress.hpp"
+#include "support/terminal.hpp"
 #include "support/svg.hpp"
 
+#include <ballast/printable.hpp>
 #include <ballast/onnx_loader.hpp>
 #include <ballast/residency.hpp>
 
@@ -174,7 +176,7 @@ int print_json(const Model& model, const std::vector<NamedWeight>& weights,
     doc["auto_budget_error"] = budget.error().to_string();
   }
   // Invalid UTF-8 in names (the proto does not enforce it) is replaced, not fatal.
-  std::cout << doc.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
+  std::cout << json_text(doc) << '\n';
   return kExitOk;
 }
 
@@ -186,9 +188,9 @@ int print_table(const Model& model, const std::vector<NamedWeight>& weights,
                 const std::vector<std::optional<std::string>>& hashes, const std::vector<FileAccounting>& files,
                 const Totals& t, const Result<AutoBudget>& budget) {
   std::ostream& out = std::cout;
-  out << "model: " << model.path().string() << " (" << human_bytes(model.file_size()) << ", ir_version "
+  out << "model: " << printable(model.path().string()) << " (" << human_bytes(model.file_size()) << ", ir_version "
       << model.ir_version() << ", opsets";
-  for (const auto& [domain, version] : model.opsets()) out << ' ' << (domain.empty() ? "ai.onnx" : domain) << '/' << version;
+  for (const auto& [domain, version] : model.opsets()) out << ' ' << (domain.empty() ? "ai.onnx" : printable(domain)) << '/' << version;
   out << ")\n\n";
 
   std::vector<std::string> header = {"NAME", "SOURCE", "DTYPE", "SHAPE", "BYTES", "WHERE", "FILE", "OFFSET"};
@@ -227,7 +229,7 @@ int print_table(const Model& model, const std::vector<NamedWeight>& weights,
         << " referenced + derived " << human_bytes(budget->derived_bytes) << " by " << budget->derivations
         << " planned derivation" << (budget->derivations == 1 ? "" : "s") << ")\n";
   } else {
-    out << "auto budget: unavailable (" << budget.error().to_string() << ")\n";
+    out << "auto budget: unavailable (" << printable(budget.error().to_string()) << ")\n";
   }
 
   if (!files.empty()) {
@@ -240,7 +242,7 @@ int print_table(const Model& model, const std::vector<NamedWeight>& weights,
     ft.print(out, "  ");
     for (const auto& f : files) {
       if (f.dead_ranges.empty()) continue;
-      out << "  dead ranges of " << f.path.filename().string() << ":\n";
+      out << "  dead ranges of " << printable(f.path.filename().string()) << ":\n";
       // A fragmented file could list thousands; the JSON has them all.
       constexpr std::size_t kShown = 20;
       for (std::size_t i = 0; i < f.dead_ranges.size() && i < kShown; ++i) {
@@ -256,13 +258,13 @@ int print_table(const Model& model, const std::vector<NamedWeight>& weights,
   if (!model.string_tensors().empty()) {
     out << "\nstring tensors (listed, not weights):\n";
     for (const auto& s : model.string_tensors()) {
-      out << "  " << s.name << "  " << weight_source_name(s.source) << "  " << shape_string(s.dims) << '\n';
+      out << "  " << printable(s.name) << "  " << weight_source_name(s.source) << "  " << shape_string(s.dims) << '\n';
     }
   }
   if (!model.notes().empty()) {
     out << "\nnotes:\n";
     for (const auto& n : model.notes()) {
-      out << "  " << (n.tensor.empty() ? std::string("(model)") : n.tensor) << ": " << n.message << '\n';
+      out << "  " << (n.tensor.empty() ? std::string("(model)") : printable(n.tensor)) << ": " << printable(n.message) << '\n';
     }
   }
   return kExitOk;

@@ -12,6 +12,7 @@
 #include "support/format.hpp"
 #include "support/model.hpp"
 #include "support/progress.hpp"
+#include "support/terminal.hpp"
 #include "support/replay_report.hpp"
 #include "support/replay_walk.hpp"
 #include "support/residency_report.hpp"
@@ -218,7 +219,7 @@ int run_replay(const ReplayOptions& opt) {
   if (opt.json) {
     add_teardown_json(doc, check);
     doc["error"] = failure.ok() ? json(nullptr) : json(failure.error().to_string());
-    std::cout << doc.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
+    std::cout << json_text(doc) << '\n';
   } else {
     print_teardown(std::cout, check);
   }

@@ -8,6 +8,7 @@
 #include "support/progress.hpp"
 #include "support/verify.hpp"
 
+#include <ballast/printable.hpp>
 #include <ballast/onnx_loader.hpp>
 
 #include <iostream>
@@ -33,7 +34,7 @@ int run_verify(const VerifyOptions& opt) {
   if (!loaded) {
     if (is_verification_failure(loaded.code())) {
       // The loader stops at the first range it refuses: report it as a finding.
-      std::cout << "FAIL " << loaded.error().to_string() << '\n' << "verify: failed\n";
+      std::cout << "FAIL " << printable(loaded.error().to_string()) << '\n' << "verify: failed\n";
       return kExitVerifyFailed;
     }
     report_error("verify", loaded.error());

@@ -10,6 +10,7 @@
 #include "support/hash.hpp"
 #include "support/model.hpp"
 #include "support/progress.hpp"
+#include "support/terminal.hpp"
 #include "support/residency_report.hpp"
 
 #include <ballast/backend_registry.hpp>
@@ -257,7 +258,7 @@ int run_derive_residency(const DeriveResidencyOptions& opt) {
   if (opt.json) {
     add_teardown_json(doc, check);
     doc["error"] = failure.ok() ? json(nullptr) : json(failure.error().to_string());
-    std::cout << doc.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
+    std::cout << json_text(doc) << '\n';
   } else {
     std::cout << text.str();
     print_teardown(std::cout, check);

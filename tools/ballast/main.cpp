@@ -1,4 +1,5 @@
 #include "command.hpp"
+#include "support/terminal.hpp"
 
 #include <ballast/version.hpp>
 
@@ -15,6 +16,9 @@ std::vector<Command>& commands() {
 
 int main(int argc, char** argv) {
   using namespace ballast::cli;
+  // Before anything is printed: no output of any command reaches the
+  // terminal unescaped (support/terminal.hpp).
+  const TerminalGuard terminal;
   CLI::App app{"ballast: zero-copy model weights and their device encodings, on every GPU vendor"};
   app.set_version_flag("--version", std::string("ballast ") + BALLAST_VERSION_STRING);
   app.require_subcommand(1);

@@ -6,7 +6,10 @@
 
 #include "run_program.hpp"
 
+#include <cstdio>
+#include <fstream>
 #include <string>
+#include <unistd.h>
 
 namespace {
 
@@ -22,7 +25,7 @@ const std::string kFakes = FAKE_PLUGIN_ROOT;
 }  // namespace
 
 TEST_CASE("ballast backends --json lists every backend with state, devices and capabilities") {
-  const Run r = run(kFakes + "/working", "--json");
+  const Run r = run(kFakes + "/working", "--load --json");
   REQUIRE(r.exit_code == 0);
   const auto doc = nlohmann::json::parse(r.out);
   const auto& backends = doc.at("backends");
@@ -53,18 +56,18 @@ TEST_CASE("ballast backends --json lists every backend with state, devices and c
 }
 
 TEST_CASE("ballast backends prints a table with reasons, and the upload fallback") {
-  const Run ok = run(kFakes + "/working", "");
+  const Run ok = run(kFakes + "/working", "--load");
   REQUIRE(ok.exit_code == 0);
   CHECK(ok.out.find("host registration: not supported (fake backend: uploads only): weights are uploaded instead") !=
         std::string::npos);
   CHECK(ok.out.find("fake device 1") != std::string::npos);
 
-  const Run unavailable = run(kFakes + "/unavailable", "");
+  const Run unavailable = run(kFakes + "/unavailable", "--load");
   REQUIRE(unavailable.exit_code == 0);
   CHECK(unavailable.out.find("vulkan: unavailable") != std::string::npos);
   CHECK(unavailable.out.find("no fake physical device (test plugin)") != std::string::npos);
 
-  const Run broken = run(kFakes + "/wrong_abi", "");
+  const Run broken = run(kFakes + "/wrong_abi", "--load");
   REQUIRE(broken.exit_code == 0);
   CHECK(broken.out.find("vulkan: load error") != std::string::npos);
   // The fake claims the core's version + 7.
@@ -77,7 +80,7 @@ TEST_CASE("ballast backends refuses unknown options with the usage exit code") {
 }
 
 TEST_CASE("ballast backends lists a third-party plugin found on the search path, after the first-party ones") {
-  const Run r = run(kFakes + "/third_party", "--json");
+  const Run r = run(kFakes + "/third_party", "--load --json");
   REQUIRE(r.exit_code == 0);
   const auto doc = nlohmann::json::parse(r.out);
   const auto& backends = doc.at("backends");
@@ -90,7 +93,32 @@ TEST_CASE("ballast backends lists a third-party plugin found on the search path,
   CHECK(third["library"] == kFakes + "/third_party/libballast-thirdparty.so");
   CHECK(third["devices"].size() == 2);
 
-  const Run text = run(kFakes + "/third_party", "");
+  const Run text = run(kFakes + "/third_party", "--load");
   REQUIRE(text.exit_code == 0);
   CHECK(text.out.find("thirdparty: available") != std::string::npos);
+}
+
+TEST_CASE("ballast backends finds plugin files without loading them; --load runs them") {
+  const std::string marker = "/tmp/ballast-cli-marker-" + std::to_string(::getpid());
+  std::remove(marker.c_str());
+  const std::string env = "BALLAST_TEST_MARKER='" + marker + "' ";
+  const Run listed = run_program(env + "BALLAST_PLUGIN_PATH='" + kFakes + "/marker' '" BALLAST_CLI "' backends --json");
+  REQUIRE(listed.exit_code == 0);
+  CHECK_FALSE(std::ifstream(marker).good());  // nothing of the plugin ran
+  const auto doc = nlohmann::json::parse(listed.out);
+  const auto& marked = doc.at("backends").back();
+  CHECK(marked["name"] == "marker");
+  CHECK(marked["state"] == "found");
+  CHECK(marked["library"] == kFakes + "/marker/libballast-marker.so");
+  CHECK(marked["devices"].empty());
+
+  const Run text = run_program(env + "BALLAST_PLUGIN_PATH='" + kFakes + "/marker' '" BALLAST_CLI "' backends");
+  CHECK(text.out.find("marker: found") != std::string::npos);
+  CHECK(text.out.find("ballast backends --load") != std::string::npos);
+  CHECK_FALSE(std::ifstream(marker).good());
+
+  const Run loaded = run_program(env + "BALLAST_PLUGIN_PATH='" + kFakes + "/marker' '" BALLAST_CLI "' backends --load");
+  CHECK(loaded.out.find("marker: available") != std::string::npos);
+  CHECK(std::ifstream(marker).good());
+  std::remove(marker.c_str());
 }

@@ -20,6 +20,13 @@ using ballast::registry::PluginLoader;
 
 namespace {
 
+// Listings that load every plugin found, as `ballast backends --load`.
+ListOptions load_all() {
+  ListOptions o;
+  o.load_all = true;
+  return o;
+}
+
 std::string fake_dir(const std::string& kind) { return std::string(FAKE_PLUGIN_ROOT) + "/" + kind; }
 std::string fake_library(const std::string& kind) { return fake_dir(kind) + "/libballast-vulkan.so"; }
 
@@ -188,6 +195,8 @@ TEST_CASE("a fingerprint that differs from the core's in any one field is refuse
 TEST_CASE("a file that is not a loadable library is reported with the loader's message") {
   TempDir dir;
   std::ofstream(dir.path / "libballast-hip.so") << "this is not an ELF file";
+  std::filesystem::permissions(dir.path, std::filesystem::perms(0755));
+  std::filesystem::permissions(dir.path / "libballast-hip.so", std::filesystem::perms(0644));
   PluginLoader loader({dir.path.string()});
   auto loaded = loader.load("hip");
   REQUIRE_FALSE(loaded.ok());
@@ -283,7 +292,7 @@ TEST_CASE("devices are chosen by index or UUID and a missing one lists the avail
 
 TEST_CASE("list_backends reports every known backend with its state, reason and devices") {
   PluginLoader loader({fake_dir("working")});
-  const auto listing = registry::list_backends(loader);
+  const auto listing = registry::list_backends(loader, load_all());
   const auto known = registry::known_backend_names(loader);
   CHECK(known == std::vector<std::string>{"cpu", "cuda", "hip", "vulkan"});
   REQUIRE(listing.size() == known.size());
@@ -316,14 +325,14 @@ TEST_CASE("list_backends reports every known backend with its state, reason and 
 
 TEST_CASE("list_backends reports unavailable and load errors with their reasons") {
   PluginLoader unavailable({fake_dir("unavailable")});
-  const auto u = registry::list_backends(unavailable)[3];
+  const auto u = registry::list_backends(unavailable, load_all())[3];
   CHECK(u.state == BackendListing::State::unavailable);
   CHECK(u.library == fake_library("unavailable"));
   CHECK(contains(u.reason, "no fake physical device"));
   CHECK(u.devices.empty());
 
   PluginLoader broken({fake_dir("wrong_fingerprint")});
-  const auto b = registry::list_backends(broken)[3];
+  const auto b = registry::list_backends(broken, load_all())[3];
   CHECK(b.state == BackendListing::State::load_error);
   CHECK(backend_state_name(b.state) == "load error");
   CHECK(contains(b.reason, "abi_mismatch"));
@@ -374,7 +383,7 @@ TEST_CASE("plugin files in the search folders are discovered by name: sorted, on
 
 TEST_CASE("a discovered third-party plugin is listed, opened, and named among the known backends") {
   PluginLoader loader({fake_dir("working"), fake_dir("third_party")});
-  const auto listing = registry::list_backends(loader);
+  const auto listing = registry::list_backends(loader, load_all());
   REQUIRE(listing.size() == 5);
   const auto& third = listing[4];
   CHECK(third.name == "thirdparty");

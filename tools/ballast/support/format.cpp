@@ -1,5 +1,7 @@
 #include "support/format.hpp"
 
+#include <ballast/printable.hpp>
+
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -44,6 +46,9 @@ Table::Table(std::vector<std::string> header, std::vector<bool> right_aligned)
 
 void Table::add(std::vector<std::string> row) {
   row.resize(header_.size());
+  // Cells are often names from the model: escaped here, so that widths are
+  // those of what is shown and no cell can break or overwrite a line.
+  for (auto& cell : row) cell = printable(cell);
   rows_.push_back(std::move(row));
 }
 

@@ -19,6 +19,8 @@ std::string shape_string(std::span<const std::int64_t> dims);
 std::string percent(std::uint64_t part, std::uint64_t whole);
 
 // Columns padded to their widest cell; right-aligned columns for numbers.
+// Every cell is escaped for the terminal (ballast/printable.hpp) as it is
+// added. Widths count bytes, so a column of non-ASCII names may not line up.
 class Table {
  public:
   explicit Table(std::vector<std::string> header, std::vector<bool> right_aligned = {});

@@ -1,16 +1,15 @@
 #include "support/model.hpp"
 
+#include <ballast/printable.hpp>
+
 #include <iostream>
 
 namespace ballast::cli {
 
 void report_error(std::string_view command, const Error& error) {
-  std::string line = error.to_string();
-  // One line, whatever the message carries (paths may hold newlines).
-  for (char& c : line) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  std::cerr << "ballast " << command << ": " << line << '\n';
+  // One line that moves no cursor, whatever the message carries (names
+  // and paths may hold newlines and escape sequences).
+  std::cerr << "ballast " << printable(command) << ": " << printable(error.to_string()) << '\n';
 }
 
 std::vector<FileAccounting> account_external_files(const WeightStore& store) {

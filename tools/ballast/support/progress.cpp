@@ -2,6 +2,8 @@
 
 #include "support/format.hpp"
 
+#include <ballast/printable.hpp>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,7 +12,7 @@
 namespace ballast::cli {
 
 ProgressBar::ProgressBar(std::string label, std::uint64_t total_bytes)
-    : label_(std::move(label)), total_(total_bytes), visible_(total_bytes >= kMinBytes && isatty(STDERR_FILENO) == 1) {}
+    : label_(printable(label)), total_(total_bytes), visible_(total_bytes >= kMinBytes && isatty(STDERR_FILENO) == 1) {}
 
 ProgressBar::~ProgressBar() {
   if (visible_) draw(true);

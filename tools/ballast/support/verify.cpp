@@ -3,6 +3,8 @@
 #include "support/hash.hpp"
 #include "support/model.hpp"
 
+#include <ballast/printable.hpp>
+
 #include <algorithm>
 #include <cctype>
 #include <memory>
@@ -18,8 +20,10 @@ std::string lower(std::string s) {
   return s;
 }
 
+// Names and paths escaped (ballast/printable.hpp): one FAIL line each, that
+// no name can rewrite or hide.
 std::string where(std::string_view name, const WeightRef& w) {
-  return "tensor=" + std::string(name) + " file=" + w.external->resolved().string() +
+  return "tensor=" + printable(name) + " file=" + printable(w.external->resolved().string()) +
          " offset=" + std::to_string(w.external->offset) + " length=" + std::to_string(w.external->length);
 }
 
@@ -74,7 +78,7 @@ VerifyCounts verify_weights(const Model& model, std::ostream& out, const std::fu
       changed.insert(file);
       Error e = read.error();
       e.tensor = std::string(name);
-      out << "FAIL " << e.to_string() << '\n';
+      out << "FAIL " << printable(e.to_string()) << '\n';
       continue;
     }
     const std::string actual = buffer ? digest.hex_final() : std::string();
@@ -92,7 +96,7 @@ VerifyCounts verify_weights(const Model& model, std::ostream& out, const std::fu
     if (s.ok()) s = store.check_path(id);
     if (!s.ok()) {
       ++n.files_changed;
-      out << "FAIL " << s.to_string() << '\n';
+      out << "FAIL " << printable(s.to_string()) << '\n';
     }
   }
   return n;

@@ -1,0 +1,84 @@
+// printable(): what a terminal is shown of a name (include/ballast/printable.hpp),
+// and the default log sink, which writes through it.
+#include <ballast/log.hpp>
+#include <ballast/printable.hpp>
+
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+using ballast::PrintableMode;
+using ballast::append_printable;
+using ballast::printable;
+using ballast::printable_complete_prefix;
+
+TEST_CASE("printable keeps printable ASCII and valid UTF-8 as they are") {
+  CHECK(printable("weight.0/attn_q:bias [x] ~") == "weight.0/attn_q:bias [x] ~");
+  CHECK(printable("caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x99\x82") == "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87 \xf0\x9f\x99\x82");
+  CHECK(printable("") == "");
+}
+
+TEST_CASE("printable escapes control bytes, one \\xNN each") {
+  CHECK(printable("\r\x1b[2Kok\x1b[8m") == "\\x0d\\x1b[2Kok\\x1b[8m");
+  CHECK(printable("a\x08\x08" "b\x7f") == "a\\x08\\x08b\\x7f");
+  CHECK(printable(std::string("nul\0end", 7)) == "nul\\x00end");
+  CHECK(printable("two\nlines\tand tab") == "two\\x0alines\\x09and tab");
+  CHECK(printable("a\\x1b") == "a\\\\x1b");  // a name spelling an escape is not one
+}
+
+TEST_CASE("printable escapes C1 controls and bidi overrides even though they are valid UTF-8") {
+  CHECK(printable("\xc2\x9b" "31m") == "\\xc2\\x9b31m");  // U+009B, CSI
+  CHECK(printable("\xc2\x85") == "\\xc2\\x85");           // U+0085, NEL
+  CHECK(printable("\xc2\xa0") == "\xc2\xa0");             // U+00A0 is printable
+  CHECK(printable("a\xe2\x80\xae" "b") == "a\\u{202e}b");
+  CHECK(printable("\xe2\x81\xa6\xd8\x9c") == "\\u{2066}\\u{061c}");
+}
+
+TEST_CASE("printable escapes every byte of invalid UTF-8 and resumes at the next good character") {
+  CHECK(printable("\xff\xfe") == "\\xff\\xfe");
+  CHECK(printable("\xc0\xaf") == "\\xc0\\xaf");               // overlong '/'
+  CHECK(printable("\xe0\x80\xaf") == "\\xe0\\x80\\xaf");      // overlong, three bytes
+  CHECK(printable("\xed\xa0\x80") == "\\xed\\xa0\\x80");      // a surrogate
+  CHECK(printable("\xf4\x90\x80\x80") == "\\xf4\\x90\\x80\\x80");  // past U+10FFFF
+  CHECK(printable("\xe4\xb8" "x") == "\\xe4\\xb8x");          // truncated
+  CHECK(printable("\x80\xc3\xa9") == "\\x80\xc3\xa9");        // stray continuation, then a good one
+}
+
+TEST_CASE("stream mode keeps line breaks and backslashes, and escapes the rest alike") {
+  std::string out;
+  append_printable(out, "line one\nline\\two\r\x1b[A\n", PrintableMode::stream);
+  CHECK(out == "line one\nline\\two\\x0d\\x1b[A\n");
+}
+
+TEST_CASE("printable_complete_prefix holds back only an unfinished UTF-8 character") {
+  CHECK(printable_complete_prefix("abc") == 3);
+  CHECK(printable_complete_prefix("ab\xe4\xb8") == 2);
+  CHECK(printable_complete_prefix("ab\xe4\xb8\xad") == 5);
+  CHECK(printable_complete_prefix("ab\xf0\x9f\x99") == 2);
+  CHECK(printable_complete_prefix("ab\xff") == 3);  // never a character: nothing to wait for
+  CHECK(printable_complete_prefix("\x80\x80\x80") == 3);
+}
+
+TEST_CASE("the default log sink writes one escaped line") {
+  char path[] = "/tmp/ballast-log-sink-XXXXXX";
+  const int fd = ::mkstemp(path);
+  REQUIRE(fd >= 0);
+  std::fflush(stderr);
+  const int saved = ::dup(STDERR_FILENO);
+  REQUIRE(::dup2(fd, STDERR_FILENO) >= 0);
+  ballast::log_message(ballast::LogLevel::warning, "device\x1b[8m", "weight \r\x1b[2Kok\nnext");
+  std::fflush(stderr);
+  ::dup2(saved, STDERR_FILENO);
+  ::close(saved);
+  ::close(fd);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  ::unlink(path);
+  CHECK(text.str() == "ballast device\\x1b[8m: warning: weight \\x0d\\x1b[2Kok\\x0anext\n");
+}
