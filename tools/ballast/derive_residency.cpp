@@ -225,24 +225,17 @@ int run_derive_residency(const DeriveResidencyOptions& opt) {
     report_error("derive", plan.error());
     return kExitBadInput;
   }
-  // Named over the whole plan, so --only keeps the names the plain derive --dump gives.
-  std::vector<std::string> stems = dump_stems(*plan);
   if (!opt.only.empty()) {
     std::array<bool, kDerivationCount> keep{};
     for (std::string_view name : split_commas(opt.only)) {
       if (auto k = derivation_named(name)) keep[static_cast<std::size_t>(*k)] = true;
     }
-    std::vector<PlannedDerivation> kept;
-    std::vector<std::string> kept_stems;
-    for (std::size_t i = 0; i < plan->size(); ++i) {
-      if (!keep[static_cast<std::size_t>((*plan)[i].kind)]) continue;
-      kept.push_back(std::move((*plan)[i]));
-      kept_stems.push_back(std::move(stems[i]));
-    }
-    *plan = std::move(kept);
-    stems = std::move(kept_stems);
+    std::erase_if(*plan, [&](const PlannedDerivation& p) { return !keep[static_cast<std::size_t>(p.kind)]; });
     options->derivations = *plan;  // auto (and the largest-entry check) counts only what this run pins
   }
+  // A stem depends on the entries of its own weight and kind only, which
+  // --only keeps or drops together: the names are the whole plan's.
+  const std::vector<std::string> stems = dump_stems(*plan);
   auto gpu = open_backend(opt.backend);
   if (!gpu.ok()) {
     report_error("derive", gpu.error());

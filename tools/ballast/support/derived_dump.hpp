@@ -24,8 +24,8 @@ namespace ballast::cli {
 // also names its consumer node: "<weight>@<node>". Node names are never
 // empty in a loaded model (an unnamed node is "<op_type>#<index>"); a plan
 // entry without a node (planned from the weight alone) uses its `why`.
-// Name it over the whole plan, before any filtering, so that a subset of
-// the plan gets the names the whole would.
+// A stem depends only on the plan's entries of the same weight and kind, so
+// a plan filtered by kind (derive --only) keeps the whole plan's names.
 std::vector<std::string> dump_stems(std::span<const PlannedDerivation> plan);
 
 // One file of a derived value: the value, or one half of a pair
