@@ -1,6 +1,7 @@
 #include "onnx/graph_decoder.hpp"
 
 #include "onnx/inline_data.hpp"
+#include "onnx/node_names.hpp"
 
 #include <cstring>
 
@@ -272,11 +273,17 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
       default: break;
     }
   }
+  const std::size_t index = model_.node_records.size();  // this node's place in Model::nodes()
   model_.node_records.push_back({node_field.payload, node_field.payload_offset, depth});
 
   // The node goes in before the nodes of its subgraphs: parents first.
   const bool constant = is_constant_op(op_type, domain);
   if (!constant && !has_subgraphs) return {};  // the common case: nothing more to read
+
+  // What errors call this node: the name the node table will give it (an
+  // unnamed node's generated name, without the rare collision suffix). Made
+  // only when an error needs it: Constant nodes are common.
+  auto label = [&] { return name.empty() ? generated_node_name(op_type, index) : std::string(name); };
 
   // Second pass over the attributes: subgraphs and Constant values, now that
   // the node's op type and outputs are known whatever the field order.
@@ -290,7 +297,7 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
     while (!inner.at_end()) {
       BALLAST_ASSIGN_OR_RETURN(auto g, inner.next());
       if (g.number == attr_field::kG || g.number == attr_field::kGraphs)
-        BALLAST_RETURN_IF_ERROR(decode_graph(g, depth + 1), "in subgraph '", attr.name, "' of node '", name, "' (",
+        BALLAST_RETURN_IF_ERROR(decode_graph(g, depth + 1), "in subgraph '", attr.name, "' of node '", label(), "' (",
                                 op_type, ")");
     }
     if (constant && is_constant_value_attribute(attr.name)) {
@@ -298,7 +305,9 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
         return error_at(ErrorCode::malformed, "Constant node has more than one value attribute", first_output,
                         next.offset);
       have_value = true;
-      BALLAST_RETURN_IF_ERROR(decode_constant(attr.message, attr.name, name, first_output, next));
+      if (first_output.empty())
+        return error_at(ErrorCode::malformed, "Constant node without an output", label(), next.offset);
+      BALLAST_RETURN_IF_ERROR(decode_constant(attr.message, attr.name, first_output, next));
     }
   }
   if (constant && !have_value)
@@ -306,10 +315,8 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
   return {};
 }
 
-Status ModelDecoder::decode_constant(const WireField& attribute, std::string_view attr_name,
-                                     std::string_view node_name, std::string_view name, const WireField& node_field) {
-  if (name.empty())
-    return error_at(ErrorCode::malformed, "Constant node without an output", node_name, node_field.offset);
+Status ModelDecoder::decode_constant(const WireField& attribute, std::string_view attr_name, std::string_view name,
+                                     const WireField& node_field) {
   BALLAST_ASSIGN_OR_RETURN(auto attr, scan_attribute(attribute));
 
   if (attr_name == "value") {
@@ -454,7 +461,10 @@ void build_node_table(Model::Impl& model) {
     node.outputs = all_values.subspan(at.outputs_begin, at.outputs_count);
     node.int_attributes = all_attributes.subspan(at.attributes_begin, at.attributes_count);
   }
+  std::vector<std::string> generated;
+  name_unnamed_nodes(nodes, generated);
   model.nodes.swap(nodes);
+  model.generated_node_names.swap(generated);
   model.node_values.swap(values);
   model.node_attributes.swap(attributes);
 }

@@ -28,8 +28,9 @@ class ModelDecoder {
   Status decode_graph(const WireField& graph, unsigned depth);
   void reserve_for(const WireField& graph);
   Status decode_node(const WireField& node, unsigned depth);
-  Status decode_constant(const WireField& attribute, std::string_view attr_name, std::string_view node_name,
-                         std::string_view output, const WireField& node_field);
+  // `output`: the Constant node's first output, which names the weight (never empty).
+  Status decode_constant(const WireField& attribute, std::string_view attr_name, std::string_view output,
+                         const WireField& node_field);
   Status add_weight(std::string_view name, WeightRef&& weight, std::uint64_t offset);
   Status add_tensor(const WireField& tensor, WeightSource source, std::string_view name_override);
   Error error_at(ErrorCode code, std::string message, std::string_view tensor, std::uint64_t offset) const;

@@ -60,6 +60,8 @@ struct Model::Impl {
   // What the nodes' spans point into; frozen once built.
   mutable std::vector<std::string_view> node_values;
   mutable std::vector<IntAttribute> node_attributes;
+  // The names given to unnamed nodes (onnx/node_names.hpp).
+  mutable std::vector<std::string> generated_node_names;
   void build_nodes() const;
 
   std::vector<StringTensorInfo> string_tensors;

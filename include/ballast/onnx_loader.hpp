@@ -60,6 +60,10 @@ struct IntAttribute {
 // consumes each weight. The views point into the model's own bytes and
 // tables: they live exactly as long as the Model (moving it keeps them).
 struct NodeInfo {
+  // The node's name; for a node the file leaves unnamed (NodeProto.name is
+  // optional), "<op_type>#<i>" with i its index in Model::nodes(), made
+  // unique against the names the file gives (docs/derivations.md, "Node
+  // names"). Never empty in a loaded model.
   std::string_view name;
   std::string_view op_type;
   std::string_view domain;  // "" for the default ONNX domain

@@ -16,6 +16,9 @@
   --generator alias derives tools/gen/make_alias_model.py's model (weights
       that share bytes with other shapes or other scales) instead.
 
+  --unnamed generates the model without node names (unnamed consumers of
+      one weight get the files "weight@<OpType>#<index>").
+
   --model PATH derives an existing model (e.g. tools/gen/make_llm_model.py's)
       instead of generating the sample model.
 
@@ -113,7 +116,9 @@ def planned_nodes(model, inits):
         if ident not in firsts:
             firsts[ident] = node
             per_weight[node.input[1]] = per_weight.get(node.input[1], 0) + 1
-    return [(node, node.input[1] + ("@" + node.name if per_weight[node.input[1]] > 1 else ""))
+    # ballast's name of a node: its own, or "<op_type>#<index>" (docs/derivations.md, "Node names").
+    name = {id(n): n.name or "%s#%d" % (n.op_type, i) for i, n in enumerate(model.graph.node)}
+    return [(node, node.input[1] + ("@" + name[id(node)] if per_weight[node.input[1]] > 1 else ""))
             for node in firsts.values()]
 
 
@@ -204,14 +209,15 @@ def main():
     ap.add_argument("--model", help="an existing model to derive instead of generating the sample model")
     ap.add_argument("--generator", default="sample",
                     help="which tools/gen/make_<NAME>_model.py makes the model: sample (default) or alias")
+    ap.add_argument("--unnamed", action="store_true", help="generate the model without node names")
     args = ap.parse_args()
 
     os.makedirs(args.work, exist_ok=True)
     if args.model:
         model_path = os.path.abspath(args.model)
     else:
-        subprocess.run([sys.executable, os.path.join(args.gen, "make_%s_model.py" % args.generator), args.work],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run([sys.executable, os.path.join(args.gen, "make_%s_model.py" % args.generator), args.work]
+                       + (["--unnamed"] if args.unnamed else []), check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         model_path = os.path.join(args.work, args.generator + ".onnx")
     safe = lambda s: "".join(c if c.isalnum() or c in "._-" else "_" for c in s)  # noqa: E731
     out = run_derive(args.ballast, model_path, args.backend, os.path.join(args.work, "dump_" + safe(args.backend)))

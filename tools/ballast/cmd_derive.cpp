@@ -1,6 +1,7 @@
 // ballast derive MODEL --backend NAME [--dump DIR] [--json]: the main job end
 // to end. (With --residency, derive_residency.cpp runs instead: every
-// derivation pinned through a Residency, read back and hashed.) Opens the model, makes its source weights visible to the backend,
+// derivation pinned through a Residency, read back, hashed, and with --dump
+// written to the same files.) Opens the model, makes its source weights visible to the backend,
 // runs every derivation that applies through the model's DerivedWeights memo,
 // reports per derivation and what was registered against what the graph
 // references, then tears everything down and reports that too (as one JSON
@@ -10,7 +11,7 @@
 #include "support/budget.hpp"
 #include "support/format.hpp"
 #include "support/model.hpp"
-#include "support/npy.hpp"
+#include "support/derived_dump.hpp"
 #include "support/progress.hpp"
 #include "support/terminal.hpp"
 #include "support/residency_report.hpp"
@@ -29,7 +30,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <sstream>
@@ -52,51 +53,10 @@ struct KindTotals {
   double seconds = 0;
 };
 
-std::string npy_descr(DataType t) {
-  switch (t) {
-    case DataType::float32: return "<f4";
-    case DataType::float16: return "<f2";
-    case DataType::bfloat16: return "<u2";
-    default: return "|u1";
-  }
-}
-
-// One output tensor of a derivation, for --dump.
-struct Output {
-  std::string suffix;
-  std::string descr;
-  std::vector<std::uint64_t> shape;
-  DevicePtr ptr = 0;
-  std::uint64_t bytes = 0;
-};
-
-std::vector<Output> outputs_of(const PlannedDerivation& p, const DerivationSizes& sizes, DevicePtr dst, DevicePtr dst2,
-                               std::span<const std::int64_t> source_dims) {
-  const DerivationLaunch& l = p.launch;
-  const std::string kind(derivation_name(p.kind));
-  switch (p.kind) {
-    case Derivation::transpose:
-      return {{kind, npy_descr(l.src_type), {l.cols, l.rows}, dst, sizes.dst_bytes}};
-    case Derivation::to_f16: {
-      std::vector<std::uint64_t> shape(source_dims.begin(), source_dims.end());
-      return {{kind, "<f2", shape, dst, sizes.dst_bytes}};
-    }
-    case Derivation::dequant_int4:
-      return {{kind, "<f2", {l.rows, l.cols}, dst, sizes.dst_bytes}};
-    case Derivation::repack_int4:
-      return {{kind + ".words", "<u4", {l.rows, (l.cols + 7) / 8}, dst, sizes.dst_bytes},
-              {kind + ".scale_offset", "<f2", {l.rows, k_blocks(l.cols, l.block_size), 2}, dst2, sizes.dst2_bytes}};
-    case Derivation::quant_int8:
-      return {{kind + ".codes", "|i1", {l.rows, l.cols}, dst, sizes.dst_bytes},
-              {kind + ".scales", "<f4", {l.rows}, dst2, sizes.dst2_bytes}};
-  }
-  return {};
-}
-
 class DeriveJob {
  public:
-  DeriveJob(const Options& opt, Model& model, GpuBackend& gpu)
-      : opt_(opt), model_(model), gpu_(gpu), sources_(gpu, model.store()), host_(gpu), ctx_{gpu, model, sources_, memo_} {
+  DeriveJob(Model& model, GpuBackend& gpu, DerivedDump* dump)
+      : model_(model), gpu_(gpu), dump_(dump), sources_(gpu, model.store()), host_(gpu), ctx_{gpu, model, sources_, memo_} {
     host_.add(sources_);
     host_.add(memo_);
   }
@@ -107,11 +67,11 @@ class DeriveJob {
       auto s = derivation_sizes(p.launch);
       if (s.ok()) total += s->src_bytes;
     }
-    name_dumps(plan);
+    const std::vector<std::string> stems = dump_stems(plan);
     ProgressBar bar("deriving", total);
     for (std::size_t i = 0; i < plan.size(); ++i) {
       const PlannedDerivation& p = plan[i];
-      if (Status s = run_one(p, dump_stems_[i]); !s.ok()) {
+      if (Status s = run_one(p, stems[i]); !s.ok()) {
         failure_ = std::move(s);
         break;
       }
@@ -190,20 +150,6 @@ class DeriveJob {
   TeardownReport teardown() { return host_.teardown(gpu_); }
 
  private:
-  // Usually "<weight>.<derivation>"; when one weight has several planned
-  // entries of one derivation (consumers with other scales, or another
-  // shape on the same bytes), each also names its consumer node.
-  void name_dumps(const std::vector<PlannedDerivation>& plan) {
-    std::map<std::pair<std::string, int>, int> uses;
-    for (const auto& p : plan) uses[{p.weight, static_cast<int>(p.kind)}] += 1;
-    dump_stems_.clear();
-    for (const auto& p : plan) {
-      std::string stem = p.weight;
-      if (uses[{p.weight, static_cast<int>(p.kind)}] > 1) stem += "@" + (p.node.empty() ? p.why : p.node);
-      dump_stems_.push_back(std::move(stem));
-    }
-  }
-
   Status run_one(const PlannedDerivation& p, const std::string& stem) {
     const auto start = std::chrono::steady_clock::now();
     auto v = derive_weight(ctx_, p);
@@ -228,34 +174,19 @@ class DeriveJob {
         kt.seconds += seconds;
       }
     }
-    if (!opt_.dump.empty()) return dump(p, stem, v->first, v->second);
+    if (dump_ != nullptr)
+      return dump_->write(gpu_, p, stem, model_.store().weights.at(p.source).dims, v->first, v->second);
     return Status();
   }
 
-  Status dump(const PlannedDerivation& p, const std::string& stem, DevicePtr dst, DevicePtr dst2) {
-    BALLAST_ASSIGN_OR_RETURN(auto sizes, derivation_sizes(p.launch));
-    const WeightRef& w = model_.store().weights.at(p.source);
-    for (const Output& o : outputs_of(p, sizes, dst, dst2, w.dims)) {
-      std::vector<std::byte> host(o.bytes);
-      BALLAST_RETURN_IF_ERROR(gpu_.copy_to_host(host, o.ptr, 0), "reading back " + o.suffix);
-      if (!dump_dir_) {  // beneath one directory handle, never following a planted symlink
-        BALLAST_ASSIGN_OR_RETURN(auto dir, DumpDirectory::open(opt_.dump));
-        dump_dir_.emplace(std::move(dir));
-      }
-      BALLAST_RETURN_IF_ERROR(dump_dir_->write_npy(stem, o.suffix, o.descr, o.shape, host));
-    }
-    return Status();
-  }
-
-  const Options& opt_;
   Model& model_;
   GpuBackend& gpu_;
+  DerivedDump* dump_;  // null without --dump
   DeviceWeights sources_;
   DerivedWeights memo_{"derived weights"};
   TeardownHost<GpuBackend> host_;  // declared after what it releases: destroyed (and backstops) first
   DeriveContext ctx_;
   std::array<KindTotals, kDerivationCount> totals_{};
-  std::vector<std::string> dump_stems_;
   // (derivation, every key field) and (derivation, source) seen so far:
   // ordered sets, so a model with 10,000 derivations is not a quadratic scan.
   std::set<std::pair<int, std::tuple<DevicePtr, DevicePtr, DevicePtr, std::uint64_t, std::uint64_t, std::uint32_t, int, int>>>
@@ -264,7 +195,6 @@ class DeriveJob {
   std::uint64_t shared_ = 0;
   std::uint64_t distinct_by_parameters_ = 0;
   Status failure_;
-  std::optional<DumpDirectory> dump_dir_;
 };
 
 int run_derive(const Options& opt) {
@@ -273,6 +203,7 @@ int run_derive(const Options& opt) {
     r.model = opt.model;
     r.backend = opt.backend;
     r.json = opt.json;
+    r.dump = opt.dump;
     return run_derive_residency(r);
   }
   auto model = load_onnx(opt.model);
@@ -290,22 +221,21 @@ int run_derive(const Options& opt) {
     report_error("derive", gpu.error());
     return kExitBadInput;
   }
+  std::optional<DerivedDump> dump;
   if (!opt.dump.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(opt.dump, ec);
-    if (ec) {
-      Error e = make_error(ErrorCode::io, "cannot create dump directory: " + ec.message());
-      e.file = opt.dump;
-      report_error("derive", e);
+    auto opened = DerivedDump::open(opt.dump);
+    if (!opened.ok()) {
+      report_error("derive", opened.error());
       return kExitBadInput;
     }
+    dump.emplace(std::move(*opened));
   }
   const AllocationCounters baseline = (*gpu)->counters();
   TeardownReport report;
   Status failure;
   nlohmann::ordered_json doc;
   {
-    DeriveJob job(opt, *model, **gpu);
+    DeriveJob job(*model, **gpu, dump ? &*dump : nullptr);
     job.run(*plan);
     if (opt.json) doc = job.report_json();
     else job.print_report(std::cout);
@@ -348,13 +278,12 @@ const RegisterCommand kDerive{{
       sub.add_option("model", opt->model, "the .onnx file")->required();
       sub.add_option("--backend", opt->backend, "backend config string, e.g. cpu, vulkan:0, cuda:GPU-<uuid>")
           ->capture_default_str();
-      auto* dump = sub.add_option("--dump", opt->dump, "write every derived tensor to DIR as .npy (pairs as two files)");
+      sub.add_option("--dump", opt->dump, "write every derived tensor to DIR as .npy (pairs as two files)");
       sub.add_flag("--json", opt->json, "print the report as one JSON document (schema in docs/tools.md)");
       auto* residency = sub.add_option("--residency", opt->residency.residency,
                                        "pin every derivation through a Residency (upload, zero-copy, paged), read it "
-                                       "back and hash it")
-                            ->check(CLI::Validator(check_residency, "STRATEGY", "residency strategy"))
-                            ->excludes(dump);
+                                       "back and hash it (with --dump, also write it: the same files as without)")
+                            ->check(CLI::Validator(check_residency, "STRATEGY", "residency strategy"));
       sub.add_option("--budget", opt->residency.budget,
                      "device byte budget for --residency: BYTES with an optional K/M/G/KiB/MiB/GiB suffix, or auto")
           ->check(CLI::Validator(check_budget, "BYTES|auto", "byte budget"))

@@ -2,11 +2,14 @@
 // (built or paged in as that strategy does it), read back whole from the
 // device, hashed (SHA-256 of the value, then a pair's second half), and
 // unpinned. The digests are the same whatever the strategy and budget: a
-// test compares them; the residency summary says what it cost.
+// test compares them; the residency summary says what it cost. With --dump,
+// each value is also written, while pinned, to the files and names the
+// plain derive --dump gives it (support/derived_dump.hpp).
 #include "derive_residency.hpp"
 
 #include "command.hpp"
 #include "support/format.hpp"
+#include "support/derived_dump.hpp"
 #include "support/hash.hpp"
 #include "support/model.hpp"
 #include "support/progress.hpp"
@@ -77,10 +80,12 @@ Status read_back(GpuBackend& gpu, DevicePtr ptr, std::uint64_t bytes, Digester& 
 
 class ResidencyDeriveJob {
  public:
-  ResidencyDeriveJob(GpuBackend& gpu, Residency& residency, Clock::time_point start)
-      : gpu_(gpu), residency_(residency), start_(start) {}
+  ResidencyDeriveJob(GpuBackend& gpu, Residency& residency, Clock::time_point start, const Model& model,
+                     DerivedDump* dump)
+      : gpu_(gpu), residency_(residency), start_(start), model_(model), dump_(dump) {}
 
-  Status run(const std::vector<PlannedDerivation>& plan) {
+  // `stems[i]`: the dump file stem of plan[i] (used with --dump only).
+  Status run(const std::vector<PlannedDerivation>& plan, const std::vector<std::string>& stems) {
     std::uint64_t total = 0;
     for (const auto& p : plan) {
       auto s = derivation_sizes(p.launch);
@@ -88,7 +93,8 @@ class ResidencyDeriveJob {
     }
     ProgressBar bar("deriving", total);
     std::vector<std::byte> buffer(std::size_t{8} << 20);
-    for (const PlannedDerivation& p : plan) {
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      const PlannedDerivation& p = plan[i];
       const auto t = Clock::now();
       DerivationLaunch l = p.launch;
       l.kind = p.kind;
@@ -108,6 +114,9 @@ class ResidencyDeriveJob {
       if (derivation_yields_pair(p.kind))
         BALLAST_RETURN_IF_ERROR(read_back(gpu_, pinned->second(), sizes.dst2_bytes, digest, buffer),
                                 "reading back the second half of ", derivation_name(p.kind), " of ", p.weight);
+      if (dump_ != nullptr)
+        BALLAST_RETURN_IF_ERROR(dump_->write(gpu_, p, stems[i], model_.store().weights.at(p.source).dims, pinned->ptr(),
+                                             pinned->second()));
       pinned->reset();
       Value v{&p, sizes.dst_bytes + sizes.dst2_bytes, digest.hex_final(), seconds_since(t)};
       bar.advance(v.bytes);
@@ -182,6 +191,8 @@ class ResidencyDeriveJob {
   GpuBackend& gpu_;
   Residency& residency_;
   Clock::time_point start_;
+  const Model& model_;
+  DerivedDump* dump_;  // null without --dump
   std::vector<Value> values_;
   std::optional<double> first_seconds_;
   double all_seconds_ = 0;
@@ -223,10 +234,22 @@ int run_derive_residency(const DeriveResidencyOptions& opt) {
     std::erase_if(*plan, [&](const PlannedDerivation& p) { return !keep[static_cast<std::size_t>(p.kind)]; });
     options->derivations = *plan;  // auto (and the largest-entry check) counts only what this run pins
   }
+  // A stem depends on the entries of its own weight and kind only, which
+  // --only keeps or drops together: the names are the whole plan's.
+  const std::vector<std::string> stems = dump_stems(*plan);
   auto gpu = open_backend(opt.backend);
   if (!gpu.ok()) {
     report_error("derive", gpu.error());
     return kExitBadInput;
+  }
+  std::optional<DerivedDump> dump;
+  if (!opt.dump.empty()) {
+    auto opened = DerivedDump::open(opt.dump);
+    if (!opened.ok()) {
+      report_error("derive", opened.error());
+      return kExitBadInput;
+    }
+    dump.emplace(std::move(*opened));
   }
   TeardownCheck check;
   check.baseline = (*gpu)->counters();
@@ -241,8 +264,8 @@ int run_derive_residency(const DeriveResidencyOptions& opt) {
     }
     TeardownHost<GpuBackend> host(**gpu);
     host.add(**residency);
-    ResidencyDeriveJob job(**gpu, **residency, start);
-    failure = job.run(*plan);
+    ResidencyDeriveJob job(**gpu, **residency, start, *model, dump ? &*dump : nullptr);
+    failure = job.run(*plan, stems);
     const ResidencyStats stats = (*residency)->stats();
     if (opt.json) {
       doc["model"] = model->path().string();

@@ -13,6 +13,7 @@ struct DeriveResidencyOptions {
   std::string residency;  // upload | zero-copy | paged
   std::string budget;     // empty: not given; else a byte count or "auto"
   std::string only;       // empty: every kind; else "kind[,kind...]"
+  std::string dump;       // empty: no --dump; else the directory (support/derived_dump.hpp)
   bool json = false;
 };
 

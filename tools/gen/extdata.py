@@ -258,6 +258,21 @@ class Blob:
         self.f.close()
 
 
+def take_unnamed_flag(argv):
+    """argv without "--unnamed", and whether it was there (the generators'
+    option to leave every node unnamed)."""
+    return [a for a in argv if a != "--unnamed"], "--unnamed" in argv
+
+
+def strip_node_names(nodes):
+    """Clears every node's name, as onnx.helper (without name=) and many
+    exporters leave them: NodeProto.name is optional. ballast then names a
+    node "<op_type>#<index>" (docs/derivations.md, "Node names")."""
+    for node in nodes:
+        node.ClearField("name")
+    return nodes
+
+
 def set_external(t, location, offset, length, *, write_length=True, checksum=None, extra=()):
     """Points `t` at [offset, offset+length) of `location` and drops its inline data."""
     t.ClearField("raw_data")

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""make_alias_model.py OUTDIR: weights that share bytes, the cases a memo keyed
+"""make_alias_model.py OUTDIR [--unnamed]: weights that share bytes, the cases a memo keyed
 by the source pointer alone gets wrong.
 
 Writes OUTDIR/alias.onnx and OUTDIR/alias.weights with
@@ -12,6 +12,10 @@ Writes OUTDIR/alias.onnx and OUTDIR/alias.weights with
       points): their dequantised and repacked results differ;
   same.c  and  same.d  float32 [32, 32] on one range, each consumed by a
       MatMul with the same parameters: one value, rightly shared.
+
+--unnamed leaves every node without a name (as onnx.helper and many
+exporters do): the two MatMulNBits consumers of shared.qweight then differ
+only by their place in the graph.
 """
 
 import os
@@ -26,8 +30,9 @@ import extdata  # noqa: E402
 
 
 def main(argv):
+    argv, unnamed = extdata.take_unnamed_flag(argv)
     if len(argv) != 2:
-        extdata.log("usage: make_alias_model.py OUTDIR")
+        extdata.log("usage: make_alias_model.py OUTDIR [--unnamed]")
         return 2
     outdir = os.path.abspath(argv[1])
     os.makedirs(outdir, exist_ok=True)
@@ -68,6 +73,8 @@ def main(argv):
                                   name="nbits.b", domain="com.microsoft", K=k, N=n, bits=4, block_size=block))
     blob.close()
 
+    if unnamed:
+        extdata.strip_node_names(nodes)
     f = TensorProto.FLOAT
     graph = helper.make_graph(
         nodes, "ballast_alias",

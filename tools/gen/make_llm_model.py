@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""make_llm_model.py OUTDIR [--layers N] [--hidden H] [--ffn F] [--vocab V] [--block B]
+"""make_llm_model.py OUTDIR [--layers N] [--hidden H] [--ffn F] [--vocab V] [--block B] [--sparse] [--unnamed]
 
 A model shaped like a decoder LLM's weights, for derive comparisons between
 backends, soak tests and benchmarks. Writes OUTDIR/llm.onnx and
@@ -19,6 +19,9 @@ Default size: 8 layers, H=1024, F=2816, V=8192: about 120 MiB of weights.
 lm_head) as holes in a sparse file: zeros that take no disk and no time to
 write, so a model of several GiB (the residency benchmark's) is generated
 in seconds. Scales and zero points are still written.
+
+--unnamed leaves every node without a name (as onnx.helper and many
+exporters do); the weights are the same.
 """
 
 import argparse
@@ -56,6 +59,7 @@ def main():
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--block", type=int, default=32)
     ap.add_argument("--sparse", action="store_true", help="large tensors as holes (zeros) in a sparse file")
+    ap.add_argument("--unnamed", action="store_true", help="leave every node without a name")
     args = ap.parse_args()
     h, f, v, block = args.hidden, args.ffn, args.vocab, args.block
 
@@ -126,6 +130,8 @@ def main():
     nodes.append(helper.make_node("MatMul", [x, head], ["logits"], name="lm_head"))
     blob.close()
 
+    if args.unnamed:
+        extdata.strip_node_names(nodes)
     graph = helper.make_graph(nodes, "ballast_llm", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, h])],
                               [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, v])],
                               initializer=initializers)

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""make_sample_model.py OUTDIR: the demo model of `tools/dev demo`.
+"""make_sample_model.py OUTDIR [--unnamed]: the demo model of `tools/dev demo`.
 
 Writes OUTDIR/sample.onnx and OUTDIR/sample.weights: a small network
 (X[1,256] -> 256) with
@@ -19,6 +19,9 @@ The external data file reproduces a re-export that appended fresh tensors to
 an existing blob without truncating it: the first export's bytes stay in the
 file as an orphaned prefix that nothing references. The exact dead byte count
 goes to stderr. Deterministic and idempotent; stdout stays empty.
+
+--unnamed leaves every node without a name (as onnx.helper and many
+exporters do); the weights and their bytes are the same.
 """
 
 import os
@@ -115,8 +118,9 @@ def export_blob(blob, weights, checksum_every):
 
 
 def main(argv):
+    argv, unnamed = extdata.take_unnamed_flag(argv)
     if len(argv) != 2:
-        extdata.log("usage: make_sample_model.py OUTDIR")
+        extdata.log("usage: make_sample_model.py OUTDIR [--unnamed]")
         return 2
     outdir = os.path.abspath(argv[1])
     os.makedirs(outdir, exist_ok=True)
@@ -144,6 +148,8 @@ def main(argv):
             extdata.set_external(t, weights_file, offset, length, checksum=checksum)
         initializers.append(t)
 
+    if unnamed:
+        extdata.strip_node_names(nodes)
     graph = helper.make_graph(
         nodes, "ballast_sample",
         [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 256])],

@@ -123,17 +123,26 @@ inline Proto attribute_graph(std::string_view name, const Proto& g) {
   return a;
 }
 
-inline Proto node(std::string_view op, std::initializer_list<std::string_view> inputs,
-                  std::initializer_list<std::string_view> outputs, std::initializer_list<Proto> attributes = {},
-                  std::string_view domain = {}) {
+// A node named `name`; an empty name writes no name field at all, as
+// onnx.helper and many exporters do.
+inline Proto named_node(std::string_view name, std::string_view op, std::initializer_list<std::string_view> inputs,
+                        std::initializer_list<std::string_view> outputs, std::initializer_list<Proto> attributes = {},
+                        std::string_view domain = {}) {
   Proto n;
   for (auto i : inputs) n.str(1, i);
   for (auto o : outputs) n.str(2, o);
-  n.str(3, std::string(op) + "_node");
+  if (!name.empty()) n.str(3, name);
   n.str(4, op);
   for (const auto& a : attributes) n.msg(5, a);
   if (!domain.empty()) n.str(7, domain);
   return n;
+}
+
+// A node named "<op>_node".
+inline Proto node(std::string_view op, std::initializer_list<std::string_view> inputs,
+                  std::initializer_list<std::string_view> outputs, std::initializer_list<Proto> attributes = {},
+                  std::string_view domain = {}) {
+  return named_node(std::string(op) + "_node", op, inputs, outputs, attributes, domain);
 }
 
 inline Proto graph(std::initializer_list<Proto> nodes, std::initializer_list<Proto> initializers) {

@@ -2,6 +2,7 @@
 #include "unit/store/scratch_dir.hpp"
 
 #include <cstring>
+#include <set>
 
 using namespace ballast;
 using namespace ballast::testing;
@@ -268,4 +269,72 @@ TEST_CASE("an empty input is an empty model") {
   REQUIRE(r.ok());
   CHECK(r->store().weights.empty());
   CHECK(r->nodes().empty());
+}
+
+// NodeProto.name is optional (onnx.helper and many exporters leave it out):
+// the node table names such a node "<op_type>#<index in nodes()>", unique
+// against the names the file gives, and keeps given names as they are.
+TEST_CASE("unnamed nodes are named <op_type>#<index>, unique, stable; named nodes keep their names") {
+  Proto body = graph({named_node("", "Identity", {"a"}, {"b"})}, {});
+  Proto m = model(graph({named_node("", "MatMul", {"x", "w"}, {"y"}),
+                         named_node("first", "Relu", {"y"}, {"r"}),
+                         named_node("", "Loop", {"", "c"}, {"o"}, {attribute_graph("body", body)}),
+                         // A given name equal to what the rule would make for node 4:
+                         named_node("MatMul#4", "Relu", {"r"}, {"r2"}),
+                         named_node("", "MatMul", {"r2", "w"}, {"z"}),
+                         named_node("", "", {"z"}, {"q"})},
+                        {}));
+  auto first = load_proto(m);
+  REQUIRE_MESSAGE(first.ok(), first.error().to_string());
+  const auto& nodes = first->nodes();
+  REQUIRE(nodes.size() == 7);
+  CHECK(nodes[0].name == "MatMul#0");
+  CHECK(nodes[1].name == "first");
+  CHECK(nodes[2].name == "Loop#2");
+  CHECK(nodes[3].name == "Identity#3");  // the Loop body's node: after its parent, numbered in one sequence
+  CHECK(nodes[3].depth == 1);
+  CHECK(nodes[4].name == "MatMul#4");  // given
+  CHECK(nodes[5].name == "MatMul#5");
+  CHECK(nodes[6].name == "node#6");  // no op type either
+  std::set<std::string_view> distinct;
+  for (const NodeInfo& n : nodes) distinct.insert(n.name);
+  CHECK(distinct.size() == nodes.size());
+
+  // The same bytes opened again give the same names; and the views survive
+  // moving the Model (a short generated name lives in its string's own bytes).
+  auto again = load_proto(m);
+  REQUIRE(again.ok());
+  for (std::size_t i = 0; i < nodes.size(); ++i) CHECK(again->nodes()[i].name == nodes[i].name);
+  Model moved = std::move(*again);
+  CHECK(moved.nodes()[5].name == "MatMul#5");
+}
+
+TEST_CASE("a generated name that a given name already holds gets a #2 suffix") {
+  // Node 1 is unnamed: the rule's "MatMul#1" is node 0's given name.
+  Proto m = model(graph({named_node("MatMul#1", "MatMul", {"x", "w"}, {"y"}), named_node("", "MatMul", {"y", "w"}, {"z"}),
+                         named_node("MatMul#1#2", "Relu", {"z"}, {"r"})},
+                        {}));
+  auto r = load_proto(m);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  CHECK(r->nodes()[0].name == "MatMul#1");
+  CHECK(r->nodes()[1].name == "MatMul#1#3");  // #2 is taken too
+  CHECK(r->nodes()[2].name == "MatMul#1#2");
+}
+
+TEST_CASE("errors inside the subgraph of an unnamed node name it by the same rule") {
+  Proto bad = tensor("bad_w", 1, {2});
+  raw_data(bad, {1, 2, 3});
+  Proto body = graph({}, {bad});
+  Proto m = model(graph({named_node("", "Relu", {"x"}, {"c"}),
+                         named_node("", "Loop", {"", "c"}, {"o"}, {attribute_graph("body", body)})},
+                        {}));
+  auto r = load_proto(m);
+  REQUIRE(r.code() == ErrorCode::size_mismatch);
+  CHECK_MESSAGE(r.error().context.find("node 'Loop#1'") != std::string::npos, r.error().to_string());
+  CHECK(r.error().context.find("node ''") == std::string::npos);
+
+  Proto no_output = model(graph({named_node("", "Constant", {}, {}, {attribute_int("value_int", 3)})}, {}));
+  auto c = load_proto(no_output);
+  REQUIRE(c.code() == ErrorCode::malformed);
+  CHECK_MESSAGE(c.error().tensor == "Constant#0", c.error().to_string());
 }
