@@ -316,7 +316,7 @@ Status ModelDecoder::decode_node(const WireField& node_field, unsigned depth) {
 }
 
 Status ModelDecoder::decode_constant(const WireField& attribute, std::string_view attr_name, std::string_view name,
-                                     const WireField& node_field) {
+                                     const WireField& /*node_field*/) {
   BALLAST_ASSIGN_OR_RETURN(auto attr, scan_attribute(attribute));
 
   if (attr_name == "value") {

@@ -76,14 +76,16 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
   if (options.derivations) {
     plan = *options.derivations;
   } else {
-    auto planned = plan_derivations(model);
+    PlanOptions planning;
+    planning.max_amplification = options.max_amplification;
+    auto planned = plan_derivations(model, planning);
     if (!planned.ok()) return std::move(planned.error()).with_context("planning the model's derivations");
     plan = std::move(*planned);
   }
   if (options.budget_bytes) {
     m->budget = *options.budget_bytes;
   } else if (any_paged) {
-    auto b = auto_budget(model.store(), plan);
+    auto b = auto_budget(model.store(), plan, options.max_amplification);
     if (!b.ok()) return std::move(b.error()).with_context("computing the auto budget");
     m->budget = b->total;
   }

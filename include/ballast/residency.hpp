@@ -104,6 +104,9 @@ struct ResidencyOptions {
   // zero_copy on a backend whose reads of registrations cannot be guarded
   // (DeviceWeightsOptions::register_unguarded).
   bool register_unguarded = false;
+  // The cap plan_derivations() and the auto budget apply when create()
+  // plans or sizes (PlanOptions::max_amplification; 0: no cap).
+  double max_amplification = kDefaultMaxAmplification;
 };
 
 struct ResidencyStats {

@@ -319,6 +319,39 @@ def test_progress_bar(cli, work):
            "verify with stderr on a terminal: a progress bar reaching 100%% (got %d, %r)" % (proc.returncode, text[-120:]))
 
 
+def test_amplification(cli, work):
+    """Issue 24 §5: 400 MatMulNBits nodes over one 8 KiB B, each with scales of
+    its own: a file of about 120 KB asking for 16 MB of derived values."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    d = os.path.join(work, "amplification")
+    os.makedirs(d, exist_ok=True)
+    inits = [numpy_helper.from_array(np.full((16, 8, 64), 0x5a, dtype=np.uint8), "B")]
+    nodes = []
+    for i in range(400):
+        inits.append(numpy_helper.from_array(np.full((128,), 0.01 * (i + 1), dtype=np.float16), "scales_%d" % i))
+        nodes.append(helper.make_node("MatMulNBits", ["X", "B", "scales_%d" % i], ["y_%d" % i], domain="com.microsoft",
+                                      K=1024, N=16, bits=4, block_size=128))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 1024])],
+                              [helper.make_tensor_value_info("y_0", TensorProto.FLOAT, [1, 16])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    path = os.path.join(d, "amplified.onnx")
+    onnx.save_model(model, path)
+    for args, what in ((["derive", path, "--backend", "cpu"], "derive"),
+                       (["derive", path, "--backend", "cpu", "--residency", "paged", "--budget", "auto"], "derive --residency")):
+        rc, out, err = cli(*args)
+        expect(rc == 2 and one_line_error(err, "unsupported:", "above the cap of 64x", "--max-amplification"),
+               "%s: a plan 150x its referenced bytes is refused with the ratio (got %d: %s)" % (what, rc, err.strip()[-300:]))
+    rc, out, err = cli("inspect", path, "--json")
+    doc = json.loads(out) if rc == 0 else {}
+    expect(rc == 0 and doc.get("auto_budget") is None and "above the cap" in doc.get("auto_budget_error", ""),
+           "inspect --json: the auto budget is refused with the ratio, the rest is listed (got %d)" % rc)
+    rc, out, err = cli("derive", path, "--backend", "cpu", "--max-amplification", "0", "--json")
+    expect(rc == 0, "derive --max-amplification 0: the cap lifted, all 800 derivations run (got %d: %s)"
+           % (rc, err.strip()[-200:]))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--ballast", required=True)
@@ -344,6 +377,7 @@ def main():
     test_truncated(cli, sample_dir, a.work)
     test_hostile(cli, sample_dir, a.work)
     test_progress_bar(cli, a.work)
+    test_amplification(cli, a.work)
     print("%d check(s) failed" % len(FAILURES) if FAILURES else "all CLI checks passed")
     return 1 if FAILURES else 0
 

@@ -43,6 +43,7 @@ struct Options {
   std::string backend = "cpu";
   std::string dump;
   bool json = false;
+  double max_amplification = kDefaultMaxAmplification;
   DeriveResidencyOptions residency;  // used when --residency is given
 };
 
@@ -204,6 +205,7 @@ int run_derive(const Options& opt) {
     r.backend = opt.backend;
     r.json = opt.json;
     r.dump = opt.dump;
+    r.max_amplification = opt.max_amplification;
     return run_derive_residency(r);
   }
   auto model = load_onnx(opt.model);
@@ -211,7 +213,9 @@ int run_derive(const Options& opt) {
     report_error("derive", model.error());
     return kExitBadInput;
   }
-  auto plan = plan_derivations(*model);
+  PlanOptions planning;
+  planning.max_amplification = opt.max_amplification;
+  auto plan = plan_derivations(*model, planning);
   if (!plan.ok()) {
     report_error("derive", plan.error());
     return kExitBadInput;
@@ -280,6 +284,11 @@ const RegisterCommand kDerive{{
           ->capture_default_str();
       sub.add_option("--dump", opt->dump, "write every derived tensor to DIR as .npy (pairs as two files)");
       sub.add_flag("--json", opt->json, "print the report as one JSON document (schema in docs/tools.md)");
+      sub.add_option("--max-amplification", opt->max_amplification,
+                     "refuse a plan deriving more than R times the referenced bytes (0: no cap; docs/security.md)")
+          ->type_name("R")
+          ->check(CLI::NonNegativeNumber)
+          ->capture_default_str();
       auto* residency = sub.add_option("--residency", opt->residency.residency,
                                        "pin every derivation through a Residency (upload, zero-copy, paged), read it "
                                        "back and hash it (with --dump, also write it: the same files as without)")

@@ -221,7 +221,10 @@ int run_derive_residency(const DeriveResidencyOptions& opt) {
     report_error("derive", model.error());
     return kExitBadInput;
   }
-  auto plan = plan_derivations(*model);
+  PlanOptions planning;
+  planning.max_amplification = opt.max_amplification;
+  options->max_amplification = opt.max_amplification;
+  auto plan = plan_derivations(*model, planning);
   if (!plan.ok()) {
     report_error("derive", plan.error());
     return kExitBadInput;

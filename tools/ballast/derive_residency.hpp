@@ -15,6 +15,7 @@ struct DeriveResidencyOptions {
   std::string only;       // empty: every kind; else "kind[,kind...]"
   std::string dump;       // empty: no --dump; else the directory (support/derived_dump.hpp)
   bool json = false;
+  double max_amplification = 64;  // PlanOptions::max_amplification (0: no cap)
 };
 
 // CLI11 check for --only: empty when every comma-separated name is a
