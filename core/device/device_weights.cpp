@@ -6,6 +6,8 @@
 #include "store/store_access.hpp"
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <cstdio>
 #include <optional>
 #include <memory>
@@ -53,6 +55,15 @@ struct DeviceWeights::Impl {
     ValueId id{};  // the weight it holds, to name it if freeing fails
   };
   std::vector<Upload> uploads;  // what this object owns
+  // Where an upload's bytes came from: (mapping + 1, offset, length) in a
+  // mapped file, (0, address, length) for inline bytes.
+  using BytesKey = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>;
+  static BytesKey bytes_key(const WeightStore& store, const WeightRef& ref) {
+    if (auto p = store.external_mmap_provenance(ref)) return {std::uint64_t{p->mapping} + 1, p->offset, p->length};
+    const auto b = store.bytes(ref);
+    return {0, b ? reinterpret_cast<std::uintptr_t>(b->data()) : 0, ref.byte_length()};
+  }
+  std::map<BytesKey, DevicePtr> uploaded_by_bytes;
   WeightResidency residency;
 
   // Bytes go host -> device straight from where they live (the mapping or
@@ -104,6 +115,7 @@ struct DeviceWeights::Impl {
     if (auto it = registrations.find(mapping); it != registrations.end()) return it->second;
     std::vector<Registration> regs;
     std::string why;
+    bool by_policy = false;  // a rule of ballast's, not a failure: residency() says it, the log does not
     const Capabilities& caps = backend->capabilities();
     auto whole = store->mmap_full_bytes(mapping);
     const std::vector<ByteRange>& refs = referenced_ranges(mapping);
@@ -114,6 +126,7 @@ struct DeviceWeights::Impl {
                                                : "backend cannot register host memory") +
             (caps.host_registration_note.empty() ? std::string() : ": " + caps.host_registration_note);
     } else if (!caps.guarded_host_reads && !options.register_unguarded) {
+      by_policy = true;
       why = "the backend reads registered host memory in threads that block SIGBUS, so a truncation of the file "
             "under the registration could not be answered and would kill the process (set "
             "DeviceWeightsOptions::register_unguarded to register anyway)";
@@ -178,9 +191,10 @@ struct DeviceWeights::Impl {
     }
     if (!why.empty()) {
       residency.fallback_files += 1;
-      log_message(LogLevel::warning, "device weights",
-                  "uploading the weights of " + store->mapping_path(mapping).value_or("?").string() +
-                      " instead of registering the mapping: " + why);
+      if (!by_policy)
+        log_message(LogLevel::warning, "device weights",
+                    "uploading the weights of " + store->mapping_path(mapping).value_or("?").string() +
+                        " instead of registering the mapping: " + why);
       if (residency.fallback_reason.empty()) residency.fallback_reason = why;
     }
     return registrations.emplace(mapping, std::move(regs)).first->second;
@@ -276,9 +290,18 @@ Result<DevicePtr> DeviceWeights::resolve(ValueId id) {
   if (read_in_place)
     if (Status s = m.store->check_unchanged(ref); !s.ok()) return s.error();
   if (ptr == 0) {
-    auto up = m.upload(id, ref);
-    if (!up.ok()) return std::move(up.error()).with_context("making weight visible to " + m.backend->info().backend);
-    ptr = *up;
+    // Two names for one byte range (tied embeddings, a deduplicated blob)
+    // are one upload, as they are one registration when read in place: the
+    // memo then shares their derivations on every path alike.
+    const Impl::BytesKey key = Impl::bytes_key(*m.store, ref);
+    if (auto same = m.uploaded_by_bytes.find(key); same != m.uploaded_by_bytes.end()) {
+      ptr = same->second;
+    } else {
+      auto up = m.upload(id, ref);
+      if (!up.ok()) return std::move(up.error()).with_context("making weight visible to " + m.backend->info().backend);
+      ptr = *up;
+      m.uploaded_by_bytes.emplace(key, ptr);
+    }
   }
   m.resolved.emplace(id, Impl::Resolved{ptr, read_in_place});
   return ptr;
@@ -341,6 +364,7 @@ Released DeviceWeights::release(GpuBackend& backend) {
     }
   }
   m.uploads.clear();
+  m.uploaded_by_bytes.clear();
   m.registrations.clear();
   m.referenced.reset();
   m.resolved.clear();

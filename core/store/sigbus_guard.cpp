@@ -173,6 +173,26 @@ void on_sigbus(int sig, siginfo_t* info, void* context) {
   errno = saved_errno;
 }
 
+// Claims a free slot of `table` for [b, b + n) and publishes it armed;
+// the slot's index, or -1 when every slot is taken. The generation is bumped
+// on every claim, so the handler never marks a claim that is not its fault's.
+template <std::size_t N>
+int claim(Slot (&table)[N], std::uintptr_t b, std::size_t n, std::atomic<bool>* poison) noexcept {
+  for (std::size_t i = 0; i < N; ++i) {
+    Slot& slot = table[i];
+    std::uint64_t w = slot.word.load(std::memory_order_relaxed);
+    if ((w & kStateMask) != kFree) continue;
+    const std::uint64_t generation = (w & ~(kGenerationOne - 1)) + kGenerationOne;
+    if (!slot.word.compare_exchange_strong(w, generation | kBusy, std::memory_order_acq_rel)) continue;
+    slot.begin.store(b, std::memory_order_relaxed);
+    slot.end.store(b + n, std::memory_order_relaxed);
+    slot.poison.store(poison, std::memory_order_relaxed);
+    slot.word.store(generation | kArmed, std::memory_order_release);  // the range is published with it
+    return static_cast<int>(i);
+  }
+  return -1;
+}
+
 void install() noexcept {
   if (const long page = ::sysconf(_SC_PAGESIZE); page > 0) g_page_size = static_cast<std::uintptr_t>(page);
   // Read the previous disposition first, then install: a fault in another
@@ -220,17 +240,8 @@ ZeroFillRange::ZeroFillRange(const void* src, std::size_t n, std::atomic<bool>* 
   const auto b = reinterpret_cast<std::uintptr_t>(src);
   for (;;) {
     const std::uint32_t released = g_released.load(std::memory_order_acquire);
-    for (std::size_t i = 0; i < kSlots; ++i) {
-      Slot& slot = g_slots[i];
-      std::uint64_t w = slot.word.load(std::memory_order_relaxed);
-      if ((w & kStateMask) != kFree) continue;
-      const std::uint64_t generation = (w & ~(kGenerationOne - 1)) + kGenerationOne;
-      if (!slot.word.compare_exchange_strong(w, generation | kBusy, std::memory_order_acq_rel)) continue;
-      slot.begin.store(b, std::memory_order_relaxed);
-      slot.end.store(b + n, std::memory_order_relaxed);
-      slot.poison.store(poison, std::memory_order_relaxed);
-      slot.word.store(generation | kArmed, std::memory_order_release);  // the range is published with it
-      slot_ = static_cast<int>(i);
+    if (const int i = claim(g_slots, b, n, poison); i >= 0) {
+      slot_ = i;
       ++t_slots_held;
       return;
     }
@@ -270,19 +281,7 @@ RegistrationArm::RegistrationArm(const void* src, std::size_t n, std::atomic<boo
   }
   install_once();
   const auto b = reinterpret_cast<std::uintptr_t>(src);
-  for (std::size_t i = 0; i < kSlots; ++i) {
-    Slot& slot = g_registration_slots[i];
-    std::uint64_t w = slot.word.load(std::memory_order_relaxed);
-    if ((w & kStateMask) != kFree) continue;
-    const std::uint64_t generation = (w & ~(kGenerationOne - 1)) + kGenerationOne;
-    if (!slot.word.compare_exchange_strong(w, generation | kBusy, std::memory_order_acq_rel)) continue;
-    slot.begin.store(b, std::memory_order_relaxed);
-    slot.end.store(b + n, std::memory_order_relaxed);
-    slot.poison.store(poison, std::memory_order_relaxed);
-    slot.word.store(generation | kArmed, std::memory_order_release);
-    slot_ = static_cast<int>(i);
-    return;
-  }
+  slot_ = claim(g_registration_slots, b, n, poison);  // -1 when every slot is taken: not armed
 }
 
 RegistrationArm::~RegistrationArm() {

@@ -14,6 +14,10 @@
 // A weight whose offset in its file is not a multiple of its element size
 // is uploaded too (kernels read whole, naturally aligned elements).
 //
+// Weights that are one byte range under two names (tied embeddings, a
+// deduplicated blob) get one device pointer either way: one registration
+// range, or one upload. Device values here are read-only.
+//
 // Inline weights (stored inside the .onnx itself) are uploaded: they are
 // small, and registering many small ranges that share pages would collide
 // on vendors that register whole pages.

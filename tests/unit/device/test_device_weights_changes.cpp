@@ -21,15 +21,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Forwards to a real backend, without host registration: every weight is
-// uploaded.
-class UploadOnly final : public GpuBackend {
+// Forwards every call to a real backend; subclasses change what it says
+// it can do.
+class Forwarding : public GpuBackend {
  public:
-  explicit UploadOnly(GpuBackend& inner) : inner_(inner), caps_(inner.capabilities()) {
-    caps_.host_registration = false;
-    caps_.host_registration_note = "test double: uploads only";
-  }
- private:
+  explicit Forwarding(GpuBackend& inner) : inner_(inner), caps_(inner.capabilities()) {}
+
+ protected:
   const DeviceInfo& do_info() const override { return inner_.info(); }
   const Capabilities& do_capabilities() const override { return caps_; }
   Result<DevicePtr> do_allocate(std::uint64_t b, std::uint64_t a) override { return inner_.allocate(b, a); }
@@ -37,8 +35,8 @@ class UploadOnly final : public GpuBackend {
   Status do_copy_to_device(DevicePtr d, std::span<const std::byte> s) override { return inner_.copy_to_device(d, 0, s); }
   Status do_copy_to_host(std::span<std::byte> d, DevicePtr s) override { return inner_.copy_to_host(d, s, 0); }
   Status do_copy_device(DevicePtr d, DevicePtr s, std::uint64_t n) override { return inner_.copy_device(d, 0, s, 0, n); }
-  Result<DevicePtr> do_register_host(const void*, std::uint64_t, HostAccess) override {
-    return make_error(ErrorCode::unsupported, "test double: uploads only");
+  Result<DevicePtr> do_register_host(const void* h, std::uint64_t n, HostAccess a) override {
+    return inner_.register_host(h, n, a);
   }
   Status do_unregister_host(DevicePtr p, std::uint64_t, HostAccess) override { return inner_.unregister_host(p); }
   Status do_launch(const DerivationLaunch& l, const DerivationSizes&) override { return inner_.launch(l); }
@@ -46,6 +44,27 @@ class UploadOnly final : public GpuBackend {
 
   GpuBackend& inner_;
   Capabilities caps_;
+};
+
+// Without host registration: every weight is uploaded.
+class UploadOnly final : public Forwarding {
+ public:
+  explicit UploadOnly(GpuBackend& inner) : Forwarding(inner) {
+    caps_.host_registration = false;
+    caps_.host_registration_note = "test double: uploads only";
+  }
+
+ private:
+  Result<DevicePtr> do_register_host(const void*, std::uint64_t, HostAccess) override {
+    return make_error(ErrorCode::unsupported, "test double: uploads only");
+  }
+};
+
+// Says its reads of registered memory cannot be guarded (as lavapipe's
+// worker threads, which block SIGBUS).
+class UnguardedReads final : public Forwarding {
+ public:
+  explicit UnguardedReads(GpuBackend& inner) : Forwarding(inner) { caps_.guarded_host_reads = false; }
 };
 
 struct DataFile {
@@ -213,36 +232,6 @@ TEST_CASE("cpu: a kernel over a registered mapping truncated under it reads zero
   CHECK((*gpu)->free(*dst).ok());
   CHECK(dw.release(**gpu).status.ok());
 }
-
-namespace {
-
-// Forwards to a real backend but says its reads of registered memory cannot
-// be guarded (as lavapipe's worker threads, which block SIGBUS).
-class UnguardedReads final : public GpuBackend {
- public:
-  explicit UnguardedReads(GpuBackend& inner) : inner_(inner), caps_(inner.capabilities()) {
-    caps_.guarded_host_reads = false;
-  }
- private:
-  const DeviceInfo& do_info() const override { return inner_.info(); }
-  const Capabilities& do_capabilities() const override { return caps_; }
-  Result<DevicePtr> do_allocate(std::uint64_t b, std::uint64_t a) override { return inner_.allocate(b, a); }
-  Status do_free(DevicePtr p, std::uint64_t) override { return inner_.free(p); }
-  Status do_copy_to_device(DevicePtr d, std::span<const std::byte> s) override { return inner_.copy_to_device(d, 0, s); }
-  Status do_copy_to_host(std::span<std::byte> d, DevicePtr s) override { return inner_.copy_to_host(d, s, 0); }
-  Status do_copy_device(DevicePtr d, DevicePtr s, std::uint64_t n) override { return inner_.copy_device(d, 0, s, 0, n); }
-  Result<DevicePtr> do_register_host(const void* h, std::uint64_t n, HostAccess a) override {
-    return inner_.register_host(h, n, a);
-  }
-  Status do_unregister_host(DevicePtr p, std::uint64_t, HostAccess) override { return inner_.unregister_host(p); }
-  Status do_launch(const DerivationLaunch& l, const DerivationSizes&) override { return inner_.launch(l); }
-  Status do_synchronize() override { return inner_.synchronize(); }
-
-  GpuBackend& inner_;
-  Capabilities caps_;
-};
-
-}  // namespace
 
 TEST_CASE("a backend whose reads of registrations cannot be guarded gets uploads, unless the engine opts in") {
   auto gpu = open_backend("cpu");
