@@ -129,15 +129,15 @@ void die_by_default(const siginfo_t* info) {
 void chain(int sig, siginfo_t* info, void* context) {
   const struct sigaction& prev = g_previous;
   const bool sent = info == nullptr || info->si_code <= 0;
-  const bool has_handler = (prev.sa_flags & SA_SIGINFO) != 0
-                               ? prev.sa_sigaction != nullptr
-                               : prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN;
+  // SIG_DFL and SIG_IGN are what the kernel reads in the union, whether or
+  // not SA_SIGINFO is set (SIG_IGN with SA_SIGINFO still ignores).
+  const bool has_handler = prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN;
   const bool spent = (prev.sa_flags & SA_RESETHAND) != 0 && has_handler &&
                      g_previous_spent.exchange(true, std::memory_order_acq_rel);
   if (!has_handler || spent) {
     // SIG_IGN ignores a sent signal; a fault cannot be ignored (the kernel
     // forces the default), so it dies like SIG_DFL.
-    if (!spent && (prev.sa_flags & SA_SIGINFO) == 0 && prev.sa_handler == SIG_IGN && sent) return;
+    if (!spent && prev.sa_handler == SIG_IGN && sent) return;
     die_by_default(info);
     return;
   }

@@ -83,6 +83,13 @@ TEST_CASE("signal semantics scenario (child process)") {
   // The engine's disposition first, then ballast's guard (as when the
   // engine sets its handlers before it opens a model).
   if (s == "ignore_sent" || s == "ignore_fault") ::signal(SIGBUS, SIG_IGN);
+  if (s == "ignore_siginfo_sent") {  // SIG_IGN with SA_SIGINFO set: still ignored, never called
+    struct sigaction sa {};
+    sa.sa_handler = SIG_IGN;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGBUS, &sa, nullptr);
+  }
   if (s == "resethand_sent" || s == "resethand_fault") install(record, SA_RESETHAND, false);
   if (s == "nodefer") install(record, SA_NODEFER, false);
   if (s == "mask") install(record, 0, true);
@@ -100,7 +107,7 @@ TEST_CASE("signal semantics scenario (child process)") {
   }
 
   volatile std::byte sink{};
-  if (s == "ignore_sent") {
+  if (s == "ignore_sent" || s == "ignore_siginfo_sent") {
     ::raise(SIGBUS);  // ignored: goes on
     ::_exit(0);
   } else if (s == "ignore_fault") {
@@ -134,13 +141,13 @@ TEST_CASE("a SIGBUS outside ballast's ranges meets the engine's own disposition,
     // instead of dying: then the scenario's own baseline is the reference).
     return run("ignore_fault", false);
   }());
-  for (const char* s : {"ignore_sent", "ignore_fault", "resethand_sent", "resethand_fault", "nodefer", "mask", "siginfo"}) {
+  for (const char* s : {"ignore_sent", "ignore_siginfo_sent", "ignore_fault", "resethand_sent", "resethand_fault", "nodefer", "mask", "siginfo"}) {
     CAPTURE(s);
     const int without = run(s, false);
     const int with = run(s, true);
     CHECK_MESSAGE(outcome(with) == outcome(without),
                   "with ballast: " << outcome(with) << "; without: " << outcome(without));
-    if (std::string(s) == "ignore_sent") CHECK(outcome(without) == "exit 0");
+    if (std::string(s) == "ignore_sent" || std::string(s) == "ignore_siginfo_sent") CHECK(outcome(without) == "exit 0");
     if (std::string(s) == "ignore_fault" || std::string(s) == "resethand_sent" || std::string(s) == "resethand_fault")
       CHECK(outcome(without) == killed);
   }
