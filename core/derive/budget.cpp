@@ -2,10 +2,9 @@
 // output bytes, from the store's accounting (docs/residency.md).
 #include <ballast/residency.hpp>
 
+#include "derive/amplification.hpp"
 #include "derive/identity.hpp"
 
-#include <algorithm>
-#include <cstdio>
 #include <set>
 
 namespace ballast {
@@ -63,20 +62,13 @@ Result<AutoBudget> auto_budget(const WeightStore& store, std::span<const Planned
   // Bounded work (docs/security.md): device bytes against the bytes the
   // files really hold for the model.
   const std::uint64_t referenced = b.external_bytes + b.inline_bytes;
-  if (max_amplification > 0 && b.total > referenced &&
-      static_cast<long double>(b.total) > max_amplification * std::max<long double>(referenced, 1)) {
-    char ratio[64];
-    std::snprintf(ratio, sizeof ratio, "%.0Lfx", static_cast<long double>(b.total) / std::max<long double>(referenced, 1));
-    char limit[32];
-    std::snprintf(limit, sizeof limit, "%gx", max_amplification);
-    return make_error(ErrorCode::unsupported,
-                      "auto budget: the model would hold " + std::to_string(b.total) + " device bytes (" +
-                          std::to_string(b.source_bytes) + " of sources as residency keys them, of which " +
-                          std::to_string(b.overlap_bytes) + " in overlapping ranges, and " +
-                          std::to_string(b.derived_bytes) + " derived) from " + std::to_string(referenced) +
-                          " referenced bytes (" + ratio + ", above the cap of " + limit +
-                          "; raise it with the max_amplification argument or --max-amplification)");
-  }
+  if (b.total > referenced)
+    BALLAST_RETURN_IF_ERROR(amplification::check(
+        "auto budget: the model would hold " + std::to_string(b.total) + " device bytes (" +
+            std::to_string(b.source_bytes) + " of sources as residency keys them, of which " +
+            std::to_string(b.overlap_bytes) + " in overlapping ranges, and " + std::to_string(b.derived_bytes) +
+            " derived)",
+        static_cast<long double>(b.total), static_cast<long double>(referenced), max_amplification));
   return b;
 }
 

@@ -6,6 +6,7 @@
 #include "derive/transposed_source.hpp"
 #include "memo/memo_map.hpp"
 
+#include <array>
 #include <new>
 #include <optional>
 #include <unordered_map>
@@ -32,17 +33,11 @@ Result<DevicePtr> resolve(const DeriveContext& ctx, ValueId id, const char* role
 // registration is armed: docs/reliability.md). Resolving again re-checks
 // each such operand's file (one stat, and the guard's poison); uploads and
 // a transposed copy are device memory and need nothing.
-struct Operands {
-  std::optional<ValueId> source;  // none: it reads a transposed copy
-  std::optional<ValueId> scales, zero_points;
-  static Operands of(const PlannedDerivation& p) {
-    return {p.of_transposed ? std::nullopt : std::optional<ValueId>(p.source), p.scales, p.zero_points};
-  }
-};
-Status recheck_operands(const DeriveContext& ctx, const Operands& o) {
-  if (o.source) BALLAST_RETURN_IF_ERROR(resolve(ctx, *o.source, "weight"));
-  if (o.scales) BALLAST_RETURN_IF_ERROR(resolve(ctx, *o.scales, "scales"));
-  if (o.zero_points) BALLAST_RETURN_IF_ERROR(resolve(ctx, *o.zero_points, "zero points"));
+using Operands = std::array<std::optional<ValueId>, 3>;  // source_operands(): weight, scales, zero points
+Status recheck_operands(const DeriveContext& ctx, const Operands& operands) {
+  static constexpr const char* kRoles[] = {"weight", "scales", "zero points"};
+  for (std::size_t i = 0; i < operands.size(); ++i)
+    if (operands[i]) BALLAST_RETURN_IF_ERROR(resolve(ctx, *operands[i], kRoles[i]));
   return Status();
 }
 
@@ -139,7 +134,7 @@ Result<Derived> build(const DeriveContext& ctx, const PlannedDerivation& p, Deri
   GpuBackend& gpu = ctx.backend;
   BALLAST_RETURN_IF_ERROR(allocate_and_launch(gpu, l, sizes));
   if (Status s = gpu.synchronize(); !s.ok()) return release_outputs(gpu, l, std::move(s));
-  if (Status s = recheck_operands(ctx, Operands::of(p)); !s.ok()) return release_outputs(gpu, l, std::move(s).with_context(where(p)));
+  if (Status s = recheck_operands(ctx, source_operands(p)); !s.ok()) return release_outputs(gpu, l, std::move(s).with_context(where(p)));
   return value_of<Derived>(l, sizes);
 }
 
@@ -258,7 +253,7 @@ class Wave {
       return Status();
     }
     BALLAST_RETURN_IF_ERROR(allocate_and_launch(ctx_.backend, l, sizes));
-    pending_.push_back(Pending{id, l, sizes, {result_index}, &origin, Operands::of(p)});
+    pending_.push_back(Pending{id, l, sizes, {result_index}, &origin, source_operands(p)});
     index_.emplace(id, pending_.size() - 1);
     return Status();
   }

@@ -1,8 +1,8 @@
 // Which derivations apply to which weights, read off the consuming nodes.
 #include <ballast/derive.hpp>
 
-#include <algorithm>
-#include <cstdio>
+#include "derive/amplification.hpp"
+
 #include <span>
 #include <limits>
 #include <set>
@@ -150,18 +150,9 @@ Status check_amplification(const Model& model, std::span<const PlannedDerivation
     if (auto sizes = derivation_sizes(l); sizes.ok())
       derived += static_cast<long double>(sizes->dst_bytes) + static_cast<long double>(sizes->dst2_bytes);
   }
-  if (derived <= cap * std::max<long double>(source, 1)) return Status();
-  char ratio[64];
-  std::snprintf(ratio, sizeof ratio, "%.0Lfx", source > 0 ? derived / source : derived);
-  char limit[32];
-  std::snprintf(limit, sizeof limit, "%gx", cap);
-  return make_error(ErrorCode::unsupported,
-                    "the plan's " + std::to_string(plan.size()) + " derivations would make " +
-                        std::to_string(static_cast<unsigned long long>(derived)) + " bytes from " +
-                        std::to_string(static_cast<unsigned long long>(source)) + " referenced source bytes (" + ratio +
-                        ", above the cap of " + limit +
-                        "; a model that really needs more raises PlanOptions::max_amplification, or "
-                        "--max-amplification on the command line)");
+  return amplification::check("the plan's " + std::to_string(plan.size()) + " derivations would make " +
+                                   std::to_string(static_cast<unsigned long long>(derived)) + " bytes",
+                               derived, source, cap);
 }
 
 }  // namespace

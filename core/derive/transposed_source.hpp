@@ -5,6 +5,9 @@
 
 #include <ballast/derive.hpp>
 
+#include <array>
+#include <optional>
+
 namespace ballast {
 
 inline PlannedDerivation transposed_source_of(const PlannedDerivation& p) {
@@ -19,6 +22,14 @@ inline PlannedDerivation transposed_source_of(const PlannedDerivation& p) {
   t.scales.reset();
   t.zero_points.reset();
   return t;
+}
+
+// The source weights a derivation's kernel reads itself: its weight (unless
+// it reads the transposed copy, which is device memory), its scales and its
+// zero points. What both re-check after the kernel's wait: a zero-copy one
+// was read from its file's pages.
+inline std::array<std::optional<ValueId>, 3> source_operands(const PlannedDerivation& p) {
+  return {p.of_transposed ? std::nullopt : std::optional<ValueId>(p.source), p.scales, p.zero_points};
 }
 
 }  // namespace ballast

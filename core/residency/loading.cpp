@@ -5,7 +5,6 @@
 
 #include "derive/transposed_source.hpp"
 
-#include <optional>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -182,13 +181,9 @@ Result<Residency::Impl::Loaded> Residency::Impl::build(const Entry& e, Requester
   // The kernel read zero-copy operands from their files' pages: a
   // truncation meanwhile made it read zeros (the registration is armed),
   // and resolving again re-checks the file and the guard's poison.
-  auto recheck = [&](std::optional<ValueId> id) {
+  for (const std::optional<ValueId>& id : source_operands(p))
     if (s.ok() && id && strategy_of(*id) == ResidencyStrategy::zero_copy)
       if (auto again = registrations->resolve(*id); !again.ok()) s = again.status();
-  };
-  if (!p.of_transposed) recheck(p.source);
-  recheck(p.scales);
-  recheck(p.zero_points);
   if (!s.ok()) {
     discard(l.dst, e.first_bytes);
     if (l.dst2 != 0) discard(l.dst2, e.second_bytes);
