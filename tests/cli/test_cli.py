@@ -14,19 +14,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
-FAILURES = []
-
-
-def skip(reason):
-    print("skipped: " + reason)
-    sys.exit(77)
-
-
-def expect(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        FAILURES.append(what)
-    return ok
+from cli_check import FAILURES, expect, skip
 
 
 class Cli:

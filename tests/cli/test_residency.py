@@ -27,20 +27,9 @@ import shutil
 import subprocess
 import sys
 
-FAILURES = []
+from cli_check import FAILURES, expect, skip
+
 STRATEGIES = ("upload", "zero-copy", "paged")
-
-
-def skip(reason):
-    print("skipped: " + reason)
-    sys.exit(77)
-
-
-def expect(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        FAILURES.append(what)
-    return ok
 
 
 class Cli:

@@ -21,14 +21,7 @@ import shutil
 import subprocess
 import sys
 
-FAILURES = []
-
-
-def expect(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        FAILURES.append(what)
-    return ok
+from cli_check import FAILURES, expect
 
 
 def run(ballast, *args):

@@ -21,14 +21,7 @@ import subprocess
 import sys
 import time
 
-FAILURES = []
-
-
-def expect(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        FAILURES.append(what)
-    return ok
+from cli_check import FAILURES, expect
 
 
 def restore(path, original):
