@@ -38,58 +38,67 @@ void transpose(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool&
   }, chunks_for(pool, steps));
 }
 
+void to_f16(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {
+  auto* dst = as<std::uint16_t>(l.dst);
+  const std::uint64_t count = l.rows * l.cols;
+  // Split on 64-element boundaries so vector loops rarely need tails.
+  const std::uint64_t groups = (count + 63) / 64;
+  pool.parallel_for(groups, [&](std::uint64_t g0, std::uint64_t g1) {
+    const std::uint64_t i0 = g0 * 64, i1 = std::min(count, g1 * 64);
+    if (l.src_type == DataType::float32) kernels.to_f16_from_f32(as<const float>(l.src) + i0, dst + i0, i1 - i0);
+    else kernels.to_f16_from_bf16(as<const std::uint16_t>(l.src) + i0, dst + i0, i1 - i0);
+  }, chunks_for(pool, groups));
+}
+
+void int4(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {  // dequant_int4 and repack_int4
+  Int4Args a;
+  a.b = as<const std::uint8_t>(l.src);
+  a.scales = as<const void>(l.scales);
+  a.zero_points = as<const void>(l.zero_point);
+  a.zero_point_form = l.zero_points;
+  a.f16_scales = l.src_type == DataType::float16;
+  a.n = l.rows;
+  a.k = l.cols;
+  a.block_size = l.block_size;
+  a.k_blocks = k_blocks(l.cols, l.block_size);
+  auto rows = l.kind == Derivation::dequant_int4 ? kernels.dequant_int4_rows : kernels.repack_int4_rows;
+  if (l.kind == Derivation::dequant_int4) {
+    a.f16_out = as<std::uint16_t>(l.dst);
+  } else {
+    a.words = as<std::uint32_t>(l.dst);
+    a.pairs = as<std::uint8_t>(l.dst2);
+  }
+  pool.parallel_for(a.n, [&](std::uint64_t r0, std::uint64_t r1) { rows(a, r0, r1); }, chunks_for(pool, a.n));
+}
+
+void quant_int8(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {
+  Quant8Args a;
+  a.src = as<const void>(l.src);
+  a.f16_src = l.src_type == DataType::float16;
+  a.n = l.rows;
+  a.k = l.cols;
+  a.codes = as<std::int8_t>(l.dst);
+  a.scales = as<float>(l.dst2);
+  pool.parallel_for(a.n, [&](std::uint64_t r0, std::uint64_t r1) { kernels.quant_int8_rows(a, r0, r1); },
+                    chunks_for(pool, a.n));
+}
+
+// One row per derivation kind, in the kind table's order.
+struct KernelRow {
+  Derivation kind;
+  void (*run)(const DerivationLaunch&, const RowKernels&, ThreadPool&);
+};
+constexpr KernelRow kKernels[] = {{Derivation::transpose, transpose},
+                                  {Derivation::to_f16, to_f16},
+                                  {Derivation::dequant_int4, int4},
+                                  {Derivation::repack_int4, int4},
+                                  {Derivation::quant_int8, quant_int8}};
+static_assert(kinds::covers_every_kind(kKernels), "the CPU backend needs one kernel row per derivation kind");
+
 }  // namespace
 
 void run_derivation(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {
-  switch (l.kind) {
-    case Derivation::transpose: transpose(l, kernels, pool); return;
-    case Derivation::to_f16: {
-      auto* dst = as<std::uint16_t>(l.dst);
-      const std::uint64_t count = l.rows * l.cols;
-      // Split on 64-element boundaries so vector loops rarely need tails.
-      const std::uint64_t groups = (count + 63) / 64;
-      pool.parallel_for(groups, [&](std::uint64_t g0, std::uint64_t g1) {
-        const std::uint64_t i0 = g0 * 64, i1 = std::min(count, g1 * 64);
-        if (l.src_type == DataType::float32) kernels.to_f16_from_f32(as<const float>(l.src) + i0, dst + i0, i1 - i0);
-        else kernels.to_f16_from_bf16(as<const std::uint16_t>(l.src) + i0, dst + i0, i1 - i0);
-      }, chunks_for(pool, groups));
-      return;
-    }
-    case Derivation::dequant_int4:
-    case Derivation::repack_int4: {
-      Int4Args a;
-      a.b = as<const std::uint8_t>(l.src);
-      a.scales = as<const void>(l.scales);
-      a.zero_points = as<const void>(l.zero_point);
-      a.zero_point_form = l.zero_points;
-      a.f16_scales = l.src_type == DataType::float16;
-      a.n = l.rows;
-      a.k = l.cols;
-      a.block_size = l.block_size;
-      a.k_blocks = k_blocks(l.cols, l.block_size);
-      auto rows = l.kind == Derivation::dequant_int4 ? kernels.dequant_int4_rows : kernels.repack_int4_rows;
-      if (l.kind == Derivation::dequant_int4) {
-        a.f16_out = as<std::uint16_t>(l.dst);
-      } else {
-        a.words = as<std::uint32_t>(l.dst);
-        a.pairs = as<std::uint8_t>(l.dst2);
-      }
-      pool.parallel_for(a.n, [&](std::uint64_t r0, std::uint64_t r1) { rows(a, r0, r1); }, chunks_for(pool, a.n));
-      return;
-    }
-    case Derivation::quant_int8: {
-      Quant8Args a;
-      a.src = as<const void>(l.src);
-      a.f16_src = l.src_type == DataType::float16;
-      a.n = l.rows;
-      a.k = l.cols;
-      a.codes = as<std::int8_t>(l.dst);
-      a.scales = as<float>(l.dst2);
-      pool.parallel_for(a.n, [&](std::uint64_t r0, std::uint64_t r1) { kernels.quant_int8_rows(a, r0, r1); },
-                        chunks_for(pool, a.n));
-      return;
-    }
-  }
+  kKernels[static_cast<int>(l.kind)].run(l, kernels, pool);
 }
 
 }  // namespace ballast::cpu

@@ -2,6 +2,8 @@
 // bytes (backends/vulkan/cmake/embed_spirv.cmake).
 #pragma once
 
+#include <ballast/derivation_kinds.hpp>
+
 #include <cstddef>
 
 namespace ballast::vulkan::shaders {
@@ -11,10 +13,8 @@ struct Spirv {
   std::size_t size;
 };
 
-extern const Spirv transpose;
-extern const Spirv to_f16;
-extern const Spirv dequant_int4;
-extern const Spirv repack_int4;
-extern const Spirv quant_int8;
+// The shader of each derivation kind, indexed by Derivation
+// (shader_table.cpp, generated from the kind table).
+extern const Spirv* const by_kind[kDerivationCount];
 
 }  // namespace ballast::vulkan::shaders

@@ -8,16 +8,7 @@
 namespace ballast::vulkan {
 namespace {
 
-const shaders::Spirv& spirv_of(Derivation kind) {
-  switch (kind) {
-    case Derivation::transpose: return shaders::transpose;
-    case Derivation::to_f16: return shaders::to_f16;
-    case Derivation::dequant_int4: return shaders::dequant_int4;
-    case Derivation::repack_int4: return shaders::repack_int4;
-    case Derivation::quant_int8: return shaders::quant_int8;
-  }
-  return shaders::transpose;
-}
+const shaders::Spirv& spirv_of(Derivation kind) { return *shaders::by_kind[static_cast<int>(kind)]; }
 
 void set_address(std::uint32_t (&out)[2], DevicePtr ptr) {
   const DevicePtr aligned = ptr & ~DevicePtr{3};

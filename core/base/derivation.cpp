@@ -2,6 +2,7 @@
 
 #include "base/hex.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -28,130 +29,125 @@ Error overflow(const char* what) { return make_error(ErrorCode::overflow, std::s
 // 128-bit model of these sizes).
 std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
-}  // namespace
-
-Status check_operand_alignment(const DerivationLaunch& l) {
-  struct Operand {
-    const char* name;
-    DevicePtr ptr;
-    std::uint64_t align;
-  };
-  const std::uint64_t scale = derivation_operand_alignment(l.src_type);
-  Operand ops[5] = {};
-  switch (l.kind) {
-    case Derivation::transpose:
-      ops[0] = {"src", l.src, scale};
-      ops[1] = {"dst", l.dst, scale};
-      break;
-    case Derivation::to_f16:
-      ops[0] = {"src", l.src, scale};
-      ops[1] = {"dst", l.dst, 2};
-      break;
-    case Derivation::quant_int8:
-      ops[0] = {"src", l.src, scale};
-      ops[1] = {"dst2", l.dst2, 4};
-      break;
-    case Derivation::dequant_int4:
-    case Derivation::repack_int4:
-      ops[0] = {"scales", l.scales, scale};
-      ops[1] = {"zero_point", l.zero_point, l.zero_points == ZeroPoints::unpacked ? scale : 1};
-      ops[2] = {"dst", l.dst, l.kind == Derivation::dequant_int4 ? 2u : 4u};
-      ops[3] = {"dst2", l.dst2, 2};
-      break;
+const char* slot_name(kinds::Slot s) {
+  switch (s) {
+    case kinds::Slot::src: return "src";
+    case kinds::Slot::scales: return "scales";
+    case kinds::Slot::zero_point: return "zero_point";
+    case kinds::Slot::dst: return "dst";
+    case kinds::Slot::dst2: return "dst2";
   }
-  for (const Operand& op : ops) {
-    if (op.name == nullptr || op.align <= 1 || op.ptr % op.align == 0) continue;
-    return make_error(ErrorCode::invalid_argument, std::string(op.name) + ": device pointer " + hex(op.ptr) +
-                                                       " is not aligned to its " + std::to_string(op.align) + "-byte elements");
-  }
-  return Status();
+  return "operand";
 }
 
-namespace {
+// The value of one extent for launch `l`; block_size is checked before
+// any blocked extent is read.
+std::uint64_t extent(kinds::Extent e, const DerivationLaunch& l) {
+  switch (e) {
+    case kinds::Extent::rows: return l.rows;
+    case kinds::Extent::cols: return l.cols;
+    case kinds::Extent::k_blocks: return ceil_div(l.cols, l.block_size);
+    case kinds::Extent::half_block: return l.block_size / 2;
+    case kinds::Extent::packed_k_blocks: return ceil_div(ceil_div(l.cols, l.block_size), 2);
+    case kinds::Extent::words: return ceil_div(l.cols, 8);
+    case kinds::Extent::two: return 2;
+  }
+  return 0;
+}
+
+bool accepted(const kinds::Kind& k, DataType t) {
+  if (k.type_count == 0) {
+    const unsigned bits = dtype_bits(t);
+    return bits == 8 || bits == 16 || bits == 32 || bits == 64;
+  }
+  for (int i = 0; i < k.type_count; ++i)
+    if (k.types[i] == t) return true;
+  return false;
+}
+
+Error refused_type(const kinds::Kind& k, DataType t) {
+  const std::string got(dtype_name(t));
+  if (k.type_count == 0)
+    return make_error(ErrorCode::unsupported,
+                      std::string(k.name) + ": " + k.type_role + " " + got + " is not 1, 2, 4 or 8 bytes wide");
+  std::string list;
+  for (int i = 0; i < k.type_count; ++i) list += (i == 0 ? "" : " or ") + std::string(dtype_name(k.types[i]));
+  return make_error(ErrorCode::unsupported, std::string(k.name) + ": " + k.type_role + " must be " + list + ", not " + got);
+}
 
 }  // namespace
 
 std::string_view derivation_name(Derivation d) noexcept {
-  switch (d) {
-    case Derivation::transpose: return "transpose";
-    case Derivation::to_f16: return "to_f16";
-    case Derivation::dequant_int4: return "dequant_int4";
-    case Derivation::repack_int4: return "repack_int4";
-    case Derivation::quant_int8: return "quant_int8";
-  }
-  return "unknown";
+  return is_known_derivation(static_cast<std::uint64_t>(d)) ? derivation_kind(d).name : "unknown";
 }
 
 bool derivation_yields_pair(Derivation d) noexcept {
-  return d == Derivation::repack_int4 || d == Derivation::quant_int8;
+  return is_known_derivation(static_cast<std::uint64_t>(d)) && derivation_kind(d).pair;
+}
+
+Result<DerivationLayout> derivation_layout(const DerivationLaunch& l) {
+  if (!is_known_derivation(static_cast<std::uint64_t>(l.kind)))
+    return bad("kind", "unknown derivation " + std::to_string(static_cast<int>(l.kind)));
+  const kinds::Kind& k = derivation_kind(l.kind);
+  DerivationLayout out;
+  out.kind = &k;
+  std::uint64_t elements = 0;
+  if (!mul(l.rows, l.cols, elements)) return overflow("rows x cols");
+  if (!accepted(k, l.src_type)) return refused_type(k, l.src_type);
+  if (k.blocked) {
+    const std::uint64_t bs = l.block_size;
+    if (bs < 16 || (bs & (bs - 1)) != 0) return bad("block_size", "must be a power of two >= 16, got " + std::to_string(bs));
+    if (l.rows == 0 || l.cols == 0) return bad("N and K", "must both be non-zero");
+  }
+  if (k.blocked && l.zero_points != ZeroPoints::absent && l.zero_points != ZeroPoints::packed_u4 &&
+      l.zero_points != ZeroPoints::unpacked)
+    return bad("zero_points", "unknown form");
+  for (int i = 0; i < k.operand_count; ++i) {
+    const kinds::Operand& row = k.operands[i];
+    // Zero points are an operand of the int4 kinds only; other kinds ignore
+    // the field, as before the table.
+    if (!kinds::present(row, k.blocked ? l.zero_points : ZeroPoints::absent)) continue;
+    OperandLayout& o = out.operands[static_cast<int>(row.slot)];
+    o.present = true;
+    o.row = &row;
+    o.type = row.launch_type ? l.src_type : row.type;
+    o.rank = row.rank;
+    std::uint64_t bytes = std::max(1u, dtype_bits(o.type) / 8);
+    for (int d = 0; d < row.rank; ++d) {
+      o.dims[d] = extent(row.shape[d], l);
+      if (!mul(bytes, o.dims[d], bytes))
+        return make_error(ErrorCode::overflow, std::string(k.name) + " " + slot_name(row.slot) + " bytes overflow 64 bits");
+    }
+    o.bytes = bytes;
+  }
+  return out;
 }
 
 Result<DerivationSizes> derivation_sizes(const DerivationLaunch& l) {
+  BALLAST_ASSIGN_OR_RETURN(const DerivationLayout layout, derivation_layout(l));
   DerivationSizes s;
-  std::uint64_t elements = 0;
-  if (!mul(l.rows, l.cols, elements)) return overflow("rows x cols");
-  const std::string kind(derivation_name(l.kind));
+  s.src_bytes = layout[kinds::Slot::src].bytes;
+  s.scales_bytes = layout[kinds::Slot::scales].bytes;
+  s.zero_point_bytes = layout[kinds::Slot::zero_point].bytes;
+  s.dst_bytes = layout[kinds::Slot::dst].bytes;
+  s.dst2_bytes = layout[kinds::Slot::dst2].bytes;
+  return s;
+}
 
-  switch (l.kind) {
-    case Derivation::transpose: {
-      const unsigned bits = dtype_bits(l.src_type);
-      if (bits != 8 && bits != 16 && bits != 32 && bits != 64)
-        return make_error(ErrorCode::unsupported, kind + ": element type " + std::string(dtype_name(l.src_type)) +
-                                                      " is not 1, 2, 4 or 8 bytes wide");
-      if (!mul(elements, bits / 8, s.src_bytes)) return overflow("transpose source bytes");
-      s.dst_bytes = s.src_bytes;
-      return s;
-    }
-    case Derivation::to_f16: {
-      if (l.src_type != DataType::float32 && l.src_type != DataType::bfloat16)
-        return make_error(ErrorCode::unsupported, kind + ": source must be float or bfloat16, not " +
-                                                      std::string(dtype_name(l.src_type)));
-      if (!mul(elements, dtype_bits(l.src_type) / 8, s.src_bytes)) return overflow("to_f16 source bytes");
-      if (!mul(elements, 2, s.dst_bytes)) return overflow("to_f16 output bytes");
-      return s;
-    }
-    case Derivation::quant_int8: {
-      if (l.src_type != DataType::float32 && l.src_type != DataType::float16)
-        return make_error(ErrorCode::unsupported, kind + ": source must be float or float16, not " +
-                                                      std::string(dtype_name(l.src_type)));
-      if (!mul(elements, dtype_bits(l.src_type) / 8, s.src_bytes)) return overflow("quant_int8 source bytes");
-      s.dst_bytes = elements;
-      if (!mul(l.rows, 4, s.dst2_bytes)) return overflow("quant_int8 scale bytes");
-      return s;
-    }
-    case Derivation::dequant_int4:
-    case Derivation::repack_int4: {
-      if (l.src_type != DataType::float32 && l.src_type != DataType::float16)
-        return make_error(ErrorCode::unsupported, kind + ": scales must be float or float16, not " +
-                                                      std::string(dtype_name(l.src_type)));
-      const std::uint64_t bs = l.block_size;
-      if (bs < 16 || (bs & (bs - 1)) != 0) return bad("block_size", "must be a power of two >= 16, got " + std::to_string(bs));
-      if (l.rows == 0 || l.cols == 0) return bad("N and K", "must both be non-zero");
-      const std::uint64_t kb = ceil_div(l.cols, bs);
-      const std::uint64_t scale_size = dtype_bits(l.src_type) / 8;
-      std::uint64_t blocks = 0;
-      if (!mul(l.rows, kb, blocks)) return overflow("N x k_blocks");
-      if (!mul(blocks, bs / 2, s.src_bytes)) return overflow("B bytes");
-      if (!mul(blocks, scale_size, s.scales_bytes)) return overflow("scales bytes");
-      switch (l.zero_points) {
-        case ZeroPoints::absent: s.zero_point_bytes = 0; break;
-        case ZeroPoints::packed_u4:
-          if (!mul(l.rows, ceil_div(kb, 2), s.zero_point_bytes)) return overflow("zero_point bytes");
-          break;
-        case ZeroPoints::unpacked: s.zero_point_bytes = blocks * scale_size; break;
-        default: return bad("zero_points", "unknown form");
-      }
-      if (l.kind == Derivation::dequant_int4) {
-        if (!mul(elements, 2, s.dst_bytes)) return overflow("dequant output bytes");
-      } else {
-        std::uint64_t words = 0;
-        if (!mul(l.rows, ceil_div(l.cols, 8), words) || !mul(words, 4, s.dst_bytes)) return overflow("repacked words");
-        s.dst2_bytes = blocks * 4;  // (scale, -scale*zp) as two f16
-      }
-      return s;
-    }
+Status check_operand_alignment(const DerivationLaunch& l) {
+  if (!is_known_derivation(static_cast<std::uint64_t>(l.kind))) return Status();  // derivation_sizes names it
+  const kinds::Kind& k = derivation_kind(l.kind);
+  const DevicePtr ptrs[kinds::kSlotCount] = {l.src, l.scales, l.zero_point, l.dst, l.dst2};
+  for (int i = 0; i < k.operand_count; ++i) {
+    const kinds::Operand& row = k.operands[i];
+    if (!kinds::present(row, k.blocked ? l.zero_points : ZeroPoints::absent)) continue;
+    const std::uint64_t align = derivation_operand_alignment(row.launch_type ? l.src_type : row.type);
+    const DevicePtr ptr = ptrs[static_cast<int>(row.slot)];
+    if (align <= 1 || ptr % align == 0) continue;
+    return make_error(ErrorCode::invalid_argument, std::string(slot_name(row.slot)) + ": device pointer " + hex(ptr) +
+                                                       " is not aligned to its " + std::to_string(align) + "-byte elements");
   }
-  return bad("kind", "unknown derivation " + std::to_string(static_cast<int>(l.kind)));
+  return Status();
 }
 
 }  // namespace ballast

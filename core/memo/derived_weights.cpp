@@ -4,31 +4,38 @@
 #include "base/hex.hpp"
 
 #include <cstdio>
+#include <memory>
 #include <string>
 
 namespace ballast {
 
-// One map per derivation: the value types differ, and a map shared by all
-// kinds is exactly where a single pointer would be read as a pair.
-static_assert(kDerivationCount == 5, "a new derivation needs its map here and its tag in derived_weights.hpp");
+// One map per derivation kind, of the value type its row in the kind table
+// says (one pointer or a pair): the value types differ, and a map shared by
+// all kinds is exactly where a single pointer would be read as a pair.
 struct DerivedWeights::Impl {
   memo::HitCounters counters;
-  memo::MemoMap<DerivedPtr> transpose{Derivation::transpose, counters};
-  memo::MemoMap<DerivedPtr> to_f16{Derivation::to_f16, counters};
-  memo::MemoMap<DerivedPtr> dequant_int4{Derivation::dequant_int4, counters};
-  memo::MemoMap<DerivedPair> repack_int4{Derivation::repack_int4, counters};
-  memo::MemoMap<DerivedPair> quant_int8{Derivation::quant_int8, counters};
+  std::unique_ptr<memo::MemoMap<DerivedPtr>> singles[kDerivationCount];
+  std::unique_ptr<memo::MemoMap<DerivedPair>> pairs[kDerivationCount];
 
-  // Callers have checked the kind: these never see the other form.
-  memo::MemoMap<DerivedPtr>& single(Derivation kind) noexcept {
-    switch (kind) {
-      case Derivation::to_f16: return to_f16;
-      case Derivation::dequant_int4: return dequant_int4;
-      default: return transpose;
+  Impl() {
+    for (const kinds::Kind& k : kinds::kTable) {
+      const auto i = static_cast<int>(k.kind);
+      if (k.pair) pairs[i] = std::make_unique<memo::MemoMap<DerivedPair>>(k.kind, counters);
+      else singles[i] = std::make_unique<memo::MemoMap<DerivedPtr>>(k.kind, counters);
     }
   }
-  memo::MemoMap<DerivedPair>& pair(Derivation kind) noexcept {
-    return kind == Derivation::quant_int8 ? quant_int8 : repack_int4;
+
+  // Callers have checked the kind: these never see the other form.
+  memo::MemoMap<DerivedPtr>& single(Derivation kind) noexcept { return *singles[static_cast<int>(kind)]; }
+  memo::MemoMap<DerivedPair>& pair(Derivation kind) noexcept { return *pairs[static_cast<int>(kind)]; }
+
+  // Calls f on every map of either value type, singles first.
+  template <class F>
+  void each(F&& f) const {
+    for (const auto& m : singles)
+      if (m) f(*m);
+    for (const auto& m : pairs)
+      if (m) f(*m);
   }
 };
 
@@ -111,25 +118,21 @@ Result<DevicePair> DerivedWeights::build_pair(Derivation kind, const DerivationK
 }
 
 std::size_t DerivedWeights::len() const noexcept {
-  const Impl& m = *impl_;
-  return m.transpose.len() + m.to_f16.len() + m.dequant_int4.len() + m.repack_int4.len() + m.quant_int8.len();
+  std::size_t n = 0;
+  impl_->each([&](const auto& map) { n += map.len(); });
+  return n;
 }
 
 std::uint64_t DerivedWeights::bytes() const noexcept {
-  const Impl& m = *impl_;
-  return m.transpose.bytes() + m.to_f16.bytes() + m.dequant_int4.bytes() + m.repack_int4.bytes() +
-         m.quant_int8.bytes();
+  std::uint64_t n = 0;
+  impl_->each([&](const auto& map) { n += map.bytes(); });
+  return n;
 }
 
 DerivedWeightsStats DerivedWeights::stats() const noexcept {
   DerivedWeightsStats out;
-  const Impl& m = *impl_;
-  m.counters.add_to(out);
-  m.transpose.add_stats(out);
-  m.to_f16.add_stats(out);
-  m.dequant_int4.add_stats(out);
-  m.repack_int4.add_stats(out);
-  m.quant_int8.add_stats(out);
+  impl_->counters.add_to(out);
+  impl_->each([&](const auto& map) { map.add_stats(out); });
   return out;
 }
 
@@ -181,10 +184,12 @@ class Freer {
 Released DerivedWeights::release(GpuBackend& backend) {
   Freer freer(backend, label_);
   Impl& m = *impl_;
-  for (auto* map : {&m.transpose, &m.to_f16, &m.dequant_int4})
-    for (const auto& [key, value] : map->take_all()) freer.free_value(map->kind(), key, value, "");
-  for (auto* map : {&m.repack_int4, &m.quant_int8})
-    for (const auto& [key, value] : map->take_all()) {
+  for (auto& map : m.singles)
+    if (map)
+      for (const auto& [key, value] : map->take_all()) freer.free_value(map->kind(), key, value, "");
+  for (auto& map : m.pairs)
+    if (map)
+      for (const auto& [key, value] : map->take_all()) {
       freer.free_value(map->kind(), key, value.first, " first");
       freer.free_value(map->kind(), key, value.second, " second");
     }

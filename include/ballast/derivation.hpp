@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ballast/export.hpp>
+#include <ballast/derivation_kinds.hpp>
 #include <ballast/dtype.hpp>
 #include <ballast/status.hpp>
 
@@ -17,24 +18,9 @@ namespace ballast {
 // device pointers, Vulkan buffer device addresses, host addresses on the CPU.
 using DevicePtr = std::uint64_t;
 
-enum class Derivation : std::uint8_t {
-  transpose = 0,     // -> one pointer
-  to_f16 = 1,        // -> one pointer
-  dequant_int4 = 2,  // -> one pointer
-  repack_int4 = 3,   // -> a pair (words, scale/offset pairs)
-  quant_int8 = 4,    // -> a pair (codes, scales)
-};
-inline constexpr int kDerivationCount = 5;
-
+// The name of a kind ("repack_int4"); "unknown" for a value outside the enum.
 std::string_view derivation_name(Derivation d) noexcept;
 bool derivation_yields_pair(Derivation d) noexcept;
-
-// How MatMulNBits zero points are given.
-enum class ZeroPoints : std::uint8_t {
-  absent = 0,     // default 8
-  packed_u4 = 1,  // uint8 [N, ceil(k_blocks/2)], low nibble first
-  unpacked = 2,   // [N, k_blocks] of the scales' type
-};
 
 // One kernel launch. Fields not used by `kind` stay zero.
 struct DerivationLaunch {
@@ -65,6 +51,28 @@ struct DerivationSizes {
   std::uint64_t dst_bytes = 0;
   std::uint64_t dst2_bytes = 0;
 };
+
+// One operand of a launch as the kind table lays it out: its element type,
+// shape in elements (dense, row-major, outermost first) and byte size.
+struct OperandLayout {
+  bool present = false;  // the kind has this operand (with this zero-point form)
+  DataType type = DataType::undefined;
+  std::uint8_t rank = 0;
+  std::uint64_t dims[3] = {};
+  std::uint64_t bytes = 0;
+  const kinds::Operand* row = nullptr;  // its row in kinds::kTable
+};
+
+// Every operand slot of a launch, indexed by kinds::Slot.
+struct DerivationLayout {
+  const kinds::Kind* kind = nullptr;
+  OperandLayout operands[kinds::kSlotCount];
+  const OperandLayout& operator[](kinds::Slot s) const { return operands[static_cast<int>(s)]; }
+};
+
+// Validates the shape/type fields of `launch` (not the pointers) against its
+// kind's row and lays out every operand; the errors of derivation_sizes.
+Result<DerivationLayout> derivation_layout(const DerivationLaunch& launch);
 
 // Validates the shape/type fields of `launch` (not the pointers) and returns
 // the byte sizes of every operand; invalid_argument/unsupported/overflow

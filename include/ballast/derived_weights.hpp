@@ -1,6 +1,6 @@
 // DerivedWeights: a model's memo of derived weight encodings on one device.
 //
-// Most engines call derive() / derive_all() (derive.hpp), which plan, size,
+// Most engines call derive_weight() / derive_weights() (derive.hpp), which plan, size,
 // launch, synchronize and memoize in one call. This is the memo under them.
 //
 // Key:   a DerivationKey: EVERYTHING the value depends on, i.e. the launch
@@ -141,8 +141,9 @@ struct DerivedWeightsStats {
 
 namespace derive {
 
+// From the kind table (derivation_kinds.hpp), usable in constant expressions.
 constexpr bool yields_pair(Derivation d) noexcept {
-  return d == Derivation::repack_int4 || d == Derivation::quant_int8;
+  return is_known_derivation(static_cast<std::uint64_t>(d)) && derivation_kind(d).pair;
 }
 
 // A derivation known at compile time.

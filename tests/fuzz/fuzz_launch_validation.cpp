@@ -391,23 +391,19 @@ class World {
   // inside a live range, outputs sharing no byte with any other operand.
   bool launch_ok(const DerivationLaunch& l, const ballast::DerivationSizes& s) const {
     if (!gpu_.capabilities().unaligned_operands) {
-      const u64 scale = ballast::derivation_operand_alignment(l.src_type);
+      // Every operand the kind's row lists, at its element size.
       struct Align {
         DevicePtr p;
         u64 align;
       };
       std::vector<Align> rules;
-      switch (l.kind) {
-        case Derivation::transpose: rules = {{l.src, scale}, {l.dst, scale}}; break;
-        case Derivation::to_f16: rules = {{l.src, scale}, {l.dst, 2}}; break;
-        case Derivation::quant_int8: rules = {{l.src, scale}, {l.dst2, 4}}; break;
-        case Derivation::dequant_int4:
-        case Derivation::repack_int4:
-          rules = {{l.scales, scale},
-                   {l.zero_point, l.zero_points == ZeroPoints::unpacked ? scale : 1},
-                   {l.dst, l.kind == Derivation::dequant_int4 ? u64{2} : u64{4}},
-                   {l.dst2, 2}};
-          break;
+      const DevicePtr ptrs[] = {l.src, l.scales, l.zero_point, l.dst, l.dst2};
+      const auto& row = ballast::derivation_kind(l.kind);
+      for (int i = 0; i < row.operand_count; ++i) {
+        const auto& o = row.operands[i];
+        if (!ballast::kinds::present(o, row.blocked ? l.zero_points : ZeroPoints::absent)) continue;
+        rules.push_back({ptrs[static_cast<int>(o.slot)],
+                         ballast::derivation_operand_alignment(o.launch_type ? l.src_type : o.type)});
       }
       for (const Align& a : rules)
         if (a.p % a.align != 0) return false;

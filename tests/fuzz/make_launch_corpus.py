@@ -11,6 +11,7 @@ input, a write into a read-only registration, a misaligned operand, a
 range one byte past its allocation), and the inputs that found bugs.
 """
 import os
+import re
 import struct
 import sys
 
@@ -22,7 +23,14 @@ A0, A1, A2, A3, ARENA, RO = 0, 1, 2, 3, 4, 5
 RW = 6  # the first registration a seed adds itself
 
 F32, U8, I64, F16, BF16 = 1, 2, 7, 10, 16
-TRANSPOSE, TO_F16, DEQUANT, REPACK, QUANT8 = 0, 1, 2, 3, 4
+# The derivation kinds, numbered as the kind table numbers them.
+_KINDS_HEADER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "include", "ballast",
+                             "derivation_kinds.hpp")
+with open(_KINDS_HEADER) as f:
+    _enum = re.search(r"enum class Derivation[^{]*\{(.*?)\};", f.read(), re.S).group(1)
+KINDS = {name: int(value) for name, value in re.findall(r"(\w+)\s*=\s*(\d+)", _enum)}
+TRANSPOSE, TO_F16, DEQUANT, REPACK, QUANT8 = (KINDS[k] for k in ("transpose", "to_f16", "dequant_int4",
+                                                                   "repack_int4", "quant_int8"))
 ABSENT, PACKED, UNPACKED = 0, 1, 2
 
 
@@ -153,6 +161,12 @@ regressions = {
     "regression_repack_pairs_2_aligned": launch(REPACK, F32, 8, 200, 16, UNPACKED, src=ptr(A0), scales=ptr(A2),
                                                 zero_point=ptr(A2, 512), dst=ptr(A1), dst2=ptr(A1, 1026)),
 }
+
+# Every kind of the table is launched validly at least once (a new kind's
+# row needs a seed here).
+_seeded = {body[1] for body in valid.values() if body[0] == 0}
+_missing = sorted(k for k, v in KINDS.items() if v not in _seeded)
+assert not _missing, "no valid launch seed for " + ", ".join(_missing)
 
 for name, body in {**valid, **refused, **regressions}.items():
     for portable in (False, True):

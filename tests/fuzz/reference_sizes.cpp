@@ -13,57 +13,55 @@ u128 ceil_div(u128 a, u128 b) { return (a + b - 1) / b; }
 
 }  // namespace
 
+// The kind's row of derivation_kinds.hpp evaluated in 128 bits, where no
+// product of two 64-bit factors can wrap: each size is the product of its
+// extents and its element size, and is refused past 64 bits.
 std::optional<Sizes> reference_sizes(const ballast::DerivationLaunch& l) {
-  const u128 rows = l.rows, cols = l.cols, elements = rows * cols;
-  if (elements > kMax64) return std::nullopt;  // a [rows, cols] matrix must be countable
+  if (!ballast::is_known_derivation(static_cast<std::uint64_t>(l.kind))) return std::nullopt;
+  const ballast::kinds::Kind& k = ballast::derivation_kind(l.kind);
+  const u128 rows = l.rows, cols = l.cols;
+  if (rows * cols > kMax64) return std::nullopt;  // a [rows, cols] matrix must be countable
   const unsigned bits = ballast::dtype_bits(l.src_type);
-  const u128 width = bits / 8;
-  Sizes s;
-  switch (l.kind) {
-    case Derivation::transpose:
-      if (bits != 8 && bits != 16 && bits != 32 && bits != 64) return std::nullopt;
-      s.src = s.dst = elements * width;
-      break;
-    case Derivation::to_f16:
-      if (l.src_type != DataType::float32 && l.src_type != DataType::bfloat16) return std::nullopt;
-      s.src = elements * width;
-      s.dst = elements * 2;
-      break;
-    case Derivation::quant_int8:
-      if (l.src_type != DataType::float32 && l.src_type != DataType::float16) return std::nullopt;
-      s.src = elements * width;
-      s.dst = elements;
-      s.dst2 = rows * 4;
-      break;
-    case Derivation::dequant_int4:
-    case Derivation::repack_int4: {
-      if (l.src_type != DataType::float32 && l.src_type != DataType::float16) return std::nullopt;
-      const u128 bs = l.block_size;
-      if (bs < 16 || (bs & (bs - 1)) != 0) return std::nullopt;
-      if (rows == 0 || cols == 0) return std::nullopt;
-      const u128 blocks = rows * ceil_div(cols, bs);
-      s.src = blocks * (bs / 2);
-      s.scales = blocks * width;
-      switch (l.zero_points) {
-        case ZeroPoints::absent: break;
-        case ZeroPoints::packed_u4: s.zero_point = rows * ceil_div(ceil_div(cols, bs), 2); break;
-        case ZeroPoints::unpacked: s.zero_point = blocks * width; break;
-        default: return std::nullopt;
-      }
-      if (l.kind == Derivation::dequant_int4) {
-        s.dst = elements * 2;
-      } else {
-        s.dst = rows * ceil_div(cols, 8) * 4;
-        s.dst2 = blocks * 4;
-      }
-      break;
-    }
-    default: return std::nullopt;
+  bool type_ok = false;
+  if (k.type_count == 0) type_ok = bits == 8 || bits == 16 || bits == 32 || bits == 64;
+  for (int i = 0; i < k.type_count; ++i) type_ok = type_ok || k.types[i] == l.src_type;
+  if (!type_ok) return std::nullopt;
+  const u128 bs = l.block_size;
+  if (k.blocked) {
+    if (bs < 16 || (bs & (bs - 1)) != 0) return std::nullopt;
+    if (rows == 0 || cols == 0) return std::nullopt;
+    if (l.zero_points != ZeroPoints::absent && l.zero_points != ZeroPoints::packed_u4 &&
+        l.zero_points != ZeroPoints::unpacked)
+      return std::nullopt;
   }
-  for (u128 v : {s.src, s.scales, s.zero_point, s.dst, s.dst2})
-    if (v > kMax64) return std::nullopt;
+  const auto extent = [&](ballast::kinds::Extent e) -> u128 {
+    using ballast::kinds::Extent;
+    switch (e) {
+      case Extent::rows: return rows;
+      case Extent::cols: return cols;
+      case Extent::k_blocks: return ceil_div(cols, bs);
+      case Extent::half_block: return bs / 2;
+      case Extent::packed_k_blocks: return ceil_div(ceil_div(cols, bs), 2);
+      case Extent::words: return ceil_div(cols, 8);
+      case Extent::two: return 2;
+    }
+    return 0;
+  };
+  Sizes s;
+  u128* slots[] = {&s.src, &s.scales, &s.zero_point, &s.dst, &s.dst2};
+  for (int i = 0; i < k.operand_count; ++i) {
+    const ballast::kinds::Operand& o = k.operands[i];
+    if (!ballast::kinds::present(o, k.blocked ? l.zero_points : ZeroPoints::absent)) continue;
+    // Factors are each below 2^64, so two multiply without wrapping; stop
+    // as soon as a partial product passes 64 bits.
+    u128 bytes = ballast::dtype_bits(o.launch_type ? l.src_type : o.type) / 8;
+    for (int d = 0; d < o.rank; ++d) {
+      bytes *= extent(o.shape[d]);
+      if (bytes > kMax64) return std::nullopt;
+    }
+    *slots[static_cast<int>(o.slot)] = bytes;
+  }
   return s;
 }
-
 
 }  // namespace fuzz

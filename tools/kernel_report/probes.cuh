@@ -64,7 +64,7 @@ extern "C" __global__ void probe_to_f16_bf16(const elem::Vec4* __restrict__ in, 
                                   uint64_t chunk, __VA_ARGS__) {                                         \
     elem::Int4Shape shape = launch;                                                                       \
     chunk += threadIdx.x;                                                                                 \
-    shape.zero_points = sizeof(S) == 4 ? KernelZeroPoints::packed_u4 : KernelZeroPoints::absent;          \
+    shape.zero_points = sizeof(S) == 4 ? ZeroPoints::packed_u4 : ZeroPoints::absent;          \
     fn;                                                                                                   \
   }
 // dequant: a group of 8 columns of f16 (`chunk` is the group); repack: 4 words, plus a pair per block start (bs 32: one).
@@ -155,7 +155,7 @@ extern "C" __global__ void probe_to_f16_bf16(const uint4* __restrict__ src, uint
 // The old dequant kernel's body for one group (8 columns, 16 bytes).
 #define DEQUANT_PROBE(TYPE, name)                                                                              \
   extern "C" __global__ void name(KernelArgs a, uint64_t g) {                                                  \
-    a.zero_points = TYPE == KernelType::float32 ? KernelZeroPoints::packed_u4 : KernelZeroPoints::absent;      \
+    a.zero_points = TYPE == KernelType::float32 ? ZeroPoints::packed_u4 : ZeroPoints::absent;      \
     const uint8_t* b = reinterpret_cast<const uint8_t*>(a.src);                                                \
     uint16_t* out = reinterpret_cast<uint16_t*>(a.dst);                                                        \
     const uint64_t kb = elem::int4_k_blocks(a.cols, a.block_size);                                             \
@@ -183,7 +183,7 @@ DEQUANT_PROBE(KernelType::float16, probe_dequant_int4_f16)
 // the probe does four word threads and one pair thread, 20 bytes.
 #define REPACK_PROBE(TYPE, name)                                                                                  \
   extern "C" __global__ void name(KernelArgs a, uint64_t g) {                                                     \
-    a.zero_points = TYPE == KernelType::float32 ? KernelZeroPoints::packed_u4 : KernelZeroPoints::absent;         \
+    a.zero_points = TYPE == KernelType::float32 ? ZeroPoints::packed_u4 : ZeroPoints::absent;         \
     const uint8_t* b = reinterpret_cast<const uint8_t*>(a.src);                                                   \
     const uint64_t kb = elem::int4_k_blocks(a.cols, a.block_size);                                                \
     const uint64_t row_bytes = elem::int4_row_bytes(kb, a.block_size);                                            \

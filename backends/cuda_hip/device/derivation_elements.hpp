@@ -418,16 +418,16 @@ BALLAST_HD inline float int4_scale(const uint16_t* scales, uint64_t index) { ret
 // The zero point of block `block` of row `n` as a float, in any of its
 // forms; `zero_points` is the operand's bytes, S the scales' element type.
 template <class S>
-BALLAST_HD inline float int4_zero_point(KernelZeroPoints form, const uint8_t* zero_points, uint64_t k_blocks,
+BALLAST_HD inline float int4_zero_point(ZeroPoints form, const uint8_t* zero_points, uint64_t k_blocks,
                                         uint64_t n, uint64_t block) {
   switch (form) {
-    case KernelZeroPoints::packed_u4: {
+    case ZeroPoints::packed_u4: {
       const uint32_t byte = zero_points[n * ((k_blocks + 1u) / 2u) + (block >> 1)];
       return static_cast<float>((block & 1u) ? (byte >> 4) : (byte & 0xfu));
     }
-    case KernelZeroPoints::unpacked:
+    case ZeroPoints::unpacked:
       return int4_scale(reinterpret_cast<const S*>(zero_points), n * k_blocks + block);
-    case KernelZeroPoints::absent:
+    case ZeroPoints::absent:
       break;
   }
   return kmath::kDefaultZeroPoint;
@@ -477,12 +477,12 @@ struct Int4Shape {
   uint64_t rows, cols, k_blocks, row_bytes, chunks_per_row;
   uint64_t groups_per_row;  // of eight columns: dequant's wide work items
   uint32_t block_shift;
-  KernelZeroPoints zero_points;
+  ZeroPoints zero_points;
   bool wide;  // aligned whole work items: dequant's groups, repack's 16-byte chunks (int4_shape)
 };
 
 template <class S>
-inline Int4Shape int4_shape(uint64_t rows, uint64_t cols, uint32_t block_size, KernelZeroPoints zp, uint64_t src,
+inline Int4Shape int4_shape(uint64_t rows, uint64_t cols, uint32_t block_size, ZeroPoints zp, uint64_t src,
                             uint64_t dst, bool repack) {
   Int4Shape s;
   s.rows = rows;

@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <class S>
 void enqueue_int4(const KernelArgs& a, vendor::Stream stream) {
-  const bool repack = a.kind == KernelKind::repack_int4;
+  const bool repack = a.kind == Derivation::repack_int4;
   const elem::Int4Shape shape =
       elem::int4_shape<S>(a.rows, a.cols, a.block_size, a.zero_points, a.src, a.dst, repack);
   const auto* b = reinterpret_cast<const uint8_t*>(a.src);
@@ -222,6 +222,64 @@ void enqueue_quant_int8(const KernelArgs& a, vendor::Stream stream) {
   }
 }
 
+// One row per derivation kind, in the kind table's order: each returns
+// false when the launch has nothing to do (no kernel enqueued).
+bool run_transpose(const KernelArgs& a, vendor::Stream stream) {
+  if (a.rows * a.cols == 0) return false;
+  switch (a.element_bytes) {
+    case 1: enqueue_transpose<uint8_t>(a, stream); break;
+    case 2: enqueue_transpose<uint16_t>(a, stream); break;
+    case 4: enqueue_transpose<uint32_t>(a, stream); break;
+    default: enqueue_transpose<unsigned long long>(a, stream); break;
+  }
+  return true;
+}
+
+bool run_to_f16(const KernelArgs& a, vendor::Stream stream) {
+  const uint64_t elements = a.rows * a.cols;
+  if (elements == 0) return false;
+  const bool wide = aligned(a.src, 16) && aligned(a.dst, 16);
+  const unsigned grid = grid_for(wide ? elements / 8 + 1 : elements, kThreads);
+  uint16_t* dst = reinterpret_cast<uint16_t*>(a.dst);
+  if (a.src_type == KernelType::bfloat16) {
+    to_f16_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(reinterpret_cast<const uint16_t*>(a.src), dst, elements, wide);
+  } else {
+    to_f16_kernel<float><<<grid, kThreads, 0, stream>>>(reinterpret_cast<const float*>(a.src), dst, elements, wide);
+  }
+  return true;
+}
+
+bool run_int4(const KernelArgs& a, vendor::Stream stream) {  // dequant_int4 and repack_int4
+  if (a.rows * a.cols == 0) return false;
+  if (a.src_type == KernelType::float16) {
+    enqueue_int4<uint16_t>(a, stream);
+  } else {
+    enqueue_int4<float>(a, stream);
+  }
+  return true;
+}
+
+bool run_quant_int8(const KernelArgs& a, vendor::Stream stream) {
+  if (a.rows == 0) return false;
+  if (a.src_type == KernelType::float16) {
+    enqueue_quant_int8<uint16_t>(a, stream);
+  } else {
+    enqueue_quant_int8<float>(a, stream);
+  }
+  return true;
+}
+
+struct EnqueueRow {
+  Derivation kind;
+  bool (*run)(const KernelArgs&, vendor::Stream);
+};
+constexpr EnqueueRow kEnqueue[] = {{Derivation::transpose, run_transpose},
+                                   {Derivation::to_f16, run_to_f16},
+                                   {Derivation::dequant_int4, run_int4},
+                                   {Derivation::repack_int4, run_int4},
+                                   {Derivation::quant_int8, run_quant_int8}};
+static_assert(kinds::covers_every_kind(kEnqueue), "the CUDA/HIP kernels need one row per derivation kind");
+
 }  // namespace
 
 int enqueue_derivation(const KernelArgs& a, void* stream_handle) {
@@ -231,47 +289,7 @@ int enqueue_derivation(const KernelArgs& a, void* stream_handle) {
   // caller; drop it, so what is read after the launch is this launch's own.
   // (Found on an H200: a refused cudaMalloc made the next launch fail.)
   static_cast<void>(vendor::take_launch_error());
-  const uint64_t elements = a.rows * a.cols;
-  switch (a.kind) {
-    case KernelKind::transpose:
-      if (elements == 0) return 0;
-      switch (a.element_bytes) {
-        case 1: enqueue_transpose<uint8_t>(a, stream); break;
-        case 2: enqueue_transpose<uint16_t>(a, stream); break;
-        case 4: enqueue_transpose<uint32_t>(a, stream); break;
-        default: enqueue_transpose<unsigned long long>(a, stream); break;
-      }
-      break;
-    case KernelKind::to_f16: {
-      if (elements == 0) return 0;
-      const bool wide = aligned(a.src, 16) && aligned(a.dst, 16);
-      const unsigned grid = grid_for(wide ? elements / 8 + 1 : elements, kThreads);
-      uint16_t* dst = reinterpret_cast<uint16_t*>(a.dst);
-      if (a.src_type == KernelType::bfloat16) {
-        to_f16_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(reinterpret_cast<const uint16_t*>(a.src), dst, elements, wide);
-      } else {
-        to_f16_kernel<float><<<grid, kThreads, 0, stream>>>(reinterpret_cast<const float*>(a.src), dst, elements, wide);
-      }
-      break;
-    }
-    case KernelKind::dequant_int4:
-    case KernelKind::repack_int4:
-      if (elements == 0) return 0;
-      if (a.src_type == KernelType::float16) {
-        enqueue_int4<uint16_t>(a, stream);
-      } else {
-        enqueue_int4<float>(a, stream);
-      }
-      break;
-    case KernelKind::quant_int8:
-      if (a.rows == 0) return 0;
-      if (a.src_type == KernelType::float16) {
-        enqueue_quant_int8<uint16_t>(a, stream);
-      } else {
-        enqueue_quant_int8<float>(a, stream);
-      }
-      break;
-  }
+  if (!kEnqueue[static_cast<int>(a.kind)].run(a, stream)) return 0;
   return vendor::take_launch_error();
 }
 

@@ -1,27 +1,27 @@
 // The boundary between a plugin's host code (compiled by the C++ compiler
 // that built libballast) and its kernel object (compiled by nvcc or hipcc).
-// Plain data only, so both compilers agree on the layout without sharing
-// any ballast header that pulls in the standard library's heavier parts.
+// Plain data only, so both compilers agree on the layout; the one ballast
+// header shared is the kind table's (plain constexpr data).
 #pragma once
+
+#include <ballast/derivation_kinds.hpp>
 
 #include <cstdint>
 
 namespace ballast::gpu {
 
-// Numbered as ballast::Derivation / ballast::DataType / ballast::ZeroPoints;
-// the host side static_asserts the correspondence.
-enum class KernelKind : std::uint32_t { transpose = 0, to_f16 = 1, dequant_int4 = 2, repack_int4 = 3, quant_int8 = 4 };
+// Numbered as ballast::DataType; the host side static_asserts the
+// correspondence.
 enum class KernelType : std::uint32_t { float32 = 1, uint8 = 2, float16 = 10, bfloat16 = 16 };
-enum class KernelZeroPoints : std::uint32_t { absent = 0, packed_u4 = 1, unpacked = 2 };
 
 // One launch that the host side has already validated: every pointer
 // covers its operand's full size, shapes are consistent.
 struct KernelArgs {
-  KernelKind kind = KernelKind::transpose;
+  Derivation kind = Derivation::transpose;
   KernelType src_type = KernelType::float32;  // to_f16 / quant_int8 source, int4 scales
   std::uint32_t element_bytes = 0;           // transpose: 1, 2, 4 or 8
   std::uint32_t block_size = 0;
-  KernelZeroPoints zero_points = KernelZeroPoints::absent;
+  ZeroPoints zero_points = ZeroPoints::absent;
   std::uint64_t rows = 0;
   std::uint64_t cols = 0;
   std::uint64_t src = 0;

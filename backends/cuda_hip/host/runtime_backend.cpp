@@ -10,11 +10,8 @@
 namespace ballast::gpu {
 namespace {
 
-static_assert(static_cast<int>(KernelKind::quant_int8) == static_cast<int>(Derivation::quant_int8));
-static_assert(static_cast<int>(KernelKind::repack_int4) == static_cast<int>(Derivation::repack_int4));
 static_assert(static_cast<int>(KernelType::bfloat16) == static_cast<int>(DataType::bfloat16));
 static_assert(static_cast<int>(KernelType::float16) == static_cast<int>(DataType::float16));
-static_assert(static_cast<int>(KernelZeroPoints::unpacked) == static_cast<int>(ZeroPoints::unpacked));
 
 bool add_overflows(std::uint64_t a, std::uint64_t b, std::uint64_t& out) { return __builtin_add_overflow(a, b, &out); }
 
@@ -252,11 +249,11 @@ Status RuntimeBackend::do_launch(const DerivationLaunch& l, const DerivationSize
   const char* op = "kernel enqueue";
   if (Status st = enter(op); !st) return st;
   KernelArgs a;
-  a.kind = static_cast<KernelKind>(l.kind);
+  a.kind = l.kind;
   a.src_type = static_cast<KernelType>(l.src_type);
   a.element_bytes = dtype_bits(l.src_type) / 8;
   a.block_size = l.block_size;
-  a.zero_points = static_cast<KernelZeroPoints>(l.zero_points);
+  a.zero_points = l.zero_points;
   a.rows = l.rows;
   a.cols = l.cols;
   a.src = l.src;

@@ -46,7 +46,7 @@ void transpose_on_host(const KernelArgs& a) {
 
 template <class S>
 void int4_on_host(const KernelArgs& a) {
-  const bool repack = a.kind == KernelKind::repack_int4;
+  const bool repack = a.kind == Derivation::repack_int4;
   const elem::Int4Shape shape = elem::int4_shape<S>(a.rows, a.cols, a.block_size, a.zero_points, a.src, a.dst, repack);
   const auto* b = reinterpret_cast<const std::uint8_t*>(a.src);
   const auto* scales = reinterpret_cast<const S*>(a.scales);
@@ -101,7 +101,7 @@ inline void run_on_host(const KernelArgs& a) {
   using std::uint16_t;
   using std::uint64_t;
   switch (a.kind) {
-    case KernelKind::transpose:
+    case Derivation::transpose:
       switch (a.element_bytes) {
         case 1: transpose_on_host<std::uint8_t>(a); break;
         case 2: transpose_on_host<uint16_t>(a); break;
@@ -109,7 +109,7 @@ inline void run_on_host(const KernelArgs& a) {
         default: transpose_on_host<uint64_t>(a); break;
       }
       return;
-    case KernelKind::to_f16: {
+    case Derivation::to_f16: {
       // The kernel's two loops, one "thread".
       const uint64_t n = a.rows * a.cols;
       auto* dst = reinterpret_cast<uint16_t*>(a.dst);
@@ -126,15 +126,15 @@ inline void run_on_host(const KernelArgs& a) {
       for (uint64_t i = from; i < n; ++i) dst[i] = elem::to_f16_element(reinterpret_cast<const void*>(a.src), a.src_type, i);
       return;
     }
-    case KernelKind::dequant_int4:
-    case KernelKind::repack_int4:
+    case Derivation::dequant_int4:
+    case Derivation::repack_int4:
       if (a.src_type == KernelType::float16) {
         int4_on_host<uint16_t>(a);
       } else {
         int4_on_host<float>(a);
       }
       return;
-    case KernelKind::quant_int8: {
+    case Derivation::quant_int8: {
       const bool f16 = a.src_type == KernelType::float16;
       if (a.cols >= 4096) {
         f16 ? quant_int8_on_host<uint16_t, 256>(a) : quant_int8_on_host<float, 256>(a);

@@ -32,11 +32,11 @@ TEST_CASE("kernel per-thread bodies match the scalar reference for every derivat
 
     std::vector<std::byte> dst(sizes->dst_bytes), dst2(sizes->dst2_bytes);
     KernelArgs a;
-    a.kind = static_cast<KernelKind>(c.shape.kind);
+    a.kind = c.shape.kind;
     a.src_type = static_cast<KernelType>(c.shape.src_type);
     a.element_bytes = dtype_bits(c.shape.src_type) / 8;
     a.block_size = c.shape.block_size;
-    a.zero_points = static_cast<KernelZeroPoints>(c.shape.zero_points);
+    a.zero_points = c.shape.zero_points;
     a.rows = c.shape.rows;
     a.cols = c.shape.cols;
     a.src = address(c.src);

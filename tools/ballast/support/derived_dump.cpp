@@ -6,11 +6,22 @@
 namespace ballast::cli {
 namespace {
 
+// The NumPy type string of a derived operand's elements. bfloat16 has no
+// NumPy type: its bits are written as uint16.
 std::string npy_descr(DataType t) {
   switch (t) {
     case DataType::float32: return "<f4";
     case DataType::float16: return "<f2";
+    case DataType::float64: return "<f8";
     case DataType::bfloat16: return "<u2";
+    case DataType::uint16: return "<u2";
+    case DataType::int16: return "<i2";
+    case DataType::uint32: return "<u4";
+    case DataType::int32: return "<i4";
+    case DataType::uint64: return "<u8";
+    case DataType::int64: return "<i8";
+    case DataType::int8: return "|i1";
+    case DataType::bool_: return "|b1";
     default: return "|u1";
   }
 }
@@ -30,25 +41,21 @@ std::vector<std::string> dump_stems(std::span<const PlannedDerivation> plan) {
   return stems;
 }
 
-std::vector<DumpOutput> dump_outputs(const PlannedDerivation& p, const DerivationSizes& sizes,
+std::vector<DumpOutput> dump_outputs(const PlannedDerivation& p, const DerivationLayout& layout,
                                      std::span<const std::int64_t> source_dims) {
-  const DerivationLaunch& l = p.launch;
+  // Each output of the kind's row (derivation_kinds.hpp), named
+  // "<kind><suffix>" and shaped as the row says.
+  std::vector<DumpOutput> out;
   const std::string kind(derivation_name(p.kind));
-  switch (p.kind) {
-    case Derivation::transpose:
-      return {{kind, npy_descr(l.src_type), {l.cols, l.rows}, false, sizes.dst_bytes}};
-    case Derivation::to_f16:
-      return {{kind, "<f2", std::vector<std::uint64_t>(source_dims.begin(), source_dims.end()), false, sizes.dst_bytes}};
-    case Derivation::dequant_int4:
-      return {{kind, "<f2", {l.rows, l.cols}, false, sizes.dst_bytes}};
-    case Derivation::repack_int4:
-      return {{kind + ".words", "<u4", {l.rows, (l.cols + 7) / 8}, false, sizes.dst_bytes},
-              {kind + ".scale_offset", "<f2", {l.rows, k_blocks(l.cols, l.block_size), 2}, true, sizes.dst2_bytes}};
-    case Derivation::quant_int8:
-      return {{kind + ".codes", "|i1", {l.rows, l.cols}, false, sizes.dst_bytes},
-              {kind + ".scales", "<f4", {l.rows}, true, sizes.dst2_bytes}};
+  for (const kinds::Slot slot : {kinds::Slot::dst, kinds::Slot::dst2}) {
+    const OperandLayout& o = layout[slot];
+    if (!o.present) continue;
+    DumpOutput d{kind + o.row->suffix, npy_descr(o.type), std::vector<std::uint64_t>(o.dims, o.dims + o.rank),
+                 slot == kinds::Slot::dst2, o.bytes};
+    if (layout.kind->output_keeps_source_dims) d.shape.assign(source_dims.begin(), source_dims.end());
+    out.push_back(std::move(d));
   }
-  return {};
+  return out;
 }
 
 Result<DerivedDump> DerivedDump::open(const std::filesystem::path& dir) {
@@ -60,8 +67,8 @@ Status DerivedDump::write(GpuBackend& gpu, const PlannedDerivation& p, const std
                           std::span<const std::int64_t> source_dims, DevicePtr first, DevicePtr second) {
   DerivationLaunch l = p.launch;
   l.kind = p.kind;
-  BALLAST_ASSIGN_OR_RETURN(auto sizes, derivation_sizes(l));
-  for (const DumpOutput& o : dump_outputs(p, sizes, source_dims)) {
+  BALLAST_ASSIGN_OR_RETURN(const DerivationLayout layout, derivation_layout(l));
+  for (const DumpOutput& o : dump_outputs(p, layout, source_dims)) {
     std::vector<std::byte> host(o.bytes);
     BALLAST_RETURN_IF_ERROR(gpu.copy_to_host(host, o.second ? second : first, 0), "reading back ", o.suffix, " of ",
                             p.weight);

@@ -38,8 +38,9 @@ struct DumpOutput {
   std::uint64_t bytes = 0;
 };
 
-// `source_dims`: the source weight's dims (to_f16 keeps its shape).
-std::vector<DumpOutput> dump_outputs(const PlannedDerivation& p, const DerivationSizes& sizes,
+// `layout`: derivation_layout(p.launch); `source_dims`: the source weight's
+// dims (to_f16 keeps its shape).
+std::vector<DumpOutput> dump_outputs(const PlannedDerivation& p, const DerivationLayout& layout,
                                      std::span<const std::int64_t> source_dims);
 
 // The dump directory of one run, opened (and created) up front so that a bad

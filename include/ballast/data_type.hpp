@@ -1,0 +1,41 @@
+// ONNX TensorProto.DataType, numbered exactly as the ONNX schema numbers
+// them: the enum alone, in C++17 with no library dependence, so the CUDA and
+// HIP kernel objects can read the kind table (derivation_kinds.hpp).
+// dtype.hpp has the functions (names, widths, storage sizes).
+#pragma once
+
+#include <cstdint>
+
+namespace ballast {
+
+enum class DataType : std::int32_t {
+  undefined = 0,
+  float32 = 1,
+  uint8 = 2,
+  int8 = 3,
+  uint16 = 4,
+  int16 = 5,
+  int32 = 6,
+  int64 = 7,
+  string = 8,
+  bool_ = 9,
+  float16 = 10,
+  float64 = 11,
+  uint32 = 12,
+  uint64 = 13,
+  complex64 = 14,
+  complex128 = 15,
+  bfloat16 = 16,
+  float8e4m3fn = 17,
+  float8e4m3fnuz = 18,
+  float8e5m2 = 19,
+  float8e5m2fnuz = 20,
+  uint4 = 21,
+  int4 = 22,
+  float4e2m1 = 23,
+};
+
+// Highest type number this build understands.
+inline constexpr std::int32_t kMaxKnownDataType = 23;
+
+}  // namespace ballast
