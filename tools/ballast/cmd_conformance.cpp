@@ -4,6 +4,7 @@
 // finds it there and hands over, so the output and exit code are the
 // suite's own: 0 passed, 1 failed, 77 the backend is not on this machine.
 #include "command.hpp"
+#include "command_context.hpp"
 
 #include <cerrno>
 #include <cstdio>
@@ -35,13 +36,12 @@ struct Options {
 };
 
 int run(const Options& o) {
+  CommandContext ctx("conformance");
   const std::string runner = runner_path().string();
   std::error_code ec;
-  if (!std::filesystem::exists(runner, ec)) {
-    std::cerr << "ballast conformance: the conformance runner is not installed: " << runner
-              << " does not exist (it is built and installed with BALLAST_BUILD_TESTS=ON)\n";
-    return kExitBadInput;
-  }
+  if (!std::filesystem::exists(runner, ec))
+    return ctx.fail("the conformance runner is not installed: " + runner +
+                    " does not exist (it is built and installed with BALLAST_BUILD_TESTS=ON)");
   std::vector<std::string> args = {runner, "--backend", o.backend};
   if (o.json) args.emplace_back("--json");
   args.insert(args.end(), o.extra.begin(), o.extra.end());
@@ -51,8 +51,8 @@ int run(const Options& o) {
   std::cout.flush();
   std::fflush(nullptr);
   ::execv(runner.c_str(), argv.data());
-  std::cerr << "ballast conformance: cannot run " << runner << ": " << std::strerror(errno) << '\n';
-  return kExitBadInput;
+  const int err = errno;  // before anything below can change it
+  return ctx.fail("cannot run " + runner + ": " + std::strerror(err));
 }
 
 const RegisterCommand kConformance{{

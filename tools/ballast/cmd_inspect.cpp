@@ -2,6 +2,7 @@
 // a model, where its bytes live, how much of each external file is dead, and
 // the auto device budget (referenced source bytes + planned derivations).
 #include "command.hpp"
+#include "command_context.hpp"
 #include "support/format.hpp"
 #include "support/hash.hpp"
 #include "support/model.hpp"
@@ -271,12 +272,9 @@ int print_table(const Model& model, const std::vector<NamedWeight>& weights,
 }
 
 int run_inspect(const InspectOptions& opt) {
-  Result<Model> loaded = load_onnx(opt.model, opt.load);
-  if (!loaded) {
-    report_error("inspect", loaded.error());
-    return kExitBadInput;
-  }
-  const Model& model = *loaded;
+  CommandContext ctx("inspect");
+  if (!ctx.load_model(opt.model, opt.load)) return ctx.exit_code();
+  const Model& model = ctx.model();
   const std::vector<NamedWeight> weights = weights_in_order(model);
   const std::vector<FileAccounting> files = account_external_files(model.store());
   const Totals totals = totals_of(weights, files);
@@ -287,20 +285,14 @@ int run_inspect(const InspectOptions& opt) {
 
   if (!opt.map.empty()) {
     Status written = write_dead_weight_map(opt.map, model.path().filename().string(), files);
-    if (!written.ok()) {
-      report_error("inspect", written.error());
-      return kExitBadInput;
-    }
+    if (!written.ok()) return ctx.fail(written.error());
   }
   const int printed = opt.json ? print_json(model, weights, hashes, files, totals, budget)
                                : print_table(model, weights, hashes, files, totals, budget);
   // A file that changed while it was read (hashed, or the .onnx while its
   // nodes were read): what was printed for it is not the file's.
-  for (const Error& e : hash_failures) report_error("inspect", e);
-  if (Status s = model.check_unchanged(); !s.ok()) {
-    report_error("inspect", s.error());
-    return kExitBadInput;
-  }
+  for (const Error& e : hash_failures) ctx.report(e);
+  if (Status s = model.check_unchanged(); !s.ok()) return ctx.fail(s.error());
   return hash_failures.empty() ? printed : kExitBadInput;
 }
 

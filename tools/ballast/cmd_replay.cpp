@@ -8,18 +8,15 @@
 // token what was paged in, evicted and built, and against the budget the
 // least paging any policy could do. Schema and example: docs/tools.md.
 #include "command.hpp"
+#include "command_context.hpp"
 #include "support/budget.hpp"
 #include "support/format.hpp"
-#include "support/model.hpp"
 #include "support/progress.hpp"
-#include "support/terminal.hpp"
 #include "support/replay_report.hpp"
 #include "support/replay_walk.hpp"
 #include "support/residency_report.hpp"
 
-#include <ballast/backend_registry.hpp>
 #include <ballast/model_resource.hpp>
-#include <ballast/onnx_loader.hpp>
 #include <ballast/residency.hpp>
 
 #include <nlohmann/json.hpp>
@@ -157,81 +154,53 @@ class Replayer {
 };
 
 int run_replay(const ReplayOptions& opt) {
+  CommandContext ctx("replay");
   auto options = residency_options(opt.residency, opt.budget);
-  if (!options.ok()) {
-    report_error("replay", options.error());
-    return kExitBadInput;
-  }
-  auto model = load_onnx(opt.model);
-  if (!model.ok()) {
-    report_error("replay", model.error());
-    return kExitBadInput;
-  }
+  if (!options.ok()) return ctx.fail(options.error());
+  if (!ctx.load_model(opt.model)) return ctx.exit_code();
+  const Model& model = ctx.model();
   const DerivedMode mode = opt.derived == "all" ? DerivedMode::all : opt.derived == "none" ? DerivedMode::none : DerivedMode::first;
-  auto walk = build_walk(*model, mode);
-  if (!walk.ok()) {
-    report_error("replay", walk.error());
-    return kExitBadInput;
-  }
+  auto walk = build_walk(model, mode);  // plans the derivations itself: the walk pins what it picks of them
+  if (!walk.ok()) return ctx.fail(walk.error());
   // auto (and the largest-entry check) counts the derivations the walk pins, no others.
   options->derivations.emplace();
   for (const WalkStep& step : walk->steps)
     if (step.derived) options->derivations->push_back(step.planned);
-  auto gpu = open_backend(opt.backend);
-  if (!gpu.ok()) {
-    report_error("replay", gpu.error());
-    return kExitBadInput;
-  }
+  if (!ctx.open_backend(opt.backend)) return ctx.exit_code();
+  GpuBackend& gpu = ctx.gpu();
   TeardownCheck check;
-  check.baseline = (*gpu)->counters();
+  check.baseline = gpu.counters();
   Status failure;
   bool mismatch = false;
   json doc;
   {
-    auto residency = Residency::create(**gpu, *model, *options);
-    if (!residency.ok()) {
-      report_error("replay", Error(residency.error()).with_context("creating the residency"));
-      return kExitBadInput;
-    }
-    TeardownHost<GpuBackend> host(**gpu);
+    auto residency = create_residency(gpu, model, *options);
+    if (!residency.ok()) return ctx.fail(residency.error());
+    TeardownHost<GpuBackend> host(gpu);
     host.add(**residency);
     if (!opt.json) {
-      std::cout << "replay of " << model->path().string() << " on " << (*gpu)->info().backend << " ("
-                << (*gpu)->info().name << "): " << opt.residency << ", budget " << budget_string((*residency)->budget())
-                << ", " << opt.tokens << " token(s), prefetch " << opt.prefetch << ", derived " << opt.derived << "\n";
+      std::cout << "replay of " << model.path().string() << " on " << gpu.info().backend << " (" << gpu.info().name
+                << "): " << opt.residency << ", budget " << budget_string((*residency)->budget()) << ", " << opt.tokens
+                << " token(s), prefetch " << opt.prefetch << ", derived " << opt.derived << "\n";
       std::cout << "walk: " << walk->steps.size() << " step(s) per token, " << walk->entry_bytes.size()
                 << " distinct value(s) touching " << human_bytes(walk->touched_bytes) << " (largest "
                 << human_bytes(walk->largest_entry) << "); " << walk->sources.size() << " source weight(s) of "
                 << human_bytes(walk->source_bytes) << "\n";
     }
-    Replayer r(opt, *model, **gpu, **residency, *walk);
+    Replayer r(opt, model, gpu, **residency, *walk);
     if (!opt.json) print_token_header();
     failure = r.run();
     mismatch = r.mismatch();
     const ResidencyStats st = (*residency)->stats();
-    check.report = host.teardown(**gpu);
+    check.report = host.teardown(gpu);
     ReplaySummary s(r.tokens(), *walk, st.budget_bytes);
-    if (opt.anchor && failure.ok()) s.measure_anchor_now(*model, *walk);
-    if (opt.json) doc = report_json(opt, *model, **gpu, *walk, r.tokens(), st, s);
+    if (opt.anchor && failure.ok()) s.measure_anchor_now(model, *walk);
+    if (opt.json) doc = report_json(opt, model, gpu, *walk, r.tokens(), st, s);
     else print_summary(opt, r.tokens(), *walk, st, s);
   }
-  check.after = (*gpu)->counters();
-  if (opt.json) {
-    add_teardown_json(doc, check);
-    doc["error"] = failure.ok() ? json(nullptr) : json(failure.error().to_string());
-    std::cout << json_text(doc) << '\n';
-  } else {
-    print_teardown(std::cout, check);
-  }
-  if (!failure.ok()) {
-    report_error("replay", failure.error());
-    return mismatch ? kExitVerifyFailed : kExitBadInput;
-  }
-  if (!check.back_to_baseline()) {
-    std::cerr << "ballast replay: teardown did not return the device to its baseline\n";
-    return kExitVerifyFailed;
-  }
-  return kExitOk;
+  check.after = gpu.counters();
+  // A mismatch is a finding about the device's values, not bad input.
+  return ctx.finish(failure, check, opt.json ? &doc : nullptr, mismatch ? kExitVerifyFailed : kExitBadInput);
 }
 
 const RegisterCommand kReplay{{

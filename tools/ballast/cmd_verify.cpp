@@ -2,6 +2,7 @@
 // external-data `checksum` (SHA-1 hex, as ONNX specifies) matches the bytes,
 // and every data file is still the one opened, at its path (support_verify).
 #include "command.hpp"
+#include "command_context.hpp"
 #include "support/format.hpp"
 #include "support/hash.hpp"
 #include "support/model.hpp"
@@ -30,6 +31,9 @@ bool is_verification_failure(ErrorCode code) {
 }
 
 int run_verify(const VerifyOptions& opt) {
+  CommandContext ctx("verify");
+  // Not ctx.load_model(): a load failure that is a finding goes to stdout
+  // as one, with exit 1; only the others are errors.
   Result<Model> loaded = load_onnx(opt.model, opt.load);
   if (!loaded) {
     if (is_verification_failure(loaded.code())) {
@@ -37,8 +41,7 @@ int run_verify(const VerifyOptions& opt) {
       std::cout << "FAIL " << printable(loaded.error().to_string()) << '\n' << "verify: failed\n";
       return kExitVerifyFailed;
     }
-    report_error("verify", loaded.error());
-    return kExitBadInput;
+    return ctx.fail(loaded.error());
   }
   const Model& model = *loaded;
   const std::uint64_t to_hash = checksummed_bytes(model);

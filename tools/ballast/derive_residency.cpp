@@ -1,36 +1,30 @@
-// derive --residency: each planned derivation pinned through a Residency
-// (built or paged in as that strategy does it), read back whole from the
-// device, hashed (SHA-256 of the value, then a pair's second half), and
-// unpinned. The digests are the same whatever the strategy and budget: a
-// test compares them; the residency summary says what it cost. With --dump,
-// each value is also written, while pinned, to the files and names the
-// plain derive --dump gives it (support/derived_dump.hpp).
-#include "derive_residency.hpp"
+// derive's residency strategy (derive_strategy.hpp), `ballast derive
+// --residency S`: each planned derivation pinned through a Residency (built
+// or paged in as that strategy does it), read back whole from the device,
+// hashed (SHA-256 of the value, then a pair's second half), and unpinned.
+// The digests are the same whatever the strategy and budget: a test
+// compares them; the residency summary says what it cost. With --dump, each
+// value is also written, while pinned, to the files and names the memo
+// strategy gives it (support/derived_dump.hpp).
+#include "derive_strategy.hpp"
 
-#include "command.hpp"
 #include "support/format.hpp"
 #include "support/derived_dump.hpp"
 #include "support/hash.hpp"
-#include "support/model.hpp"
 #include "support/progress.hpp"
-#include "support/terminal.hpp"
 #include "support/residency_report.hpp"
 
-#include <ballast/backend_registry.hpp>
 #include <ballast/derive.hpp>
 #include <ballast/model_resource.hpp>
-#include <ballast/onnx_loader.hpp>
 #include <ballast/residency.hpp>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <optional>
-#include <sstream>
 #include <vector>
 
 namespace ballast::cli {
@@ -40,22 +34,6 @@ using Clock = std::chrono::steady_clock;
 using json = nlohmann::ordered_json;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-std::optional<Derivation> derivation_named(std::string_view name) {
-  for (int k = 0; k < kDerivationCount; ++k)
-    if (derivation_name(static_cast<Derivation>(k)) == name) return static_cast<Derivation>(k);
-  return std::nullopt;
-}
-
-std::vector<std::string_view> split_commas(std::string_view text) {
-  std::vector<std::string_view> out;
-  for (std::size_t at = 0;;) {
-    const std::size_t comma = text.find(',', at);
-    out.push_back(text.substr(at, comma == std::string_view::npos ? std::string_view::npos : comma - at));
-    if (comma == std::string_view::npos) return out;
-    at = comma + 1;
-  }
-}
 
 // What one planned derivation gave.
 struct Value {
@@ -78,14 +56,15 @@ Status read_back(GpuBackend& gpu, DevicePtr ptr, std::uint64_t bytes, Digester& 
   return Status();
 }
 
-class ResidencyDeriveJob {
+class ResidencyStrategy final : public DeriveStrategy {
  public:
-  ResidencyDeriveJob(GpuBackend& gpu, Residency& residency, Clock::time_point start, const Model& model,
-                     DerivedDump* dump)
-      : gpu_(gpu), residency_(residency), start_(start), model_(model), dump_(dump) {}
+  ResidencyStrategy(GpuBackend& gpu, std::unique_ptr<Residency> residency, Clock::time_point start, const Model& model,
+                    DerivedDump* dump)
+      : gpu_(gpu), residency_(std::move(residency)), host_(gpu), start_(start), model_(model), dump_(dump) {
+    host_.add(*residency_);
+  }
 
-  // `stems[i]`: the dump file stem of plan[i] (used with --dump only).
-  Status run(const std::vector<PlannedDerivation>& plan, const std::vector<std::string>& stems) {
+  Status run(std::span<const PlannedDerivation> plan, std::span<const std::string> stems) override {
     std::uint64_t total = 0;
     for (const auto& p : plan) {
       auto s = derivation_sizes(p.launch);
@@ -100,7 +79,7 @@ class ResidencyDeriveJob {
       l.kind = p.kind;
       BALLAST_ASSIGN_OR_RETURN(DerivationSizes sizes, derivation_sizes(l), "sizing ", derivation_name(p.kind), " of ",
                                p.weight);
-      auto pinned = residency_.pin(p);
+      auto pinned = residency_->pin(p);
       if (!pinned.ok())
         return Status(pinned.error()).with_context("pinning " + std::string(derivation_name(p.kind)) + " of " + p.weight);
       if (!first_seconds_) first_seconds_ = seconds_since(start_);
@@ -126,7 +105,8 @@ class ResidencyDeriveJob {
     return Status();
   }
 
-  void print(std::ostream& out, const ResidencyStats& stats) const {
+  void print(std::ostream& out) const override {
+    const ResidencyStats stats = residency_->stats();
     Table t({"derivation", "count", "bytes", "time"}, {false, true, true, true});
     for (int k = 0; k < kDerivationCount; ++k) {
       const auto [count, bytes, seconds] = kind_totals(static_cast<Derivation>(k));
@@ -147,7 +127,8 @@ class ResidencyDeriveJob {
     out << line;
   }
 
-  json to_json(const ResidencyStats& stats) const {
+  json to_json() const override {
+    const ResidencyStats stats = residency_->stats();
     json kinds = json::array();
     for (int k = 0; k < kDerivationCount; ++k) {
       const auto [count, bytes, seconds] = kind_totals(static_cast<Derivation>(k));
@@ -175,6 +156,8 @@ class ResidencyDeriveJob {
     return doc;
   }
 
+  TeardownReport teardown() override { return host_.teardown(gpu_); }
+
  private:
   std::tuple<std::uint64_t, std::uint64_t, double> kind_totals(Derivation kind) const {
     std::uint64_t count = 0, bytes = 0;
@@ -189,7 +172,8 @@ class ResidencyDeriveJob {
   }
 
   GpuBackend& gpu_;
-  Residency& residency_;
+  std::unique_ptr<Residency> residency_;
+  TeardownHost<GpuBackend> host_;  // declared after what it releases: destroyed (and backstops) first
   Clock::time_point start_;
   const Model& model_;
   DerivedDump* dump_;  // null without --dump
@@ -200,104 +184,12 @@ class ResidencyDeriveJob {
 
 }  // namespace
 
-std::string check_derivation_kinds(const std::string& text) {
-  for (std::string_view name : split_commas(text)) {
-    if (!derivation_named(name))
-      return "unknown derivation '" + std::string(name) +
-             "' (expected transpose, to_f16, dequant_int4, repack_int4 or quant_int8, comma-separated)";
-  }
-  return {};
-}
-
-int run_derive_residency(const DeriveResidencyOptions& opt) {
-  const auto start = Clock::now();  // time to first derivation counts opening the model and the backend
-  auto options = residency_options(opt.residency, opt.budget);
-  if (!options.ok()) {
-    report_error("derive", options.error());
-    return kExitBadInput;
-  }
-  auto model = load_onnx(opt.model);
-  if (!model.ok()) {
-    report_error("derive", model.error());
-    return kExitBadInput;
-  }
-  PlanOptions planning;
-  planning.max_amplification = opt.max_amplification;
-  options->max_amplification = opt.max_amplification;
-  auto plan = plan_derivations(*model, planning);
-  if (!plan.ok()) {
-    report_error("derive", plan.error());
-    return kExitBadInput;
-  }
-  if (!opt.only.empty()) {
-    std::array<bool, kDerivationCount> keep{};
-    for (std::string_view name : split_commas(opt.only)) {
-      if (auto k = derivation_named(name)) keep[static_cast<std::size_t>(*k)] = true;
-    }
-    std::erase_if(*plan, [&](const PlannedDerivation& p) { return !keep[static_cast<std::size_t>(p.kind)]; });
-    options->derivations = *plan;  // auto (and the largest-entry check) counts only what this run pins
-  }
-  // A stem depends on the entries of its own weight and kind only, which
-  // --only keeps or drops together: the names are the whole plan's.
-  const std::vector<std::string> stems = dump_stems(*plan);
-  auto gpu = open_backend(opt.backend);
-  if (!gpu.ok()) {
-    report_error("derive", gpu.error());
-    return kExitBadInput;
-  }
-  std::optional<DerivedDump> dump;
-  if (!opt.dump.empty()) {
-    auto opened = DerivedDump::open(opt.dump);
-    if (!opened.ok()) {
-      report_error("derive", opened.error());
-      return kExitBadInput;
-    }
-    dump.emplace(std::move(*opened));
-  }
-  TeardownCheck check;
-  check.baseline = (*gpu)->counters();
-  Status failure;
-  json doc;
-  std::ostringstream text;
-  {
-    auto residency = Residency::create(**gpu, *model, *options);
-    if (!residency.ok()) {
-      report_error("derive", Error(residency.error()).with_context("creating the residency"));
-      return kExitBadInput;
-    }
-    TeardownHost<GpuBackend> host(**gpu);
-    host.add(**residency);
-    ResidencyDeriveJob job(**gpu, **residency, start, *model, dump ? &*dump : nullptr);
-    failure = job.run(*plan, stems);
-    const ResidencyStats stats = (*residency)->stats();
-    if (opt.json) {
-      doc["model"] = model->path().string();
-      doc["backend"] = (*gpu)->info().backend;
-      doc["device"] = (*gpu)->info().name;
-      doc.update(job.to_json(stats));
-    } else {
-      job.print(text, stats);
-    }
-    check.report = host.teardown(**gpu);
-  }
-  check.after = (*gpu)->counters();
-  if (opt.json) {
-    add_teardown_json(doc, check);
-    doc["error"] = failure.ok() ? json(nullptr) : json(failure.error().to_string());
-    std::cout << json_text(doc) << '\n';
-  } else {
-    std::cout << text.str();
-    print_teardown(std::cout, check);
-  }
-  if (!failure.ok()) {
-    report_error("derive", failure.error());
-    return kExitBadInput;
-  }
-  if (!check.back_to_baseline()) {
-    std::cerr << "ballast derive: teardown did not return the device to its baseline\n";
-    return kExitVerifyFailed;
-  }
-  return kExitOk;
+Result<std::unique_ptr<DeriveStrategy>> residency_strategy(Model& model, GpuBackend& gpu, const ResidencyOptions& options,
+                                                           Clock::time_point start, DerivedDump* dump) {
+  auto residency = create_residency(gpu, model, options);
+  if (!residency.ok()) return residency.error();
+  return std::unique_ptr<DeriveStrategy>(
+      std::make_unique<ResidencyStrategy>(gpu, std::move(*residency), start, model, dump));
 }
 
 }  // namespace ballast::cli

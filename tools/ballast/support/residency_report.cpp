@@ -28,6 +28,12 @@ Result<ResidencyOptions> residency_options(const std::string& strategy, const st
   return options;
 }
 
+Result<std::unique_ptr<Residency>> create_residency(GpuBackend& gpu, const Model& model, const ResidencyOptions& options) {
+  auto residency = Residency::create(gpu, model, options);
+  if (!residency.ok()) return Error(residency.error()).with_context("creating the residency");
+  return residency;
+}
+
 std::string budget_string(std::uint64_t budget) {
   if (budget == kUnlimitedBudget) return "unlimited";
   return human_bytes(budget) + " (" + std::to_string(budget) + " B)";

@@ -1,5 +1,5 @@
 // What `derive --residency` and `replay` share: the --residency and --budget
-// options, the residency summary (text and JSON), the teardown check, and
+// options, creating the residency, the residency summary (text and JSON), the teardown check, and
 // the process's peak resident memory.
 #pragma once
 
@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -24,6 +25,10 @@ std::string check_residency(const std::string& text);
 // total for paged, unlimited otherwise). Both were checked by the option
 // parser; an error here is still returned, never thrown.
 Result<ResidencyOptions> residency_options(const std::string& strategy, const std::string& budget_text);
+
+// Residency::create, its error in the words both commands print
+// ("creating the residency: ...").
+Result<std::unique_ptr<Residency>> create_residency(GpuBackend& gpu, const Model& model, const ResidencyOptions& options);
 
 // "unlimited" or "4.35 MiB (4556576 B)".
 std::string budget_string(std::uint64_t budget);

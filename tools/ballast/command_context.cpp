@@ -1,0 +1,75 @@
+#include "command_context.hpp"
+
+#include "support/model.hpp"
+#include "support/terminal.hpp"
+
+#include <ballast/backend_registry.hpp>
+#include <ballast/printable.hpp>
+
+#include <iostream>
+
+namespace ballast::cli {
+
+void CommandContext::report(const Error& error) const { report_error(command_, error); }
+
+int CommandContext::fail(const Error& error, int code) {
+  report(error);
+  exit_code_ = code;
+  return code;
+}
+
+int CommandContext::fail(std::string_view message, int code) {
+  // One line, escaped as report_error escapes an Error's text.
+  std::cerr << "ballast " << printable(command_) << ": " << printable(message) << '\n';
+  exit_code_ = code;
+  return code;
+}
+
+bool CommandContext::load_model(const std::filesystem::path& path, const LoadOptions& load) {
+  Result<Model> loaded = load_onnx(path, load);
+  if (!loaded.ok()) {
+    fail(loaded.error());
+    return false;
+  }
+  model_.emplace(std::move(*loaded));
+  return true;
+}
+
+bool CommandContext::plan_derivations(double max_amplification) {
+  PlanOptions options;
+  options.max_amplification = max_amplification;
+  auto planned = ballast::plan_derivations(*model_, options);
+  if (!planned.ok()) {
+    fail(planned.error());
+    return false;
+  }
+  plan_ = std::move(*planned);
+  return true;
+}
+
+bool CommandContext::open_backend(const std::string& config) {
+  auto opened = ballast::open_backend(config);
+  if (!opened.ok()) {
+    fail(opened.error());
+    return false;
+  }
+  gpu_ = std::move(*opened);
+  return true;
+}
+
+int CommandContext::finish(const Status& failure, const TeardownCheck& check, nlohmann::ordered_json* doc,
+                           int failure_code) {
+  if (doc != nullptr) {
+    add_teardown_json(*doc, check);
+    (*doc)["error"] = failure.ok() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(failure.error().to_string());
+    std::cout << json_text(*doc) << '\n';
+  } else {
+    print_teardown(std::cout, check);
+  }
+  if (!failure.ok()) return fail(failure.error(), failure_code);
+  // A command that finished its work but leaked on the device failed a check, not its input.
+  if (!check.back_to_baseline()) return fail("teardown did not return the device to its baseline", kExitVerifyFailed);
+  return kExitOk;
+}
+
+}  // namespace ballast::cli
