@@ -5,6 +5,8 @@
 // first. Attempts are taken one group at a time (group_admission), so two
 // groups that do not fit together cannot keep failing each other: the
 // first to get in takes all it needs, the second waits for its release.
+// (Not fair: a thread that releases and pins again at once may get in
+// first again; the waiter's deadline bounds what that costs it.)
 #include "residency/impl.hpp"
 
 #include <set>

@@ -7,8 +7,8 @@
 // (a DerivationPolicy: int4 weights repacked, float ones as int8), pinned a
 // layer at a time (groups by name: "layer0.", "layer1.", ...) while the
 // next layer is prefetched, paged under half of what those encodings need
-// (evicted and rebuilt as it goes): every value must read back as the
-// batch made it.
+// or the least above that every layer fits in (evicting as it goes):
+// every value must read back as the batch made it.
 //
 //   engine MODEL.onnx BACKEND [LAYER_STEM]   e.g. engine sample.onnx vulkan:0
 //                                            LAYER_STEM: "layer" (default), "model.layers." ...

@@ -280,7 +280,7 @@ class Residency final : public ModelResource<GpuBackend> {
   // the error returns. Short of room beside other pins, it waits up to
   // `wait_for_room` for pins to be released (holding none of the group
   // meanwhile, so two threads waiting on each other cannot deadlock; one
-  // group is taken at a time, so they cannot starve each other either),
+  // group is taken at a time, so they cannot keep failing each other),
   // then fails with out_of_memory naming the budget, the bytes pinned and
   // the group's bytes. A group larger than the whole budget fails at once.
   // Pins the caller itself holds count as others' pins: it may wait on
