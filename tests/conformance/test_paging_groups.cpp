@@ -4,52 +4,28 @@
 // without deadlock or overshoot; create() refuses a budget below what the
 // largest group needs. Model: the orphaned-prefix model
 // (tests/support/orphaned_prefix_model.hpp), budgets exact from its sizes.
-#include "conformance/conformance.hpp"
+#include "conformance/paging_fixture.hpp"
 
 #include <ballast/derive.hpp>
-#include <ballast/onnx_loader.hpp>
 #include <ballast/residency.hpp>
-
-#include <support/orphaned_prefix_model.hpp>
 
 #include <atomic>
 #include <chrono>
-#include <filesystem>
 #include <string>
 #include <thread>
-#include <unistd.h>
 
 using namespace ballast;
 using namespace std::chrono_literals;
-namespace fs = std::filesystem;
-using Model_ = ballast::test_models::OrphanedPrefixModel;
+using Model_ = conformance::OrphanedPrefix;
+using conformance::kLargestNeed;
 
 namespace {
 
-// The least create() allows: quant_int8 of w0 builds its transposed copy
-// (24576) from w0 (24576).
-constexpr std::uint64_t kLargestNeed = 2 * Model_::kW0Bytes;
 constexpr std::uint64_t kTransposeW0 = 24576, kToF16W0 = 12288, kQuantW0 = 6144 + 256;
 constexpr std::uint64_t kTransposeW2 = 4096, kQuantW2 = 2048 + 128;
 
-struct Fixture {
-  fs::path dir = fs::temp_directory_path() / ("ballast_conformance_groups_" + std::to_string(::getpid()));
-  Model model;
-  std::vector<PlannedDerivation> plan;
-  Fixture() {
-    fs::remove_all(dir);
-    Model_::write(dir);
-    auto m = load_onnx(dir / "model.onnx");
-    REQUIRE_MESSAGE(m.ok(), m.status().to_string());
-    model = std::move(*m);
-    auto p = plan_derivations(model);
-    REQUIRE(p.ok());
-    plan = std::move(*p);
-  }
-  ~Fixture() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
+// The paging fixture, plus groups made by hand from its plan.
+struct Fixture : conformance::PagingFixture {
   const PlannedDerivation& planned(std::string_view weight, Derivation kind) const {
     for (const PlannedDerivation& d : plan)
       if (d.weight == weight && d.kind == kind) return d;
@@ -64,14 +40,7 @@ struct Fixture {
     for (std::string_view w : weights) g.weights.push_back(*model.value_id(w));
     return g;
   }
-  std::unique_ptr<Residency> open(std::uint64_t budget) {
-    ResidencyOptions o;
-    o.strategy = ResidencyStrategy::paged;
-    o.budget_bytes = budget;
-    auto r = Residency::create(conformance::gpu(), model, o);
-    REQUIRE_MESSAGE(r.ok(), r.status().to_string());
-    return std::move(*r);
-  }
+  std::unique_ptr<Residency> open(std::uint64_t budget) { return PagingFixture::open(ResidencyStrategy::paged, budget); }
 };
 
 bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }

@@ -9,7 +9,6 @@
 
 #include "unit/onnx/load_helpers.hpp"
 
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -18,11 +17,11 @@ using namespace ballast::testing;
 
 namespace {
 
-std::vector<std::uint8_t> floats(std::size_t n, float scale) {
-  std::vector<float> f(n);
-  for (std::size_t i = 0; i < n; ++i) f[i] = scale * static_cast<float>(1 + i % 7);
-  std::vector<std::uint8_t> out(n * 4);
-  std::memcpy(out.data(), f.data(), out.size());
+// Distinct bytes per seed; every byte below 0x40, so read as float32
+// each word is a small positive finite number.
+std::vector<std::uint8_t> bytes_of(std::size_t n, unsigned seed) {
+  std::vector<std::uint8_t> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::uint8_t>((i * 37 + seed * 11) % 64);
   return out;
 }
 
@@ -32,15 +31,13 @@ std::vector<std::uint8_t> floats(std::size_t n, float scale) {
 // weights share a planned value.
 Model layered_model() {
   using namespace onnx_proto;
-  auto f32 = [](const char* name, std::initializer_list<std::int64_t> dims, std::size_t n, float scale) {
+  auto f32 = [](const char* name, std::initializer_list<std::int64_t> dims, std::size_t n, unsigned seed) {
     Proto t = tensor(name, 1, dims);
-    raw_data(t, floats(n, scale));
+    raw_data(t, bytes_of(n * 4, seed));
     return t;
   };
   Proto qweight = tensor("model.layers.1.up.qweight", 2, {4, 2, 16});
-  std::vector<std::uint8_t> packed(4 * 2 * 16);
-  for (std::size_t i = 0; i < packed.size(); ++i) packed[i] = static_cast<std::uint8_t>(i * 37 + 5);
-  raw_data(qweight, packed);
+  raw_data(qweight, bytes_of(4 * 2 * 16, 9));
   static const Proto bytes = onnx_proto::model(graph(
       {named_node("embed", "Gather", {"embed.weight", "ids"}, {"x0"}),
        named_node("model.layers.0.q", "MatMul", {"x0", "model.layers.0.q.weight"}, {"x1"}),
@@ -52,10 +49,9 @@ Model layered_model() {
                   "com.microsoft"),
        named_node("model.layers.1.q", "MatMul", {"x3", "model.layers.1.q.weight"}, {"x4"}),
        named_node("lm_head", "MatMul", {"x4", "lm_head.weight"}, {"y"})},
-      {f32("embed.weight", {16, 8}, 128, 0.5f), f32("model.layers.0.q.weight", {8, 16}, 128, 0.25f),
-       f32("model.layers.0.norm.weight", {16}, 16, 1.5f), qweight,
-       f32("model.layers.1.up.scales", {8}, 8, 0.01f), f32("model.layers.1.q.weight", {8, 16}, 128, 0.75f),
-       f32("lm_head.weight", {16, 8}, 128, 2.0f)}));
+      {f32("embed.weight", {16, 8}, 128, 1), f32("model.layers.0.q.weight", {8, 16}, 128, 2),
+       f32("model.layers.0.norm.weight", {16}, 16, 3), qweight, f32("model.layers.1.up.scales", {8}, 8, 4),
+       f32("model.layers.1.q.weight", {8, 16}, 128, 5), f32("lm_head.weight", {16, 8}, 128, 6)}));
   auto m = load_proto(bytes);
   REQUIRE_MESSAGE(m.ok(), m.error().to_string());
   return std::move(*m);
