@@ -255,7 +255,9 @@ struct PinnedSet {
 // One model's weights on one backend. Thread-safe: any number of threads
 // may pin, prefetch and read stats at once; two threads missing one entry
 // copy or build it once. release() and destruction must not overlap other
-// use, and every Pinned must be gone by then.
+// use, and every Pinned must be gone by then. The backend under it may be
+// shared with the engine's own threads: every GpuBackend method is safe
+// to call from several threads at once (docs/residency.md, "Threads").
 class Residency final : public ModelResource<GpuBackend> {
  public:
   // `backend` and `model` must outlive the object. invalid_argument for a
