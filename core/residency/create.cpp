@@ -1,7 +1,10 @@
-// Residency::create(): the options checked, the budget settled (auto from
-// the accounting), and a budget too small for the largest single entry
-// refused up front rather than at the first unlucky pin.
+// Residency::create(): the options checked, the plan made (under the
+// engine's policy) and grouped, the budget settled (auto from the
+// accounting), and a budget too small for the largest single entry, or
+// the largest group, refused up front rather than at the first unlucky pin.
 #include "residency/impl.hpp"
+
+#include "derive/transposed_source.hpp"
 
 #include <algorithm>
 #include <set>
@@ -16,6 +19,14 @@ std::uint64_t sum(std::initializer_list<std::uint64_t> parts) {
   return total;
 }
 
+// The device bytes a derivation writes (both halves of a pair).
+Result<std::uint64_t> outputs(const PlannedDerivation& p) {
+  DerivationLaunch l = p.launch;
+  l.kind = p.kind;
+  BALLAST_ASSIGN_OR_RETURN(auto s, derivation_sizes(l));
+  return sum({s.dst_bytes, s.dst2_bytes});
+}
+
 // The device bytes pinning `p` needs at once: its outputs plus the operands
 // it pins while it is built (zero_copy operands cost no device bytes).
 struct Need {
@@ -24,28 +35,60 @@ struct Need {
 };
 
 template <class StrategyOf>
+std::uint64_t weight_bytes(const WeightStore& store, const StrategyOf& strategy_of, std::optional<ValueId> id) {
+  if (!id || strategy_of(*id) == ResidencyStrategy::zero_copy) return 0;
+  auto it = store.weights.find(*id);
+  return it == store.weights.end() ? 0 : it->second.byte_length();
+}
+
+template <class StrategyOf>
 Result<Need> need_of(const WeightStore& store, const StrategyOf& strategy_of, const PlannedDerivation& p) {
-  auto out_bytes = [](const PlannedDerivation& d, Derivation kind, std::uint64_t rows,
-                      std::uint64_t cols) -> Result<std::uint64_t> {
-    DerivationLaunch l = d.launch;
-    l.kind = kind;
-    l.rows = rows;
-    l.cols = cols;
-    BALLAST_ASSIGN_OR_RETURN(auto s, derivation_sizes(l));
-    return sum({s.dst_bytes, s.dst2_bytes});
-  };
-  auto operand = [&](std::optional<ValueId> id) -> std::uint64_t {
-    if (!id || strategy_of(*id) == ResidencyStrategy::zero_copy) return 0;
-    auto it = store.weights.find(*id);
-    return it == store.weights.end() ? 0 : it->second.byte_length();
-  };
+  auto operand = [&](std::optional<ValueId> id) { return weight_bytes(store, strategy_of, id); };
   const std::string what = std::string(derivation_name(p.kind)) + " of '" + p.weight + "'";
-  auto out = out_bytes(p, p.kind, p.launch.rows, p.launch.cols);
+  auto out = outputs(p);
   if (!out.ok()) return std::move(out.error()).with_context("sizing " + what);
   const std::uint64_t src = operand(p.source);
   if (!p.of_transposed) return Need{sum({*out, src, operand(p.scales), operand(p.zero_points)}), what};
-  BALLAST_ASSIGN_OR_RETURN(auto t, out_bytes(p, Derivation::transpose, p.launch.cols, p.launch.rows));
+  BALLAST_ASSIGN_OR_RETURN(auto t, outputs(transposed_source_of(p)));
   return Need{std::max(sum({t, src}), sum({t, *out})), what};
+}
+
+// What pinning a whole group needs at once: every member (each distinct
+// value once), plus the most that building one member adds beside them
+// (its operands that are not members themselves). An upper bound: members
+// pinned in order never need more.
+template <class StrategyOf>
+Result<Need> need_of(const WeightStore& store, const StrategyOf& strategy_of, const ResidencyGroup& g) {
+  const std::string what = "group '" + g.name + "' (" + std::to_string(g.derivations.size() + g.weights.size()) +
+                           " members pinned together)";
+  std::set<identity::Entry> members;
+  std::uint64_t bytes = 0;
+  for (const PlannedDerivation& p : g.derivations) {
+    if (!members.insert(identity::of_derivation(store, p)).second) continue;
+    auto out = outputs(p);
+    if (!out.ok()) return std::move(out.error()).with_context("sizing " + what);
+    bytes = sum({bytes, *out});
+  }
+  for (ValueId id : g.weights)
+    if (members.insert(identity::of_source(store, id)).second) bytes = sum({bytes, weight_bytes(store, strategy_of, id)});
+  auto outside = [&](std::optional<ValueId> id) -> std::uint64_t {
+    return id && !members.contains(identity::of_source(store, *id)) ? weight_bytes(store, strategy_of, id) : 0;
+  };
+  std::uint64_t extra = 0;
+  for (const PlannedDerivation& p : g.derivations) {
+    std::uint64_t e = sum({outside(p.source), outside(p.scales), outside(p.zero_points)});
+    if (p.of_transposed) {
+      const PlannedDerivation t = transposed_source_of(p);
+      if (members.contains(identity::of_derivation(store, t))) {
+        e = 0;  // the copy is pinned already: the build reads only it
+      } else {
+        BALLAST_ASSIGN_OR_RETURN(auto t_bytes, outputs(t));
+        e = sum({t_bytes, outside(p.source)});
+      }
+    }
+    extra = std::max(extra, e);
+  }
+  return Need{sum({bytes, extra}), what};
 }
 
 }  // namespace
@@ -70,18 +113,20 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
 
   bool any_paged = options.strategy == ResidencyStrategy::paged;
   for (const auto& [id, strategy] : m->overrides) any_paged |= strategy == ResidencyStrategy::paged;
-  if (!options.budget_bytes && !any_paged) return std::unique_ptr<Residency>(new Residency(std::move(m)));
+  if (!options.budget_bytes && !any_paged && !options.group_by)
+    return std::unique_ptr<Residency>(new Residency(std::move(m)));
 
-  std::vector<PlannedDerivation> plan;
   if (options.derivations) {
-    plan = *options.derivations;
+    m->plan = apply_policy(*options.derivations, options.policy);
   } else {
     PlanOptions planning;
     planning.max_amplification = options.max_amplification;
     auto planned = plan_derivations(model, planning);
     if (!planned.ok()) return std::move(planned.error()).with_context("planning the model's derivations");
-    plan = std::move(*planned);
+    m->plan = apply_policy(*planned, options.policy);
   }
+  const std::vector<PlannedDerivation>& plan = m->plan;
+  if (options.group_by) m->groups = make_groups(model, plan, options.group_by);
   if (options.budget_bytes) {
     m->budget = *options.budget_bytes;
   } else if (any_paged) {
@@ -96,8 +141,14 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
     for (const auto& [id, w] : model.store().weights)
       if (m->strategy_of(id) != ResidencyStrategy::zero_copy && w.byte_length() > largest.bytes)
         largest = {w.byte_length(), "weight '" + std::string(model.value_name(id)) + "'"};
+    auto strategy_of = [&](ValueId id) { return m->strategy_of(id); };
     for (const PlannedDerivation& p : plan) {
-      BALLAST_ASSIGN_OR_RETURN(Need n, need_of(model.store(), [&](ValueId id) { return m->strategy_of(id); }, p));
+      BALLAST_ASSIGN_OR_RETURN(Need n, need_of(model.store(), strategy_of, p));
+      if (n.bytes > largest.bytes) largest = std::move(n);
+    }
+    // With groups, what the largest one needs pinned at once.
+    for (const ResidencyGroup& g : m->groups) {
+      BALLAST_ASSIGN_OR_RETURN(Need n, need_of(model.store(), strategy_of, g));
       if (n.bytes > largest.bytes) largest = std::move(n);
     }
     // In a paged model, weights overridden to upload (and their derived
@@ -111,10 +162,8 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
       std::set<identity::Entry> counted;
       for (const PlannedDerivation& p : plan) {
         if (!stays(p.source) || !counted.insert(identity::of_derivation(model.store(), p)).second) continue;
-        DerivationLaunch l = p.launch;
-        l.kind = p.kind;
-        BALLAST_ASSIGN_OR_RETURN(auto sizes, derivation_sizes(l));
-        kept = sum({kept, sizes.dst_bytes, sizes.dst2_bytes});
+        BALLAST_ASSIGN_OR_RETURN(auto out, outputs(p));
+        kept = sum({kept, out});
       }
     }
     if (sum({largest.bytes, kept}) > m->budget)

@@ -11,6 +11,7 @@
 #include "residency/prefetcher.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -19,6 +20,11 @@
 #include <vector>
 
 namespace ballast {
+
+namespace residency {
+// "4096 bytes": how budget errors write sizes.
+inline std::string bytes_text(std::uint64_t n) { return std::to_string(n) + " bytes"; }
+}  // namespace residency
 
 struct Residency::Impl {
   // How an entry is being asked for: pinned by the engine, pinned while a
@@ -61,6 +67,14 @@ struct Residency::Impl {
   };
   std::vector<Stuck> stuck;  // evictions the backend refused to free: still held, retried at release
   bool released = false;
+  // The engine's plan (options.derivations or the model's, under the
+  // policy) and its groups: fixed at create().
+  std::vector<PlannedDerivation> plan;
+  std::vector<ResidencyGroup> groups;
+  // pin(group): unpins that left an entry unpinned (room another group may
+  // wait for), and the one group taken at a time (pin_group.cpp).
+  std::uint64_t unpins = 0;
+  std::mutex group_admission;
   residency::Prefetcher prefetcher;  // last: stopped before the rest goes
 
   ResidencyStrategy strategy_of(ValueId id) const noexcept;
@@ -78,6 +92,9 @@ struct Residency::Impl {
   Status acquire(residency::Entry& e, Use use);
   Pinned handle(residency::Entry& e);
   void unpin(residency::Entry& e) noexcept;
+
+  // ---- groups (pin_group.cpp)
+  Result<PinnedSet> pin_group(const ResidencyGroup& group, std::chrono::milliseconds wait_for_room);
 
   // ---- loading (loading.cpp)
   struct Loaded {

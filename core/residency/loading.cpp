@@ -13,10 +13,9 @@ namespace ballast {
 
 using residency::Entry;
 using residency::Requester;
+using residency::bytes_text;
 
 namespace {
-
-std::string bytes_text(std::uint64_t n) { return std::to_string(n) + " bytes"; }
 
 // Adds the time from construction to destruction to `total`: the time a
 // page-in or a build itself takes (a build's operand page-ins are timed by

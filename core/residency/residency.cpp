@@ -4,11 +4,15 @@
 #include "residency/impl.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace ballast {
 
 using residency::Entry;
 using residency::Requester;
+
+// pin_group.cpp tells its own unpins from room other threads gave back.
+thread_local std::uint64_t unpins_by_this_thread = 0;
 
 std::string_view residency_strategy_name(ResidencyStrategy s) noexcept {
   switch (s) {
@@ -32,7 +36,7 @@ Result<ResidencyStrategy> parse_residency_strategy(std::string_view text) {
 Pinned::Pinned(Pinned&& other) noexcept
     : owner_(std::exchange(other.owner_, nullptr)), entry_(std::exchange(other.entry_, nullptr)),
       first_(std::exchange(other.first_, 0)), second_(std::exchange(other.second_, 0)),
-      bytes_(std::exchange(other.bytes_, 0)) {}
+      first_bytes_(std::exchange(other.first_bytes_, 0)), second_bytes_(std::exchange(other.second_bytes_, 0)) {}
 
 Pinned& Pinned::operator=(Pinned&& other) noexcept {
   if (this != &other) {
@@ -41,7 +45,8 @@ Pinned& Pinned::operator=(Pinned&& other) noexcept {
     entry_ = std::exchange(other.entry_, nullptr);
     first_ = std::exchange(other.first_, 0);
     second_ = std::exchange(other.second_, 0);
-    bytes_ = std::exchange(other.bytes_, 0);
+    first_bytes_ = std::exchange(other.first_bytes_, 0);
+    second_bytes_ = std::exchange(other.second_bytes_, 0);
   }
   return *this;
 }
@@ -53,7 +58,37 @@ void Pinned::reset() noexcept {
   owner_ = nullptr;
   entry_ = nullptr;
   first_ = second_ = 0;
-  bytes_ = 0;
+  first_bytes_ = second_bytes_ = 0;
+}
+
+std::uint64_t PinnedSet::bytes() const noexcept {
+  std::uint64_t total = 0;
+  for (const std::vector<Pinned>* part : {&derived, &weights})
+    for (const Pinned& p : *part) total += p.bytes();
+  return total;
+}
+
+void PinnedSet::reset() noexcept {
+  for (std::vector<Pinned>* part : {&derived, &weights}) {
+    for (Pinned& p : *part) p.reset();
+    part->clear();
+  }
+}
+
+// ------------------------------------------------------------------ stats
+
+std::string ResidencyStats::to_string() const {
+  auto b = [](std::uint64_t n) { return std::to_string(n) + " B"; };
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.3f ms", paging_seconds * 1e3);
+  return std::string(residency_strategy_name(strategy)) + ", budget " +
+         (budget_bytes == kUnlimitedBudget ? std::string("unlimited") : b(budget_bytes)) + ": held " +
+         b(device_bytes) + " (peak " + b(peak_device_bytes) + "), pinned " + b(pinned_bytes) + ", registered " +
+         b(registered_bytes) + "; uploaded " + b(uploaded_bytes) + ", paged in " + b(paged_in_bytes) + " in " +
+         std::to_string(page_ins) + " page-in(s); evictions " + std::to_string(source_evictions) + " source, " +
+         std::to_string(derived_evictions) + " derived; builds " + std::to_string(derived_builds) + " (" +
+         std::to_string(derived_rebuilds) + " rebuild(s)); prefetches " + std::to_string(prefetches) + " (" +
+         std::to_string(prefetches_skipped) + " skipped); host copies " + b(host_copy_bytes) + "; paging " + seconds;
 }
 
 // ------------------------------------------------------------------ Impl
@@ -115,7 +150,7 @@ Result<Entry*> Residency::Impl::derived_entry(const PlannedDerivation& p) {
 
 Pinned Residency::Impl::handle(Entry& e) {
   std::lock_guard lock(mutex);
-  return Pinned(self, &e, e.first, e.second, e.bytes());
+  return Pinned(self, &e, e.first, e.second, e.first_bytes, e.second_bytes);
 }
 
 Result<Pinned> Residency::Impl::pin_source(ValueId id, Use use) {
@@ -124,7 +159,7 @@ Result<Pinned> Residency::Impl::pin_source(ValueId id, Use use) {
     BALLAST_ASSIGN_OR_RETURN(const WeightRef* ref, weight_ref(id));
     BALLAST_ASSIGN_OR_RETURN(auto ptr, registrations->resolve(id));
     if (use == Use::prefetch) return Pinned();
-    return Pinned(self, nullptr, ptr, 0, ref->byte_length());
+    return Pinned(self, nullptr, ptr, 0, ref->byte_length(), 0);
   }
   BALLAST_ASSIGN_OR_RETURN(Entry * e, source_entry(id));
   BALLAST_RETURN_IF_ERROR(acquire(*e, use));
@@ -216,6 +251,9 @@ void Residency::Impl::unpin(Entry& e) noexcept {
   std::lock_guard lock(mutex);
   if (e.pins > 0 && --e.pins == 0) {
     pinned -= std::min(pinned, e.bytes());
+    ++unpins;
+    ++unpins_by_this_thread;
+    changed.notify_all();  // room a group may be waiting for (pin_group.cpp)
     try {
       eviction.update(e);  // a candidate again
     } catch (...) {
@@ -257,7 +295,20 @@ void Residency::prefetch(std::span<const PlannedDerivation> derivations) {
     impl_->prefetcher.post([impl = impl_.get(), p] { static_cast<void>(impl->pin_derived(p, Impl::Use::prefetch)); });
 }
 
+void Residency::prefetch(const ResidencyGroup& group) {
+  prefetch(std::span<const PlannedDerivation>(group.derivations));
+  prefetch(std::span<const ValueId>(group.weights));
+}
+
+Result<PinnedSet> Residency::pin(const ResidencyGroup& group, std::chrono::milliseconds wait_for_room) {
+  return impl_->pin_group(group, wait_for_room);
+}
+
 void Residency::wait_for_prefetches() { impl_->prefetcher.wait_idle(); }
+
+std::span<const PlannedDerivation> Residency::plan() const noexcept { return impl_->plan; }
+
+std::span<const ResidencyGroup> Residency::groups() const noexcept { return impl_->groups; }
 
 ResidencyStats Residency::stats() const {
   ResidencyStats s;

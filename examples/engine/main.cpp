@@ -2,12 +2,16 @@
 // config string, make the source weights visible to it, derive everything
 // its MatMul, Gemm and MatMulNBits nodes want in one batch (launched
 // together, synchronized once, then memoized), print what happened, tear
-// down, and prove nothing was left on the device. Then the same
-// derivations again as a decode loop would ask for them, paged under half
-// of the model's auto budget (evicted and rebuilt as it goes): every value
-// must read back as the batch made it.
+// down, and prove nothing was left on the device. Then a decode loop's
+// view through a Residency: the one encoding per weight its kernels read
+// (a DerivationPolicy: int4 weights repacked, float ones as int8), pinned a
+// layer at a time (groups by name: "layer0.", "layer1.", ...) while the
+// next layer is prefetched, paged under half of what those encodings need
+// or the least above that every layer fits in (evicting as it goes):
+// every value must read back as the batch made it.
 //
-//   engine MODEL.onnx BACKEND      e.g. engine sample.onnx vulkan:0
+//   engine MODEL.onnx BACKEND [LAYER_STEM]   e.g. engine sample.onnx vulkan:0
+//                                            LAYER_STEM: "layer" (default), "model.layers." ...
 // Exit: 0 ok, 1 a step failed or the device counters did not return to
 // their baseline, 2 usage.
 #include <ballast/backend_registry.hpp>
@@ -19,7 +23,9 @@
 #include <ballast/residency.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -46,6 +52,11 @@ std::uint64_t first_bytes(const PlannedDerivation& p) {
   return sizes.ok() ? sizes->dst_bytes : 0;
 }
 
+// What a planned value is, for matching the paged pass against the batch.
+std::string key(const PlannedDerivation& p) {
+  return std::string(derivation_name(p.kind)) + " of " + p.weight + " for " + p.node;
+}
+
 bool same(const AllocationCounters& a, const AllocationCounters& b) {
   return a.live_allocations == b.live_allocations && a.live_bytes == b.live_bytes &&
          a.live_registrations == b.live_registrations;
@@ -54,10 +65,11 @@ bool same(const AllocationCounters& a, const AllocationCounters& b) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s MODEL.onnx BACKEND (e.g. cpu, vulkan:0, cuda:0)\n", argv[0]);
+  if (argc != 3 && argc != 4) {
+    std::fprintf(stderr, "usage: %s MODEL.onnx BACKEND [LAYER_STEM] (e.g. cpu, vulkan:0, cuda:0)\n", argv[0]);
     return 2;
   }
+  const std::string layer_stem = argc == 4 ? argv[3] : "layer";
   auto model = load_onnx(argv[1]);
   if (!model.ok()) return fail(model.error());
   auto opened = open_backend(argv[2]);
@@ -67,7 +79,7 @@ int main(int argc, char** argv) {
   const AllocationCounters baseline = gpu.counters();
 
   int derivations = 0;
-  std::vector<std::vector<std::byte>> batch_heads;
+  std::map<std::string, std::vector<std::byte>> batch_heads;
   {
     DeviceWeights source(gpu, model->store());
     DerivedWeights derived;
@@ -87,7 +99,7 @@ int main(int argc, char** argv) {
       const PlannedDerivation& p = (*plan)[i];
       std::printf("  %-28s %-12s for %-20s -> 0x%llx\n", p.weight.c_str(), std::string(derivation_name(p.kind)).c_str(),
                   p.node.c_str(), static_cast<unsigned long long>((*values)[i].first));
-      batch_heads.push_back(head(gpu, (*values)[i].first, first_bytes(p)));
+      batch_heads[key(p)] = head(gpu, (*values)[i].first, first_bytes(p));
       ++derivations;
     }
     const WeightResidency r = source.residency();
@@ -111,35 +123,47 @@ int main(int argc, char** argv) {
   }
   std::printf("counters back to baseline: ok\n");
 
-  // A decode loop's view: pin each derived value as a kernel would use it,
-  // under half the auto budget (or the least the model allows).
+  // A decode loop's view. The engine says which encodings its kernels read
+  // (auto then counts only those) and how its weights form layers; create()
+  // plans, filters and groups, and refuses a budget some layer cannot fit in.
   {
-    auto plan = plan_derivations(*model);
-    auto full = auto_budget(*model);
-    if (!plan.ok() || !full.ok()) return fail(plan.ok() ? full.error() : plan.error());
     ResidencyOptions options;
     options.strategy = ResidencyStrategy::paged;
+    options.policy = DerivationPolicy::only({Derivation::repack_int4, Derivation::quant_int8});
+    options.group_by = group_by_layer(layer_stem);
+    auto sized = Residency::create(gpu, *model, options);  // budget: auto
+    if (!sized.ok()) return fail(sized.error());
+    const std::uint64_t full = (*sized)->budget();
+    sized->reset();
     std::unique_ptr<Residency> paged;
-    for (std::uint64_t b = full->total / 2; !paged && b <= full->total; b += full->total / 10) {
+    for (std::uint64_t b = full / 2; !paged && b <= full; b += full / 10) {
       options.budget_bytes = b;
       if (auto r = Residency::create(gpu, *model, options); r.ok()) paged = std::move(*r);
     }
     if (!paged) return fail(make_error(ErrorCode::invalid_argument, "no budget up to auto was accepted"));
+    const std::span<const ResidencyGroup> layers = paged->groups();  // in graph order
     for (int token = 0; token < 2; ++token) {
-      for (std::size_t i = 0; i < plan->size(); ++i) {
-        auto pinned = paged->pin((*plan)[i]);  // held while "the kernel" reads it
-        if (!pinned.ok()) return fail(pinned.error());
-        if (head(gpu, pinned->ptr(), first_bytes((*plan)[i])) != batch_heads[i]) {
-          std::fprintf(stderr, "paged %s of %s differs from the batch's\n",
-                       std::string(derivation_name((*plan)[i].kind)).c_str(), (*plan)[i].weight.c_str());
-          return 1;
+      for (std::size_t g = 0; g < layers.size(); ++g) {
+        if (g + 1 < layers.size()) paged->prefetch(layers[g + 1]);  // the next layer, in the background
+        // Every member or none; short of room, wait a while for other pins to go.
+        auto layer = paged->pin(layers[g], std::chrono::seconds(5));
+        if (!layer.ok()) return fail(layer.error());
+        for (std::size_t i = 0; i < layers[g].derivations.size(); ++i) {
+          const Pinned& value = layer->derived[i];  // held while "the kernel" reads it
+          if (head(gpu, value.ptr(), value.first_bytes()) != batch_heads[key(layers[g].derivations[i])]) {
+            std::fprintf(stderr, "paged %s differs from the batch's\n", key(layers[g].derivations[i]).c_str());
+            return 1;
+          }
         }
       }
     }
+    paged->wait_for_prefetches();
     const ResidencyStats st = paged->stats();
-    std::printf("paged under %llu of %llu auto bytes: peak %llu, %llu evictions, %llu rebuilds, same values: ok\n",
-                static_cast<unsigned long long>(st.budget_bytes), static_cast<unsigned long long>(full->total),
-                static_cast<unsigned long long>(st.peak_device_bytes),
+    std::printf("%s\n", st.to_string().c_str());
+    std::printf("paged %zu encodings in %zu layers under %llu of %llu auto bytes: peak %llu, %llu evictions, "
+                "%llu rebuilds, same values: ok\n",
+                paged->plan().size(), layers.size(), static_cast<unsigned long long>(st.budget_bytes),
+                static_cast<unsigned long long>(full), static_cast<unsigned long long>(st.peak_device_bytes),
                 static_cast<unsigned long long>(st.source_evictions + st.derived_evictions),
                 static_cast<unsigned long long>(st.derived_rebuilds));
     const Released released = paged->release(gpu);

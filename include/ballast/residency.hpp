@@ -10,24 +10,28 @@
 //
 //   ResidencyOptions options;
 //   options.strategy = ResidencyStrategy::paged;           // budget: auto
+//   options.policy = DerivationPolicy::only({Derivation::repack_int4, Derivation::quant_int8});
+//   options.group_by = group_by_layer("model.layers.");    // one group per layer
 //   auto residency = Residency::create(gpu, model, options);
-//   auto plan = plan_derivations(model);
-//   (*residency)->prefetch(std::span(*plan).subspan(next, 4));  // the next layer, in the background
-//   auto w = (*residency)->pin((*plan)[i]);                 // Result<Pinned>: derived, paged in as needed
-//   launch_my_kernel(w->ptr());                             // ... and wait for it, then
-//   w->reset();                                             // unpin (or let it go out of scope)
+//   auto groups = (*residency)->groups();                  // in graph order
+//   (*residency)->prefetch(groups[i + 1]);                 // the next layer, in the background
+//   auto layer = (*residency)->pin(groups[i], 100ms);      // Result<PinnedSet>: all members or none
+//   launch_my_kernels(layer->derived[0].ptr(), ...);       // ... and wait for them, then
+//   layer->reset();                                        // unpin (or let it go out of scope)
 //
 // A pinned entry is never evicted. When the pinned set plus a request cannot
 // fit the budget, the request fails with out_of_memory naming the budget,
-// the pinned bytes and the request: never an overshoot, and never a wait for
-// another pin to go (only, briefly, for prefetches already in flight, which
-// never wait themselves).
+// the pinned bytes and the request: never an overshoot. A single pin never
+// waits for another pin to go (only, briefly, for prefetches already in
+// flight, which never wait themselves); pin(group, wait) waits up to `wait`
+// for other pins to be released, holding nothing meanwhile.
 //
 // The budget bounds every device byte the object holds for the model:
 // sources paged in or uploaded, and derived values. `auto` is computed from
 // the accounting (auto_budget), never from file lengths: a data file with an
-// orphaned prefix costs nothing here. Full story, policy and stats:
-// docs/residency.md.
+// orphaned prefix costs nothing here, and it counts every derivation the
+// policy keeps (all five kinds unless `policy` or `derivations` says
+// otherwise). Full story, policy and stats: docs/residency.md.
 #pragma once
 
 #include <ballast/export.hpp>
@@ -39,7 +43,10 @@
 #include <ballast/status.hpp>
 #include <ballast/weight_store.hpp>
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -77,6 +84,63 @@ Result<AutoBudget> auto_budget(const WeightStore& store, std::span<const Planned
 // plan_derivations(model) under the same cap, then the above.
 Result<AutoBudget> auto_budget(const Model& model, double max_amplification = kDefaultMaxAmplification);
 
+// ------------------------------------------------------------ which encodings
+
+// The derivations an engine's kernels read. plan_derivations() plans every
+// kind that applies (a float MatMul weight gets transpose, to_f16 and
+// quant_int8); an engine reads one encoding per weight, and what it never
+// pins should neither be counted by the auto budget nor checked by create().
+// An entry is kept when its kind is in `kinds` and `keep`, when set, says
+// yes: `kinds` for the usual rule ("int4 weights repacked, float weights as
+// int8"), `keep` for per-weight exceptions.
+struct DerivationPolicy {
+  std::uint32_t kinds = ~std::uint32_t{0};             // bit 1 << kind; default: every kind
+  std::function<bool(const PlannedDerivation&)> keep;  // empty: every entry of those kinds
+
+  static DerivationPolicy only(std::initializer_list<Derivation> kinds);
+  static DerivationPolicy none();  // no derivations: the engine reads source weights only
+  bool wants(const PlannedDerivation& p) const;
+};
+
+// The entries of `plan` the policy keeps, in plan order. plan_derivations()'
+// order is the graph's: nodes in Model::nodes() order, and per node its
+// kinds in the order transpose, to_f16, quant_int8 (MatMul, Gemm) or
+// dequant_int4, repack_int4 (MatMulNBits), each value once, where first
+// planned.
+std::vector<PlannedDerivation> apply_policy(std::span<const PlannedDerivation> plan, const DerivationPolicy& policy);
+
+// ------------------------------------------------------------ groups
+
+// What a decode loop pins together, typically one layer: the planned
+// derivations its kernels read and the source weights they read as stored.
+struct ResidencyGroup {
+  std::string name;                            // "model.layers.3.", a node's name, or a weight's
+  std::vector<PlannedDerivation> derivations;  // in plan order
+  std::vector<ValueId> weights;                // read as stored (no derivation of the plan reads them)
+};
+
+// Names the group of a member from its weight's name and the node that
+// consumes it ("" when none: a weight no node reads, a plan entry made
+// without a node).
+using GroupKey = std::function<std::string(std::string_view weight, std::string_view node)>;
+// By layer: a weight named `stem`, a decimal number, then "." goes to the
+// group "<stem><number>." ("model.layers." puts "model.layers.3.mlp.weight"
+// in "model.layers.3."; "layer" puts "layer0.weight" in "layer0."). Any
+// other weight is a group of its own, named by the weight ("lm_head.weight").
+GroupKey group_by_layer(std::string stem);
+// By consuming node: a group per node; a weight read as stored by several
+// nodes joins the first one's; one no node reads is a group of its own.
+GroupKey group_by_node();
+
+// Splits `plan` and the model's weights that no entry of `plan` reads
+// (source, scales or zero points) into groups under `key`. Groups are in
+// the order of the first node (Model::nodes()) that reads one of their
+// members, then the rest in weight order; members in plan order
+// (derivations) and weight_order() (weights). Every entry and every such
+// weight is in exactly one group.
+std::vector<ResidencyGroup> make_groups(const Model& model, std::span<const PlannedDerivation> plan,
+                                        const GroupKey& key);
+
 // ------------------------------------------------------------ strategies
 
 enum class ResidencyStrategy : std::uint8_t { upload, zero_copy, paged };
@@ -95,8 +159,16 @@ struct ResidencyOptions {
   std::optional<std::uint64_t> budget_bytes;
   // The derivations this engine will pin: what the auto budget counts and
   // what create() checks the budget against. nullopt: every planned one
-  // (plan_derivations(model)); empty: none, only source weights.
+  // (plan_derivations(model): all five kinds where they apply, so `auto`
+  // counts encodings the engine may never read); empty: none, only source
+  // weights. `policy` is applied to it either way.
   std::optional<std::vector<PlannedDerivation>> derivations;
+  // The encodings the engine reads (default: all). Residency::plan() is
+  // `derivations` (or the model's plan) filtered by it.
+  DerivationPolicy policy;
+  // When set, create() splits plan() into groups (Residency::groups()) and
+  // refuses a budget below what the largest group needs pinned at once.
+  GroupKey group_by;
   // Per-weight strategy, overriding `strategy` for the weights named.
   std::vector<std::pair<ValueId, ResidencyStrategy>> overrides;
   // zero_copy: a dead gap this long splits a file's registration.
@@ -114,7 +186,8 @@ struct ResidencyStats {
   std::uint64_t budget_bytes = kUnlimitedBudget;
   std::uint64_t device_bytes = 0;         // held now: sources copied in plus derived values
   std::uint64_t peak_device_bytes = 0;    // the most ever held at once (never above the budget)
-  std::uint64_t pinned_bytes = 0;         // of device_bytes, pinned now
+  std::uint64_t pinned_bytes = 0;         // of device_bytes, pinned now: by Pinned handles, and the operands
+                                          // a build (a demand load's or a prefetch's) holds while its kernel runs
   std::uint64_t registered_bytes = 0;     // zero_copy registrations (page-locked host memory)
   std::uint64_t uploaded_bytes = 0;       // sources copied in by upload (once each), zero_copy fallbacks included
   std::uint64_t paged_in_bytes = 0;       // sources copied in by paged, every page-in counted
@@ -127,6 +200,12 @@ struct ResidencyStats {
   std::uint64_t prefetches = 0;           // entries a prefetch paged in or built
   std::uint64_t prefetches_skipped = 0;   // prefetch requests that did not fit without evicting what is in use
   double paging_seconds = 0;              // time spent copying sources in and building derived values
+
+  // One line, every field: "paged, budget 49152 B: held 36864 B (peak
+  // 49152 B), pinned 0 B, registered 0 B; uploaded 0 B, paged in 29056 B
+  // in 3 page-in(s); evictions 2 source, 1 derived; builds 5 (1 rebuild(s));
+  // prefetches 0 (0 skipped); host copies 0 B; paging 2.591 ms".
+  std::string to_string() const;
 };
 
 // A pinned weight or derived value: its device pointer(s) stay valid, and it
@@ -144,29 +223,46 @@ class Pinned {
 
   DevicePtr ptr() const noexcept { return first_; }      // the weight, the value, or a pair's first half
   DevicePtr second() const noexcept { return second_; }  // a pair's second half (repack_int4, quant_int8)
-  std::uint64_t bytes() const noexcept { return bytes_; }
+  std::uint64_t first_bytes() const noexcept { return first_bytes_; }    // bytes at ptr()
+  std::uint64_t second_bytes() const noexcept { return second_bytes_; }  // bytes at second(); 0 unless a pair
+  std::uint64_t bytes() const noexcept { return first_bytes_ + second_bytes_; }
   explicit operator bool() const noexcept { return owner_ != nullptr; }
   void reset() noexcept;
 
  private:
   friend class Residency;
-  Pinned(Residency* owner, void* entry, DevicePtr first, DevicePtr second, std::uint64_t bytes) noexcept
-      : owner_(owner), entry_(entry), first_(first), second_(second), bytes_(bytes) {}
+  Pinned(Residency* owner, void* entry, DevicePtr first, DevicePtr second, std::uint64_t first_bytes,
+         std::uint64_t second_bytes) noexcept
+      : owner_(owner), entry_(entry), first_(first), second_(second), first_bytes_(first_bytes),
+        second_bytes_(second_bytes) {}
   Residency* owner_ = nullptr;
   void* entry_ = nullptr;
   DevicePtr first_ = 0;
   DevicePtr second_ = 0;
-  std::uint64_t bytes_ = 0;
+  std::uint64_t first_bytes_ = 0;
+  std::uint64_t second_bytes_ = 0;
+};
+
+// What pin(group) holds: one Pinned per member, in the group's order.
+// Move-only; reset() or destruction unpins them all.
+struct PinnedSet {
+  std::vector<Pinned> derived;  // derived[i] is group.derivations[i]
+  std::vector<Pinned> weights;  // weights[i] is group.weights[i]
+  std::uint64_t bytes() const noexcept;
+  void reset() noexcept;
 };
 
 // One model's weights on one backend. Thread-safe: any number of threads
 // may pin, prefetch and read stats at once; two threads missing one entry
 // copy or build it once. release() and destruction must not overlap other
-// use, and every Pinned must be gone by then.
+// use, and every Pinned must be gone by then. The backend under it may be
+// shared with the engine's own threads: every GpuBackend method is safe
+// to call from several threads at once (docs/residency.md, "Threads").
 class Residency final : public ModelResource<GpuBackend> {
  public:
   // `backend` and `model` must outlive the object. invalid_argument for a
-  // budget below the largest single entry the model can need.
+  // budget below the largest single entry the model can need, or (with
+  // group_by) below what the largest group needs pinned at once, naming it.
   static Result<std::unique_ptr<Residency>> create(GpuBackend& backend, const Model& model,
                                                    const ResidencyOptions& options = {},
                                                    std::string label = "residency");
@@ -181,13 +277,35 @@ class Residency final : public ModelResource<GpuBackend> {
   // needed, pinned. Its sources need not stay resident afterwards.
   Result<Pinned> pin(const PlannedDerivation& derivation);
 
+  // Every member of `group` pinned, or none: a member that cannot be had
+  // unpins the ones already pinned (they stay resident, evictable) before
+  // the error returns. Short of room beside other pins, it waits up to
+  // `wait_for_room` for pins to be released (holding none of the group
+  // meanwhile, so two threads waiting on each other cannot deadlock; one
+  // group is taken at a time, so they cannot keep failing each other),
+  // then fails with out_of_memory naming the budget, the bytes pinned and
+  // the group's bytes. A group larger than the whole budget fails at once.
+  // Pins the caller itself holds count as others' pins: it may wait on
+  // itself until the deadline.
+  Result<PinnedSet> pin(const ResidencyGroup& group, std::chrono::milliseconds wait_for_room = {});
+
   // Pages in (and builds) what is missing, in the background, without
   // pinning. Best effort: an entry that does not fit without evicting what
-  // is in use is skipped (counted), never an error.
+  // is in use is skipped (counted), never an error. While a prefetch
+  // builds, the operands it reads count in stats().pinned_bytes.
   void prefetch(std::span<const ValueId> weights);
   void prefetch(std::span<const PlannedDerivation> derivations);
+  void prefetch(const ResidencyGroup& group);  // its derivations, then its weights
   // Waits until every prefetch queued so far has finished.
   void wait_for_prefetches();
+
+  // The derivations create() planned and sized the budget with:
+  // options.derivations (or plan_derivations(model)) under options.policy,
+  // in plan order. Planned only when create() needed a plan (paged, a
+  // budget, or group_by); empty otherwise.
+  std::span<const PlannedDerivation> plan() const noexcept;
+  // make_groups(model, plan(), options.group_by); empty without group_by.
+  std::span<const ResidencyGroup> groups() const noexcept;
 
   ResidencyStats stats() const;
   std::uint64_t budget() const noexcept;  // kUnlimitedBudget when none

@@ -5,7 +5,7 @@
 // and a request that cannot fit beside them fails with out_of_memory; many
 // threads pin and evict at once. Model: the orphaned-prefix model
 // (tests/support/orphaned_prefix_model.hpp: 3 weights, 5 derivations).
-#include "conformance/conformance.hpp"
+#include "conformance/paging_fixture.hpp"
 
 #include <ballast/derive.hpp>
 #include <ballast/derived_weights.hpp>
@@ -13,56 +13,20 @@
 #include <ballast/onnx_loader.hpp>
 #include <ballast/residency.hpp>
 
-#include <support/orphaned_prefix_model.hpp>
-
 #include <atomic>
 #include <latch>
 #include <mutex>
-#include <filesystem>
 #include <map>
 #include <random>
 #include <string>
 #include <thread>
-#include <unistd.h>
 
 using namespace ballast;
-namespace fs = std::filesystem;
-using Model_ = ballast::test_models::OrphanedPrefixModel;
+using Model_ = conformance::OrphanedPrefix;
+using conformance::kLargestNeed;
+using Fixture = conformance::PagingFixture;
 
 namespace {
-
-// Below it, create() refuses: quant_int8 of w0 pins w0 (24576) beside its
-// transposed copy (24576) while the copy is built.
-constexpr std::uint64_t kLargestNeed = 2 * Model_::kW0Bytes;
-
-struct Fixture {
-  fs::path dir = fs::temp_directory_path() / ("ballast_conformance_paging_" + std::to_string(::getpid()));
-  Model model;
-  std::vector<PlannedDerivation> plan;
-  Fixture() {
-    fs::remove_all(dir);
-    Model_::write(dir);
-    auto m = load_onnx(dir / "model.onnx");
-    REQUIRE_MESSAGE(m.ok(), m.status().to_string());
-    model = std::move(*m);
-    auto p = plan_derivations(model);
-    REQUIRE(p.ok());
-    plan = std::move(*p);
-    REQUIRE(plan.size() == Model_::kDerivations);
-  }
-  ~Fixture() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-  std::unique_ptr<Residency> open(ResidencyStrategy s, std::optional<std::uint64_t> budget = std::nullopt) {
-    ResidencyOptions o;
-    o.strategy = s;
-    o.budget_bytes = budget;
-    auto r = Residency::create(conformance::gpu(), model, o);
-    REQUIRE_MESSAGE(r.ok(), r.status().to_string());
-    return std::move(*r);
-  }
-};
 
 std::vector<std::byte> read_pinned(const Pinned& p, const PlannedDerivation* d) {
   if (d == nullptr) return conformance::download(p.ptr(), p.bytes());

@@ -1,0 +1,246 @@
+// The engine's side of Residency (issue 25 §2) without device details: a
+// DerivationPolicy keeps the encodings an engine reads, in plan order;
+// make_groups splits a plan and the weights read as stored into layers or
+// nodes; create() sizes `auto` from what the policy keeps and hands back
+// its plan and groups; ResidencyStats::to_string() writes every field.
+#include <ballast/backend_registry.hpp>
+#include <ballast/residency.hpp>
+#include <doctest/doctest.h>
+
+#include "unit/onnx/load_helpers.hpp"
+
+#include <string>
+#include <vector>
+
+using namespace ballast;
+using namespace ballast::testing;
+
+namespace {
+
+// Distinct bytes per seed; every byte below 0x40, so read as float32
+// each word is a small positive finite number.
+std::vector<std::uint8_t> bytes_of(std::size_t n, unsigned seed) {
+  std::vector<std::uint8_t> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::uint8_t>((i * 37 + seed * 11) % 64);
+  return out;
+}
+
+// A two-layer decoder in miniature, in graph order: an embedding read as
+// stored, layer 0 (a MatMul and a norm), layer 1 (an int4 MatMulNBits and
+// a MatMul), an lm_head MatMul. Distinct bytes everywhere, so no two
+// weights share a planned value.
+Model layered_model() {
+  using namespace onnx_proto;
+  auto f32 = [](const char* name, std::initializer_list<std::int64_t> dims, std::size_t n, unsigned seed) {
+    Proto t = tensor(name, 1, dims);
+    raw_data(t, bytes_of(n * 4, seed));
+    return t;
+  };
+  Proto qweight = tensor("model.layers.1.up.qweight", 2, {4, 2, 16});
+  raw_data(qweight, bytes_of(4 * 2 * 16, 9));
+  static const Proto bytes = onnx_proto::model(graph(
+      {named_node("embed", "Gather", {"embed.weight", "ids"}, {"x0"}),
+       named_node("model.layers.0.q", "MatMul", {"x0", "model.layers.0.q.weight"}, {"x1"}),
+       named_node("model.layers.0.norm", "Mul", {"x1", "model.layers.0.norm.weight"}, {"x2"}),
+       named_node("model.layers.1.up", "MatMulNBits", {"x2", "model.layers.1.up.qweight", "model.layers.1.up.scales"},
+                  {"x3"},
+                  {attribute_int("K", 64), attribute_int("N", 4), attribute_int("bits", 4),
+                   attribute_int("block_size", 32)},
+                  "com.microsoft"),
+       named_node("model.layers.1.q", "MatMul", {"x3", "model.layers.1.q.weight"}, {"x4"}),
+       named_node("lm_head", "MatMul", {"x4", "lm_head.weight"}, {"y"})},
+      {f32("embed.weight", {16, 8}, 128, 1), f32("model.layers.0.q.weight", {8, 16}, 128, 2),
+       f32("model.layers.0.norm.weight", {16}, 16, 3), qweight, f32("model.layers.1.up.scales", {8}, 8, 4),
+       f32("model.layers.1.q.weight", {8, 16}, 128, 5), f32("lm_head.weight", {16, 8}, 128, 6)}));
+  auto m = load_proto(bytes);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  return std::move(*m);
+}
+
+std::vector<std::string> described(std::span<const PlannedDerivation> plan) {
+  std::vector<std::string> out;
+  for (const PlannedDerivation& p : plan) out.push_back(std::string(derivation_name(p.kind)) + " " + p.weight);
+  return out;
+}
+
+std::vector<std::string> names(const Model& m, const std::vector<ValueId>& ids) {
+  std::vector<std::string> out;
+  for (ValueId id : ids) out.emplace_back(m.value_name(id));
+  return out;
+}
+
+const DerivationPolicy kEngine = DerivationPolicy::only({Derivation::repack_int4, Derivation::quant_int8});
+
+}  // namespace
+
+TEST_CASE("a derivation policy keeps the kinds asked for, and what its filter says, in plan order") {
+  const Model m = layered_model();
+  auto plan = plan_derivations(m);
+  REQUIRE_MESSAGE(plan.ok(), plan.status().to_string());
+  REQUIRE(plan->size() == 11);  // three float MatMuls x 3 kinds, the int4 one x 2
+  CHECK(apply_policy(*plan, DerivationPolicy{}).size() == 11);
+  CHECK(apply_policy(*plan, DerivationPolicy::none()).empty());
+  CHECK(described(apply_policy(*plan, kEngine)) ==
+        std::vector<std::string>{"quant_int8 model.layers.0.q.weight", "repack_int4 model.layers.1.up.qweight",
+                                 "quant_int8 model.layers.1.q.weight", "quant_int8 lm_head.weight"});
+  DerivationPolicy exception = kEngine;
+  exception.keep = [](const PlannedDerivation& p) { return p.weight != "lm_head.weight"; };
+  CHECK(described(apply_policy(*plan, exception)) ==
+        std::vector<std::string>{"quant_int8 model.layers.0.q.weight", "repack_int4 model.layers.1.up.qweight",
+                                 "quant_int8 model.layers.1.q.weight"});
+  for (const PlannedDerivation& p : *plan) {
+    CHECK(kEngine.wants(p) == (p.kind == Derivation::repack_int4 || p.kind == Derivation::quant_int8));
+    CHECK_FALSE(DerivationPolicy::none().wants(p));
+  }
+}
+
+TEST_CASE("group_by_layer: stem, number and dot name the layer; any other weight is its own group") {
+  const GroupKey layers = group_by_layer("model.layers.");
+  CHECK(layers("model.layers.3.mlp.up.weight", "") == "model.layers.3.");
+  CHECK(layers("model.layers.12.q.weight", "any node") == "model.layers.12.");
+  CHECK(layers("model.layers.x.weight", "") == "model.layers.x.weight");  // no number
+  CHECK(layers("model.layers.3", "") == "model.layers.3");                // no dot after it
+  CHECK(layers("model.layers.", "") == "model.layers.");
+  CHECK(layers("lm_head.weight", "lm_head") == "lm_head.weight");
+  CHECK(group_by_layer("layer")("layer0.weight", "") == "layer0.");
+  CHECK(group_by_layer("layer")("layers.0.weight", "") == "layers.0.weight");
+  const GroupKey nodes = group_by_node();
+  CHECK(nodes("w", "mm0") == "mm0");
+  CHECK(nodes("w", "") == "w");
+}
+
+TEST_CASE("make_groups splits the plan and the weights read as stored into layers, in graph order") {
+  const Model m = layered_model();
+  auto full = plan_derivations(m);
+  REQUIRE(full.ok());
+  const std::vector<PlannedDerivation> plan = apply_policy(*full, kEngine);
+  const std::vector<ResidencyGroup> groups = make_groups(m, plan, group_by_layer("model.layers."));
+  REQUIRE(groups.size() == 4);
+  CHECK(groups[0].name == "embed.weight");
+  CHECK(groups[0].derivations.empty());
+  CHECK(names(m, groups[0].weights) == std::vector<std::string>{"embed.weight"});
+  CHECK(groups[1].name == "model.layers.0.");
+  CHECK(described(groups[1].derivations) == std::vector<std::string>{"quant_int8 model.layers.0.q.weight"});
+  CHECK(names(m, groups[1].weights) == std::vector<std::string>{"model.layers.0.norm.weight"});
+  CHECK(groups[2].name == "model.layers.1.");
+  CHECK(described(groups[2].derivations) ==
+        std::vector<std::string>{"repack_int4 model.layers.1.up.qweight", "quant_int8 model.layers.1.q.weight"});
+  CHECK(groups[2].weights.empty());  // the int4 weight and its scales are read through repack_int4
+  CHECK(groups[3].name == "lm_head.weight");
+  CHECK(described(groups[3].derivations) == std::vector<std::string>{"quant_int8 lm_head.weight"});
+
+  // No derivations: every weight is read as stored, still by layer.
+  const std::vector<ResidencyGroup> raw = make_groups(m, {}, group_by_layer("model.layers."));
+  REQUIRE(raw.size() == 4);
+  CHECK(names(m, raw[2].weights) == std::vector<std::string>{"model.layers.1.up.qweight", "model.layers.1.up.scales",
+                                                             "model.layers.1.q.weight"});
+  std::size_t weights = 0;
+  for (const ResidencyGroup& g : raw) weights += g.weights.size();
+  CHECK(weights == m.store().weights.size());
+}
+
+TEST_CASE("make_groups by node: one group per consuming node, in graph order") {
+  const Model m = layered_model();
+  auto full = plan_derivations(m);
+  REQUIRE(full.ok());
+  const std::vector<ResidencyGroup> groups = make_groups(m, *full, group_by_node());
+  std::vector<std::string> got;
+  std::size_t derivations = 0;
+  for (const ResidencyGroup& g : groups) {
+    got.push_back(g.name);
+    derivations += g.derivations.size();
+  }
+  CHECK(got == std::vector<std::string>{"embed", "model.layers.0.q", "model.layers.0.norm", "model.layers.1.up",
+                                        "model.layers.1.q", "lm_head"});
+  CHECK(derivations == full->size());
+  CHECK(groups[3].derivations.size() == 2);  // dequant_int4, repack_int4
+  CHECK(names(m, groups[2].weights) == std::vector<std::string>{"model.layers.0.norm.weight"});
+}
+
+TEST_CASE("create() sizes auto from what the policy keeps, and hands back its plan and groups") {
+  const Model m = layered_model();
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  auto full = plan_derivations(m);
+  REQUIRE(full.ok());
+  const std::vector<PlannedDerivation> kept = apply_policy(*full, kEngine);
+  auto everything = auto_budget(m.store(), *full);
+  auto lean = auto_budget(m.store(), kept);
+  REQUIRE(everything.ok());
+  REQUIRE(lean.ok());
+  CHECK(lean->total < everything->total);
+
+  ResidencyOptions o;
+  o.strategy = ResidencyStrategy::paged;
+  o.policy = kEngine;
+  o.group_by = group_by_layer("model.layers.");
+  auto r = Residency::create(**gpu, m, o);
+  REQUIRE_MESSAGE(r.ok(), r.status().to_string());
+  Residency& residency = **r;
+  CHECK(residency.budget() == lean->total);
+  CHECK(described(residency.plan()) == described(kept));
+  REQUIRE(residency.groups().size() == 4);
+  CHECK(residency.groups()[2].name == "model.layers.1.");
+
+  auto layer = residency.pin(residency.groups()[2]);
+  REQUIRE_MESSAGE(layer.ok(), layer.status().to_string());
+  REQUIRE(layer->derived.size() == 2);
+  for (const Pinned& p : layer->derived) {
+    CHECK(p.ptr() != 0);
+    CHECK(p.second() != 0);  // repack_int4 and quant_int8 are pairs
+    CHECK(p.bytes() == p.first_bytes() + p.second_bytes());
+  }
+  CHECK(residency.stats().pinned_bytes == layer->bytes());
+  PinnedSet moved = std::move(*layer);
+  CHECK(residency.stats().pinned_bytes == moved.bytes());
+  moved.reset();
+  CHECK(moved.derived.empty());
+  CHECK(residency.stats().pinned_bytes == 0);
+
+  // Prefetching the next layer makes its pins hits.
+  residency.prefetch(residency.groups()[3]);
+  residency.wait_for_prefetches();
+  const std::uint64_t builds = residency.stats().derived_builds;
+  CHECK(residency.pin(residency.groups()[3]).ok());
+  CHECK(residency.stats().derived_builds == builds);
+  CHECK(residency.release(**gpu).status.ok());
+
+  // Without a policy, auto counts every planned kind.
+  ResidencyOptions all;
+  all.strategy = ResidencyStrategy::paged;
+  auto r_all = Residency::create(**gpu, m, all);
+  REQUIRE(r_all.ok());
+  CHECK((*r_all)->budget() == everything->total);
+  CHECK((*r_all)->plan().size() == full->size());
+  CHECK((*r_all)->groups().empty());
+}
+
+TEST_CASE("ResidencyStats::to_string writes every field on one line") {
+  ResidencyStats s;
+  CHECK(s.to_string() ==
+        "zero-copy, budget unlimited: held 0 B (peak 0 B), pinned 0 B, registered 0 B; uploaded 0 B, paged in 0 B "
+        "in 0 page-in(s); evictions 0 source, 0 derived; builds 0 (0 rebuild(s)); prefetches 0 (0 skipped); host "
+        "copies 0 B; paging 0.000 ms");
+  s.strategy = ResidencyStrategy::paged;
+  s.budget_bytes = 49152;
+  s.device_bytes = 36864;
+  s.peak_device_bytes = 49150;
+  s.pinned_bytes = 12288;
+  s.registered_bytes = 7;
+  s.uploaded_bytes = 8;
+  s.paged_in_bytes = 29056;
+  s.page_ins = 3;
+  s.source_evictions = 2;
+  s.derived_evictions = 1;
+  s.derived_builds = 5;
+  s.derived_rebuilds = 4;
+  s.host_copy_bytes = 9;
+  s.prefetches = 6;
+  s.prefetches_skipped = 10;
+  s.paging_seconds = 0.002591;
+  CHECK(s.to_string() ==
+        "paged, budget 49152 B: held 36864 B (peak 49150 B), pinned 12288 B, registered 7 B; uploaded 8 B, paged in "
+        "29056 B in 3 page-in(s); evictions 2 source, 1 derived; builds 5 (4 rebuild(s)); prefetches 6 (10 "
+        "skipped); host copies 9 B; paging 2.591 ms");
+  CHECK(s.to_string().find('\n') == std::string::npos);
+}
