@@ -122,8 +122,15 @@ Result<BackendRange> RuntimeBackend::do_allocate(std::uint64_t bytes, std::uint6
   if (alignment > 256 && add_overflows(request, alignment - 1, request))
     return make_error(ErrorCode::overflow, std::to_string(bytes) + " bytes plus alignment overflows");
   if (Status s = enter("allocate"); !s) return s;
+  // Serialised, as before the cookie replaced the backend's table: the
+  // runtimes' allocator is shared by every thread of the context.
+  std::lock_guard lock(mutex_);
   DevicePtr base = 0;
-  if (Status s = check(api_.device_malloc(&base, request), "device allocation"); !s) return s;
+  if (NativeCode c = api_.device_malloc(&base, request); c != kNativeSuccess) {
+    Error e = native_error(api_, c, "device allocation");
+    if (api_.is_sticky(c) && !sticky_) sticky_ = e;
+    return e;
+  }
   return BackendRange{(base + alignment - 1) & ~(alignment - 1), base};
 }
 

@@ -419,6 +419,11 @@ TEST_CASE("sticky errors are reported by synchronize and by every later call, wi
 }
 
 TEST_CASE("launches and allocations from several threads keep the counters right") {
+  // What earlier tests left in the emulated driver: the sticky-error test's
+  // allocation, which its backend could not free (every call after a sticky
+  // error is refused, a free at teardown too; on a real device the dead
+  // context takes its memory with it).
+  const auto before = HostDriver::live_allocations();
   auto b = open_host();
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
@@ -446,5 +451,5 @@ TEST_CASE("launches and allocations from several threads keep the counters right
   CHECK(failures == 0);
   CHECK(b->synchronize().ok());
   CHECK(b->counters().live_allocations == 0);
-  CHECK(HostDriver::live_allocations() == 0);
+  CHECK(HostDriver::live_allocations() == before);
 }
