@@ -5,13 +5,13 @@ install(TARGETS ballast ballast_plugin_sdk EXPORT ballastTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(DIRECTORY include/ballast DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} PATTERN plugin_abi.hpp EXCLUDE)
+install(DIRECTORY include/ballast DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} PATTERN plugin_abi.hpp EXCLUDE PATTERN plugin_api.h EXCLUDE)
 install(EXPORT ballastTargets NAMESPACE ballast:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ballast)
-# The plugin SDK, its own install component (plugin_sdk): the plugin
-# contract header and ballast_add_plugin(). ballast::plugin_sdk is in the
+# The plugin SDK, its own install component (plugin_sdk): the plugin ABI
+# (plugin_api.h, C), its C++ adapter (plugin_abi.hpp) and ballast_add_plugin(). ballast::plugin_sdk is in the
 # export set either way; find_package(ballast COMPONENTS plugin_sdk) finds
 # the component only where its header was installed.
-install(FILES include/ballast/plugin_abi.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ballast COMPONENT plugin_sdk)
+install(FILES include/ballast/plugin_abi.hpp include/ballast/plugin_api.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ballast COMPONENT plugin_sdk)
 install(FILES cmake/ballastPluginSdk.cmake DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ballast COMPONENT plugin_sdk)
 set(BALLAST_INSTALL_CONFORMANCE "${CMAKE_INSTALL_BINDIR}/ballast-conformance")
 set(BALLAST_INSTALL_PLUGIN_ABI_HEADER "${CMAKE_INSTALL_INCLUDEDIR}/ballast/plugin_abi.hpp")

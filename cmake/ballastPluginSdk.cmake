@@ -3,7 +3,7 @@
 # ballast_add_plugin(<target> <backend-name> <source>...)
 #   A backend plugin library: a MODULE named libballast-<backend-name>.so,
 #   the name the registry looks for, linked to ballast::plugin_sdk, with
-#   only BALLAST_PLUGIN_ENTRY's descriptor exported. The backend name is a
+#   only BALLAST_PLUGIN_ENTRY's ballast_plugin_entry exported. The backend name is a
 #   lowercase identifier ([a-z][a-z0-9_]*) and must be the one given to
 #   BALLAST_PLUGIN_ENTRY.
 function(ballast_add_plugin target name)

@@ -2,7 +2,6 @@
 
 #include <sys/mman.h>
 
-#include <cstdio>
 #include <new>
 #include <string>
 
@@ -23,12 +22,7 @@ constexpr std::uint64_t kHugePage = 2ull << 20;
 
 Allocator::Allocator(std::uint64_t max_single_allocation) : max_single_(max_single_allocation) {}
 
-Allocator::~Allocator() {
-  for (const auto& [ptr, block] : blocks_)
-    ::operator delete(reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr)), std::align_val_t(block.alignment));
-}
-
-Result<DevicePtr> Allocator::allocate(std::uint64_t bytes, std::uint64_t alignment) {
+Result<BackendRange> Allocator::allocate(std::uint64_t bytes, std::uint64_t alignment) {
   if (alignment > kMaxAlignment)
     return make_error(ErrorCode::invalid_argument,
                       "alignment " + std::to_string(alignment) + " exceeds the largest supported, " + std::to_string(kMaxAlignment));
@@ -49,29 +43,11 @@ Result<DevicePtr> Allocator::allocate(std::uint64_t bytes, std::uint64_t alignme
 #ifdef MADV_HUGEPAGE
   if (huge) (void)::madvise(p, reserve, MADV_HUGEPAGE);  // a hint: refusal only costs speed
 #endif
-  const auto ptr = static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(p));
-  std::lock_guard<std::mutex> lock(mutex_);
-  try {
-    blocks_.emplace(ptr, Block{bytes, align});
-  } catch (const std::bad_alloc&) {
-    ::operator delete(p, std::align_val_t(align));
-    return make_error(ErrorCode::out_of_memory, "no host memory to record the block");
-  }
-  return ptr;
+  return BackendRange{static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(p)), align};
 }
 
-Status Allocator::free(DevicePtr ptr) {
-  Block block;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const auto it = blocks_.find(ptr);
-    // The core checked the pointer; missing here means the two records disagree.
-    if (it == blocks_.end()) return make_error(ErrorCode::internal, "the CPU allocator has no block at this address");
-    block = it->second;
-    blocks_.erase(it);
-  }
-  ::operator delete(reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr)), std::align_val_t(block.alignment));
-  return {};
+void Allocator::free(const BackendRange& block) {
+  ::operator delete(reinterpret_cast<void*>(static_cast<std::uintptr_t>(block.ptr)), std::align_val_t(block.cookie));
 }
 
 }  // namespace ballast::cpu

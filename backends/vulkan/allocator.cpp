@@ -1,21 +1,7 @@
 #include "allocator.hpp"
 
-#include <sstream>
-
 namespace ballast::vulkan {
 namespace {
-
-std::string hex(std::uint64_t v) {
-  std::ostringstream s;
-  s << "0x" << std::hex << v;
-  return s.str();
-}
-
-// The end of the address range an entry holds: an allocation holds the
-// whole words reserved for it, a registration what was registered.
-DevicePtr end_of(const Buffer& b) {
-  return b.user_ptr + (b.kind == Buffer::Kind::allocation ? b.block_bytes : b.user_bytes);
-}
 
 // A memory type allowed by `type_bits` with all of `required`, preferring
 // one that also has `preferred`.
@@ -124,73 +110,6 @@ void destroy_staging_buffer(const Device& device, MappedBuffer& staging) {
   if (staging.mapped != nullptr) device.fns().UnmapMemory(device.handle(), staging.buffer.memory);
   staging.mapped = nullptr;
   destroy_buffer(device, staging.buffer);
-}
-
-void BufferMap::insert(Buffer buffer) {
-  if (buffer.kind == Buffer::Kind::allocation) {
-    ++counters_.live_allocations;
-    counters_.live_bytes += buffer.user_bytes;
-  } else {
-    ++counters_.live_registrations;
-  }
-  by_address_.emplace(buffer.user_ptr, buffer);
-}
-
-Result<Buffer> BufferMap::take(DevicePtr ptr, Buffer::Kind kind) {
-  const char* what = kind == Buffer::Kind::allocation ? "allocation" : "registration";
-  auto it = by_address_.upper_bound(ptr);
-  if (it == by_address_.begin())
-    return make_error(ErrorCode::invalid_argument, hex(ptr) + " is not a live " + std::string(what) + " (unknown pointer or already released)");
-  --it;
-  const Buffer& b = it->second;
-  if (b.user_ptr != ptr || b.kind != kind) {
-    if (ptr < end_of(b) && b.kind == kind)
-      return make_error(ErrorCode::invalid_argument, hex(ptr) + " points inside the " + std::string(what) + " at " +
-                                                         hex(b.user_ptr) + "; release that pointer instead");
-    if (ptr == b.user_ptr)
-      return make_error(ErrorCode::invalid_argument,
-                        hex(ptr) + " is a " + std::string(kind == Buffer::Kind::allocation ? "host registration" : "device allocation") +
-                            ", not a " + what);
-    return make_error(ErrorCode::invalid_argument, hex(ptr) + " is not a live " + std::string(what) + " (unknown pointer or already released)");
-  }
-  Buffer out = b;
-  by_address_.erase(it);
-  if (kind == Buffer::Kind::allocation) {
-    --counters_.live_allocations;
-    counters_.live_bytes -= out.user_bytes;
-  } else {
-    --counters_.live_registrations;
-  }
-  return out;
-}
-
-Result<BufferRange> BufferMap::resolve(DevicePtr ptr, std::uint64_t bytes, std::string_view operand) const {
-  auto it = by_address_.upper_bound(ptr);
-  if (it != by_address_.begin()) {
-    --it;
-    const Buffer& b = it->second;
-    if (ptr >= b.user_ptr && ptr - b.user_ptr <= b.user_bytes) {
-      if (bytes > b.user_bytes - (ptr - b.user_ptr)) {
-        auto e = make_error(ErrorCode::out_of_bounds,
-                            std::string(operand) + ": " + std::to_string(bytes) + " bytes at " + hex(ptr) + " run past the end of the " +
-                                (b.kind == Buffer::Kind::allocation ? "allocation" : "registration") + " at " +
-                                hex(b.user_ptr) + " (" + std::to_string(b.user_bytes) + " bytes)");
-        e.offset = ptr - b.user_ptr;
-        return e;
-      }
-      return BufferRange{&b, ptr - b.address};
-    }
-  }
-  return make_error(ErrorCode::invalid_argument,
-                    std::string(operand) + ": " + hex(ptr) + " is not inside any live allocation or registration of this backend");
-}
-
-std::vector<Buffer> BufferMap::take_all() {
-  std::vector<Buffer> out;
-  for (auto& [address, b] : by_address_) out.push_back(b);
-  by_address_.clear();
-  counters_ = {};
-  return out;
 }
 
 }  // namespace ballast::vulkan

@@ -64,26 +64,5 @@ struct BufferRange {
   std::uint64_t offset = 0;  // from buffer->address: bind buffer->buffer at this offset
 };
 
-class BufferMap {
- public:
-  void insert(Buffer buffer);
-  // Removes the buffer whose user pointer is exactly `ptr` and of `kind`;
-  // invalid_argument when there is none (unknown pointer, double free,
-  // interior pointer, wrong kind).
-  Result<Buffer> take(DevicePtr ptr, Buffer::Kind kind);
-  // [ptr, ptr + bytes) must lie inside one live allocation or registration.
-  // `operand` names the range in the error ("dst", "scales", ...).
-  Result<BufferRange> resolve(DevicePtr ptr, std::uint64_t bytes, std::string_view operand) const;
-  // Everything still live, emptied (for the backend's destructor).
-  std::vector<Buffer> take_all();
-
-  AllocationCounters counters() const { return counters_; }
-
- private:
-  // Keyed by Buffer::user_ptr: allocations in one block share a VkBuffer
-  // (and its address) but never a user pointer.
-  std::map<DevicePtr, Buffer> by_address_;
-  AllocationCounters counters_;
-};
 
 }  // namespace ballast::vulkan

@@ -21,6 +21,17 @@ constexpr std::uint64_t kStagingBytes = 16ull << 20;
 // Kernels address operands with 32-bit byte offsets.
 constexpr std::uint64_t kMaxOperandBytes = (1ull << 32) - 8;
 
+// A range's cookie is its Buffer record, made here and freed when the
+// range ends.
+std::uint64_t cookie_of(Buffer* b) { return static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(b)); }
+Buffer& buffer_of(std::uint64_t cookie) { return *reinterpret_cast<Buffer*>(static_cast<std::uintptr_t>(cookie)); }
+
+// Where an operand the core resolved lies in its buffer.
+BufferRange range_of(const ResolvedOperand& o) {
+  const Buffer& b = buffer_of(o.cookie);
+  return BufferRange{&b, (b.user_ptr - b.address) + o.offset};
+}
+
 const char* const kKnownOptions =
     "validation (on|off), max_workgroups (a positive integer), max_allocation (a positive number of bytes), "
     "max_memory_allocations (a positive integer)";
@@ -173,10 +184,8 @@ Result<std::unique_ptr<VulkanBackend>> VulkanBackend::open(const BackendConfig& 
 VulkanBackend::~VulkanBackend() {
   if (!device_) return;
   if (queue_) (void)queue_->wait_idle();
-  // Whatever the caller did not release goes with the backend: imports
-  // here, allocations with their blocks.
-  for (Buffer& b : buffers_.take_all())
-    if (b.kind == Buffer::Kind::registration) destroy_buffer(*device_, b);
+  // The core freed and unregistered whatever the caller leaked before
+  // destroying this (TableBackend); the blocks go with the sub-allocator.
   suballocator_.reset();
   kernels_.reset();
   queue_.reset();
@@ -200,69 +209,53 @@ VulkanBackend::MemoryObjectCount VulkanBackend::memory_objects() const {
           memory_objects_->live(MemoryObjects::Kind::block)};
 }
 
-Result<BufferRange> VulkanBackend::resolve(DevicePtr ptr, std::uint64_t bytes) const {
-  auto range = buffers_.resolve(ptr, bytes, "operand");
-  if (!range) return make_error(ErrorCode::internal, "the Vulkan buffer table disagrees with the core: " + range.error().message);
-  return range;
-}
-
-Result<DevicePtr> VulkanBackend::do_allocate(std::uint64_t bytes, std::uint64_t alignment) {
+Result<BackendRange> VulkanBackend::do_allocate(std::uint64_t bytes, std::uint64_t alignment) {
   std::lock_guard lock(mutex_);
   if (auto s = pending_validation_error(); !s) return s.error();
   if (alignment > capabilities_.max_single_allocation)
     return make_error(ErrorCode::invalid_argument, "alignment " + std::to_string(alignment) +
                                                        " exceeds the largest allocation this device can make");
   auto b = suballocator_->allocate(bytes, alignment);
-  if (!b) return std::move(b.error()).with_context("on " + info().name);
-  const DevicePtr ptr = b->user_ptr;
-  try {
-    buffers_.insert(*b);
-  } catch (const std::bad_alloc&) {
+  if (!b) return std::move(b.error()).with_context("on " + do_info().name);
+  auto* record = new (std::nothrow) Buffer(*b);
+  if (record == nullptr) {
     suballocator_->release(*b);
     return make_error(ErrorCode::out_of_memory, "no host memory to record the buffer");
   }
-  return ptr;
+  return BackendRange{record->user_ptr, cookie_of(record)};
 }
 
-Status VulkanBackend::do_free(DevicePtr ptr, std::uint64_t) {
+Status VulkanBackend::do_free(const BackendRange& allocation, std::uint64_t) {
   std::lock_guard lock(mutex_);
   if (auto s = pending_validation_error(); !s) return s;
   // A launch still in flight may use it; if the queue cannot drain, the
   // buffer stays (live and counted) rather than be destroyed under a kernel.
   if (Status idle = queue_->wait_idle(); !idle) return idle;
-  auto b = buffers_.take(ptr, Buffer::Kind::allocation);
-  if (!b) return make_error(ErrorCode::internal, "the Vulkan buffer table disagrees with the core: " + b.error().message);
-  suballocator_->release(*b);
+  Buffer* record = &buffer_of(allocation.cookie);
+  suballocator_->release(*record);
+  delete record;
   return {};
 }
 
-Status VulkanBackend::do_copy_to_device(DevicePtr dst, std::span<const std::byte> src) {
+Status VulkanBackend::do_copy_to_device(const ResolvedOperand& dst, std::span<const std::byte> src) {
   std::lock_guard lock(mutex_);
   if (auto s = pending_validation_error(); !s) return s;
-  auto range = resolve(dst, src.size());
-  if (!range) return range.error();
-  return queue_->upload(*range, src);
+  return queue_->upload(range_of(dst), src);
 }
 
-Status VulkanBackend::do_copy_to_host(std::span<std::byte> dst, DevicePtr src) {
+Status VulkanBackend::do_copy_to_host(std::span<std::byte> dst, const ResolvedOperand& src) {
   std::lock_guard lock(mutex_);
   if (auto s = pending_validation_error(); !s) return s;
-  auto range = resolve(src, dst.size());
-  if (!range) return range.error();
-  return queue_->download(dst, *range);
+  return queue_->download(dst, range_of(src));
 }
 
-Status VulkanBackend::do_copy_device(DevicePtr dst, DevicePtr src, std::uint64_t bytes) {
+Status VulkanBackend::do_copy_device(const ResolvedOperand& dst, const ResolvedOperand& src, std::uint64_t bytes) {
   std::lock_guard lock(mutex_);
   if (auto s = pending_validation_error(); !s) return s;
-  auto to = resolve(dst, bytes);
-  if (!to) return to.error();
-  auto from = resolve(src, bytes);
-  if (!from) return from.error();
-  return queue_->copy(*to, *from, bytes);
+  return queue_->copy(range_of(dst), range_of(src), bytes);
 }
 
-Result<DevicePtr> VulkanBackend::do_register_host(const void* host, std::uint64_t bytes, HostAccess access) {
+Result<BackendRange> VulkanBackend::do_register_host(const void* host, std::uint64_t bytes, HostAccess access) {
   std::lock_guard lock(mutex_);
   if (auto s = pending_validation_error(); !s) return s.error();
   // An import is one more VkDeviceMemory; an empty block kept for reuse
@@ -272,29 +265,27 @@ Result<DevicePtr> VulkanBackend::do_register_host(const void* host, std::uint64_
     return s.error();
   auto b = import_host_range(*device_, host, bytes, access == HostAccess::read_only);
   if (!b) return b.error();
-  const DevicePtr ptr = b->user_ptr;
-  try {
-    buffers_.insert(*b);
-  } catch (const std::bad_alloc&) {
+  auto* record = new (std::nothrow) Buffer(*b);
+  if (record == nullptr) {
     destroy_buffer(*device_, *b);
     return make_error(ErrorCode::out_of_memory, "no host memory to record the buffer");
   }
   memory_objects_->add(MemoryObjects::Kind::import);
-  return ptr;
+  return BackendRange{record->user_ptr, cookie_of(record)};
 }
 
-Status VulkanBackend::do_unregister_host(DevicePtr ptr, std::uint64_t, HostAccess) {
+Status VulkanBackend::do_unregister_host(const BackendRange& registration, std::uint64_t, HostAccess) {
   std::lock_guard lock(mutex_);
   if (auto s = pending_validation_error(); !s) return s;
   if (Status idle = queue_->wait_idle(); !idle) return idle;
-  auto b = buffers_.take(ptr, Buffer::Kind::registration);
-  if (!b) return make_error(ErrorCode::internal, "the Vulkan buffer table disagrees with the core: " + b.error().message);
-  destroy_buffer(*device_, *b);
+  Buffer* record = &buffer_of(registration.cookie);
+  destroy_buffer(*device_, *record);
+  delete record;
   memory_objects_->remove(MemoryObjects::Kind::import);
   return {};
 }
 
-Status VulkanBackend::do_launch(const DerivationLaunch& l, const DerivationSizes& sizes) {
+Status VulkanBackend::do_launch(const DerivationLaunch& l, const DerivationSizes& sizes, const LaunchOperands&) {
   const std::uint64_t operand_bytes[] = {sizes.src_bytes, sizes.scales_bytes, sizes.zero_point_bytes, sizes.dst_bytes,
                                          sizes.dst2_bytes};
   for (const std::uint64_t bytes : operand_bytes)

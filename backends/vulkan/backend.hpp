@@ -1,4 +1,7 @@
-// VulkanBackend: the GpuBackend over one Vulkan device.
+// VulkanBackend: the device behind the Vulkan plugin (a BackendDevice, so
+// the core's checks stand in front of it). Each allocation's and
+// registration's cookie is its Buffer record, so no table of buffers is
+// kept here: the core hands the record back with every operand.
 //
 // Options (config string `vulkan[:device]?key=value`):
 //   validation=on|off   Khronos validation layer; every message becomes an error
@@ -16,14 +19,14 @@
 #include "validation.hpp"
 
 #include <ballast/backend_registry.hpp>
-#include <ballast/gpu_backend.hpp>
+#include <ballast/plugin_abi.hpp>
 
 #include <memory>
 #include <mutex>
 
 namespace ballast::vulkan {
 
-class VulkanBackend final : public GpuBackend {
+class VulkanBackend final : public BackendDevice {
  public:
   static Result<std::unique_ptr<VulkanBackend>> open(const BackendConfig& config);
   ~VulkanBackend() override;
@@ -46,19 +49,16 @@ class VulkanBackend final : public GpuBackend {
   VulkanBackend() = default;
   // The validation message an earlier call left behind, if any.
   Status pending_validation_error();
-  // The buffer holding a range the core already validated.
-  Result<BufferRange> resolve(DevicePtr ptr, std::uint64_t bytes) const;
-
   const DeviceInfo& do_info() const override { return device_->physical().info; }
   const Capabilities& do_capabilities() const override { return capabilities_; }
-  Result<DevicePtr> do_allocate(std::uint64_t bytes, std::uint64_t alignment) override;
-  Status do_free(DevicePtr ptr, std::uint64_t bytes) override;
-  Status do_copy_to_device(DevicePtr dst, std::span<const std::byte> src) override;
-  Status do_copy_to_host(std::span<std::byte> dst, DevicePtr src) override;
-  Status do_copy_device(DevicePtr dst, DevicePtr src, std::uint64_t bytes) override;
-  Result<DevicePtr> do_register_host(const void* host, std::uint64_t bytes, HostAccess access) override;
-  Status do_unregister_host(DevicePtr ptr, std::uint64_t bytes, HostAccess access) override;
-  Status do_launch(const DerivationLaunch& launch, const DerivationSizes& sizes) override;
+  Result<BackendRange> do_allocate(std::uint64_t bytes, std::uint64_t alignment) override;
+  Status do_free(const BackendRange& allocation, std::uint64_t bytes) override;
+  Status do_copy_to_device(const ResolvedOperand& dst, std::span<const std::byte> src) override;
+  Status do_copy_to_host(std::span<std::byte> dst, const ResolvedOperand& src) override;
+  Status do_copy_device(const ResolvedOperand& dst, const ResolvedOperand& src, std::uint64_t bytes) override;
+  Result<BackendRange> do_register_host(const void* host, std::uint64_t bytes, HostAccess access) override;
+  Status do_unregister_host(const BackendRange& registration, std::uint64_t bytes, HostAccess access) override;
+  Status do_launch(const DerivationLaunch& launch, const DerivationSizes& sizes, const LaunchOperands& operands) override;
   Status do_synchronize() override;
 
   // Declaration order is destruction order, reversed: the log outlives the
@@ -73,7 +73,6 @@ class VulkanBackend final : public GpuBackend {
   std::unique_ptr<SubAllocator> suballocator_;
   Capabilities capabilities_;
   mutable std::mutex mutex_;
-  BufferMap buffers_;
 };
 
 // Devices visible through a plain instance (no validation), for listings.

@@ -3,14 +3,14 @@
 namespace ballast::vulkan {
 
 Result<Buffer> import_host_range(const Device& device, const void* host, std::uint64_t bytes, bool read_only) {
+  // The core has checked the range (non-null, non-empty, not wrapping) and
+  // that this device imports at all (Capabilities::host_registration); only
+  // what widening to the import alignment adds is checked here.
   const PhysicalDevice& physical = device.physical();
-  if (!physical.host_import) return make_error(ErrorCode::unsupported, physical.host_import_note);
-  if (host == nullptr) return make_error(ErrorCode::invalid_argument, "host pointer is null");
-  if (bytes == 0) return make_error(ErrorCode::invalid_argument, "cannot register an empty host range");
-
   const std::uint64_t align = physical.import_alignment;
   const auto start = reinterpret_cast<std::uintptr_t>(host);
-  if (bytes > UINT64_MAX - start - align) return make_error(ErrorCode::overflow, "host range end overflows the address space");
+  if (bytes > UINT64_MAX - start - align)
+    return make_error(ErrorCode::overflow, "the host range widened to the import alignment wraps the address space");
   const std::uint64_t aligned_start = start & ~(align - 1);
   const std::uint64_t aligned_end = (start + bytes + align - 1) & ~(align - 1);
   const std::uint64_t size = aligned_end - aligned_start;

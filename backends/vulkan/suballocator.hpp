@@ -54,7 +54,7 @@ class SubAllocator {
 
   // An allocation of `bytes` (whole words reserved, at least one) whose
   // pointer (user_ptr) is aligned to `alignment`, a power of two: a
-  // Buffer record of kind allocation for the BufferMap. out_of_memory
+  // Buffer record of kind allocation (the allocation's cookie). out_of_memory
   // past the device's largest single allocation, past the memory-object
   // limit, or when the driver has no memory for a new block.
   Result<Buffer> allocate(std::uint64_t bytes, std::uint64_t alignment);

@@ -5,6 +5,7 @@
 
 #include <ballast/gpu_backend.hpp>
 
+#include <iterator>
 #include <limits>
 #include <new>
 #include <string>
@@ -46,22 +47,22 @@ Result<DevicePtr> GpuBackend::allocate(std::uint64_t bytes, std::uint64_t alignm
   if (!is_power_of_two(alignment))
     return make_error(ErrorCode::invalid_argument, "alignment " + std::to_string(alignment) + " is not a power of two")
         .with_context(doing());
-  auto ptr = do_allocate(bytes, alignment);
-  if (!ptr) return std::move(ptr.error()).with_context(doing());
+  auto range = do_allocate(bytes, alignment);
+  if (!range) return std::move(range.error()).with_context(doing());
   bool recorded = false;
   try {
-    recorded = live_->add_allocation(*ptr, bytes);
+    recorded = live_->add_allocation(range->ptr, {bytes, range->cookie});
   } catch (const std::bad_alloc&) {
-    (void)do_free(*ptr, bytes);
+    (void)do_free(*range, bytes);
     return make_error(ErrorCode::out_of_memory, "no host memory to record the allocation").with_context(doing());
   }
   if (!recorded) {
-    (void)do_free(*ptr, bytes);
-    return make_error(ErrorCode::internal, "the backend returned " + describe_range("allocation", *ptr, bytes) +
+    (void)do_free(*range, bytes);
+    return make_error(ErrorCode::internal, "the backend returned " + describe_range("allocation", range->ptr, bytes) +
                                                ", which overlaps a live allocation")
         .with_context(doing());
   }
-  return ptr;
+  return range->ptr;
 }
 
 Status GpuBackend::free(DevicePtr ptr) {
@@ -70,12 +71,21 @@ Status GpuBackend::free(DevicePtr ptr) {
     return make_error(ErrorCode::invalid_argument,
                       hex(ptr) + " is not a live allocation (unknown, already freed, an interior pointer or a registration)")
         .with_context(info().backend + ": free");
-  Status s = do_free(ptr, node.mapped());
+  Status s = do_free({ptr, node.mapped().cookie}, node.mapped().bytes);
   if (!s) {
     live_->restore_allocation(std::move(node));
     return std::move(s).with_context(info().backend + ": free " + hex(ptr));
   }
   return s;
+}
+
+void GpuBackend::release_live_ranges() {
+  // Registrations first: the newest of several on one start is ended first,
+  // as unregister_host would.
+  auto registrations = live_->take_all_registrations();
+  for (auto it = registrations.rbegin(); it != registrations.rend(); ++it)
+    (void)do_unregister_host({it->first, it->second.cookie}, it->second.bytes, it->second.access);
+  for (const auto& [ptr, a] : live_->take_all_allocations()) (void)do_free({ptr, a.cookie}, a.bytes);
 }
 
 AllocationCounters GpuBackend::counters() const { return live_->counters(); }
@@ -84,18 +94,20 @@ Status GpuBackend::copy_to_device(DevicePtr dst, std::uint64_t dst_offset, std::
   const auto doing = [&] { return info().backend + ": copy " + std::to_string(src.size()) + " bytes host to device"; };
   auto to = offset_pointer("dst", dst, dst_offset);
   if (!to) return std::move(to.error()).with_context(doing());
-  if (Status s = live_->check("dst", *to, src.size(), Access::write); !s) return std::move(s).with_context(doing());
+  auto resolved = live_->resolve("dst", *to, src.size(), Access::write);
+  if (!resolved) return std::move(resolved.error()).with_context(doing());
   if (src.empty()) return {};
-  return in_context(do_copy_to_device(*to, src), doing);
+  return in_context(do_copy_to_device(*resolved, src), doing);
 }
 
 Status GpuBackend::copy_to_host(std::span<std::byte> dst, DevicePtr src, std::uint64_t src_offset) {
   const auto doing = [&] { return info().backend + ": copy " + std::to_string(dst.size()) + " bytes device to host"; };
   auto from = offset_pointer("src", src, src_offset);
   if (!from) return std::move(from.error()).with_context(doing());
-  if (Status s = live_->check("src", *from, dst.size(), Access::read); !s) return std::move(s).with_context(doing());
+  auto resolved = live_->resolve("src", *from, dst.size(), Access::read);
+  if (!resolved) return std::move(resolved.error()).with_context(doing());
   if (dst.empty()) return {};
-  return in_context(do_copy_to_host(dst, *from), doing);
+  return in_context(do_copy_to_host(dst, *resolved), doing);
 }
 
 Status GpuBackend::copy_device(DevicePtr dst, std::uint64_t dst_offset, DevicePtr src, std::uint64_t src_offset,
@@ -105,15 +117,17 @@ Status GpuBackend::copy_device(DevicePtr dst, std::uint64_t dst_offset, DevicePt
   if (!to) return std::move(to.error()).with_context(doing());
   auto from = offset_pointer("src", src, src_offset);
   if (!from) return std::move(from.error()).with_context(doing());
-  if (Status s = live_->check("src", *from, bytes, Access::read); !s) return std::move(s).with_context(doing());
-  if (Status s = live_->check("dst", *to, bytes, Access::write); !s) return std::move(s).with_context(doing());
+  auto source = live_->resolve("src", *from, bytes, Access::read);
+  if (!source) return std::move(source.error()).with_context(doing());
+  auto target = live_->resolve("dst", *to, bytes, Access::write);
+  if (!target) return std::move(target.error()).with_context(doing());
   if (shares_a_byte(*to, bytes, *from, bytes))
     return make_error(ErrorCode::invalid_argument, describe_range("dst", *to, bytes) + " overlaps " +
                                                        describe_range("src", *from, bytes) +
                                                        "; a copy's source and destination must not overlap")
         .with_context(doing());
   if (bytes == 0) return {};
-  return in_context(do_copy_device(*to, *from, bytes), doing);
+  return in_context(do_copy_device(*target, *source, bytes), doing);
 }
 
 Result<DevicePtr> GpuBackend::register_host(const void* host, std::uint64_t bytes, HostAccess access) {
@@ -132,15 +146,15 @@ Result<DevicePtr> GpuBackend::register_host(const void* host, std::uint64_t byte
   if (read_only && !caps.read_only_registration)
     return make_error(ErrorCode::unsupported, "this device cannot register host memory read-only: " + caps.host_registration_note)
         .with_context(doing);
-  auto ptr = do_register_host(host, bytes, access);
-  if (!ptr) return std::move(ptr.error()).with_context(doing);
+  auto range = do_register_host(host, bytes, access);
+  if (!range) return std::move(range.error()).with_context(doing);
   try {
-    live_->add_registration(*ptr, {bytes, access});
+    live_->add_registration(range->ptr, {bytes, access, range->cookie});
   } catch (const std::bad_alloc&) {
-    (void)do_unregister_host(*ptr, bytes, access);
+    (void)do_unregister_host(*range, bytes, access);
     return make_error(ErrorCode::out_of_memory, "no host memory to record the registration").with_context(doing);
   }
-  return ptr;
+  return range->ptr;
 }
 
 Status GpuBackend::unregister_host(DevicePtr ptr) {
@@ -148,7 +162,7 @@ Status GpuBackend::unregister_host(DevicePtr ptr) {
   if (!node)
     return make_error(ErrorCode::invalid_argument, hex(ptr) + " is not a live host registration")
         .with_context(info().backend + ": unregister host memory");
-  Status s = do_unregister_host(ptr, node.mapped().bytes, node.mapped().access);
+  Status s = do_unregister_host({ptr, node.mapped().cookie}, node.mapped().bytes, node.mapped().access);
   if (!s) {
     live_->restore_registration(std::move(node));
     return std::move(s).with_context(info().backend + ": unregister host memory at " + hex(ptr));
@@ -176,8 +190,13 @@ Status GpuBackend::launch(const DerivationLaunch& l) {
       {"dst", l.dst, s.dst_bytes, Access::write},
       {"dst2", l.dst2, s.dst2_bytes, Access::write},
   };
-  for (const Operand& o : operands)
-    if (Status st = live_->check(o.name, o.ptr, o.bytes, o.access); !st) return std::move(st).with_context(doing());
+  ResolvedOperand resolved[std::size(operands)];
+  for (std::size_t i = 0; i < std::size(operands); ++i) {
+    const Operand& o = operands[i];
+    auto r = live_->resolve(o.name, o.ptr, o.bytes, o.access);
+    if (!r) return std::move(r.error()).with_context(doing());
+    resolved[i] = *r;
+  }
   // Kernels read and write in parallel: an output sharing a byte with any
   // other operand would read what it is writing.
   for (const Operand& out : operands) {
@@ -192,7 +211,8 @@ Status GpuBackend::launch(const DerivationLaunch& l) {
     }
   }
   if (s.dst_bytes == 0 && s.dst2_bytes == 0) return {};
-  return in_context(do_launch(l, s), doing);
+  const LaunchOperands resolved_operands{resolved[0], resolved[1], resolved[2], resolved[3], resolved[4]};
+  return in_context(do_launch(l, s, resolved_operands), doing);
 }
 
 Status GpuBackend::synchronize() {

@@ -25,30 +25,30 @@ std::string describe_range(std::string_view operand, DevicePtr ptr, std::uint64_
   return std::string(operand) + " " + format_range(ptr, bytes);
 }
 
-bool LiveRanges::add_allocation(DevicePtr start, std::uint64_t bytes) {
+bool LiveRanges::add_allocation(DevicePtr start, const Allocation& a) {
   std::lock_guard lock(mutex_);
-  const std::uint64_t size = footprint(bytes);
+  const std::uint64_t size = footprint(a.bytes);
   auto next = allocations_.lower_bound(start);
   if (next != allocations_.end() && next->first - start < size) return false;
   if (next != allocations_.begin()) {
     auto prev = std::prev(next);
-    if (start - prev->first < footprint(prev->second)) return false;
+    if (start - prev->first < footprint(prev->second.bytes)) return false;
   }
-  allocations_.emplace_hint(next, start, bytes);
-  allocated_bytes_ += bytes;
+  allocations_.emplace_hint(next, start, a);
+  allocated_bytes_ += a.bytes;
   return true;
 }
 
 LiveRanges::AllocationNode LiveRanges::take_allocation(DevicePtr start) {
   std::lock_guard lock(mutex_);
   AllocationNode node = allocations_.extract(start);
-  if (node) allocated_bytes_ -= node.mapped();
+  if (node) allocated_bytes_ -= node.mapped().bytes;
   return node;
 }
 
 void LiveRanges::restore_allocation(AllocationNode node) {
   std::lock_guard lock(mutex_);
-  allocated_bytes_ += node.mapped();
+  allocated_bytes_ += node.mapped().bytes;
   allocations_.insert(std::move(node));
 }
 
@@ -88,8 +88,9 @@ const Registration* LiveRanges::registration_holding(DevicePtr ptr, std::uint64_
   return nullptr;
 }
 
-Status LiveRanges::check(std::string_view operand, DevicePtr ptr, std::uint64_t bytes, Access access) const {
-  if (bytes == 0) return {};
+Result<ResolvedOperand> LiveRanges::resolve(std::string_view operand, DevicePtr ptr, std::uint64_t bytes,
+                                            Access access) const {
+  if (bytes == 0) return ResolvedOperand{ptr, 0, 0};
   if (ptr == 0) return make_error(ErrorCode::invalid_argument, std::string(operand) + " is a null device pointer");
   if (bytes > std::numeric_limits<DevicePtr>::max() - ptr)
     return make_error(ErrorCode::overflow, describe_range(operand, ptr, bytes) + " wraps the address space");
@@ -100,19 +101,35 @@ Status LiveRanges::check(std::string_view operand, DevicePtr ptr, std::uint64_t 
     return make_error(ErrorCode::invalid_argument, range + " lies in a read-only host registration, which is never written");
   auto next = allocations_.upper_bound(ptr);
   const bool in_allocation = next != allocations_.begin() &&
-                             ptr - std::prev(next)->first < footprint(std::prev(next)->second);
-  if (in_allocation && inside(std::prev(next)->first, std::prev(next)->second, ptr, bytes)) return {};
+                             ptr - std::prev(next)->first < footprint(std::prev(next)->second.bytes);
+  if (in_allocation && inside(std::prev(next)->first, std::prev(next)->second.bytes, ptr, bytes))
+    return ResolvedOperand{ptr, std::prev(next)->second.cookie, ptr - std::prev(next)->first};
   DevicePtr start = 0;
-  if (registration_holding(ptr, bytes, write, start) != nullptr) return {};
+  if (const Registration* r = registration_holding(ptr, bytes, write, start)) return ResolvedOperand{ptr, r->cookie, ptr - start};
   if (in_allocation) {
-    const auto& [base, size] = *std::prev(next);
+    const auto& [base, a] = *std::prev(next);
     return make_error(ErrorCode::out_of_bounds,
-                      range + " runs past the end of its allocation " + format_range(base, size));
+                      range + " runs past the end of its allocation " + format_range(base, a.bytes));
   }
   if (const Registration* r = registration_holding(ptr, 1, false, start))
     return make_error(ErrorCode::out_of_bounds,
                       range + " runs past the end of its host registration " + format_range(start, r->bytes));
   return make_error(ErrorCode::invalid_argument, range + " is not inside any live allocation or host registration");
+}
+
+std::vector<std::pair<DevicePtr, Allocation>> LiveRanges::take_all_allocations() {
+  std::lock_guard lock(mutex_);
+  std::vector<std::pair<DevicePtr, Allocation>> out(allocations_.begin(), allocations_.end());
+  allocations_.clear();
+  allocated_bytes_ = 0;
+  return out;
+}
+
+std::vector<std::pair<DevicePtr, Registration>> LiveRanges::take_all_registrations() {
+  std::lock_guard lock(mutex_);
+  std::vector<std::pair<DevicePtr, Registration>> out(registrations_.begin(), registrations_.end());
+  registrations_.clear();
+  return out;
 }
 
 AllocationCounters LiveRanges::counters() const {

@@ -13,14 +13,22 @@
 #include <mutex>
 #include <optional>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace ballast::detail {
 
 enum class Access : std::uint8_t { read, write };
 
+struct Allocation {
+  std::uint64_t bytes = 0;
+  std::uint64_t cookie = 0;  // the backend's, from do_allocate
+};
+
 struct Registration {
   std::uint64_t bytes = 0;
   HostAccess access = HostAccess::read_only;
+  std::uint64_t cookie = 0;  // the backend's, from do_register_host
 };
 
 // Allocations never overlap (a zero-byte one still owns its address).
@@ -30,11 +38,11 @@ class LiveRanges {
  public:
   // False when [start, +bytes) overlaps a live allocation (a backend bug).
   // May throw std::bad_alloc (the caller turns it into out_of_memory).
-  bool add_allocation(DevicePtr start, std::uint64_t bytes);
+  bool add_allocation(DevicePtr start, const Allocation& a);
   // Removes the allocation starting exactly at `start`; its size, or
   // nothing when there is none. restore_allocation puts it back (no
   // allocation: the node is kept) when the backend's free failed.
-  using AllocationNode = std::map<DevicePtr, std::uint64_t>::node_type;
+  using AllocationNode = std::map<DevicePtr, Allocation>::node_type;
   AllocationNode take_allocation(DevicePtr start);
   void restore_allocation(AllocationNode node);
 
@@ -46,8 +54,14 @@ class LiveRanges {
 
   // [ptr, ptr + bytes) lies inside one live allocation, or one registration
   // (a read-write one for `write`), and a write touches no read-only
-  // registration. Errors name `operand`.
-  Status check(std::string_view operand, DevicePtr ptr, std::uint64_t bytes, Access access) const;
+  // registration; the range's cookie and the offset of `ptr` in it (zero
+  // bytes: nothing checked, nothing resolved). Errors name `operand`.
+  Result<ResolvedOperand> resolve(std::string_view operand, DevicePtr ptr, std::uint64_t bytes, Access access) const;
+
+  // Everything live, oldest registration last, removed from the record
+  // (for GpuBackend::release_live_ranges).
+  std::vector<std::pair<DevicePtr, Allocation>> take_all_allocations();
+  std::vector<std::pair<DevicePtr, Registration>> take_all_registrations();
 
   AllocationCounters counters() const;
 
@@ -56,7 +70,7 @@ class LiveRanges {
   const Registration* registration_holding(DevicePtr ptr, std::uint64_t bytes, bool need_write, DevicePtr& start) const;
 
   mutable std::mutex mutex_;
-  std::map<DevicePtr, std::uint64_t> allocations_;
+  std::map<DevicePtr, Allocation> allocations_;
   std::multimap<DevicePtr, Registration> registrations_;
   std::uint64_t allocated_bytes_ = 0;
 };

@@ -27,40 +27,27 @@ void add_unique(std::vector<std::string>& dirs, std::string dir) {
   dirs.push_back(std::move(dir));
 }
 
-std::string describe(const char* text) { return text == nullptr ? "(null)" : "\"" + std::string(text) + "\""; }
-
-Error abi_error(const std::string& library, const std::string& what) {
-  Error e = make_error(ErrorCode::abi_mismatch, what);
-  e.file = library;
-  return e;
-}
-
-// Reads the descriptor's plain-C fields; nothing C++ crosses before these pass.
-Result<const BallastPluginDescriptor*> checked_descriptor(const SharedLibrary& lib, std::string_view name) {
-  auto symbol = find_symbol(lib, kDescriptorSymbol);
+// Reads the table's plain-C version fields before anything else of it.
+Result<std::unique_ptr<detail::PluginTable>> checked_table(const SharedLibrary& lib, std::string_view name) {
+  auto symbol = find_symbol(lib, kEntrySymbol);
   if (!symbol.ok()) {
     Error e = std::move(symbol.error());
     e.code = ErrorCode::abi_mismatch;
-    e.message = "not a ballast plugin: " + e.message;
+    e.message = find_symbol(lib, kOldDescriptorSymbol).ok()
+                    ? "built for the C++ plugin ABI of ballast 0.1 (it exports ballast_plugin_descriptor); rebuild it "
+                      "against this ballast's plugin_api.h (plugin ABI " +
+                          detail::api_version_text(BALLAST_PLUGIN_API_MAJOR, BALLAST_PLUGIN_API_MINOR) + ")"
+                    : "not a ballast plugin: " + e.message;
+    e.file = lib.path;
     return e;
   }
-  using DescriptorFn = const BallastPluginDescriptor* (*)();
-  auto fn = reinterpret_cast<DescriptorFn>(*symbol);
-  const BallastPluginDescriptor* d = fn();
-  if (d == nullptr) return abi_error(lib.path, std::string(kDescriptorSymbol) + "() returned null");
-  if (d->abi_version != BALLAST_PLUGIN_ABI_VERSION) {
-    return abi_error(lib.path, "plugin ABI version " + std::to_string(d->abi_version) + ", core expects " +
-                                   std::to_string(BALLAST_PLUGIN_ABI_VERSION));
+  auto entry = reinterpret_cast<ballast_plugin_entry_fn>(*symbol);
+  auto table = detail::PluginTable::check(entry(), name);
+  if (!table) {
+    table.error().file = lib.path;
+    return std::move(table.error());
   }
-  if (d->fingerprint == nullptr || std::strcmp(d->fingerprint, plugin_detail::kFingerprint) != 0) {
-    return abi_error(lib.path, "plugin build fingerprint " + describe(d->fingerprint) + ", core is " +
-                                   describe(plugin_detail::kFingerprint));
-  }
-  if (d->name == nullptr || std::string_view(d->name) != name) {
-    return abi_error(lib.path, "plugin names itself " + describe(d->name) + ", expected \"" + std::string(name) + "\"");
-  }
-  if (d->create == nullptr) return abi_error(lib.path, "plugin descriptor has no create function");
-  return d;
+  return table;
 }
 
 }  // namespace
@@ -108,7 +95,7 @@ PluginLoader::PluginLoader(std::vector<std::string> search_dirs) {
   for (auto& d : search_dirs) add_unique(dirs_, std::move(d));
 }
 
-// Plugin objects go, their libraries stay: something the plugin made
+// Plugin tables go, their libraries stay: something the plugin made
 // (a static, a thread) may still run code from them.
 PluginLoader::~PluginLoader() {
   for (auto& s : slots_) {
@@ -239,20 +226,8 @@ Result<LoadedPlugin> PluginLoader::load_uncached(std::string_view name, const st
     // skipped in favour of another copy further down the path.
     const std::string path = candidate.path;
     BALLAST_ASSIGN_OR_RETURN(auto lib, open_checked_library(std::move(candidate)), "loading plugin " + path);
-    BALLAST_ASSIGN_OR_RETURN(auto descriptor, checked_descriptor(lib, name), "checking plugin " + path);
-    BackendPlugin* plugin = nullptr;
-    try {
-      plugin = descriptor->create();
-    } catch (...) {
-      Error e = make_error(ErrorCode::internal, "plugin create() threw an exception");
-      e.file = path;
-      return e;
-    }
-    if (plugin == nullptr) {
-      Error e = make_error(ErrorCode::internal, "plugin create() returned null");
-      e.file = path;
-      return e;
-    }
+    BALLAST_ASSIGN_OR_RETURN(auto table, checked_table(lib, name), "checking plugin " + path);
+    const detail::PluginTable* plugin = table.release();
     return LoadedPlugin{plugin, path};
   }
   if (searched.empty()) searched = "(no search folders)";

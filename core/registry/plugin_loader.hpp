@@ -3,6 +3,7 @@
 // their own over folders of deliberately broken plugins.
 #pragma once
 
+#include "backend/plugin_tables.hpp"
 #include "registry/plugin_file.hpp"
 
 #include <ballast/plugin_abi.hpp>
@@ -25,7 +26,7 @@ BALLAST_API_BEGIN
 namespace ballast::registry {
 
 struct LoadedPlugin {
-  BackendPlugin* plugin = nullptr;  // owned by the loader, never destroyed
+  const detail::PluginTable* plugin = nullptr;  // owned by the loader
   std::string library;              // path it came from
 };
 
@@ -40,8 +41,11 @@ struct CandidateReport {
 // "<path>: <reason>" for each refused report, in search order.
 std::vector<std::string> refusal_lines(const std::vector<CandidateReport>& reports);
 
-// The symbol every plugin exports.
-inline constexpr const char* kDescriptorSymbol = "ballast_plugin_descriptor";
+// The symbol every plugin exports (plugin_api.h).
+inline constexpr const char* kEntrySymbol = BALLAST_PLUGIN_ENTRY_SYMBOL;
+// What plugins of the C++ plugin ABI (before plugin_api.h) exported:
+// recognised only to say that such a file needs rebuilding.
+inline constexpr const char* kOldDescriptorSymbol = "ballast_plugin_descriptor";
 
 // The search path, in order: each folder of BALLAST_PLUGIN_PATH, then
 // `engine_dirs` (set_plugin_search_path), then <folder of libballast>/ballast
@@ -68,8 +72,9 @@ class PluginLoader {
   // never unloaded, so success is final). A claimed name is never loaded.
   // The first admitted file in search order is the plugin: refused files
   // (plugin_file.hpp) are skipped and named in the not_found error, while an
-  // admitted file that fails to load or to pass the ABI check is the
-  // outcome, never skipped for another copy further down.
+  // admitted file that fails to load or to pass the ABI check (its table's
+  // major version, size and name: PluginTable::check) is the outcome,
+  // never skipped for another copy further down.
   Result<LoadedPlugin> load(std::string_view name);
 
   // Keeps `name` from ever being loaded from a file (register_backend has

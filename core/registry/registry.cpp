@@ -1,9 +1,11 @@
 #include "registry/registry.hpp"
 
+#include "backend/plugin_tables.hpp"
+
 #include <ballast/plugin_abi.hpp>
 
 #include <algorithm>
-#include <array>
+#include <iterator>
 #include <cctype>
 #include <mutex>
 
@@ -13,8 +15,11 @@ namespace {
 
 constexpr std::string_view kBuiltIn = "built in";
 
-// Listed whether or not they are here, so a missing plugin is reported.
-constexpr std::array<std::string_view, 4> kFirstParty = {"cpu", "cuda", "hip", "vulkan"};
+// The first-party backends, listed whether or not they are here so a
+// missing plugin is reported. The build says which they are (each backend
+// folder declares itself in backends/CMakeLists.txt), so adding one edits
+// nothing in core/: BALLAST_FIRST_PARTY_BACKENDS is "cpu", "cuda", ...
+constexpr std::string_view kFirstParty[] = {BALLAST_FIRST_PARTY_BACKENDS};
 
 // The backends given to register_backend. A function-local static, so a
 // registrar running during another library's (or this one's) static
@@ -22,7 +27,7 @@ constexpr std::array<std::string_view, 4> kFirstParty = {"cpu", "cuda", "hip", "
 // opened until exit.
 struct Registered {
   std::mutex mutex;
-  std::vector<std::pair<std::string, BackendPlugin*>> entries;
+  std::vector<std::pair<std::string, const detail::PluginTable*>> entries;
 };
 
 Registered& registered() {
@@ -30,7 +35,7 @@ Registered& registered() {
   return *table;
 }
 
-BackendPlugin* registered_plugin(std::string_view name) {
+const detail::PluginTable* registered_plugin(std::string_view name) {
   Registered& r = registered();
   std::lock_guard lock(r.mutex);
   for (const auto& [n, plugin] : r.entries) {
@@ -51,7 +56,7 @@ std::vector<std::string> registered_names() {
 }
 
 bool is_known(PluginLoader& loader, std::string_view name) {
-  if (std::find(kFirstParty.begin(), kFirstParty.end(), name) != kFirstParty.end()) return true;
+  if (std::find(std::begin(kFirstParty), std::end(kFirstParty), name) != std::end(kFirstParty)) return true;
   if (registered_plugin(name) != nullptr) return true;
   const auto found = loader.discover();
   return std::find(found.begin(), found.end(), name) != found.end();
@@ -65,11 +70,11 @@ std::string known_list(PluginLoader& loader) {
 
 // A registered name is never looked up as a file.
 Result<LoadedPlugin> find_plugin(PluginLoader& loader, std::string_view name) {
-  if (BackendPlugin* plugin = registered_plugin(name)) return LoadedPlugin{plugin, std::string(kBuiltIn)};
+  if (const detail::PluginTable* plugin = registered_plugin(name)) return LoadedPlugin{plugin, std::string(kBuiltIn)};
   auto loaded = loader.load(name);
   if (!loaded.ok()) {
     // Registered (and claimed in the loader) while this lookup ran.
-    if (BackendPlugin* plugin = registered_plugin(name)) return LoadedPlugin{plugin, std::string(kBuiltIn)};
+    if (const detail::PluginTable* plugin = registered_plugin(name)) return LoadedPlugin{plugin, std::string(kBuiltIn)};
   }
   return loaded;
 }
@@ -78,9 +83,9 @@ Error thrown(std::string_view what) {
   return make_error(ErrorCode::internal, "plugin " + std::string(what) + " threw an exception");
 }
 
-// Plugins promise not to throw; this keeps a broken one from taking the
-// caller down with it.
-Result<std::vector<DeviceInfo>> devices_of(BackendPlugin& plugin) {
+// Plugins promise not to throw (the SDK's adapter catches); this keeps a
+// broken one from taking the caller down with it.
+Result<std::vector<DeviceInfo>> devices_of(const detail::PluginTable& plugin) {
   try {
     return plugin.devices();
   } catch (...) {
@@ -88,11 +93,9 @@ Result<std::vector<DeviceInfo>> devices_of(BackendPlugin& plugin) {
   }
 }
 
-Result<std::unique_ptr<GpuBackend>> open_with(BackendPlugin& plugin, const BackendConfig& config) {
+Result<std::unique_ptr<GpuBackend>> open_with(const detail::PluginTable& plugin, const BackendConfig& config) {
   try {
-    auto backend = plugin.open(config);
-    if (backend.ok() && *backend == nullptr) return make_error(ErrorCode::internal, "plugin open() returned null");
-    return backend;
+    return plugin.open(config);
   } catch (...) {
     return thrown("open()");
   }
@@ -229,7 +232,7 @@ std::vector<BackendListing> list_backends(PluginLoader& loader, const ListOption
 }
 
 std::vector<std::string> known_backend_names(PluginLoader& loader) {
-  std::vector<std::string> names(kFirstParty.begin(), kFirstParty.end());
+  std::vector<std::string> names(std::begin(kFirstParty), std::end(kFirstParty));
   auto add = [&names](const std::vector<std::string>& more) {
     for (const auto& n : more) {
       if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
@@ -242,13 +245,16 @@ std::vector<std::string> known_backend_names(PluginLoader& loader) {
 
 }  // namespace registry
 
-Status register_backend(std::string name, BackendPlugin& plugin) {
+Status register_backend(std::string name, const ballast_plugin& table) {
   const std::string context = "registering backend \"" + name + "\"";
   if (!plugin_detail::is_backend_name(name)) {
     return make_error(ErrorCode::invalid_argument,
                       "a backend name is a lowercase identifier, [a-z][a-z0-9_]*")
         .with_context(context);
   }
+  // The same checks as a plugin file's table: the ABI major, the name.
+  auto checked = detail::PluginTable::check(&table, name);
+  if (!checked) return std::move(checked.error()).with_context(context);
   registry::Registered& r = registry::registered();
   auto taken = [&r, &name] {
     return std::any_of(r.entries.begin(), r.entries.end(), [&name](const auto& entry) { return entry.first == name; });
@@ -269,7 +275,8 @@ Status register_backend(std::string name, BackendPlugin& plugin) {
   }
   std::lock_guard lock(r.mutex);
   if (taken()) return already_registered();  // by another thread meanwhile: the claim is right for it too
-  r.entries.emplace_back(std::move(name), &plugin);
+  // Kept for the life of the process, like the table it reads.
+  r.entries.emplace_back(std::move(name), checked->release());
   return {};
 }
 
@@ -288,8 +295,6 @@ std::string_view backend_state_name(BackendListing::State s) noexcept {
   }
   return "unknown";
 }
-
-const char* build_fingerprint() noexcept { return plugin_detail::kFingerprint; }
 
 Result<std::unique_ptr<GpuBackend>> open_backend(std::string_view config) {
   return registry::open_backend(registry::process_plugin_loader(), config);

@@ -57,6 +57,31 @@ struct AllocationCounters {
 
 enum class HostAccess : std::uint8_t { read_only, read_write };
 
+// What a backend returns for an allocation or a host registration: the
+// device pointer callers see, and a cookie of the backend's choosing (its
+// own handle: a buffer object, a driver base address) that the core keeps
+// beside the range and hands back in every later call about it, so no
+// backend keeps a table of its own to find its ranges again.
+struct BackendRange {
+  DevicePtr ptr = 0;
+  std::uint64_t cookie = 0;
+};
+
+// One operand as the core resolved it against its record of live ranges:
+// `ptr` is absolute (offsets added), `cookie` belongs to the allocation or
+// registration holding it, `offset` is `ptr` minus that range's pointer.
+// An operand of zero bytes (unused by a launch) is all zero but `ptr`.
+struct ResolvedOperand {
+  DevicePtr ptr = 0;
+  std::uint64_t cookie = 0;
+  std::uint64_t offset = 0;
+};
+
+// A launch's five operands, resolved (see DerivationLaunch).
+struct LaunchOperands {
+  ResolvedOperand src, scales, zero_point, dst, dst2;
+};
+
 namespace detail {
 class BALLAST_HIDDEN LiveRanges;
 }
@@ -109,29 +134,45 @@ class GpuBackend {
   // Waits for all work; reports any error a launch left behind.
   Status synchronize();
 
+  // A backend-specific extension by name (its plugin's get_proc_address,
+  // plugin ABI 1.1); null when the backend has none of that name or
+  // predates the hook. What the pointer is, is the extension's contract.
+  void* extension(const char* name) { return name == nullptr ? nullptr : do_extension(name); }
+
  protected:
   GpuBackend();
+  // Frees every live allocation and ends every registration (through
+  // do_free / do_unregister_host), for a destructor that must leave the
+  // device with nothing the caller leaked. Errors are dropped: a
+  // destructor has nobody to tell, and counters() already told the owner.
+  void release_live_ranges();
 
  private:
-  // What a backend implements. Arguments arrive validated: pointers are
-  // absolute (offsets added), ranges lie inside what do_allocate or
-  // do_register_host returned, byte counts are non-zero. Errors need no
-  // backend prefix: the caller adds "<backend>: <operation>".
+  // What a backend implements (inside libballast: the wrapper of a
+  // plugin's C table, and test doubles; backends themselves implement
+  // BackendDevice, plugin_abi.hpp, which mirrors these). Arguments arrive
+  // validated and resolved: pointers are absolute (offsets added), ranges
+  // lie inside what do_allocate or do_register_host returned, each with
+  // that range's cookie, byte counts are non-zero. Errors need no backend
+  // prefix: the caller adds "<backend>: <operation>".
   virtual const DeviceInfo& do_info() const = 0;
   virtual const Capabilities& do_capabilities() const = 0;
-  virtual Result<DevicePtr> do_allocate(std::uint64_t bytes, std::uint64_t alignment) = 0;
-  // On error the allocation must stay usable (it stays live and counted).
-  virtual Status do_free(DevicePtr ptr, std::uint64_t bytes) = 0;
-  virtual Status do_copy_to_device(DevicePtr dst, std::span<const std::byte> src) = 0;
-  virtual Status do_copy_to_host(std::span<std::byte> dst, DevicePtr src) = 0;
-  virtual Status do_copy_device(DevicePtr dst, DevicePtr src, std::uint64_t bytes) = 0;
+  virtual Result<BackendRange> do_allocate(std::uint64_t bytes, std::uint64_t alignment) = 0;
+  // The allocation as do_allocate returned it. On error it must stay
+  // usable (it stays live and counted).
+  virtual Status do_free(const BackendRange& allocation, std::uint64_t bytes) = 0;
+  virtual Status do_copy_to_device(const ResolvedOperand& dst, std::span<const std::byte> src) = 0;
+  virtual Status do_copy_to_host(std::span<std::byte> dst, const ResolvedOperand& src) = 0;
+  virtual Status do_copy_device(const ResolvedOperand& dst, const ResolvedOperand& src, std::uint64_t bytes) = 0;
   // Called only when capabilities() allow the access.
-  virtual Result<DevicePtr> do_register_host(const void* host, std::uint64_t bytes, HostAccess access) = 0;
+  virtual Result<BackendRange> do_register_host(const void* host, std::uint64_t bytes, HostAccess access) = 0;
   // The registration being ended, as do_register_host returned it.
-  virtual Status do_unregister_host(DevicePtr ptr, std::uint64_t bytes, HostAccess access) = 0;
+  virtual Status do_unregister_host(const BackendRange& registration, std::uint64_t bytes, HostAccess access) = 0;
   // Called only when the launch writes at least one byte.
-  virtual Status do_launch(const DerivationLaunch& launch, const DerivationSizes& sizes) = 0;
+  virtual Status do_launch(const DerivationLaunch& launch, const DerivationSizes& sizes,
+                           const LaunchOperands& operands) = 0;
   virtual Status do_synchronize() = 0;
+  virtual void* do_extension(const char*) { return nullptr; }
 
   std::unique_ptr<detail::LiveRanges> live_;
 };

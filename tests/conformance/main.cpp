@@ -106,6 +106,21 @@ int main(int argc, char** argv) {
     return 1;
   }
   conformance::g_backend = std::move(*opened);
+  // A backend that cannot allocate at all (the skeleton template) fails
+  // every case the same way: one skip with its reason says so once.
+  if (auto probe = conformance::gpu().allocate(1); !probe.ok()) {
+    if (probe.code() == ballast::ErrorCode::unsupported) {
+      std::fprintf(chatter, "skipped: every case needs an allocation: %s\n", probe.error().to_string().c_str());
+      summary.skipped = probe.error().to_string();
+      summary.exit_code = kExitSkip;
+      if (json) conformance::print_summary(summary, json, stdout);
+      conformance::g_backend.reset();
+      return kExitSkip;
+    }
+  } else if (ballast::Status freed = conformance::gpu().free(*probe); !freed.ok()) {
+    std::fprintf(stderr, "ballast-conformance: freeing a 1-byte allocation failed: %s\n", freed.to_string().c_str());
+    return 1;
+  }
   const auto& info = conformance::gpu().info();
   summary.device = info;
   std::fprintf(chatter, "ballast-conformance: backend \"%s\": %s device %d: %s (%s)\n", config.c_str(),

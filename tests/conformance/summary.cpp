@@ -1,7 +1,7 @@
 #include "conformance/summary.hpp"
 
 #include <ballast/backend_registry.hpp>
-#include <ballast/plugin_abi.hpp>
+#include <ballast/plugin_api.h>
 #include <ballast/version.hpp>
 
 #include <doctest/doctest.h>
@@ -140,7 +140,9 @@ const char* result_name(const RunSummary& run) {
 void print_json(const RunSummary& run, const std::vector<CaseOutcome>& cases, std::FILE* out) {
   std::string j = "{\n  \"backend\": " + json_string(run.config);
   j += ",\n  \"ballast_version\": " + json_string(BALLAST_VERSION_STRING);
-  j += ",\n  \"build_fingerprint\": " + json_string(ballast::build_fingerprint());
+  // The plugin ABI replaced the build fingerprint: compatibility is by version.
+  j += ",\n  \"plugin_abi\": " + json_string(std::to_string(BALLAST_PLUGIN_API_MAJOR) + "." +
+                                             std::to_string(BALLAST_PLUGIN_API_MINOR));
   if (run.device) {
     const auto& d = *run.device;
     j += ",\n  \"device\": {\"backend\": " + json_string(d.backend) + ", \"index\": " + std::to_string(d.index) +
@@ -182,7 +184,8 @@ void print_text(const RunSummary& run, const std::vector<CaseOutcome>& cases, st
     std::fprintf(out, "device:   (not opened)\n");
   }
   if (run.device) std::fprintf(out, "driver:   %s\n", run.device->driver.empty() ? "(not reported)" : run.device->driver.c_str());
-  std::fprintf(out, "ballast:  %s (%s)\n", BALLAST_VERSION_STRING, ballast::build_fingerprint());
+  std::fprintf(out, "ballast:  %s (plugin ABI %d.%d)\n", BALLAST_VERSION_STRING, BALLAST_PLUGIN_API_MAJOR,
+               BALLAST_PLUGIN_API_MINOR);
   if (!run.skipped.empty()) std::fprintf(out, "skipped:  %s\n", run.skipped.c_str());
   if (!run.open_error.empty()) std::fprintf(out, "error:    %s\n", run.open_error.c_str());
   if (run.device) std::fprintf(out, "cases:    %zu passed, %zu failed, %zu skipped\n", counts[0], counts[1], counts[2]);

@@ -136,6 +136,7 @@ plugin_loopback)
   cmake --install "$build" --prefix "$work/no-sdk" --component Unspecified >"$work/no-sdk.log"
   [[ -e "$work/no-sdk/include/ballast/backend_registry.hpp" ]] || fail "the default component lacks the public headers"
   [[ ! -e "$work/no-sdk/include/ballast/plugin_abi.hpp" ]] || fail "plugin_abi.hpp installed outside the plugin_sdk component"
+  [[ ! -e "$work/no-sdk/include/ballast/plugin_api.h" ]] || fail "plugin_api.h installed outside the plugin_sdk component"
   if cmake -S "$src/tests/package/plugin" -B "$work/plugin-no-sdk" -G Ninja -DCMAKE_PREFIX_PATH="$work/no-sdk" \
        >"$work/plugin-no-sdk.log" 2>&1; then
     fail "find_package(ballast COMPONENTS plugin_sdk) succeeded on an install without the SDK"

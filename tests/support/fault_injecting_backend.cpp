@@ -1,3 +1,4 @@
+#include "support/forwarding.hpp"
 #include "support/fault_injecting_backend.hpp"
 
 #include <algorithm>
@@ -176,46 +177,46 @@ void FaultInjectingBackend::forget_kept(std::vector<DevicePtr>& kept, DevicePtr 
 const DeviceInfo& FaultInjectingBackend::do_info() const { return inner_.info(); }
 const Capabilities& FaultInjectingBackend::do_capabilities() const { return inner_.capabilities(); }
 
-Result<DevicePtr> FaultInjectingBackend::do_allocate(std::uint64_t bytes, std::uint64_t alignment) {
+Result<BackendRange> FaultInjectingBackend::do_allocate(std::uint64_t bytes, std::uint64_t alignment) {
   if (auto e = count(FaultOp::allocate)) return std::move(*e);
-  return inner_.allocate(bytes, alignment);
+  return ::ballast::testing::forwarded(inner_.allocate(bytes, alignment));
 }
 
-Status FaultInjectingBackend::do_free(DevicePtr ptr, std::uint64_t bytes) {
+Status FaultInjectingBackend::do_free(const BackendRange& ptr_in, std::uint64_t bytes) { const DevicePtr ptr = ptr_in.ptr;
   if (auto e = count(FaultOp::free, ptr, bytes)) return std::move(*e);
   Status s = inner_.free(ptr);
   if (s.ok()) forget_kept(kept_allocations_, ptr);
   return s;
 }
 
-Status FaultInjectingBackend::do_copy_to_device(DevicePtr dst, std::span<const std::byte> src) {
+Status FaultInjectingBackend::do_copy_to_device(const ResolvedOperand& dst_in, std::span<const std::byte> src) { const DevicePtr dst = dst_in.ptr;
   if (auto e = count(FaultOp::copy_to_device)) return std::move(*e);
   return inner_.copy_to_device(dst, 0, src);
 }
 
-Status FaultInjectingBackend::do_copy_to_host(std::span<std::byte> dst, DevicePtr src) {
+Status FaultInjectingBackend::do_copy_to_host(std::span<std::byte> dst, const ResolvedOperand& src_in) { const DevicePtr src = src_in.ptr;
   if (auto e = count(FaultOp::copy_to_host)) return std::move(*e);
   return inner_.copy_to_host(dst, src, 0);
 }
 
-Status FaultInjectingBackend::do_copy_device(DevicePtr dst, DevicePtr src, std::uint64_t bytes) {
+Status FaultInjectingBackend::do_copy_device(const ResolvedOperand& dst_in, const ResolvedOperand& src_in, std::uint64_t bytes) { const DevicePtr dst = dst_in.ptr, src = src_in.ptr;
   if (auto e = count(FaultOp::copy_device)) return std::move(*e);
   return inner_.copy_device(dst, 0, src, 0, bytes);
 }
 
-Result<DevicePtr> FaultInjectingBackend::do_register_host(const void* host, std::uint64_t bytes, HostAccess access) {
+Result<BackendRange> FaultInjectingBackend::do_register_host(const void* host, std::uint64_t bytes, HostAccess access) {
   if (auto e = count(FaultOp::register_host)) return std::move(*e);
-  return inner_.register_host(host, bytes, access);
+  return ::ballast::testing::forwarded(inner_.register_host(host, bytes, access));
 }
 
-Status FaultInjectingBackend::do_unregister_host(DevicePtr ptr, std::uint64_t bytes, HostAccess) {
+Status FaultInjectingBackend::do_unregister_host(const BackendRange& ptr_in, std::uint64_t bytes, HostAccess) { const DevicePtr ptr = ptr_in.ptr;
   if (auto e = count(FaultOp::unregister_host, ptr, bytes)) return std::move(*e);
   Status s = inner_.unregister_host(ptr);
   if (s.ok()) forget_kept(kept_registrations_, ptr);
   return s;
 }
 
-Status FaultInjectingBackend::do_launch(const DerivationLaunch& launch, const DerivationSizes&) {
+Status FaultInjectingBackend::do_launch(const DerivationLaunch& launch, const DerivationSizes&, const LaunchOperands&) {
   if (auto e = count(FaultOp::launch)) return std::move(*e);
   return inner_.launch(launch);
 }

@@ -138,14 +138,14 @@ class FaultInjectingBackend final : public GpuBackend {
  private:
   const DeviceInfo& do_info() const override;
   const Capabilities& do_capabilities() const override;
-  Result<DevicePtr> do_allocate(std::uint64_t bytes, std::uint64_t alignment) override;
-  Status do_free(DevicePtr ptr, std::uint64_t bytes) override;
-  Status do_copy_to_device(DevicePtr dst, std::span<const std::byte> src) override;
-  Status do_copy_to_host(std::span<std::byte> dst, DevicePtr src) override;
-  Status do_copy_device(DevicePtr dst, DevicePtr src, std::uint64_t bytes) override;
-  Result<DevicePtr> do_register_host(const void* host, std::uint64_t bytes, HostAccess access) override;
-  Status do_unregister_host(DevicePtr ptr, std::uint64_t bytes, HostAccess access) override;
-  Status do_launch(const DerivationLaunch& launch, const DerivationSizes& sizes) override;
+  Result<BackendRange> do_allocate(std::uint64_t bytes, std::uint64_t alignment) override;
+  Status do_free(const BackendRange& ptr, std::uint64_t bytes) override;
+  Status do_copy_to_device(const ResolvedOperand& dst, std::span<const std::byte> src) override;
+  Status do_copy_to_host(std::span<std::byte> dst, const ResolvedOperand& src) override;
+  Status do_copy_device(const ResolvedOperand& dst, const ResolvedOperand& src, std::uint64_t bytes) override;
+  Result<BackendRange> do_register_host(const void* host, std::uint64_t bytes, HostAccess access) override;
+  Status do_unregister_host(const BackendRange& ptr, std::uint64_t bytes, HostAccess access) override;
+  Status do_launch(const DerivationLaunch& launch, const DerivationSizes& sizes, const LaunchOperands&) override;
   Status do_synchronize() override;
 
   // Counts one call of `op`; the error to return when it must fail.

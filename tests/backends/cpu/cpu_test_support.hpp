@@ -2,7 +2,7 @@
 // moving host bytes in and out of it, for the CPU unit tests.
 #pragma once
 
-#include "cpu/cpu_plugin.hpp"
+#include "cpu/plugin.hpp"
 
 #include <doctest/doctest.h>
 
@@ -19,7 +19,10 @@ inline std::unique_ptr<ballast::GpuBackend> open_cpu(std::map<std::string, std::
   config.options = std::move(options);
   auto r = ballast::cpu::plugin().open(config);
   REQUIRE_MESSAGE(r.ok(), r.error().to_string());
-  return std::move(r.value());
+  // Behind the core's checks, through the same tables the registry uses.
+  auto checked = ballast::adopt_device(std::move(r.value()));
+  REQUIRE_MESSAGE(checked.ok(), checked.error().to_string());
+  return std::move(checked.value());
 }
 
 // A device copy of `bytes` (at least one byte allocated so the pointer is real).

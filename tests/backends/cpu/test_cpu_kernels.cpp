@@ -8,7 +8,7 @@
 #include <reference/reference.hpp>
 #include <support/derivation_cases.hpp>
 
-#include "cpu/device.hpp"
+#include "cpu/backend.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -225,8 +225,14 @@ TEST_CASE("both kernel tables are in use where the CPU allows") {
   auto on = cpu_test::open_cpu({{"simd", "on"}});
   auto off = cpu_test::open_cpu({{"simd", "off"}});
   const std::string vector_set = ballast::cpu::simd_kernels() ? ballast::cpu::simd_kernels()->name : "portable";
-  CHECK(std::string(dynamic_cast<ballast::cpu::CpuDevice&>(*on).kernel_set()) == vector_set);
-  CHECK(std::string(dynamic_cast<ballast::cpu::CpuDevice&>(*off).kernel_set()) == "portable");
+  // The kernel set is the CPU backend's extension (plugin ABI 1.1's get_proc_address).
+  const auto kernel_set = [](ballast::GpuBackend& b) {
+    const void* name = b.extension(ballast::cpu::kKernelSetExtension);
+    REQUIRE(name != nullptr);
+    return std::string(static_cast<const char*>(name));
+  };
+  CHECK(kernel_set(*on) == vector_set);
+  CHECK(kernel_set(*off) == "portable");
   DerivationLaunch s;
   s.kind = Derivation::to_f16;
   s.src_type = DataType::float32;

@@ -2,8 +2,8 @@
 // plugins) over an emulated driver: everything except the vendor runtime
 // and the GPU itself.
 #include "support/derivation_cases.hpp"
-#include "cuda_hip/host/runtime_backend.hpp"
-#include "cuda_hip/host/runtime_plugin.hpp"
+#include "cuda_hip/host/backend.hpp"
+#include "cuda_hip/host/plugin.hpp"
 #include "host_driver.hpp"
 #include "reference/reference.hpp"
 
@@ -24,7 +24,10 @@ std::unique_ptr<GpuBackend> open_host(int devices = 1, bool read_only_registrati
   HostDriver::reset(devices, read_only_registration);
   auto b = RuntimeBackend::open(HostDriver::api(), 0);
   REQUIRE_MESSAGE(b.ok(), b.error().to_string());
-  return std::move(*b);
+  // Behind the core's checks, through the same tables the plugin's open gives.
+  auto checked = adopt_device(std::move(*b));
+  REQUIRE_MESSAGE(checked.ok(), checked.error().to_string());
+  return std::move(*checked);
 }
 
 std::span<const std::byte> bytes_of(const std::vector<float>& v) { return std::as_bytes(std::span(v)); }
@@ -77,7 +80,7 @@ TEST_CASE("plugin: devices are listed and opened by index or UUID; unknown optio
   config.device_uuid = (*devices)[1].uuid;
   auto by_uuid = plugin.open(config);
   REQUIRE(by_uuid.ok());
-  CHECK((*by_uuid)->info().index == 1);
+  CHECK((*by_uuid)->do_info().index == 1);
 
   config.device_uuid = "GPU-00000000-0000-0000-0000-000000000000";
   CHECK(plugin.open(config).code() == ErrorCode::not_found);
@@ -416,6 +419,11 @@ TEST_CASE("sticky errors are reported by synchronize and by every later call, wi
 }
 
 TEST_CASE("launches and allocations from several threads keep the counters right") {
+  // What earlier tests left in the emulated driver: the sticky-error test's
+  // allocation, which its backend could not free (every call after a sticky
+  // error is refused, a free at teardown too; on a real device the dead
+  // context takes its memory with it).
+  const auto before = HostDriver::live_allocations();
   auto b = open_host();
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
@@ -443,5 +451,5 @@ TEST_CASE("launches and allocations from several threads keep the counters right
   CHECK(failures == 0);
   CHECK(b->synchronize().ok());
   CHECK(b->counters().live_allocations == 0);
-  CHECK(HostDriver::live_allocations() == 0);
+  CHECK(HostDriver::live_allocations() == before);
 }

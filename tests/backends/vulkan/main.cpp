@@ -13,11 +13,11 @@ BackendConfig config(const std::string& suffix) {
   return *c;
 }
 
-std::unique_ptr<VulkanBackend> open(const std::string& suffix) {
+std::unique_ptr<Checked> open(const std::string& suffix) {
   auto b = VulkanBackend::open(config(suffix));
   INFO(b.status().to_string());
   REQUIRE(b.ok());
-  return std::move(*b);
+  return std::make_unique<Checked>(std::move(*b));
 }
 
 }  // namespace ballast::vulkan::test

@@ -46,7 +46,7 @@ struct Run {
 // Uploads the inputs `shift` bytes into their buffers, runs `l` (pointers
 // filled in here, outputs at output_shift) and returns the outputs; fails
 // if a guard byte changed.
-Run run(VulkanBackend& b, DerivationLaunch l, const Bytes& src, const Bytes& scales, const Bytes& zero_points,
+Run run(Checked& b, DerivationLaunch l, const Bytes& src, const Bytes& scales, const Bytes& zero_points,
         std::uint64_t shift) {
   auto sizes = derivation_sizes(l);
   REQUIRE(sizes.ok());
@@ -296,7 +296,7 @@ Quantised quant_reference(const std::vector<float>& w, std::uint64_t n, std::uin
   return q;
 }
 
-void check_quant(VulkanBackend& b, const std::vector<float>& w, std::uint64_t n, std::uint64_t k, DataType type,
+void check_quant(Checked& b, const std::vector<float>& w, std::uint64_t n, std::uint64_t k, DataType type,
                  std::uint64_t shift) {
   CAPTURE(n);
   CAPTURE(k);

@@ -46,7 +46,7 @@ std::uint64_t draw_size(std::mt19937& rng) {
 
 constexpr std::uint64_t kAlignments[] = {1, 4, 8, 16, 64, 256, 4096};
 
-void allocate_and_write(VulkanBackend& b, std::mt19937& rng, std::uint32_t& next_id, std::size_t count,
+void allocate_and_write(Checked& b, std::mt19937& rng, std::uint32_t& next_id, std::size_t count,
                         std::vector<Live>& live, std::uint64_t limit) {
   for (std::size_t i = 0; i < count; ++i) {
     Live l;
@@ -65,7 +65,7 @@ void allocate_and_write(VulkanBackend& b, std::mt19937& rng, std::uint32_t& next
 }
 
 // Every live allocation holds its own pattern, and no two overlap.
-void verify(VulkanBackend& b, std::vector<Live> live) {
+void verify(Checked& b, std::vector<Live> live) {
   std::sort(live.begin(), live.end(), [](const Live& x, const Live& y) { return x.ptr < y.ptr; });
   std::size_t overlaps = 0, wrong = 0;
   for (std::size_t i = 0; i + 1 < live.size(); ++i)

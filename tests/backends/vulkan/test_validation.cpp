@@ -18,7 +18,8 @@ TEST_CASE("with validation on, a full workload raises zero validation messages")
   }
   INFO(attempt.status().to_string());
   REQUIRE(attempt.ok());
-  auto& b = **attempt;
+  Checked checked(std::move(*attempt));
+  auto& b = checked;
   CHECK(b.validation_enabled());
 
   std::vector<float> f(5000);

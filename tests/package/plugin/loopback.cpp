@@ -47,9 +47,11 @@ class Plugin final : public ballast::BackendPlugin {
     }
   }
 
-  ballast::Result<std::unique_ptr<ballast::GpuBackend>> open(const ballast::BackendConfig& config) override {
+  ballast::Result<std::unique_ptr<ballast::BackendDevice>> open(const ballast::BackendConfig& config) override {
     try {
-      return ballast::open_backend(cpu_config(config));
+      // The CPU backend, opened through the public API, behind this
+      // plugin's tables (forward_device: its pointers are the cookies).
+      return ballast::forward_device(ballast::open_backend(cpu_config(config)));
     } catch (const std::exception& e) {
       return failed(e);
     }

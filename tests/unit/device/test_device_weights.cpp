@@ -1,6 +1,7 @@
 // DeviceWeights against the real CPU backend (whose registration is the
 // identity, so zero-copy is observable as pointer equality) and against
 // wrappers that lack or refuse registration (so the upload fallback is).
+#include "support/forwarding.hpp"
 #include <ballast/backend_registry.hpp>
 #include <ballast/device_weights.hpp>
 #include <ballast/log.hpp>
@@ -37,19 +38,19 @@ class Wrapper final : public GpuBackend {
  private:
   const DeviceInfo& do_info() const override { return inner_.info(); }
   const Capabilities& do_capabilities() const override { return caps_; }
-  Result<DevicePtr> do_allocate(std::uint64_t b, std::uint64_t a) override { return inner_.allocate(b, a); }
-  Status do_free(DevicePtr p, std::uint64_t) override { return inner_.free(p); }
-  Status do_copy_to_device(DevicePtr d, std::span<const std::byte> s) override { return inner_.copy_to_device(d, 0, s); }
-  Status do_copy_to_host(std::span<std::byte> d, DevicePtr s) override { return inner_.copy_to_host(d, s, 0); }
-  Status do_copy_device(DevicePtr d, DevicePtr s, std::uint64_t n) override { return inner_.copy_device(d, 0, s, 0, n); }
-  Result<DevicePtr> do_register_host(const void*, std::uint64_t, HostAccess) override {
+  Result<BackendRange> do_allocate(std::uint64_t b, std::uint64_t a) override { return ::ballast::testing::forwarded(inner_.allocate(b, a)); }
+  Status do_free(const BackendRange& p_in, std::uint64_t) override { const DevicePtr p = p_in.ptr; return inner_.free(p); }
+  Status do_copy_to_device(const ResolvedOperand& d_in, std::span<const std::byte> s) override { const DevicePtr d = d_in.ptr; return inner_.copy_to_device(d, 0, s); }
+  Status do_copy_to_host(std::span<std::byte> d, const ResolvedOperand& s_in) override { const DevicePtr s = s_in.ptr; return inner_.copy_to_host(d, s, 0); }
+  Status do_copy_device(const ResolvedOperand& d_in, const ResolvedOperand& s_in, std::uint64_t n) override { const DevicePtr d = d_in.ptr, s = s_in.ptr; return inner_.copy_device(d, 0, s, 0, n); }
+  Result<BackendRange> do_register_host(const void*, std::uint64_t, HostAccess) override {
     register_calls += 1;
     Error e = make_error(mode_ == Mode::refuse ? ErrorCode::device_error : ErrorCode::unsupported, "registration refused");
     e.native = "TEST_REGISTRATION_REFUSED";
     return e;
   }
-  Status do_unregister_host(DevicePtr p, std::uint64_t, HostAccess) override { return inner_.unregister_host(p); }
-  Status do_launch(const DerivationLaunch& l, const DerivationSizes&) override { return inner_.launch(l); }
+  Status do_unregister_host(const BackendRange& p_in, std::uint64_t, HostAccess) override { const DevicePtr p = p_in.ptr; return inner_.unregister_host(p); }
+  Status do_launch(const DerivationLaunch& l, const DerivationSizes&, const LaunchOperands&) override { return inner_.launch(l); }
   Status do_synchronize() override { return inner_.synchronize(); }
 
   GpuBackend& inner_;

@@ -59,15 +59,15 @@ class RecordingBackend final : public GpuBackend {
   const DeviceInfo& do_info() const override { return info_; }
   const Capabilities& do_capabilities() const override { return caps_; }
 
-  Result<DevicePtr> do_allocate(std::uint64_t /*bytes*/, std::uint64_t /*alignment*/) override {
+  Result<BackendRange> do_allocate(std::uint64_t /*bytes*/, std::uint64_t /*alignment*/) override {
     std::lock_guard lock(mutex_);
     const DevicePtr ptr = next_;
     next_ += 0x1000;
     live_.insert(ptr);
-    return ptr;
+    return BackendRange{ptr, ptr};
   }
 
-  Status do_free(DevicePtr ptr, std::uint64_t) override {
+  Status do_free(const BackendRange& ptr_in, std::uint64_t) override { const DevicePtr ptr = ptr_in.ptr;
     std::lock_guard lock(mutex_);
     freed_.push_back(ptr);
     if (refuse_.count(ptr) != 0) return make_error(ErrorCode::device_error, "refused by the test");
@@ -78,12 +78,12 @@ class RecordingBackend final : public GpuBackend {
     return {};
   }
 
-  Status do_copy_to_device(DevicePtr, std::span<const std::byte>) override { return unsupported(); }
-  Status do_copy_to_host(std::span<std::byte>, DevicePtr) override { return unsupported(); }
-  Status do_copy_device(DevicePtr, DevicePtr, std::uint64_t) override { return unsupported(); }
-  Result<DevicePtr> do_register_host(const void*, std::uint64_t, HostAccess) override { return unsupported(); }
-  Status do_unregister_host(DevicePtr, std::uint64_t, HostAccess) override { return unsupported(); }
-  Status do_launch(const DerivationLaunch&, const DerivationSizes&) override { return unsupported(); }
+  Status do_copy_to_device(const ResolvedOperand&, std::span<const std::byte>) override { return unsupported(); }
+  Status do_copy_to_host(std::span<std::byte>, const ResolvedOperand&) override { return unsupported(); }
+  Status do_copy_device(const ResolvedOperand&, const ResolvedOperand&, std::uint64_t) override { return unsupported(); }
+  Result<BackendRange> do_register_host(const void*, std::uint64_t, HostAccess) override { return unsupported(); }
+  Status do_unregister_host(const BackendRange&, std::uint64_t, HostAccess) override { return unsupported(); }
+  Status do_launch(const DerivationLaunch&, const DerivationSizes&, const LaunchOperands&) override { return unsupported(); }
   Status do_synchronize() override { return {}; }
 
   static Error unsupported() { return make_error(ErrorCode::unsupported, "not part of the recording double"); }

@@ -5,6 +5,7 @@
 // with the builder holding a value or an error, the waiter woken with one,
 // and the key usable afterwards; release() likewise. This binary replaces
 // the global operator new, so it is a test of its own.
+#include "support/forwarding.hpp"
 #include <ballast/derived_weights.hpp>
 #include <doctest/doctest.h>
 
@@ -69,14 +70,16 @@ class Unarmed final : public GpuBackend {
  private:
   const DeviceInfo& do_info() const override { return inner_.info(); }
   const Capabilities& do_capabilities() const override { return inner_.capabilities(); }
-  Result<DevicePtr> do_allocate(std::uint64_t b, std::uint64_t a) override { return paused([&] { return inner_.allocate(b, a); }); }
-  Status do_free(DevicePtr p, std::uint64_t) override { return paused([&] { return inner_.free(p); }); }
-  Status do_copy_to_device(DevicePtr d, std::span<const std::byte> s) override { return inner_.copy_to_device(d, 0, s); }
-  Status do_copy_to_host(std::span<std::byte> d, DevicePtr s) override { return inner_.copy_to_host(d, s, 0); }
-  Status do_copy_device(DevicePtr d, DevicePtr s, std::uint64_t n) override { return inner_.copy_device(d, 0, s, 0, n); }
-  Result<DevicePtr> do_register_host(const void* h, std::uint64_t b, HostAccess a) override { return inner_.register_host(h, b, a); }
-  Status do_unregister_host(DevicePtr p, std::uint64_t, HostAccess) override { return inner_.unregister_host(p); }
-  Status do_launch(const DerivationLaunch& l, const DerivationSizes&) override { return inner_.launch(l); }
+  Result<BackendRange> do_allocate(std::uint64_t b, std::uint64_t a) override {
+    return ::ballast::testing::forwarded(paused([&] { return inner_.allocate(b, a); }));
+  }
+  Status do_free(const BackendRange& p_in, std::uint64_t) override { const DevicePtr p = p_in.ptr; return paused([&] { return inner_.free(p); }); }
+  Status do_copy_to_device(const ResolvedOperand& d_in, std::span<const std::byte> s) override { const DevicePtr d = d_in.ptr; return inner_.copy_to_device(d, 0, s); }
+  Status do_copy_to_host(std::span<std::byte> d, const ResolvedOperand& s_in) override { const DevicePtr s = s_in.ptr; return inner_.copy_to_host(d, s, 0); }
+  Status do_copy_device(const ResolvedOperand& d_in, const ResolvedOperand& s_in, std::uint64_t n) override { const DevicePtr d = d_in.ptr, s = s_in.ptr; return inner_.copy_device(d, 0, s, 0, n); }
+  Result<BackendRange> do_register_host(const void* h, std::uint64_t b, HostAccess a) override { return ::ballast::testing::forwarded(inner_.register_host(h, b, a)); }
+  Status do_unregister_host(const BackendRange& p_in, std::uint64_t, HostAccess) override { const DevicePtr p = p_in.ptr; return inner_.unregister_host(p); }
+  Status do_launch(const DerivationLaunch& l, const DerivationSizes&, const LaunchOperands&) override { return inner_.launch(l); }
   Status do_synchronize() override { return inner_.synchronize(); }
 
   RecordingBackend& inner_;

@@ -24,8 +24,8 @@ class Plugin final : public ballast::BackendPlugin {
     return std::vector<ballast::DeviceInfo>{d};
   }
   // Opens the built-in CPU backend: this plugin has no device of its own.
-  ballast::Result<std::unique_ptr<ballast::GpuBackend>> open(const ballast::BackendConfig&) override {
-    return ballast::open_backend("cpu?threads=1");
+  ballast::Result<std::unique_ptr<ballast::BackendDevice>> open(const ballast::BackendConfig&) override {
+    return ballast::forward_device(ballast::open_backend("cpu?threads=1"));
   }
 };
 

@@ -70,9 +70,9 @@ TEST_CASE("ballast backends prints a table with reasons, and the upload fallback
   const Run broken = run(kFakes + "/wrong_abi", "--load");
   REQUIRE(broken.exit_code == 0);
   CHECK(broken.out.find("vulkan: load error") != std::string::npos);
-  // The fake claims the core's version + 7.
-  CHECK(broken.out.find("plugin ABI version " + std::to_string(BALLAST_PLUGIN_ABI_VERSION + 7) + ", core expects " +
-                        std::to_string(BALLAST_PLUGIN_ABI_VERSION)) != std::string::npos);
+  // The fake claims ABI 2.0; both versions are named.
+  CHECK(broken.out.find("plugin ABI 2.0, core plugin ABI " + std::to_string(BALLAST_PLUGIN_API_MAJOR) + "." +
+                        std::to_string(BALLAST_PLUGIN_API_MINOR)) != std::string::npos);
 }
 
 TEST_CASE("ballast backends refuses unknown options with the usage exit code") {

@@ -31,7 +31,7 @@ TEST_CASE("a backend without driver or device is skipped with its reason (exit 7
 }
 
 TEST_CASE("a plugin that is there but broken fails rather than skips") {
-  for (const char* kind : {"wrong_abi", "wrong_fingerprint", "no_symbol", "throws"}) {
+  for (const char* kind : {"wrong_abi", "abi_older", "no_symbol", "silent_error"}) {
     CAPTURE(kind);
     const Run r = conformance(kFakes + "/" + kind, "vulkan");
     CHECK(r.exit_code == 1);

@@ -45,10 +45,10 @@ class Recording final : public BackendPlugin {
     return std::vector<DeviceInfo>{d};
   }
 
-  Result<std::unique_ptr<GpuBackend>> open(const BackendConfig& config) override {
+  Result<std::unique_ptr<BackendDevice>> open(const BackendConfig& config) override {
     ++opens;
     last_config = config.text;
-    return open_backend("cpu?threads=1");
+    return forward_device(open_backend("cpu?threads=1"));
   }
 
   std::atomic<int> opens{0};

@@ -29,7 +29,7 @@ TEST_CASE("the known backends: the first-party ones in their fixed order, then e
 TEST_CASE("the CPU backend is registered: its name is taken") {
   struct Unused final : BackendPlugin {
     Result<std::vector<DeviceInfo>> devices() override { return make_error(ErrorCode::unavailable, "unused"); }
-    Result<std::unique_ptr<GpuBackend>> open(const BackendConfig&) override {
+    Result<std::unique_ptr<BackendDevice>> open(const BackendConfig&) override {
       return make_error(ErrorCode::unavailable, "unused");
     }
   };
@@ -90,28 +90,9 @@ TEST_CASE("list_backends names every known backend with a state, and cpu is alwa
   CHECK(listing[0].library == "built in");
 }
 
-TEST_CASE("the core's fingerprint names its version, ABI, compiler, standard library and language level") {
-  // Built independently of plugin_detail::kFingerprint (which the core
-  // returns), so a wrong field in either shows up here.
-  const std::string fp = build_fingerprint();
-  std::vector<std::string> fields;
-  for (std::size_t start = 0;;) {
-    const std::size_t end = fp.find(';', start);
-    fields.push_back(fp.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  REQUIRE(fields.size() == 5);
-  CHECK(fields[0] == std::string("ballast-") + BALLAST_VERSION_STRING);
-  const std::string abi = "abi-" + std::to_string(BALLAST_PLUGIN_ABI_VERSION);
-  CHECK((fields[1] == abi || fields[1] == abi + "u"));  // the macro's spelling, e.g. 3u
-#if defined(__clang__)
-  CHECK(fields[2] == "clang-" + std::to_string(__clang_major__));
-#elif defined(__GNUC__)
-  CHECK(fields[2] == "gcc-" + std::to_string(__GNUC__));
-#endif
-#if defined(__GLIBCXX__)
-  CHECK(fields[3] == "libstdc++-cxx11abi" + std::to_string(_GLIBCXX_USE_CXX11_ABI));
-#endif
-  CHECK(fields[4] == "c++" + std::to_string(__cplusplus) + "L");
+TEST_CASE("the core names its plugin ABI, not a build fingerprint") {
+  // Plugins are checked by ABI version alone (plugin_api.h): the core built
+  // by one compiler loads plugins built by another.
+  CHECK(BALLAST_PLUGIN_API_MAJOR == 1);
+  CHECK(BALLAST_PLUGIN_API_MINOR >= 1);
 }

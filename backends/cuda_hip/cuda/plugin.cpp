@@ -1,6 +1,6 @@
 // libballast-cuda.so's one exported symbol.
 #include "cuda_runtime_api.hpp"
-#include "cuda_hip/host/runtime_plugin.hpp"
+#include "cuda_hip/host/plugin.hpp"
 
 #include <ballast/plugin_abi.hpp>
 

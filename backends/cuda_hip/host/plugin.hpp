@@ -13,7 +13,7 @@ class RuntimePlugin final : public BackendPlugin {
   explicit RuntimePlugin(const RuntimeApi& api) : api_(api) {}
 
   Result<std::vector<DeviceInfo>> devices() override;
-  Result<std::unique_ptr<GpuBackend>> open(const BackendConfig& config) override;
+  Result<std::unique_ptr<BackendDevice>> open(const BackendConfig& config) override;
 
  private:
   const RuntimeApi& api_;

@@ -1,6 +1,6 @@
 // libballast-hip.so's one exported symbol.
 #include "hip_runtime_api.hpp"
-#include "cuda_hip/host/runtime_plugin.hpp"
+#include "cuda_hip/host/plugin.hpp"
 
 #include <ballast/plugin_abi.hpp>
 

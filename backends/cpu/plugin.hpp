@@ -1,5 +1,5 @@
-// The built-in CPU backend, exposed to the registry as a BackendPlugin like
-// any other so the registry treats every backend the same way.
+// The CPU backend's plugin: the registry sees it through the same C tables
+// as any other backend's (plugin.cpp).
 #pragma once
 
 #include <ballast/plugin_abi.hpp>

@@ -1,12 +1,15 @@
-// GpuBackend over a vendor runtime described by a RuntimeApi table: the one
-// host-side implementation behind the CUDA and HIP plugins.
+// The device over a vendor runtime described by a RuntimeApi table: the one
+// host-side implementation behind the CUDA and HIP plugins. An
+// allocation's cookie is the driver's base address (the pointer handed out
+// is aligned up from it), a registration's the pinned pages it uses, so no
+// table of either is kept here.
 #pragma once
 
 #include "cuda_hip/host/runtime_api.hpp"
 
-#include <ballast/gpu_backend.hpp>
+#include <ballast/plugin_abi.hpp>
 
-#include <map>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -22,10 +25,10 @@ std::string format_uuid(const std::array<std::uint8_t, 16>& bytes);
 // the operation in the message.
 Error native_error(const RuntimeApi& api, NativeCode code, std::string_view operation);
 
-class RuntimeBackend final : public GpuBackend {
+class RuntimeBackend final : public BackendDevice {
  public:
   // Opens device `index` with its own stream.
-  static Result<std::unique_ptr<GpuBackend>> open(const RuntimeApi& api, int index);
+  static Result<std::unique_ptr<BackendDevice>> open(const RuntimeApi& api, int index);
   ~RuntimeBackend() override;
 
  private:
@@ -33,14 +36,14 @@ class RuntimeBackend final : public GpuBackend {
 
   const DeviceInfo& do_info() const override { return info_; }
   const Capabilities& do_capabilities() const override { return caps_; }
-  Result<DevicePtr> do_allocate(std::uint64_t bytes, std::uint64_t alignment) override;
-  Status do_free(DevicePtr ptr, std::uint64_t bytes) override;
-  Status do_copy_to_device(DevicePtr dst, std::span<const std::byte> src) override;
-  Status do_copy_to_host(std::span<std::byte> dst, DevicePtr src) override;
-  Status do_copy_device(DevicePtr dst, DevicePtr src, std::uint64_t bytes) override;
-  Result<DevicePtr> do_register_host(const void* host, std::uint64_t bytes, HostAccess access) override;
-  Status do_unregister_host(DevicePtr ptr, std::uint64_t bytes, HostAccess access) override;
-  Status do_launch(const DerivationLaunch& launch, const DerivationSizes& sizes) override;
+  Result<BackendRange> do_allocate(std::uint64_t bytes, std::uint64_t alignment) override;
+  Status do_free(const BackendRange& allocation, std::uint64_t bytes) override;
+  Status do_copy_to_device(const ResolvedOperand& dst, std::span<const std::byte> src) override;
+  Status do_copy_to_host(std::span<std::byte> dst, const ResolvedOperand& src) override;
+  Status do_copy_device(const ResolvedOperand& dst, const ResolvedOperand& src, std::uint64_t bytes) override;
+  Result<BackendRange> do_register_host(const void* host, std::uint64_t bytes, HostAccess access) override;
+  Status do_unregister_host(const BackendRange& registration, std::uint64_t bytes, HostAccess access) override;
+  Status do_launch(const DerivationLaunch& launch, const DerivationSizes& sizes, const LaunchOperands& operands) override;
   Status do_synchronize() override;
 
   // Makes the device current for this thread and refuses to go on after a
@@ -58,7 +61,8 @@ class RuntimeBackend final : public GpuBackend {
 
   // One driver registration (pinned, device-mapped pages) may serve several
   // register_host handles: a range inside one already pinned reuses it,
-  // since the runtimes refuse to pin the same pages twice.
+  // since the runtimes refuse to pin the same pages twice. Each handle's
+  // cookie is its Pinned entry (a list: entries never move).
   struct Pinned {
     const void* host = nullptr;  // widened to the import alignment
     std::uint64_t bytes = 0;
@@ -66,17 +70,9 @@ class RuntimeBackend final : public GpuBackend {
     bool read_only = false;
     int users = 0;
   };
-  // One register_host handle: which pinned pages it uses.
-  struct Handle {
-    std::uint64_t bytes = 0;
-    bool read_only = false;
-    const void* pinned_host = nullptr;
-  };
 
   mutable std::mutex mutex_;
-  std::map<DevicePtr, DevicePtr> allocations_;  // what the caller holds -> what the driver returned
-  std::multimap<DevicePtr, Handle> handles_;
-  std::vector<Pinned> pinned_;
+  std::list<Pinned> pinned_;
   std::optional<Error> sticky_;
 };
 

@@ -1,5 +1,5 @@
-// The plugin entry point (BALLAST_PLUGIN_ENTRY: the descriptor the registry
-// checks before any C++ object crosses) and the BackendPlugin behind it.
+// The plugin entry point (BALLAST_PLUGIN_ENTRY: the C plugin table the
+// registry reads, plugin_api.h) and the BackendPlugin behind it.
 #include "backend.hpp"
 
 #include <ballast/plugin_abi.hpp>
@@ -19,11 +19,11 @@ class VulkanPlugin final : public BackendPlugin {
     }
   }
 
-  Result<std::unique_ptr<GpuBackend>> open(const BackendConfig& config) override {
+  Result<std::unique_ptr<BackendDevice>> open(const BackendConfig& config) override {
     try {
       auto backend = VulkanBackend::open(config);
       if (!backend) return backend.error();
-      return std::unique_ptr<GpuBackend>(std::move(*backend));
+      return std::unique_ptr<BackendDevice>(std::move(*backend));
     } catch (const std::exception& e) {  // std::bad_alloc from a container: never across the boundary
       return make_error(ErrorCode::internal, std::string("vulkan: ") + e.what());
     }

@@ -1,4 +1,4 @@
-#include "cuda_hip/host/runtime_backend.hpp"
+#include "cuda_hip/host/backend.hpp"
 
 #include <ballast/dtype.hpp>
 
@@ -16,12 +16,6 @@ static_assert(static_cast<int>(KernelType::float16) == static_cast<int>(DataType
 bool add_overflows(std::uint64_t a, std::uint64_t b, std::uint64_t& out) { return __builtin_add_overflow(a, b, &out); }
 
 void* as_pointer(std::uint64_t address) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(address)); }
-
-std::string hex(std::uint64_t v) {
-  char buf[19];
-  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 }  // namespace
 
@@ -43,7 +37,7 @@ Error native_error(const RuntimeApi& api, NativeCode code, std::string_view oper
   return e;
 }
 
-Result<std::unique_ptr<GpuBackend>> RuntimeBackend::open(const RuntimeApi& api, int index) {
+Result<std::unique_ptr<BackendDevice>> RuntimeBackend::open(const RuntimeApi& api, int index) {
   const std::string where = std::string(api.backend) + " device " + std::to_string(index);
   if (NativeCode c = api.set_device(index); c != kNativeSuccess)
     return std::move(native_error(api, c, "select " + where).with_context("opening " + where));
@@ -72,19 +66,17 @@ Result<std::unique_ptr<GpuBackend>> RuntimeBackend::open(const RuntimeApi& api, 
   } else if (!caps.read_only_registration) {
     caps.host_registration_note = api.registration_note;
   }
-  return std::unique_ptr<GpuBackend>(new RuntimeBackend(api, index, stream, std::move(info), std::move(caps)));
+  return std::unique_ptr<BackendDevice>(new RuntimeBackend(api, index, stream, std::move(info), std::move(caps)));
 }
 
 RuntimeBackend::RuntimeBackend(const RuntimeApi& api, int index, void* stream, DeviceInfo info, Capabilities caps)
     : api_(api), index_(index), stream_(stream), info_(std::move(info)), caps_(std::move(caps)) {}
 
 RuntimeBackend::~RuntimeBackend() {
-  // Best effort: a destructor has nobody to report to, and the counters
-  // already told the owner about anything it leaked.
+  // Best effort: a destructor has nobody to report to. The core freed and
+  // unregistered what the caller leaked before destroying this.
   api_.set_device(index_);
   api_.stream_synchronize(stream_);
-  for (const auto& [start, driver_base] : allocations_) api_.device_free(driver_base);
-  for (const Pinned& p : pinned_) api_.host_unregister(p.host);
   api_.stream_destroy(stream_);
 }
 
@@ -121,12 +113,14 @@ Status RuntimeBackend::copy(void* dst, const void* src, std::uint64_t bytes, Cop
   return {};
 }
 
-Result<DevicePtr> RuntimeBackend::do_allocate(std::uint64_t bytes, std::uint64_t alignment) {
+Result<BackendRange> RuntimeBackend::do_allocate(std::uint64_t bytes, std::uint64_t alignment) {
   // The runtime aligns to at least 256 bytes; stricter alignment over-allocates.
   std::uint64_t request = bytes == 0 ? 1 : bytes;
   if (alignment > 256 && add_overflows(request, alignment - 1, request))
     return make_error(ErrorCode::overflow, std::to_string(bytes) + " bytes plus alignment overflows");
   if (Status s = enter("allocate"); !s) return s;
+  // Serialised, as before the cookie replaced the backend's table: the
+  // runtimes' allocator is shared by every thread of the context.
   std::lock_guard lock(mutex_);
   DevicePtr base = 0;
   if (NativeCode c = api_.device_malloc(&base, request); c != kNativeSuccess) {
@@ -134,44 +128,27 @@ Result<DevicePtr> RuntimeBackend::do_allocate(std::uint64_t bytes, std::uint64_t
     if (api_.is_sticky(c) && !sticky_) sticky_ = e;
     return e;
   }
-  const DevicePtr start = (base + alignment - 1) & ~(alignment - 1);
-  try {
-    allocations_.emplace(start, base);
-  } catch (const std::bad_alloc&) {
-    api_.device_free(base);
-    return make_error(ErrorCode::out_of_memory, "no host memory to record the allocation");
-  }
-  return start;
+  return BackendRange{(base + alignment - 1) & ~(alignment - 1), base};
 }
 
-Status RuntimeBackend::do_free(DevicePtr ptr, std::uint64_t) {
-  DevicePtr base = 0;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = allocations_.find(ptr);
-    if (it == allocations_.end()) return make_error(ErrorCode::internal, "no driver allocation is recorded at " + hex(ptr));
-    base = it->second;
-  }
+Status RuntimeBackend::do_free(const BackendRange& allocation, std::uint64_t) {
   if (Status s = enter("free"); !s) return s;
-  if (Status s = check(api_.device_free(base), "free"); !s) return s;
-  std::lock_guard lock(mutex_);
-  allocations_.erase(ptr);
-  return {};
+  return check(api_.device_free(allocation.cookie), "free");
 }
 
-Status RuntimeBackend::do_copy_to_device(DevicePtr dst, std::span<const std::byte> src) {
-  return copy(as_pointer(dst), src.data(), src.size(), CopyKind::host_to_device, true, "host-to-device copy");
+Status RuntimeBackend::do_copy_to_device(const ResolvedOperand& dst, std::span<const std::byte> src) {
+  return copy(as_pointer(dst.ptr), src.data(), src.size(), CopyKind::host_to_device, true, "host-to-device copy");
 }
 
-Status RuntimeBackend::do_copy_to_host(std::span<std::byte> dst, DevicePtr src) {
-  return copy(dst.data(), as_pointer(src), dst.size(), CopyKind::device_to_host, true, "device-to-host copy");
+Status RuntimeBackend::do_copy_to_host(std::span<std::byte> dst, const ResolvedOperand& src) {
+  return copy(dst.data(), as_pointer(src.ptr), dst.size(), CopyKind::device_to_host, true, "device-to-host copy");
 }
 
-Status RuntimeBackend::do_copy_device(DevicePtr dst, DevicePtr src, std::uint64_t bytes) {
-  return copy(as_pointer(dst), as_pointer(src), bytes, CopyKind::device_to_device, false, "device-to-device copy");
+Status RuntimeBackend::do_copy_device(const ResolvedOperand& dst, const ResolvedOperand& src, std::uint64_t bytes) {
+  return copy(as_pointer(dst.ptr), as_pointer(src.ptr), bytes, CopyKind::device_to_device, false, "device-to-device copy");
 }
 
-Result<DevicePtr> RuntimeBackend::do_register_host(const void* host, std::uint64_t bytes, HostAccess access) {
+Result<BackendRange> RuntimeBackend::do_register_host(const void* host, std::uint64_t bytes, HostAccess access) {
   const bool read_only = access == HostAccess::read_only;
   const std::uint64_t a = caps_.import_alignment;
   const auto address = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(host));
@@ -191,48 +168,45 @@ Result<DevicePtr> RuntimeBackend::do_register_host(const void* host, std::uint64
   }
   try {
     if (pin == nullptr) {
-      pinned_.reserve(pinned_.size() + 1);
       Pinned fresh;
       fresh.host = as_pointer(base);
       fresh.bytes = end - base;
       fresh.read_only = read_only;
-      if (NativeCode c = api_.host_register(fresh.host, fresh.bytes, read_only); c != kNativeSuccess)
+      pinned_.emplace_back();  // before pinning: a failure to record it leaves nothing pinned
+      if (NativeCode c = api_.host_register(fresh.host, fresh.bytes, read_only); c != kNativeSuccess) {
+        pinned_.pop_back();
         return native_error(api_, c, op);
+      }
       if (NativeCode c = api_.host_device_pointer(&fresh.device, fresh.host); c != kNativeSuccess) {
         api_.host_unregister(fresh.host);
+        pinned_.pop_back();
         return native_error(api_, c, std::string(op) + " (device pointer)");
       }
-      pinned_.push_back(fresh);
+      pinned_.back() = fresh;
       pin = &pinned_.back();
     }
     const auto pin_base = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(pin->host));
-    const DevicePtr device = pin->device + (address - pin_base);
-    handles_.emplace(device, Handle{bytes, read_only, pin->host});
     ++pin->users;
-    return device;
+    return BackendRange{pin->device + (address - pin_base),
+                        static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(pin))};
   } catch (const std::bad_alloc&) {
     return make_error(ErrorCode::out_of_memory, "no host memory to record the registration");
   }
 }
 
-Status RuntimeBackend::do_unregister_host(DevicePtr ptr, std::uint64_t bytes, HostAccess access) {
+Status RuntimeBackend::do_unregister_host(const BackendRange& registration, std::uint64_t, HostAccess) {
   const void* release = nullptr;
   {
     std::lock_guard lock(mutex_);
-    auto [first, last] = handles_.equal_range(ptr);
-    auto handle = last;
-    for (auto it = first; it != last; ++it)
-      if (it->second.bytes == bytes && it->second.read_only == (access == HostAccess::read_only)) handle = it;
-    if (handle == last) return make_error(ErrorCode::internal, "no driver registration is recorded at " + hex(ptr));
+    const auto* pin = reinterpret_cast<const Pinned*>(static_cast<std::uintptr_t>(registration.cookie));
     for (auto it = pinned_.begin(); it != pinned_.end(); ++it) {
-      if (it->host != handle->second.pinned_host) continue;
+      if (&*it != pin) continue;
       if (--it->users == 0) {
         release = it->host;
         pinned_.erase(it);
       }
       break;
     }
-    handles_.erase(handle);
   }
   if (release == nullptr) return {};  // other handles still use the pinned pages
   const char* op = "host unregistration";
@@ -243,7 +217,7 @@ Status RuntimeBackend::do_unregister_host(DevicePtr ptr, std::uint64_t bytes, Ho
   return drained.ok() ? released : drained;
 }
 
-Status RuntimeBackend::do_launch(const DerivationLaunch& l, const DerivationSizes&) {
+Status RuntimeBackend::do_launch(const DerivationLaunch& l, const DerivationSizes&, const LaunchOperands&) {
   const bool zero_points = l.zero_points != ZeroPoints::absent;
   const bool int4 = l.kind == Derivation::dequant_int4 || l.kind == Derivation::repack_int4;
   const char* op = "kernel enqueue";

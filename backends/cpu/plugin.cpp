@@ -1,20 +1,32 @@
-// The built-in CPU backend as a BackendPlugin, registered as "cpu" through
-// the public register_backend() hook an engine's own backend uses, so the
-// registry (core/) knows nothing about it. Config options (after '?'):
+// The CPU backend's entry: its BackendPlugin, and how it reaches the
+// registry. Built into libballast (the default) it registers itself as
+// "cpu" through the public register_backend() hook an engine's own backend
+// uses, so the registry (core/) knows nothing about it. Built as a plugin
+// file (BALLAST_CPU_PLUGIN_NAME defined: ballast's ABI tests build copies
+// with another compiler and as plugin ABI 1.0) it exports the plugin entry
+// under that name instead. Either way the core sees only the C tables of
+// plugin_api.h. Config options (after '?'):
 //   threads=N   worker threads including the caller, 1..1024 (default: all
 //               hardware threads this process may run on)
 //   simd=on|off off forces the portable kernels (for comparison/debugging)
-#include "cpu_plugin.hpp"
-#include "device.hpp"
+#include "plugin.hpp"
+#include "backend.hpp"
 #include "system_info.hpp"
 
 #include <charconv>
 #include <string>
 
+#ifdef BALLAST_CPU_PLUGIN_NAME
+#define BALLAST_CPU_NAME_ BALLAST_CPU_PLUGIN_NAME
+#else
+#define BALLAST_CPU_NAME_ "cpu"
+#endif
+
 namespace ballast::cpu {
 
 namespace {
 
+constexpr const char* kName = BALLAST_CPU_NAME_;
 constexpr const char* kKnownKeys = "threads, simd";
 
 Result<DeviceOptions> parse_options(const BackendConfig& config) {
@@ -41,7 +53,7 @@ Result<DeviceOptions> parse_options(const BackendConfig& config) {
 class CpuPlugin final : public BackendPlugin {
  public:
   CpuPlugin() {
-    info_.backend = "cpu";
+    info_.backend = kName;
     info_.index = 0;
     info_.name = cpu_model_name();
     info_.uuid = cpu_uuid();
@@ -56,9 +68,9 @@ class CpuPlugin final : public BackendPlugin {
 
   Result<std::vector<DeviceInfo>> devices() override { return std::vector<DeviceInfo>{info_}; }
 
-  Result<std::unique_ptr<GpuBackend>> open(const BackendConfig& config) override {
+  Result<std::unique_ptr<BackendDevice>> open(const BackendConfig& config) override {
     // The registry says "opening backend ..." once; no second context here.
-    if (!config.name.empty() && config.name != "cpu")
+    if (!config.name.empty() && config.name != kName)
       return make_error(ErrorCode::invalid_argument, "the cpu plugin cannot open backend '" + config.name + "'");
     if (config.device_index && *config.device_index != 0)
       return make_error(ErrorCode::not_found, "cpu has one device, index 0; there is no device " +
@@ -69,7 +81,7 @@ class CpuPlugin final : public BackendPlugin {
     if (!options) return options.error();
     if (options->threads == 0) options->threads = hardware_threads();
     try {
-      return std::unique_ptr<GpuBackend>(std::make_unique<CpuDevice>(info_, caps_, *options));
+      return std::unique_ptr<BackendDevice>(std::make_unique<CpuDevice>(info_, caps_, *options));
     } catch (const std::exception& e) {  // thread creation or memory: never across the boundary
       return make_error(ErrorCode::out_of_memory, std::string("cannot start the cpu device: ") + e.what());
     }
@@ -87,6 +99,15 @@ BackendPlugin& plugin() {
   return instance;
 }
 
+}  // namespace ballast::cpu
+
+#ifdef BALLAST_CPU_PLUGIN_NAME
+
+BALLAST_PLUGIN_ENTRY(BALLAST_CPU_PLUGIN_NAME, &ballast::cpu::plugin());
+
+#else
+
+namespace ballast::cpu {
 namespace {
 
 // What the registry holds: forwards to plugin(), so that loading libballast
@@ -94,7 +115,7 @@ namespace {
 class LazyCpuPlugin final : public BackendPlugin {
  public:
   Result<std::vector<DeviceInfo>> devices() override { return plugin().devices(); }
-  Result<std::unique_ptr<GpuBackend>> open(const BackendConfig& config) override { return plugin().open(config); }
+  Result<std::unique_ptr<BackendDevice>> open(const BackendConfig& config) override { return plugin().open(config); }
 };
 
 // Runs while libballast is loaded, before any code of the program that
@@ -111,3 +132,5 @@ const Registrar registrar;
 }  // namespace
 
 }  // namespace ballast::cpu
+
+#endif

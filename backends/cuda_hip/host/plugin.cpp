@@ -1,6 +1,6 @@
-#include "cuda_hip/host/runtime_plugin.hpp"
+#include "cuda_hip/host/plugin.hpp"
 
-#include "cuda_hip/host/runtime_backend.hpp"
+#include "cuda_hip/host/backend.hpp"
 
 #include <string>
 
@@ -31,7 +31,7 @@ Result<std::vector<DeviceInfo>> RuntimePlugin::devices() {
   return out;
 }
 
-Result<std::unique_ptr<GpuBackend>> RuntimePlugin::open(const BackendConfig& config) {
+Result<std::unique_ptr<BackendDevice>> RuntimePlugin::open(const BackendConfig& config) {
   if (!config.options.empty())
     return make_error(ErrorCode::invalid_argument, "unknown option \"" + config.options.begin()->first + "\" for backend " +
                                                        api_.backend + "; it takes no options");
