@@ -4,6 +4,7 @@
 #include "base/hex.hpp"
 
 #include <ballast/gpu_backend.hpp>
+#include <ballast/log.hpp>
 
 #include <iterator>
 #include <limits>
@@ -82,10 +83,24 @@ Status GpuBackend::free(DevicePtr ptr) {
 void GpuBackend::release_live_ranges() {
   // Registrations first: the newest of several on one start is ended first,
   // as unregister_host would.
+  // Each range gets a second try: a backend reports an earlier
+  // asynchronous error on the next call it takes, once (Vulkan's pending
+  // validation message), and that call is refused though the range itself
+  // could go; without the retry the range would leak at teardown. What the
+  // first try said goes to the log, since no caller is left to return it
+  // to. A backend whose error is sticky refuses both, and the range is lost
+  // with the device.
+  const auto twice = [&](auto&& call) {
+    Status first = call();
+    if (first.ok()) return;
+    log_message(LogLevel::error, info().backend, "at teardown: " + first.error().to_string());
+    if (Status again = call(); !again.ok())
+      log_message(LogLevel::error, info().backend, "at teardown, again: " + again.error().to_string());
+  };
   auto registrations = live_->take_all_registrations();
   for (auto it = registrations.rbegin(); it != registrations.rend(); ++it)
-    (void)do_unregister_host({it->first, it->second.cookie}, it->second.bytes, it->second.access);
-  for (const auto& [ptr, a] : live_->take_all_allocations()) (void)do_free({ptr, a.cookie}, a.bytes);
+    twice([&] { return do_unregister_host({it->first, it->second.cookie}, it->second.bytes, it->second.access); });
+  for (const auto& [ptr, a] : live_->take_all_allocations()) twice([&] { return do_free({ptr, a.cookie}, a.bytes); });
 }
 
 AllocationCounters GpuBackend::counters() const { return live_->counters(); }

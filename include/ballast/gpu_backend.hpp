@@ -94,6 +94,12 @@ class BALLAST_HIDDEN LiveRanges;
 // then calls the backend's private do_* implementation. So every backend
 // refuses the same calls with the same error code and wording, and a
 // backend author writes only the device work (docs/plugins.md).
+//
+// Threads: every method may be called from several threads at once; each
+// backend serializes its own device work (conformance `threads` checks it
+// on every backend). Ordering across threads is the engine's: a kernel one
+// thread launches reads what another thread's copy has finished writing
+// only if the engine waited for that copy first.
 class GpuBackend {
  public:
   virtual ~GpuBackend();
