@@ -4,6 +4,10 @@
 #include "unit/memo/recording_backend.hpp"
 
 #include <ballast/gpu_backend.hpp>
+#include <ballast/log.hpp>
+
+#include <string>
+#include <vector>
 
 #include <doctest/doctest.h>
 
@@ -24,6 +28,27 @@ TEST_CASE("a free the device refuses leaves the allocation live, and a retry rea
   // Still recorded, so the retry is not "unknown pointer": it goes to the device.
   CHECK(gpu.free(*p).code() == ErrorCode::device_error);
   CHECK(gpu.times_freed(*p) == 2);
+}
+
+TEST_CASE("teardown frees a range whose first free is refused, and logs the refusal") {
+  RecordingBackend gpu;
+  auto a = gpu.allocate(64), b = gpu.allocate(64), c = gpu.allocate(64);
+  REQUIRE((a.ok() && b.ok() && c.ok()));
+  gpu.refuse_once(*b);  // the pending error is reported on the first call after it
+  gpu.refuse(*c);       // a sticky error: refused every time
+  std::vector<std::string> logged;
+  set_log_sink([&](const LogMessage& m) { logged.emplace_back(m.text); });
+  gpu.release_everything();
+  set_log_sink({});
+  CHECK_FALSE(gpu.is_live(*a));
+  CHECK_FALSE(gpu.is_live(*b));  // freed by the second try
+  CHECK(gpu.times_freed(*b) == 2);
+  CHECK(gpu.is_live(*c));  // lost with the device, after two tries
+  CHECK(gpu.times_freed(*c) == 2);
+  CHECK(gpu.counters().live_allocations == 0);
+  REQUIRE(logged.size() == 3);  // b once, c twice
+  CHECK(logged[0].find("at teardown: ") == 0);
+  CHECK(logged[0].find("refused") != std::string::npos);
 }
 
 TEST_CASE("what the core refuses never reaches the device") {

@@ -35,6 +35,16 @@ class RecordingBackend final : public GpuBackend {
     refuse_.insert(ptr);
   }
 
+  // Makes the next free(ptr) fail with device_error, as a backend reporting
+  // an earlier asynchronous error does on the next call it takes.
+  void refuse_once(DevicePtr ptr) {
+    std::lock_guard lock(mutex_);
+    refuse_once_.insert(ptr);
+  }
+
+  // What the core does before destroying a device (TableBackend's destructor).
+  void release_everything() { release_live_ranges(); }
+
   // Every free call, in order, including refused and bad ones.
   std::vector<DevicePtr> freed() const {
     std::lock_guard lock(mutex_);
@@ -71,6 +81,7 @@ class RecordingBackend final : public GpuBackend {
     std::lock_guard lock(mutex_);
     freed_.push_back(ptr);
     if (refuse_.count(ptr) != 0) return make_error(ErrorCode::device_error, "refused by the test");
+    if (refuse_once_.erase(ptr) != 0) return make_error(ErrorCode::device_error, "refused once by the test");
     if (live_.erase(ptr) == 0) {
       bad_frees_ += 1;
       return make_error(ErrorCode::internal, "free of an unknown or already freed pointer reached the backend");
@@ -94,6 +105,7 @@ class RecordingBackend final : public GpuBackend {
   DevicePtr next_ = 0x10000;
   std::set<DevicePtr> live_;
   std::set<DevicePtr> refuse_;
+  std::set<DevicePtr> refuse_once_;
   std::vector<DevicePtr> freed_;
   std::size_t bad_frees_ = 0;
 };
