@@ -100,7 +100,12 @@ void GpuBackend::release_live_ranges() {
   auto registrations = live_->take_all_registrations();
   for (auto it = registrations.rbegin(); it != registrations.rend(); ++it)
     twice([&] { return do_unregister_host({it->first, it->second.cookie}, it->second.bytes, it->second.access); });
-  for (const auto& [ptr, a] : live_->take_all_allocations()) twice([&] { return do_free({ptr, a.cookie}, a.bytes); });
+  // (No structured binding here: clang 14 cannot capture one in a lambda.)
+  for (const auto& entry : live_->take_all_allocations()) {
+    const DevicePtr ptr = entry.first;
+    const auto& a = entry.second;
+    twice([&] { return do_free({ptr, a.cookie}, a.bytes); });
+  }
 }
 
 AllocationCounters GpuBackend::counters() const { return live_->counters(); }

@@ -444,12 +444,20 @@ class ForwardingDevice final : public BackendDevice {
 namespace ballast {
 
 inline Status register_backend(std::string name, BackendPlugin& plugin) {
-  // The table keeps a pointer to the name: a copy that lives as long.
-  auto* kept = new (std::nothrow) std::string(name);
+  // The table keeps a pointer to the name: a copy that lives as long. Both
+  // live for the process once registered, and go again when the registry
+  // refuses them (a name taken, say), so a refusal leaks nothing.
+  std::unique_ptr<std::string> kept(new (std::nothrow) std::string(name));
   if (kept == nullptr) return make_error(ErrorCode::out_of_memory, "no host memory to register backend " + name);
   const ballast_plugin* table = plugin_detail::PluginBox::make(kept->c_str(), &plugin, nullptr);
   if (table == nullptr) return make_error(ErrorCode::out_of_memory, "no host memory to register backend " + name);
-  return register_backend(std::move(name), *table);
+  Status registered = register_backend(std::move(name), *table);
+  if (!registered.ok()) {
+    delete static_cast<plugin_detail::PluginBox*>(table->ctx);
+    return registered;
+  }
+  static_cast<void>(kept.release());
+  return registered;
 }
 
 // The device a plugin's open() returns for a backend it opened through

@@ -20,6 +20,13 @@ struct State {
   std::array<int, static_cast<int>(Op::count_)> calls{};
   std::map<std::uint64_t, std::uint64_t> allocations;    // address -> bytes
   std::map<std::uint64_t, std::uint64_t> registrations;  // host address -> bytes
+
+  // What is still allocated when the process ends goes with it, as a
+  // driver's context does: a backend left unusable by a sticky error can
+  // free nothing at teardown (the core's second try is refused too).
+  ~State() {
+    for (const auto& [address, bytes] : allocations) std::free(reinterpret_cast<void*>(address));
+  }
 };
 
 State& state() {
