@@ -104,9 +104,7 @@ Result<DerivationLayout> derivation_layout(const DerivationLaunch& l) {
     return bad("zero_points", "unknown form");
   for (int i = 0; i < k.operand_count; ++i) {
     const kinds::Operand& row = k.operands[i];
-    // Zero points are an operand of the int4 kinds only; other kinds ignore
-    // the field, as before the table.
-    if (!kinds::present(row, k.blocked ? l.zero_points : ZeroPoints::absent)) continue;
+    if (!kinds::present(k, row, l.zero_points)) continue;
     OperandLayout& o = out.operands[static_cast<int>(row.slot)];
     o.present = true;
     o.row = &row;
@@ -140,7 +138,7 @@ Status check_operand_alignment(const DerivationLaunch& l) {
   const DevicePtr ptrs[kinds::kSlotCount] = {l.src, l.scales, l.zero_point, l.dst, l.dst2};
   for (int i = 0; i < k.operand_count; ++i) {
     const kinds::Operand& row = k.operands[i];
-    if (!kinds::present(row, k.blocked ? l.zero_points : ZeroPoints::absent)) continue;
+    if (!kinds::present(k, row, l.zero_points)) continue;
     const std::uint64_t align = derivation_operand_alignment(row.launch_type ? l.src_type : row.type);
     const DevicePtr ptr = ptrs[static_cast<int>(row.slot)];
     if (align <= 1 || ptr % align == 0) continue;

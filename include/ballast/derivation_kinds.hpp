@@ -146,12 +146,14 @@ static_assert(covers_every_kind(kTable), "kinds::kTable needs one row per Deriva
 
 constexpr bool is_output(Slot s) { return s == Slot::dst || s == Slot::dst2; }
 
-// Whether operand `o` takes part in a launch with these zero points.
-constexpr bool present(const Operand& o, ZeroPoints z) {
+// Whether operand `o` of kind `k` takes part in a launch with these zero
+// points. Only the blocked (int4) kinds read the zero-point field; every
+// other kind ignores it, as it ignores every field it does not use.
+constexpr bool present(const Kind& k, const Operand& o, ZeroPoints z) {
   switch (o.when) {
     case When::always: return true;
-    case When::zero_points_packed: return z == ZeroPoints::packed_u4;
-    case When::zero_points_unpacked: return z == ZeroPoints::unpacked;
+    case When::zero_points_packed: return k.blocked && z == ZeroPoints::packed_u4;
+    case When::zero_points_unpacked: return k.blocked && z == ZeroPoints::unpacked;
   }
   return false;
 }

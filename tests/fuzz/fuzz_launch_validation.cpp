@@ -401,7 +401,7 @@ class World {
       const auto& row = ballast::derivation_kind(l.kind);
       for (int i = 0; i < row.operand_count; ++i) {
         const auto& o = row.operands[i];
-        if (!ballast::kinds::present(o, row.blocked ? l.zero_points : ZeroPoints::absent)) continue;
+        if (!ballast::kinds::present(row, o, l.zero_points)) continue;
         rules.push_back({ptrs[static_cast<int>(o.slot)],
                          ballast::derivation_operand_alignment(o.launch_type ? l.src_type : o.type)});
       }

@@ -51,7 +51,7 @@ std::optional<Sizes> reference_sizes(const ballast::DerivationLaunch& l) {
   u128* slots[] = {&s.src, &s.scales, &s.zero_point, &s.dst, &s.dst2};
   for (int i = 0; i < k.operand_count; ++i) {
     const ballast::kinds::Operand& o = k.operands[i];
-    if (!ballast::kinds::present(o, k.blocked ? l.zero_points : ZeroPoints::absent)) continue;
+    if (!ballast::kinds::present(k, o, l.zero_points)) continue;
     // Factors are each below 2^64, so two multiply without wrapping; stop
     // as soon as a partial product passes 64 bits.
     u128 bytes = ballast::dtype_bits(o.launch_type ? l.src_type : o.type) / 8;
