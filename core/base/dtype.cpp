@@ -18,35 +18,64 @@ constexpr std::array<TypeRow, kMaxKnownDataType + 1> kTypes = {{
     {"uint32", 32},        {"uint64", 64},        {"complex64", 64},      {"complex128", 128},
     {"bfloat16", 16},      {"float8e4m3fn", 8},   {"float8e4m3fnuz", 8},  {"float8e5m2", 8},
     {"float8e5m2fnuz", 8}, {"uint4", 4},          {"int4", 4},            {"float4e2m1", 4},
+    {"float8e8m0", 8},
 }};
+
+// The types past ONNX's numbering (data_type.hpp).
+struct ExtraType {
+  DataType type;
+  TypeRow row;
+};
+constexpr std::array<ExtraType, 2> kExtraTypes = {{
+    {DataType::float6e2m3, {"float6e2m3", 6}},
+    {DataType::float6e3m2, {"float6e3m2", 6}},
+}};
+
+const TypeRow* row_of(DataType t) noexcept {
+  const auto raw = static_cast<std::int32_t>(t);
+  if (raw >= 0 && raw <= kMaxKnownDataType) return &kTypes[static_cast<std::size_t>(raw)];
+  for (const ExtraType& extra : kExtraTypes)
+    if (extra.type == t) return &extra.row;
+  return nullptr;
+}
 
 }  // namespace
 
 bool is_known_dtype(std::int32_t raw) noexcept { return raw >= 0 && raw <= kMaxKnownDataType; }
 
 std::string_view dtype_name(DataType t) noexcept {
-  auto raw = static_cast<std::int32_t>(t);
-  return is_known_dtype(raw) ? kTypes[static_cast<std::size_t>(raw)].name : std::string_view("unknown");
+  const TypeRow* row = row_of(t);
+  return row != nullptr ? row->name : std::string_view("unknown");
 }
 
 std::optional<DataType> dtype_from_name(std::string_view name) noexcept {
   for (std::size_t i = 0; i < kTypes.size(); ++i) {
     if (kTypes[i].name == name) return static_cast<DataType>(i);
   }
+  for (const ExtraType& extra : kExtraTypes)
+    if (extra.row.name == name) return extra.type;
   return std::nullopt;
 }
 
 unsigned dtype_bits(DataType t) noexcept {
-  auto raw = static_cast<std::int32_t>(t);
-  return is_known_dtype(raw) ? kTypes[static_cast<std::size_t>(raw)].bits : 0;
+  const TypeRow* row = row_of(t);
+  return row != nullptr ? row->bits : 0;
 }
 
 std::optional<std::uint64_t> dtype_storage_bytes(DataType t, std::uint64_t elements) noexcept {
   const unsigned bits = dtype_bits(t);
   if (bits == 0) return std::nullopt;
-  if (bits == 4) return elements / 2 + (elements & 1);
+  if (bits % 8 == 0) {
+    std::uint64_t bytes = 0;
+    if (__builtin_mul_overflow(elements, std::uint64_t{bits / 8}, &bytes)) return std::nullopt;
+    return bytes;
+  }
+  // Sub-byte: elements x bits, rounded up to whole bytes, without forming
+  // the bit count (it overflows long before the byte count does).
+  const std::uint64_t whole = elements / 8 * bits;  // bytes of the full groups of 8
+  const std::uint64_t rest = (elements % 8 * bits + 7) / 8;
   std::uint64_t bytes = 0;
-  if (__builtin_mul_overflow(elements, std::uint64_t{bits / 8}, &bytes)) return std::nullopt;
+  if (elements / 8 > UINT64_MAX / bits || __builtin_add_overflow(whole, rest, &bytes)) return std::nullopt;
   return bytes;
 }
 

@@ -20,7 +20,7 @@ Result<Model> decode_into_new_model(Bytes bytes, std::filesystem::path path, std
                                     std::shared_ptr<const store::MappedFile> mapped,
                                     std::optional<store::Root> real_model_dir) {
   Model model;
-  Model::Impl& impl = model.impl();
+  Model::Impl& impl = detail::ModelAccess::impl(model);
   impl.path = std::move(path);
   impl.file_size = file_size;
   impl.bytes_anchor = mapped;

@@ -44,6 +44,18 @@ const WeightRef* Model::weight(std::string_view name) const {
   return it == impl_->store.weights.end() ? nullptr : &it->second;
 }
 
+ModelFormat Model::format() const noexcept { return impl_->format; }
+const std::vector<ModelMetadata>& Model::metadata() const noexcept { return impl_->metadata; }
+
+std::string_view model_format_name(ModelFormat format) noexcept {
+  switch (format) {
+    case ModelFormat::onnx: return "onnx";
+    case ModelFormat::safetensors: return "safetensors";
+    case ModelFormat::safetensors_index: return "safetensors-index";
+  }
+  return "unknown";
+}
+
 const std::vector<ValueId>& Model::weight_order() const noexcept { return impl_->weight_order; }
 const std::vector<NodeInfo>& Model::nodes() const {
   impl_->build_nodes();

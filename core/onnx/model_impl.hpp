@@ -1,7 +1,7 @@
 // The inside of ballast::Model: everything the loader fills in.
 #pragma once
 
-#include <ballast/onnx_loader.hpp>
+#include <ballast/model.hpp>
 
 #include "onnx/name_table.hpp"
 #include "store/sigbus_guard.hpp"
@@ -15,6 +15,8 @@
 namespace ballast {
 
 struct Model::Impl {
+  ModelFormat format = ModelFormat::onnx;
+  std::vector<ModelMetadata> metadata;
   std::filesystem::path path;
   std::uint64_t file_size = 0;
   WeightStore store;
@@ -72,5 +74,13 @@ struct Model::Impl {
   // For the loader: interns without first filling in the node values.
   ValueId intern(std::string_view name) { return ValueId{names.intern(name)}; }
 };
+
+namespace detail {
+// The loaders' way into a Model (Model::impl is not public).
+struct ModelAccess {
+  static Model::Impl& impl(Model& model) noexcept { return *model.impl_; }
+  static const Model::Impl& impl(const Model& model) noexcept { return *model.impl_; }
+};
+}  // namespace detail
 
 }  // namespace ballast

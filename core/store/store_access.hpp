@@ -7,6 +7,7 @@
 #include "store/mapped_file.hpp"
 
 #include <memory>
+#include <unordered_map>
 
 namespace ballast::store {
 
@@ -15,6 +16,11 @@ struct StoreAccess {
   // and copy_bytes treat inline weights borrowed from it like external ones.
   static void set_model_file(WeightStore& store, std::shared_ptr<const MappedFile> file);
   static std::shared_ptr<const MappedFile> model_file(const WeightStore& store);
+  // Marks the first `bytes` of mapping `id` as the format's header
+  // (safetensors' JSON): counted as neither referenced nor dead.
+  static void set_header_bytes(WeightStore& store, MappingId id, std::uint64_t bytes);
+  // The store's weights, for the loaders that fill them in.
+  static std::unordered_map<ValueId, WeightRef>& weights(WeightStore& store) { return store.weights; }
   // The mapping `id` (nullptr when there is none).
   static std::shared_ptr<const MappedFile> mapping(const WeightStore& store, MappingId id);
 };

@@ -31,6 +31,9 @@ struct WeightStore::Impl {
   struct Mapping {
     std::shared_ptr<const store::MappedFile> file;
     std::filesystem::path canonical;
+    // The format's own header at the start of the file (safetensors' JSON):
+    // mapped, but neither a weight's bytes nor dead ones.
+    std::uint64_t header_bytes = 0;
   };
   struct IdentityHash {
     std::size_t operator()(const store::FileIdentity& id) const noexcept {
@@ -276,17 +279,27 @@ ReferencedWeightBytes WeightStore::referenced_weight_bytes() const {
     f.mapping = static_cast<MappingId>(i + 1);
     f.path = im.mappings[i].canonical;
     f.mapped_bytes = im.mappings[i].file->size();
+    f.header_bytes = std::min(im.mappings[i].header_bytes, f.mapped_bytes);
     f.ranges = store::merge_ranges(std::move(per_mapping[i]), f.mapped_bytes);
     f.referenced_bytes = store::total_length(f.ranges);
     out.total += f.referenced_bytes;
+    out.header_total += f.header_bytes;
     out.files.push_back(std::move(f));
   }
   return out;
 }
 
+std::uint64_t WeightStore::format_header_bytes() const {
+  BALLAST_STORE_READ(0);
+  std::uint64_t total = 0;
+  for (const auto& m : im.mappings) total += std::min(m.header_bytes, m.file->size());
+  return total;
+}
+
 std::uint64_t WeightStore::unreferenced_external_bytes(const ReferencedWeightBytes& referenced) const {
   const std::uint64_t mapped = mapped_external_bytes();
-  return mapped > referenced.total ? mapped - referenced.total : 0;
+  const std::uint64_t accounted = referenced.total + format_header_bytes();
+  return mapped > accounted ? mapped - accounted : 0;
 }
 
 std::vector<DeadRanges> WeightStore::dead_ranges(const ReferencedWeightBytes& referenced) const {
@@ -298,6 +311,7 @@ std::vector<DeadRanges> WeightStore::dead_ranges(const ReferencedWeightBytes& re
     const std::uint64_t size = im.mappings[i].file->size();
     // Re-merge: `referenced` may come from elsewhere and is trusted for nothing.
     std::vector<ByteRange> used;
+    if (im.mappings[i].header_bytes != 0) used.push_back({0, std::min(im.mappings[i].header_bytes, size)});
     for (const auto& f : referenced.files)
       if (f.mapping == id) used.insert(used.end(), f.ranges.begin(), f.ranges.end());
     DeadRanges d;
@@ -408,6 +422,12 @@ void StoreAccess::set_model_file(WeightStore& store, std::shared_ptr<const Mappe
   if (!store.impl_) store.impl_ = std::make_unique<WeightStore::Impl>();
   std::unique_lock lock(store.impl_->mutex);
   store.impl_->model_file = std::move(file);
+}
+
+void StoreAccess::set_header_bytes(WeightStore& store, MappingId id, std::uint64_t bytes) {
+  if (!store.impl_) return;
+  std::unique_lock lock(store.impl_->mutex);
+  if (id != 0 && id <= store.impl_->mappings.size()) store.impl_->mappings[id - 1].header_bytes = bytes;
 }
 
 std::shared_ptr<const MappedFile> StoreAccess::model_file(const WeightStore& store) {

@@ -33,9 +33,15 @@ enum class DataType : std::int32_t {
   uint4 = 21,
   int4 = 22,
   float4e2m1 = 23,
+  float8e8m0 = 24,
+
+  // Not ONNX types: safetensors' 6-bit floats (F6_E2M3, F6_E3M2, the OCP
+  // MX formats). Numbered past ONNX's range, so no ONNX file can name them.
+  float6e2m3 = 1001,
+  float6e3m2 = 1002,
 };
 
-// Highest type number this build understands.
-inline constexpr std::int32_t kMaxKnownDataType = 23;
+// Highest ONNX type number this build understands.
+inline constexpr std::int32_t kMaxKnownDataType = 24;
 
 }  // namespace ballast

@@ -12,18 +12,23 @@ BALLAST_API_BEGIN
 
 namespace ballast {
 
+// Whether `raw` is an ONNX type number this build knows (0..kMaxKnownDataType).
+// The types past ONNX's range (float6e2m3, float6e3m2) are not: no ONNX file
+// may name them.
 bool is_known_dtype(std::int32_t raw) noexcept;
 
 // ONNX name in lower case: "float", "float16", "int4", "bool", "double", ...
 std::string_view dtype_name(DataType t) noexcept;
 std::optional<DataType> dtype_from_name(std::string_view name) noexcept;
 
-// Bits per element: 4 for the 4-bit types, 0 for string/undefined.
+// Bits per element: 4 for the 4-bit types, 6 for the 6-bit ones, 0 for
+// string/undefined.
 unsigned dtype_bits(DataType t) noexcept;
 
-// Bytes of a dense little-endian tensor of `elements` elements, sub-byte
-// types packed two per byte (low nibble first), rounded up. nullopt on
-// overflow or for types without a fixed width (string, undefined).
+// Bytes of a dense little-endian tensor of `elements` elements: sub-byte
+// types packed densely (4-bit ones two per byte, low nibble first),
+// rounded up to whole bytes. nullopt on overflow or for types without a
+// fixed width (string, undefined).
 std::optional<std::uint64_t> dtype_storage_bytes(DataType t, std::uint64_t elements) noexcept;
 
 // Product of dims; nullopt when a dim is negative or the product overflows.

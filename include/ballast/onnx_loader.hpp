@@ -1,9 +1,11 @@
 // load_onnx: memory-maps a .onnx file, decodes the protobuf wire format in
-// place, and fills a WeightStore without copying weight bytes.
+// place, and fills a WeightStore without copying weight bytes. open_model
+// (model.hpp) reads ONNX through this same loader, and every other format.
 #pragma once
 
 #include <ballast/export.hpp>
 #include <ballast/status.hpp>
+#include <ballast/model.hpp>
 #include <ballast/weight_store.hpp>
 
 #include <cstdint>
@@ -18,133 +20,6 @@
 BALLAST_API_BEGIN
 
 namespace ballast {
-
-// Loader failures are ballast::Error values whose `file`, `tensor` and
-// `offset` fields say where; the code says which kind (not_found,
-// path_escapes, out_of_bounds, size_mismatch, overflow, malformed,
-// unsupported, io, out_of_memory). No allocation failure escapes as an
-// exception: it is an out_of_memory error.
-using LoaderError = Error;
-
-// What the loader admits and how much work a model may ask of it. Every
-// limit is a defence against a hostile file; docs/security.md explains each.
-struct LoadOptions {
-  // External data must lie beneath the model's directory (symlinks inside
-  // it are followed as long as they stay beneath it). With this set, it may
-  // also lie beneath the directory that holds the model file's real path
-  // (symlinks resolved): the Hugging Face cache layout, where
-  // snapshots/<rev>/ holds symlinks into ../../blobs/. Nothing else is ever
-  // admitted.
-  bool allow_model_real_dir = false;
-  // A data file with more than one hard link is refused: a hard link made
-  // elsewhere can put any file the attacker could read into the directory.
-  bool allow_hard_links = false;
-  // Refuse tensors with more elements than this (absurd dims are an attack).
-  std::uint64_t max_tensor_elements = std::uint64_t{1} << 40;
-  // external_data entries on one tensor (real ones have 2 to 5).
-  std::uint32_t max_external_entries = 64;
-  // Bytes of one external_data location (PATH_MAX).
-  std::uint32_t max_location_bytes = 4096;
-  // Distinct location strings in one model (each is resolved and may be
-  // mapped once; the kernel allows about 65,000 mappings per process).
-  std::uint32_t max_external_locations = 16384;
-};
-
-// An integer attribute of a node (others are not kept).
-struct IntAttribute {
-  std::string_view name;
-  std::int64_t value = 0;
-};
-
-// A node of the graph (any nesting depth), kept so that tools can tell what
-// consumes each weight. The views point into the model's own bytes and
-// tables: they live exactly as long as the Model (moving it keeps them).
-struct NodeInfo {
-  // The node's name; for a node the file leaves unnamed (NodeProto.name is
-  // optional), "<op_type>#<i>" with i its index in Model::nodes(), made
-  // unique against the names the file gives (docs/derivations.md, "Node
-  // names"). Never empty in a loaded model.
-  std::string_view name;
-  std::string_view op_type;
-  std::string_view domain;  // "" for the default ONNX domain
-  std::span<const std::string_view> inputs;   // "" marks an omitted optional input
-  std::span<const std::string_view> outputs;
-  std::span<const IntAttribute> int_attributes;  // in file order
-  unsigned depth = 0;  // 0 = main graph
-
-  // The last value given for integer attribute `attribute` (protobuf: later wins).
-  std::optional<std::int64_t> int_attribute(std::string_view attribute) const noexcept {
-    std::optional<std::int64_t> found;
-    for (const IntAttribute& a : int_attributes)
-      if (a.name == attribute) found = a.value;
-    return found;
-  }
-};
-
-// A string tensor: listed, but not a weight.
-struct StringTensorInfo {
-  std::string name;
-  Dims dims;
-  WeightSource source = WeightSource::initializer;
-};
-
-// Something the loader did not treat as fatal but a person should see.
-struct LoadNote {
-  std::string tensor;
-  std::string message;
-};
-
-class Model {
- public:
-  Model();
-  ~Model();
-  Model(Model&&) noexcept;
-  Model& operator=(Model&&) noexcept;
-
-  const std::filesystem::path& path() const noexcept;
-  std::uint64_t file_size() const noexcept;  // bytes of the .onnx itself
-
-  WeightStore& store() noexcept;
-  const WeightStore& store() const noexcept;
-
-  // Every value the graph names (weights, node inputs and outputs) has an
-  // id. Weights get theirs while the model is opened; the first call to any
-  // of these three numbers the rest (once, thread-safe), so opening stays
-  // proportional to the weights, not to the activations.
-  // The const calls may run concurrently; intern() (which adds a name the
-  // graph does not have) may not run alongside any of them.
-  std::optional<ValueId> value_id(std::string_view name) const;
-  std::string_view value_name(ValueId id) const;
-  ValueId intern(std::string_view name);
-  // The weight of that name; nullptr when the model has none.
-  const WeightRef* weight(std::string_view name) const;
-
-  // Weights in file order (the store's map is unordered).
-  const std::vector<ValueId>& weight_order() const noexcept;
-  // Every node at every depth, parents first. Built on the first call
-  // (once, thread-safe; opening only validates the nodes).
-  const std::vector<NodeInfo>& nodes() const;
-  // ok while the .onnx file is as it was opened (size, modification and
-  // status change times) and no read of its mapping faulted. Node records
-  // are read from the mapping lazily (nodes(), planning), under a guard
-  // that makes pages a truncation took read as zeros instead of killing
-  // the process; this is how a caller learns that happened: an io error
-  // naming the file. plan_derivations() checks it before it returns.
-  Status check_unchanged() const;
-  const std::vector<StringTensorInfo>& string_tensors() const noexcept;
-  const std::vector<LoadNote>& notes() const noexcept;
-
-  std::int64_t ir_version() const noexcept;
-  // (domain, version) pairs from opset_import.
-  const std::vector<std::pair<std::string, std::int64_t>>& opsets() const noexcept;
-
-  struct BALLAST_HIDDEN Impl;
-  Impl& impl() noexcept { return *impl_; }
-  const Impl& impl() const noexcept { return *impl_; }
-
- private:
-  std::unique_ptr<Impl> impl_;
-};
 
 Result<Model> load_onnx(const std::filesystem::path& path, const LoadOptions& options = {});
 

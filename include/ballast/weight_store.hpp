@@ -133,16 +133,18 @@ struct ReferencedWeightBytes {
     std::filesystem::path path;
     std::uint64_t mapped_bytes = 0;
     std::uint64_t referenced_bytes = 0;  // size of the union, clipped to the file
+    std::uint64_t header_bytes = 0;      // the format's header at the file's start (safetensors' JSON)
     std::vector<ByteRange> ranges;       // merged, sorted, non-overlapping
   };
   std::vector<File> files;  // in mapping-id order
   std::uint64_t total = 0;
+  std::uint64_t header_total = 0;  // sum of header_bytes
 };
 
 struct DeadRanges {
   MappingId mapping = 0;
   std::filesystem::path path;
-  std::vector<ByteRange> ranges;  // mapped bytes no weight points at
+  std::vector<ByteRange> ranges;  // mapped bytes no weight points at (a format's header is not dead)
   std::uint64_t total = 0;
 };
 
@@ -191,7 +193,13 @@ class WeightStore {
   // Union of referenced ranges per mapped file.
   ReferencedWeightBytes referenced_weight_bytes() const;
 
-  // Mapped bytes that no weight references; saturates at zero.
+  // Bytes of the mapped files that are the format's own header (a
+  // safetensors file's length and JSON): neither weights nor dead weight.
+  // 0 for ONNX external data, which is bytes only.
+  std::uint64_t format_header_bytes() const;
+
+  // Mapped bytes that no weight references and no format header holds;
+  // saturates at zero. mapped = referenced + header + unreferenced.
   std::uint64_t unreferenced_external_bytes(const ReferencedWeightBytes& referenced) const;
   std::vector<DeadRanges> dead_ranges(const ReferencedWeightBytes& referenced) const;
 

@@ -6,7 +6,7 @@
 
 using namespace ballast;
 
-TEST_CASE("every ONNX type 1..23 has a lower-case name that round-trips") {
+TEST_CASE("every ONNX type 1..24 has a lower-case name that round-trips") {
   for (int raw = 1; raw <= kMaxKnownDataType; ++raw) {
     auto t = static_cast<DataType>(raw);
     auto name = dtype_name(t);
@@ -17,13 +17,20 @@ TEST_CASE("every ONNX type 1..23 has a lower-case name that round-trips") {
   CHECK(dtype_name(DataType::float64) == "double");
   CHECK(dtype_name(DataType::int4) == "int4");
   CHECK(dtype_name(DataType::float4e2m1) == "float4e2m1");
-  CHECK_FALSE(is_known_dtype(24));
+  CHECK_FALSE(is_known_dtype(25));
+  CHECK_FALSE(is_known_dtype(static_cast<std::int32_t>(DataType::float6e2m3)));
+  CHECK(dtype_from_name("float6e3m2") == DataType::float6e3m2);
+  CHECK(dtype_bits(DataType::float6e2m3) == 6);
 }
 
 TEST_CASE("storage bytes pack 4-bit types two per byte and refuse overflow") {
   CHECK(dtype_storage_bytes(DataType::int4, 5) == 3);
   CHECK(dtype_storage_bytes(DataType::uint4, 4) == 2);
   CHECK(dtype_storage_bytes(DataType::float4e2m1, 0) == 0);
+  CHECK(dtype_storage_bytes(DataType::float6e2m3, 4) == 3);
+  CHECK(dtype_storage_bytes(DataType::float6e3m2, 5) == 4);  // 30 bits
+  CHECK(dtype_storage_bytes(DataType::float6e3m2, UINT64_MAX) == UINT64_MAX / 8 * 6 + 6);
+  CHECK(dtype_storage_bytes(DataType::int4, UINT64_MAX) == UINT64_MAX / 2 + 1);
   CHECK(dtype_storage_bytes(DataType::complex128, 3) == 48);
   CHECK(dtype_storage_bytes(DataType::bool_, 3) == 3);
   CHECK_FALSE(dtype_storage_bytes(DataType::string, 3).has_value());

@@ -1,0 +1,97 @@
+#include <ballast/model.hpp>
+#include <ballast/onnx_loader.hpp>
+
+#include "onnx/external_data.hpp"  // shown
+#include "safetensors/header.hpp"
+#include "safetensors/index.hpp"
+#include "safetensors/loader.hpp"
+#include "store/safe_open.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+namespace ballast {
+
+namespace {
+
+// Enough to tell the formats apart: safetensors needs 9 bytes, GGUF 4, an
+// index's "weight_map" is among the first keys of any index written so far
+// (and the whole file is read when it is short).
+constexpr std::size_t kSniffBytes = 4096;
+
+bool looks_like_onnx(const unsigned char* b, std::size_t n) {
+  // A ModelProto starts with the key of one of its fields, with the wire
+  // type that field has: ir_version (1) and model_version (5) are varints,
+  // the others (producer, domain, doc_string, graph, opset_import,
+  // metadata_props, training_info, functions) length-delimited. Exporters
+  // write ir_version first (0x08); the rest is allowed in any order.
+  if (n == 0) return false;
+  const unsigned field = b[0] >> 3;
+  const unsigned wire = b[0] & 7u;
+  if (field == 1 || field == 5) return wire == 0;
+  if ((field >= 2 && field <= 4) || (field >= 6 && field <= 8) || field == 14) return wire == 2;
+  // Two-byte keys: training_info (20) and functions (25), length-delimited.
+  return n >= 2 && b[1] == 0x01 && (b[0] == 0xa2 || b[0] == 0xca);
+}
+
+std::string first_bytes_hex(const unsigned char* b, std::size_t n) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < n && i < 8; ++i) {
+    out += digits[b[i] >> 4];
+    out += digits[b[i] & 15u];
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<ModelFormat> detect_model_format(const std::filesystem::path& path) {
+  auto opened = store::open_regular(path);
+  if (!opened) {
+    Error e = std::move(opened.error());
+    e.file = path.string();
+    return std::move(e).with_context("telling the model's format");
+  }
+  std::string head(kSniffBytes, '\0');
+  ssize_t n = 0;
+  do n = ::pread(opened->fd.get(), head.data(), head.size(), 0);
+  while (n < 0 && errno == EINTR);
+  if (n < 0) {
+    Error e = make_error(ErrorCode::io, std::string("reading the model's first bytes: ") + std::strerror(errno));
+    e.file = path.string();
+    return e;
+  }
+  head.resize(static_cast<std::size_t>(n));
+  const auto* b = reinterpret_cast<const unsigned char*>(head.data());
+  const auto size = static_cast<std::uint64_t>(opened->st.st_size);
+  auto refuse = [&](std::string why) {
+    Error e = make_error(ErrorCode::unsupported, std::move(why));
+    e.file = path.string();
+    return e;
+  };
+  if (head.size() >= 4 && head.compare(0, 4, "GGUF") == 0)
+    return refuse("a GGUF file; this build of ballast does not read GGUF yet");
+  if (safetensors::looks_like_safetensors(std::as_bytes(std::span(head.data(), head.size())), size))
+    return ModelFormat::safetensors;
+  if (safetensors::looks_like_index(head)) return ModelFormat::safetensors_index;
+  if (looks_like_onnx(b, head.size())) return ModelFormat::onnx;
+  if (head.empty()) return refuse("the file is empty");
+  return refuse("not a model ballast reads (ONNX, safetensors, a safetensors index); it begins with bytes " +
+                first_bytes_hex(b, head.size()));
+}
+
+Result<Model> open_model(const std::filesystem::path& path, const LoadOptions& options) {
+  BALLAST_ASSIGN_OR_RETURN(const ModelFormat format, detect_model_format(path));
+  switch (format) {
+    case ModelFormat::onnx: return load_onnx(path, options);
+    case ModelFormat::safetensors: return safetensors::load_file(path, options);
+    case ModelFormat::safetensors_index: return safetensors::load_index(path, options);
+  }
+  return make_error(ErrorCode::internal, "open_model: a format without a loader");
+}
+
+}  // namespace ballast

@@ -1,0 +1,324 @@
+#include "safetensors/loader.hpp"
+
+#include "onnx/external_data.hpp"  // check_location_text, shown
+#include "onnx/model_impl.hpp"
+#include "safetensors/header.hpp"
+#include "safetensors/index.hpp"
+#include "store/mapped_file.hpp"
+#include "store/safe_open.hpp"
+#include "store/sigbus_guard.hpp"
+#include "store/store_access.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <unordered_map>
+
+namespace ballast::safetensors {
+
+namespace {
+
+HeaderLimits limits_of(const LoadOptions& o) {
+  HeaderLimits l;
+  l.max_header_bytes = o.max_header_bytes;
+  l.max_tensors = o.max_tensors_per_file;
+  l.max_tensor_elements = o.max_tensor_elements;
+  l.allow_holes = o.allow_holes;
+  return l;
+}
+
+Error in_file(Error e, const std::string& file) {
+  if (e.file.empty()) e.file = file;
+  return e;
+}
+
+// One mapped safetensors file and what its header says.
+struct MappedShard {
+  MappingId id = 0;
+  std::shared_ptr<const ExternalFile> file;
+  Header header;
+};
+
+// Parses the header of mapping `id`. The mapping is armed while it is read
+// (a page a truncation took reads as zeros instead of killing the process)
+// and checked afterwards: a file that changed meanwhile is the error, not
+// whatever its zeros parsed as.
+Result<Header> read_header(WeightStore& store, MappingId id, const std::string& display, const LoadOptions& options) {
+  const auto mapping = store::StoreAccess::mapping(store, id);
+  if (!mapping) return make_error(ErrorCode::internal, "mapping vanished right after it was made");
+  const Bytes bytes = mapping->bytes();
+  std::optional<store::RegistrationArm> arm;
+  if (!bytes.empty()) arm.emplace(bytes.data(), bytes.size(), mapping->poison_flag());
+  Result<Header> header = parse_header(bytes, limits_of(options));
+  if (Status s = mapping->check_unchanged(); !s.ok())
+    return in_file(std::move(s.error()), display).with_context("reading safetensors header");
+  if (!header) return in_file(std::move(header.error()), display);
+  store::StoreAccess::set_header_bytes(store, id, header->buffer_start);
+  return header;
+}
+
+// Registers a mapped shard's tensors as the model's weights, in buffer
+// order. `wanted` (the index's tensors of this shard) limits which; null
+// takes every tensor.
+void add_weights(Model::Impl& impl, const MappedShard& shard,
+                 const std::unordered_map<std::string_view, std::size_t>* wanted) {
+  auto& weights = store::StoreAccess::weights(impl.store);
+  for (const TensorEntry& t : shard.header.tensors) {
+    if (wanted != nullptr && wanted->find(t.name) == wanted->end()) continue;
+    const ValueId id = impl.intern(t.name);
+    WeightRef w;
+    w.dtype = t.dtype->type;
+    w.dims = Dims(std::span<const std::int64_t>(t.shape));
+    w.source = WeightSource::initializer;
+    w.storage = WeightRef::Storage::external;
+    ExternalLocation loc;
+    loc.file = shard.file;
+    loc.offset = shard.header.buffer_start + t.begin;
+    loc.length = t.end - t.begin;
+    loc.length_was_given = true;
+    w.external = std::move(loc);
+    weights.emplace(id, std::move(w));
+    impl.weight_order.push_back(id);
+  }
+  for (const auto& [key, value] : shard.header.metadata) impl.metadata.push_back({shard.file->location, key, value});
+}
+
+std::shared_ptr<const ExternalFile> external_file(std::string location, std::filesystem::path resolved,
+                                                  const struct stat& st) {
+  const store::FileIdentity identity = store::identity_of(st);
+  return std::make_shared<const ExternalFile>(
+      ExternalFile{std::move(location), std::move(resolved), identity.device, identity.inode});
+}
+
+std::filesystem::path absolute_of(const std::filesystem::path& path) {
+  std::error_code ec;
+  std::filesystem::path absolute = std::filesystem::absolute(path, ec);
+  return ec ? path : absolute;
+}
+
+Result<std::string> read_whole(int fd, std::uint64_t size, std::uint64_t cap, const std::string& display) {
+  if (size > cap) {
+    Error e = make_error(ErrorCode::overflow, "index of " + std::to_string(size) + " bytes exceeds the cap of " +
+                                                  std::to_string(cap) + " bytes (LoadOptions::max_header_bytes)");
+    e.file = display;
+    return e;
+  }
+  std::string text(static_cast<std::size_t>(size), '\0');
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::pread(fd, text.data() + done, text.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      Error e = make_error(ErrorCode::io, n == 0 ? "index ended early (it shrank while it was read)"
+                                                 : std::string("reading the index: ") + std::strerror(errno));
+      e.file = display;
+      return e;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return text;
+}
+
+Result<Model> load_file_unchecked(const std::filesystem::path& path, const LoadOptions& options) {
+  const std::filesystem::path absolute = absolute_of(path);
+  const std::string display = absolute.string();
+  auto opened = store::open_regular(absolute);
+  if (!opened) return in_file(std::move(opened.error()), display).with_context("opening safetensors file");
+  Model model;
+  Model::Impl& impl = detail::ModelAccess::impl(model);
+  impl.format = ModelFormat::safetensors;
+  impl.path = absolute;
+  impl.file_size = static_cast<std::uint64_t>(opened->st.st_size);
+  const std::filesystem::path target = store::path_of(opened->fd.get(), absolute);
+  BALLAST_ASSIGN_OR_RETURN(const MappingId id, impl.store.map_external_fd(opened->fd.get(), target),
+                           "opening safetensors file");
+  MappedShard shard;
+  shard.id = id;
+  shard.file = external_file(absolute.filename().string(), target, opened->st);
+  BALLAST_ASSIGN_OR_RETURN(shard.header, read_header(impl.store, id, display, options), "opening safetensors file");
+  impl.weight_order.reserve(shard.header.tensors.size());
+  add_weights(impl, shard, nullptr);
+  return model;
+}
+
+// The index names shards as relative paths, opened beneath the index's
+// directory with the rules of ONNX external data (onnx/external_data.hpp).
+class ShardOpener {
+ public:
+  ShardOpener(const std::filesystem::path& index_path, const LoadOptions& options, WeightStore& store)
+      : dir_(index_path.parent_path()), index_(index_path.string()), options_(options), store_(store) {}
+
+  Status open_roots(int index_fd, const struct stat& index_st) {
+    auto root = store::open_root(dir_);
+    if (!root) return in_file(std::move(root.error()), dir_.string());
+    root_ = std::move(*root);
+    if (options_.allow_model_real_dir) {
+      real_root_ = store::open_parent_of(index_fd, index_st);
+      if (real_root_ && real_root_->id == root_->id) real_root_.reset();
+    }
+    return {};
+  }
+
+  Result<MappedShard> open(const std::string& location) {
+    auto refuse = [&](Error e) {
+      e.message = "shard " + onnx::shown(location) + " named by the index: " + e.message;
+      if (e.file.empty()) e.file = index_;
+      return e;
+    };
+    if (location.size() > options_.max_location_bytes)
+      return refuse(make_error(ErrorCode::overflow, "the name is longer than LoadOptions::max_location_bytes (" +
+                                                        std::to_string(options_.max_location_bytes) + ")"));
+    if (Status s = onnx::check_location_text(location); !s.ok()) return refuse(std::move(s.error()));
+    const store::Root* roots[2] = {&*root_, nullptr};
+    std::size_t count = 1;
+    if (real_root_) roots[count++] = &*real_root_;
+    const std::filesystem::path joined = (dir_ / location).lexically_normal();
+    auto opened = store::open_beneath(std::span<const store::Root* const>(roots, count), location);
+    if (!opened) {
+      Error e = refuse(std::move(opened.error()));
+      e.file = joined.string();
+      return e;
+    }
+    if (!options_.allow_hard_links && opened->st.st_nlink > 1) {
+      Error e = refuse(make_error(ErrorCode::path_escapes,
+                                  "the file has " + std::to_string(opened->st.st_nlink) +
+                                      " hard links; refused, since a hard link can bring in a file from outside the "
+                                      "model directory (LoadOptions::allow_hard_links allows it)"));
+      e.file = joined.string();
+      return e;
+    }
+    const std::filesystem::path target = store::path_of(opened->fd.get(), joined);
+    auto id = store_.map_external_fd(opened->fd.get(), target);
+    if (!id) return refuse(std::move(id.error()));
+    // Two names for one file ("a.safetensors", "./a.safetensors", or a
+    // symlink): the store maps it once, and the index is refused, since
+    // the second name's header would be read twice as two shards.
+    auto [it, fresh] = names_.try_emplace(*id, location);
+    if (!fresh) {
+      Error e = refuse(make_error(ErrorCode::malformed, "it is the same file as shard " + onnx::shown(it->second) +
+                                                            " (a shard listed twice under two names)"));
+      e.file = target.string();
+      return e;
+    }
+    MappedShard shard;
+    shard.id = *id;
+    shard.file = external_file(location, target, opened->st);
+    BALLAST_ASSIGN_OR_RETURN(shard.header, read_header(store_, *id, target.string(), options_),
+                             "reading shard " + onnx::shown(location));
+    return shard;
+  }
+
+ private:
+  std::filesystem::path dir_;
+  std::string index_;
+  const LoadOptions& options_;
+  WeightStore& store_;
+  std::optional<store::Root> root_;
+  std::optional<store::Root> real_root_;
+  std::unordered_map<MappingId, std::string> names_;
+};
+
+Result<Model> load_index_unchecked(const std::filesystem::path& path, const LoadOptions& options) {
+  const std::filesystem::path absolute = absolute_of(path);
+  const std::string display = absolute.string();
+  auto opened = store::open_regular(absolute);
+  if (!opened) return in_file(std::move(opened.error()), display).with_context("opening safetensors index");
+  BALLAST_ASSIGN_OR_RETURN(
+      const std::string text,
+      read_whole(opened->fd.get(), static_cast<std::uint64_t>(opened->st.st_size), options.max_header_bytes, display),
+      "opening safetensors index");
+  auto parsed = parse_index(text, options.max_tensors_per_file);
+  if (!parsed) return in_file(std::move(parsed.error()), display).with_context("reading safetensors index");
+  const IndexFile& index = *parsed;
+
+  Model model;
+  Model::Impl& impl = detail::ModelAccess::impl(model);
+  impl.format = ModelFormat::safetensors_index;
+  impl.path = absolute;
+  impl.file_size = text.size();
+  const std::string index_name = absolute.filename().string();
+  for (const auto& [key, value] : index.metadata) impl.metadata.push_back({index_name, key, value});
+
+  // Shards in the order the index first names them; each tensor's entry.
+  std::vector<std::string_view> shard_order;
+  std::unordered_map<std::string_view, std::unordered_map<std::string_view, std::size_t>> wanted;
+  for (std::size_t i = 0; i < index.weight_map.size(); ++i) {
+    const auto& [tensor, shard] = index.weight_map[i];
+    auto [it, fresh] = wanted.try_emplace(shard);
+    if (fresh) {
+      if (shard_order.size() >= options.max_external_locations)
+        return in_file(make_error(ErrorCode::overflow, "index names more than " +
+                                                           std::to_string(options.max_external_locations) +
+                                                           " shards (LoadOptions::max_external_locations)"),
+                       display);
+      shard_order.push_back(shard);
+    }
+    it->second.emplace(tensor, i);
+  }
+
+  ShardOpener opener(absolute, options, impl.store);
+  if (!shard_order.empty())
+    if (Status s = opener.open_roots(opened->fd.get(), opened->st); !s.ok())
+      return std::move(s.error()).with_context("opening safetensors index");
+  // Which shard holds each tensor name, over every shard's header.
+  std::unordered_map<std::string, std::string_view> holder;
+  std::vector<MappedShard> shards;
+  shards.reserve(shard_order.size());
+  for (std::string_view location : shard_order) {
+    BALLAST_ASSIGN_OR_RETURN(MappedShard shard, opener.open(std::string(location)), "opening safetensors index");
+    for (const TensorEntry& t : shard.header.tensors) {
+      auto [it, fresh] = holder.try_emplace(t.name, location);
+      if (!fresh) {
+        Error e = make_error(ErrorCode::malformed, "tensor is in shard " + onnx::shown(it->second) + " and in shard " +
+                                                       onnx::shown(location) + "; readers disagree on which one counts");
+        e.tensor = t.name.substr(0, 256);
+        e.file = display;
+        return e;
+      }
+    }
+    shards.push_back(std::move(shard));
+  }
+  for (const auto& [tensor, shard] : index.weight_map) {
+    auto it = holder.find(tensor);
+    if (it == holder.end() || it->second != shard) {
+      Error e = make_error(ErrorCode::not_found,
+                           "the index puts the tensor in shard " + onnx::shown(shard) +
+                               (it == holder.end() ? std::string(", and no shard holds it")
+                                                   : ", but it is in shard " + onnx::shown(it->second)));
+      e.tensor = tensor.substr(0, 256);
+      e.file = display;
+      return e;
+    }
+  }
+  impl.weight_order.reserve(index.weight_map.size());
+  for (std::size_t i = 0; i < shards.size(); ++i) add_weights(impl, shards[i], &wanted[shard_order[i]]);
+  return model;
+}
+
+// Allocation failures are errors, never aborts (the same rule as the ONNX
+// loader): the partly built Model is freed by the unwinding.
+template <class Fn>
+Result<Model> out_of_memory_is_an_error(const std::filesystem::path& path, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+  } catch (const std::length_error&) {
+  }
+  Error e = make_error(ErrorCode::out_of_memory, "out of memory while loading the model");
+  e.file = path.string();
+  return e;
+}
+
+}  // namespace
+
+Result<Model> load_file(const std::filesystem::path& path, const LoadOptions& options) {
+  return out_of_memory_is_an_error(path, [&] { return load_file_unchecked(path, options); });
+}
+
+Result<Model> load_index(const std::filesystem::path& path, const LoadOptions& options) {
+  return out_of_memory_is_an_error(path, [&] { return load_index_unchecked(path, options); });
+}
+
+}  // namespace ballast::safetensors

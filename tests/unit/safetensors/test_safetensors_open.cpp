@@ -1,0 +1,307 @@
+// safetensors through the public API: open_model on single files and
+// sharded indexes, every dtype, the accounting, and the path rules shards
+// share with ONNX external data.
+#include "unit/safetensors/writer.hpp"
+#include "unit/store/scratch_dir.hpp"
+
+#include <ballast/dtype.hpp>
+#include <ballast/model.hpp>
+#include <ballast/onnx_loader.hpp>
+#include <doctest/doctest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+
+using namespace ballast;
+using namespace ballast::testing;
+
+namespace {
+
+std::vector<std::uint8_t> bytes_of(const Model& m, std::string_view name) {
+  const WeightRef* w = m.weight(name);
+  REQUIRE_MESSAGE(w != nullptr, std::string(name));
+  auto b = m.store().bytes(*w);
+  REQUIRE(b.has_value());
+  const auto* p = reinterpret_cast<const std::uint8_t*>(b->data());
+  return {p, p + b->size()};
+}
+
+Result<Model> open_written(const ScratchDir& dir, const std::vector<std::uint8_t>& file, const LoadOptions& o = {}) {
+  return open_model(dir.write("model.safetensors", file), o);
+}
+
+std::string index_json(const std::vector<std::pair<std::string, std::string>>& map, std::string extra = "") {
+  std::string json = "{\"metadata\":{\"total_size\":123,\"format\":\"pt\"}" + extra + ",\"weight_map\":{";
+  for (std::size_t i = 0; i < map.size(); ++i)
+    json += (i ? "," : "") + json_quoted(map[i].first) + ":" + json_quoted(map[i].second);
+  return json + "}}";
+}
+
+}  // namespace
+
+TEST_CASE("a safetensors file opens by its bytes: weights by name, zero-copy, metadata kept") {
+  ScratchDir dir("st-single");
+  const std::vector<StTensor> tensors = {
+      {"model.embed_tokens.weight", "F32", {4, 3}, pattern(48)},
+      {"model.norm.weight", "BF16", {3}, pattern(6, 3)},
+      {"lm_head.weight", "F16", {2, 3}, pattern(12, 5)},
+  };
+  // Written under a name that says nothing: the format is told by the bytes.
+  const auto path = dir.write("weights.bin", st_file(tensors, {{"format", "pt"}, {"source", "test"}}));
+  CHECK(detect_model_format(path).value() == ModelFormat::safetensors);
+  auto model = open_model(path);
+  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+  CHECK(model->format() == ModelFormat::safetensors);
+  CHECK(model_format_name(model->format()) == "safetensors");
+  CHECK(model->nodes().empty());
+  REQUIRE(model->weight_order().size() == 3);
+  CHECK(model->value_name(model->weight_order()[0]) == "model.embed_tokens.weight");
+  const WeightRef* embed = model->weight("model.embed_tokens.weight");
+  REQUIRE(embed != nullptr);
+  CHECK(embed->dtype == DataType::float32);
+  CHECK(embed->dims == Dims{4, 3});
+  CHECK(embed->is_external());
+  CHECK(model->weight("model.norm.weight")->dtype == DataType::bfloat16);
+  CHECK(bytes_of(*model, "model.embed_tokens.weight") == pattern(48));
+  CHECK(bytes_of(*model, "model.norm.weight") == pattern(6, 3));
+  CHECK(bytes_of(*model, "lm_head.weight") == pattern(12, 5));
+  // Borrowed from the one mapping of the file.
+  CHECK(model->store().mapping_count() == 1);
+  const auto whole = model->store().mmap_full_bytes(1);
+  REQUIRE(whole.has_value());
+  const auto b = model->store().bytes(*embed);
+  CHECK(b->data() >= whole->data());
+  CHECK(b->data() + b->size() <= whole->data() + whole->size());
+  REQUIRE(model->metadata().size() == 2);
+  CHECK(model->metadata()[0].key == "format");
+  CHECK(model->metadata()[0].value == "pt");
+  CHECK(model->metadata()[1].file == "weights.bin");
+}
+
+TEST_CASE("the accounting: the JSON header is the format's, not dead weight; everything else referenced") {
+  ScratchDir dir("st-accounting");
+  const std::vector<StTensor> tensors = {{"a", "F32", {8}, pattern(32)}, {"b", "U8", {5}, pattern(5)}};
+  const auto file = st_file(tensors);
+  auto model = open_written(dir, file);
+  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+  const WeightStore& store = model->store();
+  const auto referenced = store.referenced_weight_bytes();
+  CHECK(store.mapped_external_bytes() == file.size());
+  CHECK(referenced.total == 37);
+  CHECK(store.format_header_bytes() == file.size() - 37);
+  CHECK(referenced.header_total == file.size() - 37);
+  CHECK(store.unreferenced_external_bytes(referenced) == 0);
+  const auto dead = store.dead_ranges(referenced);
+  REQUIRE(dead.size() == 1);
+  CHECK(dead[0].total == 0);
+}
+
+TEST_CASE("every dtype of the specification opens as its DataType, sub-byte ones by their bit size") {
+  struct Row {
+    const char* name;
+    DataType type;
+  };
+  const Row rows[] = {
+      {"BOOL", DataType::bool_},       {"U8", DataType::uint8},          {"I8", DataType::int8},
+      {"I16", DataType::int16},        {"U16", DataType::uint16},        {"F16", DataType::float16},
+      {"BF16", DataType::bfloat16},    {"I32", DataType::int32},         {"U32", DataType::uint32},
+      {"F32", DataType::float32},      {"F64", DataType::float64},       {"I64", DataType::int64},
+      {"U64", DataType::uint64},       {"C64", DataType::complex64},     {"F8_E4M3", DataType::float8e4m3fn},
+      {"F8_E5M2", DataType::float8e5m2}, {"F8_E8M0", DataType::float8e8m0}, {"F8_E4M3FNUZ", DataType::float8e4m3fnuz},
+      {"F8_E5M2FNUZ", DataType::float8e5m2fnuz}, {"F4", DataType::float4e2m1}, {"F6_E2M3", DataType::float6e2m3},
+      {"F6_E3M2", DataType::float6e3m2},
+  };
+  ScratchDir dir("st-dtypes");
+  std::vector<StTensor> tensors;
+  for (const Row& r : rows) {
+    // 8 elements fill whole bytes for every width.
+    const std::size_t bytes = *dtype_storage_bytes(r.type, 8);
+    tensors.push_back({std::string("t_") + r.name, r.name, {2, 4}, pattern(bytes)});
+  }
+  auto model = open_written(dir, st_file(tensors));
+  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+  for (const Row& r : rows) {
+    CAPTURE(r.name);
+    const WeightRef* w = model->weight(std::string("t_") + r.name);
+    REQUIRE(w != nullptr);
+    CHECK(w->dtype == r.type);
+    CHECK(w->byte_length() == *dtype_storage_bytes(r.type, 8));
+  }
+  CHECK(model->weight("t_F6_E2M3")->byte_length() == 6);
+  CHECK(model->weight("t_F4")->byte_length() == 4);
+}
+
+TEST_CASE("a sub-byte tensor that does not fill whole bytes is refused, never rounded") {
+  ScratchDir dir("st-subbyte");
+  // 3 six-bit elements are 18 bits.
+  auto r = open_written(dir, st_file({{"w", "F6_E2M3", {3}, pattern(3)}}));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.error().code == ErrorCode::size_mismatch);
+  CHECK(r.error().tensor == "w");
+  CHECK(r.error().message.find("whole bytes") != std::string::npos);
+}
+
+TEST_CASE("holes in the byte buffer are refused by default, opened as dead bytes with allow_holes") {
+  ScratchDir dir("st-holes");
+  // a at [0, 8), b at [12, 16): bytes 8..12 belong to no tensor; 4 more trail.
+  const std::string json =
+      R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},"b":{"dtype":"U8","shape":[4],"data_offsets":[12,16]}})";
+  const auto file = st_file_raw(json, pattern(20));
+  auto refused = open_written(dir, file);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == ErrorCode::malformed);
+  CHECK(refused.error().message.find("[8, 12)") != std::string::npos);
+  CHECK(refused.error().offset == 8 + json.size() + 8);
+  LoadOptions o;
+  o.allow_holes = true;
+  auto model = open_written(dir, file, o);
+  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+  const auto referenced = model->store().referenced_weight_bytes();
+  CHECK(referenced.total == 12);
+  CHECK(model->store().unreferenced_external_bytes(referenced) == 8);
+  const auto dead = model->store().dead_ranges(referenced);
+  REQUIRE(dead.size() == 1);
+  REQUIRE(dead[0].ranges.size() == 2);
+  CHECK(dead[0].ranges[0] == ByteRange{8 + json.size() + 8, 4});
+  CHECK(dead[0].ranges[1] == ByteRange{8 + json.size() + 16, 4});
+  const auto buffer = pattern(20);
+  CHECK(bytes_of(*model, "b") == std::vector<std::uint8_t>(buffer.begin() + 12, buffer.begin() + 16));
+}
+
+TEST_CASE("a sharded checkpoint: every shard once, tensors the index leaves out are dead bytes") {
+  ScratchDir dir("st-index");
+  const std::vector<StTensor> one = {{"layers.0.w", "F32", {2, 2}, pattern(16)}, {"orphan", "U8", {100}, pattern(100)}};
+  const std::vector<StTensor> two = {{"layers.1.w", "F32", {2, 2}, pattern(16, 9)}, {"lm_head.weight", "F16", {4}, pattern(8)}};
+  dir.write("model-00001-of-00002.safetensors", st_file(one, {{"format", "pt"}}));
+  dir.write("model-00002-of-00002.safetensors", st_file(two));
+  const auto index = dir.write("model.safetensors.index.json",
+                               index_json({{"layers.0.w", "model-00001-of-00002.safetensors"},
+                                           {"layers.1.w", "model-00002-of-00002.safetensors"},
+                                           {"lm_head.weight", "model-00002-of-00002.safetensors"}},
+                                          ",\"unknown\":[1,{\"deep\":[]}]"));
+  CHECK(detect_model_format(index).value() == ModelFormat::safetensors_index);
+  auto model = open_model(index);
+  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+  CHECK(model->format() == ModelFormat::safetensors_index);
+  CHECK(model->weight_order().size() == 3);
+  CHECK(model->weight("orphan") == nullptr);
+  CHECK(bytes_of(*model, "layers.1.w") == pattern(16, 9));
+  CHECK(model->store().mapping_count() == 2);
+  const auto referenced = model->store().referenced_weight_bytes();
+  CHECK(referenced.total == 40);
+  // The orphan's 100 bytes are dead, like an orphaned ONNX prefix.
+  CHECK(model->store().unreferenced_external_bytes(referenced) == 100);
+  // Index metadata first (numbers as text), then each shard's.
+  REQUIRE(model->metadata().size() == 3);
+  CHECK(model->metadata()[0].key == "total_size");
+  CHECK(model->metadata()[0].value == "123");
+  CHECK(model->metadata()[0].file == "model.safetensors.index.json");
+  CHECK(model->metadata()[2].file == "model-00001-of-00002.safetensors");
+}
+
+TEST_CASE("index errors name both sides") {
+  ScratchDir dir("st-index-errors");
+  dir.write("a.safetensors", st_file({{"x", "U8", {4}, pattern(4)}, {"y", "U8", {4}, pattern(4)}}));
+  dir.write("b.safetensors", st_file({{"y", "U8", {4}, pattern(4)}}));
+  auto open_index = [&](const std::string& json) { return open_model(dir.write("m.safetensors.index.json", json)); };
+
+  SUBCASE("a tensor the index names is not in its shard") {
+    auto r = open_index(index_json({{"x", "a.safetensors"}, {"z", "a.safetensors"}}));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == ErrorCode::not_found);
+    CHECK(r.error().tensor == "z");
+    CHECK(r.error().message.find("'a.safetensors'") != std::string::npos);
+  }
+  SUBCASE("a tensor in two shards") {
+    auto r = open_index(index_json({{"x", "a.safetensors"}, {"y", "b.safetensors"}}));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().tensor == "y");
+    CHECK(r.error().message.find("'a.safetensors'") != std::string::npos);
+    CHECK(r.error().message.find("'b.safetensors'") != std::string::npos);
+  }
+  SUBCASE("one shard under two names") {
+    auto r = open_index(index_json({{"x", "a.safetensors"}, {"y", "./a.safetensors"}}));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == ErrorCode::malformed);
+    CHECK(r.error().message.find("listed twice") != std::string::npos);
+  }
+  SUBCASE("a shard path escaping the directory") {
+    ScratchDir outside("st-outside");
+    outside.write("c.safetensors", st_file({{"q", "U8", {1}, pattern(1)}}));
+    const std::string rel = "../" + outside.path().filename().string() + "/c.safetensors";
+    auto r = open_index(index_json({{"q", rel}}));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == ErrorCode::path_escapes);
+    auto a = open_index(index_json({{"q", (outside / "c.safetensors").string()}}));
+    REQUIRE_FALSE(a.ok());
+    CHECK(a.error().code == ErrorCode::path_escapes);
+    // A symlink inside the directory that points out of it.
+    std::filesystem::create_symlink(outside / "c.safetensors", dir / "link.safetensors");
+    auto s = open_index(index_json({{"q", "link.safetensors"}}));
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.error().code == ErrorCode::path_escapes);
+  }
+  SUBCASE("a FIFO as a shard is never opened") {
+    REQUIRE(::mkfifo((dir / "fifo.safetensors").c_str(), 0600) == 0);
+    auto r = open_index(index_json({{"x", "fifo.safetensors"}}));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == ErrorCode::io);
+  }
+  SUBCASE("a hard-linked shard") {
+    std::filesystem::create_hard_link(dir / "a.safetensors", dir / "hard.safetensors");
+    auto r = open_index(index_json({{"x", "hard.safetensors"}}));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == ErrorCode::path_escapes);
+    CHECK(r.error().message.find("hard links") != std::string::npos);
+  }
+  SUBCASE("a tensor twice in the weight_map") {
+    auto r = open_index(R"({"weight_map":{"x":"a.safetensors","x":"b.safetensors"}})");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == ErrorCode::malformed);
+    CHECK(r.error().tensor == "x");
+  }
+  SUBCASE("an index without a weight_map") {
+    // Told apart from other JSON by its weight_map: this is not an index at all.
+    auto r = open_index(R"({"metadata":{}})");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == ErrorCode::unsupported);
+  }
+}
+
+TEST_CASE("open_model still opens ONNX, and refuses what it cannot read by name") {
+  ScratchDir dir("st-detect");
+  // A minimal ModelProto: ir_version 8.
+  const auto onnx = dir.write("m.onnx", std::vector<std::uint8_t>{0x08, 0x08});
+  auto m = open_model(onnx);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  CHECK(m->format() == ModelFormat::onnx);
+  auto gguf = open_model(dir.write("m.gguf", std::string("GGUF\3\0\0\0")));
+  REQUIRE_FALSE(gguf.ok());
+  CHECK(gguf.error().code == ErrorCode::unsupported);
+  CHECK(gguf.error().message.find("GGUF") != std::string::npos);
+  auto text = open_model(dir.write("readme.txt", std::string("hello")));
+  REQUIRE_FALSE(text.ok());
+  CHECK(text.error().code == ErrorCode::unsupported);
+  auto empty = open_model(dir.write("empty", std::string()));
+  REQUIRE_FALSE(empty.ok());
+  CHECK(open_model(dir / "missing").error().code == ErrorCode::not_found);
+}
+
+TEST_CASE("a safetensors file truncated while open: reads are io errors naming it, never SIGBUS") {
+  ScratchDir dir("st-truncated");
+  const auto path = dir.write("model.safetensors", st_file({{"w", "F32", {4096}, pattern(16384)}}));
+  auto model = open_model(path);
+  REQUIRE(model.ok());
+  const WeightRef& w = *model->weight("w");
+  REQUIRE(::truncate(path.c_str(), 100) == 0);
+  const Status changed = model->store().check_unchanged(w);
+  REQUIRE_FALSE(changed.ok());
+  CHECK(changed.code() == ErrorCode::io);
+  std::vector<std::byte> dst(16384);
+  const Status copied = model->store().copy_bytes(w, 0, dst);
+  REQUIRE_FALSE(copied.ok());
+  CHECK(copied.error().file.find("model.safetensors") != std::string::npos);
+}
