@@ -2,6 +2,7 @@
 #include <ballast/derive.hpp>
 
 #include "derive/amplification.hpp"
+#include "derive/rules.hpp"
 
 #include <span>
 #include <limits>
@@ -158,13 +159,43 @@ Status check_amplification(const Model& model, std::span<const PlannedDerivation
 }  // namespace
 
 Result<std::vector<PlannedDerivation>> plan_derivations(const Model& model, const PlanOptions& options) {
+  const bool has_graph = !model.nodes().empty();
+  const bool given = !options.rules.empty();
+  const PlanSource source = options.source;
+  // automatic: the graph when there is one; rules given are added to it;
+  // a model without a graph is planned by its rules (the defaults if none).
+  const bool use_graph = source == PlanSource::graph || source == PlanSource::graph_and_rules ||
+                         (source == PlanSource::automatic && has_graph);
+  const bool use_rules = source == PlanSource::rules || source == PlanSource::graph_and_rules ||
+                         (source == PlanSource::automatic && (given || !has_graph));
+  std::vector<PlannedDerivation> planned;
+  if (use_graph)
+    for (const NodeInfo& node : model.nodes()) {
+      BALLAST_ASSIGN_OR_RETURN(auto from_node, plan_node(model, node));
+      for (PlannedDerivation& p : from_node) planned.push_back(std::move(p));
+    }
+  std::vector<PlanSkip> skipped;
+  if (use_rules) {
+    const std::vector<DerivationRule> defaults = given ? std::vector<DerivationRule>{} : default_derivation_rules();
+    BALLAST_RETURN_IF_ERROR(derive::plan_rules(model, given ? options.rules : defaults, !given, planned, skipped),
+                            "planning derivations");
+  }
+  if (!skipped.empty()) {
+    if (options.skipped == nullptr) {
+      const PlanSkip& s = skipped.front();
+      Error e = make_error(ErrorCode::invalid_argument,
+                           "rule '" + s.rule + "'" + (s.weight.empty() ? "" : " on weight '" + s.weight + "'") + ": " +
+                               s.reason + (skipped.size() > 1 ? " (and " + std::to_string(skipped.size() - 1) + " more)" : "") +
+                               "; PlanOptions::skipped lists them instead of failing");
+      e.tensor = s.weight;
+      return std::move(e).with_context("planning derivations");
+    }
+    options.skipped->insert(options.skipped->end(), skipped.begin(), skipped.end());
+  }
   std::vector<PlannedDerivation> out;
   std::set<decltype(identity(PlannedDerivation{}))> seen;
-  for (const NodeInfo& node : model.nodes()) {
-    BALLAST_ASSIGN_OR_RETURN(auto planned, plan_node(model, node));
-    for (PlannedDerivation& p : planned)
-      if (seen.insert(identity(p)).second) out.push_back(std::move(p));
-  }
+  for (PlannedDerivation& p : planned)
+    if (seen.insert(identity(p)).second) out.push_back(std::move(p));
   // The node records were read from the .onnx mapping: a truncation
   // meanwhile made them read zeros, and the plan is not the file's.
   BALLAST_RETURN_IF_ERROR(model.check_unchanged(), "planning derivations");

@@ -53,7 +53,7 @@ struct PlannedDerivation {
 };
 
 // Every derivation that applies to the model's weights, read off the nodes
-// that consume them:
+// that consume them (and, per PlanOptions::source, planned by rules):
 //   MatMulNBits (com.microsoft, bits=4) B  -> dequant_int4, repack_int4
 //   2-D float32/float16 MatMul and Gemm B  -> transpose, to_f16 (float32
 //                                             only), quant_int8 per output channel
@@ -69,8 +69,68 @@ struct PlannedDerivation {
 // 10x (an int4 B dequantized to f32 is 8x); a small hostile file (thousands
 // of nodes over one shared blob) is far above. docs/security.md.
 inline constexpr double kDefaultMaxAmplification = 64;
+
+// ---- Derivations without a graph (docs/derivations.md, "Rules").
+// safetensors checkpoints carry names only: rules say which derivations a
+// weight gets from its name. A pattern is matched against the whole name:
+// `*` matches any run of characters (dots too), `?` one character, and
+// `{a,b,c}` one of the alternatives (nesting not allowed). A rule's
+// derivations are of the weight as stored, one of:
+//   transpose   2-D, any whole-byte type (e.g. a [N, K] Linear weight to the [K, N] a MatMul reads)
+//   to_f16      2-D float32
+//   quant_int8  2-D float32 or float16, per stored row (per output channel of a [N, K] weight)
+// The int4 kinds need their scales and are planned from a graph (or GGUF).
+// Every rule that matches a weight applies (a derivation two rules plan is
+// planned once).
+struct DerivationRule {
+  std::string name;     // shown in the plan's `why`: "rule <name>"
+  std::string pattern;  // e.g. "model.layers.*.self_attn.{q,k,v,o}_proj.weight"
+  std::vector<Derivation> derivations;
+  // Applies only to weights of these types (empty: every type). A weight of
+  // another type does not match (it is not a skip).
+  std::vector<DataType> dtypes;
+  // Applies only when the model has no weight of this name (a tied head:
+  // the embedding is the head when there is no lm_head.weight).
+  std::string unless_present;
+  // When set, a matching weight is a skip with this reason: a layout ballast
+  // recognises but cannot derive (GPTQ/AWQ packed int4).
+  std::string refuse;
+};
+
+// The rules for Hugging Face decoder checkpoints: model.layers.N.self_attn.
+// {q,k,v,o}_proj.weight and mlp.{gate,up,down}_proj.weight get transpose
+// (any type) and to_f16 (float32 ones); lm_head.weight gets quant_int8 per
+// output channel (float32 or float16); a tied head, model.embed_tokens.weight
+// when there is no lm_head.weight, the same; a GPTQ/AWQ `*.qweight` is a
+// skip with the reason (its layout is not the int4 kinds').
+std::vector<DerivationRule> default_derivation_rules();
+
+// Where a plan comes from.
+enum class PlanSource : std::uint8_t {
+  automatic,        // the graph when the model has one, else the rules (default_derivation_rules() when none are given)
+  graph,            // the consuming nodes only (rules ignored)
+  rules,            // the rules only, even for a model with a graph
+  graph_and_rules,  // the graph's plan, then the rules' (a derivation both plan is planned once)
+};
+
+// A weight a rule matched but could not plan (its dtype or rank), or a
+// rule that matched nothing.
+struct PlanSkip {
+  std::string rule;    // the rule's name
+  std::string weight;  // empty: the rule matched no weight
+  std::string reason;
+};
+
 struct PlanOptions {
   double max_amplification = kDefaultMaxAmplification;  // <= 0: no cap
+  PlanSource source = PlanSource::automatic;
+  // Empty: default_derivation_rules() where rules are used.
+  std::vector<DerivationRule> rules;
+  // Receives every skip when set. When null a skip is an error
+  // (invalid_argument naming the rule and the weight): never a silent drop.
+  // Default rules that match nothing are not skips (a model need not have
+  // an lm_head); given rules that match nothing are.
+  std::vector<PlanSkip>* skipped = nullptr;
 };
 Result<std::vector<PlannedDerivation>> plan_derivations(const Model& model, const PlanOptions& options = {});
 

@@ -12,12 +12,16 @@
 #include "support/budget.hpp"
 #include "support/derived_dump.hpp"
 #include "support/residency_report.hpp"
+#include "support/rules_file.hpp"
+
+#include <ballast/printable.hpp>
 
 #include <ballast/derive.hpp>
 #include <ballast/residency.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <iostream>
@@ -40,7 +44,49 @@ struct DeriveOptions {
   std::string residency;  // empty: the memo strategy; else upload | zero-copy | paged
   std::string budget;     // with --residency: empty (not given), a byte count or "auto"
   std::string only;       // with --residency: empty (every kind) or "kind[,kind...]"
+  std::string rules;      // --rules FILE: derivation rules (support/rules_file.hpp)
 };
+
+// Where each planned derivation came from ("graph", or the rule's name, read
+// back from its why) and what the rules could not plan.
+std::string plan_source(const PlannedDerivation& p) {
+  constexpr std::string_view kRule = "rule ";
+  if (p.why.rfind(kRule, 0) != 0) return "graph";
+  const std::size_t end = p.why.find(' ', kRule.size());
+  return p.why.substr(kRule.size(), end == std::string::npos ? std::string::npos : end - kRule.size());
+}
+
+void print_plan(std::ostream& out, const std::vector<PlannedDerivation>& plan, const std::vector<PlanSkip>& skipped) {
+  std::vector<std::pair<std::string, std::size_t>> sources;
+  for (const PlannedDerivation& p : plan) {
+    const std::string s = plan_source(p);
+    auto it = std::find_if(sources.begin(), sources.end(), [&](const auto& e) { return e.first == s; });
+    if (it == sources.end()) sources.emplace_back(s, 1);
+    else ++it->second;
+  }
+  out << "plan: " << plan.size() << " derivation" << (plan.size() == 1 ? "" : "s");
+  for (std::size_t i = 0; i < sources.size(); ++i)
+    out << (i ? ", " : ": ") << sources[i].second << (sources[i].first == "graph" ? " from the graph" : " by rule " + sources[i].first);
+  out << '\n';
+  constexpr std::size_t kShown = 20;  // --json lists them all
+  for (std::size_t i = 0; i < skipped.size() && i < kShown; ++i) {
+    const PlanSkip& s = skipped[i];
+    out << "  skipped: rule " << printable(s.rule) << (s.weight.empty() ? "" : " on " + printable(s.weight)) << ": "
+        << printable(s.reason) << '\n';
+  }
+  if (skipped.size() > kShown) out << "  ... " << skipped.size() - kShown << " more skipped (see --json)\n";
+}
+
+nlohmann::ordered_json plan_json(const std::vector<PlannedDerivation>& plan, const std::vector<PlanSkip>& skipped) {
+  using json = nlohmann::ordered_json;
+  json planned = json::array();
+  for (const PlannedDerivation& p : plan)
+    planned.push_back({{"weight", p.weight}, {"derivation", std::string(derivation_name(p.kind))},
+                       {"source", plan_source(p)}, {"why", p.why}});
+  json skips = json::array();
+  for (const PlanSkip& s : skipped) skips.push_back({{"rule", s.rule}, {"weight", s.weight}, {"reason", s.reason}});
+  return {{"planned", std::move(planned)}, {"skipped", std::move(skips)}};
+}
 
 std::optional<Derivation> derivation_named(std::string_view name) {
   for (int k = 0; k < kDerivationCount; ++k)
@@ -87,7 +133,11 @@ int run_derive(const DeriveOptions& opt) {
     residency = std::move(*options);
     residency->max_amplification = opt.max_amplification;
   }
-  if (!ctx.load_model(opt.model) || !ctx.plan_derivations(opt.max_amplification)) return ctx.exit_code();
+  PlanOptions planning;
+  planning.max_amplification = opt.max_amplification;
+  if (!opt.rules.empty())
+    if (Status s = read_rules_file(opt.rules, planning); !s.ok()) return ctx.fail(s.error());
+  if (!ctx.load_model(opt.model) || !ctx.plan_derivations(std::move(planning))) return ctx.exit_code();
   if (residency && !opt.only.empty()) {  // --only needs --residency
     keep_only(ctx.plan(), opt.only);
     residency->derivations = ctx.plan();  // auto (and the largest-entry check) counts only what this run pins
@@ -118,8 +168,10 @@ int run_derive(const DeriveOptions& opt) {
       doc["model"] = ctx.model().path().string();
       doc["backend"] = ctx.gpu().info().backend;
       doc["device"] = ctx.gpu().info().name;
+      doc["plan"] = plan_json(ctx.plan(), ctx.skipped());
       doc.update((*strategy)->to_json());
     } else {
+      print_plan(text, ctx.plan(), ctx.skipped());
       (*strategy)->print(text);
     }
     check.report = (*strategy)->teardown();
@@ -134,7 +186,7 @@ const RegisterCommand kDerive{{
     "Run every derivation that applies to MODEL's weights on a backend, then tear down",
     [](CLI::App& sub) {
       auto opt = std::make_shared<DeriveOptions>();
-      sub.add_option("model", opt->model, "the .onnx file")->required();
+      sub.add_option("model", opt->model, "the model: .onnx, .safetensors, or a *.safetensors.index.json")->required();
       sub.add_option("--backend", opt->backend, "backend config string, e.g. cpu, vulkan:0, cuda:GPU-<uuid>")
           ->capture_default_str();
       sub.add_option("--dump", opt->dump, "write every derived tensor to DIR as .npy (pairs as two files)");
@@ -152,6 +204,10 @@ const RegisterCommand kDerive{{
                      "device byte budget for --residency: BYTES with an optional K/M/G/KiB/MiB/GiB suffix, or auto")
           ->check(CLI::Validator(check_budget, "BYTES|auto", "byte budget"))
           ->needs(residency);
+      sub.add_option("--rules", opt->rules,
+                     "derivation rules: weight-name patterns -> derivations (JSON; docs/tools.md). Without it a "
+                     "model with no graph (safetensors) is planned by the built-in Hugging Face rules")
+          ->type_name("FILE");
       sub.add_option("--only", opt->only, "with --residency: only these derivations (KIND[,KIND...])")
           ->check(CLI::Validator(check_derivation_kinds, "KIND[,KIND...]", "derivation kinds"))
           ->needs(residency);

@@ -42,6 +42,7 @@ struct Totals {
   std::uint64_t mapped_bytes = 0;
   std::uint64_t referenced_bytes = 0;
   std::uint64_t unreferenced_bytes = 0;
+  std::uint64_t header_bytes = 0;
 };
 
 Totals totals_of(const std::vector<NamedWeight>& weights, const std::vector<FileAccounting>& files) {
@@ -62,6 +63,7 @@ Totals totals_of(const std::vector<NamedWeight>& weights, const std::vector<File
     t.mapped_bytes += f.mapped_bytes;
     t.referenced_bytes += f.referenced_bytes;
     t.unreferenced_bytes += f.unreferenced_bytes;
+    t.header_bytes += f.header_bytes;
   }
   return t;
 }
@@ -113,6 +115,10 @@ int print_json(const Model& model, const std::vector<NamedWeight>& weights,
   using json = nlohmann::ordered_json;
   json doc;
   doc["model"] = model.path().string();
+  doc["format"] = std::string(model_format_name(model.format()));
+  json jm = json::array();
+  for (const ModelMetadata& m : model.metadata()) jm.push_back({{"file", m.file}, {"key", m.key}, {"value", m.value}});
+  doc["metadata"] = std::move(jm);
   // Arrays are built apart and moved in: ordered_json keeps keys in a vector,
   // so a reference into `doc` would not survive the next key.
   json jw = json::array();
@@ -143,6 +149,7 @@ int print_json(const Model& model, const std::vector<NamedWeight>& weights,
                   {"mapped_bytes", f.mapped_bytes},
                   {"referenced_bytes", f.referenced_bytes},
                   {"unreferenced_bytes", f.unreferenced_bytes},
+                  {"header_bytes", f.header_bytes},
                   {"dead_ranges", ranges_json(f.dead_ranges)}});
   }
   doc["external_files"] = std::move(jf);
@@ -164,6 +171,9 @@ int print_json(const Model& model, const std::vector<NamedWeight>& weights,
                    {"mapped_bytes", t.mapped_bytes},
                    {"referenced_bytes", t.referenced_bytes},
                    {"unreferenced_bytes", t.unreferenced_bytes},
+                   {"header_bytes", t.header_bytes},
+                   {"model_file_bytes", model.file_size()},
+                   // The same as model_file_bytes, kept under its first name.
                    {"onnx_file_bytes", model.file_size()}};
   if (budget.ok()) {
     doc["auto_budget"] = {{"source_bytes", budget->source_bytes},
@@ -189,10 +199,27 @@ int print_table(const Model& model, const std::vector<NamedWeight>& weights,
                 const std::vector<std::optional<std::string>>& hashes, const std::vector<FileAccounting>& files,
                 const Totals& t, const Result<AutoBudget>& budget) {
   std::ostream& out = std::cout;
-  out << "model: " << printable(model.path().string()) << " (" << human_bytes(model.file_size()) << ", ir_version "
-      << model.ir_version() << ", opsets";
-  for (const auto& [domain, version] : model.opsets()) out << ' ' << (domain.empty() ? "ai.onnx" : printable(domain)) << '/' << version;
-  out << ")\n\n";
+  out << "model: " << printable(model.path().string()) << " (" << human_bytes(model.file_size()) << ", "
+      << model_format_name(model.format());
+  if (model.format() == ModelFormat::onnx) {
+    out << ", ir_version " << model.ir_version() << ", opsets";
+    for (const auto& [domain, version] : model.opsets())
+      out << ' ' << (domain.empty() ? "ai.onnx" : printable(domain)) << '/' << version;
+  }
+  out << ")\n";
+  if (!model.metadata().empty()) {
+    out << "metadata:\n";
+    // Values may be whole configs: the first line, cut; --json has them whole.
+    constexpr std::size_t kShownValue = 72;
+    for (const ModelMetadata& m : model.metadata()) {
+      std::string value = m.value.substr(0, m.value.find('\n'));
+      const bool cut = value.size() > kShownValue || value.size() < m.value.size();
+      if (value.size() > kShownValue) value.resize(kShownValue);
+      out << "  " << printable(m.file) << ": " << printable(m.key) << " = " << printable(value)
+          << (cut ? "... (" + human_bytes(m.value.size()) + ")" : std::string()) << '\n';
+    }
+  }
+  out << '\n';
 
   std::vector<std::string> header = {"NAME", "SOURCE", "DTYPE", "SHAPE", "BYTES", "WHERE", "FILE", "OFFSET"};
   std::vector<bool> right = {false, false, false, false, true, false, false, true};
@@ -220,9 +247,12 @@ int print_table(const Model& model, const std::vector<NamedWeight>& weights,
       << t.external_weights << " external, " << human_bytes(t.external_bytes) << "), total "
       << human_bytes(t.weight_bytes) << '\n';
   if (!files.empty()) {
-    out << "external data: " << files.size() << " file" << (files.size() == 1 ? "" : "s") << ", mapped "
-        << human_bytes(t.mapped_bytes) << ", referenced " << human_bytes(t.referenced_bytes) << ", unreferenced "
-        << human_bytes(t.unreferenced_bytes) << " (" << percent(t.unreferenced_bytes, t.mapped_bytes) << ")\n";
+    out << (model.format() == ModelFormat::onnx ? "external data: " : "data files: ") << files.size() << " file"
+        << (files.size() == 1 ? "" : "s") << ", mapped " << human_bytes(t.mapped_bytes) << ", referenced "
+        << human_bytes(t.referenced_bytes);
+    if (t.header_bytes != 0) out << ", headers " << human_bytes(t.header_bytes);
+    out << ", unreferenced " << human_bytes(t.unreferenced_bytes) << " (" << percent(t.unreferenced_bytes, t.mapped_bytes)
+        << ")\n";
   }
   // From the accounting, never from file lengths: dead bytes cost nothing.
   if (budget.ok()) {
@@ -234,7 +264,7 @@ int print_table(const Model& model, const std::vector<NamedWeight>& weights,
   }
 
   if (!files.empty()) {
-    out << "\nexternal files:\n";
+    out << (model.format() == ModelFormat::onnx ? "\nexternal files:\n" : "\ndata files:\n");
     Table ft({"FILE", "MAPPED", "REFERENCED", "UNREFERENCED", "DEAD"}, {false, true, true, true, true});
     for (const auto& f : files) {
       ft.add({f.path.string(), human_bytes(f.mapped_bytes), human_bytes(f.referenced_bytes),
@@ -301,11 +331,13 @@ const RegisterCommand kInspect{{
     "List a model's weights, where their bytes live, and the dead bytes of each external file",
     [](CLI::App& sub) -> std::function<int()> {
       auto opt = std::make_shared<InspectOptions>();
-      sub.add_option("MODEL", opt->model, "the .onnx file")->required();
+      sub.add_option("MODEL", opt->model, "the model: .onnx, .safetensors, or a *.safetensors.index.json")->required();
       sub.add_flag("--json", opt->json, "machine-readable output (schema in docs/tools.md)");
       sub.add_flag("--hash", opt->hash, "add the SHA-256 of every weight's bytes (reads them all)");
       sub.add_option("--map", opt->map, "write an SVG map of referenced vs dead bytes per external file")
           ->type_name("FILE.svg");
+      sub.add_flag("--allow-holes", opt->load.allow_holes,
+                   "open a safetensors file whose byte buffer has bytes no tensor covers (reported as dead)");
       sub.add_flag("--allow-model-real-dir,--allow-external-outside-model-dir", opt->load.allow_model_real_dir,
                    "also accept external data beneath the folder of the model file's real path (symlinked caches)");
       sub.add_option("--max-amplification", opt->max_amplification,

@@ -208,7 +208,7 @@ const RegisterCommand kReplay{{
     "Replay an engine's decode loop over MODEL's weights through a Residency, token by token",
     [](CLI::App& sub) {
       auto opt = std::make_shared<ReplayOptions>();
-      sub.add_option("model", opt->model, "the .onnx file")->required();
+      sub.add_option("model", opt->model, "the model: .onnx, .safetensors, or a *.safetensors.index.json")->required();
       sub.add_option("--backend", opt->backend, "backend config string, e.g. cpu, vulkan:0")->capture_default_str();
       sub.add_option("--residency", opt->residency, "upload, zero-copy or paged")
           ->check(CLI::Validator(check_residency, "STRATEGY", "residency strategy"))

@@ -34,7 +34,7 @@ int run_verify(const VerifyOptions& opt) {
   CommandContext ctx("verify");
   // Not ctx.load_model(): a load failure that is a finding goes to stdout
   // as one, with exit 1; only the others are errors.
-  Result<Model> loaded = load_onnx(opt.model, opt.load);
+  Result<Model> loaded = open_model(opt.model, opt.load);
   if (!loaded) {
     if (is_verification_failure(loaded.code())) {
       // The loader stops at the first range it refuses: report it as a finding.
@@ -63,7 +63,9 @@ const RegisterCommand kVerify{{
     "Check that every external range lies inside its file and every checksum (SHA-1) matches",
     [](CLI::App& sub) -> std::function<int()> {
       auto opt = std::make_shared<VerifyOptions>();
-      sub.add_option("MODEL", opt->model, "the .onnx file")->required();
+      sub.add_option("MODEL", opt->model, "the model: .onnx, .safetensors, or a *.safetensors.index.json")->required();
+      sub.add_flag("--allow-holes", opt->load.allow_holes,
+                   "open a safetensors file whose byte buffer has bytes no tensor covers (reported as dead)");
       sub.add_flag("--allow-model-real-dir,--allow-external-outside-model-dir", opt->load.allow_model_real_dir,
                    "also accept external data beneath the folder of the model file's real path (symlinked caches)");
       return [opt] { return run_verify(*opt); };

@@ -26,7 +26,7 @@ int CommandContext::fail(std::string_view message, int code) {
 }
 
 bool CommandContext::load_model(const std::filesystem::path& path, const LoadOptions& load) {
-  Result<Model> loaded = load_onnx(path, load);
+  Result<Model> loaded = open_model(path, load);
   if (!loaded.ok()) {
     fail(loaded.error());
     return false;
@@ -38,6 +38,12 @@ bool CommandContext::load_model(const std::filesystem::path& path, const LoadOpt
 bool CommandContext::plan_derivations(double max_amplification) {
   PlanOptions options;
   options.max_amplification = max_amplification;
+  return plan_derivations(std::move(options));
+}
+
+bool CommandContext::plan_derivations(PlanOptions options) {
+  skipped_.clear();
+  options.skipped = &skipped_;
   auto planned = ballast::plan_derivations(*model_, options);
   if (!planned.ok()) {
     fail(planned.error());

@@ -19,7 +19,7 @@
 
 #include <ballast/derive.hpp>
 #include <ballast/gpu_backend.hpp>
-#include <ballast/onnx_loader.hpp>
+#include <ballast/model.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -52,10 +52,13 @@ class CommandContext {
   // then kExitBadInput); on success its result is held here.
   bool load_model(const std::filesystem::path& path, const LoadOptions& load = {});
   bool plan_derivations(double max_amplification);  // after load_model
+  // The same with every plan option; skips are kept (skipped()), not errors.
+  bool plan_derivations(PlanOptions options);
   bool open_backend(const std::string& config);
 
   Model& model() { return *model_; }
   std::vector<PlannedDerivation>& plan() { return plan_; }
+  const std::vector<PlanSkip>& skipped() const { return skipped_; }
   GpuBackend& gpu() { return *gpu_; }
 
   // The end of a command that held device resources and tore them down
@@ -74,6 +77,7 @@ class CommandContext {
   // command declared the model before it.
   std::optional<Model> model_;
   std::vector<PlannedDerivation> plan_;
+  std::vector<PlanSkip> skipped_;
   std::unique_ptr<GpuBackend> gpu_;
 };
 

@@ -23,7 +23,9 @@ std::vector<FileAccounting> account_external_files(const WeightStore& store) {
     a.path = f.path;
     a.mapped_bytes = f.mapped_bytes;
     a.referenced_bytes = f.referenced_bytes;
-    a.unreferenced_bytes = f.mapped_bytes > f.referenced_bytes ? f.mapped_bytes - f.referenced_bytes : 0;
+    a.header_bytes = f.header_bytes;
+    const std::uint64_t accounted = f.referenced_bytes + f.header_bytes;
+    a.unreferenced_bytes = f.mapped_bytes > accounted ? f.mapped_bytes - accounted : 0;
     a.referenced_ranges = f.ranges;
     for (const auto& d : dead) {
       if (d.mapping == f.mapping) a.dead_ranges = d.ranges;

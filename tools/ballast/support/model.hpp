@@ -2,7 +2,7 @@
 // the per-file accounting of mapped, referenced and dead external bytes.
 #pragma once
 
-#include <ballast/onnx_loader.hpp>
+#include <ballast/model.hpp>
 
 #include <filesystem>
 #include <string_view>
@@ -18,7 +18,8 @@ struct FileAccounting {
   std::filesystem::path path;
   std::uint64_t mapped_bytes = 0;
   std::uint64_t referenced_bytes = 0;
-  std::uint64_t unreferenced_bytes = 0;
+  std::uint64_t unreferenced_bytes = 0;  // mapped - referenced - header
+  std::uint64_t header_bytes = 0;        // the format's own header (safetensors' JSON)
   std::vector<ByteRange> referenced_ranges;  // merged, sorted
   std::vector<ByteRange> dead_ranges;        // mapped bytes nothing references
 };

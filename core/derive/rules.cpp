@@ -1,0 +1,88 @@
+// Planning from rules: weight-name patterns -> derivations of the weight as
+// stored (docs/derivations.md, "Rules").
+#include "derive/rules.hpp"
+
+#include "derive/name_pattern.hpp"
+
+#include <ballast/dtype.hpp>
+
+#include <algorithm>
+
+namespace ballast {
+
+std::vector<DerivationRule> default_derivation_rules() {
+  using D = Derivation;
+  // A Linear weight is stored [out, in] = [N, K]: transpose gives the [K, N]
+  // a MatMul reads, quant_int8 of the stored rows is per output channel.
+  const std::vector<DataType> f32 = {DataType::float32};
+  const std::vector<DataType> f32_f16 = {DataType::float32, DataType::float16};
+  const std::string attention = "model.layers.*.self_attn.{q,k,v,o}_proj.weight";
+  const std::string mlp = "model.layers.*.mlp.{gate,up,down}_proj.weight";
+  return {
+      {"hf-attention", attention, {D::transpose}, {}, "", ""},
+      {"hf-attention-f16", attention, {D::to_f16}, f32, "", ""},
+      {"hf-mlp", mlp, {D::transpose}, {}, "", ""},
+      {"hf-mlp-f16", mlp, {D::to_f16}, f32, "", ""},
+      {"hf-lm-head", "lm_head.weight", {D::quant_int8}, f32_f16, "", ""},
+      {"hf-tied-head", "model.embed_tokens.weight", {D::quant_int8}, f32_f16, "lm_head.weight", ""},
+      // GPTQ packs 8 K-values per int32 down a column ([K/8, N]); AWQ packs 8
+      // N-values per int32 in the order 0,2,4,6,1,3,5,7 ([K, N/8]). The int4
+      // kinds read MatMulNBits' layout (per output row, K packed two per
+      // byte within each block): neither is that layout as stored.
+      {"packed-int4", "*.qweight", {}, {}, "",
+       "a GPTQ/AWQ packed-int4 weight: its layout (int32 words packing 8 values along K, or along N in AWQ's order) "
+       "is not MatMulNBits' (uint8, two values per byte along K per output row), so the int4 derivations cannot read "
+       "it as stored"},
+  };
+}
+
+namespace derive {
+
+Status plan_rules(const Model& model, std::span<const DerivationRule> rules, bool defaults,
+                  std::vector<PlannedDerivation>& out, std::vector<PlanSkip>& skipped) {
+  std::vector<NamePattern> patterns;
+  patterns.reserve(rules.size());
+  for (const DerivationRule& r : rules) {
+    auto compiled = NamePattern::compile(r.pattern);
+    if (!compiled) return std::move(compiled.error()).with_context("derivation rule '" + r.name + "'");
+    for (Derivation d : r.derivations)
+      if (d != Derivation::transpose && d != Derivation::to_f16 && d != Derivation::quant_int8)
+        return make_error(ErrorCode::invalid_argument,
+                          "derivation rule '" + r.name + "': " + std::string(derivation_name(d)) +
+                              " is planned from a graph (it needs scales), not from a weight's name");
+    patterns.push_back(std::move(*compiled));
+  }
+  std::vector<bool> matched(rules.size(), false);
+  for (ValueId id : model.weight_order()) {
+    const std::string_view name = model.value_name(id);
+    for (std::size_t i = 0; i < rules.size(); ++i) {
+      const DerivationRule& r = rules[i];
+      if (!patterns[i].matches(name)) continue;
+      if (!r.unless_present.empty() && model.weight(r.unless_present) != nullptr) continue;
+      const WeightRef* w = model.weight(name);
+      if (!r.dtypes.empty() && (w == nullptr || std::find(r.dtypes.begin(), r.dtypes.end(), w->dtype) == r.dtypes.end()))
+        continue;
+      matched[i] = true;
+      if (!r.refuse.empty()) {
+        skipped.push_back({r.name, std::string(name), r.refuse});
+        continue;
+      }
+      for (Derivation d : r.derivations) {
+        auto planned = plan_derivation(model, name, d);
+        if (!planned) {
+          skipped.push_back({r.name, std::string(name), std::string(derivation_name(d)) + ": " + planned.error().message});
+          continue;
+        }
+        planned->why = "rule " + r.name + " (" + r.pattern + "): " + planned->why;
+        out.push_back(std::move(*planned));
+      }
+    }
+  }
+  if (!defaults)
+    for (std::size_t i = 0; i < rules.size(); ++i)
+      if (!matched[i]) skipped.push_back({rules[i].name, "", "the pattern '" + rules[i].pattern + "' matches no weight" + (rules[i].dtypes.empty() ? "" : " of its types")});
+  return {};
+}
+
+}  // namespace derive
+}  // namespace ballast

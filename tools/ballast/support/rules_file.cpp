@@ -1,0 +1,85 @@
+#include "support/rules_file.hpp"
+
+#include <ballast/dtype.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+
+namespace ballast::cli {
+
+namespace {
+
+std::optional<Derivation> derivation_called(std::string_view name) {
+  for (int k = 0; k < kDerivationCount; ++k)
+    if (derivation_name(static_cast<Derivation>(k)) == name) return static_cast<Derivation>(k);
+  return std::nullopt;
+}
+
+}  // namespace
+
+Status read_rules_file(const std::filesystem::path& file, PlanOptions& options) {
+  auto bad = [&](std::string why) {
+    Error e = make_error(ErrorCode::invalid_argument, std::move(why));
+    e.file = file.string();
+    return Status(std::move(e));
+  };
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    Error e = make_error(ErrorCode::not_found, "cannot open the rules file");
+    e.file = file.string();
+    return e;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  const nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return bad("not valid JSON");
+  if (!doc.is_object()) return bad("not a JSON object with \"rules\"");
+  for (const auto& [key, value] : doc.items())
+    if (key != "rules" && key != "source") return bad("unknown key '" + key + "' (expected rules, source)");
+  if (doc.contains("source")) {
+    const auto& s = doc["source"];
+    if (!s.is_string()) return bad("\"source\" is not a string");
+    const std::string v = s.get<std::string>();
+    if (v == "automatic") options.source = PlanSource::automatic;
+    else if (v == "graph") options.source = PlanSource::graph;
+    else if (v == "rules") options.source = PlanSource::rules;
+    else if (v == "graph_and_rules") options.source = PlanSource::graph_and_rules;
+    else return bad("\"source\" '" + v + "' is not automatic, graph, rules or graph_and_rules");
+  }
+  if (!doc.contains("rules") || !doc["rules"].is_array()) return bad("\"rules\" is not an array");
+  std::size_t index = 0;
+  for (const auto& r : doc["rules"]) {
+    const std::string where = "rule " + std::to_string(index++);
+    if (!r.is_object()) return bad(where + " is not an object");
+    DerivationRule rule;
+    for (const auto& [key, value] : r.items()) {
+      if (key == "name" && value.is_string()) rule.name = value.get<std::string>();
+      else if (key == "pattern" && value.is_string()) rule.pattern = value.get<std::string>();
+      else if (key == "unless_present" && value.is_string()) rule.unless_present = value.get<std::string>();
+      else if (key == "derive" && value.is_array()) {
+        for (const auto& d : value) {
+          auto kind = d.is_string() ? derivation_called(d.get<std::string>()) : std::nullopt;
+          if (!kind) return bad(where + ": \"derive\" holds " + d.dump() + ", not a derivation name");
+          rule.derivations.push_back(*kind);
+        }
+      } else if (key == "dtypes" && value.is_array()) {
+        for (const auto& d : value) {
+          auto type = d.is_string() ? dtype_from_name(d.get<std::string>()) : std::nullopt;
+          if (!type) return bad(where + ": \"dtypes\" holds " + d.dump() + ", not a type name (float, float16, ...)");
+          rule.dtypes.push_back(*type);
+        }
+      } else {
+        return bad(where + ": unknown key '" + key + "' or a value of the wrong type");
+      }
+    }
+    if (rule.pattern.empty()) return bad(where + " has no \"pattern\"");
+    if (rule.derivations.empty()) return bad(where + " has no \"derive\" list");
+    if (rule.name.empty()) rule.name = std::to_string(index - 1);
+    options.rules.push_back(std::move(rule));
+  }
+  return {};
+}
+
+}  // namespace ballast::cli
