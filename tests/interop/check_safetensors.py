@@ -129,33 +129,33 @@ def main():
     if args.node_modules is not None:
         check_node(args.node_modules, args.work, "dtypes.safetensors", [(dtypes, None)])
         check_node(args.node_modules, sharded, "model.safetensors.index.json", sharded_files)
-    else:
-        doc = compare_inspect(args.ballast, dtypes, [(dtypes, None)], "dtypes.safetensors")
-        if doc is not None:
-            expect(doc["format"] == "safetensors", "format is safetensors")
-            want = read_safetensors.read_header(dtypes)["metadata"]
-            expect({m["key"]: m["value"] for m in doc["metadata"]} == want, "metadata as written")
-            expect(doc["totals"]["unreferenced_bytes"] == 0, "no dead bytes in a file the writer packed")
-        doc = compare_inspect(args.ballast, index, sharded_files, "sharded index")
-        if doc is not None:
-            expect(doc["format"] == "safetensors-index", "format is safetensors-index")
-            orphan = read_safetensors.read_header(shard_files[1])["tensors"]["orphan.weight"]["length"]
-            expect(doc["totals"]["unreferenced_bytes"] == orphan,
-                   "the tensor the index leaves out is dead: %d == %d" % (doc["totals"]["unreferenced_bytes"], orphan))
-            expect(doc["auto_budget"] is None or doc["auto_budget"]["source_bytes"] == doc["totals"]["referenced_bytes"],
-                   "the auto budget counts referenced bytes only")
-        rc, out, err = run(args.ballast, "verify", index)
-        expect(rc == 0, "verify on the sharded checkpoint exits 0 (rc=%d: %s)" % (rc, err.strip()))
-        holes = os.path.join(args.work, "holes.safetensors")
-        rc, _, err = run(args.ballast, "inspect", holes)
-        lines = [l for l in err.splitlines() if l.strip()]
-        expect(rc == 2 and len(lines) == 1 and "belong to no tensor" in err and "holes.safetensors" in err,
-               "a file with holes is refused in one line naming it (rc=%d: %s)" % (rc, err.strip()))
-        rc, out, err = run(args.ballast, "inspect", "--json", "--allow-holes", holes)
-        if expect(rc == 0, "--allow-holes opens it (rc=%d: %s)" % (rc, err.strip())):
-            doc = json.loads(out)
-            expect(doc["totals"]["unreferenced_bytes"] == 16, "holes are dead bytes: 8 between, 8 trailing (%d)"
-                   % doc["totals"]["unreferenced_bytes"])
+    # ballast against the spec reader (and so, with --node-modules, against node's reading too).
+    doc = compare_inspect(args.ballast, dtypes, [(dtypes, None)], "dtypes.safetensors")
+    if doc is not None:
+        expect(doc["format"] == "safetensors", "format is safetensors")
+        want = read_safetensors.read_header(dtypes)["metadata"]
+        expect({m["key"]: m["value"] for m in doc["metadata"]} == want, "metadata as written")
+        expect(doc["totals"]["unreferenced_bytes"] == 0, "no dead bytes in a file the writer packed")
+    doc = compare_inspect(args.ballast, index, sharded_files, "sharded index")
+    if doc is not None:
+        expect(doc["format"] == "safetensors-index", "format is safetensors-index")
+        orphan = read_safetensors.read_header(shard_files[1])["tensors"]["orphan.weight"]["length"]
+        expect(doc["totals"]["unreferenced_bytes"] == orphan,
+               "the tensor the index leaves out is dead: %d == %d" % (doc["totals"]["unreferenced_bytes"], orphan))
+        expect(doc["auto_budget"] is None or doc["auto_budget"]["source_bytes"] == doc["totals"]["referenced_bytes"],
+               "the auto budget counts referenced bytes only")
+    rc, out, err = run(args.ballast, "verify", index)
+    expect(rc == 0, "verify on the sharded checkpoint exits 0 (rc=%d: %s)" % (rc, err.strip()))
+    holes = os.path.join(args.work, "holes.safetensors")
+    rc, _, err = run(args.ballast, "inspect", holes)
+    lines = [l for l in err.splitlines() if l.strip()]
+    expect(rc == 2 and len(lines) == 1 and "belong to no tensor" in err and "holes.safetensors" in err,
+           "a file with holes is refused in one line naming it (rc=%d: %s)" % (rc, err.strip()))
+    rc, out, err = run(args.ballast, "inspect", "--json", "--allow-holes", holes)
+    if expect(rc == 0, "--allow-holes opens it (rc=%d: %s)" % (rc, err.strip())):
+        doc = json.loads(out)
+        expect(doc["totals"]["unreferenced_bytes"] == 16, "holes are dead bytes: 8 between, 8 trailing (%d)"
+               % doc["totals"]["unreferenced_bytes"])
     print("%s: %s" % (os.path.basename(__file__), "FAILED" if FAILURES else "ok"))
     return 1 if FAILURES else 0
 
