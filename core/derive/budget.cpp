@@ -75,6 +75,9 @@ Result<AutoBudget> auto_budget(const WeightStore& store, std::span<const Planned
 Result<AutoBudget> auto_budget(const Model& model, double max_amplification) {
   PlanOptions options;
   options.max_amplification = max_amplification;
+  // The budget counts what would be derived: a weight the rules skip is not.
+  std::vector<PlanSkip> skipped;
+  options.skipped = &skipped;
   BALLAST_ASSIGN_OR_RETURN(auto plan, plan_derivations(model, options));
   return auto_budget(model.store(), plan, max_amplification);
 }

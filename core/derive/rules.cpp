@@ -29,7 +29,7 @@ std::vector<DerivationRule> default_derivation_rules() {
       // N-values per int32 in the order 0,2,4,6,1,3,5,7 ([K, N/8]). The int4
       // kinds read MatMulNBits' layout (per output row, K packed two per
       // byte within each block): neither is that layout as stored.
-      {"packed-int4", "*.qweight", {}, {}, "",
+      {"packed-int4", "*.qweight", {}, {DataType::int32}, "",
        "a GPTQ/AWQ packed-int4 weight: its layout (int32 words packing 8 values along K, or along N in AWQ's order) "
        "is not MatMulNBits' (uint8, two values per byte along K per output row), so the int4 derivations cannot read "
        "it as stored"},

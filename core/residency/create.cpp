@@ -121,6 +121,10 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
   } else {
     PlanOptions planning;
     planning.max_amplification = options.max_amplification;
+    // What the rules skip is not derived, so it is not budgeted either
+    // (plan_derivations with PlanOptions::skipped shows what and why).
+    std::vector<PlanSkip> skipped;
+    planning.skipped = &skipped;
     auto planned = plan_derivations(model, planning);
     if (!planned.ok()) return std::move(planned.error()).with_context("planning the model's derivations");
     m->plan = apply_policy(*planned, options.policy);

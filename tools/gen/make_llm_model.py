@@ -22,6 +22,10 @@ in seconds. Scales and zero points are still written.
 
 --unnamed leaves every node without a name (as onnx.helper and many
 exporters do); the weights are the same.
+
+--safetensors also writes OUTDIR/llm.safetensors: the same weights (names,
+types, shapes, bytes) as one safetensors file, so a derivation planned by
+the same rules gives the same bytes from either format.
 """
 
 import argparse
@@ -34,6 +38,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import extdata  # noqa: E402
+import safetensors_io  # noqa: E402
+
+SAFETENSORS_DTYPE = {np.dtype(np.float16): "F16", np.dtype(np.float32): "F32", np.dtype(np.uint8): "U8"}
 
 
 def nbits(rng, k, n, block, scale_type, zero_points, sparse=False):
@@ -60,6 +67,7 @@ def main():
     ap.add_argument("--block", type=int, default=32)
     ap.add_argument("--sparse", action="store_true", help="large tensors as holes (zeros) in a sparse file")
     ap.add_argument("--unnamed", action="store_true", help="leave every node without a name")
+    ap.add_argument("--safetensors", action="store_true", help="also write the weights as llm.safetensors")
     args = ap.parse_args()
     h, f, v, block = args.hidden, args.ffn, args.vocab, args.block
 
@@ -67,8 +75,10 @@ def main():
     rng = np.random.default_rng(20261130)
     blob = extdata.Blob(os.path.join(args.outdir, "llm.weights"), "wb")
     initializers, nodes = [], []
+    tensors = []  # the same weights, for --safetensors
 
     def add(name, arr):
+        tensors.append((name, np.ascontiguousarray(arr)))
         t = numpy_helper.from_array(np.ascontiguousarray(arr), name)
         blob.pad_to(64)  # as exporters align: every weight is read in place
         offset, length = blob.append(np.ascontiguousarray(arr).tobytes())
@@ -79,6 +89,7 @@ def main():
     def add_large(name, shape, dtype, make):
         if not args.sparse:
             return add(name, make())
+        tensors.append((name, SAFETENSORS_DTYPE[np.dtype(dtype)], list(shape), int(np.prod(shape)) * np.dtype(dtype).itemsize))
         t = onnx.TensorProto()
         t.name = name
         t.data_type = {np.dtype(np.float16): TensorProto.FLOAT16, np.dtype(np.float32): TensorProto.FLOAT,
@@ -139,6 +150,9 @@ def main():
                               opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 8
     onnx.save_model(model, os.path.join(args.outdir, "llm.onnx"))
+    if args.safetensors:
+        safetensors_io.write_safetensors(os.path.join(args.outdir, "llm.safetensors"), tensors,
+                                         {"producer": "ballast make_llm_model.py"})
     size = os.path.getsize(os.path.join(args.outdir, "llm.weights"))
     extdata.log("llm model: %s/llm.onnx, %d layers, %d bytes of weights" % (args.outdir, args.layers, size))
     return 0
