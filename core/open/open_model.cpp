@@ -7,6 +7,7 @@
 #include "safetensors/loader.hpp"
 #include "store/safe_open.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -56,6 +57,9 @@ Result<ModelFormat> detect_model_format(const std::filesystem::path& path) {
     e.file = path.string();
     return std::move(e).with_context("telling the model's format");
   }
+  // No readahead on this descriptor: the kernel would otherwise read the
+  // next pages (the tensors of a safetensors file) along with the first.
+  ::posix_fadvise(opened->fd.get(), 0, 0, POSIX_FADV_RANDOM);
   std::string head(kSniffBytes, '\0');
   ssize_t n = 0;
   do n = ::pread(opened->fd.get(), head.data(), head.size(), 0);

@@ -9,6 +9,7 @@
 #include "store/sigbus_guard.hpp"
 #include "store/store_access.hpp"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -34,6 +35,24 @@ Error in_file(Error e, const std::string& file) {
   return e;
 }
 
+// madvise(MADV_RANDOM) over a mapping for as long as it lives; MADV_NORMAL
+// (every mapping's default: ballast sets no other) after. Advice only: a
+// kernel that refuses it changes nothing but the readahead.
+class NoReadahead {
+ public:
+  explicit NoReadahead(Bytes mapping) : mapping_(mapping) {
+    if (!mapping_.empty()) ::madvise(const_cast<std::byte*>(mapping_.data()), mapping_.size(), MADV_RANDOM);
+  }
+  ~NoReadahead() {
+    if (!mapping_.empty()) ::madvise(const_cast<std::byte*>(mapping_.data()), mapping_.size(), MADV_NORMAL);
+  }
+  NoReadahead(const NoReadahead&) = delete;
+  NoReadahead& operator=(const NoReadahead&) = delete;
+
+ private:
+  Bytes mapping_;
+};
+
 // One mapped safetensors file and what its header says.
 struct MappedShard {
   MappingId id = 0;
@@ -51,6 +70,11 @@ Result<Header> read_header(WeightStore& store, MappingId id, const std::string& 
   const Bytes bytes = mapping->bytes();
   std::optional<store::RegistrationArm> arm;
   if (!bytes.empty()) arm.emplace(bytes.data(), bytes.size(), mapping->poison_flag());
+  // Opening reads the header and nothing else: without this, the faults on
+  // the header's pages would have the kernel read ahead into the tensors
+  // (128 KiB and more per fault), which an engine that pages weights in
+  // later, or never, does not want read at open. Back to normal after.
+  NoReadahead quiet(bytes);
   Result<Header> header = parse_header(bytes, limits_of(options));
   if (Status s = mapping->check_unchanged(); !s.ok())
     return in_file(std::move(s.error()), display).with_context("reading safetensors header");

@@ -9,6 +9,8 @@
 #include <ballast/onnx_loader.hpp>
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -304,4 +306,111 @@ TEST_CASE("a safetensors file truncated while open: reads are io errors naming i
   const Status copied = model->store().copy_bytes(w, 0, dst);
   REQUIRE_FALSE(copied.ok());
   CHECK(copied.error().file.find("model.safetensors") != std::string::npos);
+}
+
+namespace {
+
+// Pages of [offset, offset + length) of `mapping` resident in memory.
+std::size_t resident_pages(Bytes mapping, std::size_t offset, std::size_t length) {
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> vec((length + page - 1) / page);
+  auto* start = const_cast<std::byte*>(mapping.data()) + offset;
+  if (::mincore(start, length, vec.data()) != 0) return SIZE_MAX;
+  std::size_t n = 0;
+  for (unsigned char v : vec) n += v & 1u;
+  return n;
+}
+
+// Writes `bytes` to `path`, flushed and dropped from the page cache; false
+// when the file system keeps the pages anyway (the test then says so).
+bool write_uncached(const std::filesystem::path& path, const std::vector<std::uint8_t>& bytes) {
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                              static_cast<std::streamsize>(bytes.size()));
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return false;
+  ::fdatasync(fd);
+  const bool dropped = ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0;
+  ::close(fd);
+  return dropped;
+}
+
+}  // namespace
+
+TEST_CASE("opening reads the header and no tensor data (page-cache residency of the tensors stays zero)") {
+  ScratchDir dir("st-no-read");
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  // Tensors of 1 MiB each, the buffer starting on a page boundary (the
+  // header padded with spaces), so any resident tensor page was read.
+  std::vector<StTensor> tensors;
+  for (int i = 0; i < 4; ++i) tensors.push_back({"w" + std::to_string(i), "F32", {512, 512}, pattern(1 << 20, 3 + i)});
+  std::string json = st_header_json(tensors);
+  json.append(page - 8 - json.size() % page, ' ');
+  const auto file = st_file_raw(json, st_buffer(tensors));
+  const auto path = dir / "model.safetensors";
+  if (!write_uncached(path, file)) {
+    MESSAGE("skipped: posix_fadvise(DONTNEED) is refused here, so residency cannot be measured");
+    return;
+  }
+  {
+    // The file system must really have dropped the pages for this to measure anything.
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    void* p = ::mmap(nullptr, file.size(), PROT_READ, MAP_SHARED, fd, 0);
+    const std::size_t cached = resident_pages(Bytes(static_cast<std::byte*>(p), file.size()), 0, file.size());
+    ::munmap(p, file.size());
+    ::close(fd);
+    if (cached != 0) {
+      MESSAGE("skipped: the file system kept " << cached << " pages cached after POSIX_FADV_DONTNEED");
+      return;
+    }
+  }
+  auto model = open_model(path);
+  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+  const auto mapping = model->store().mmap_full_bytes(1);
+  REQUIRE(mapping.has_value());
+  const std::size_t header = 8 + json.size();
+  REQUIRE(header % page == 0);
+  const std::size_t before = resident_pages(*mapping, header, mapping->size() - header);
+  if (before == SIZE_MAX) {
+    MESSAGE("skipped: mincore is not available");
+    return;
+  }
+  // The header pages were read (something was); the tensors' were not.
+  CHECK(resident_pages(*mapping, 0, header) >= 1);
+  CHECK(before == 0);
+  // Reading a weight does read it: the measurement sees reads.
+  std::vector<std::byte> dst(1 << 20);
+  REQUIRE(model->store().copy_bytes(*model->weight("w2"), 0, dst).ok());
+  CHECK(resident_pages(*mapping, header, mapping->size() - header) >= (1u << 20) / page);
+}
+
+TEST_CASE("a sharded checkpoint opens without reading its shards' tensors either") {
+  ScratchDir dir("st-no-read-index");
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<std::size_t> headers;
+  std::string map;
+  for (int s = 0; s < 2; ++s) {
+    std::vector<StTensor> tensors;
+    for (int i = 0; i < 2; ++i) {
+      const std::string name = "s" + std::to_string(s) + ".w" + std::to_string(i);
+      tensors.push_back({name, "F32", {512, 512}, pattern(1 << 20, 5 + i)});
+      map += std::string(map.empty() ? "" : ",") + "\"" + name + "\":\"shard" + std::to_string(s) + ".safetensors\"";
+    }
+    std::string json = st_header_json(tensors);
+    json.append(page - 8 - json.size() % page, ' ');
+    headers.push_back(8 + json.size());
+    if (!write_uncached(dir / ("shard" + std::to_string(s) + ".safetensors"), st_file_raw(json, st_buffer(tensors)))) {
+      MESSAGE("skipped: posix_fadvise(DONTNEED) is refused here");
+      return;
+    }
+  }
+  auto model = open_model(dir.write("model.safetensors.index.json", "{\"weight_map\":{" + map + "}}"));
+  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+  for (MappingId id = 1; id <= 2; ++id) {
+    const auto mapping = model->store().mmap_full_bytes(id);
+    REQUIRE(mapping.has_value());
+    const std::size_t header = headers[id - 1];
+    // Without MADV_RANDOM while the header is read, the fault on its page
+    // reads ahead into the tensors.
+    CHECK(resident_pages(*mapping, header, mapping->size() - header) == 0);
+  }
 }
