@@ -34,11 +34,11 @@ class HeaderEvents final : public JsonEvents {
 
   bool on_key(unsigned depth, std::string& key) override {
     if (depth == 1) {
-      if (!top_keys_.insert(key).second)
-        return fail(ErrorCode::malformed, key == kMetadataKey ? "__metadata__ appears twice in the header"
-                                                              : "tensor appears twice in the header (readers disagree on which one counts)",
-                    key == kMetadataKey ? "" : key);
+      // Tensor names are checked for duplicates once parsed (a sort, not a
+      // hash set of copies: a million names cost no allocation each).
       if (key == kMetadataKey) {
+        if (metadata_seen_) return fail(ErrorCode::malformed, "__metadata__ appears twice in the header");
+        metadata_seen_ = true;
         section_ = Section::metadata;
       } else {
         if (tensors.size() >= limits_.max_tensors)
@@ -97,6 +97,10 @@ class HeaderEvents final : public JsonEvents {
       if (v.kind != Kind::string)
         return fail(ErrorCode::malformed, "__metadata__ value of " + onnx::shown(metadata.back().first) +
                                               " is a JSON " + std::string(kind_name(v.kind)) + ", not a string");
+      metadata_bytes_ += metadata.back().first.size() + v.text->size();
+      if (metadata_bytes_ > limits_.max_metadata_bytes)
+        return fail(ErrorCode::overflow, "__metadata__ holds more than " + std::to_string(limits_.max_metadata_bytes) +
+                                             " bytes (LoadOptions::max_metadata_bytes)");
       metadata.back().second = std::move(*v.text);
       return true;
     }
@@ -169,12 +173,13 @@ class HeaderEvents final : public JsonEvents {
   static constexpr std::size_t kMaxRank = 64;
 
   const HeaderLimits& limits_;
-  std::unordered_set<std::string> top_keys_;
+  bool metadata_seen_ = false;
   std::unordered_set<std::string> metadata_keys_;
   Section section_ = Section::none;
   Field field_ = Field::none;
   unsigned seen_ = 0;
   unsigned offsets_seen_ = 0;
+  std::uint64_t metadata_bytes_ = 0;
 };
 
 Error located(ErrorCode code, std::string message, std::string_view tensor, std::uint64_t offset) {
@@ -284,13 +289,23 @@ Result<Header> parse_header(Bytes file, const HeaderLimits& limits) {
   if (auto bad = first_invalid_utf8(json)) return located(ErrorCode::malformed, "header is not valid UTF-8", "", 8 + *bad);
 
   HeaderEvents events(limits);
-  if (Status s = events.parse(json); !s.ok()) {
+  if (Status s = events.parse(json, limits.max_metadata_bytes); !s.ok()) {
     Error e = std::move(s.error());
     e.offset = 8 + e.offset.value_or(0);  // the parser counts within the JSON
     return e;
   }
   h.metadata = std::move(events.metadata);
   h.tensors = std::move(events.tensors);
+  {
+    std::vector<const TensorEntry*> by_name;
+    by_name.reserve(h.tensors.size());
+    for (const TensorEntry& t : h.tensors) by_name.push_back(&t);
+    std::sort(by_name.begin(), by_name.end(), [](const TensorEntry* a, const TensorEntry* b) { return a->name < b->name; });
+    for (std::size_t i = 1; i < by_name.size(); ++i)
+      if (by_name[i]->name == by_name[i - 1]->name)
+        return located(ErrorCode::malformed, "tensor appears twice in the header (readers disagree on which one counts)",
+                       by_name[i]->name, 8);
+  }
 
   const std::uint64_t buffer = file.size() - h.buffer_start;
   for (const TensorEntry& t : h.tensors)

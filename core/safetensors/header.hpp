@@ -21,6 +21,7 @@ struct HeaderLimits {
   std::uint64_t max_header_bytes = 100'000'000;
   std::uint32_t max_tensors = 131072;
   std::uint64_t max_tensor_elements = std::uint64_t{1} << 40;
+  std::uint64_t max_metadata_bytes = std::uint64_t{16} << 20;
   bool allow_holes = false;
 };
 

@@ -89,14 +89,14 @@ class IndexEvents final : public JsonEvents {
 
 }  // namespace
 
-Result<IndexFile> parse_index(std::string_view json, std::uint32_t max_tensors) {
+Result<IndexFile> parse_index(std::string_view json, std::uint32_t max_tensors, std::uint64_t max_string_bytes) {
   if (auto bad = first_invalid_utf8(json)) {
     Error e = make_error(ErrorCode::malformed, "index is not valid UTF-8");
     e.offset = *bad;
     return e;
   }
   IndexEvents events(max_tensors);
-  if (Status s = events.parse(json); !s.ok()) return std::move(s.error());
+  if (Status s = events.parse(json, max_string_bytes); !s.ok()) return std::move(s.error());
   if (!events.index.has_weight_map)
     return make_error(ErrorCode::malformed, "index has no weight_map (the object naming each tensor's shard)");
   return std::move(events.index);

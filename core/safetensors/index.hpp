@@ -22,7 +22,8 @@ struct IndexFile {
 // Parses the index JSON. Duplicate tensor names (and duplicate keys at any
 // level ballast reads) are refused, as is anything but a string as a
 // shard. Errors name the tensor; offsets are within `json`.
-Result<IndexFile> parse_index(std::string_view json, std::uint32_t max_tensors);
+Result<IndexFile> parse_index(std::string_view json, std::uint32_t max_tensors,
+                              std::uint64_t max_string_bytes = std::uint64_t{16} << 20);
 
 // Whether `json`'s first bytes look like an index: an object, and
 // "weight_map" among its first keys. Used to tell formats apart.

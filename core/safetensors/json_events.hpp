@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,6 +40,34 @@ class JsonEvents {
     std::string* text = nullptr;  // string: the parser's buffer, may be moved from
   };
 
+  // Where a string literal longer than `cap` bytes starts in `json`, if
+  // one does: quotes found with memchr, escapes skipped, O(n). A string left
+  // open runs to the end (the parser then says the JSON ends early).
+  static std::optional<std::size_t> string_longer_than(std::string_view json, std::uint64_t cap) noexcept {
+    std::size_t i = 0;
+    while (i < json.size()) {
+      const std::size_t open = json.find('"', i);
+      if (open == std::string_view::npos) return std::nullopt;
+      std::size_t j = open + 1;
+      while (j < json.size()) {
+        const std::size_t q = json.find_first_of("\"\\", j);
+        if (q == std::string_view::npos) {
+          j = json.size();
+          break;
+        }
+        if (json[q] == '\\') {
+          j = q + 2;
+          continue;
+        }
+        j = q;
+        break;
+      }
+      if (std::min(j, json.size()) - open - 1 > cap) return open;
+      i = j + 1;
+    }
+    return std::nullopt;
+  }
+
   // Nesting deeper than this is refused (the formats nest three deep; the
   // parser itself keeps one bit per level, so this bounds time, not stack).
   static constexpr unsigned kMaxDepth = 64;
@@ -46,13 +75,21 @@ class JsonEvents {
   virtual ~JsonEvents() = default;
 
   // Parses `json` completely (trailing whitespace allowed, nothing else).
-  Status parse(std::string_view json) {
+  // No string of it may be longer than `max_string_bytes` (checked before
+  // the parser runs: it would hold such a string whole).
+  Status parse(std::string_view json, std::uint64_t max_string_bytes) {
     // nlohmann's lexer takes a NUL byte for the end of the input, so
     // "{}\0<anything>" would parse as "{}". JSON has no raw NUL anywhere
     // (not even in strings), so one is refused before the parser runs.
     if (const auto nul = json.find('\0'); nul != std::string_view::npos) {
       Error e = make_error(ErrorCode::malformed, "not valid JSON: a NUL byte");
       e.offset = nul;
+      return e;
+    }
+    if (auto at = string_longer_than(json, max_string_bytes)) {
+      Error e = make_error(ErrorCode::overflow, "a JSON string longer than " + std::to_string(max_string_bytes) +
+                                                    " bytes (LoadOptions::max_metadata_bytes)");
+      e.offset = *at;
       return e;
     }
     const bool ok = nlohmann::json::sax_parse(json.begin(), json.end(), this, nlohmann::json::input_format_t::json,

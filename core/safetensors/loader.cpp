@@ -26,6 +26,7 @@ HeaderLimits limits_of(const LoadOptions& o) {
   l.max_header_bytes = o.max_header_bytes;
   l.max_tensors = o.max_tensors_per_file;
   l.max_tensor_elements = o.max_tensor_elements;
+  l.max_metadata_bytes = o.max_metadata_bytes;
   l.allow_holes = o.allow_holes;
   return l;
 }
@@ -253,7 +254,7 @@ Result<Model> load_index_unchecked(const std::filesystem::path& path, const Load
       const std::string text,
       read_whole(opened->fd.get(), static_cast<std::uint64_t>(opened->st.st_size), options.max_header_bytes, display),
       "opening safetensors index");
-  auto parsed = parse_index(text, options.max_tensors_per_file);
+  auto parsed = parse_index(text, options.max_tensors_per_file, options.max_metadata_bytes);
   if (!parsed) return in_file(std::move(parsed.error()), display).with_context("reading safetensors index");
   const IndexFile& index = *parsed;
 

@@ -77,6 +77,11 @@ struct LoadOptions {
   // Tensors in one safetensors file or one index (real checkpoints have a
   // few thousand per shard; the cap bounds the memory a header can ask for).
   std::uint32_t max_tensors_per_file = 131072;
+  // Bytes of any one JSON string of a header or an index (a name, a
+  // metadata value), and of one file's __metadata__ in all. The JSON parser
+  // holds a string whole before ballast sees it, so this is what bounds a
+  // header's memory (real metadata is kilobytes: a config, a format tag).
+  std::uint64_t max_metadata_bytes = std::uint64_t{16} << 20;
   // The specification forbids bytes no tensor covers in the byte buffer
   // (they would let a file be two formats at once); such a file is refused.
   // With this set it is opened and the holes are reported as dead bytes.

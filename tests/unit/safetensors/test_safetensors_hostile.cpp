@@ -11,12 +11,62 @@
 #include <ballast/model.hpp>
 #include <doctest/doctest.h>
 
+#include <malloc.h>
+
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <new>
 
 using namespace ballast;
 using namespace ballast::testing;
 
+// Heap use, for the memory bound of each case: every C++ allocation of the
+// process (ballast's and nlohmann's) goes through these.
 namespace {
+std::atomic<std::size_t> g_heap{0};
+std::atomic<std::size_t> g_peak{0};
+void* counted(void* p) {
+  if (p == nullptr) throw std::bad_alloc();
+  const std::size_t now = g_heap += malloc_usable_size(p);
+  std::size_t peak = g_peak.load();
+  while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
+  }
+  return p;
+}
+void uncounted(void* p) noexcept {
+  if (p == nullptr) return;
+  g_heap -= malloc_usable_size(p);
+  std::free(p);
+}
+}  // namespace
+void* operator new(std::size_t n) { return counted(std::malloc(n == 0 ? 1 : n)); }
+void* operator new[](std::size_t n) { return counted(std::malloc(n == 0 ? 1 : n)); }
+void* operator new(std::size_t n, std::align_val_t a) {
+  return counted(std::aligned_alloc(static_cast<std::size_t>(a), (n + static_cast<std::size_t>(a) - 1) / static_cast<std::size_t>(a) * static_cast<std::size_t>(a)));
+}
+void* operator new[](std::size_t n, std::align_val_t a) { return operator new(n, a); }
+void operator delete(void* p) noexcept { uncounted(p); }
+void operator delete[](void* p) noexcept { uncounted(p); }
+void operator delete(void* p, std::size_t) noexcept { uncounted(p); }
+void operator delete[](void* p, std::size_t) noexcept { uncounted(p); }
+void operator delete(void* p, std::align_val_t) noexcept { uncounted(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { uncounted(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { uncounted(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { uncounted(p); }
+
+namespace {
+
+// Peak heap growth while `fn` runs.
+template <class Fn>
+std::size_t peak_growth(Fn&& fn) {
+  const std::size_t base = g_heap.load();
+  g_peak = base;
+  fn();
+  return g_peak.load() - base;
+}
+
+constexpr std::size_t kMemoryBound = std::size_t{64} << 20;
 
 struct Case {
   const char* what;
@@ -122,9 +172,12 @@ TEST_CASE("hostile safetensors headers: each refused with a typed error, in boun
     const std::string what = c.what;
     CAPTURE(what);
     const auto start = std::chrono::steady_clock::now();
-    auto r = safetensors::parse_header(std::as_bytes(std::span(c.file)), {});
+    std::optional<Result<safetensors::Header>> parsed;
+    const std::size_t heap = peak_growth([&] { parsed.emplace(safetensors::parse_header(std::as_bytes(std::span(c.file)), {})); });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     CHECK(seconds < 1.0);
+    CHECK(heap < kMemoryBound);
+    auto& r = *parsed;
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().code == c.code);
     CHECK_MESSAGE(r.error().message.find(c.says) != std::string::npos, r.error().message);
@@ -172,9 +225,12 @@ TEST_CASE("caps: a million tiny tensors, huge metadata") {
     json += "}";
     const auto file = raw(json, static_cast<std::size_t>(n));
     const auto start = std::chrono::steady_clock::now();
-    auto r = safetensors::parse_header(std::as_bytes(std::span(file)), {});
+    std::optional<Result<safetensors::Header>> parsed;
+    const std::size_t heap = peak_growth([&] { parsed.emplace(safetensors::parse_header(std::as_bytes(std::span(file)), {})); });
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     CHECK(seconds < 1.0);
+    CHECK(heap < kMemoryBound);
+    auto& r = *parsed;
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().code == ErrorCode::overflow);
     CHECK(r.error().message.find("max_tensors_per_file") != std::string::npos);
@@ -185,10 +241,26 @@ TEST_CASE("caps: a million tiny tensors, huge metadata") {
     REQUIRE_MESSAGE(all.ok(), all.error().to_string());
     CHECK(all->tensors.size() == static_cast<std::size_t>(n));
   }
-  SUBCASE("metadata of 50 MB is read (under the cap) and a header past the cap is refused unread") {
+  SUBCASE("metadata of 50 MB: refused before the parser holds it, read under a raised cap") {
     const std::string big(50'000'000, 'x');
     const auto file = raw(R"({"__metadata__":{"k":")" + big + "\"}}");
-    auto r = safetensors::parse_header(std::as_bytes(std::span(file)), {});
+    std::optional<Result<safetensors::Header>> parsed;
+    const std::size_t heap = peak_growth([&] { parsed.emplace(safetensors::parse_header(std::as_bytes(std::span(file)), {})); });
+    CHECK(heap < kMemoryBound);
+    REQUIRE_FALSE(parsed->ok());
+    CHECK(parsed->error().code == ErrorCode::overflow);
+    CHECK(parsed->error().message.find("max_metadata_bytes") != std::string::npos);
+    CHECK(parsed->error().offset == 8 + 21);  // the value's opening quote
+    // Many values under the per-string cap add up past it too.
+    std::string many = R"({"__metadata__":{)";
+    for (int i = 0; i < 40; ++i) many += (i ? "," : "") + json_quoted("k" + std::to_string(i)) + ":" + json_quoted(std::string(500'000, 'v'));
+    const auto many_file = raw(many + "}}");
+    auto summed = safetensors::parse_header(std::as_bytes(std::span(many_file)), {});
+    REQUIRE_FALSE(summed.ok());
+    CHECK(summed.error().message.find("__metadata__ holds more than") != std::string::npos);
+    safetensors::HeaderLimits wide;
+    wide.max_metadata_bytes = 100'000'000;
+    auto r = safetensors::parse_header(std::as_bytes(std::span(file)), wide);
     REQUIRE_MESSAGE(r.ok(), r.error().to_string());
     CHECK(r->metadata.at(0).second.size() == big.size());
     safetensors::HeaderLimits small;
@@ -224,7 +296,9 @@ TEST_CASE("hostile indexes") {
   for (const IndexCase& c : cases) {
     const std::string what = c.what;
     CAPTURE(what);
-    auto r = safetensors::parse_index(c.json, 1000);
+    std::optional<Result<safetensors::IndexFile>> parsed;
+    CHECK(peak_growth([&] { parsed.emplace(safetensors::parse_index(c.json, 1000)); }) < kMemoryBound);
+    auto& r = *parsed;
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().code == c.code);
     CHECK_MESSAGE(r.error().message.find(c.says) != std::string::npos, r.error().message);
