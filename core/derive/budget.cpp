@@ -40,14 +40,13 @@ Result<AutoBudget> auto_budget(const WeightStore& store, std::span<const Planned
   std::set<identity::Entry> seen;
   for (const PlannedDerivation& p : plan) {
     DerivationLaunch l = p.launch;
-    l.kind = p.kind;
     if (!seen.insert(identity::of_derivation(store, p)).second)
       continue;
     auto sizes = derivation_sizes(l);
     if (!sizes.ok()) {
       Error e = std::move(sizes.error());
       e.tensor = p.weight;
-      return std::move(e).with_context("auto budget: sizing " + std::string(derivation_name(p.kind)) + " of '" +
+      return std::move(e).with_context("auto budget: sizing " + std::string(derivation_name(p.kind())) + " of '" +
                                        p.weight + "'");
     }
     BALLAST_RETURN_IF_ERROR(add(b.derived_bytes, sizes->dst_bytes, "derived bytes"));

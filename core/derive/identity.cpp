@@ -18,7 +18,7 @@ Bytes of_bytes(const WeightStore& store, std::optional<ValueId> id) {
 
 Entry of_derivation(const WeightStore& store, const PlannedDerivation& p) {
   const DerivationLaunch& l = p.launch;
-  return {static_cast<int>(p.kind), of_bytes(store, p.source), of_bytes(store, p.scales),
+  return {static_cast<int>(p.kind()), of_bytes(store, p.source), of_bytes(store, p.scales),
           of_bytes(store, p.zero_points), p.of_transposed, l.rows, l.cols, l.block_size,
           static_cast<int>(l.src_type), static_cast<int>(l.zero_points)};
 }

@@ -22,7 +22,6 @@ std::uint64_t sum(std::initializer_list<std::uint64_t> parts) {
 // The device bytes a derivation writes (both halves of a pair).
 Result<std::uint64_t> outputs(const PlannedDerivation& p) {
   DerivationLaunch l = p.launch;
-  l.kind = p.kind;
   BALLAST_ASSIGN_OR_RETURN(auto s, derivation_sizes(l));
   return sum({s.dst_bytes, s.dst2_bytes});
 }
@@ -44,7 +43,7 @@ std::uint64_t weight_bytes(const WeightStore& store, const StrategyOf& strategy_
 template <class StrategyOf>
 Result<Need> need_of(const WeightStore& store, const StrategyOf& strategy_of, const PlannedDerivation& p) {
   auto operand = [&](std::optional<ValueId> id) { return weight_bytes(store, strategy_of, id); };
-  const std::string what = std::string(derivation_name(p.kind)) + " of '" + p.weight + "'";
+  const std::string what = std::string(derivation_name(p.kind())) + " of '" + p.weight + "'";
   auto out = outputs(p);
   if (!out.ok()) return std::move(out.error()).with_context("sizing " + what);
   const std::uint64_t src = operand(p.source);

@@ -27,7 +27,7 @@ DerivationPolicy DerivationPolicy::only(std::initializer_list<Derivation> kinds)
 DerivationPolicy DerivationPolicy::none() { return only({}); }
 
 bool DerivationPolicy::wants(const PlannedDerivation& p) const {
-  return (kinds & bit(p.kind)) != 0 && (!keep || keep(p));
+  return (kinds & bit(p.kind())) != 0 && (!keep || keep(p));
 }
 
 std::vector<PlannedDerivation> apply_policy(std::span<const PlannedDerivation> plan, const DerivationPolicy& policy) {

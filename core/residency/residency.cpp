@@ -133,8 +133,7 @@ Result<Entry*> Residency::Impl::derived_entry(const PlannedDerivation& p) {
   if (auto it = entries.find(key); it != entries.end()) return it->second.get();
   // First sight of this value: size it and name it once.
   DerivationLaunch l = p.launch;
-  l.kind = p.kind;
-  std::string name = std::string(derivation_name(p.kind)) + " of '" + p.weight + "'";
+  std::string name = std::string(derivation_name(p.kind())) + " of '" + p.weight + "'";
   auto sizes = derivation_sizes(l);
   if (!sizes.ok()) return std::move(sizes.error()).with_context("sizing " + name);
   auto e = std::make_unique<Entry>();

@@ -28,7 +28,7 @@ constexpr std::uint64_t kTransposeW2 = 4096, kQuantW2 = 2048 + 128;
 struct Fixture : conformance::PagingFixture {
   const PlannedDerivation& planned(std::string_view weight, Derivation kind) const {
     for (const PlannedDerivation& d : plan)
-      if (d.weight == weight && d.kind == kind) return d;
+      if (d.weight == weight && d.kind() == kind) return d;
     FAIL("no " << derivation_name(kind) << " of " << weight << " planned");
     return plan.front();
   }

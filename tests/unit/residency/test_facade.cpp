@@ -59,7 +59,7 @@ Model layered_model() {
 
 std::vector<std::string> described(std::span<const PlannedDerivation> plan) {
   std::vector<std::string> out;
-  for (const PlannedDerivation& p : plan) out.push_back(std::string(derivation_name(p.kind)) + " " + p.weight);
+  for (const PlannedDerivation& p : plan) out.push_back(std::string(derivation_name(p.kind())) + " " + p.weight);
   return out;
 }
 
@@ -89,7 +89,7 @@ TEST_CASE("a derivation policy keeps the kinds asked for, and what its filter sa
         std::vector<std::string>{"quant_int8 model.layers.0.q.weight", "repack_int4 model.layers.1.up.qweight",
                                  "quant_int8 model.layers.1.q.weight"});
   for (const PlannedDerivation& p : *plan) {
-    CHECK(kEngine.wants(p) == (p.kind == Derivation::repack_int4 || p.kind == Derivation::quant_int8));
+    CHECK(kEngine.wants(p) == (p.kind() == Derivation::repack_int4 || p.kind() == Derivation::quant_int8));
     CHECK_FALSE(DerivationPolicy::none().wants(p));
   }
 }

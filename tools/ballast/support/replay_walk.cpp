@@ -18,7 +18,7 @@ namespace {
 // operands, shape and types).
 auto identity(const PlannedDerivation& p) {
   const DerivationLaunch& l = p.launch;
-  return std::make_tuple(static_cast<int>(p.kind), p.source.index, p.scales ? p.scales->index + 1 : 0,
+  return std::make_tuple(static_cast<int>(p.kind()), p.source.index, p.scales ? p.scales->index + 1 : 0,
                          p.zero_points ? p.zero_points->index + 1 : 0, p.of_transposed, l.rows, l.cols, l.block_size,
                          static_cast<int>(l.src_type), static_cast<int>(l.zero_points));
 }
@@ -29,12 +29,12 @@ class WalkBuilder {
 
   Status add_derived(const NodeInfo& node, const PlannedDerivation& p) {
     WalkStep s;
-    s.label = std::string(node.name) + ": " + std::string(derivation_name(p.kind)) + " of " + p.weight;
+    s.label = std::string(node.name) + ": " + std::string(derivation_name(p.kind())) + " of " + p.weight;
     s.derived = true;
     s.planned = p;
-    s.planned.launch.kind = p.kind;
+    s.planned.launch.kind = p.kind();
     BALLAST_ASSIGN_OR_RETURN(DerivationSizes sizes, derivation_sizes(s.planned.launch), "sizing ",
-                             derivation_name(p.kind), " of ", p.weight);
+                             derivation_name(p.kind()), " of ", p.weight);
     s.first_bytes = sizes.dst_bytes;
     s.second_bytes = sizes.dst2_bytes;
     const auto [it, fresh] = derived_.emplace(identity(p), walk_.entry_bytes.size());
