@@ -28,7 +28,7 @@ Result<AutoBudget> auto_budget(const WeightStore& store, std::span<const Planned
   // budget made of it would evict on every pin.
   std::set<identity::Bytes> ranges;
   std::uint64_t keyed_external = 0;
-  for (const auto& [id, w] : store.weights) {
+  for (const auto& [id, w] : store.weights()) {
     if (!w.is_external()) {
       BALLAST_RETURN_IF_ERROR(add(b.inline_bytes, w.byte_length(), "inline bytes"));
     } else if (w.byte_length() != 0 && ranges.insert(identity::of_bytes(store, id)).second) {

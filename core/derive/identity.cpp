@@ -4,8 +4,8 @@ namespace ballast::identity {
 
 Bytes of_bytes(const WeightStore& store, std::optional<ValueId> id) {
   if (!id) return {0, 0, 0, 0};
-  auto it = store.weights.find(*id);
-  if (it != store.weights.end()) {
+  auto it = store.weights().find(*id);
+  if (it != store.weights().end()) {
     const WeightRef& w = it->second;
     if (w.is_external()) {
       if (auto p = store.external_mmap_provenance(w)) return {1, p->mapping, p->offset, p->length};

@@ -15,8 +15,8 @@ namespace {
 const WeightRef* weight_of(const Model& model, std::string_view name, ValueId& id) {
   auto v = model.value_id(name);
   if (!v) return nullptr;
-  auto it = model.store().weights.find(*v);
-  if (it == model.store().weights.end()) return nullptr;
+  auto it = model.store().weights().find(*v);
+  if (it == model.store().weights().end()) return nullptr;
   id = *v;
   return &it->second;
 }
@@ -139,7 +139,7 @@ Status check_amplification(const Model& model, std::span<const PlannedDerivation
   if (cap <= 0 || plan.empty()) return Status();
   const WeightStore& store = model.store();
   long double source = static_cast<long double>(store.referenced_weight_bytes().total);
-  for (const auto& [id, w] : store.weights)
+  for (const auto& [id, w] : store.weights())
     if (!w.is_external()) source += static_cast<long double>(w.byte_length());
   long double derived = 0;
   for (const PlannedDerivation& p : plan) {

@@ -36,8 +36,8 @@ struct Need {
 template <class StrategyOf>
 std::uint64_t weight_bytes(const WeightStore& store, const StrategyOf& strategy_of, std::optional<ValueId> id) {
   if (!id || strategy_of(*id) == ResidencyStrategy::zero_copy) return 0;
-  auto it = store.weights.find(*id);
-  return it == store.weights.end() ? 0 : it->second.byte_length();
+  auto it = store.weights().find(*id);
+  return it == store.weights().end() ? 0 : it->second.byte_length();
 }
 
 template <class StrategyOf>
@@ -96,7 +96,7 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
                                                      const ResidencyOptions& options, std::string label) {
   auto m = std::make_unique<Impl>(backend, model, options, std::move(label));
   for (const auto& [id, strategy] : options.overrides) {
-    if (!model.store().weights.contains(id))
+    if (!model.store().weights().contains(id))
       return make_error(ErrorCode::invalid_argument,
                         "residency override names '" + std::string(model.value_name(id)) + "', which is not a weight");
     m->overrides[id] = strategy;
@@ -137,7 +137,7 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
   if (m->budget != kUnlimitedBudget) {
     // The largest set of bytes one pin holds at once must fit on its own.
     Need largest;
-    for (const auto& [id, w] : model.store().weights)
+    for (const auto& [id, w] : model.store().weights())
       if (m->strategy_of(id) != ResidencyStrategy::zero_copy && w.byte_length() > largest.bytes)
         largest = {w.byte_length(), "weight '" + std::string(model.value_name(id)) + "'"};
     auto strategy_of = [&](ValueId id) { return m->strategy_of(id); };
@@ -157,7 +157,7 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
     if (options.strategy == ResidencyStrategy::paged) {
       auto stays = [&](ValueId id) { return m->strategy_of(id) == ResidencyStrategy::upload; };
       for (const auto& [id, strategy] : m->overrides)
-        if (strategy == ResidencyStrategy::upload) kept = sum({kept, model.store().weights.at(id).byte_length()});
+        if (strategy == ResidencyStrategy::upload) kept = sum({kept, model.store().weights().at(id).byte_length()});
       std::set<identity::Entry> counted;
       for (const PlannedDerivation& p : plan) {
         if (!stays(p.source) || !counted.insert(identity::of_derivation(model.store(), p)).second) continue;

@@ -63,7 +63,7 @@ std::vector<ResidencyGroup> make_groups(const Model& model, std::span<const Plan
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     node_index.emplace(nodes[i].name, i);
     for (std::string_view input : nodes[i].inputs)
-      if (auto id = model.value_id(input); id && model.store().weights.contains(*id)) first_reader.emplace(*id, i);
+      if (auto id = model.value_id(input); id && model.store().weights().contains(*id)) first_reader.emplace(*id, i);
   }
   auto reader_of = [&](ValueId id) {
     auto it = first_reader.find(id);

@@ -99,8 +99,8 @@ ResidencyStrategy Residency::Impl::strategy_of(ValueId id) const noexcept {
 }
 
 Result<const WeightRef*> Residency::Impl::weight_ref(ValueId id) const {
-  auto it = store.weights.find(id);
-  if (it == store.weights.end())
+  auto it = store.weights().find(id);
+  if (it == store.weights().end())
     return make_error(ErrorCode::not_found, "'" + std::string(model.value_name(id)) + "' is not a weight of the model");
   return &it->second;
 }

@@ -122,7 +122,7 @@ class Replayer {
     if (t == 0) {
       if (!s.derived && n1 != 0) {  // a source reads back as its file holds it
         Touch file;
-        const WeightRef& w = model_.store().weights.at(s.weight);
+        const WeightRef& w = model_.store().weights().at(s.weight);
         BALLAST_RETURN_IF_ERROR(model_.store().copy_bytes(w, 0, std::span(file.first.data(), n1)), "reading ", where());
         if (std::memcmp(file.first.data(), now.first.data(), n1) != 0) return mismatch(where(), "the model's file");
       }

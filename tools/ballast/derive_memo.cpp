@@ -143,7 +143,7 @@ class MemoStrategy final : public DeriveStrategy {
       }
     }
     if (dump_ != nullptr)
-      return dump_->write(gpu_, p, stem, model_.store().weights.at(p.source).dims, v->first, v->second);
+      return dump_->write(gpu_, p, stem, model_.store().weights().at(p.source).dims, v->first, v->second);
     return Status();
   }
 

@@ -93,7 +93,7 @@ class ResidencyStrategy final : public DeriveStrategy {
         BALLAST_RETURN_IF_ERROR(read_back(gpu_, pinned->second(), sizes.dst2_bytes, digest, buffer),
                                 "reading back the second half of ", derivation_name(p.kind()), " of ", p.weight);
       if (dump_ != nullptr)
-        BALLAST_RETURN_IF_ERROR(dump_->write(gpu_, p, stems[i], model_.store().weights.at(p.source).dims, pinned->ptr(),
+        BALLAST_RETURN_IF_ERROR(dump_->write(gpu_, p, stems[i], model_.store().weights().at(p.source).dims, pinned->ptr(),
                                              pinned->second()));
       pinned->reset();
       Value v{&p, sizes.dst_bytes + sizes.dst2_bytes, digest.hex_final(), seconds_since(t)};

@@ -136,7 +136,7 @@ TEST_CASE("make_groups splits the plan and the weights read as stored into layer
                                                              "model.layers.1.q.weight"});
   std::size_t weights = 0;
   for (const ResidencyGroup& g : raw) weights += g.weights.size();
-  CHECK(weights == m.store().weights.size());
+  CHECK(weights == m.store().weights().size());
 }
 
 TEST_CASE("make_groups by node: one group per consuming node, in graph order") {

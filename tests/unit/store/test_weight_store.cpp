@@ -1,5 +1,6 @@
 #include <ballast/weight_store.hpp>
 
+#include "store/store_access.hpp"
 #include "unit/store/scratch_dir.hpp"
 
 #include <doctest/doctest.h>
@@ -167,12 +168,16 @@ TEST_CASE("referenced bytes: overlapping and aliased ranges count once, clipped 
   REQUIRE(store.map_external(a).ok());
   REQUIRE(store.map_external(b).ok());
   REQUIRE(store.map_external(unused).ok());
-  store.weights[ValueId{0}] = external_ref(a, 0, 100);
-  store.weights[ValueId{1}] = external_ref(a, 50, 100);   // overlaps [0,100)
-  store.weights[ValueId{2}] = external_ref(a, 0, 100);    // aliases weight 0
-  store.weights[ValueId{3}] = external_ref(a, 600, 100);
-  store.weights[ValueId{4}] = external_ref(b, 400, 200);  // runs past EOF: clipped
-  store.weights[ValueId{5}] = external_ref(dir / "not-mapped.bin", 0, 10);
+  REQUIRE(store.add(ValueId{0}, external_ref(a, 0, 100)).ok());
+  REQUIRE(store.add(ValueId{1}, external_ref(a, 50, 100)).ok());   // overlaps [0,100)
+  REQUIRE(store.add(ValueId{2}, external_ref(a, 0, 100)).ok());    // aliases weight 0
+  REQUIRE(store.add(ValueId{3}, external_ref(a, 600, 100)).ok());
+  // add() refuses these two; the loader's way in stores them, to show the
+  // accounting clips what it cannot trust.
+  CHECK(store.add(ValueId{4}, external_ref(b, 400, 200)).code() == ErrorCode::out_of_bounds);
+  CHECK(store.add(ValueId{5}, external_ref(dir / "not-mapped.bin", 0, 10)).code() == ErrorCode::not_found);
+  store::StoreAccess::weights(store)[ValueId{4}] = external_ref(b, 400, 200);  // runs past EOF: clipped
+  store::StoreAccess::weights(store)[ValueId{5}] = external_ref(dir / "not-mapped.bin", 0, 10);
 
   auto ref = store.referenced_weight_bytes();
   REQUIRE(ref.files.size() == 3);
@@ -203,8 +208,8 @@ TEST_CASE("an orphaned prefix is dead weight with exact byte counts") {
   auto blob = dir.write_pattern("model.onnx.data", 2 * half);
   WeightStore store;
   REQUIRE(store.map_external(blob).ok());
-  store.weights[ValueId{0}] = external_ref(blob, half, 4096);
-  store.weights[ValueId{1}] = external_ref(blob, half + 4096, half - 4096);
+  REQUIRE(store.add(ValueId{0}, external_ref(blob, half, 4096)).ok());
+  REQUIRE(store.add(ValueId{1}, external_ref(blob, half + 4096, half - 4096)).ok());
 
   auto ref = store.referenced_weight_bytes();
   CHECK(ref.total == half);
@@ -241,13 +246,13 @@ TEST_CASE("keep_alive anchors live exactly as long as the store; moves keep ever
     store.keep_alive(std::move(anchor));
     auto id = store.map_external(blob);
     REQUIRE(id.ok());
-    store.weights[ValueId{3}] = external_ref(blob, 8, 8);
-    auto before = store.bytes(store.weights.at(ValueId{3}));
+    REQUIRE(store.add(ValueId{3}, external_ref(blob, 8, 8)).ok());
+    auto before = store.bytes(store.weights().at(ValueId{3}));
     REQUIRE(before.has_value());
 
     WeightStore moved(std::move(store));
     CHECK_FALSE(watch.expired());
-    auto after = moved.bytes(moved.weights.at(ValueId{3}));
+    auto after = moved.bytes(moved.weights().at(ValueId{3}));
     REQUIRE(after.has_value());
     CHECK(after->data() == before->data());
     CHECK(moved.mapping_count() == 1);
