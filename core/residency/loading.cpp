@@ -147,14 +147,14 @@ Result<Residency::Impl::Loaded> Residency::Impl::build(const Entry& e, Requester
   } else {
     BALLAST_ASSIGN_OR_RETURN(source, pin_source(p.source, use));
   }
-  l.src = source.ptr();
+  l.src = source.first();
   if (p.scales) {
     BALLAST_ASSIGN_OR_RETURN(scales, pin_source(*p.scales, use));
-    l.scales = scales.ptr();
+    l.scales = scales.first();
   }
   if (p.zero_points) {
     BALLAST_ASSIGN_OR_RETURN(zero_points, pin_source(*p.zero_points, use));
-    l.zero_point = zero_points.ptr();
+    l.zero_point = zero_points.first();
   }
   const PagingTimer timer(paging_ns);
   BALLAST_RETURN_IF_ERROR(reserve(e.bytes(), e.name, who));

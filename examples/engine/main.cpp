@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
         if (!layer.ok()) return fail(layer.error());
         for (std::size_t i = 0; i < layers[g].derivations.size(); ++i) {
           const Pinned& value = layer->derived[i];  // held while "the kernel" reads it
-          if (head(gpu, value.ptr(), value.first_bytes()) != batch_heads[key(layers[g].derivations[i])]) {
+          if (head(gpu, value.first(), value.first_bytes()) != batch_heads[key(layers[g].derivations[i])]) {
             std::fprintf(stderr, "paged %s differs from the batch's\n", key(layers[g].derivations[i]).c_str());
             return 1;
           }

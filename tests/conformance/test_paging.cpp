@@ -29,11 +29,11 @@ using Fixture = conformance::PagingFixture;
 namespace {
 
 std::vector<std::byte> read_pinned(const Pinned& p, const PlannedDerivation* d) {
-  if (d == nullptr) return conformance::download(p.ptr(), p.bytes());
+  if (d == nullptr) return conformance::download(p.first(), p.bytes());
   DerivationLaunch l = d->launch;
   auto sizes = derivation_sizes(l);
   REQUIRE(sizes.ok());
-  auto out = conformance::download(p.ptr(), sizes->dst_bytes);
+  auto out = conformance::download(p.first(), sizes->dst_bytes);
   if (sizes->dst2_bytes != 0) {
     auto second = conformance::download(p.second(), sizes->dst2_bytes);
     out.insert(out.end(), second.begin(), second.end());
@@ -329,7 +329,7 @@ TEST_CASE("paging: per-weight strategies: an uploaded weight in a paged model is
   CHECK(paged.strategy_of(*f.model.value_id("w0")) == ResidencyStrategy::paged);
   auto pinned = paged.pin(w2);
   REQUIRE(pinned.ok());
-  const DevicePtr where = pinned->ptr();
+  const DevicePtr where = pinned->first();
   pinned->reset();
   // Everything else, twice, through a budget that has to evict to fit it.
   for (int round = 0; round < 2; ++round)
@@ -342,7 +342,7 @@ TEST_CASE("paging: per-weight strategies: an uploaded weight in a paged model is
   CHECK(s.uploaded_bytes == Model_::kW2Bytes);  // once
   auto again = paged.pin(w2);
   REQUIRE(again.ok());
-  CHECK(again->ptr() == where);  // the same upload, never evicted
+  CHECK(again->first() == where);  // the same upload, never evicted
   again->reset();
   CHECK(paged.release(conformance::gpu()).status.ok());
 

@@ -57,7 +57,7 @@ Result<std::vector<std::byte>> read(GpuBackend& gpu, const Pinned& p, const Plan
   BALLAST_ASSIGN_OR_RETURN(auto sizes, derivation_sizes(l));
   std::vector<std::byte> out(sizes.dst_bytes + sizes.dst2_bytes);
   const std::span<std::byte> all(out);
-  BALLAST_RETURN_IF_ERROR(gpu.copy_to_host(all.first(sizes.dst_bytes), p.ptr(), 0),
+  BALLAST_RETURN_IF_ERROR(gpu.copy_to_host(all.first(sizes.dst_bytes), p.first(), 0),
                           "reading back " + std::string(derivation_name(d.kind())) + " of '" + d.weight + "'");
   if (sizes.dst2_bytes != 0)
     BALLAST_RETURN_IF_ERROR(gpu.copy_to_host(all.subspan(sizes.dst_bytes), p.second(), 0),

@@ -87,13 +87,13 @@ class ResidencyStrategy final : public DeriveStrategy {
                                                    " has " + std::to_string(pinned->bytes()) + " bytes, the plan says " +
                                                    std::to_string(sizes.dst_bytes + sizes.dst2_bytes));
       Digester digest(Digest::sha256);
-      BALLAST_RETURN_IF_ERROR(read_back(gpu_, pinned->ptr(), sizes.dst_bytes, digest, buffer), "reading back ",
+      BALLAST_RETURN_IF_ERROR(read_back(gpu_, pinned->first(), sizes.dst_bytes, digest, buffer), "reading back ",
                               derivation_name(p.kind()), " of ", p.weight);
       if (derivation_yields_pair(p.kind()))
         BALLAST_RETURN_IF_ERROR(read_back(gpu_, pinned->second(), sizes.dst2_bytes, digest, buffer),
                                 "reading back the second half of ", derivation_name(p.kind()), " of ", p.weight);
       if (dump_ != nullptr)
-        BALLAST_RETURN_IF_ERROR(dump_->write(gpu_, p, stems[i], model_.store().weights().at(p.source).dims, pinned->ptr(),
+        BALLAST_RETURN_IF_ERROR(dump_->write(gpu_, p, stems[i], model_.store().weights().at(p.source).dims, pinned->first(),
                                              pinned->second()));
       pinned->reset();
       Value v{&p, sizes.dst_bytes + sizes.dst2_bytes, digest.hex_final(), seconds_since(t)};

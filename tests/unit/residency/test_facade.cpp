@@ -186,7 +186,7 @@ TEST_CASE("create() sizes auto from what the policy keeps, and hands back its pl
   REQUIRE_MESSAGE(layer.ok(), layer.status().to_string());
   REQUIRE(layer->derived.size() == 2);
   for (const Pinned& p : layer->derived) {
-    CHECK(p.ptr() != 0);
+    CHECK(p.first() != 0);
     CHECK(p.second() != 0);  // repack_int4 and quant_int8 are pairs
     CHECK(p.bytes() == p.first_bytes() + p.second_bytes());
   }
