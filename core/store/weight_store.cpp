@@ -231,10 +231,9 @@ Status WeightStore::add(ValueId id, WeightRef weight) {
     const auto mapping = impl_->lookup(*ext.file);
     if (!mapping) return refuse(ErrorCode::not_found, "external data file is not mapped by this store");
     if (!impl_->provenance(weight))
-      return refuse(ErrorCode::out_of_bounds, "bytes [" + std::to_string(ext.offset) + ", +" +
-                                                  std::to_string(ext.length) + ") lie outside its " +
-                                                  std::to_string(impl_->find(*mapping)->file->size()) +
-                                                  " mapped bytes");
+      return refuse(ErrorCode::out_of_bounds,
+                    "bytes [" + std::to_string(ext.offset) + ", +" + std::to_string(ext.length) + ") lie outside its " +
+                        std::to_string(impl_->find(*mapping)->file->size()) + " mapped bytes");
   }
   weights_.emplace(id, std::move(weight));
   return {};

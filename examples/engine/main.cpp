@@ -96,8 +96,9 @@ int main(int argc, char** argv) {
     if (!values.ok()) return fail(values.error());
     for (std::size_t i = 0; i < plan->size(); ++i) {
       const PlannedDerivation& p = (*plan)[i];
-      std::printf("  %-28s %-12s for %-20s -> 0x%llx\n", p.weight.c_str(), std::string(derivation_name(p.kind())).c_str(),
-                  p.node.c_str(), static_cast<unsigned long long>((*values)[i].first));
+      std::printf("  %-28s %-12s for %-20s -> 0x%llx\n", p.weight.c_str(),
+                  std::string(derivation_name(p.kind())).c_str(), p.node.c_str(),
+                  static_cast<unsigned long long>((*values)[i].first));
       batch_heads[key(p)] = head(gpu, (*values)[i].first, first_bytes(p));
       ++derivations;
     }

@@ -114,7 +114,8 @@ class Replayer {
     const std::size_t n1 = static_cast<std::size_t>(std::min(s.first_bytes, kTouchBytes));
     const std::size_t n2 = static_cast<std::size_t>(std::min(s.second_bytes, kTouchBytes));
     if (n1 != 0)
-      BALLAST_RETURN_IF_ERROR(gpu_.copy_to_host(std::span(now.first.data(), n1), pinned->first(), 0), "touching ", where());
+      BALLAST_RETURN_IF_ERROR(gpu_.copy_to_host(std::span(now.first.data(), n1), pinned->first(), 0), "touching ",
+                              where());
     if (n2 != 0)
       BALLAST_RETURN_IF_ERROR(gpu_.copy_to_host(std::span(now.second.data(), n2), pinned->second(), 0),
                               "touching the second half of ", where());

@@ -80,11 +80,13 @@ class ResidencyStrategy final : public DeriveStrategy {
                                p.weight);
       auto pinned = residency_->pin(p);
       if (!pinned.ok())
-        return Status(pinned.error()).with_context("pinning " + std::string(derivation_name(p.kind())) + " of " + p.weight);
+        return Status(pinned.error())
+            .with_context("pinning " + std::string(derivation_name(p.kind())) + " of " + p.weight);
       if (!first_seconds_) first_seconds_ = seconds_since(start_);
       if (pinned->bytes() != sizes.dst_bytes + sizes.dst2_bytes)
         return make_error(ErrorCode::internal, "pinned " + std::string(derivation_name(p.kind())) + " of " + p.weight +
-                                                   " has " + std::to_string(pinned->bytes()) + " bytes, the plan says " +
+                                                   " has " + std::to_string(pinned->bytes()) +
+                                                   " bytes, the plan says " +
                                                    std::to_string(sizes.dst_bytes + sizes.dst2_bytes));
       Digester digest(Digest::sha256);
       BALLAST_RETURN_IF_ERROR(read_back(gpu_, pinned->first(), sizes.dst_bytes, digest, buffer), "reading back ",
@@ -93,8 +95,8 @@ class ResidencyStrategy final : public DeriveStrategy {
         BALLAST_RETURN_IF_ERROR(read_back(gpu_, pinned->second(), sizes.dst2_bytes, digest, buffer),
                                 "reading back the second half of ", derivation_name(p.kind()), " of ", p.weight);
       if (dump_ != nullptr)
-        BALLAST_RETURN_IF_ERROR(dump_->write(gpu_, p, stems[i], model_.store().weights().at(p.source).dims, pinned->first(),
-                                             pinned->second()));
+        BALLAST_RETURN_IF_ERROR(dump_->write(gpu_, p, stems[i], model_.store().weights().at(p.source).dims,
+                                             pinned->first(), pinned->second()));
       pinned->reset();
       Value v{&p, sizes.dst_bytes + sizes.dst2_bytes, digest.hex_final(), seconds_since(t)};
       bar.advance(v.bytes);

@@ -169,8 +169,8 @@ TEST_CASE("referenced bytes: overlapping and aliased ranges count once, clipped 
   REQUIRE(store.map_external(b).ok());
   REQUIRE(store.map_external(unused).ok());
   REQUIRE(store.add(ValueId{0}, external_ref(a, 0, 100)).ok());
-  REQUIRE(store.add(ValueId{1}, external_ref(a, 50, 100)).ok());   // overlaps [0,100)
-  REQUIRE(store.add(ValueId{2}, external_ref(a, 0, 100)).ok());    // aliases weight 0
+  REQUIRE(store.add(ValueId{1}, external_ref(a, 50, 100)).ok());  // overlaps [0,100)
+  REQUIRE(store.add(ValueId{2}, external_ref(a, 0, 100)).ok());   // aliases weight 0
   REQUIRE(store.add(ValueId{3}, external_ref(a, 600, 100)).ok());
   // add() refuses these two; the loader's way in stores them, to show the
   // accounting clips what it cannot trust.
@@ -198,6 +198,42 @@ TEST_CASE("referenced bytes: overlapping and aliased ranges count once, clipped 
   CHECK(dead[1].ranges == std::vector<ByteRange>{{0, 400}});
   CHECK(dead[2].ranges == std::vector<ByteRange>{{0, 64}});
   CHECK(dead[0].total + dead[1].total + dead[2].total == store.unreferenced_external_bytes(ref));
+}
+
+TEST_CASE("add(): the checked way in refuses a second weight, an unmapped file and a range outside its mapping") {
+  ScratchDir dir("store-add");
+  auto a = dir.write_pattern("a.bin", 1000);
+  auto elsewhere = dir.write_pattern("elsewhere.bin", 1000);
+  WeightStore store;
+  REQUIRE(store.map_external(a).ok());
+
+  CHECK(store.add(ValueId{0}, external_ref(a, 0, 1000)).ok());  // the whole file
+  CHECK(store.add(ValueId{1}, external_ref(a, 1000, 0)).ok());  // empty, at the end
+  const Status twice = store.add(ValueId{0}, external_ref(a, 0, 10));
+  CHECK(twice.code() == ErrorCode::invalid_argument);
+  CHECK(store.weights().at(ValueId{0}).external->length == 1000);  // the first one stays
+
+  const Status unmapped = store.add(ValueId{2}, external_ref(elsewhere, 0, 10));
+  CHECK(unmapped.code() == ErrorCode::not_found);
+  CHECK(unmapped.error().file == elsewhere.string());
+  CHECK(store.add(ValueId{3}, external_ref(a, 999, 2)).code() == ErrorCode::out_of_bounds);
+  CHECK(store.add(ValueId{4}, external_ref(a, 1001, 0)).code() == ErrorCode::out_of_bounds);
+  CHECK(store.add(ValueId{5}, external_ref(a, 8, UINT64_MAX)).code() == ErrorCode::out_of_bounds);  // no wrap
+  WeightRef no_file = external_ref(a, 0, 1);
+  no_file.external->file.reset();
+  CHECK(store.add(ValueId{6}, no_file).code() == ErrorCode::invalid_argument);
+
+  WeightRef in;
+  in.dtype = DataType::uint8;
+  in.dims = {4};
+  in.storage = WeightRef::Storage::inline_owned;
+  in.owned = std::make_shared<const std::vector<std::byte>>(4);
+  in.inline_bytes = Bytes(in.owned->data(), in.owned->size());
+  CHECK(store.add(ValueId{7}, in).ok());
+  CHECK(store.weights().size() == 3);  // 0, 1 and 7; nothing of what was refused
+
+  WeightStore empty;  // maps nothing: every external weight is refused
+  CHECK(empty.add(ValueId{0}, external_ref(a, 0, 1)).code() == ErrorCode::not_found);
 }
 
 TEST_CASE("an orphaned prefix is dead weight with exact byte counts") {
