@@ -28,7 +28,7 @@ Result<AutoBudget> auto_budget(const WeightStore& store, std::span<const Planned
   // budget made of it would evict on every pin.
   std::set<identity::Bytes> ranges;
   std::uint64_t keyed_external = 0;
-  for (const auto& [id, w] : store.weights) {
+  for (const auto& [id, w] : store.weights()) {
     if (!w.is_external()) {
       BALLAST_RETURN_IF_ERROR(add(b.inline_bytes, w.byte_length(), "inline bytes"));
     } else if (w.byte_length() != 0 && ranges.insert(identity::of_bytes(store, id)).second) {
@@ -40,14 +40,13 @@ Result<AutoBudget> auto_budget(const WeightStore& store, std::span<const Planned
   std::set<identity::Entry> seen;
   for (const PlannedDerivation& p : plan) {
     DerivationLaunch l = p.launch;
-    l.kind = p.kind;
     if (!seen.insert(identity::of_derivation(store, p)).second)
       continue;
     auto sizes = derivation_sizes(l);
     if (!sizes.ok()) {
       Error e = std::move(sizes.error());
       e.tensor = p.weight;
-      return std::move(e).with_context("auto budget: sizing " + std::string(derivation_name(p.kind)) + " of '" +
+      return std::move(e).with_context("auto budget: sizing " + std::string(derivation_name(p.kind())) + " of '" +
                                        p.weight + "'");
     }
     BALLAST_RETURN_IF_ERROR(add(b.derived_bytes, sizes->dst_bytes, "derived bytes"));

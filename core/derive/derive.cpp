@@ -16,7 +16,7 @@ namespace ballast {
 namespace {
 
 std::string where(const PlannedDerivation& p) {
-  std::string out = "deriving " + std::string(derivation_name(p.kind)) + " of '" + p.weight + "'";
+  std::string out = "deriving " + std::string(derivation_name(p.kind())) + " of '" + p.weight + "'";
   if (!p.node.empty()) out += " for node '" + p.node + "'";
   return out;
 }
@@ -140,7 +140,6 @@ Result<Derived> build(const DeriveContext& ctx, const PlannedDerivation& p, Deri
 
 Result<DerivedValue> derive_unwrapped(const DeriveContext& ctx, const PlannedDerivation& p) {
   DerivationLaunch l = p.launch;
-  l.kind = p.kind;
   BALLAST_ASSIGN_OR_RETURN(auto sizes, derivation_sizes(l));
   if (p.of_transposed) {
     BALLAST_ASSIGN_OR_RETURN(auto t, derive_weight(ctx, transposed_source_of(p)));
@@ -152,14 +151,14 @@ Result<DerivedValue> derive_unwrapped(const DeriveContext& ctx, const PlannedDer
   BALLAST_RETURN_IF_ERROR(resolve_int4_operands(ctx, p, l));
   DerivedValue out;
   out.key = DerivationKey::of(l);
-  if (derivation_yields_pair(p.kind)) {
+  if (derivation_yields_pair(p.kind())) {
     BALLAST_ASSIGN_OR_RETURN(
-        auto v, ctx.memo.get_or_build_pair(p.kind, out.key, [&] { return build<DerivedPair>(ctx, p, l, sizes); }));
+        auto v, ctx.memo.get_or_build_pair(p.kind(), out.key, [&] { return build<DerivedPair>(ctx, p, l, sizes); }));
     out.first = v.first;
     out.second = v.second;
   } else {
     BALLAST_ASSIGN_OR_RETURN(
-        auto v, ctx.memo.get_or_build_ptr(p.kind, out.key, [&] { return build<DerivedPtr>(ctx, p, l, sizes); }));
+        auto v, ctx.memo.get_or_build_ptr(p.kind(), out.key, [&] { return build<DerivedPtr>(ctx, p, l, sizes); }));
     out.first = v;
   }
   return out;
@@ -227,7 +226,6 @@ class Wave {
   // quant_int8 entry whose transposed copy `p` is): it outlives the wave.
   Status add(const PlannedDerivation& p, std::size_t result_index, const PlannedDerivation& origin) {
     DerivationLaunch l = p.launch;
-    l.kind = p.kind;
     BALLAST_ASSIGN_OR_RETURN(auto sizes, derivation_sizes(l));
     if (p.of_transposed) {
       BALLAST_ASSIGN_OR_RETURN(auto w, resolve(ctx_, p.source, "weight"));
@@ -241,7 +239,7 @@ class Wave {
       l.src = src;
     }
     BALLAST_RETURN_IF_ERROR(resolve_int4_operands(ctx_, p, l));
-    PendingKey id{p.kind, DerivationKey::of(l)};
+    PendingKey id{p.kind(), DerivationKey::of(l)};
     if (auto hit = memoized(id)) {
       (*hit).key = id.key;
       results_[result_index] = *hit;
@@ -371,7 +369,6 @@ Result<std::vector<DerivedValue>> derive_all_unwrapped(const DeriveContext& ctx,
   progress.total = plan.size();
   for (const PlannedDerivation& p : plan) {
     DerivationLaunch l = p.launch;
-    l.kind = p.kind;
     if (auto s = derivation_sizes(l); s.ok()) progress.source_bytes_total += s->src_bytes;
   }
   // Wave 1: everything that reads weights.

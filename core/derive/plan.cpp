@@ -16,8 +16,8 @@ namespace {
 const WeightRef* weight_of(const Model& model, std::string_view name, ValueId& id) {
   auto v = model.value_id(name);
   if (!v) return nullptr;
-  auto it = model.store().weights.find(*v);
-  if (it == model.store().weights.end()) return nullptr;
+  auto it = model.store().weights().find(*v);
+  if (it == model.store().weights().end()) return nullptr;
   id = *v;
   return &it->second;
 }
@@ -70,7 +70,6 @@ Result<std::vector<PlannedDerivation>> plan_nbits(const Model& model, const Node
         (zp != nullptr && sizes->zero_point_bytes != zp->byte_length()))
       return node_error(node, "B, scales or zero_points sizes do not match K, N and block_size");
     PlannedDerivation p;
-    p.kind = kind;
     p.weight = std::string(node.inputs[1]);
     p.source = b_id;
     p.scales = s_id;
@@ -86,7 +85,6 @@ Result<std::vector<PlannedDerivation>> plan_nbits(const Model& model, const Node
 PlannedDerivation dense(Derivation kind, std::string weight, ValueId id, DataType type, std::uint64_t rows,
                         std::uint64_t cols, bool of_transposed) {
   PlannedDerivation p;
-  p.kind = kind;
   p.weight = std::move(weight);
   p.source = id;
   p.of_transposed = of_transposed;
@@ -132,7 +130,7 @@ Result<std::vector<PlannedDerivation>> plan_node(const Model& model, const NodeI
 // value id, and the launch's shape fields.
 auto identity(const PlannedDerivation& p) {
   const DerivationLaunch& l = p.launch;
-  return std::make_tuple(static_cast<int>(p.kind), p.source.index, p.scales ? p.scales->index + 1 : 0,
+  return std::make_tuple(static_cast<int>(p.kind()), p.source.index, p.scales ? p.scales->index + 1 : 0,
                          p.zero_points ? p.zero_points->index + 1 : 0, p.of_transposed, l.rows, l.cols, l.block_size,
                          static_cast<int>(l.src_type), static_cast<int>(l.zero_points));
 }
@@ -142,12 +140,11 @@ Status check_amplification(const Model& model, std::span<const PlannedDerivation
   if (cap <= 0 || plan.empty()) return Status();
   const WeightStore& store = model.store();
   long double source = static_cast<long double>(store.referenced_weight_bytes().total);
-  for (const auto& [id, w] : store.weights)
+  for (const auto& [id, w] : store.weights())
     if (!w.is_external()) source += static_cast<long double>(w.byte_length());
   long double derived = 0;
   for (const PlannedDerivation& p : plan) {
     DerivationLaunch l = p.launch;
-    l.kind = p.kind;
     if (auto sizes = derivation_sizes(l); sizes.ok())
       derived += static_cast<long double>(sizes->dst_bytes) + static_cast<long double>(sizes->dst2_bytes);
   }
@@ -206,7 +203,7 @@ Result<std::vector<PlannedDerivation>> plan_derivations(const Model& model, cons
 Result<PlannedDerivation> plan_derivation(const Model& model, const NodeInfo& node, Derivation kind) {
   BALLAST_ASSIGN_OR_RETURN(auto planned, plan_node(model, node));
   for (PlannedDerivation& p : planned)
-    if (p.kind == kind) return std::move(p);
+    if (p.kind() == kind) return std::move(p);
   return node_error(node, std::string(derivation_name(kind)) + " does not apply to this node's weight");
 }
 

@@ -12,7 +12,6 @@ namespace ballast {
 
 inline PlannedDerivation transposed_source_of(const PlannedDerivation& p) {
   PlannedDerivation t = p;
-  t.kind = Derivation::transpose;
   t.of_transposed = false;
   t.launch.kind = Derivation::transpose;
   t.launch.rows = p.launch.cols;

@@ -137,7 +137,7 @@ struct DeviceWeights::Impl {
       // Each weight's own range, not their union: a split for the size
       // limit must fall between two weights, and weights stored back to
       // back are one referenced range.
-      for (const auto& [id, w] : store->weights)
+      for (const auto& [id, w] : store->weights())
         if (w.is_external())
           if (auto p = store->external_mmap_provenance(w); p && p->mapping == mapping && p->length != 0)
             in.referenced.push_back({p->offset, p->length});
@@ -245,16 +245,16 @@ WeightResidency DeviceWeights::residency() const {
 Result<DevicePtr> DeviceWeights::resolve(ValueId id) {
   Impl& m = *impl_;
   std::lock_guard lock(m.mutex);
-  auto w = m.store->weights.find(id);
+  auto w = m.store->weights().find(id);
   if (auto it = m.resolved.find(id); it != m.resolved.end()) {
     // A weight read in place is read from its file's pages by whoever uses
     // the pointer: checked on every call (one fstat). An upload is already
     // on the device and no longer depends on the file.
-    if (it->second.in_place && w != m.store->weights.end())
+    if (it->second.in_place && w != m.store->weights().end())
       if (Status s = m.store->check_unchanged(w->second); !s.ok()) return s.error();
     return it->second.ptr;
   }
-  if (w == m.store->weights.end())
+  if (w == m.store->weights().end())
     return make_error(ErrorCode::not_found, "no weight with value id " + std::to_string(id.index));
   const WeightRef& ref = w->second;
   if (!m.store->bytes(ref)) {
@@ -331,8 +331,8 @@ Released DeviceWeights::release(GpuBackend& backend) {
     } else {
       note_failure(std::move(s), [&](Error& e) {
         const std::string what = "freeing the " + std::to_string(u.bytes) + "-byte upload of ";
-        auto w = m.store->weights.find(u.id);
-        if (w == m.store->weights.end() || !w->second.is_external()) {
+        auto w = m.store->weights().find(u.id);
+        if (w == m.store->weights().end() || !w->second.is_external()) {
           e.with_context(what + "the inline weight with value id " + std::to_string(u.id.index));
           return;
         }

@@ -144,7 +144,7 @@ class Freer {
   Freer(GpuBackend& backend, const std::string& label) : backend_(backend), label_(label) {}
 
   void free_value(Derivation kind, const DerivationKey& key, const DerivedPtr& value, const char* half) {
-    Status s = backend_.free(value.ptr);
+    Status s = backend_.free(value.first);
     if (s.ok()) {
       out_.bytes_freed += value.bytes;
       out_.allocations_freed += 1;
@@ -153,7 +153,7 @@ class Freer {
     out_.failed_frees += 1;
     if (!out_.status.ok()) return;
     try {
-      s.error().with_context("freeing " + std::string(derivation_name(kind)) + half + " value " + hex(value.ptr) +
+      s.error().with_context("freeing " + std::string(derivation_name(kind)) + half + " value " + hex(value.first) +
                              " of " + key.to_string());
     } catch (const std::bad_alloc&) {
       // The backend's own error still says what failed; keep going.

@@ -2,6 +2,7 @@
 
 #include "onnx/inline_data.hpp"
 #include "onnx/node_names.hpp"
+#include "store/store_access.hpp"
 
 #include <cstring>
 
@@ -231,7 +232,8 @@ void ModelDecoder::reserve_for(const WireField& graph) {
     if (f.number == graph_field::kInitializer) ++initializers;
     if (f.number == graph_field::kNode) ++nodes;
   }
-  model_.store.weights.reserve(model_.store.weights.size() + initializers);
+  auto& weights = store::StoreAccess::weights(model_.store);
+  weights.reserve(weights.size() + initializers);
   model_.weight_order.reserve(model_.weight_order.size() + initializers);
   model_.names.reserve(initializers);
   model_.node_records.reserve(model_.node_records.size() + nodes);
@@ -388,7 +390,7 @@ Status ModelDecoder::add_tensor(const WireField& tensor, WeightSource source, st
 Status ModelDecoder::add_weight(std::string_view name, WeightRef&& weight, std::uint64_t offset) {
   if (name.empty()) return error_at(ErrorCode::malformed, "weight without a name", name, offset);
   const ValueId id = model_.intern(name);
-  auto [it, inserted] = model_.store.weights.try_emplace(id, std::move(weight));
+  auto [it, inserted] = store::StoreAccess::weights(model_.store).try_emplace(id, std::move(weight));
   if (!inserted) return error_at(ErrorCode::malformed, "duplicate weight name '" + std::string(name) + "'", name, offset);
   model_.weight_order.push_back(id);
   return {};

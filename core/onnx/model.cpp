@@ -40,8 +40,8 @@ ValueId Model::intern(std::string_view name) {
 const WeightRef* Model::weight(std::string_view name) const {
   const auto id = value_id(name);
   if (!id) return nullptr;
-  const auto it = impl_->store.weights.find(*id);
-  return it == impl_->store.weights.end() ? nullptr : &it->second;
+  const auto it = impl_->store.weights().find(*id);
+  return it == impl_->store.weights().end() ? nullptr : &it->second;
 }
 
 ModelFormat Model::format() const noexcept { return impl_->format; }

@@ -22,7 +22,6 @@ std::uint64_t sum(std::initializer_list<std::uint64_t> parts) {
 // The device bytes a derivation writes (both halves of a pair).
 Result<std::uint64_t> outputs(const PlannedDerivation& p) {
   DerivationLaunch l = p.launch;
-  l.kind = p.kind;
   BALLAST_ASSIGN_OR_RETURN(auto s, derivation_sizes(l));
   return sum({s.dst_bytes, s.dst2_bytes});
 }
@@ -37,14 +36,14 @@ struct Need {
 template <class StrategyOf>
 std::uint64_t weight_bytes(const WeightStore& store, const StrategyOf& strategy_of, std::optional<ValueId> id) {
   if (!id || strategy_of(*id) == ResidencyStrategy::zero_copy) return 0;
-  auto it = store.weights.find(*id);
-  return it == store.weights.end() ? 0 : it->second.byte_length();
+  auto it = store.weights().find(*id);
+  return it == store.weights().end() ? 0 : it->second.byte_length();
 }
 
 template <class StrategyOf>
 Result<Need> need_of(const WeightStore& store, const StrategyOf& strategy_of, const PlannedDerivation& p) {
   auto operand = [&](std::optional<ValueId> id) { return weight_bytes(store, strategy_of, id); };
-  const std::string what = std::string(derivation_name(p.kind)) + " of '" + p.weight + "'";
+  const std::string what = std::string(derivation_name(p.kind())) + " of '" + p.weight + "'";
   auto out = outputs(p);
   if (!out.ok()) return std::move(out.error()).with_context("sizing " + what);
   const std::uint64_t src = operand(p.source);
@@ -97,7 +96,7 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
                                                      const ResidencyOptions& options, std::string label) {
   auto m = std::make_unique<Impl>(backend, model, options, std::move(label));
   for (const auto& [id, strategy] : options.overrides) {
-    if (!model.store().weights.contains(id))
+    if (!model.store().weights().contains(id))
       return make_error(ErrorCode::invalid_argument,
                         "residency override names '" + std::string(model.value_name(id)) + "', which is not a weight");
     m->overrides[id] = strategy;
@@ -142,7 +141,7 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
   if (m->budget != kUnlimitedBudget) {
     // The largest set of bytes one pin holds at once must fit on its own.
     Need largest;
-    for (const auto& [id, w] : model.store().weights)
+    for (const auto& [id, w] : model.store().weights())
       if (m->strategy_of(id) != ResidencyStrategy::zero_copy && w.byte_length() > largest.bytes)
         largest = {w.byte_length(), "weight '" + std::string(model.value_name(id)) + "'"};
     auto strategy_of = [&](ValueId id) { return m->strategy_of(id); };
@@ -162,7 +161,7 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
     if (options.strategy == ResidencyStrategy::paged) {
       auto stays = [&](ValueId id) { return m->strategy_of(id) == ResidencyStrategy::upload; };
       for (const auto& [id, strategy] : m->overrides)
-        if (strategy == ResidencyStrategy::upload) kept = sum({kept, model.store().weights.at(id).byte_length()});
+        if (strategy == ResidencyStrategy::upload) kept = sum({kept, model.store().weights().at(id).byte_length()});
       std::set<identity::Entry> counted;
       for (const PlannedDerivation& p : plan) {
         if (!stays(p.source) || !counted.insert(identity::of_derivation(model.store(), p)).second) continue;

@@ -27,7 +27,7 @@ DerivationPolicy DerivationPolicy::only(std::initializer_list<Derivation> kinds)
 DerivationPolicy DerivationPolicy::none() { return only({}); }
 
 bool DerivationPolicy::wants(const PlannedDerivation& p) const {
-  return (kinds & bit(p.kind)) != 0 && (!keep || keep(p));
+  return (kinds & bit(p.kind())) != 0 && (!keep || keep(p));
 }
 
 std::vector<PlannedDerivation> apply_policy(std::span<const PlannedDerivation> plan, const DerivationPolicy& policy) {
@@ -63,7 +63,7 @@ std::vector<ResidencyGroup> make_groups(const Model& model, std::span<const Plan
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     node_index.emplace(nodes[i].name, i);
     for (std::string_view input : nodes[i].inputs)
-      if (auto id = model.value_id(input); id && model.store().weights.contains(*id)) first_reader.emplace(*id, i);
+      if (auto id = model.value_id(input); id && model.store().weights().contains(*id)) first_reader.emplace(*id, i);
   }
   auto reader_of = [&](ValueId id) {
     auto it = first_reader.find(id);

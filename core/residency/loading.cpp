@@ -140,7 +140,6 @@ Result<Residency::Impl::Loaded> Residency::Impl::build(const Entry& e, Requester
   const PlannedDerivation& p = *e.plan;
   const Use use = who == Requester::prefetch ? Use::prefetch_dependency : Use::dependency;
   DerivationLaunch l = p.launch;
-  l.kind = p.kind;
   // Operands stay pinned until the kernel has completed (end of scope).
   Pinned source, scales, zero_points;
   if (p.of_transposed) {
@@ -148,14 +147,14 @@ Result<Residency::Impl::Loaded> Residency::Impl::build(const Entry& e, Requester
   } else {
     BALLAST_ASSIGN_OR_RETURN(source, pin_source(p.source, use));
   }
-  l.src = source.ptr();
+  l.src = source.first();
   if (p.scales) {
     BALLAST_ASSIGN_OR_RETURN(scales, pin_source(*p.scales, use));
-    l.scales = scales.ptr();
+    l.scales = scales.first();
   }
   if (p.zero_points) {
     BALLAST_ASSIGN_OR_RETURN(zero_points, pin_source(*p.zero_points, use));
-    l.zero_point = zero_points.ptr();
+    l.zero_point = zero_points.first();
   }
   const PagingTimer timer(paging_ns);
   BALLAST_RETURN_IF_ERROR(reserve(e.bytes(), e.name, who));
@@ -165,7 +164,7 @@ Result<Residency::Impl::Loaded> Residency::Impl::build(const Entry& e, Requester
     return std::move(first.error()).with_context("allocating " + e.name);
   }
   l.dst = *first;
-  if (e.second_bytes != 0 || derivation_yields_pair(p.kind)) {
+  if (e.second_bytes != 0 || derivation_yields_pair(p.kind())) {
     auto second = allocate(e.second_bytes, who);
     if (!second.ok()) {
       discard(*first, e.first_bytes);

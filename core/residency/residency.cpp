@@ -99,8 +99,8 @@ ResidencyStrategy Residency::Impl::strategy_of(ValueId id) const noexcept {
 }
 
 Result<const WeightRef*> Residency::Impl::weight_ref(ValueId id) const {
-  auto it = store.weights.find(id);
-  if (it == store.weights.end())
+  auto it = store.weights().find(id);
+  if (it == store.weights().end())
     return make_error(ErrorCode::not_found, "'" + std::string(model.value_name(id)) + "' is not a weight of the model");
   return &it->second;
 }
@@ -133,8 +133,7 @@ Result<Entry*> Residency::Impl::derived_entry(const PlannedDerivation& p) {
   if (auto it = entries.find(key); it != entries.end()) return it->second.get();
   // First sight of this value: size it and name it once.
   DerivationLaunch l = p.launch;
-  l.kind = p.kind;
-  std::string name = std::string(derivation_name(p.kind)) + " of '" + p.weight + "'";
+  std::string name = std::string(derivation_name(p.kind())) + " of '" + p.weight + "'";
   auto sizes = derivation_sizes(l);
   if (!sizes.ok()) return std::move(sizes.error()).with_context("sizing " + name);
   auto e = std::make_unique<Entry>();

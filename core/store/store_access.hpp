@@ -1,5 +1,7 @@
 // The loader's access to WeightStore internals that engines have no use
-// for: the mapping of the .onnx itself, whose bytes inline weights borrow.
+// for: the mapping of the .onnx itself, whose bytes inline weights borrow,
+// and the weights map itself (public code reads it; WeightStore::add() is
+// the checked way in for everyone else).
 #pragma once
 
 #include <ballast/weight_store.hpp>
@@ -23,6 +25,9 @@ struct StoreAccess {
   static std::unordered_map<ValueId, WeightRef>& weights(WeightStore& store) { return store.weights; }
   // The mapping `id` (nullptr when there is none).
   static std::shared_ptr<const MappedFile> mapping(const WeightStore& store, MappingId id);
+  // The weights map, writable: the loader checks each weight's range as it
+  // decodes it (and white-box tests build what add() would refuse).
+  static std::unordered_map<ValueId, WeightRef>& weights(WeightStore& store) { return store.weights_; }
 };
 
 }  // namespace ballast::store

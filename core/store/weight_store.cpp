@@ -217,6 +217,31 @@ std::optional<MmapProvenance> WeightStore::external_mmap_provenance(const Weight
   return im.provenance(weight);
 }
 
+Status WeightStore::add(ValueId id, WeightRef weight) {
+  if (weights_.contains(id))
+    return make_error(ErrorCode::invalid_argument, "value " + std::to_string(id.index) + " already has a weight");
+  if (weight.is_external()) {
+    if (!weight.external || !weight.external->file)
+      return make_error(ErrorCode::invalid_argument, "an external weight without a file");
+    const ExternalLocation& ext = *weight.external;
+    const auto refuse = [&](ErrorCode code, std::string message) {
+      Error e = make_error(code, std::move(message));
+      e.file = ext.resolved().string();
+      return e;
+    };
+    if (!impl_) return refuse(ErrorCode::not_found, "external data file is not mapped by this store");
+    std::shared_lock lock(impl_->mutex);
+    const auto mapping = impl_->lookup(*ext.file);
+    if (!mapping) return refuse(ErrorCode::not_found, "external data file is not mapped by this store");
+    if (!impl_->provenance(weight))
+      return refuse(ErrorCode::out_of_bounds,
+                    "bytes [" + std::to_string(ext.offset) + ", +" + std::to_string(ext.length) + ") lie outside its " +
+                        std::to_string(impl_->find(*mapping)->file->size()) + " mapped bytes");
+  }
+  weights_.emplace(id, std::move(weight));
+  return {};
+}
+
 std::optional<Bytes> WeightStore::mmap_region_bytes(MappingId mapping, std::uint64_t offset,
                                                     std::uint64_t length) const {
   BALLAST_STORE_READ(std::nullopt);
@@ -263,7 +288,7 @@ ReferencedWeightBytes WeightStore::referenced_weight_bytes() const {
   std::vector<std::vector<ByteRange>> per_mapping(im.mappings.size());
   // Weights share a handful of ExternalFiles: look each one's mapping up once.
   std::unordered_map<const ExternalFile*, std::optional<MappingId>> mapping_of;
-  for (const auto& [id, weight] : weights) {
+  for (const auto& [id, weight] : weights_) {
     if (!weight.is_external() || !weight.external || !weight.external->file) continue;
     const ExternalFile* file = weight.external->file.get();
     auto [it, fresh] = mapping_of.try_emplace(file);

@@ -47,14 +47,13 @@ std::vector<std::byte> head(GpuBackend& gpu, DevicePtr ptr, std::uint64_t bytes)
 
 std::uint64_t first_bytes(const PlannedDerivation& p) {
   DerivationLaunch l = p.launch;
-  l.kind = p.kind;
   auto sizes = derivation_sizes(l);
   return sizes.ok() ? sizes->dst_bytes : 0;
 }
 
 // What a planned value is, for matching the paged pass against the batch.
 std::string key(const PlannedDerivation& p) {
-  return std::string(derivation_name(p.kind)) + " of " + p.weight + " for " + p.node;
+  return std::string(derivation_name(p.kind())) + " of " + p.weight + " for " + p.node;
 }
 
 bool same(const AllocationCounters& a, const AllocationCounters& b) {
@@ -97,8 +96,9 @@ int main(int argc, char** argv) {
     if (!values.ok()) return fail(values.error());
     for (std::size_t i = 0; i < plan->size(); ++i) {
       const PlannedDerivation& p = (*plan)[i];
-      std::printf("  %-28s %-12s for %-20s -> 0x%llx\n", p.weight.c_str(), std::string(derivation_name(p.kind)).c_str(),
-                  p.node.c_str(), static_cast<unsigned long long>((*values)[i].first));
+      std::printf("  %-28s %-12s for %-20s -> 0x%llx\n", p.weight.c_str(),
+                  std::string(derivation_name(p.kind())).c_str(), p.node.c_str(),
+                  static_cast<unsigned long long>((*values)[i].first));
       batch_heads[key(p)] = head(gpu, (*values)[i].first, first_bytes(p));
       ++derivations;
     }
@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
         if (!layer.ok()) return fail(layer.error());
         for (std::size_t i = 0; i < layers[g].derivations.size(); ++i) {
           const Pinned& value = layer->derived[i];  // held while "the kernel" reads it
-          if (head(gpu, value.ptr(), value.first_bytes()) != batch_heads[key(layers[g].derivations[i])]) {
+          if (head(gpu, value.first(), value.first_bytes()) != batch_heads[key(layers[g].derivations[i])]) {
             std::fprintf(stderr, "paged %s differs from the batch's\n", key(layers[g].derivations[i]).c_str());
             return 1;
           }

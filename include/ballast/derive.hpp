@@ -38,8 +38,8 @@ namespace ballast {
 
 // One derivation a model needs: which weight, for which consumer, with
 // which shape. Pointers in `launch` are zero: derive_weight() fills them.
+// Its kind lives in one place, `launch.kind`; kind() reads it.
 struct PlannedDerivation {
-  Derivation kind = Derivation::transpose;
   std::string weight;  // the source weight (int4: B)
   ValueId source{};
   std::optional<ValueId> scales;       // int4 only
@@ -50,6 +50,8 @@ struct PlannedDerivation {
   std::string node;  // the consuming node it was planned for (empty: planned from the weight alone)
   std::string why;   // e.g. "MatMulNBits B: K=4096 N=11008 block 32"
   DerivationLaunch launch;
+
+  Derivation kind() const noexcept { return launch.kind; }
 };
 
 // Every derivation that applies to the model's weights, read off the nodes

@@ -106,11 +106,13 @@ struct DevicePair {
 };
 
 // A value handed to the memo: the pointer and how many bytes it holds.
+// One spelling everywhere (DevicePair, DerivedValue, Pinned): `first` is a
+// value's first (or only) pointer, `second` a pair's second one.
 struct DerivedPtr {
-  DevicePtr ptr = 0;
+  DevicePtr first = 0;
   std::uint64_t bytes = 0;
   using value_type = DevicePtr;
-  DevicePtr value() const noexcept { return ptr; }
+  DevicePtr value() const noexcept { return first; }
   friend bool operator==(const DerivedPtr&, const DerivedPtr&) = default;
 };
 
@@ -118,7 +120,7 @@ struct DerivedPair {
   DerivedPtr first;
   DerivedPtr second;
   using value_type = DevicePair;
-  DevicePair value() const noexcept { return {first.ptr, second.ptr}; }
+  DevicePair value() const noexcept { return {first.first, second.first}; }
   friend bool operator==(const DerivedPair&, const DerivedPair&) = default;
 };
 

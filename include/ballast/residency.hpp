@@ -16,7 +16,7 @@
 //   auto groups = (*residency)->groups();                  // in graph order
 //   (*residency)->prefetch(groups[i + 1]);                 // the next layer, in the background
 //   auto layer = (*residency)->pin(groups[i], 100ms);      // Result<PinnedSet>: all members or none
-//   launch_my_kernels(layer->derived[0].ptr(), ...);       // ... and wait for them, then
+//   launch_my_kernels(layer->derived[0].first(), ...);     // ... and wait for them, then
 //   layer->reset();                                        // unpin (or let it go out of scope)
 //
 // A pinned entry is never evicted. When the pinned set plus a request cannot
@@ -221,9 +221,9 @@ class Pinned {
   Pinned& operator=(const Pinned&) = delete;
   ~Pinned();
 
-  DevicePtr ptr() const noexcept { return first_; }      // the weight, the value, or a pair's first half
+  DevicePtr first() const noexcept { return first_; }    // the weight, the value, or a pair's first half
   DevicePtr second() const noexcept { return second_; }  // a pair's second half (repack_int4, quant_int8)
-  std::uint64_t first_bytes() const noexcept { return first_bytes_; }    // bytes at ptr()
+  std::uint64_t first_bytes() const noexcept { return first_bytes_; }    // bytes at first()
   std::uint64_t second_bytes() const noexcept { return second_bytes_; }  // bytes at second(); 0 unless a pair
   std::uint64_t bytes() const noexcept { return first_bytes_ + second_bytes_; }
   explicit operator bool() const noexcept { return owner_ != nullptr; }

@@ -157,8 +157,22 @@ class WeightStore {
   WeightStore(const WeightStore&) = delete;
   WeightStore& operator=(const WeightStore&) = delete;
 
-  // The descriptors, keyed by the value they initialize.
-  std::unordered_map<ValueId, WeightRef> weights;
+  // The descriptors, keyed by the value they initialize. Read-only: every
+  // reader (DeviceWeights, Residency, the plan, the reports) trusts that
+  // each external weight here lies inside a file this store mapped, and
+  // that an id names one weight for the store's life. The loader fills the
+  // map (store::StoreAccess); anyone else goes through add(), which checks.
+  const std::unordered_map<ValueId, WeightRef>& weights() const noexcept { return weights_; }
+
+  // Adds `weight` as the weight of `id`: for engines and tests that build a
+  // store by hand. Refused, and nothing added: invalid_argument when `id`
+  // already has a weight, or an external weight names no file; not_found
+  // when its file is not mapped here (map_external first); out_of_bounds
+  // when its range does not lie inside that mapping (overflow-safe, the
+  // check of external_mmap_provenance). Inline weights are taken as they
+  // are: their bytes are the caller's to keep alive (keep_alive). Not safe
+  // to call while other threads read weights().
+  Status add(ValueId id, WeightRef weight);
 
   // Maps `path` read-only (symlinks followed: the caller chose the path)
   // and registers it. Idempotent by device + inode: the same file mapped
@@ -260,6 +274,7 @@ class WeightStore {
  private:
   friend struct store::StoreAccess;
   struct BALLAST_HIDDEN Impl;
+  std::unordered_map<ValueId, WeightRef> weights_;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -143,7 +143,7 @@ TEST_CASE("account_external_files: referenced union and dead ranges of a hand-bu
     loc.offset = offset;
     loc.length = length;
     w.external = loc;
-    store.weights.emplace(ballast::ValueId{value}, std::move(w));
+    REQUIRE(store.add(ballast::ValueId{value}, std::move(w)).ok());
   };
   add(0, 2048, 1024);
   add(1, 2048, 1024);  // aliased: counts once

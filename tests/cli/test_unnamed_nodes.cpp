@@ -84,7 +84,7 @@ TEST_CASE("derive --dump's stems of an unnamed model are unique: a shared B is t
   std::set<std::pair<std::string, int>> files;
   for (std::size_t i = 0; i < stems.size(); ++i) {
     const PlannedDerivation& p = (*plan)[i];
-    CHECK_MESSAGE(files.emplace(stems[i], static_cast<int>(p.kind)).second, "two dumps named " << stems[i]);
+    CHECK_MESSAGE(files.emplace(stems[i], static_cast<int>(p.kind())).second, "two dumps named " << stems[i]);
     if (p.weight == "W") CHECK(stems[i] == "W");  // one consumer: the weight's name alone
     if (p.weight == "B") CHECK(stems[i] == "B@" + p.node);
   }

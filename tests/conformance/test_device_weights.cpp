@@ -34,15 +34,15 @@ struct SmallStore {
     std::ofstream(dir / "w.bin", std::ios::binary)
         .write(reinterpret_cast<const char*>(file_bytes.data()), static_cast<std::streamsize>(file_bytes.size()));
     REQUIRE(store.map_external(dir / "w.bin").ok());
-    store.weights[head] = external(0, 1024);
-    store.weights[tail] = external(8192, 4096);
+    REQUIRE(store.add(head, external(0, 1024)).ok());
+    REQUIRE(store.add(tail, external(8192, 4096)).ok());
     WeightRef in;
     in.dtype = DataType::float32;
     in.dims = {16};
     in.storage = WeightRef::Storage::inline_owned;
     in.owned = inline_bytes;
     in.inline_bytes = Bytes(inline_bytes->data(), inline_bytes->size());
-    store.weights[inline_id] = in;
+    REQUIRE(store.add(inline_id, in).ok());
   }
   ~SmallStore() {
     std::error_code ec;
@@ -67,7 +67,7 @@ void resolve_all(DeviceWeights& dw, SmallStore& s) {
   for (ValueId id : {s.head, s.tail, s.inline_id}) {
     auto ptr = dw.resolve(id);
     REQUIRE_MESSAGE(ptr.ok(), conformance::describe(ptr.status()));
-    auto expected = s.store.bytes(s.store.weights.at(id));
+    auto expected = s.store.bytes(s.store.weights().at(id));
     REQUIRE(expected.has_value());
     const auto seen = conformance::download(*ptr, expected->size());
     CHECK(std::equal(seen.begin(), seen.end(), expected->begin(), expected->end()));

@@ -29,12 +29,11 @@ using Fixture = conformance::PagingFixture;
 namespace {
 
 std::vector<std::byte> read_pinned(const Pinned& p, const PlannedDerivation* d) {
-  if (d == nullptr) return conformance::download(p.ptr(), p.bytes());
+  if (d == nullptr) return conformance::download(p.first(), p.bytes());
   DerivationLaunch l = d->launch;
-  l.kind = d->kind;
   auto sizes = derivation_sizes(l);
   REQUIRE(sizes.ok());
-  auto out = conformance::download(p.ptr(), sizes->dst_bytes);
+  auto out = conformance::download(p.first(), sizes->dst_bytes);
   if (sizes->dst2_bytes != 0) {
     auto second = conformance::download(p.second(), sizes->dst2_bytes);
     out.insert(out.end(), second.begin(), second.end());
@@ -51,7 +50,7 @@ std::map<std::string, std::vector<std::byte>> everything(Fixture& f, Residency& 
       auto p = r.pin(d);
       REQUIRE_MESSAGE(p.ok(), p.status().to_string());
       auto bytes = read_pinned(*p, &d);
-      const std::string key = std::string(derivation_name(d.kind)) + " " + d.weight;
+      const std::string key = std::string(derivation_name(d.kind())) + " " + d.weight;
       if (round == 0) out[key] = bytes;
       else CHECK_MESSAGE(out[key] == bytes, key << " changed in round " << round);
     }
@@ -118,7 +117,6 @@ TEST_CASE("paging: residency's derived values are derive_weights()' values, byte
     for (std::size_t i = 0; i < f.plan.size(); ++i) {
       const PlannedDerivation& d = f.plan[i];
       DerivationLaunch l = d.launch;
-      l.kind = d.kind;
       auto sizes = derivation_sizes(l);
       REQUIRE(sizes.ok());
       auto bytes = conformance::download((*values)[i].first, sizes->dst_bytes);
@@ -126,7 +124,7 @@ TEST_CASE("paging: residency's derived values are derive_weights()' values, byte
         auto second = conformance::download((*values)[i].second, sizes->dst2_bytes);
         bytes.insert(bytes.end(), second.begin(), second.end());
       }
-      expected[std::string(derivation_name(d.kind)) + " " + d.weight] = std::move(bytes);
+      expected[std::string(derivation_name(d.kind())) + " " + d.weight] = std::move(bytes);
     }
     CHECK(memo.release(conformance::gpu()).status.ok());
     CHECK(sources.release(conformance::gpu()).status.ok());
@@ -155,7 +153,7 @@ TEST_CASE("paging: the budget's accounting equals the allocator's live bytes") {
     auto p = paged->pin(d);
     REQUIRE_MESSAGE(p.ok(), p.status().to_string());
     CHECK(paged->stats().device_bytes == conformance::gpu().counters().live_bytes - before);
-    if (d.kind == Derivation::quant_int8) held.push_back(std::move(*p));  // pinned, small
+    if (d.kind() == Derivation::quant_int8) held.push_back(std::move(*p));  // pinned, small
   }
   CHECK(paged->stats().pinned_bytes > 0);
   held.clear();
@@ -173,8 +171,8 @@ TEST_CASE("paging: a pinned entry is never evicted; a request that cannot fit be
   const PlannedDerivation* transpose = nullptr;
   const PlannedDerivation* to_f16 = nullptr;
   for (const PlannedDerivation& d : f.plan) {
-    if (d.weight == "w0" && d.kind == Derivation::transpose) transpose = &d;
-    if (d.weight == "w0" && d.kind == Derivation::to_f16) to_f16 = &d;
+    if (d.weight == "w0" && d.kind() == Derivation::transpose) transpose = &d;
+    if (d.weight == "w0" && d.kind() == Derivation::to_f16) to_f16 = &d;
   }
   REQUIRE(transpose);
   REQUIRE(to_f16);
@@ -256,7 +254,7 @@ TEST_CASE("paging: many threads pin, evict and prefetch at once; every value rea
           continue;
         }
         const auto bytes = read_pinned(*p, &d);
-        (bytes == reference[std::string(derivation_name(d.kind)) + " " + d.weight] ? good : wrong)++;
+        (bytes == reference[std::string(derivation_name(d.kind())) + " " + d.weight] ? good : wrong)++;
       }
     });
   }
@@ -331,7 +329,7 @@ TEST_CASE("paging: per-weight strategies: an uploaded weight in a paged model is
   CHECK(paged.strategy_of(*f.model.value_id("w0")) == ResidencyStrategy::paged);
   auto pinned = paged.pin(w2);
   REQUIRE(pinned.ok());
-  const DevicePtr where = pinned->ptr();
+  const DevicePtr where = pinned->first();
   pinned->reset();
   // Everything else, twice, through a budget that has to evict to fit it.
   for (int round = 0; round < 2; ++round)
@@ -344,7 +342,7 @@ TEST_CASE("paging: per-weight strategies: an uploaded weight in a paged model is
   CHECK(s.uploaded_bytes == Model_::kW2Bytes);  // once
   auto again = paged.pin(w2);
   REQUIRE(again.ok());
-  CHECK(again->ptr() == where);  // the same upload, never evicted
+  CHECK(again->first() == where);  // the same upload, never evicted
   again->reset();
   CHECK(paged.release(conformance::gpu()).status.ok());
 

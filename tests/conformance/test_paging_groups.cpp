@@ -28,7 +28,7 @@ constexpr std::uint64_t kTransposeW2 = 4096, kQuantW2 = 2048 + 128;
 struct Fixture : conformance::PagingFixture {
   const PlannedDerivation& planned(std::string_view weight, Derivation kind) const {
     for (const PlannedDerivation& d : plan)
-      if (d.weight == weight && d.kind == kind) return d;
+      if (d.weight == weight && d.kind() == kind) return d;
     FAIL("no " << derivation_name(kind) << " of " << weight << " planned");
     return plan.front();
   }
@@ -191,12 +191,12 @@ TEST_CASE("paging groups: two threads whose groups do not fit together take turn
   {
     auto pa = paged->pin(a);
     REQUIRE_MESSAGE(pa.ok(), pa.status().to_string());
-    a_ref = conformance::download(pa->derived[0].ptr(), pa->derived[0].first_bytes());
+    a_ref = conformance::download(pa->derived[0].first(), pa->derived[0].first_bytes());
     pa->reset();
     auto pb = paged->pin(b);
     REQUIRE_MESSAGE(pb.ok(), pb.status().to_string());
     CHECK(pb->bytes() == kQuantW0 + kToF16W0 + kTransposeW2 + kQuantW2 + Model_::kW2Bytes + Model_::kW1Bytes);
-    b_ref = conformance::download(pb->derived[1].ptr(), pb->derived[1].first_bytes());
+    b_ref = conformance::download(pb->derived[1].first(), pb->derived[1].first_bytes());
   }
   std::atomic<int> holding{0}, overlapped{0}, failed{0}, wrong{0};
   auto run = [&](const ResidencyGroup& g, const std::vector<std::byte>& ref, std::size_t which) {
@@ -209,7 +209,7 @@ TEST_CASE("paging groups: two threads whose groups do not fit together take turn
       }
       if (holding.fetch_add(1) != 0) ++overlapped;
       const Pinned& p = set->derived[which];
-      if (conformance::download(p.ptr(), p.first_bytes()) != ref) ++wrong;
+      if (conformance::download(p.first(), p.first_bytes()) != ref) ++wrong;
       std::this_thread::sleep_for(1ms);
       holding.fetch_sub(1);
       set->reset();

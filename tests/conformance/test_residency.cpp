@@ -59,10 +59,10 @@ struct SplitStore {
     std::ofstream(dir.path / "w.bin", std::ios::binary)
         .write(reinterpret_cast<const char*>(file_bytes.data()), static_cast<std::streamsize>(file_bytes.size()));
     REQUIRE(store.map_external(dir.path / "w.bin").ok());
-    store.weights[first] = external(kA, 4096);
-    store.weights[straddle] = external(kMiddle - 10000, 20000);  // across the middle, across pages
-    store.weights[last] = external(kAEnd - 4096, 4096);
-    store.weights[far] = external(kB + 100 * 4, 60 * kKiB - 400);
+    REQUIRE(store.add(first, external(kA, 4096)).ok());
+    REQUIRE(store.add(straddle, external(kMiddle - 10000, 20000)).ok());  // across the middle, across pages
+    REQUIRE(store.add(last, external(kAEnd - 4096, 4096)).ok());
+    REQUIRE(store.add(far, external(kB + 100 * 4, 60 * kKiB - 400)).ok());
   }
   WeightRef external(std::uint64_t offset, std::uint64_t length) {
     WeightRef w;
@@ -97,7 +97,7 @@ TEST_CASE("residency: a weight straddling the middle of a registered range is co
     auto ptr = dw.resolve(id);
     REQUIRE_MESSAGE(ptr.ok(), conformance::describe(ptr.status()));
     ptrs[id] = *ptr;
-    const auto& loc = *s.store.weights.at(id).external;
+    const auto& loc = *s.store.weights().at(id).external;
     const auto seen = conformance::download(*ptr, loc.length);
     CHECK_MESSAGE(seen == s.slice(loc.offset, loc.length), "weight at offset " << loc.offset << " read back wrong");
   }
@@ -142,7 +142,7 @@ TEST_CASE("residency: the orphaned-prefix model registers its referenced bytes, 
   for (ValueId id : model->weight_order()) {
     auto ptr = dw.resolve(id);
     REQUIRE_MESSAGE(ptr.ok(), conformance::describe(ptr.status()));
-    auto expected = model->store().bytes(model->store().weights.at(id));
+    auto expected = model->store().bytes(model->store().weights().at(id));
     REQUIRE(expected.has_value());
     const auto seen = conformance::download(*ptr, expected->size());
     CHECK(std::equal(seen.begin(), seen.end(), expected->begin(), expected->end()));

@@ -99,7 +99,6 @@ RunResult run_once(GpuBackend& gpu, const Model& model, const std::vector<Planne
   if (out.failure.ok()) {
     for (std::size_t i = 0; i < plan.size() && out.failure.ok(); ++i) {
       DerivationLaunch l = plan[i].launch;
-      l.kind = plan[i].kind;
       auto sizes = derivation_sizes(l);
       REQUIRE(sizes.ok());
       const std::pair<DevicePtr, std::uint64_t> outputs[] = {{values[i].first, sizes->dst_bytes},
@@ -108,7 +107,7 @@ RunResult run_once(GpuBackend& gpu, const Model& model, const std::vector<Planne
         if (bytes == 0) continue;
         std::vector<std::byte> host_bytes(bytes);
         if (Status s = gpu.copy_to_host(host_bytes, ptr, 0); !s.ok()) {
-          out.failure = std::move(s).with_context("reading back " + std::string(derivation_name(plan[i].kind)) +
+          out.failure = std::move(s).with_context("reading back " + std::string(derivation_name(plan[i].kind())) +
                                                   " of '" + plan[i].weight + "'");
           break;
         }
@@ -182,7 +181,7 @@ void sweep(Way way, FaultInjectingBackend::Fault mode) {
   auto plan = plan_derivations(*model);
   REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
   std::set<Derivation> kinds;
-  for (const PlannedDerivation& p : *plan) kinds.insert(p.kind);
+  for (const PlannedDerivation& p : *plan) kinds.insert(p.kind());
   REQUIRE(kinds.size() == kDerivationCount);  // the model has every derivation kind
   const std::set<std::string> names = weight_names(*model, *plan);
 

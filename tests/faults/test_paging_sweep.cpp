@@ -54,15 +54,14 @@ struct PagedRun {
 
 Result<std::vector<std::byte>> read(GpuBackend& gpu, const Pinned& p, const PlannedDerivation& d) {
   DerivationLaunch l = d.launch;
-  l.kind = d.kind;
   BALLAST_ASSIGN_OR_RETURN(auto sizes, derivation_sizes(l));
   std::vector<std::byte> out(sizes.dst_bytes + sizes.dst2_bytes);
   const std::span<std::byte> all(out);
-  BALLAST_RETURN_IF_ERROR(gpu.copy_to_host(all.first(sizes.dst_bytes), p.ptr(), 0),
-                          "reading back " + std::string(derivation_name(d.kind)) + " of '" + d.weight + "'");
+  BALLAST_RETURN_IF_ERROR(gpu.copy_to_host(all.first(sizes.dst_bytes), p.first(), 0),
+                          "reading back " + std::string(derivation_name(d.kind())) + " of '" + d.weight + "'");
   if (sizes.dst2_bytes != 0)
     BALLAST_RETURN_IF_ERROR(gpu.copy_to_host(all.subspan(sizes.dst_bytes), p.second(), 0),
-                            "reading back " + std::string(derivation_name(d.kind)) + " of '" + d.weight + "'");
+                            "reading back " + std::string(derivation_name(d.kind())) + " of '" + d.weight + "'");
   return out;
 }
 
@@ -131,14 +130,13 @@ TEST_CASE("paged residency: a device fault at every call leaves nothing half-bui
       REQUIRE(values.ok());
       for (std::size_t i = 0; i < plan->size(); ++i) {
         DerivationLaunch l = (*plan)[i].launch;
-        l.kind = (*plan)[i].kind;
         auto sizes = derivation_sizes(l);
         REQUIRE(sizes.ok());
         std::vector<std::byte> bytes(sizes->dst_bytes + sizes->dst2_bytes);
         REQUIRE(inner.copy_to_host(std::span(bytes).first(sizes->dst_bytes), (*values)[i].first, 0).ok());
         if (sizes->dst2_bytes != 0)
           REQUIRE(inner.copy_to_host(std::span(bytes).subspan(sizes->dst_bytes), (*values)[i].second, 0).ok());
-        CHECK_MESSAGE(bytes == clean.values[i], derivation_name((*plan)[i].kind) << " of " << (*plan)[i].weight);
+        CHECK_MESSAGE(bytes == clean.values[i], derivation_name((*plan)[i].kind()) << " of " << (*plan)[i].weight);
       }
       CHECK(memo.release(inner).status.ok());
       CHECK(sources.release(inner).status.ok());

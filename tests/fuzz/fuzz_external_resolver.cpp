@@ -130,7 +130,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   for (ballast::ValueId id : model->weight_order()) {
-    auto b = model->store().bytes(model->store().weights.at(id));
+    auto b = model->store().bytes(model->store().weights().at(id));
     if (!b) __builtin_trap();
     for (std::byte x : *b) {
       const auto v = std::to_integer<unsigned char>(x);

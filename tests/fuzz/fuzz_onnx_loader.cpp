@@ -49,7 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const ballast::WeightStore& store = model->store();
   std::uint8_t sink = 0;
   for (ballast::ValueId id : model->weight_order()) {
-    const ballast::WeightRef& w = store.weights.at(id);
+    const ballast::WeightRef& w = store.weights().at(id);
     auto b = store.bytes(w);
     if (!b) __builtin_trap();  // the loader validated every range: this must resolve
     for (std::byte x : *b) sink ^= std::to_integer<std::uint8_t>(x);

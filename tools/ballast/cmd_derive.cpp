@@ -120,7 +120,7 @@ void keep_only(std::vector<PlannedDerivation>& plan, std::string_view kinds) {
   for (std::string_view name : split_commas(kinds)) {
     if (auto k = derivation_named(name)) keep[static_cast<std::size_t>(*k)] = true;
   }
-  std::erase_if(plan, [&](const PlannedDerivation& p) { return !keep[static_cast<std::size_t>(p.kind)]; });
+  std::erase_if(plan, [&](const PlannedDerivation& p) { return !keep[static_cast<std::size_t>(p.kind())]; });
 }
 
 int run_derive(const DeriveOptions& opt) {

@@ -114,7 +114,8 @@ class Replayer {
     const std::size_t n1 = static_cast<std::size_t>(std::min(s.first_bytes, kTouchBytes));
     const std::size_t n2 = static_cast<std::size_t>(std::min(s.second_bytes, kTouchBytes));
     if (n1 != 0)
-      BALLAST_RETURN_IF_ERROR(gpu_.copy_to_host(std::span(now.first.data(), n1), pinned->ptr(), 0), "touching ", where());
+      BALLAST_RETURN_IF_ERROR(gpu_.copy_to_host(std::span(now.first.data(), n1), pinned->first(), 0), "touching ",
+                              where());
     if (n2 != 0)
       BALLAST_RETURN_IF_ERROR(gpu_.copy_to_host(std::span(now.second.data(), n2), pinned->second(), 0),
                               "touching the second half of ", where());
@@ -122,7 +123,7 @@ class Replayer {
     if (t == 0) {
       if (!s.derived && n1 != 0) {  // a source reads back as its file holds it
         Touch file;
-        const WeightRef& w = model_.store().weights.at(s.weight);
+        const WeightRef& w = model_.store().weights().at(s.weight);
         BALLAST_RETURN_IF_ERROR(model_.store().copy_bytes(w, 0, std::span(file.first.data(), n1)), "reading ", where());
         if (std::memcmp(file.first.data(), now.first.data(), n1) != 0) return mismatch(where(), "the model's file");
       }

@@ -125,7 +125,7 @@ class MemoStrategy final : public DeriveStrategy {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!v.ok()) return v.error();
     const DerivationKey& k = v->key;
-    const int kind = static_cast<int>(p.kind);
+    const int kind = static_cast<int>(p.kind());
     if (!keys_.emplace(kind, std::make_tuple(k.source, k.scales, k.zero_point, k.rows, k.cols, k.block_size,
                                              static_cast<int>(k.src_type), static_cast<int>(k.zero_points)))
              .second) {
@@ -134,9 +134,8 @@ class MemoStrategy final : public DeriveStrategy {
       // A new entry on bytes an earlier entry of this derivation reads.
       if (!sources_seen_.emplace(kind, k.source).second) distinct_by_parameters_ += 1;
       DerivationLaunch l = p.launch;
-      l.kind = p.kind;
       if (auto sizes = derivation_sizes(l); sizes.ok()) {
-        KindTotals& kt = totals_[static_cast<std::size_t>(p.kind)];
+        KindTotals& kt = totals_[static_cast<std::size_t>(p.kind())];
         kt.count += 1;
         kt.bytes_read += sizes->src_bytes + sizes->scales_bytes + sizes->zero_point_bytes;
         kt.bytes_written += sizes->dst_bytes + sizes->dst2_bytes;
@@ -144,7 +143,7 @@ class MemoStrategy final : public DeriveStrategy {
       }
     }
     if (dump_ != nullptr)
-      return dump_->write(gpu_, p, stem, model_.store().weights.at(p.source).dims, v->first, v->second);
+      return dump_->write(gpu_, p, stem, model_.store().weights().at(p.source).dims, v->first, v->second);
     return Status();
   }
 

@@ -76,26 +76,27 @@ class ResidencyStrategy final : public DeriveStrategy {
       const PlannedDerivation& p = plan[i];
       const auto t = Clock::now();
       DerivationLaunch l = p.launch;
-      l.kind = p.kind;
-      BALLAST_ASSIGN_OR_RETURN(DerivationSizes sizes, derivation_sizes(l), "sizing ", derivation_name(p.kind), " of ",
+      BALLAST_ASSIGN_OR_RETURN(DerivationSizes sizes, derivation_sizes(l), "sizing ", derivation_name(p.kind()), " of ",
                                p.weight);
       auto pinned = residency_->pin(p);
       if (!pinned.ok())
-        return Status(pinned.error()).with_context("pinning " + std::string(derivation_name(p.kind)) + " of " + p.weight);
+        return Status(pinned.error())
+            .with_context("pinning " + std::string(derivation_name(p.kind())) + " of " + p.weight);
       if (!first_seconds_) first_seconds_ = seconds_since(start_);
       if (pinned->bytes() != sizes.dst_bytes + sizes.dst2_bytes)
-        return make_error(ErrorCode::internal, "pinned " + std::string(derivation_name(p.kind)) + " of " + p.weight +
-                                                   " has " + std::to_string(pinned->bytes()) + " bytes, the plan says " +
+        return make_error(ErrorCode::internal, "pinned " + std::string(derivation_name(p.kind())) + " of " + p.weight +
+                                                   " has " + std::to_string(pinned->bytes()) +
+                                                   " bytes, the plan says " +
                                                    std::to_string(sizes.dst_bytes + sizes.dst2_bytes));
       Digester digest(Digest::sha256);
-      BALLAST_RETURN_IF_ERROR(read_back(gpu_, pinned->ptr(), sizes.dst_bytes, digest, buffer), "reading back ",
-                              derivation_name(p.kind), " of ", p.weight);
-      if (derivation_yields_pair(p.kind))
+      BALLAST_RETURN_IF_ERROR(read_back(gpu_, pinned->first(), sizes.dst_bytes, digest, buffer), "reading back ",
+                              derivation_name(p.kind()), " of ", p.weight);
+      if (derivation_yields_pair(p.kind()))
         BALLAST_RETURN_IF_ERROR(read_back(gpu_, pinned->second(), sizes.dst2_bytes, digest, buffer),
-                                "reading back the second half of ", derivation_name(p.kind), " of ", p.weight);
+                                "reading back the second half of ", derivation_name(p.kind()), " of ", p.weight);
       if (dump_ != nullptr)
-        BALLAST_RETURN_IF_ERROR(dump_->write(gpu_, p, stems[i], model_.store().weights.at(p.source).dims, pinned->ptr(),
-                                             pinned->second()));
+        BALLAST_RETURN_IF_ERROR(dump_->write(gpu_, p, stems[i], model_.store().weights().at(p.source).dims,
+                                             pinned->first(), pinned->second()));
       pinned->reset();
       Value v{&p, sizes.dst_bytes + sizes.dst2_bytes, digest.hex_final(), seconds_since(t)};
       bar.advance(v.bytes);
@@ -140,7 +141,7 @@ class ResidencyStrategy final : public DeriveStrategy {
     }
     json values = json::array();
     for (const Value& v : values_) {
-      values.push_back({{"derivation", std::string(derivation_name(v.planned->kind))},
+      values.push_back({{"derivation", std::string(derivation_name(v.planned->kind()))},
                         {"weight", v.planned->weight},
                         {"node", v.planned->node},
                         {"bytes", v.bytes},
@@ -163,7 +164,7 @@ class ResidencyStrategy final : public DeriveStrategy {
     std::uint64_t count = 0, bytes = 0;
     double seconds = 0;
     for (const Value& v : values_) {
-      if (v.planned->kind != kind) continue;
+      if (v.planned->kind() != kind) continue;
       count += 1;
       bytes += v.bytes;
       seconds += v.seconds;

@@ -80,7 +80,7 @@ TEST_CASE("auto budget: aliased weights count once, inline weights count, no pla
 TEST_CASE("auto budget: a launch that cannot be sized, or sums past 64 bits, is an error") {
   WeightStore store;
   PlannedDerivation p;
-  p.kind = Derivation::transpose;
+  p.launch.kind = Derivation::transpose;
   p.weight = "huge";
   p.launch.src_type = DataType::float64;
   p.launch.rows = std::uint64_t{1} << 40;

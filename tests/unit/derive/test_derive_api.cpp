@@ -67,7 +67,7 @@ TEST_CASE("derive_weights memoizes every planned derivation once; derive_weight 
   REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
   // W: transpose, to_f16, quant_int8; B: dequant + repack under each scales.
   REQUIRE(plan->size() == 7);
-  CHECK(std::count_if(plan->begin(), plan->end(), [](auto& p) { return p.kind == Derivation::dequant_int4; }) == 2);
+  CHECK(std::count_if(plan->begin(), plan->end(), [](auto& p) { return p.kind() == Derivation::dequant_int4; }) == 2);
 
   auto gpu = open_backend("cpu");
   REQUIRE(gpu.ok());
@@ -92,7 +92,7 @@ TEST_CASE("derive_weights memoizes every planned derivation once; derive_weight 
     std::vector<DevicePtr> dequant;
     for (std::size_t i = 0; i < plan->size(); ++i) {
       CHECK((*values)[i].first != 0);
-      if ((*plan)[i].kind == Derivation::dequant_int4) dequant.push_back((*values)[i].first);
+      if ((*plan)[i].kind() == Derivation::dequant_int4) dequant.push_back((*values)[i].first);
       // One at a time now: the same memoized value, nothing rebuilt.
       const auto builds = memo.stats().builds;
       auto again = derive_weight(ctx, (*plan)[i]);

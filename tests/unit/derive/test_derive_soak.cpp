@@ -60,7 +60,6 @@ struct Device {
 // Copies a derived value (both halves of a pair) back to the host.
 Bytes read_back(GpuBackend& gpu, const PlannedDerivation& p, const DerivedValue& v) {
   DerivationLaunch l = p.launch;
-  l.kind = p.kind;
   auto sizes = derivation_sizes(l);
   REQUIRE_MESSAGE(sizes.ok(), sizes.error().to_string());
   Bytes out{std::vector<std::byte>(sizes->dst_bytes), std::vector<std::byte>(sizes->dst2_bytes)};
@@ -227,7 +226,7 @@ TEST_CASE("soak: 8 threads derive every weight of an LLM-shaped model on cpu and
         }
         if (read_back(gpu, plan[i], v0) != s.device->reference[i])
           FAIL_CHECK(phase << " " << s.device->name << ": entry " << i << " (" << plan[i].weight << ", "
-                           << derivation_name(plan[i].kind) << ") differs from the single-threaded run");
+                           << derivation_name(plan[i].kind()) << ") differs from the single-threaded run");
       }
       const auto now = gpu.counters();
       CHECK(now.live_allocations - s.baseline.live_allocations ==

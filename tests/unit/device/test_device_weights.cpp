@@ -1,6 +1,7 @@
 // DeviceWeights against the real CPU backend (whose registration is the
 // identity, so zero-copy is observable as pointer equality) and against
 // wrappers that lack or refuse registration (so the upload fallback is).
+#include "store/store_access.hpp"
 #include "support/forwarding.hpp"
 #include <ballast/backend_registry.hpp>
 #include <ballast/device_weights.hpp>
@@ -76,9 +77,9 @@ struct Fixture {
     auto mapping = store.map_external(dir / "w.bin");
     REQUIRE(mapping.ok());
     mapping_id = *mapping;
-    store.weights[head] = external(0, 64);
+    REQUIRE(store.add(head, external(0, 64)).ok());
     // Straddles the middle of the mapping, across a page boundary.
-    store.weights[straddle] = external(file_bytes.size() / 2 - 1000, 2000);
+    REQUIRE(store.add(straddle, external(file_bytes.size() / 2 - 1000, 2000)).ok());
     inline_bytes = std::make_shared<std::vector<std::byte>>(96);
     std::iota(reinterpret_cast<unsigned char*>(inline_bytes->data()),
               reinterpret_cast<unsigned char*>(inline_bytes->data()) + inline_bytes->size(), 1);
@@ -88,7 +89,7 @@ struct Fixture {
     in.storage = WeightRef::Storage::inline_owned;
     in.owned = inline_bytes;
     in.inline_bytes = Bytes(inline_bytes->data(), inline_bytes->size());
-    store.weights[inline_id] = in;
+    REQUIRE(store.add(inline_id, in).ok());
   }
   ~Fixture() {
     std::error_code ec;
@@ -114,7 +115,7 @@ struct Fixture {
     return out;
   }
   std::vector<std::byte> expected(ValueId id) {
-    auto b = store.bytes(store.weights.at(id));
+    auto b = store.bytes(store.weights().at(id));
     REQUIRE(b.has_value());
     return {b->begin(), b->end()};
   }
@@ -214,7 +215,10 @@ TEST_CASE("an unknown weight or an out-of-bounds range is an error, not a crash"
   auto gpu = open_backend("cpu");
   REQUIRE(gpu.ok());
   Fixture f;
-  f.store.weights[ValueId{9}] = f.external(f.file_bytes.size() - 10, 20);
+  // add() refuses a range past the end of its file; only the loader's way
+  // in can store one (as a file truncated after the check would leave it).
+  CHECK(f.store.add(ValueId{9}, f.external(f.file_bytes.size() - 10, 20)).code() == ErrorCode::out_of_bounds);
+  store::StoreAccess::weights(f.store)[ValueId{9}] = f.external(f.file_bytes.size() - 10, 20);
   DeviceWeights dw(**gpu, f.store);
   CHECK(dw.resolve(ValueId{42}).code() == ErrorCode::not_found);
   auto oob = dw.resolve(ValueId{9});
@@ -230,7 +234,7 @@ TEST_CASE("a registered file's weight at an offset its kernels cannot read in pl
   WeightRef odd = f.external(4096 + 2, 64);  // float32 at an offset that is not a multiple of 4
   odd.dtype = DataType::float32;
   odd.dims = {16};
-  f.store.weights[ValueId{7}] = odd;
+  REQUIRE(f.store.add(ValueId{7}, odd).ok());
   DeviceWeights dw(**gpu, f.store);
   auto whole = f.store.mmap_full_bytes(f.mapping_id);
   REQUIRE(whole.has_value());

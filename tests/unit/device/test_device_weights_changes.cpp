@@ -80,8 +80,8 @@ struct DataFile {
     original = byte_pattern(size, 4);
     write_file(file, original);
     REQUIRE(store.map_external(file).ok());
-    store.weights[head] = external_weight(file, 0, 4096);
-    store.weights[tail] = external_weight(file, size - 4096, 4096);
+    REQUIRE(store.add(head, external_weight(file, 0, 4096)).ok());
+    REQUIRE(store.add(tail, external_weight(file, size - 4096, 4096)).ok());
   }
   std::vector<std::byte> read_back(GpuBackend& gpu, DevicePtr p, std::size_t n) {
     std::vector<std::byte> out(n);
@@ -145,7 +145,8 @@ TEST_CASE("cpu: truncations racing uploads never kill the process") {
   for (int round = 0; round < 10; ++round) {
     CAPTURE(round);
     DataFile f(kSize);
-    f.store.weights[f.head] = external_weight(f.file, 0, kSize);
+    const ValueId whole{2};  // the whole file, beside the fixture's head and tail
+    REQUIRE(f.store.add(whole, external_weight(f.file, 0, kSize)).ok());
     const auto delay = std::chrono::microseconds(std::uniform_int_distribution<int>(0, 6000)(rng));
     std::atomic<bool> go{false};
     std::thread cutter([&] {
@@ -155,7 +156,7 @@ TEST_CASE("cpu: truncations racing uploads never kill the process") {
     });
     DeviceWeights dw(up, f.store);
     go.store(true);
-    auto r = dw.resolve(f.head);
+    auto r = dw.resolve(whole);
     cutter.join();
     if (r.ok()) {
       ++completed;

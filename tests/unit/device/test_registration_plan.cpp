@@ -160,7 +160,7 @@ TEST_CASE("DeviceWeights registers the orphaned-prefix model's live half only") 
     for (ValueId id : model->weight_order()) {
       auto ptr = dw.resolve(id);
       REQUIRE_MESSAGE(ptr.ok(), ptr.status().to_string());
-      auto bytes = model->store().bytes(model->store().weights.at(id));
+      auto bytes = model->store().bytes(model->store().weights().at(id));
       REQUIRE(bytes.has_value());
       CHECK(*ptr == reinterpret_cast<DevicePtr>(bytes->data()));  // read in place
     }
@@ -195,9 +195,9 @@ TEST_CASE("DeviceWeights splits a file at a large dead gap (threshold lowered th
     w.external = loc;
     return w;
   };
-  store.weights[ValueId{0}] = external(4096, 8192);         // range A
-  store.weights[ValueId{1}] = external(4096 + 8192, 5000);  // range A, adjacent
-  store.weights[ValueId{2}] = external(2 * kMiB, 4096);     // range B, after a ~2 MiB dead gap
+  REQUIRE(store.add(ValueId{0}, external(4096, 8192)).ok());         // range A
+  REQUIRE(store.add(ValueId{1}, external(4096 + 8192, 5000)).ok());  // range A, adjacent
+  REQUIRE(store.add(ValueId{2}, external(2 * kMiB, 4096)).ok());     // range B, after a ~2 MiB dead gap
   auto gpu = open_backend("cpu");
   REQUIRE(gpu.ok());
   const std::uint64_t baseline = (*gpu)->counters().live_registrations;
@@ -211,7 +211,7 @@ TEST_CASE("DeviceWeights splits a file at a large dead gap (threshold lowered th
     for (ValueId id : {ValueId{0}, ValueId{1}, ValueId{2}}) {
       auto ptr = dw.resolve(id);
       REQUIRE(ptr.ok());
-      CHECK(*ptr == reinterpret_cast<DevicePtr>(whole->data()) + store.weights.at(id).external->offset);
+      CHECK(*ptr == reinterpret_cast<DevicePtr>(whole->data()) + store.weights().at(id).external->offset);
     }
     const WeightResidency r = dw.residency();
     CHECK(r.registered_files == 1);

@@ -72,19 +72,19 @@ TEST_CASE("insert then get, per derivation: the same key under two kinds is two 
   auto ti = memo.insert_ptr(derive::transpose, key_of(key), t);
   REQUIRE(ti.ok());
   CHECK(ti->inserted());
-  CHECK(ti->memoized == t.ptr);
+  CHECK(ti->memoized == t.first);
   REQUIRE(memo.insert_ptr(derive::to_f16, key_of(key), h).ok());
   auto qi = memo.insert_pair(derive::quant_int8, key_of(key), q);
   REQUIRE(qi.ok());
-  CHECK(qi->memoized == DevicePair{q.first.ptr, q.second.ptr});
+  CHECK(qi->memoized == DevicePair{q.first.first, q.second.first});
 
   CHECK(memo.len() == 3);
   CHECK_FALSE(memo.is_empty());
   CHECK(memo.bytes() == 64 + 32 + 16 + 4);
-  CHECK(memo.get_ptr(derive::transpose, key_of(key)) == t.ptr);
-  CHECK(memo.get_ptr(derive::to_f16, key_of(key)) == h.ptr);
+  CHECK(memo.get_ptr(derive::transpose, key_of(key)) == t.first);
+  CHECK(memo.get_ptr(derive::to_f16, key_of(key)) == h.first);
   CHECK_FALSE(memo.get_ptr(derive::dequant_int4, key_of(key)).has_value());
-  CHECK(memo.get_pair(derive::quant_int8, key_of(key)) == DevicePair{q.first.ptr, q.second.ptr});
+  CHECK(memo.get_pair(derive::quant_int8, key_of(key)) == DevicePair{q.first.first, q.second.first});
   CHECK_FALSE(memo.get_pair(derive::repack_int4, key_of(key)).has_value());
   CHECK_FALSE(memo.get_ptr(derive::transpose, key_of(key + 1)).has_value());
   CHECK(memo.stats().hits == 3);
@@ -103,10 +103,10 @@ TEST_CASE("insert on an occupied entry keeps the first writer and hands the reje
   auto again = memo.insert_ptr(derive::transpose, key_of(key), second);
   REQUIRE(again.ok());
   CHECK_FALSE(again->inserted());
-  CHECK(again->memoized == first.ptr);
+  CHECK(again->memoized == first.first);
   REQUIRE(again->rejected.has_value());
   CHECK(*again->rejected == second);
-  CHECK(memo.get_ptr(derive::transpose, key_of(key)) == first.ptr);
+  CHECK(memo.get_ptr(derive::transpose, key_of(key)) == first.first);
   CHECK(memo.len() == 1);
   CHECK(memo.bytes() == 64);
   CHECK(memo.stats().rejected_inserts == 1);
@@ -124,12 +124,12 @@ TEST_CASE("insert on an occupied entry keeps the first writer and hands the reje
   // The memo frees only what it kept; the rejected values are the caller's.
   Released r = memo.release(gpu);
   CHECK(r.status.ok());
-  CHECK(gpu.times_freed(second.ptr) == 0);
-  CHECK(gpu.times_freed(p2.first.ptr) == 0);
-  CHECK(gpu.times_freed(p2.second.ptr) == 0);
-  CHECK(gpu.free(second.ptr).ok());
-  CHECK(gpu.free(p2.first.ptr).ok());
-  CHECK(gpu.free(p2.second.ptr).ok());
+  CHECK(gpu.times_freed(second.first) == 0);
+  CHECK(gpu.times_freed(p2.first.first) == 0);
+  CHECK(gpu.times_freed(p2.second.first) == 0);
+  CHECK(gpu.free(second.first).ok());
+  CHECK(gpu.free(p2.first.first).ok());
+  CHECK(gpu.free(p2.second.first).ok());
 }
 
 TEST_CASE("run-time kinds: the wrong form is a wrong_kind error, an unknown kind is invalid_argument") {
@@ -223,7 +223,7 @@ TEST_CASE("release frees every value, both halves of pairs, each once, and never
     values.push_back(*one);
     const DerivedPtr f16 = derived(gpu, 20);
     REQUIRE(memo.insert_ptr(derive::to_f16, key_of(key), f16).ok());
-    values.push_back(f16.ptr);
+    values.push_back(f16.first);
     auto two = memo.get_or_build_pair(derive::quant_int8, key_of(key), [&]() -> Result<DerivedPair> {
       return derived_pair(gpu, 30, 40);
     });
@@ -275,8 +275,8 @@ TEST_CASE("release keeps going past a refused free, reports the first, and still
   REQUIRE(memo.insert_ptr(derive::transpose, key_of(0x10), a).ok());
   REQUIRE(memo.insert_pair(derive::repack_int4, key_of(0x20), p).ok());
   REQUIRE(memo.insert_ptr(derive::dequant_int4, key_of(0x30), c).ok());
-  gpu.refuse(p.first.ptr);
-  gpu.refuse(c.ptr);
+  gpu.refuse(p.first.first);
+  gpu.refuse(c.first);
 
   Released r = memo.release(gpu);
   CHECK_FALSE(r.status.ok());
@@ -288,10 +288,10 @@ TEST_CASE("release keeps going past a refused free, reports the first, and still
   CHECK(text.find("releasing model weights") != std::string::npos);
   CHECK(text.find("1 more refused free") != std::string::npos);
   // Every value was tried exactly once, the second half of the refused pair too.
-  CHECK(gpu.times_freed(a.ptr) == 1);
-  CHECK(gpu.times_freed(p.first.ptr) == 1);
-  CHECK(gpu.times_freed(p.second.ptr) == 1);
-  CHECK(gpu.times_freed(c.ptr) == 1);
+  CHECK(gpu.times_freed(a.first) == 1);
+  CHECK(gpu.times_freed(p.first.first) == 1);
+  CHECK(gpu.times_freed(p.second.first) == 1);
+  CHECK(gpu.times_freed(c.first) == 1);
   CHECK(memo.is_empty());
 
   Released again = memo.release(gpu);

@@ -204,7 +204,7 @@ TEST_CASE("an insert racing a build waits for it and loses to it") {
   REQUIRE(r.ok());
   CHECK(r->memoized == 0x901);
   REQUIRE(r->rejected.has_value());
-  CHECK(r->rejected->ptr == 0x902);
+  CHECK(r->rejected->first == 0x902);
 }
 
 TEST_CASE("racing inserts: exactly one writer wins each key and every loser gets its own value back") {
@@ -226,7 +226,7 @@ TEST_CASE("racing inserts: exactly one writer wins each key and every loser gets
         if (r->inserted()) {
           winners[k].fetch_add(1);
           if (r->memoized.first != mine) mismatches.fetch_add(1);
-        } else if (r->rejected->first.ptr != mine || (r->memoized.first >> 8) != static_cast<DevicePtr>(k)) {
+        } else if (r->rejected->first.first != mine || (r->memoized.first >> 8) != static_cast<DevicePtr>(k)) {
           mismatches.fetch_add(1);
         }
       }

@@ -30,8 +30,8 @@ inline Proto model_with(std::initializer_list<Proto> initializers) {
 inline const WeightRef& weight_named(const Model& m, std::string_view name) {
   auto id = m.value_id(name);
   REQUIRE_MESSAGE(id.has_value(), "no value named " << name);
-  auto it = m.store().weights.find(*id);
-  REQUIRE_MESSAGE(it != m.store().weights.end(), "no weight named " << name);
+  auto it = m.store().weights().find(*id);
+  REQUIRE_MESSAGE(it != m.store().weights().end(), "no weight named " << name);
   return it->second;
 }
 

@@ -227,6 +227,6 @@ TEST_CASE("string tensors are listed, not weights") {
   REQUIRE(model->string_tensors().size() == 1);
   CHECK(model->string_tensors()[0].name == "labels");
   CHECK(model->string_tensors()[0].dims == std::vector<std::int64_t>{2});
-  CHECK(model->store().weights.size() == 1);
+  CHECK(model->store().weights().size() == 1);
   CHECK(model->weight_order().size() == 1);
 }

@@ -75,7 +75,7 @@ TEST_CASE("Constant nodes: value, value_float(s), value_int(s) become constant w
   CHECK(bytes_named(model, "c_int") == le_int64s({-7}));
   CHECK(weight_named(model, "c_ints").dims == std::vector<std::int64_t>{3});
   CHECK(bytes_named(model, "c_ints") == le_int64s({1, -2, 3}));
-  for (ValueId id : model.weight_order()) CHECK(model.store().weights.at(id).source == WeightSource::constant);
+  for (ValueId id : model.weight_order()) CHECK(model.store().weights().at(id).source == WeightSource::constant);
 }
 
 TEST_CASE("Constant strings are listed, sparse values reported by name, never dropped silently") {
@@ -99,7 +99,7 @@ TEST_CASE("Constant strings are listed, sparse values reported by name, never dr
   REQUIRE(model_r->notes().size() == 1);
   CHECK(model_r->notes()[0].tensor == "sp");
   CHECK(model_r->notes()[0].message.find("sparse") != std::string::npos);
-  CHECK(model_r->store().weights.empty());
+  CHECK(model_r->store().weights().empty());
 }
 
 TEST_CASE("Constant nodes must carry exactly one value") {
@@ -116,7 +116,7 @@ TEST_CASE("Constant nodes must carry exactly one value") {
   Proto mc = model(custom);
   auto ok = load_proto(mc);
   REQUIRE(ok.ok());
-  CHECK(ok->store().weights.empty());
+  CHECK(ok->store().weights().empty());
 }
 
 TEST_CASE("initializers of If/Loop/Scan bodies and nested subgraphs are weights of kind subgraph") {
@@ -242,7 +242,7 @@ TEST_CASE("sparse_initializer is reported by name in notes") {
   REQUIRE(model_r->notes().size() == 1);
   CHECK(model_r->notes()[0].tensor == "sparse_w");
   CHECK(model_r->notes()[0].message.find("sparse_initializer") != std::string::npos);
-  CHECK(model_r->store().weights.size() == 1);
+  CHECK(model_r->store().weights().size() == 1);
 }
 
 TEST_CASE("load_onnx maps the file: inline weights borrow from the live mapping") {
@@ -267,7 +267,7 @@ TEST_CASE("load_onnx maps the file: inline weights borrow from the live mapping"
 TEST_CASE("an empty input is an empty model") {
   auto r = load_onnx_from_bytes({}, ".");
   REQUIRE(r.ok());
-  CHECK(r->store().weights.empty());
+  CHECK(r->store().weights().empty());
   CHECK(r->nodes().empty());
 }
 

@@ -70,7 +70,7 @@ void check_model(const std::filesystem::path& model_path, const std::filesystem:
   REQUIRE_MESSAGE(model.ok(), model.error().to_string());
   const auto expected = read_expect(expect_path);
   REQUIRE(expected.size() == 19);
-  CHECK(model->store().weights.size() == expected.size());
+  CHECK(model->store().weights().size() == expected.size());
   std::size_t external = 0;
   for (const Expected& e : expected) {
     CAPTURE(e.name);

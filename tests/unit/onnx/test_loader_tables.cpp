@@ -212,7 +212,7 @@ TEST_CASE("the node table does not depend on the store: moving the store out kee
   REQUIRE_MESSAGE(opened.ok(), opened.error().to_string());
   {
     WeightStore taken = std::move(opened->store());  // the store's hold on the .onnx mapping goes with it...
-    CHECK(taken.weights.size() == 2);
+    CHECK(taken.weights().size() == 2);
   }  // ...and ends here
   const auto& nodes = opened->nodes();  // built now, from the mapped file
   REQUIRE(nodes.size() == 2);

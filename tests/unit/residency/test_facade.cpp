@@ -59,7 +59,7 @@ Model layered_model() {
 
 std::vector<std::string> described(std::span<const PlannedDerivation> plan) {
   std::vector<std::string> out;
-  for (const PlannedDerivation& p : plan) out.push_back(std::string(derivation_name(p.kind)) + " " + p.weight);
+  for (const PlannedDerivation& p : plan) out.push_back(std::string(derivation_name(p.kind())) + " " + p.weight);
   return out;
 }
 
@@ -89,7 +89,7 @@ TEST_CASE("a derivation policy keeps the kinds asked for, and what its filter sa
         std::vector<std::string>{"quant_int8 model.layers.0.q.weight", "repack_int4 model.layers.1.up.qweight",
                                  "quant_int8 model.layers.1.q.weight"});
   for (const PlannedDerivation& p : *plan) {
-    CHECK(kEngine.wants(p) == (p.kind == Derivation::repack_int4 || p.kind == Derivation::quant_int8));
+    CHECK(kEngine.wants(p) == (p.kind() == Derivation::repack_int4 || p.kind() == Derivation::quant_int8));
     CHECK_FALSE(DerivationPolicy::none().wants(p));
   }
 }
@@ -136,7 +136,7 @@ TEST_CASE("make_groups splits the plan and the weights read as stored into layer
                                                              "model.layers.1.q.weight"});
   std::size_t weights = 0;
   for (const ResidencyGroup& g : raw) weights += g.weights.size();
-  CHECK(weights == m.store().weights.size());
+  CHECK(weights == m.store().weights().size());
 }
 
 TEST_CASE("make_groups by node: one group per consuming node, in graph order") {
@@ -186,7 +186,7 @@ TEST_CASE("create() sizes auto from what the policy keeps, and hands back its pl
   REQUIRE_MESSAGE(layer.ok(), layer.status().to_string());
   REQUIRE(layer->derived.size() == 2);
   for (const Pinned& p : layer->derived) {
-    CHECK(p.ptr() != 0);
+    CHECK(p.first() != 0);
     CHECK(p.second() != 0);  // repack_int4 and quant_int8 are pairs
     CHECK(p.bytes() == p.first_bytes() + p.second_bytes());
   }

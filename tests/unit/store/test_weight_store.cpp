@@ -1,5 +1,6 @@
 #include <ballast/weight_store.hpp>
 
+#include "store/store_access.hpp"
 #include "unit/store/scratch_dir.hpp"
 
 #include <doctest/doctest.h>
@@ -167,12 +168,16 @@ TEST_CASE("referenced bytes: overlapping and aliased ranges count once, clipped 
   REQUIRE(store.map_external(a).ok());
   REQUIRE(store.map_external(b).ok());
   REQUIRE(store.map_external(unused).ok());
-  store.weights[ValueId{0}] = external_ref(a, 0, 100);
-  store.weights[ValueId{1}] = external_ref(a, 50, 100);   // overlaps [0,100)
-  store.weights[ValueId{2}] = external_ref(a, 0, 100);    // aliases weight 0
-  store.weights[ValueId{3}] = external_ref(a, 600, 100);
-  store.weights[ValueId{4}] = external_ref(b, 400, 200);  // runs past EOF: clipped
-  store.weights[ValueId{5}] = external_ref(dir / "not-mapped.bin", 0, 10);
+  REQUIRE(store.add(ValueId{0}, external_ref(a, 0, 100)).ok());
+  REQUIRE(store.add(ValueId{1}, external_ref(a, 50, 100)).ok());  // overlaps [0,100)
+  REQUIRE(store.add(ValueId{2}, external_ref(a, 0, 100)).ok());   // aliases weight 0
+  REQUIRE(store.add(ValueId{3}, external_ref(a, 600, 100)).ok());
+  // add() refuses these two; the loader's way in stores them, to show the
+  // accounting clips what it cannot trust.
+  CHECK(store.add(ValueId{4}, external_ref(b, 400, 200)).code() == ErrorCode::out_of_bounds);
+  CHECK(store.add(ValueId{5}, external_ref(dir / "not-mapped.bin", 0, 10)).code() == ErrorCode::not_found);
+  store::StoreAccess::weights(store)[ValueId{4}] = external_ref(b, 400, 200);  // runs past EOF: clipped
+  store::StoreAccess::weights(store)[ValueId{5}] = external_ref(dir / "not-mapped.bin", 0, 10);
 
   auto ref = store.referenced_weight_bytes();
   REQUIRE(ref.files.size() == 3);
@@ -195,6 +200,42 @@ TEST_CASE("referenced bytes: overlapping and aliased ranges count once, clipped 
   CHECK(dead[0].total + dead[1].total + dead[2].total == store.unreferenced_external_bytes(ref));
 }
 
+TEST_CASE("add(): the checked way in refuses a second weight, an unmapped file and a range outside its mapping") {
+  ScratchDir dir("store-add");
+  auto a = dir.write_pattern("a.bin", 1000);
+  auto elsewhere = dir.write_pattern("elsewhere.bin", 1000);
+  WeightStore store;
+  REQUIRE(store.map_external(a).ok());
+
+  CHECK(store.add(ValueId{0}, external_ref(a, 0, 1000)).ok());  // the whole file
+  CHECK(store.add(ValueId{1}, external_ref(a, 1000, 0)).ok());  // empty, at the end
+  const Status twice = store.add(ValueId{0}, external_ref(a, 0, 10));
+  CHECK(twice.code() == ErrorCode::invalid_argument);
+  CHECK(store.weights().at(ValueId{0}).external->length == 1000);  // the first one stays
+
+  const Status unmapped = store.add(ValueId{2}, external_ref(elsewhere, 0, 10));
+  CHECK(unmapped.code() == ErrorCode::not_found);
+  CHECK(unmapped.error().file == elsewhere.string());
+  CHECK(store.add(ValueId{3}, external_ref(a, 999, 2)).code() == ErrorCode::out_of_bounds);
+  CHECK(store.add(ValueId{4}, external_ref(a, 1001, 0)).code() == ErrorCode::out_of_bounds);
+  CHECK(store.add(ValueId{5}, external_ref(a, 8, UINT64_MAX)).code() == ErrorCode::out_of_bounds);  // no wrap
+  WeightRef no_file = external_ref(a, 0, 1);
+  no_file.external->file.reset();
+  CHECK(store.add(ValueId{6}, no_file).code() == ErrorCode::invalid_argument);
+
+  WeightRef in;
+  in.dtype = DataType::uint8;
+  in.dims = {4};
+  in.storage = WeightRef::Storage::inline_owned;
+  in.owned = std::make_shared<const std::vector<std::byte>>(4);
+  in.inline_bytes = Bytes(in.owned->data(), in.owned->size());
+  CHECK(store.add(ValueId{7}, in).ok());
+  CHECK(store.weights().size() == 3);  // 0, 1 and 7; nothing of what was refused
+
+  WeightStore empty;  // maps nothing: every external weight is refused
+  CHECK(empty.add(ValueId{0}, external_ref(a, 0, 1)).code() == ErrorCode::not_found);
+}
+
 TEST_CASE("an orphaned prefix is dead weight with exact byte counts") {
   // A re-export that appended fresh tensors after the old ones without
   // truncating: the first half of the blob is referenced by nothing.
@@ -203,8 +244,8 @@ TEST_CASE("an orphaned prefix is dead weight with exact byte counts") {
   auto blob = dir.write_pattern("model.onnx.data", 2 * half);
   WeightStore store;
   REQUIRE(store.map_external(blob).ok());
-  store.weights[ValueId{0}] = external_ref(blob, half, 4096);
-  store.weights[ValueId{1}] = external_ref(blob, half + 4096, half - 4096);
+  REQUIRE(store.add(ValueId{0}, external_ref(blob, half, 4096)).ok());
+  REQUIRE(store.add(ValueId{1}, external_ref(blob, half + 4096, half - 4096)).ok());
 
   auto ref = store.referenced_weight_bytes();
   CHECK(ref.total == half);
@@ -241,13 +282,13 @@ TEST_CASE("keep_alive anchors live exactly as long as the store; moves keep ever
     store.keep_alive(std::move(anchor));
     auto id = store.map_external(blob);
     REQUIRE(id.ok());
-    store.weights[ValueId{3}] = external_ref(blob, 8, 8);
-    auto before = store.bytes(store.weights.at(ValueId{3}));
+    REQUIRE(store.add(ValueId{3}, external_ref(blob, 8, 8)).ok());
+    auto before = store.bytes(store.weights().at(ValueId{3}));
     REQUIRE(before.has_value());
 
     WeightStore moved(std::move(store));
     CHECK_FALSE(watch.expired());
-    auto after = moved.bytes(moved.weights.at(ValueId{3}));
+    auto after = moved.bytes(moved.weights().at(ValueId{3}));
     REQUIRE(after.has_value());
     CHECK(after->data() == before->data());
     CHECK(moved.mapping_count() == 1);

@@ -28,7 +28,7 @@ TEST_CASE("const WeightStore queries run concurrently with each other and with m
     loc.offset = i * 1024;
     loc.length = 1024 + (i % 3) * 512;  // overlapping neighbours
     w.external = loc;
-    store.weights[ValueId{i}] = w;
+    REQUIRE(store.add(ValueId{i}, w).ok());
   }
   const std::uint64_t expected_total = std::uint64_t{1} << 16;
 
@@ -37,7 +37,7 @@ TEST_CASE("const WeightStore queries run concurrently with each other and with m
   for (int t = 0; t < 4; ++t) {
     readers.emplace_back([&] {
       for (int round = 0; round < 50; ++round) {
-        for (const auto& [id, w] : store.weights)
+        for (const auto& [id, w] : store.weights())
           if (!store.bytes(w) && w.external->offset + w.external->length <= expected_total) ++failures;
         auto ref = store.referenced_weight_bytes();
         if (ref.files.empty() || ref.files[0].referenced_bytes != expected_total) ++failures;

@@ -30,12 +30,12 @@ std::string npy_descr(DataType t) {
 
 std::vector<std::string> dump_stems(std::span<const PlannedDerivation> plan) {
   std::map<std::pair<std::string, int>, int> uses;
-  for (const auto& p : plan) uses[{p.weight, static_cast<int>(p.kind)}] += 1;
+  for (const auto& p : plan) uses[{p.weight, static_cast<int>(p.kind())}] += 1;
   std::vector<std::string> stems;
   stems.reserve(plan.size());
   for (const auto& p : plan) {
     std::string stem = p.weight;
-    if (uses[{p.weight, static_cast<int>(p.kind)}] > 1) stem += "@" + (p.node.empty() ? p.why : p.node);
+    if (uses[{p.weight, static_cast<int>(p.kind())}] > 1) stem += "@" + (p.node.empty() ? p.why : p.node);
     stems.push_back(std::move(stem));
   }
   return stems;
@@ -46,7 +46,7 @@ std::vector<DumpOutput> dump_outputs(const PlannedDerivation& p, const Derivatio
   // Each output of the kind's row (derivation_kinds.hpp), named
   // "<kind><suffix>" and shaped as the row says.
   std::vector<DumpOutput> out;
-  const std::string kind(derivation_name(p.kind));
+  const std::string kind(derivation_name(p.kind()));
   for (const kinds::Slot slot : {kinds::Slot::dst, kinds::Slot::dst2}) {
     const OperandLayout& o = layout[slot];
     if (!o.present) continue;
@@ -66,7 +66,6 @@ Result<DerivedDump> DerivedDump::open(const std::filesystem::path& dir) {
 Status DerivedDump::write(GpuBackend& gpu, const PlannedDerivation& p, const std::string& stem,
                           std::span<const std::int64_t> source_dims, DevicePtr first, DevicePtr second) {
   DerivationLaunch l = p.launch;
-  l.kind = p.kind;
   BALLAST_ASSIGN_OR_RETURN(const DerivationLayout layout, derivation_layout(l));
   for (const DumpOutput& o : dump_outputs(p, layout, source_dims)) {
     std::vector<std::byte> host(o.bytes);

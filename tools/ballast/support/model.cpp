@@ -37,7 +37,7 @@ std::vector<FileAccounting> account_external_files(const WeightStore& store) {
 
 std::vector<NamedWeight> weights_in_order(const Model& model) {
   std::vector<NamedWeight> out;
-  const auto& weights = model.store().weights;
+  const auto& weights = model.store().weights();
   out.reserve(model.weight_order().size());
   for (ValueId id : model.weight_order()) {
     auto it = weights.find(id);

@@ -18,7 +18,7 @@ namespace {
 // operands, shape and types).
 auto identity(const PlannedDerivation& p) {
   const DerivationLaunch& l = p.launch;
-  return std::make_tuple(static_cast<int>(p.kind), p.source.index, p.scales ? p.scales->index + 1 : 0,
+  return std::make_tuple(static_cast<int>(p.kind()), p.source.index, p.scales ? p.scales->index + 1 : 0,
                          p.zero_points ? p.zero_points->index + 1 : 0, p.of_transposed, l.rows, l.cols, l.block_size,
                          static_cast<int>(l.src_type), static_cast<int>(l.zero_points));
 }
@@ -29,12 +29,12 @@ class WalkBuilder {
 
   Status add_derived(const NodeInfo& node, const PlannedDerivation& p) {
     WalkStep s;
-    s.label = std::string(node.name) + ": " + std::string(derivation_name(p.kind)) + " of " + p.weight;
+    s.label = std::string(node.name) + ": " + std::string(derivation_name(p.kind())) + " of " + p.weight;
     s.derived = true;
     s.planned = p;
-    s.planned.launch.kind = p.kind;
+    s.planned.launch.kind = p.kind();
     BALLAST_ASSIGN_OR_RETURN(DerivationSizes sizes, derivation_sizes(s.planned.launch), "sizing ",
-                             derivation_name(p.kind), " of ", p.weight);
+                             derivation_name(p.kind()), " of ", p.weight);
     s.first_bytes = sizes.dst_bytes;
     s.second_bytes = sizes.dst2_bytes;
     const auto [it, fresh] = derived_.emplace(identity(p), walk_.entry_bytes.size());
@@ -51,7 +51,7 @@ class WalkBuilder {
     WalkStep s;
     s.label = std::string(node.name) + ": " + std::string(name);
     s.weight = id;
-    s.first_bytes = model_.store().weights.at(id).byte_length();
+    s.first_bytes = model_.store().weights().at(id).byte_length();
     const auto [it, fresh] = pinned_sources_.emplace(id, walk_.entry_bytes.size());
     s.entry = it->second;
     if (fresh) add_entry(s.bytes());
@@ -71,7 +71,7 @@ class WalkBuilder {
   void add_source(ValueId id) {
     if (!sources_seen_.insert(id).second) return;
     walk_.sources.push_back(id);
-    walk_.source_bytes += model_.store().weights.at(id).byte_length();
+    walk_.source_bytes += model_.store().weights().at(id).byte_length();
   }
 
   const Model& model_;
@@ -105,7 +105,7 @@ Result<Walk> build_walk(const Model& model, DerivedMode mode) {
     for (std::string_view input : node.inputs) {
       if (input.empty() || !done.insert(input).second) continue;
       const auto id = model.value_id(input);
-      if (!id || !model.store().weights.contains(*id)) continue;
+      if (!id || !model.store().weights().contains(*id)) continue;
       bool covered = false;
       for (const PlannedDerivation& p : mine) {
         if (p.source == *id) {
@@ -139,8 +139,8 @@ std::size_t prefetch_window_end(const Walk& walk, std::size_t next, std::size_t 
 Result<Anchor> measure_anchor(const WeightStore& store, std::span<const ValueId> weights, std::uint64_t bytes) {
   std::vector<const WeightRef*> pieces;
   for (ValueId id : weights) {
-    auto it = store.weights.find(id);
-    if (it == store.weights.end()) continue;
+    auto it = store.weights().find(id);
+    if (it == store.weights().end()) continue;
     auto b = store.bytes(it->second);
     if (b && !b->empty()) pieces.push_back(&it->second);
   }
