@@ -21,8 +21,6 @@ struct StoreAccess {
   // Marks the first `bytes` of mapping `id` as the format's header
   // (safetensors' JSON): counted as neither referenced nor dead.
   static void set_header_bytes(WeightStore& store, MappingId id, std::uint64_t bytes);
-  // The store's weights, for the loaders that fill them in.
-  static std::unordered_map<ValueId, WeightRef>& weights(WeightStore& store) { return store.weights; }
   // The mapping `id` (nullptr when there is none).
   static std::shared_ptr<const MappedFile> mapping(const WeightStore& store, MappingId id);
   // The weights map, writable: the loader checks each weight's range as it

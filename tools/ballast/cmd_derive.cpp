@@ -81,7 +81,7 @@ nlohmann::ordered_json plan_json(const std::vector<PlannedDerivation>& plan, con
   using json = nlohmann::ordered_json;
   json planned = json::array();
   for (const PlannedDerivation& p : plan)
-    planned.push_back({{"weight", p.weight}, {"derivation", std::string(derivation_name(p.kind))},
+    planned.push_back({{"weight", p.weight}, {"derivation", std::string(derivation_name(p.kind()))},
                        {"source", plan_source(p)}, {"why", p.why}});
   json skips = json::array();
   for (const PlanSkip& s : skipped) skips.push_back({{"rule", s.rule}, {"weight", s.weight}, {"reason", s.reason}});

@@ -152,6 +152,17 @@ std::vector<Case> header_cases() {
   c.push_back({"two tensors on one range", raw("{" + t("a", "U8", "[4]", "[0,4]") + "," + t("b", "U8", "[4]", "[0,4]") + "}", 4),
                ErrorCode::malformed, "overlap", "b"});
   c.push_back({"a hole", raw("{" + t("a", "U8", "[4]", "[2,6]") + "}", 6), ErrorCode::malformed, "belong to no tensor", "a"});
+  // Each boundary by one byte: the checks are exact, not approximately right.
+  c.push_back({"an overlap of one byte",
+               raw("{" + t("a", "U8", "[4]", "[0,4]") + "," + t("b", "U8", "[2]", "[3,5]") + "}", 5), ErrorCode::malformed,
+               "overlap tensor 'a'", "b"});
+  c.push_back({"a hole of one byte", raw("{" + t("a", "U8", "[2]", "[0,2]") + "," + t("b", "U8", "[2]", "[3,5]") + "}", 5),
+               ErrorCode::malformed, "[2, 3) belong to no tensor", "b"});
+  c.push_back({"one trailing byte", raw("{" + t("a", "U8", "[4]", "[0,4]") + "}", 5), ErrorCode::malformed,
+               "[4, 5) belong to no tensor", "a"});
+  c.push_back({"one byte past the buffer", raw("{" + t("a", "U8", "[5]", "[0,5]") + "}", 4), ErrorCode::out_of_bounds,
+               "past the byte buffer", "a"});
+  c.push_back({"header length one past the end", with_length(3, "{}"), ErrorCode::out_of_bounds, "past the end of the file"});
   c.push_back({"trailing buffer bytes", raw("{" + t("a", "U8", "[4]", "[0,4]") + "}", 9), ErrorCode::malformed,
                "belong to no tensor", "a"});
   c.push_back({"nesting past the cap", raw("{\"a\":{\"x\":" + std::string(100, '[') + std::string(100, ']') + "}}"),
@@ -200,6 +211,26 @@ TEST_CASE("the same refusals through open_model name the file") {
     if (r.error().code != ErrorCode::unsupported) CHECK(r.error().code == c.code);
     CHECK(r.error().file.find(path.filename().string()) != std::string::npos);
   }
+}
+
+TEST_CASE("the caps are exact: a header and a string of exactly the cap are read, one byte more is not") {
+  const std::string json = R"({"__metadata__":{"k":"0123456789"}})";
+  const auto file = raw(json);
+  safetensors::HeaderLimits at_cap;
+  at_cap.max_header_bytes = json.size();
+  // The longest string is "__metadata__" (12 bytes); the metadata holds 11 ("k" and its value).
+  at_cap.max_metadata_bytes = 12;
+  CHECK(safetensors::parse_header(std::as_bytes(std::span(file)), at_cap).ok());
+  safetensors::HeaderLimits below = at_cap;
+  below.max_header_bytes = json.size() - 1;
+  CHECK(safetensors::parse_header(std::as_bytes(std::span(file)), below).error().code == ErrorCode::overflow);
+  below = at_cap;
+  below.max_metadata_bytes = 11;  // "__metadata__" is 12 bytes
+  auto refused = safetensors::parse_header(std::as_bytes(std::span(file)), below);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message.find("JSON string longer than 11") != std::string::npos);
+  // Exactly the header length the file holds.
+  CHECK(safetensors::parse_header(std::as_bytes(std::span(with_length(2, "{}"))), {}).ok());
 }
 
 TEST_CASE("what the reference accepts, ballast accepts: trailing spaces, unknown fields, empty tensors") {

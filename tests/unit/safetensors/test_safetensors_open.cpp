@@ -224,6 +224,13 @@ TEST_CASE("index errors name both sides") {
     CHECK(r.error().message.find("'a.safetensors'") != std::string::npos);
     CHECK(r.error().message.find("'b.safetensors'") != std::string::npos);
   }
+  SUBCASE("a tensor placed in the wrong, opened shard") {
+    dir.write("c.safetensors", st_file({{"w", "U8", {4}, pattern(4)}}));
+    auto r = open_index(index_json({{"x", "c.safetensors"}, {"w", "a.safetensors"}, {"y", "a.safetensors"}}));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == ErrorCode::not_found);
+    CHECK(r.error().message.find("but it is in shard") != std::string::npos);
+  }
   SUBCASE("one shard under two names") {
     auto r = open_index(index_json({{"x", "a.safetensors"}, {"y", "./a.safetensors"}}));
     REQUIRE_FALSE(r.ok());
