@@ -1,6 +1,7 @@
 #include <ballast/onnx_loader.hpp>
 
 #include "onnx/graph_decoder.hpp"
+#include "onnx/load_errors.hpp"
 #include "onnx/model_impl.hpp"
 #include "store/mapped_file.hpp"
 #include "store/store_access.hpp"
@@ -49,21 +50,6 @@ Result<Model> decode_into_new_model(Bytes bytes, std::filesystem::path path, std
   return model;
 }
 
-
-// Every allocation failure while loading becomes an error, never an abort:
-// the partly built Model is freed by the unwinding before the error is made.
-template <class Fn>
-Result<Model> out_of_memory_is_an_error(const std::filesystem::path& path, Fn&& fn) {
-  try {
-    return fn();
-  } catch (const std::bad_alloc&) {
-  } catch (const std::length_error&) {
-  }
-  Error e = make_error(ErrorCode::out_of_memory, "out of memory while loading the model");
-  e.file = path.string();
-  return e;
-}
-
 Result<Model> load_model_file(const std::filesystem::path& path, const LoadOptions& options) {
   std::error_code ec;
   std::filesystem::path absolute = std::filesystem::absolute(path, ec);
@@ -91,12 +77,12 @@ Result<Model> load_model_file(const std::filesystem::path& path, const LoadOptio
 }  // namespace
 
 Result<Model> load_onnx(const std::filesystem::path& path, const LoadOptions& options) {
-  return out_of_memory_is_an_error(path, [&] { return load_model_file(path, options); });
+  return onnx::out_of_memory_is_an_error(path, [&] { return load_model_file(path, options); });
 }
 
 Result<Model> load_onnx_from_bytes(std::span<const std::byte> bytes, const std::filesystem::path& base_dir,
                                    const LoadOptions& options) {
-  return out_of_memory_is_an_error(base_dir, [&] {
+  return onnx::out_of_memory_is_an_error(base_dir, [&] {
     return decode_into_new_model(bytes, {}, bytes.size(), base_dir, options, nullptr, std::nullopt);
   });
 }

@@ -1,7 +1,7 @@
 #include <ballast/model.hpp>
 #include <ballast/onnx_loader.hpp>
 
-#include "onnx/external_data.hpp"  // shown
+#include "onnx/load_errors.hpp"
 #include "safetensors/header.hpp"
 #include "safetensors/index.hpp"
 #include "safetensors/loader.hpp"
@@ -12,6 +12,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <new>
+#include <stdexcept>
 #include <string>
 
 namespace ballast {
@@ -50,7 +52,9 @@ std::string first_bytes_hex(const unsigned char* b, std::size_t n) {
 
 }  // namespace
 
-Result<ModelFormat> detect_model_format(const std::filesystem::path& path) {
+namespace {
+
+Result<ModelFormat> detect_unchecked(const std::filesystem::path& path) {
   auto opened = store::open_regular(path);
   if (!opened) {
     Error e = std::move(opened.error());
@@ -88,14 +92,31 @@ Result<ModelFormat> detect_model_format(const std::filesystem::path& path) {
                 first_bytes_hex(b, head.size()));
 }
 
-Result<Model> open_model(const std::filesystem::path& path, const LoadOptions& options) {
-  BALLAST_ASSIGN_OR_RETURN(const ModelFormat format, detect_model_format(path));
-  switch (format) {
-    case ModelFormat::onnx: return load_onnx(path, options);
-    case ModelFormat::safetensors: return safetensors::load_file(path, options);
-    case ModelFormat::safetensors_index: return safetensors::load_index(path, options);
+}  // namespace
+
+Result<ModelFormat> detect_model_format(const std::filesystem::path& path) {
+  try {
+    return detect_unchecked(path);
+  } catch (const std::bad_alloc&) {
+  } catch (const std::length_error&) {
   }
-  return make_error(ErrorCode::internal, "open_model: a format without a loader");
+  Error e = make_error(ErrorCode::out_of_memory, "out of memory while telling the model's format");
+  e.file = path.string();
+  return e;
+}
+
+Result<Model> open_model(const std::filesystem::path& path, const LoadOptions& options) {
+  // The loaders turn their own allocation failures into errors; this covers
+  // the steps between them (an error's context, a Status's box).
+  return onnx::out_of_memory_is_an_error(path, [&]() -> Result<Model> {
+    BALLAST_ASSIGN_OR_RETURN(const ModelFormat format, detect_model_format(path));
+    switch (format) {
+      case ModelFormat::onnx: return load_onnx(path, options);
+      case ModelFormat::safetensors: return safetensors::load_file(path, options);
+      case ModelFormat::safetensors_index: return safetensors::load_index(path, options);
+    }
+    return make_error(ErrorCode::internal, "open_model: a format without a loader");
+  });
 }
 
 }  // namespace ballast

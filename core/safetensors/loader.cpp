@@ -1,6 +1,7 @@
 #include "safetensors/loader.hpp"
 
 #include "onnx/external_data.hpp"  // check_location_text, shown
+#include "onnx/load_errors.hpp"
 #include "onnx/model_impl.hpp"
 #include "safetensors/header.hpp"
 #include "safetensors/index.hpp"
@@ -322,28 +323,15 @@ Result<Model> load_index_unchecked(const std::filesystem::path& path, const Load
   return model;
 }
 
-// Allocation failures are errors, never aborts (the same rule as the ONNX
-// loader): the partly built Model is freed by the unwinding.
-template <class Fn>
-Result<Model> out_of_memory_is_an_error(const std::filesystem::path& path, Fn&& fn) {
-  try {
-    return fn();
-  } catch (const std::bad_alloc&) {
-  } catch (const std::length_error&) {
-  }
-  Error e = make_error(ErrorCode::out_of_memory, "out of memory while loading the model");
-  e.file = path.string();
-  return e;
-}
 
 }  // namespace
 
 Result<Model> load_file(const std::filesystem::path& path, const LoadOptions& options) {
-  return out_of_memory_is_an_error(path, [&] { return load_file_unchecked(path, options); });
+  return onnx::out_of_memory_is_an_error(path, [&] { return load_file_unchecked(path, options); });
 }
 
 Result<Model> load_index(const std::filesystem::path& path, const LoadOptions& options) {
-  return out_of_memory_is_an_error(path, [&] { return load_index_unchecked(path, options); });
+  return onnx::out_of_memory_is_an_error(path, [&] { return load_index_unchecked(path, options); });
 }
 
 }  // namespace ballast::safetensors

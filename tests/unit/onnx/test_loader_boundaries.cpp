@@ -186,7 +186,7 @@ TEST_CASE("wire format limits: the largest field number, a ten-byte varint and a
   // Field number 2^29 - 1 (the protobuf maximum), varint type: tag 0xfffffff8 in five bytes.
   auto top = read_one({0xf8, 0xff, 0xff, 0xff, 0x0f, 0x01});
   REQUIRE(top.ok());
-  CHECK(top->number == detail::kMaxFieldNumber);
+  CHECK(top->number == ballast::onnx::detail::kMaxFieldNumber);
   // Field number 2^29: its tag no longer fits in 32 bits.
   auto past = read_one({0x80, 0x80, 0x80, 0x80, 0x10, 0x01});
   REQUIRE_FALSE(past.ok());

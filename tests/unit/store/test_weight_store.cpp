@@ -264,7 +264,7 @@ TEST_CASE("unreferenced bytes saturate at zero") {
   REQUIRE(id.ok());
   ReferencedWeightBytes claimed;
   claimed.total = 1000;  // declared lengths beyond what is mapped
-  claimed.files.push_back({*id, blob, 100, 1000, {{0, 1000}}});
+  claimed.files.push_back({*id, blob, 100, 1000, 0, {{0, 1000}}});
   CHECK(store.unreferenced_external_bytes(claimed) == 0);
   auto dead = store.dead_ranges(claimed);
   REQUIRE(dead.size() == 1);
