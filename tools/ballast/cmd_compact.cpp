@@ -101,7 +101,8 @@ class Outputs {
       if (p == p.parent_path()) break;
     }
     for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
-      if (::mkdir(it->c_str(), 0777) != 0 && errno != EEXIST) return os_error("cannot create the directory", *it, errno);
+      if (::mkdir(it->c_str(), 0777) != 0 && errno != EEXIST)
+        return os_error("cannot create the directory", *it, errno);
       made_dirs_.push_back(*it);
     }
     return {};
@@ -158,7 +159,8 @@ class Outputs {
         if (rc == 0) ::unlink(f.temp.c_str());
       }
       if (rc != 0) {
-        if (errno == EEXIST) return error_at(ErrorCode::invalid_argument, "appeared while compacting; not replaced", f.final_path);
+        if (errno == EEXIST)
+          return error_at(ErrorCode::invalid_argument, "appeared while compacting; not replaced", f.final_path);
         return os_error("cannot rename into place", f.final_path, errno);
       }
       f.renamed = true;
@@ -196,12 +198,12 @@ struct SourceWeight {
 
 struct SourceFile {
   MappingId mapping = 0;
-  fs::path path;                      // resolved, for display and identity
-  std::string location;               // as the model first names it
-  fs::path output;                    // relative to OUT_DIR
+  fs::path path;         // resolved, for display and identity
+  std::string location;  // as the model first names it
+  fs::path output;       // relative to OUT_DIR
   std::uint64_t header_bytes = 0;
-  std::vector<SourceWeight> weights;  // sorted by offset
-  std::vector<ByteRange> ranges;      // merged referenced ranges, sorted
+  std::vector<SourceWeight> weights;     // sorted by offset
+  std::vector<ByteRange> ranges;         // merged referenced ranges, sorted
   std::vector<std::uint64_t> new_start;  // where each range goes
   std::uint64_t new_size = 0;
 };
@@ -398,13 +400,15 @@ Status compact_onnx(const Model& model, std::vector<SourceFile>& files, std::uin
       if (implied != implied_length.end()) length = implied->second;
     }
     std::uint64_t new_offset = 0;
-    if (!length) return refuse("external data at offset " + std::to_string(old_offset) + " of " + printable(*location) +
-                               " with no length that no weight ballast reads has; compact cannot place it");
+    if (!length)
+      return refuse("external data at offset " + std::to_string(old_offset) + " of " + printable(*location) +
+                    " with no length that no weight ballast reads has; compact cannot place it");
     if (*length != 0) {
       const std::optional<std::size_t> r = range_holding(f, old_offset, *length);
       if (!r)
         return refuse("bytes [" + std::to_string(old_offset) + ", " + std::to_string(old_offset + *length) + ") of " +
-                      printable(*location) + " are no weight ballast reads (a sparse tensor?); compact would drop them");
+                      printable(*location) +
+                      " are no weight ballast reads (a sparse tensor?); compact would drop them");
       new_offset = f.new_start[*r] + (old_offset - f.ranges[*r].offset);
     }
     std::vector<std::pair<std::string, std::string>> entries;
@@ -488,9 +492,8 @@ Status write_safetensors(const Model& model, const SourceFile& f, Outputs& out, 
       e.tensor = std::string(w.name);
       return e;
     }
-    header[std::string(w.name)] = {{"dtype", std::string(dtype)},
-                                   {"shape", w.ref->dims.to_vector()},
-                                   {"data_offsets", {at, at + w.length}}};
+    header[std::string(w.name)] = {
+        {"dtype", std::string(dtype)}, {"shape", w.ref->dims.to_vector()}, {"data_offsets", {at, at + w.length}}};
     at += w.length;
   }
   std::string text;
@@ -659,7 +662,8 @@ int run(const Options& opt) {
         done = write_safetensors(model, f, out, bar);
         if (!done.ok()) break;
       }
-      if (done.ok() && model.format() == ModelFormat::safetensors_index) done = write_index(model, files, opt.load, out);
+      if (done.ok() && model.format() == ModelFormat::safetensors_index)
+        done = write_index(model, files, opt.load, out);
     }
   }
   if (done.ok()) done = out.commit();

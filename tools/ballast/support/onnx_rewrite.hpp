@@ -30,9 +30,9 @@ namespace ballast::cli {
 
 // One TensorProto whose data_location is EXTERNAL (1), as the walk met it.
 struct ExternalTensor {
-  std::string_view name;  // TensorProto.name (may be empty: a Constant's value)
+  std::string_view name;                                     // TensorProto.name (may be empty: a Constant's value)
   std::vector<std::pair<std::string, std::string>> entries;  // external_data in file order
-  std::uint64_t at = 0;   // offset of the TensorProto's payload in the .onnx
+  std::uint64_t at = 0;                                      // offset of the TensorProto's payload in the .onnx
 };
 
 // Given a tensor, the entries to write instead (key, value; written where
