@@ -10,6 +10,8 @@
   serializer). Under ONNX Runtime (npm onnxruntime-node, build/node) both
   models give identical outputs (--ort, its own test: exit 77 with the
   reason when build/node has no onnxruntime-node).
+- Every model of tools/gen/make_test_models.py's corpus at --align 1: no
+  dead byte, the same hashes, verify passing.
 - A sharded safetensors checkpoint whose shard holds a tensor the index does
   not name, and a file with holes (--allow-holes): no dead bytes after, the
   same hashes, headers 8-aligned, the index's weight_map and total_size.
@@ -285,6 +287,39 @@ def test_ort(cli, work, node_modules, ort_script):
     expect(any(v != 0 for v in a["Y"]["data"]), "ONNX Runtime: the outputs are not all zero")
 
 
+def test_corpus(cli, work, gen):
+    """Every model of the ONNX corpus (tools/gen/make_test_models.py: the
+    orphaned prefix, aliases and overlaps, a blob two models share, subgraphs,
+    Constants, every dtype, external_data keys): compacted at --align 1, no
+    byte dead, the same SHA-256 per weight, verify passing."""
+    src = os.path.join(work, "corpus")
+    shutil.rmtree(src, ignore_errors=True)
+    proc = subprocess.run([sys.executable, os.path.join(gen, "make_test_models.py"), src],
+                          capture_output=True, text=True, timeout=300)
+    if not expect(proc.returncode == 0,
+                  "make_test_models.py (%s)" % (proc.stderr.strip()[-300:] if proc.returncode else "")):
+        return
+    models = sorted(os.path.join(d, f) for d in (os.path.join(src, e) for e in os.listdir(src)) if os.path.isdir(d)
+                    for f in os.listdir(d) if f.endswith(".onnx"))
+    expect(len(models) >= 20, "the corpus has its models (%d)" % len(models))
+    for model in models:
+        name = os.path.splitext(os.path.basename(model))[0]
+        before, err = inspect(cli, model)
+        if before is None:
+            continue  # a model ballast refuses to open is not this test's
+        out_dir = os.path.join(work, "corpus_out", name)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        rc, doc, err = compact(cli, model, out_dir, "--align", 1)
+        if not expect(rc == 0, "compact %s: exit 0 (%d; %s)" % (name, rc, err.strip())):
+            continue
+        after, err = inspect(cli, os.path.join(out_dir, os.path.basename(model)))
+        rc, out, verr = cli("verify", os.path.join(out_dir, os.path.basename(model)))
+        expect(after is not None and after["totals"]["unreferenced_bytes"] == 0 and same_weights(before, after) and
+               rc == 0 and doc["bytes_after"] <= doc["bytes_before"] + 64,
+               "compact %s: no dead bytes, the same weights and hashes, verify passes (%s%s)" %
+               (name, err.strip(), out.strip()[-200:] if rc else ""))
+
+
 def test_refusals(cli, work):
     src = os.path.join(work, "refuse_src")
     shutil.rmtree(src, ignore_errors=True)
@@ -351,7 +386,8 @@ def test_safetensors(cli, work, gen):
     shutil.rmtree(src, ignore_errors=True)
     proc = subprocess.run([sys.executable, os.path.join(gen, "make_safetensors_models.py"), src],
                           capture_output=True, text=True, timeout=300)
-    if not expect(proc.returncode == 0, "make_safetensors_models.py (%s)" % proc.stderr.strip()[-300:]):
+    if not expect(proc.returncode == 0,
+                  "make_safetensors_models.py (%s)" % (proc.stderr.strip()[-300:] if proc.returncode else "")):
         return
     index = os.path.join(src, "sharded", "model.safetensors.index.json")
     before, err = inspect(cli, index)
@@ -411,6 +447,7 @@ def main():
         test_ort(cli, work, os.path.abspath(args.node_modules or "build/node/node_modules"), ort_script)
     else:
         test_onnx(cli, work)
+        test_corpus(cli, work, args.gen)
         test_refusals(cli, work)
         test_safetensors(cli, work, args.gen)
     if FAILURES:
