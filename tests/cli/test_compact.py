@@ -356,7 +356,7 @@ def test_refusals(cli, work):
                "compact over the input's own %s (%s): exit 2, one line (%d; %s)" % (what, make.__name__, rc, err.strip()))
         expect(sorted(os.listdir(same)) == [what], "  ... and nothing written beside it")
         shutil.rmtree(same)
-    for bad in ("48", "0", "3"):
+    for bad in ("48", "0", "3", "-64", str(1 << 31)):
         fresh = os.path.join(work, "refuse_align")
         shutil.rmtree(fresh, ignore_errors=True)
         rc, out, err = cli("compact", model, fresh, "--align", bad)

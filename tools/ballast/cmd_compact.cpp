@@ -45,7 +45,7 @@ using json = nlohmann::ordered_json;
 struct Options {
   std::string model;
   std::string out_dir;
-  std::uint64_t align = 64;
+  std::int64_t align = 64;  // signed: "--align -1" is refused as -1, not as 2^64 - 1
   bool json = false;
   LoadOptions load;
 };
@@ -630,7 +630,7 @@ struct Summary {
 
 int run(const Options& opt) {
   CommandContext ctx("compact");
-  if (opt.align == 0 || (opt.align & (opt.align - 1)) != 0 || opt.align > (std::uint64_t{1} << 30))
+  if (opt.align <= 0 || (opt.align & (opt.align - 1)) != 0 || opt.align > (std::int64_t{1} << 30))
     return ctx.fail("--align must be a power of two from 1 to 1073741824 (got " + std::to_string(opt.align) + ")");
   if (!ctx.load_model(opt.model, opt.load)) return ctx.exit_code();
   const Model& model = ctx.model();
@@ -649,7 +649,7 @@ int run(const Options& opt) {
   Status done = out.make_dirs(out_dir);
   if (done.ok()) {
     if (model.format() == ModelFormat::onnx) {
-      done = compact_onnx(model, files, opt.align, out, model.path().filename());
+      done = compact_onnx(model, files, static_cast<std::uint64_t>(opt.align), out, model.path().filename());
     } else {
       ProgressBar bar("compacting", bytes_to_copy(files));
       if (model.format() == ModelFormat::safetensors && files.empty()) {
