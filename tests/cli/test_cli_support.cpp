@@ -1,9 +1,10 @@
-// The CLI's shared helpers: human sizes, tables, digests, the dead-weight map
-// and the per-file accounting that inspect prints.
+// The CLI's shared helpers: human sizes, tables, digests, the dead-weight map,
+// the per-file accounting that inspect prints and compact's wire rewriter.
 #include "support/budget.hpp"
 #include "support/format.hpp"
 #include "support/hash.hpp"
 #include "support/model.hpp"
+#include "support/onnx_rewrite.hpp"
 #include "support/replay_walk.hpp"
 #include "support/svg.hpp"
 #include "support/verify.hpp"
@@ -285,4 +286,88 @@ TEST_CASE("prefetch_window_end: the next steps within max(one step, the window),
   CHECK(cli::prefetch_window_end(walk, 13, run, 1u << 30) == 15);  // never past the run
   CHECK(cli::prefetch_window_end(walk, 15, run, 400) == 15);
   CHECK(cli::prefetch_window_end(cli::Walk{}, 0, 0, 400) == 0);
+}
+
+// ---- compact's external_data rewriter (support/onnx_rewrite), on hand-built wire bytes.
+namespace {
+
+std::string varint(std::uint64_t v) {
+  std::string out;
+  while (v >= 0x80) {
+    out += static_cast<char>((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  out += static_cast<char>(v);
+  return out;
+}
+std::string len_field(std::uint64_t number, const std::string& payload) {
+  return varint((number << 3) | 2) + varint(payload.size()) + payload;
+}
+std::string varint_field(std::uint64_t number, std::uint64_t v) { return varint(number << 3) + varint(v); }
+std::string entry(const std::string& key, const std::string& value) {
+  return len_field(13, len_field(1, key) + len_field(2, value));
+}
+// TensorProto: dims, data_type, name, doc_string, entries, data_location.
+std::string external_tensor(const std::string& name, const std::string& offset) {
+  return varint_field(1, 4) + varint_field(2, 1) + len_field(8, name) + len_field(12, "kept doc") +
+         entry("location", "w.bin") + entry("offset", offset) + entry("x-hint", "kept") + varint_field(14, 1);
+}
+
+}  // namespace
+
+TEST_CASE("rewrite_external_data: new entries in place, every enclosing length redone, the rest byte for byte") {
+  // ModelProto{ir_version, graph{node{attribute{t}}, initializer, initializer(inline)}, doc_string}
+  const std::string init = external_tensor("w", "1000");
+  const std::string inline_init = varint_field(1, 1) + varint_field(2, 1) + len_field(8, "b") + len_field(9, "abcd");
+  const std::string attr = len_field(1, "value") + len_field(5, external_tensor("", "2000")) + varint_field(20, 4);
+  const std::string node = len_field(2, "K") + len_field(4, "Constant") + len_field(5, attr);
+  const std::string graph = len_field(1, node) + len_field(5, init) + len_field(5, inline_init) + len_field(2, "g");
+  const std::string model = varint_field(1, 8) + len_field(7, graph) + len_field(6, "model doc");
+
+  std::vector<std::string> seen;
+  const auto rewrite = [&](const cli::ExternalTensor& t) -> ballast::Result<std::vector<std::pair<std::string, std::string>>> {
+    seen.push_back(std::string(t.name) + "@" + t.entries.at(1).second);
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const auto& [k, v] : t.entries) out.emplace_back(k, k == "offset" ? std::string(v == "1000" ? "0" : "123456789") : v);
+    out.emplace_back("length", "16");
+    return out;
+  };
+  auto rewritten = cli::rewrite_external_data(as_bytes(model), rewrite);
+  REQUIRE(rewritten.ok());
+  CHECK(seen == std::vector<std::string>{"@2000", "w@1000"});
+
+  const auto expected_tensor = [](const std::string& name, const std::string& offset) {
+    return varint_field(1, 4) + varint_field(2, 1) + len_field(8, name) + len_field(12, "kept doc") +
+           entry("location", "w.bin") + entry("offset", offset) + entry("x-hint", "kept") + entry("length", "16") +
+           varint_field(14, 1);
+  };
+  const std::string attr2 = len_field(1, "value") + len_field(5, expected_tensor("", "123456789")) + varint_field(20, 4);
+  const std::string node2 = len_field(2, "K") + len_field(4, "Constant") + len_field(5, attr2);
+  const std::string graph2 =
+      len_field(1, node2) + len_field(5, expected_tensor("w", "0")) + len_field(5, inline_init) + len_field(2, "g");
+  const std::string model2 = varint_field(1, 8) + len_field(7, graph2) + len_field(6, "model doc");
+  CHECK(*rewritten == model2);
+}
+
+TEST_CASE("rewrite_external_data: nothing external is a copy; malformed bytes and the callback's error are returned") {
+  const std::string graph = len_field(5, varint_field(2, 1) + len_field(8, "b") + len_field(9, "abcd"));
+  const std::string model = varint_field(1, 8) + len_field(7, graph);
+  const auto never = [](const cli::ExternalTensor&) -> ballast::Result<std::vector<std::pair<std::string, std::string>>> {
+    return ballast::make_error(ballast::ErrorCode::internal, "called");
+  };
+  auto same = cli::rewrite_external_data(as_bytes(model), never);
+  REQUIRE(same.ok());
+  CHECK(*same == model);
+
+  // A length past its message, a group, a truncated varint.
+  for (const std::string& bad : {varint_field(1, 8) + varint((7 << 3) | 2) + varint(50) + "short",
+                                 varint_field(1, 8) + varint((7 << 3) | 3), std::string("\x08\xff")}) {
+    auto r = cli::rewrite_external_data(as_bytes(bad), never);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.code() == ballast::ErrorCode::malformed);
+  }
+  const std::string ext = varint_field(1, 8) + len_field(7, len_field(5, external_tensor("w", "0")));
+  auto refused = cli::rewrite_external_data(as_bytes(ext), never);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().message == "called");
 }

@@ -8,6 +8,8 @@ helper truncates the file and puts it back, again and again:
   derive --backend cpu    zero-copy: the CPU kernels read the registered mapping
   derive --backend vulkan zero-copy on lavapipe (skipped without the plugin)
   inspect / derive        the .onnx itself truncated while decoded and planned
+  compact                 the data copied out and the .onnx re-read; a failed
+                          run leaves nothing behind
 
 Every run must end with exit 0 (the race lost) or a one-line error (exit 1 or
 2, an io error naming the file); never a signal. Exit 0 pass, 1 fail, 77 skip.
@@ -30,13 +32,17 @@ def restore(path, original):
         f.truncate(len(original))
 
 
-def race(ballast, args, victim, runs, label, seed):
+def race(ballast, args, victim, runs, label, seed, prepare=None, after_failure=None):
     """Runs the command `runs` times; each time, after a random delay within
     the command's own untouched run time, truncates `victim` to a random size,
-    lets the command finish, and puts the file back."""
+    lets the command finish, and puts the file back. `prepare()` runs before
+    each run; `after_failure()` (a problem's text, or None) after each that
+    failed."""
     with open(victim, "rb") as f:
         original = f.read()
     rng = random.Random(seed)
+    prepare = prepare or (lambda: None)
+    prepare()
     start = time.monotonic()
     base = subprocess.run([ballast, *args], capture_output=True, text=True, timeout=300)
     baseline = time.monotonic() - start
@@ -46,6 +52,7 @@ def race(ballast, args, victim, runs, label, seed):
     outcomes = {}
     try:
         for _ in range(runs):
+            prepare()
             proc = subprocess.Popen([ballast, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             time.sleep(rng.uniform(0.0, baseline))
             with open(victim, "r+b") as f:
@@ -62,6 +69,10 @@ def race(ballast, args, victim, runs, label, seed):
                 return
             if rc != 0 and not any(code in err for code in ("io:", "out_of_bounds", "malformed", "size_mismatch")):
                 expect(False, "%s: exit %d without a typed error: %s" % (label, rc, err.strip()[-300:]))
+                return
+            problem = after_failure() if rc != 0 and after_failure else None
+            if problem:
+                expect(False, "%s: %s" % (label, problem))
                 return
     finally:
         restore(victim, original)
@@ -95,6 +106,13 @@ def main():
              "derive vulkan (zero-copy), data truncated", 4)
     else:
         print("skip vulkan: no Vulkan device or plugin here")
+    # compact (issue 26): the bytes copied through WeightStore::transfer, the
+    # .onnx read and checked; a failed run leaves nothing in OUT_DIR.
+    out_dir = os.path.join(a.work, "compacted")
+    fresh = lambda: shutil.rmtree(out_dir, ignore_errors=True)
+    left = lambda: ("left %s behind" % sorted(os.listdir(out_dir))) if os.path.exists(out_dir) else None
+    race(a.ballast, ["compact", model, out_dir], data, a.runs, "compact, data truncated", 7, fresh, left)
+    race(a.ballast, ["compact", model, out_dir], model, a.runs, "compact, .onnx truncated", 8, fresh, left)
     race(a.ballast, ["inspect", model], model, a.runs, "inspect, .onnx truncated", 5)
     race(a.ballast, ["derive", model, "--backend", "cpu"], model, a.runs, "derive cpu, .onnx truncated", 6)
 
