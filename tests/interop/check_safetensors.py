@@ -144,6 +144,12 @@ def main():
                "the tensor the index leaves out is dead: %d == %d" % (doc["totals"]["unreferenced_bytes"], orphan))
         expect(doc["auto_budget"] is None or doc["auto_budget"]["source_bytes"] == doc["totals"]["referenced_bytes"],
                "the auto budget counts referenced bytes only")
+    svg = os.path.join(args.work, "sharded.svg")
+    rc, _, err = run(args.ballast, "inspect", index, "--map", svg)
+    if expect(rc == 0 and os.path.exists(svg), "inspect --map on the index (rc=%d: %s)" % (rc, err.strip())):
+        with open(svg) as f:
+            picture = f.read()
+        expect(all(os.path.basename(p) in picture for p in shard_files), "the map draws every shard")
     rc, out, err = run(args.ballast, "verify", index)
     expect(rc == 0, "verify on the sharded checkpoint exits 0 (rc=%d: %s)" % (rc, err.strip()))
     holes = os.path.join(args.work, "holes.safetensors")

@@ -200,7 +200,7 @@ TEST_CASE("empty tensors need no data; non-empty ones do") {
 }
 
 TEST_CASE("unknown, missing and segmented data types are refused by name") {
-  Proto unknown = tensor("unknown", 24, {1});
+  Proto unknown = tensor("unknown", kMaxKnownDataType + 1, {1});
   Proto negative = tensor("negative", -1, {1});
   Proto missing;
   missing.packed_varints(1, {1}).str(8, "missing");
