@@ -9,66 +9,15 @@
 #include <ballast/model.hpp>
 #include <doctest/doctest.h>
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-
-namespace {
-std::atomic<long> g_allocations_left{-1};
-std::atomic<bool> g_failed{false};
-}  // namespace
-
-void* operator new(std::size_t size) {
-  if (g_allocations_left.load(std::memory_order_relaxed) >= 0 && g_allocations_left.fetch_sub(1) == 0) {
-    g_failed = true;
-    throw std::bad_alloc();
-  }
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t size) { return ::operator new(size); }
-// The nothrow forms too (std::stable_sort's temporary buffer uses them),
-// failing in turn like the others: the sort must cope with no buffer.
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
-  if (g_allocations_left.load(std::memory_order_relaxed) >= 0 && g_allocations_left.fetch_sub(1) == 0) {
-    g_failed = true;
-    return nullptr;
-  }
-  return std::malloc(size == 0 ? 1 : size);
-}
-void* operator new[](std::size_t size, const std::nothrow_t& t) noexcept { return ::operator new(size, t); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+#include "support/failing_new.hpp"
 
 using namespace ballast;
 using namespace ballast::testing;
 
 namespace {
 
-void each_allocation_fails(const std::filesystem::path& path) {
-  int failures = 0;
-  for (long n = 0; n < 100000; ++n) {
-    g_failed = false;
-    g_allocations_left = n;
-    Result<Model> r = open_model(path);
-    g_allocations_left = -1;
-    if (!g_failed) {
-      REQUIRE_MESSAGE(r.ok(), r.error().to_string());
-      MESSAGE(n << " allocations, each made to fail once");
-      break;
-    }
-    ++failures;
-    if (!r.ok()) CHECK_MESSAGE(r.code() == ErrorCode::out_of_memory, r.error().to_string());
-  }
-  CHECK(failures > 10);
+void opens_under_failing_allocations(const std::filesystem::path& path) {
+  CHECK(ballast::testing::each_allocation_fails([&] { return open_model(path); }) > 10);
 }
 
 }  // namespace
@@ -78,7 +27,7 @@ TEST_CASE("an allocation failure anywhere in a safetensors open is an out_of_mem
   const auto path = dir.write("model.safetensors",
                               st_file({{"a.weight", "F32", {2, 2}, pattern(16)}, {"b", "BF16", {3}, pattern(6)}},
                                       {{"format", "pt"}}));
-  each_allocation_fails(path);
+  opens_under_failing_allocations(path);
 }
 
 TEST_CASE("an allocation failure anywhere in a sharded open is an out_of_memory error") {
@@ -87,5 +36,5 @@ TEST_CASE("an allocation failure anywhere in a sharded open is an out_of_memory 
   dir.write("s2.safetensors", st_file({{"y", "F16", {2}, pattern(4)}}));
   const auto index = dir.write("model.safetensors.index.json",
                                std::string(R"({"metadata":{"total_size":8},"weight_map":{"x":"s1.safetensors","y":"s2.safetensors"}})"));
-  each_allocation_fails(index);
+  opens_under_failing_allocations(index);
 }
