@@ -55,11 +55,13 @@ Status plan_rules(const Model& model, std::span<const DerivationRule> rules, boo
   std::vector<bool> matched(rules.size(), false);
   for (ValueId id : model.weight_order()) {
     const std::string_view name = model.value_name(id);
+    // The weight by the id in hand (no second lookup of its name per rule).
+    const auto found = model.store().weights().find(id);
+    const WeightRef* w = found == model.store().weights().end() ? nullptr : &found->second;
     for (std::size_t i = 0; i < rules.size(); ++i) {
       const DerivationRule& r = rules[i];
       if (!patterns[i].matches(name)) continue;
       if (!r.unless_present.empty() && model.weight(r.unless_present) != nullptr) continue;
-      const WeightRef* w = model.weight(name);
       if (!r.dtypes.empty() && (w == nullptr || std::find(r.dtypes.begin(), r.dtypes.end(), w->dtype) == r.dtypes.end()))
         continue;
       matched[i] = true;
