@@ -31,6 +31,34 @@ constexpr std::array<ExtraType, 2> kExtraTypes = {{
     {DataType::float6e3m2, {"float6e3m2", 6}},
 }};
 
+// GGUF's block types (data_type.hpp): elements and bytes of one block, as
+// ggml defines them (docs/derivations.md has each layout).
+struct BlockType {
+  DataType type;
+  std::string_view name;
+  DtypeBlock block;
+};
+constexpr std::array<BlockType, 24> kBlockTypes = {{
+    {DataType::q4_0, "q4_0", {32, 18}},        {DataType::q4_1, "q4_1", {32, 20}},
+    {DataType::q5_0, "q5_0", {32, 22}},        {DataType::q5_1, "q5_1", {32, 24}},
+    {DataType::q8_0, "q8_0", {32, 34}},        {DataType::q8_1, "q8_1", {32, 36}},
+    {DataType::q2_k, "q2_k", {256, 84}},       {DataType::q3_k, "q3_k", {256, 110}},
+    {DataType::q4_k, "q4_k", {256, 144}},      {DataType::q5_k, "q5_k", {256, 176}},
+    {DataType::q6_k, "q6_k", {256, 210}},      {DataType::q8_k, "q8_k", {256, 292}},
+    {DataType::iq2_xxs, "iq2_xxs", {256, 66}}, {DataType::iq2_xs, "iq2_xs", {256, 74}},
+    {DataType::iq3_xxs, "iq3_xxs", {256, 98}}, {DataType::iq1_s, "iq1_s", {256, 50}},
+    {DataType::iq4_nl, "iq4_nl", {32, 18}},    {DataType::iq3_s, "iq3_s", {256, 110}},
+    {DataType::iq2_s, "iq2_s", {256, 82}},     {DataType::iq4_xs, "iq4_xs", {256, 136}},
+    {DataType::iq1_m, "iq1_m", {256, 56}},     {DataType::tq1_0, "tq1_0", {256, 54}},
+    {DataType::tq2_0, "tq2_0", {256, 66}},     {DataType::mxfp4, "mxfp4", {32, 17}},
+}};
+
+const BlockType* block_row_of(DataType t) noexcept {
+  for (const BlockType& b : kBlockTypes)
+    if (b.type == t) return &b;
+  return nullptr;
+}
+
 const TypeRow* row_of(DataType t) noexcept {
   const auto raw = static_cast<std::int32_t>(t);
   if (raw >= 0 && raw <= kMaxKnownDataType) return &kTypes[static_cast<std::size_t>(raw)];
@@ -44,8 +72,9 @@ const TypeRow* row_of(DataType t) noexcept {
 bool is_known_dtype(std::int32_t raw) noexcept { return raw >= 0 && raw <= kMaxKnownDataType; }
 
 std::string_view dtype_name(DataType t) noexcept {
-  const TypeRow* row = row_of(t);
-  return row != nullptr ? row->name : std::string_view("unknown");
+  if (const TypeRow* row = row_of(t)) return row->name;
+  if (const BlockType* b = block_row_of(t)) return b->name;
+  return "unknown";
 }
 
 std::optional<DataType> dtype_from_name(std::string_view name) noexcept {
@@ -54,7 +83,15 @@ std::optional<DataType> dtype_from_name(std::string_view name) noexcept {
   }
   for (const ExtraType& extra : kExtraTypes)
     if (extra.row.name == name) return extra.type;
+  for (const BlockType& b : kBlockTypes)
+    if (b.name == name) return b.type;
   return std::nullopt;
+}
+
+std::optional<DtypeBlock> dtype_block(DataType t) noexcept {
+  const BlockType* b = block_row_of(t);
+  if (b == nullptr) return std::nullopt;
+  return b->block;
 }
 
 unsigned dtype_bits(DataType t) noexcept {
@@ -63,6 +100,12 @@ unsigned dtype_bits(DataType t) noexcept {
 }
 
 std::optional<std::uint64_t> dtype_storage_bytes(DataType t, std::uint64_t elements) noexcept {
+  if (const BlockType* b = block_row_of(t)) {
+    if (elements % b->block.elements != 0) return std::nullopt;
+    std::uint64_t bytes = 0;
+    if (__builtin_mul_overflow(elements / b->block.elements, std::uint64_t{b->block.bytes}, &bytes)) return std::nullopt;
+    return bytes;
+  }
   const unsigned bits = dtype_bits(t);
   if (bits == 0) return std::nullopt;
   if (bits % 8 == 0) {

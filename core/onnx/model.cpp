@@ -52,6 +52,7 @@ std::string_view model_format_name(ModelFormat format) noexcept {
     case ModelFormat::onnx: return "onnx";
     case ModelFormat::safetensors: return "safetensors";
     case ModelFormat::safetensors_index: return "safetensors-index";
+    case ModelFormat::gguf: return "gguf";
   }
   return "unknown";
 }

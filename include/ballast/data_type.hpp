@@ -39,6 +39,34 @@ enum class DataType : std::int32_t {
   // MX formats). Numbered past ONNX's range, so no ONNX file can name them.
   float6e2m3 = 1001,
   float6e3m2 = 1002,
+
+  // Not ONNX types: GGUF's block-quantized types, numbered 2000 + the ggml
+  // type id. A block holds a fixed number of elements in a fixed number of
+  // bytes (dtype_block()); the layouts are in docs/derivations.md.
+  q4_0 = 2002,
+  q4_1 = 2003,
+  q5_0 = 2006,
+  q5_1 = 2007,
+  q8_0 = 2008,
+  q8_1 = 2009,
+  q2_k = 2010,
+  q3_k = 2011,
+  q4_k = 2012,
+  q5_k = 2013,
+  q6_k = 2014,
+  q8_k = 2015,
+  iq2_xxs = 2016,
+  iq2_xs = 2017,
+  iq3_xxs = 2018,
+  iq1_s = 2019,
+  iq4_nl = 2020,
+  iq3_s = 2021,
+  iq2_s = 2022,
+  iq4_xs = 2023,
+  iq1_m = 2029,
+  tq1_0 = 2034,
+  tq2_0 = 2035,
+  mxfp4 = 2039,
 };
 
 // Highest ONNX type number this build understands.

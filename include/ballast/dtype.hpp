@@ -22,13 +22,24 @@ std::string_view dtype_name(DataType t) noexcept;
 std::optional<DataType> dtype_from_name(std::string_view name) noexcept;
 
 // Bits per element: 4 for the 4-bit types, 6 for the 6-bit ones, 0 for
-// string/undefined.
+// string/undefined and for the block types (their elements have no whole
+// width of their own: dtype_block()).
 unsigned dtype_bits(DataType t) noexcept;
+
+// A block type's fixed unit: `elements` values stored in `bytes` bytes
+// (GGUF's Q4_0: 32 in 18). Element types are blocks of one element.
+struct DtypeBlock {
+  std::uint32_t elements = 1;
+  std::uint32_t bytes = 0;
+};
+// nullopt for every type that is not a block type.
+std::optional<DtypeBlock> dtype_block(DataType t) noexcept;
 
 // Bytes of a dense little-endian tensor of `elements` elements: sub-byte
 // types packed densely (4-bit ones two per byte, low nibble first),
-// rounded up to whole bytes. nullopt on overflow or for types without a
-// fixed width (string, undefined).
+// rounded up to whole bytes; block types as whole blocks (nullopt unless
+// `elements` is a multiple of the block). nullopt on overflow or for types
+// without a fixed width (string, undefined).
 std::optional<std::uint64_t> dtype_storage_bytes(DataType t, std::uint64_t elements) noexcept;
 
 // Product of dims; nullopt when a dim is negative or the product overflows.

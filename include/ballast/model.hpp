@@ -1,5 +1,5 @@
 // Model: a model's weights, read from any format ballast knows (ONNX,
-// safetensors, a sharded safetensors checkpoint), and open_model, which
+// safetensors, a sharded safetensors checkpoint, GGUF), and open_model, which
 // tells the format from the file's bytes. The ONNX-only entry points are in
 // onnx_loader.hpp; docs/sources.md describes each format.
 #pragma once
@@ -30,15 +30,25 @@ enum class ModelFormat : std::uint8_t {
   onnx,               // an ONNX protobuf (.onnx), weights inline or in external data files
   safetensors,        // one .safetensors file
   safetensors_index,  // a sharded checkpoint: a *.safetensors.index.json and its shards
+  gguf,               // a .gguf file, or every file of a split set (<prefix>-0000N-of-0000M.gguf)
 };
-// "onnx", "safetensors", "safetensors-index".
+// "onnx", "safetensors", "safetensors-index", "gguf".
 std::string_view model_format_name(ModelFormat format) noexcept;
 
 // One key/value pair of a format's metadata, and the file that holds it.
 struct ModelMetadata {
   std::string file;  // the file's name as the model names it
   std::string key;
+  // The value as text: integers in decimal, floats in the shortest form
+  // that reads back to the same value, "true"/"false", strings as they
+  // are. Empty for an array, which is listed by type and count.
   std::string value;
+  // GGUF only ("" for safetensors, whose values are all strings): the
+  // value's type, "uint32", "float32", "string", ..., or "array[T]" with T
+  // the element type ("array[array]" for nested arrays), and an array's
+  // element count.
+  std::string type;
+  std::uint64_t count = 0;
 };
 
 // Loader failures are ballast::Error values whose `file`, `tensor` and
@@ -86,6 +96,15 @@ struct LoadOptions {
   // (they would let a file be two formats at once); such a file is refused.
   // With this set it is opened and the holes are reported as dead bytes.
   bool allow_holes = false;
+
+  // ---- GGUF (docs/sources.md). Strings (keys, values, array elements)
+  // are capped by max_metadata_bytes, tensors per file by
+  // max_tensors_per_file, split files by max_external_locations.
+  // Metadata key/value pairs in one file (a real model has a few dozen).
+  std::uint64_t max_gguf_metadata_entries = 65536;
+  // Elements of one metadata array (a tokenizer's vocabulary is the
+  // largest real one: about 260,000 strings).
+  std::uint64_t max_gguf_array_elements = std::uint64_t{1} << 24;
 };
 
 // An integer attribute of a node (others are not kept).
@@ -193,8 +212,9 @@ class Model {
 };
 
 // Opens the model at `path` in whichever format its bytes say (never its
-// name): an ONNX protobuf, a safetensors file, or a sharded safetensors
-// index (a JSON object with a "weight_map"). Every format gives the same
+// name): an ONNX protobuf, a safetensors file, a sharded safetensors
+// index (a JSON object with a "weight_map"), or a GGUF file (with the rest
+// of its split set, when its metadata says it is one of several). Every format gives the same
 // Model: weights by name, zero-copy from one mapping per file, the store's
 // accounting of referenced and dead bytes. Errors name the file, the
 // tensor and the field.

@@ -634,6 +634,13 @@ int run(const Options& opt) {
     return ctx.fail("--align must be a power of two from 1 to 1073741824 (got " + std::to_string(opt.align) + ")");
   if (!ctx.load_model(opt.model, opt.load)) return ctx.exit_code();
   const Model& model = ctx.model();
+  if (model.format() == ModelFormat::gguf) {
+    Error e = make_error(ErrorCode::unsupported,
+                         "compact writes ONNX and safetensors; a GGUF model's tensors are already laid out by the "
+                         "file's alignment (inspect shows any dead bytes)");
+    e.file = model.path().string();
+    return ctx.fail(e);
+  }
   auto sources = source_files(model);
   if (!sources.ok()) return ctx.fail(sources.error());
   std::vector<SourceFile>& files = *sources;
