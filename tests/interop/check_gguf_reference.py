@@ -107,6 +107,25 @@ def check_round_trip(tmp):
             expect(False, "the reader refuses a bad " + name)
         except g.GGUFError:
             expect(True, "the reader refuses a bad " + name)
+    f32 = [("t", "F32", [8], g.pack_f32(range(8)))]
+    odd = {
+        "alignment that is no multiple of 8": dict(metadata=[("general.alignment", "uint32", 12)], tensors=f32),
+        "alignment of another type": dict(metadata=[("general.alignment", "uint64", 32)], tensors=f32),
+        "unaligned offset": dict(metadata=[], tensors=f32, offsets=[4]),
+        "tensor past the end": dict(metadata=[], tensors=[("t", "F32", [9], g.pack_f32(range(8)))]),
+        "bool of 2": dict(metadata=[("b", "bool", 2)], tensors=[]),
+        "key twice": dict(metadata=[("k", "uint8", 1), ("k", "uint8", 2)], tensors=[]),
+        "value type 13": dict(metadata=[("k", 13, b"")], tensors=[]),
+        "ne[0] of part of a block": dict(metadata=[], tensors=[("t", "Q8_0", [16], b"\0" * 34)]),
+    }
+    for name, kw in odd.items():
+        path = os.path.join(tmp, "odd.gguf")
+        g.write_gguf(path, **kw)
+        try:
+            g.read_gguf(path)
+            expect(False, "the reader refuses a file with a " + name)
+        except g.GGUFError:
+            expect(True, "the reader refuses a file with a " + name)
 
 
 # ---------------------------------------------------------------- hand-computed blocks

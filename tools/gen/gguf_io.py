@@ -296,7 +296,10 @@ def read_gguf(path):
     version, tensor_count, kv_count, alignment, metadata {key: (type,
     value)}, tensors [{name, type, type_id, ne, offset, abs_offset,
     length}], header_bytes (where the tensor infos end), data_start,
-    file_size. GGUFError on a file that does not follow it."""
+    file_size. GGUFError on a file that does not follow it (an alignment
+    that is no uint32 multiple of 8, an unaligned offset, bytes past the
+    end, a bool that is not 0 or 1, a key twice, an unknown value type);
+    a tensor of an unknown ggml type has type and length None."""
     with open(path, "rb") as f:
         data = f.read()
     cur = _Cursor(data)
@@ -318,7 +321,8 @@ def read_gguf(path):
     alignment = DEFAULT_ALIGNMENT
     if "general.alignment" in metadata:
         t, v = metadata["general.alignment"]
-        if t != "uint32" or v == 0:
+        # The specification: a uint32, a multiple of 8.
+        if t != "uint32" or v == 0 or v % 8:
             raise GGUFError("%s: general.alignment is %s %r" % (path, t, v))
         alignment = v
     infos = []
@@ -341,6 +345,12 @@ def read_gguf(path):
             if ne and ne[0] % blk:
                 raise GGUFError("%s: %s: ne[0]=%d is not whole %s blocks" % (path, name, ne[0], tname))
             length = count // blk * size
+        # Offsets are multiples of the alignment, and the bytes are in the file.
+        if offset % alignment:
+            raise GGUFError("%s: %s: offset %d is not a multiple of %d" % (path, name, offset, alignment))
+        if length is not None and data_start + offset + length > len(data):
+            raise GGUFError("%s: %s: bytes %d..%d past the end (%d)" % (path, name, data_start + offset,
+                                                                    data_start + offset + length, len(data)))
         tensors.append({"name": name, "type": tname, "type_id": tid, "ne": ne, "offset": offset,
                         "abs_offset": data_start + offset, "length": length})
     return {"version": version, "tensor_count": n_tensors, "kv_count": n_kv, "alignment": alignment,
