@@ -116,6 +116,7 @@ def check_round_trip(tmp):
         "bool of 2": dict(metadata=[("b", "bool", 2)], tensors=[]),
         "key twice": dict(metadata=[("k", "uint8", 1), ("k", "uint8", 2)], tensors=[]),
         "value type 13": dict(metadata=[("k", 13, b"")], tensors=[]),
+        "string that is not UTF-8": dict(metadata=[("k", "string", b"\xff\xfe")], tensors=[]),
         "ne[0] of part of a block": dict(metadata=[], tensors=[("t", "Q8_0", [16], b"\0" * 34)]),
     }
     for name, kw in odd.items():

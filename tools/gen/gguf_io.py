@@ -247,7 +247,11 @@ class _Cursor:
         return self.unpack("<I" if self.version == 1 else "<Q")
 
     def string(self):
-        return self.take(self.size()).decode("utf-8")
+        at = self.at
+        try:
+            return self.take(self.size()).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise GGUFError("the string at byte %d is not UTF-8 (%s)" % (at, e.reason))
 
 
 def _read_value(cur, tid):
