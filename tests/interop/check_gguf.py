@@ -123,7 +123,8 @@ def check_node(g, node_modules, work):
         want = [(t["name"], t["type_id"], t["ne"], t["offset"]) for t in mine["tensors"]]
         got = [(t["name"], t["dtype"], [int(d) for d in t["shape"]], int(t["offset"])) for t in theirs["tensorInfos"]]
         expect(got == want, "%s: every tensor's name, type, ne and offset agree (%d tensors)" % (rel, len(want)))
-        expect(int(theirs["tensorDataOffset"]) == mine["data_start"], "%s: data section at %d" % (rel, mine["data_start"]))
+        expect(int(theirs["tensorDataOffset"]) == mine["data_start"],
+               "%s: data section at %d" % (rel, mine["data_start"]))
         expect(theirs["tensorInfoByteRange"][1] == mine["header_bytes"], "%s: tensor infos end at %d"
                % (rel, mine["header_bytes"]))
 

@@ -36,7 +36,6 @@ against a per-element transcription of the layouts.
 
 import os
 import struct
-import sys
 
 import numpy as np
 
@@ -164,14 +163,17 @@ def _metadata_alignment(metadata):
     return None
 
 
-def write_gguf(path, metadata, tensors, alignment=None, version=3, offsets=None, gaps=None, tail=b""):
+def write_gguf(path, metadata, tensors, alignment=None, version=3, offsets=None, gaps=None, tail=b"",
+               data_start=None):
     """Writes a GGUF file. metadata: [(key, value_type, value)], value_type
     a name of VALUE_TYPES or ("array", elem) (nested allowed); tensors:
     [(name, ggml type name, ne, raw bytes)]. With `alignment` the writer adds
     general.alignment (uint32) itself; without it the data is aligned to a
     general.alignment already in `metadata`, else to 32. `offsets` (relative
     to the data section) replaces the packed placement, `gaps` widens it
-    (packed_offsets), `tail` is appended after the last tensor.
+    (packed_offsets), `tail` is appended after the last tensor, and
+    `data_start` puts the data section elsewhere than the aligned end of the
+    header (for files that break the rule).
     Returns {"data_start", "header_bytes", "tensors": [(name, type, ne,
     absolute offset, length)]}."""
     metadata = list(metadata)
@@ -182,11 +184,12 @@ def write_gguf(path, metadata, tensors, alignment=None, version=3, offsets=None,
         offsets = packed_offsets(tensors, align, gaps)
     infos = [(name, t, ne, off) for (name, t, ne, _raw), off in zip(tensors, offsets)]
     header = encode_header(metadata, infos, version)
-    data_start = align_up(len(header), align)
+    if data_start is None:
+        data_start = align_up(len(header), align)
     layout = []
     with open(path, "wb") as f:
         f.write(header)
-        f.write(b"\x00" * (data_start - len(header)))
+        f.write(b"\x00" * max(0, data_start - len(header)))
         end = data_start
         for (name, t, ne, raw), off in zip(tensors, offsets):
             # Seeking past the end leaves zeros: the padding between tensors.
@@ -577,12 +580,18 @@ def random_blocks(ggml_type, n_blocks, rng):
     """Raw bytes of n_blocks blocks (elements, for the element types) with
     codes uniform over their whole range, f16 scales of both signs
     (random_f16) and 6-bit sub-block fields covering all 64 values once
-    there are enough fields. Other block types: random bytes."""
+    there are enough fields; F32, F16, BF16 and F64 finite. Other types
+    (the integer ones, the block types dequant() does not know): random
+    bytes."""
     n = n_blocks
     if ggml_type == "F32":
         return _random_finite_bits32(rng, n).astype("<u4").tobytes()
     if ggml_type == "F16":
         return random_f16(rng, n).tobytes()
+    if ggml_type == "F64":
+        bits = rng.integers(0, 1 << 63, size=n, dtype=np.uint64) | (rng.integers(0, 2, size=n, dtype=np.uint64) << 63)
+        exponent = (bits >> 52) & 0x7FF
+        return np.where(exponent == 0x7FF, bits & ~np.uint64(0x7FF << 52), bits).astype("<u8").tobytes()
     if ggml_type == "BF16":
         bits = rng.integers(0, 1 << 16, size=n, dtype=np.uint32)
         bits = np.where((bits & 0x7F80) == 0x7F80, bits & 0x807F, bits)
