@@ -127,12 +127,14 @@ def encode_value(value_type, value, version=3):
     return struct.pack(SCALAR_FORMATS[value_type], value)
 
 
-def encode_header(metadata, infos, version=3):
+def encode_header(metadata, infos, version=3, counts=None, magic=MAGIC):
     """Header bytes up to the end of the tensor infos (no padding).
     metadata: [(key, value_type, value)]; infos: [(name, ggml type name or
-    id, ne, relative offset)]. Nothing is checked, so tests can describe
-    any file, consistent or not."""
-    out = [MAGIC, struct.pack("<I", version), _size(len(infos), version), _size(len(metadata), version)]
+    id, ne, relative offset)]; counts: (tensor_count, kv_count) to write
+    instead of the lists' lengths. Nothing is checked, so tests can
+    describe any file, consistent or not."""
+    n_tensors, n_kv = counts if counts is not None else (len(infos), len(metadata))
+    out = [magic, struct.pack("<I", version), _size(n_tensors, version), _size(n_kv, version)]
     for key, value_type, value in metadata:
         out += [encode_string(key, version), struct.pack("<I", type_id(value_type)),
                 encode_value(value_type, value, version)]

@@ -18,6 +18,8 @@ GGUF files for the tests, written with numpy (gguf_io.py):
   OUT_DIR/gap.gguf          a tensor placed past the next aligned offset,
                             leaving bytes no tensor covers
   OUT_DIR/split/model-0000{1,2,3}-of-00003.gguf   a split set
+  OUT_DIR/models.json       [{model, files}]: each model by the path it is
+                            opened by (a split set: its first part)
 
 Next to each file: <file>.expected.json, the spec reader's view of it
 (metadata with ballast's type labels and value text, tensors with their
@@ -210,9 +212,10 @@ def expected_view(path, out_dir):
     return view
 
 
-# The files written, relative to OUT_DIR; a split set by its first part.
-FILES = ["llama.gguf", "types.gguf", "v2.gguf", "align64.gguf", "gap.gguf",
-         "split/model-00001-of-00003.gguf", "split/model-00002-of-00003.gguf", "split/model-00003-of-00003.gguf"]
+# The models written, each the path it is opened by and its files, relative to OUT_DIR.
+SPLIT = ["split/model-%05d-of-00003.gguf" % i for i in (1, 2, 3)]
+MODELS = [("llama.gguf", ["llama.gguf"]), ("types.gguf", ["types.gguf"]), ("v2.gguf", ["v2.gguf"]),
+          ("align64.gguf", ["align64.gguf"]), ("gap.gguf", ["gap.gguf"]), (SPLIT[0], SPLIT)]
 
 
 def main(argv):
@@ -236,8 +239,11 @@ def main(argv):
     g.write_gguf(os.path.join(out, "gap.gguf"), small, few, gaps={"c.weight": 96})
     parts = [tensors[:1], tensors[1:12], tensors[12:]]
     g.write_gguf_split(os.path.join(out, "split"), "model", parts, metadata)
-    for rel in FILES:
-        expected_view(os.path.join(out, rel), out)
+    for _, files in MODELS:
+        for rel in files:
+            expected_view(os.path.join(out, rel), out)
+    with open(os.path.join(out, "models.json"), "w") as f:
+        json.dump([{"model": m, "files": files} for m, files in MODELS], f, indent=1)
     return 0
 
 
