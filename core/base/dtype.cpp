@@ -53,6 +53,27 @@ constexpr std::array<BlockType, 24> kBlockTypes = {{
     {DataType::tq2_0, "tq2_0", {256, 66}},     {DataType::mxfp4, "mxfp4", {32, 17}},
 }};
 
+// ggml's type ids as GGUF files write them. The gaps (4, 5, 31-33, 36-38)
+// are types the format dropped.
+struct GgufType {
+  std::uint32_t id;
+  std::string_view name;
+  DataType type;
+};
+constexpr std::array<GgufType, 32> kGgufTypes = {{
+    {0, "F32", DataType::float32},     {1, "F16", DataType::float16},      {2, "Q4_0", DataType::q4_0},
+    {3, "Q4_1", DataType::q4_1},       {6, "Q5_0", DataType::q5_0},        {7, "Q5_1", DataType::q5_1},
+    {8, "Q8_0", DataType::q8_0},       {9, "Q8_1", DataType::q8_1},        {10, "Q2_K", DataType::q2_k},
+    {11, "Q3_K", DataType::q3_k},      {12, "Q4_K", DataType::q4_k},       {13, "Q5_K", DataType::q5_k},
+    {14, "Q6_K", DataType::q6_k},      {15, "Q8_K", DataType::q8_k},       {16, "IQ2_XXS", DataType::iq2_xxs},
+    {17, "IQ2_XS", DataType::iq2_xs},  {18, "IQ3_XXS", DataType::iq3_xxs}, {19, "IQ1_S", DataType::iq1_s},
+    {20, "IQ4_NL", DataType::iq4_nl},  {21, "IQ3_S", DataType::iq3_s},     {22, "IQ2_S", DataType::iq2_s},
+    {23, "IQ4_XS", DataType::iq4_xs},  {24, "I8", DataType::int8},         {25, "I16", DataType::int16},
+    {26, "I32", DataType::int32},      {27, "I64", DataType::int64},       {28, "F64", DataType::float64},
+    {29, "IQ1_M", DataType::iq1_m},    {30, "BF16", DataType::bfloat16},   {34, "TQ1_0", DataType::tq1_0},
+    {35, "TQ2_0", DataType::tq2_0},    {39, "MXFP4", DataType::mxfp4},
+}};
+
 const BlockType* block_row_of(DataType t) noexcept {
   for (const BlockType& b : kBlockTypes)
     if (b.type == t) return &b;
@@ -86,6 +107,18 @@ std::optional<DataType> dtype_from_name(std::string_view name) noexcept {
   for (const BlockType& b : kBlockTypes)
     if (b.name == name) return b.type;
   return std::nullopt;
+}
+
+std::optional<DataType> dtype_from_gguf_type(std::uint32_t id) noexcept {
+  for (const GgufType& g : kGgufTypes)
+    if (g.id == id) return g.type;
+  return std::nullopt;
+}
+
+std::string_view dtype_gguf_name(DataType t) noexcept {
+  for (const GgufType& g : kGgufTypes)
+    if (g.type == t) return g.name;
+  return {};
 }
 
 std::optional<DtypeBlock> dtype_block(DataType t) noexcept {

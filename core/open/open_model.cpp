@@ -1,6 +1,7 @@
 #include <ballast/model.hpp>
 #include <ballast/onnx_loader.hpp>
 
+#include "gguf/loader.hpp"
 #include "onnx/load_errors.hpp"
 #include "safetensors/header.hpp"
 #include "safetensors/index.hpp"
@@ -81,14 +82,13 @@ Result<ModelFormat> detect_unchecked(const std::filesystem::path& path) {
     e.file = path.string();
     return e;
   };
-  if (head.size() >= 4 && head.compare(0, 4, "GGUF") == 0)
-    return refuse("a GGUF file; this build of ballast does not read GGUF yet");
+  if (gguf::looks_like_gguf(std::as_bytes(std::span(head.data(), head.size())))) return ModelFormat::gguf;
   if (safetensors::looks_like_safetensors(std::as_bytes(std::span(head.data(), head.size())), size))
     return ModelFormat::safetensors;
   if (safetensors::looks_like_index(head)) return ModelFormat::safetensors_index;
   if (looks_like_onnx(b, head.size())) return ModelFormat::onnx;
   if (head.empty()) return refuse("the file is empty");
-  return refuse("not a model ballast reads (ONNX, safetensors, a safetensors index); it begins with bytes " +
+  return refuse("not a model ballast reads (ONNX, safetensors, a safetensors index, GGUF); it begins with bytes " +
                 first_bytes_hex(b, head.size()));
 }
 
@@ -114,6 +114,7 @@ Result<Model> open_model(const std::filesystem::path& path, const LoadOptions& o
       case ModelFormat::onnx: return load_onnx(path, options);
       case ModelFormat::safetensors: return safetensors::load_file(path, options);
       case ModelFormat::safetensors_index: return safetensors::load_index(path, options);
+      case ModelFormat::gguf: return gguf::load(path, options);
     }
     return make_error(ErrorCode::internal, "open_model: a format without a loader");
   });

@@ -3,6 +3,7 @@
 #include "onnx/external_data.hpp"  // check_location_text, shown
 #include "onnx/load_errors.hpp"
 #include "onnx/model_impl.hpp"
+#include "onnx/sibling_files.hpp"
 #include "safetensors/header.hpp"
 #include "safetensors/index.hpp"
 #include "store/mapped_file.hpp"
@@ -22,6 +23,10 @@ namespace ballast::safetensors {
 
 namespace {
 
+using onnx::absolute_of;
+using onnx::external_file;
+using onnx::in_file;
+
 HeaderLimits limits_of(const LoadOptions& o) {
   HeaderLimits l;
   l.max_header_bytes = o.max_header_bytes;
@@ -31,29 +36,6 @@ HeaderLimits limits_of(const LoadOptions& o) {
   l.allow_holes = o.allow_holes;
   return l;
 }
-
-Error in_file(Error e, const std::string& file) {
-  if (e.file.empty()) e.file = file;
-  return e;
-}
-
-// madvise(MADV_RANDOM) over a mapping for as long as it lives; MADV_NORMAL
-// (every mapping's default: ballast sets no other) after. Advice only: a
-// kernel that refuses it changes nothing but the readahead.
-class NoReadahead {
- public:
-  explicit NoReadahead(Bytes mapping) : mapping_(mapping) {
-    if (!mapping_.empty()) ::madvise(const_cast<std::byte*>(mapping_.data()), mapping_.size(), MADV_RANDOM);
-  }
-  ~NoReadahead() {
-    if (!mapping_.empty()) ::madvise(const_cast<std::byte*>(mapping_.data()), mapping_.size(), MADV_NORMAL);
-  }
-  NoReadahead(const NoReadahead&) = delete;
-  NoReadahead& operator=(const NoReadahead&) = delete;
-
- private:
-  Bytes mapping_;
-};
 
 // One mapped safetensors file and what its header says.
 struct MappedShard {
@@ -67,21 +49,9 @@ struct MappedShard {
 // and checked afterwards: a file that changed meanwhile is the error, not
 // whatever its zeros parsed as.
 Result<Header> read_header(WeightStore& store, MappingId id, const std::string& display, const LoadOptions& options) {
-  const auto mapping = store::StoreAccess::mapping(store, id);
-  if (!mapping) return make_error(ErrorCode::internal, "mapping vanished right after it was made");
-  const Bytes bytes = mapping->bytes();
-  std::optional<store::RegistrationArm> arm;
-  if (!bytes.empty()) arm.emplace(bytes.data(), bytes.size(), mapping->poison_flag());
-  // Opening reads the header and nothing else: without this, the faults on
-  // the header's pages would have the kernel read ahead into the tensors
-  // (128 KiB and more per fault), which an engine that pages weights in
-  // later, or never, does not want read at open. Back to normal after.
-  NoReadahead quiet(bytes);
-  Result<Header> header = parse_header(bytes, limits_of(options));
-  if (Status s = mapping->check_unchanged(); !s.ok())
-    return in_file(std::move(s.error()), display).with_context("reading safetensors header");
-  if (!header) return in_file(std::move(header.error()), display);
-  store::StoreAccess::set_header_bytes(store, id, header->buffer_start);
+  auto header = onnx::read_mapped_header(store, id, display, "reading safetensors header",
+                                         [&](Bytes bytes) { return parse_header(bytes, limits_of(options)); });
+  if (header) store::StoreAccess::set_header_bytes(store, id, header->buffer_start);
   return header;
 }
 
@@ -109,19 +79,6 @@ void add_weights(Model::Impl& impl, const MappedShard& shard,
     impl.weight_order.push_back(id);
   }
   for (const auto& [key, value] : shard.header.metadata) impl.metadata.push_back({shard.file->location, key, value});
-}
-
-std::shared_ptr<const ExternalFile> external_file(std::string location, std::filesystem::path resolved,
-                                                  const struct stat& st) {
-  const store::FileIdentity identity = store::identity_of(st);
-  return std::make_shared<const ExternalFile>(
-      ExternalFile{std::move(location), std::move(resolved), identity.device, identity.inode});
-}
-
-std::filesystem::path absolute_of(const std::filesystem::path& path) {
-  std::error_code ec;
-  std::filesystem::path absolute = std::filesystem::absolute(path, ec);
-  return ec ? path : absolute;
 }
 
 Result<std::string> read_whole(int fd, std::uint64_t size, std::uint64_t cap, const std::string& display) {
@@ -170,80 +127,28 @@ Result<Model> load_file_unchecked(const std::filesystem::path& path, const LoadO
 }
 
 // The index names shards as relative paths, opened beneath the index's
-// directory with the rules of ONNX external data (onnx/external_data.hpp).
+// directory with the rules of ONNX external data (onnx/sibling_files.hpp).
 class ShardOpener {
  public:
   ShardOpener(const std::filesystem::path& index_path, const LoadOptions& options, WeightStore& store)
-      : dir_(index_path.parent_path()), index_(index_path.string()), options_(options), store_(store) {}
+      : options_(options), store_(store), files_(index_path, options, store, "shard", "the index") {}
 
-  Status open_roots(int index_fd, const struct stat& index_st) {
-    auto root = store::open_root(dir_);
-    if (!root) return in_file(std::move(root.error()), dir_.string());
-    root_ = std::move(*root);
-    if (options_.allow_model_real_dir) {
-      real_root_ = store::open_parent_of(index_fd, index_st);
-      if (real_root_ && real_root_->id == root_->id) real_root_.reset();
-    }
-    return {};
-  }
+  Status open_roots(int index_fd, const struct stat& index_st) { return files_.open_roots(index_fd, index_st); }
 
   Result<MappedShard> open(const std::string& location) {
-    auto refuse = [&](Error e) {
-      e.message = "shard " + onnx::shown(location) + " named by the index: " + e.message;
-      if (e.file.empty()) e.file = index_;
-      return e;
-    };
-    if (location.size() > options_.max_location_bytes)
-      return refuse(make_error(ErrorCode::overflow, "the name is longer than LoadOptions::max_location_bytes (" +
-                                                        std::to_string(options_.max_location_bytes) + ")"));
-    if (Status s = onnx::check_location_text(location); !s.ok()) return refuse(std::move(s.error()));
-    const store::Root* roots[2] = {&*root_, nullptr};
-    std::size_t count = 1;
-    if (real_root_) roots[count++] = &*real_root_;
-    const std::filesystem::path joined = (dir_ / location).lexically_normal();
-    auto opened = store::open_beneath(std::span<const store::Root* const>(roots, count), location);
-    if (!opened) {
-      Error e = refuse(std::move(opened.error()));
-      e.file = joined.string();
-      return e;
-    }
-    if (!options_.allow_hard_links && opened->st.st_nlink > 1) {
-      Error e = refuse(make_error(ErrorCode::path_escapes,
-                                  "the file has " + std::to_string(opened->st.st_nlink) +
-                                      " hard links; refused, since a hard link can bring in a file from outside the "
-                                      "model directory (LoadOptions::allow_hard_links allows it)"));
-      e.file = joined.string();
-      return e;
-    }
-    const std::filesystem::path target = store::path_of(opened->fd.get(), joined);
-    auto id = store_.map_external_fd(opened->fd.get(), target);
-    if (!id) return refuse(std::move(id.error()));
-    // Two names for one file ("a.safetensors", "./a.safetensors", or a
-    // symlink): the store maps it once, and the index is refused, since
-    // the second name's header would be read twice as two shards.
-    auto [it, fresh] = names_.try_emplace(*id, location);
-    if (!fresh) {
-      Error e = refuse(make_error(ErrorCode::malformed, "it is the same file as shard " + onnx::shown(it->second) +
-                                                            " (a shard listed twice under two names)"));
-      e.file = target.string();
-      return e;
-    }
+    BALLAST_ASSIGN_OR_RETURN(onnx::Sibling file, files_.open(location));
     MappedShard shard;
-    shard.id = *id;
-    shard.file = external_file(location, target, opened->st);
-    BALLAST_ASSIGN_OR_RETURN(shard.header, read_header(store_, *id, target.string(), options_),
+    shard.id = file.id;
+    shard.file = std::move(file.file);
+    BALLAST_ASSIGN_OR_RETURN(shard.header, read_header(store_, shard.id, file.target.string(), options_),
                              "reading shard " + onnx::shown(location));
     return shard;
   }
 
  private:
-  std::filesystem::path dir_;
-  std::string index_;
   const LoadOptions& options_;
   WeightStore& store_;
-  std::optional<store::Root> root_;
-  std::optional<store::Root> real_root_;
-  std::unordered_map<MappingId, std::string> names_;
+  onnx::SiblingOpener files_;
 };
 
 Result<Model> load_index_unchecked(const std::filesystem::path& path, const LoadOptions& options) {

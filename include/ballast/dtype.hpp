@@ -42,6 +42,13 @@ std::optional<DtypeBlock> dtype_block(DataType t) noexcept;
 // without a fixed width (string, undefined).
 std::optional<std::uint64_t> dtype_storage_bytes(DataType t, std::uint64_t elements) noexcept;
 
+// GGUF's tensor types (ggml type ids): the DataType a GGUF file's type id
+// reads as (nullopt for an id the format does not define, or no longer
+// does), and GGUF's name for a type a GGUF file can hold ("Q4_K", "F32",
+// "BF16"; "" for any other type).
+std::optional<DataType> dtype_from_gguf_type(std::uint32_t id) noexcept;
+std::string_view dtype_gguf_name(DataType t) noexcept;
+
 // Product of dims; nullopt when a dim is negative or the product overflows.
 std::optional<std::uint64_t> element_count(std::span<const std::int64_t> dims) noexcept;
 

@@ -117,7 +117,8 @@ int print_json(const Model& model, const std::vector<NamedWeight>& weights,
   doc["model"] = model.path().string();
   doc["format"] = std::string(model_format_name(model.format()));
   json jm = json::array();
-  for (const ModelMetadata& m : model.metadata()) jm.push_back({{"file", m.file}, {"key", m.key}, {"value", m.value}});
+  for (const ModelMetadata& m : model.metadata())
+    jm.push_back({{"file", m.file}, {"key", m.key}, {"value", m.value}, {"type", m.type}, {"count", m.count}});
   doc["metadata"] = std::move(jm);
   // Arrays are built apart and moved in: ordered_json keeps keys in a vector,
   // so a reference into `doc` would not survive the next key.
@@ -128,6 +129,7 @@ int print_json(const Model& model, const std::vector<NamedWeight>& weights,
     e["name"] = std::string(weights[i].name);
     e["source"] = std::string(weight_source_name(w.source));
     e["dtype"] = std::string(dtype_name(w.dtype));
+    if (model.format() == ModelFormat::gguf) e["gguf_type"] = std::string(dtype_gguf_name(w.dtype));
     e["dims"] = w.dims.to_vector();
     e["bytes"] = w.byte_length();
     e["location"] = std::string(location_kind(w));
@@ -212,6 +214,10 @@ int print_table(const Model& model, const std::vector<NamedWeight>& weights,
     // Values may be whole configs: the first line, cut; --json has them whole.
     constexpr std::size_t kShownValue = 72;
     for (const ModelMetadata& m : model.metadata()) {
+      if (m.type.rfind("array", 0) == 0) {  // arrays by type and count (a vocabulary is 100,000s of strings)
+        out << "  " << printable(m.file) << ": " << printable(m.key) << " = " << m.type << " of " << m.count << '\n';
+        continue;
+      }
       std::string value = m.value.substr(0, m.value.find('\n'));
       const bool cut = value.size() > kShownValue || value.size() < m.value.size();
       if (value.size() > kShownValue) value.resize(kShownValue);
@@ -232,7 +238,8 @@ int print_table(const Model& model, const std::vector<NamedWeight>& weights,
     const WeightRef& w = *weights[i].ref;
     std::vector<std::string> row = {std::string(weights[i].name),
                                     std::string(weight_source_name(w.source)),
-                                    std::string(dtype_name(w.dtype)),
+                                    std::string(model.format() == ModelFormat::gguf ? dtype_gguf_name(w.dtype)
+                                                                                    : dtype_name(w.dtype)),
                                     shape_string(w.dims),
                                     human_bytes(w.byte_length()),
                                     std::string(location_kind(w)),
