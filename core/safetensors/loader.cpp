@@ -8,10 +8,8 @@
 #include "safetensors/index.hpp"
 #include "store/mapped_file.hpp"
 #include "store/safe_open.hpp"
-#include "store/sigbus_guard.hpp"
 #include "store/store_access.hpp"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>

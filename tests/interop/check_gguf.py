@@ -17,7 +17,6 @@ Exit 0 pass, 1 fail, 77 skipped (with the reason printed).
 """
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -28,7 +27,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
-from cli_check import FAILURES, expect, skip  # noqa: E402
+from cli_check import FAILURES, expect, run, sha256_of, skip  # noqa: E402
 
 # ggml type -> the dtype name ballast prints.
 BALLAST_DTYPE = {
@@ -44,17 +43,6 @@ BALLAST_DTYPE = {
 SPLIT = ["split/model-0000%d-of-00003.gguf" % i for i in (1, 2, 3)]
 MODELS = [("llama.gguf", ["llama.gguf"]), ("types.gguf", ["types.gguf"]), ("v2.gguf", ["v2.gguf"]),
           ("align64.gguf", ["align64.gguf"]), ("gap.gguf", ["gap.gguf"]), (SPLIT[0], SPLIT)]
-
-
-def run(*args):
-    p = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300)
-    return p.returncode, p.stdout, p.stderr
-
-
-def sha256_of(path, offset, length):
-    with open(path, "rb") as f:
-        f.seek(offset)
-        return hashlib.sha256(f.read(length)).hexdigest()
 
 
 def f32_bits(x):

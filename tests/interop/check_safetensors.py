@@ -13,15 +13,13 @@ Exit 0 pass, 1 fail, 77 skipped (with the reason printed).
 """
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
-from cli_check import FAILURES, expect, skip  # noqa: E402
+from cli_check import FAILURES, expect, run, sha256_of, skip  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import read_safetensors  # noqa: E402
@@ -34,17 +32,6 @@ BALLAST_DTYPE = {
     "F8_E8M0": "float8e8m0", "F8_E4M3FNUZ": "float8e4m3fnuz", "F8_E5M2FNUZ": "float8e5m2fnuz",
     "F4": "float4e2m1", "F6_E2M3": "float6e2m3", "F6_E3M2": "float6e3m2",
 }
-
-
-def run(*args):
-    p = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=300)
-    return p.returncode, p.stdout, p.stderr
-
-
-def sha256_of(path, offset, length):
-    with open(path, "rb") as f:
-        f.seek(offset)
-        return hashlib.sha256(f.read(length)).hexdigest()
 
 
 def expected_weights(files):
