@@ -83,6 +83,21 @@ void quant_int8(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool
                     chunks_for(pool, a.n));
 }
 
+void dequant_gguf(const DerivationLaunch& l, const RowKernels&, ThreadPool& pool) {
+  const kinds::GgufBlock& block = *kinds::gguf_block(l.src_type);  // derivation_layout checked it
+  GgufArgs a;
+  a.type = static_cast<std::uint32_t>(l.src_type);
+  a.block_elements = block.elements;
+  a.block_bytes = block.bytes;
+  a.src = as<const std::uint8_t>(l.src);
+  a.rows = l.rows;
+  a.cols = l.cols;
+  if (l.kind == Derivation::dequant_gguf) a.f16_out = as<std::uint16_t>(l.dst);
+  else a.f32_out = as<float>(l.dst);
+  pool.parallel_for(a.rows, [&](std::uint64_t r0, std::uint64_t r1) { dequant_gguf_rows(a, r0, r1); },
+                    chunks_for(pool, a.rows));
+}
+
 // One row per derivation kind, in the kind table's order.
 struct KernelRow {
   Derivation kind;
@@ -92,7 +107,9 @@ constexpr KernelRow kKernels[] = {{Derivation::transpose, transpose},
                                   {Derivation::to_f16, to_f16},
                                   {Derivation::dequant_int4, int4},
                                   {Derivation::repack_int4, int4},
-                                  {Derivation::quant_int8, quant_int8}};
+                                  {Derivation::quant_int8, quant_int8},
+                                  {Derivation::dequant_gguf, dequant_gguf},
+                                  {Derivation::dequant_gguf_f32, dequant_gguf}};
 static_assert(kinds::covers_every_kind(kKernels), "the CPU backend needs one kernel row per derivation kind");
 
 }  // namespace

@@ -36,6 +36,19 @@ struct Quant8Args {
   float* scales = nullptr;       // [N]
 };
 
+struct GgufArgs {
+  std::uint32_t type = 0;                // a kinds::kGgufBlocks type, as DataType numbers it
+  std::uint32_t block_elements = 0, block_bytes = 0;
+  const std::uint8_t* src = nullptr;     // [rows, cols / block_elements, block_bytes]
+  std::uint64_t rows = 0, cols = 0;
+  std::uint16_t* f16_out = nullptr;      // dequant_gguf: [rows, cols]
+  float* f32_out = nullptr;              // dequant_gguf_f32: [rows, cols]
+};
+
+// Rows [row_begin, row_end) of a dequant_gguf(_f32) launch (kernels_gguf.cpp;
+// one implementation for every CPU: the per-type loops vectorise as written).
+void dequant_gguf_rows(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end);
+
 struct RowKernels {
   const char* name;
   // Source columns [col_begin, col_end) of a [rows, cols] matrix of

@@ -41,7 +41,7 @@ const char* slot_name(kinds::Slot s) {
 }
 
 // The value of one extent for launch `l`; block_size is checked before
-// any blocked extent is read.
+// any blocked extent is read, and src_type before a GGUF block's.
 std::uint64_t extent(kinds::Extent e, const DerivationLaunch& l) {
   switch (e) {
     case kinds::Extent::rows: return l.rows;
@@ -51,6 +51,8 @@ std::uint64_t extent(kinds::Extent e, const DerivationLaunch& l) {
     case kinds::Extent::packed_k_blocks: return ceil_div(ceil_div(l.cols, l.block_size), 2);
     case kinds::Extent::words: return ceil_div(l.cols, 8);
     case kinds::Extent::two: return 2;
+    case kinds::Extent::blocks: return l.cols / kinds::gguf_block(l.src_type)->elements;
+    case kinds::Extent::block_bytes: return kinds::gguf_block(l.src_type)->bytes;
   }
   return 0;
 }
@@ -98,6 +100,12 @@ Result<DerivationLayout> derivation_layout(const DerivationLaunch& l) {
     const std::uint64_t bs = l.block_size;
     if (bs < 16 || (bs & (bs - 1)) != 0) return bad("block_size", "must be a power of two >= 16, got " + std::to_string(bs));
     if (l.rows == 0 || l.cols == 0) return bad("N and K", "must both be non-zero");
+  }
+  if (k.gguf_blocks) {
+    const kinds::GgufBlock* b = kinds::gguf_block(l.src_type);  // accepted() listed it
+    if (l.cols % b->elements != 0)
+      return bad("cols", "must be a whole number of " + std::string(dtype_name(l.src_type)) + " blocks (" +
+                             std::to_string(b->elements) + " elements), got " + std::to_string(l.cols));
   }
   if (k.blocked && l.zero_points != ZeroPoints::absent && l.zero_points != ZeroPoints::packed_u4 &&
       l.zero_points != ZeroPoints::unpacked)

@@ -23,8 +23,10 @@ enum class Derivation : std::uint8_t {
   dequant_int4 = 2,  // -> one pointer
   repack_int4 = 3,   // -> a pair (words, scale/offset pairs)
   quant_int8 = 4,    // -> a pair (codes, scales)
+  dequant_gguf = 5,      // GGUF blocks -> f16, one pointer
+  dequant_gguf_f32 = 6,  // GGUF blocks -> f32, one pointer
 };
-inline constexpr int kDerivationCount = 5;
+inline constexpr int kDerivationCount = 7;
 
 // How MatMulNBits zero points are given.
 enum class ZeroPoints : std::uint8_t {
@@ -48,6 +50,8 @@ enum class Extent : std::uint8_t {
   packed_k_blocks,  // ceil(k_blocks / 2): two 4-bit zero points per byte
   words,            // ceil(cols / 8): eight 4-bit codes per 32-bit word
   two,              // 2: a (scale, offset) pair
+  blocks,           // cols / the block type's elements per block (GGUF)
+  block_bytes,      // the block type's bytes per block (GGUF)
 };
 
 // When an operand is part of a launch.
@@ -81,7 +85,7 @@ struct Kind {
   // or 8 bytes).
   const char* type_role = "";
   std::uint8_t type_count = 0;
-  DataType types[2] = {};
+  DataType types[14] = {};
   // int4 kinds: block_size is a power of two >= 16 and N, K are non-zero.
   bool blocked = false;
   // The CLI writes the output with the source weight's own dims (to_f16
@@ -89,6 +93,9 @@ struct Kind {
   bool output_keeps_source_dims = false;
   std::uint8_t operand_count = 0;
   Operand operands[6] = {};
+  // GGUF kinds: src_type is a row of kGgufBlocks and cols a whole number of
+  // its blocks; block_size is not read.
+  bool gguf_blocks = false;
 };
 
 inline constexpr Operand input(Slot s, bool launch_type, DataType t, std::uint8_t rank, Extent a, Extent b = {},
@@ -103,6 +110,35 @@ inline constexpr Operand output(Slot s, bool launch_type, DataType t, const char
 inline constexpr bool kLaunch = true, kFixed = false;
 inline constexpr DataType kAny = DataType::undefined;
 using E = Extent;
+
+// The GGUF tensor types the dequant_gguf kinds read (docs/derivations.md has
+// each layout and formula): elements and bytes per block, as ggml defines
+// them; the plain float types are blocks of one element. Other block types
+// (dtype_block() knows all of GGUF's) are refused by derivations as
+// unsupported, by name.
+struct GgufBlock {
+  DataType type = DataType::undefined;
+  std::uint16_t elements = 0;
+  std::uint16_t bytes = 0;
+};
+inline constexpr GgufBlock kGgufBlocks[] = {
+    {DataType::float32, 1, 4},  {DataType::float16, 1, 2},  {DataType::bfloat16, 1, 2}, {DataType::q4_0, 32, 18},
+    {DataType::q4_1, 32, 20},   {DataType::q5_0, 32, 22},   {DataType::q5_1, 32, 24},    {DataType::q8_0, 32, 34},
+    {DataType::q2_k, 256, 84},  {DataType::q3_k, 256, 110}, {DataType::q4_k, 256, 144},  {DataType::q5_k, 256, 176},
+    {DataType::q6_k, 256, 210}, {DataType::q8_k, 256, 292},
+};
+
+// The row of `t`, or nullptr when the GGUF kinds do not read it.
+constexpr const GgufBlock* gguf_block(DataType t) {
+  for (const GgufBlock& b : kGgufBlocks)
+    if (b.type == t) return &b;
+  return nullptr;
+}
+
+#define BALLAST_GGUF_TYPES_                                                                                  \
+  DataType::float32, DataType::float16, DataType::bfloat16, DataType::q4_0, DataType::q4_1, DataType::q5_0,   \
+      DataType::q5_1, DataType::q8_0, DataType::q2_k, DataType::q3_k, DataType::q4_k, DataType::q5_k,         \
+      DataType::q6_k, DataType::q8_k
 
 // The int4 kinds' inputs: B, scales, and the zero points in either form.
 #define BALLAST_INT4_INPUTS_                                                                              \
@@ -129,8 +165,21 @@ inline constexpr Kind kTable[] = {
      {input(Slot::src, kLaunch, kAny, 2, E::rows, E::cols),
       output(Slot::dst, kFixed, DataType::int8, ".codes", Rounding::int8_code, 2, E::rows, E::cols),
       output(Slot::dst2, kFixed, DataType::float32, ".scales", Rounding::exact, 1, E::rows)}},
+    // GGUF tensors: rows = the product of the outer dims, cols = ne[0]; the
+    // source is the tensor's bytes, [rows, cols / block elements, block bytes].
+    {Derivation::dequant_gguf, "dequant_gguf", false, "block type", 14, {BALLAST_GGUF_TYPES_}, false, true, 2,
+     {input(Slot::src, kFixed, DataType::uint8, 3, E::rows, E::blocks, E::block_bytes),
+      output(Slot::dst, kFixed, DataType::float16, "", Rounding::f16, 2, E::rows, E::cols)},
+     true},
+    {Derivation::dequant_gguf_f32, "dequant_gguf_f32", false, "block type", 14, {BALLAST_GGUF_TYPES_}, false, true,
+     2,
+     {input(Slot::src, kFixed, DataType::uint8, 3, E::rows, E::blocks, E::block_bytes),
+      output(Slot::dst, kFixed, DataType::float32, "", Rounding::exact, 2, E::rows, E::cols)},
+     true},
 };
 #undef BALLAST_INT4_INPUTS_
+#undef BALLAST_GGUF_TYPES_
+static_assert(sizeof(kGgufBlocks) / sizeof(kGgufBlocks[0]) == 14, "every GGUF type the kinds read is in their rows");
 
 // True when `rows` has one row per kind, in the enum's order: a backend's
 // (or a test's) dispatch table static_asserts it, so a new kind without a

@@ -98,6 +98,22 @@ TEST_CASE("derivations: quant_int8 from float and float16") {
   run_all(cases);
 }
 
+TEST_CASE("derivations: dequant_gguf and dequant_gguf_f32 of every GGUF type") {
+  LeakCheck leaks;
+  std::vector<DerivationCase> cases;
+  std::uint64_t seed = 450;
+  for (const ballast::kinds::GgufBlock& b : ballast::kinds::kGgufBlocks) {
+    for (Derivation kind : {Derivation::dequant_gguf, Derivation::dequant_gguf_f32}) {
+      // One block; odd rows of a few blocks; a row of 8192 elements; and
+      // 1x1 of a plain float type.
+      for (Shape s : {Shape{1, 1}, Shape{7, 3}, Shape{2, 8192 / b.elements}, Shape{33, 2}})
+        cases.push_back(gguf_case(kind, b.type, s.rows, s.cols, false, ++seed));
+      cases.push_back(gguf_case(kind, b.type, 5, 3, true, ++seed));
+    }
+  }
+  run_all(cases);
+}
+
 TEST_CASE("derivations: large shapes (4096 x 4096)") {
   LeakCheck leaks;
   constexpr std::uint64_t kN = 4096;
@@ -114,6 +130,9 @@ TEST_CASE("derivations: large shapes (4096 x 4096)") {
   }
   SUBCASE("repack_int4 4096x4101") {
     run_all({banded(int4_case(Derivation::repack_int4, DataType::float32, ZeroPoints::unpacked, kN, kN + 5, 128, false, 505))});
+  }
+  SUBCASE("dequant_gguf q4_k 4096x4096") {
+    run_all({banded(gguf_case(Derivation::dequant_gguf, DataType::q4_k, kN, kN / 256, false, 507))});
   }
   SUBCASE("quant_int8 4096x4096") { run_all({banded(quant_int8_case(DataType::float32, kN, kN, false, 506))}); }
 }

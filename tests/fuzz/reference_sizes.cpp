@@ -34,6 +34,9 @@ std::optional<Sizes> reference_sizes(const ballast::DerivationLaunch& l) {
         l.zero_points != ZeroPoints::unpacked)
       return std::nullopt;
   }
+  // GGUF kinds: cols a whole number of the type's blocks (kGgufBlocks).
+  const ballast::kinds::GgufBlock* block = ballast::kinds::gguf_block(l.src_type);
+  if (k.gguf_blocks && (block == nullptr || cols % block->elements != 0)) return std::nullopt;
   const auto extent = [&](ballast::kinds::Extent e) -> u128 {
     using ballast::kinds::Extent;
     switch (e) {
@@ -44,6 +47,8 @@ std::optional<Sizes> reference_sizes(const ballast::DerivationLaunch& l) {
       case Extent::packed_k_blocks: return ceil_div(ceil_div(cols, bs), 2);
       case Extent::words: return ceil_div(cols, 8);
       case Extent::two: return 2;
+      case Extent::blocks: return cols / block->elements;
+      case Extent::block_bytes: return block->bytes;
     }
     return 0;
   };

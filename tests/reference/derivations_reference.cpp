@@ -1,5 +1,6 @@
-// The five derivations, one element at a time, indexed exactly as the format
+// The derivations (the GGUF kinds in gguf_reference.cpp), one element at a time, indexed exactly as the format
 // description reads (docs/derivations.md). Bytes are little-endian.
+#include <reference/gguf_reference.hpp>
 #include <reference/reference.hpp>
 
 #include <ballast/dtype.hpp>
@@ -165,6 +166,8 @@ Result<Outputs> derive(const DerivationLaunch& shape, const Inputs& in) {
     case Derivation::dequant_int4: dequant_int4(shape, in, out); break;
     case Derivation::repack_int4: repack_int4(shape, in, out); break;
     case Derivation::quant_int8: quant_int8(shape, in, out); break;
+    case Derivation::dequant_gguf:
+    case Derivation::dequant_gguf_f32: dequant_gguf(shape, in, out); break;
   }
   return out;
 }

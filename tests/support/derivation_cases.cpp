@@ -261,6 +261,55 @@ DerivationCase int4_normal_case(std::mt19937& rng, const DerivationLaunch& shape
   return c;
 }
 
+DerivationCase gguf_case(Derivation kind, DataType type, std::uint64_t rows, std::uint64_t blocks, bool special,
+                         std::uint64_t seed) {
+  DerivationCase c;
+  const kinds::GgufBlock* block = kinds::gguf_block(type);
+  const std::uint64_t elements = block != nullptr ? block->elements : 1, bytes = block != nullptr ? block->bytes : 1;
+  c.label = std::string(derivation_name(kind)) + " " + std::string(dtype_name(type)) + " " +
+            shape_label(rows, blocks * elements) + (special ? " with special scales" : "");
+  c.shape.kind = kind;
+  c.shape.src_type = type;
+  c.shape.rows = rows;
+  c.shape.cols = blocks * elements;
+  c.src = random_bytes(rows * blocks * bytes, seed);
+  if (special) return c;
+  std::mt19937 rng(static_cast<std::uint32_t>(seed));
+  // Byte offsets of each block's f16 scales (the f32 one of Q8_K apart).
+  struct Scales {
+    DataType type;
+    int count;
+    unsigned at[2];
+  };
+  static constexpr Scales kScales[] = {
+      {DataType::q4_0, 1, {0}},       {DataType::q4_1, 2, {0, 2}},    {DataType::q5_0, 1, {0}},
+      {DataType::q5_1, 2, {0, 2}},    {DataType::q8_0, 1, {0}},       {DataType::q2_k, 2, {80, 82}},
+      {DataType::q3_k, 1, {108}},     {DataType::q4_k, 2, {0, 2}},    {DataType::q5_k, 2, {0, 2}},
+      {DataType::q6_k, 1, {208}},
+  };
+  const std::uint64_t count = rows * blocks;
+  if (type == DataType::float32) {
+    c.src = random_f32(rng, count, -70000.0f, 70000.0f, false);
+  } else if (type == DataType::float16 || type == DataType::bfloat16) {
+    c.src = random_f16(rng, count, 30);  // bf16: the same bits read as the top of an f32
+  } else if (type == DataType::q8_k) {
+    for (std::uint64_t i = 0; i < count; ++i) {
+      const auto d = random_f32(rng, 1, -0.01f, 0.01f, false);
+      std::memcpy(c.src.data() + i * bytes, d.data(), 4);
+    }
+  } else {
+    for (const Scales& s : kScales) {
+      if (s.type != type) continue;
+      for (std::uint64_t i = 0; i < count; ++i)
+        for (int j = 0; j < s.count; ++j) {
+          const auto d = random_f16(rng, 1, 16);  // |d| < 2^2, any sign, subnormals included
+          std::memcpy(c.src.data() + i * bytes + s.at[j], d.data(), 2);
+        }
+    }
+  }
+  return c;
+}
+
 std::vector<DerivationCase> kernel_cases() {
   std::mt19937 rng(20261129);
   std::vector<DerivationCase> cases;
@@ -367,6 +416,13 @@ std::vector<DerivationCase> kernel_cases() {
       }
     }
   }
+  // GGUF: every type the kinds read, both outputs; one block, a few odd
+  // rows of several blocks, and rows wide enough for a kernel's fast path.
+  std::uint64_t seed = 900;
+  for (const kinds::GgufBlock& b : kinds::kGgufBlocks)
+    for (Derivation kind : {Derivation::dequant_gguf, Derivation::dequant_gguf_f32})
+      for (auto [r, blocks] : {std::pair<std::uint64_t, std::uint64_t>{1, 1}, {3, 5}, {16, 4096 / b.elements}})
+        for (bool special : {false, true}) cases.push_back(gguf_case(kind, b.type, r, blocks, special, ++seed));
   return cases;
 }
 

@@ -91,6 +91,14 @@ DerivationCase int4_case(Derivation kind, DataType scale_type, ZeroPoints zero_p
                          std::uint32_t block_size, bool special, std::uint64_t seed);
 DerivationCase quant_int8_case(DataType source, std::uint64_t rows, std::uint64_t cols, bool special,
                                std::uint64_t seed);
+// dequant_gguf or dequant_gguf_f32 of `rows` x `blocks` blocks of a GGUF
+// type (kinds::kGgufBlocks): random bytes, so every code, sign and 6-bit
+// scale/min packing appears. Without `special` each block's f16/f32 scales
+// are rewritten to finite values of moderate size (so values are neither
+// mostly inf nor mostly subnormal); with it they stay any bit pattern (NaN,
+// inf, subnormal scales, results that overflow f16).
+DerivationCase gguf_case(Derivation kind, DataType type, std::uint64_t rows, std::uint64_t blocks, bool special,
+                         std::uint64_t seed);
 
 // int4 operands for `shape` (kind, scale type, N x K, block size and
 // zero-point form set) drawn from `rng`: random codes; scales over a wide
