@@ -1,5 +1,6 @@
 // Which derivations apply to which weights, read off the consuming nodes.
 #include <ballast/derive.hpp>
+#include <ballast/dtype.hpp>
 
 #include "derive/amplification.hpp"
 #include "derive/rules.hpp"
@@ -207,6 +208,38 @@ Result<PlannedDerivation> plan_derivation(const Model& model, const NodeInfo& no
   return node_error(node, std::string(derivation_name(kind)) + " does not apply to this node's weight");
 }
 
+namespace {
+
+// dequant_gguf(_f32) of a weight as stored: rows are every dim but the
+// innermost (GGUF's ne[0], the last of ours), which holds whole blocks.
+template <class Fail>
+Result<PlannedDerivation> plan_gguf(Derivation kind, std::string weight, ValueId id, const WeightRef& w, Fail& fail) {
+  if (kinds::gguf_block(w.dtype) == nullptr)
+    return fail(dtype_block(w.dtype) ? ErrorCode::unsupported : ErrorCode::invalid_argument,
+                std::string(derivation_name(kind)) + " reads " + std::string(dtype_name(w.dtype)) +
+                    (dtype_block(w.dtype) ? " blocks: not supported by derivations (docs/derivations.md lists the "
+                                            "GGUF types they read)"
+                                          : ": not a GGUF tensor type"));
+  if (w.dims.empty()) return fail(ErrorCode::invalid_argument, "needs a weight of rank 1 or more");
+  std::uint64_t rows = 1;
+  for (std::size_t i = 0; i + 1 < w.dims.size(); ++i)
+    if (__builtin_mul_overflow(rows, static_cast<std::uint64_t>(w.dims[i]), &rows))
+      return fail(ErrorCode::overflow, "the weight's outer dims overflow 64 bits");
+  PlannedDerivation p = dense(kind, std::move(weight), id, w.dtype, rows, static_cast<std::uint64_t>(w.dims[w.dims.size() - 1]), false);
+  auto sizes = derivation_sizes(p.launch);
+  if (!sizes) return fail(sizes.error().code, sizes.error().message);
+  if (sizes->src_bytes != w.byte_length())
+    return fail(ErrorCode::size_mismatch, "the weight holds " + std::to_string(w.byte_length()) + " bytes, " +
+                                              std::to_string(rows) + " rows of " + std::to_string(p.launch.cols) +
+                                              " " + std::string(dtype_name(w.dtype)) + " elements need " +
+                                              std::to_string(sizes->src_bytes));
+  p.why = std::string(dtype_name(w.dtype)) + " [" + std::to_string(rows) + ", " + std::to_string(p.launch.cols) +
+          "] as stored";
+  return p;
+}
+
+}  // namespace
+
 Result<PlannedDerivation> plan_derivation(const Model& model, std::string_view weight, Derivation kind) {
   auto fail = [&](ErrorCode code, std::string why) {
     Error e = make_error(code, std::move(why));
@@ -216,6 +249,11 @@ Result<PlannedDerivation> plan_derivation(const Model& model, std::string_view w
   ValueId id;
   const WeightRef* w = weight_of(model, weight, id);
   if (w == nullptr) return fail(ErrorCode::not_found, "the model has no weight of this name");
+  if (derivation_kind(kind).gguf_blocks) return plan_gguf(kind, std::string(weight), id, *w, fail);
+  if (dtype_block(w->dtype))
+    return fail(ErrorCode::invalid_argument, std::string(dtype_name(w->dtype)) +
+                                                 " blocks are read by dequant_gguf or dequant_gguf_f32, not " +
+                                                 std::string(derivation_name(kind)));
   if (w->dims.size() != 2 || (w->dtype != DataType::float32 && w->dtype != DataType::float16 &&
                               !(kind == Derivation::transpose && dtype_bits(w->dtype) >= 8)))
     return fail(ErrorCode::invalid_argument, "needs a 2-D float32 or float16 weight (transpose: any whole-byte type)");

@@ -18,7 +18,23 @@ std::vector<DerivationRule> default_derivation_rules() {
   const std::vector<DataType> f32_f16 = {DataType::float32, DataType::float16};
   const std::string attention = "model.layers.*.self_attn.{q,k,v,o}_proj.weight";
   const std::string mlp = "model.layers.*.mlp.{gate,up,down}_proj.weight";
+  // GGUF's llama-family names (ne[0] = K innermost, so a weight is [N, K]
+  // as stored, like a Linear's): block-quantized (and bf16) tensors are
+  // dequantized to f16; plain float ones get what the Hugging Face names get.
+  const std::vector<DataType> blocks = {DataType::bfloat16, DataType::q4_0, DataType::q4_1, DataType::q5_0, DataType::q5_1,
+                                        DataType::q8_0, DataType::q2_k, DataType::q3_k, DataType::q4_k,
+                                        DataType::q5_k, DataType::q6_k, DataType::q8_k};
+  const std::string gguf_layers = "blk.*.{attn_q,attn_k,attn_v,attn_output,attn_qkv,ffn_gate,ffn_up,ffn_down}.weight";
+  const std::string gguf_experts = "blk.*.{ffn_gate_exps,ffn_up_exps,ffn_down_exps}.weight";
   return {
+      {"gguf-layers", gguf_layers, {D::dequant_gguf}, blocks, "", ""},
+      {"gguf-layers-plain", gguf_layers, {D::transpose}, f32_f16, "", ""},
+      {"gguf-layers-f16", gguf_layers, {D::to_f16}, f32, "", ""},
+      {"gguf-experts", gguf_experts, {D::dequant_gguf}, blocks, "", ""},
+      {"gguf-embedding", "token_embd.weight", {D::dequant_gguf}, blocks, "", ""},
+      {"gguf-head", "output.weight", {D::dequant_gguf}, blocks, "", ""},
+      {"gguf-head-int8", "output.weight", {D::quant_int8}, f32_f16, "", ""},
+      {"gguf-tied-head", "token_embd.weight", {D::quant_int8}, f32_f16, "output.weight", ""},
       {"hf-attention", attention, {D::transpose}, {}, "", ""},
       {"hf-attention-f16", attention, {D::to_f16}, f32, "", ""},
       {"hf-mlp", mlp, {D::transpose}, {}, "", ""},
@@ -46,7 +62,7 @@ Status plan_rules(const Model& model, std::span<const DerivationRule> rules, boo
     auto compiled = NamePattern::compile(r.pattern);
     if (!compiled) return std::move(compiled.error()).with_context("derivation rule '" + r.name + "'");
     for (Derivation d : r.derivations)
-      if (d != Derivation::transpose && d != Derivation::to_f16 && d != Derivation::quant_int8)
+      if (derivation_kind(d).blocked)
         return make_error(ErrorCode::invalid_argument,
                           "derivation rule '" + r.name + "': " + std::string(derivation_name(d)) +
                               " is planned from a graph (it needs scales), not from a weight's name");

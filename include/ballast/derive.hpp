@@ -104,7 +104,12 @@ struct DerivationRule {
 // (any type) and to_f16 (float32 ones); lm_head.weight gets quant_int8 per
 // output channel (float32 or float16); a tied head, model.embed_tokens.weight
 // when there is no lm_head.weight, the same; a GPTQ/AWQ `*.qweight` is a
-// skip with the reason (its layout is not the int4 kinds').
+// skip with the reason (its layout is not the int4 kinds'). GGUF's llama
+// names: blk.N.{attn_q,attn_k,attn_v,attn_output,attn_qkv,ffn_gate,ffn_up,
+// ffn_down}.weight, the experts' blk.N.ffn_{gate,up,down}_exps.weight,
+// token_embd.weight and output.weight get dequant_gguf when block-quantized
+// or bf16; float32/float16 layers get transpose (and to_f16 from float32),
+// a float output.weight (or a tied token_embd.weight) quant_int8.
 std::vector<DerivationRule> default_derivation_rules();
 
 // Where a plan comes from.

@@ -106,7 +106,7 @@ TEST_CASE("derivations: dequant_gguf and dequant_gguf_f32 of every GGUF type") {
     for (Derivation kind : {Derivation::dequant_gguf, Derivation::dequant_gguf_f32}) {
       // One block; odd rows of a few blocks; a row of 8192 elements; and
       // 1x1 of a plain float type.
-      for (Shape s : {Shape{1, 1}, Shape{7, 3}, Shape{2, 8192 / b.elements}, Shape{33, 2}})
+      for (Shape s : {Shape{1, 1}, Shape{7, 3}, Shape{2, std::uint64_t{8192} / b.elements}, Shape{33, 2}})
         cases.push_back(gguf_case(kind, b.type, s.rows, s.cols, false, ++seed));
       cases.push_back(gguf_case(kind, b.type, 5, 3, true, ++seed));
     }

@@ -107,9 +107,11 @@ std::vector<std::string_view> split_commas(std::string_view text) {
 // CLI11 check for --only: empty when every comma-separated name is a derivation.
 std::string check_derivation_kinds(const std::string& text) {
   for (std::string_view name : split_commas(text)) {
-    if (!derivation_named(name))
-      return "unknown derivation '" + std::string(name) +
-             "' (expected transpose, to_f16, dequant_int4, repack_int4 or quant_int8, comma-separated)";
+    if (!derivation_named(name)) {
+      std::string expected;
+      for (const kinds::Kind& k : kinds::kTable) expected += (expected.empty() ? "" : ", ") + std::string(k.name);
+      return "unknown derivation '" + std::string(name) + "' (expected one of " + expected + ", comma-separated)";
+    }
   }
   return {};
 }
