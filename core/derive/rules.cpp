@@ -24,6 +24,11 @@ std::vector<DerivationRule> default_derivation_rules() {
   const std::vector<DataType> blocks = {DataType::bfloat16, DataType::q4_0, DataType::q4_1, DataType::q5_0, DataType::q5_1,
                                         DataType::q8_0, DataType::q2_k, DataType::q3_k, DataType::q4_k,
                                         DataType::q5_k, DataType::q6_k, DataType::q8_k};
+  // Block types GGUF has that no kind reads: matched so the plan lists them.
+  const std::vector<DataType> unsupported = {DataType::q8_1,  DataType::iq2_xxs, DataType::iq2_xs, DataType::iq3_xxs,
+                                             DataType::iq1_s, DataType::iq4_nl,  DataType::iq3_s,  DataType::iq2_s,
+                                             DataType::iq4_xs, DataType::iq1_m,  DataType::tq1_0,  DataType::tq2_0,
+                                             DataType::mxfp4};
   const std::string gguf_layers = "blk.*.{attn_q,attn_k,attn_v,attn_output,attn_qkv,ffn_gate,ffn_up,ffn_down}.weight";
   const std::string gguf_experts = "blk.*.{ffn_gate_exps,ffn_up_exps,ffn_down_exps}.weight";
   return {
@@ -31,6 +36,10 @@ std::vector<DerivationRule> default_derivation_rules() {
       {"gguf-layers-plain", gguf_layers, {D::transpose}, f32_f16, "", ""},
       {"gguf-layers-f16", gguf_layers, {D::to_f16}, f32, "", ""},
       {"gguf-experts", gguf_experts, {D::dequant_gguf}, blocks, "", ""},
+      {"gguf-unsupported", gguf_layers, {}, unsupported, "",
+       "a GGUF block type derivations do not read (docs/derivations.md lists the ones they do)"},
+      {"gguf-unsupported-experts", gguf_experts, {}, unsupported, "",
+       "a GGUF block type derivations do not read (docs/derivations.md lists the ones they do)"},
       {"gguf-embedding", "token_embd.weight", {D::dequant_gguf}, blocks, "", ""},
       {"gguf-head", "output.weight", {D::dequant_gguf}, blocks, "", ""},
       {"gguf-head-int8", "output.weight", {D::quant_int8}, f32_f16, "", ""},
@@ -82,7 +91,9 @@ Status plan_rules(const Model& model, std::span<const DerivationRule> rules, boo
         continue;
       matched[i] = true;
       if (!r.refuse.empty()) {
-        skipped.push_back({r.name, std::string(name), r.refuse});
+        // A GGUF block type the rule lists as unsupported: say which.
+        const bool block = w != nullptr && dtype_block(w->dtype).has_value();
+        skipped.push_back({r.name, std::string(name), (block ? std::string(dtype_name(w->dtype)) + ": " : "") + r.refuse});
         continue;
       }
       for (Derivation d : r.derivations) {

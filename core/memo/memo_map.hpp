@@ -57,8 +57,9 @@ constexpr std::uint64_t mix(std::uint64_t k) noexcept {
 // parallel) and the sum goes through one mix: a hit pays for one mix, not
 // one per field.
 inline std::uint64_t hash_key(const DerivationKey& k) noexcept {
-  const std::uint64_t small = std::uint64_t{k.block_size} | (std::uint64_t{static_cast<std::uint8_t>(k.src_type)} << 32) |
-                              (std::uint64_t{static_cast<std::uint8_t>(k.zero_points)} << 40);
+  // src_type in 16 bits: GGUF block types are numbered from 2000.
+  const std::uint64_t small = std::uint64_t{k.block_size} | (std::uint64_t{static_cast<std::uint16_t>(k.src_type)} << 32) |
+                              (std::uint64_t{static_cast<std::uint8_t>(k.zero_points)} << 48);
   return mix(k.source * 0x9e3779b97f4a7c15ull + k.scales * 0xc2b2ae3d27d4eb4full +
              k.zero_point * 0x165667b19e3779f9ull + k.rows * 0x27d4eb2f165667c5ull + k.cols * 0x94d049bb133111ebull +
              small * 0xbf58476d1ce4e5b9ull);

@@ -26,7 +26,8 @@
 //   u8 fill seed        allocation and arena contents
 //   registration        u16 offset, u16 length in the arena, read-only
 //   then operations, each u8 op % 9 and its fields:
-//     0 launch          u8 kind, u8 src_type, count rows, count cols,
+//     0 launch          u8 kind, u8 src_type (0xE0 + i: the GGUF block
+//                       type 2000 + i), count rows, count cols,
 //                       block size, u8 zero_points, pointer src, scales,
 //                       zero_point, dst, dst2
 //     1 copy_to_device  pointer dst, count offset, u16 length, u8 fill
@@ -492,7 +493,8 @@ void run(GpuBackend& gpu, Reader& in) {
         name = "a launch";
         DerivationLaunch l;
         l.kind = static_cast<Derivation>(in.u8());
-        l.src_type = static_cast<DataType>(in.u8());
+        const std::uint8_t type = in.u8();
+        l.src_type = static_cast<DataType>(type >= 0xE0 ? 2000 + (type - 0xE0) : type);
         l.rows = in.count();
         l.cols = in.count();
         l.block_size = in.block_size();

@@ -31,7 +31,10 @@ with open(_KINDS_HEADER) as f:
 KINDS = {name: int(value) for name, value in re.findall(r"(\w+)\s*=\s*(\d+)", _enum)}
 TRANSPOSE, TO_F16, DEQUANT, REPACK, QUANT8 = (KINDS[k] for k in ("transpose", "to_f16", "dequant_int4",
                                                                    "repack_int4", "quant_int8"))
+DEQUANT_GGUF, DEQUANT_GGUF_F32 = KINDS["dequant_gguf"], KINDS["dequant_gguf_f32"]
 ABSENT, PACKED, UNPACKED = 0, 1, 2
+# GGUF block types: DataType 2000 + ggml id, written as 0xE0 + id.
+Q4_0, Q8_0, Q4_K, Q6_K, Q8_1, IQ2_XXS = (0xE0 + i for i in (2, 8, 12, 14, 9, 16))
 
 
 def u8(v):
@@ -124,6 +127,12 @@ valid = {
                                    zero_point=ptr(A2, 512), dst=ptr(A1), dst2=ptr(A1, 1024)),
     "repack_int4_f16": launch(REPACK, F16, 8, 512, 64, PACKED, src=ptr(A0), scales=ptr(A2), zero_point=ptr(A3),
                               dst=ptr(A1), dst2=ptr(A1, 4096)),
+    # GGUF: one row of whole blocks; two rows of Q4_K into f32; Q6_K at an
+    # odd 2-byte offset (blocks are 2-byte aligned at most).
+    "dequant_gguf_q4_0": launch(DEQUANT_GGUF, Q4_0, 4, 64, src=ptr(A0), dst=ptr(A1)),
+    "dequant_gguf_f32_q4_k": launch(DEQUANT_GGUF_F32, Q4_K, 2, 256, src=ptr(A0), dst=ptr(A1)),
+    "dequant_gguf_q6_k": launch(DEQUANT_GGUF, Q6_K, 1, 256, src=ptr(A0, 2), dst=ptr(A1, 2)),
+    "dequant_gguf_q8_0": launch(DEQUANT_GGUF_F32, Q8_0, 3, 32, src=ptr(A2, 6), dst=ptr(A1, 4)),
     "read_registration": launch(TRANSPOSE, F32, 8, 8, src=ptr(RO), dst=ptr(A1)),
     "write_registration": register(8192, 4096, True) + launch(TRANSPOSE, F16, 16, 16, src=ptr(A0), dst=ptr(RW)),
     "copies": copy_to_device(ptr(A2), 0, 100) + copy_to_host(ptr(A2), 50, 100) + copy_device(ptr(A1), 0, ptr(A0), 0, 512)
@@ -135,6 +144,12 @@ valid = {
 }
 
 refused = {
+    # cols not whole blocks; a block type derivations do not read; an int4
+    # scale type given to a GGUF kind.
+    "gguf_partial_block": launch(DEQUANT_GGUF, Q4_K, 1, 255, src=ptr(A0), dst=ptr(A1)),
+    "gguf_unsupported_q8_1": launch(DEQUANT_GGUF, Q8_1, 1, 32, src=ptr(A0), dst=ptr(A1)),
+    "gguf_unsupported_iq2": launch(DEQUANT_GGUF_F32, IQ2_XXS, 1, 256, src=ptr(A0), dst=ptr(A1)),
+    "gguf_f16_dst_misaligned": launch(DEQUANT_GGUF, Q8_0, 1, 32, src=ptr(A0), dst=ptr(A1, 1)),
     "alias_output": launch(TRANSPOSE, F32, 16, 16, src=ptr(A0), dst=ptr(A0, 512)),
     "write_read_only": launch(TRANSPOSE, F32, 8, 8, src=ptr(A0), dst=ptr(RO))
     + copy_to_device(ptr(RO), 16, 64) + copy_device(ptr(RO), 0, ptr(A0), 0, 64),

@@ -1,0 +1,185 @@
+// Planning GGUF tensors (issue 27): the built-in rules on llama-family
+// names, dequant_gguf of each tensor as stored (rows = the outer dims), the
+// refusals by type and size, and the memo and residency identities keeping
+// one byte range read as two block types apart.
+#include <ballast/backend_registry.hpp>
+#include <ballast/derive.hpp>
+#include <ballast/model.hpp>
+#include <doctest/doctest.h>
+
+#include "derive/identity.hpp"
+#include "unit/gguf/writer.hpp"
+#include "unit/store/scratch_dir.hpp"
+
+#include <algorithm>
+
+using namespace ballast;
+using namespace ballast::testing;
+
+namespace {
+
+struct Tensor {
+  std::string name;
+  std::vector<std::uint64_t> ne;  // innermost first
+  std::uint32_t ggml_type;
+  std::size_t bytes;
+};
+
+// A file of `tensors`, each at the next 32-byte boundary.
+std::vector<std::uint8_t> file_of(const std::vector<Tensor>& tensors) {
+  std::vector<GgufBytes> infos;
+  std::size_t at = 0;
+  for (const Tensor& t : tensors) {
+    infos.push_back(tinfo(t.name, t.ne, t.ggml_type, at));
+    at = (at + t.bytes + 31) / 32 * 32;
+  }
+  return gguf_file({kv_str("general.architecture", "llama")}, infos, at);
+}
+
+// ggml ids beyond writer.hpp's.
+constexpr std::uint32_t kBF16 = 30, kQ4_1 = 3, kIQ2_XXS = 16;
+
+const std::vector<Tensor> kLlama = {
+    {"token_embd.weight", {32, 4}, kQ8_0, 4 * 34},
+    {"blk.0.attn_q.weight", {256, 2}, kQ4_K, 2 * 144},
+    {"blk.0.attn_k.weight", {8, 2}, kBF16, 32},
+    {"blk.0.ffn_up.weight", {4, 8}, kF16, 64},
+    {"blk.0.ffn_down.weight", {8, 4}, kF32, 128},
+    {"blk.0.attn_norm.weight", {8}, kF32, 32},
+    {"blk.0.ffn_gate_exps.weight", {32, 2, 3}, kQ4_0, 6 * 18},  // 3 experts of [2, 32]
+    {"output.weight", {8, 4}, kF32, 128},
+};
+
+std::size_t count(const std::vector<PlannedDerivation>& plan, std::string_view weight, Derivation kind) {
+  return static_cast<std::size_t>(std::count_if(plan.begin(), plan.end(), [&](const PlannedDerivation& p) {
+    return p.weight == weight && p.kind() == kind;
+  }));
+}
+
+const PlannedDerivation& find(const std::vector<PlannedDerivation>& plan, std::string_view weight, Derivation kind) {
+  auto it = std::find_if(plan.begin(), plan.end(),
+                         [&](const PlannedDerivation& p) { return p.weight == weight && p.kind() == kind; });
+  REQUIRE(it != plan.end());
+  return *it;
+}
+
+}  // namespace
+
+TEST_CASE("GGUF llama names: the built-in rules plan each tensor by its type, naming the rule") {
+  ScratchDir dir("gguf-plan");
+  auto m = open_model(dir.write("m.gguf", file_of(kLlama)));
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  auto plan = plan_derivations(*m);
+  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+  // Block types and bf16: dequant_gguf; f16/f32 layers: transpose (+ to_f16
+  // from f32); a float head: quant_int8; a norm: nothing.
+  CHECK(count(*plan, "token_embd.weight", Derivation::dequant_gguf) == 1);
+  CHECK(count(*plan, "blk.0.attn_q.weight", Derivation::dequant_gguf) == 1);
+  CHECK(count(*plan, "blk.0.attn_k.weight", Derivation::dequant_gguf) == 1);
+  CHECK(count(*plan, "blk.0.ffn_up.weight", Derivation::transpose) == 1);
+  CHECK(count(*plan, "blk.0.ffn_up.weight", Derivation::to_f16) == 0);
+  CHECK(count(*plan, "blk.0.ffn_down.weight", Derivation::transpose) == 1);
+  CHECK(count(*plan, "blk.0.ffn_down.weight", Derivation::to_f16) == 1);
+  CHECK(count(*plan, "blk.0.ffn_gate_exps.weight", Derivation::dequant_gguf) == 1);
+  CHECK(count(*plan, "output.weight", Derivation::quant_int8) == 1);
+  CHECK(count(*plan, "token_embd.weight", Derivation::quant_int8) == 0);  // not tied: output.weight exists
+  CHECK(plan->size() == 8);
+
+  const PlannedDerivation& q = find(*plan, "blk.0.attn_q.weight", Derivation::dequant_gguf);
+  CHECK(q.launch.src_type == DataType::q4_k);
+  CHECK(q.launch.rows == 2);
+  CHECK(q.launch.cols == 256);
+  CHECK(q.why.find("rule gguf-layers") != std::string::npos);
+  // Rank 3: every dim but ne[0] is a row.
+  const PlannedDerivation& e = find(*plan, "blk.0.ffn_gate_exps.weight", Derivation::dequant_gguf);
+  CHECK(e.launch.rows == 6);
+  CHECK(e.launch.cols == 32);
+  CHECK(e.why.find("rule gguf-experts") != std::string::npos);
+}
+
+TEST_CASE("GGUF: an unsupported block type is a listed skip by name; block types refuse the dense kinds") {
+  ScratchDir dir("gguf-plan-refusals");
+  std::vector<Tensor> t = kLlama;
+  t.push_back({"blk.1.attn_q.weight", {256, 1}, kIQ2_XXS, 66});
+  t.push_back({"blk.1.attn_norm.weight", {4}, kF64, 32});
+  auto m = open_model(dir.write("m.gguf", file_of(t)));
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+
+  // The built-in rules: a listed skip, or an error when nobody listens.
+  std::vector<PlanSkip> skipped;
+  PlanOptions o;
+  o.skipped = &skipped;
+  auto plan = plan_derivations(*m, o);
+  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+  REQUIRE(skipped.size() == 1);
+  CHECK(skipped[0].weight == "blk.1.attn_q.weight");
+  CHECK(skipped[0].rule == "gguf-unsupported");
+  CHECK(skipped[0].reason.find("iq2_xxs") != std::string::npos);
+  auto quiet = plan_derivations(*m);
+  REQUIRE_FALSE(quiet.ok());
+  CHECK(quiet.error().message.find("iq2_xxs") != std::string::npos);
+
+  auto iq = plan_derivation(*m, "blk.1.attn_q.weight", Derivation::dequant_gguf_f32);
+  REQUIRE_FALSE(iq.ok());
+  CHECK(iq.code() == ErrorCode::unsupported);
+  CHECK(iq.error().message.find("iq2_xxs blocks: not supported by derivations") != std::string::npos);
+  auto f64 = plan_derivation(*m, "blk.1.attn_norm.weight", Derivation::dequant_gguf);
+  REQUIRE_FALSE(f64.ok());
+  CHECK(f64.code() == ErrorCode::invalid_argument);
+  CHECK(f64.error().message.find("double: not a GGUF tensor type") != std::string::npos);
+  auto dense = plan_derivation(*m, "blk.0.attn_q.weight", Derivation::transpose);
+  REQUIRE_FALSE(dense.ok());
+  CHECK(dense.error().message.find("q4_k blocks are read by dequant_gguf") != std::string::npos);
+  auto f32 = plan_derivation(*m, "blk.0.attn_q.weight", Derivation::dequant_gguf_f32);
+  REQUIRE_MESSAGE(f32.ok(), f32.error().to_string());
+  CHECK(f32->launch.kind == Derivation::dequant_gguf_f32);
+
+  // A rules file's rule on GGUF names, with a GGUF kind.
+  PlanOptions given;
+  given.rules = {{"heads", "output.weight", {Derivation::dequant_gguf_f32}, {}, "", ""}};
+  auto by_rule = plan_derivations(*m, given);
+  REQUIRE_MESSAGE(by_rule.ok(), by_rule.error().to_string());
+  REQUIRE(by_rule->size() == 1);
+  CHECK(by_rule->front().launch.src_type == DataType::float32);
+}
+
+TEST_CASE("GGUF: one byte range read as two block types is two memo entries and two residency identities") {
+  ScratchDir dir("gguf-plan-alias");
+  // 180 bytes: ten q4_0 blocks (320 elements) or nine q4_1 blocks (288).
+  auto m = open_model(dir.write("m.gguf", file_of({{"blk.0.attn_q.weight", {320}, kQ4_0, 180}})));
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  auto as_q4_0 = plan_derivation(*m, "blk.0.attn_q.weight", Derivation::dequant_gguf_f32);
+  REQUIRE_MESSAGE(as_q4_0.ok(), as_q4_0.error().to_string());
+  PlannedDerivation as_q4_1 = *as_q4_0;
+  as_q4_1.launch.src_type = DataType::q4_1;
+  as_q4_1.launch.cols = 288;
+  REQUIRE(derivation_sizes(as_q4_1.launch)->src_bytes == 180);
+
+  CHECK(identity::of_derivation(m->store(), *as_q4_0) != identity::of_derivation(m->store(), as_q4_1));
+
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  {
+    DeviceWeights sources(**gpu, m->store());
+    DerivedWeights memo;
+    TeardownHost<GpuBackend> host(**gpu);
+    host.add(sources);
+    host.add(memo);
+    const DeriveContext ctx{**gpu, *m, sources, memo};
+    const std::vector<PlannedDerivation> plan = {*as_q4_0, as_q4_1, *as_q4_0};
+    auto values = derive_weights(ctx, plan);
+    REQUIRE_MESSAGE(values.ok(), values.error().to_string());
+    CHECK(memo.len() == 2);
+    CHECK((*values)[0].first != (*values)[1].first);
+    CHECK((*values)[0].first == (*values)[2].first);
+    CHECK((*values)[0].key.src_type == DataType::q4_0);
+    CHECK((*values)[1].key.src_type == DataType::q4_1);
+    CHECK((*values)[1].key.cols == 288);
+    // Read as the other type, the same bytes are other values.
+    std::vector<std::byte> a(288 * 4), b(288 * 4);
+    REQUIRE((*gpu)->copy_to_host(a, (*values)[0].first, 0).ok());
+    REQUIRE((*gpu)->copy_to_host(b, (*values)[1].first, 0).ok());
+    CHECK(a != b);
+    CHECK(host.teardown(**gpu).ok());
+  }
+}
