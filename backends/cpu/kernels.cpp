@@ -83,7 +83,7 @@ void quant_int8(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool
                     chunks_for(pool, a.n));
 }
 
-void dequant_gguf(const DerivationLaunch& l, const RowKernels&, ThreadPool& pool) {
+void dequant_gguf(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {
   const kinds::GgufBlock& block = *kinds::gguf_block(l.src_type);  // derivation_layout checked it
   GgufArgs a;
   a.type = static_cast<std::uint32_t>(l.src_type);
@@ -92,6 +92,8 @@ void dequant_gguf(const DerivationLaunch& l, const RowKernels&, ThreadPool& pool
   a.src = as<const std::uint8_t>(l.src);
   a.rows = l.rows;
   a.cols = l.cols;
+  a.to_f16 = kernels.to_f16_from_f32;
+  a.avx2 = &kernels == simd_kernels();  // that table exists only where the CPU has AVX2 and F16C
   if (l.kind == Derivation::dequant_gguf) a.f16_out = as<std::uint16_t>(l.dst);
   else a.f32_out = as<float>(l.dst);
   pool.parallel_for(a.rows, [&](std::uint64_t r0, std::uint64_t r1) { dequant_gguf_rows(a, r0, r1); },

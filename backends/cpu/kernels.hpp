@@ -43,10 +43,15 @@ struct GgufArgs {
   std::uint64_t rows = 0, cols = 0;
   std::uint16_t* f16_out = nullptr;      // dequant_gguf: [rows, cols]
   float* f32_out = nullptr;              // dequant_gguf_f32: [rows, cols]
+  // The table's f32 -> f16 rounding (F16C where the CPU has it).
+  void (*to_f16)(const float* src, std::uint16_t* dst, std::uint64_t count) = nullptr;
+  // The decoders built for AVX2 + F16C (x86-64 with the vectorised table).
+  bool avx2 = false;
 };
 
 // Rows [row_begin, row_end) of a dequant_gguf(_f32) launch (kernels_gguf.cpp;
-// one implementation for every CPU: the per-type loops vectorise as written).
+// one decoder for every CPU, its loops vectorised by the compiler; the f16
+// rounding is the RowKernels table's).
 void dequant_gguf_rows(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end);
 
 struct RowKernels {

@@ -1,57 +1,226 @@
-// dequant_gguf / dequant_gguf_f32 rows: each block decoded to f32 through
-// common/gguf_blocks.hpp (the arithmetic every backend shares), then stored
-// as f32 or rounded to f16. One instantiation per block type, so the
-// per-element switch folds away and the loops over a block vectorise.
+// dequant_gguf / dequant_gguf_f32 rows. Each block is decoded to f32 with
+// its scales read once per block or sub-block (common/gguf_blocks.hpp has
+// the field readers and the element-at-a-time form the GPU kernels use; the
+// values here are the same IEEE operations in the same order, which the
+// conformance cases check against the scalar reference), then stored as
+// f32 or rounded to f16 by the RowKernels table's to_f16_from_f32 (F16C
+// where the CPU has it: the same bits as kmath::f16_bits_from_f32).
 #include "kernels.hpp"
 
 #include <common/gguf_blocks.hpp>
 
 #include <cstring>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace ballast::cpu {
 
 namespace {
 
 namespace g = kmath::gguf;
+using g::add;
+using g::mul;
+using g::sub;
 
-// Plain float sources are blocks of one element: decode them 256 at a time.
-constexpr std::uint32_t kPlainRun = 256;
+namespace portable {
+#define BALLAST_GGUF_TARGET
+#include "kernels_gguf.inl"
+#undef BALLAST_GGUF_TARGET
+}  // namespace portable
+
+#if defined(__x86_64__)
+namespace avx2 {
+#define BALLAST_GGUF_TARGET __attribute__((target("avx2,f16c")))
+#define BALLAST_GGUF_FAST_DECODE
+#include "kernels_gguf.inl"
+
+// Eight codes per step in 32-bit lanes, then one convert, one multiply
+// (and one add or subtract) per eight values: the operations and their
+// order are decode<Type>'s, so the bits are too.
+#define S BALLAST_GGUF_TARGET inline
+
+S __m256i u8x8(const std::uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+S __m256i i8x8(const std::uint8_t* p) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+// A block's f16 scale by F16C: the same value as kmath's f32_from_f16_bits
+// (a signalling NaN quietened, payload kept), without its branches.
+S float h16(const std::uint8_t* b, std::uint32_t at) {
+  return _cvtsh_ss(static_cast<unsigned short>(g::u16_at(b, at)));
+}
+// (v >> shift) & mask in every lane, the shift the same for all.
+S __m256i field(__m256i v, std::uint32_t shift, std::int32_t mask) {
+  return _mm256_and_si256(_mm256_srl_epi32(v, _mm_cvtsi32_si128(static_cast<int>(shift))), _mm256_set1_epi32(mask));
+}
+// Eight values to f32, or rounded to f16 by F16C (the same bits as
+// kmath::f16_bits_from_f32), at y.
+S void store(float* y, __m256 v) { _mm256_storeu_ps(y, v); }
+S void store(std::uint16_t* y, __m256 v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(y), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+template <class Out>
+S void put(Out* y, __m256i q, __m256 d) { store(y, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d)); }
+template <class Out>
+S void put_add(Out* y, __m256i q, __m256 d, __m256 m) { store(y, _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q), d), m)); }
+template <class Out>
+S void put_sub(Out* y, __m256i q, __m256 d, __m256 m) { store(y, _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(q), d), m)); }
 
 template <std::uint32_t Type>
-void decode(const std::uint8_t* b, float* y, std::uint32_t n) {
-  for (std::uint32_t i = 0; i < n; ++i) y[i] = g::block_value(Type, b, i);
+BALLAST_GGUF_TARGET void fast_decode(const std::uint8_t* __restrict b, float* __restrict y, std::uint32_t n) {
+  decode<Type>(b, y, n);  // the plain float types
 }
 
-template <std::uint32_t Type>
-void rows_of(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end) {
-  const bool plain = a.block_elements == 1;
-  const std::uint64_t run = plain ? kPlainRun : a.block_elements;  // elements decoded at once
-  const std::uint64_t run_bytes = plain ? kPlainRun * a.block_bytes : a.block_bytes;
-  const std::uint64_t row_bytes = a.cols / a.block_elements * a.block_bytes;
-  float values[kPlainRun];
-  for (std::uint64_t r = row_begin; r < row_end; ++r) {
-    const std::uint8_t* row = a.src + r * row_bytes;
-    for (std::uint64_t c = 0; c < a.cols; c += run) {
-      const auto n = static_cast<std::uint32_t>(a.cols - c < run ? a.cols - c : run);
-      decode<Type>(row + c / run * run_bytes, values, n);
-      const std::uint64_t at = r * a.cols + c;
-      if (a.f32_out != nullptr) {
-        std::memcpy(a.f32_out + at, values, n * sizeof(float));
-      } else {
-        for (std::uint32_t i = 0; i < n; ++i) a.f16_out[at + i] = kmath::f16_bits_from_f32(values[i]);
-      }
+// Q4_0 / Q4_1: elements 0..15 the low nibbles of the 16 code bytes, 16..31 the high.
+template <bool Offset, class Out>
+BALLAST_GGUF_TARGET void q4_01(const std::uint8_t* __restrict b, Out* __restrict y) {
+  const __m256 d = _mm256_set1_ps(h16(b, 0));
+  const __m256 m = _mm256_set1_ps(Offset ? h16(b, 2) : 0.0f);
+  const std::uint8_t* qs = b + (Offset ? 4 : 2);
+  for (std::uint32_t half = 0; half < 2; ++half)
+    for (std::uint32_t j = 0; j < 16; j += 8) {
+      const __m256i q = field(u8x8(qs + j), 4 * half, 15);
+      if (Offset) put_add(y + 16 * half + j, q, d, m);
+      else put(y + 16 * half + j, _mm256_sub_epi32(q, _mm256_set1_epi32(8)), d);
+    }
+}
+
+// Q5_0 / Q5_1: as Q4, plus bit e of the u32 qh as bit 4 of element e.
+template <bool Offset, class Out>
+BALLAST_GGUF_TARGET void q5_01(const std::uint8_t* __restrict b, Out* __restrict y) {
+  const __m256 d = _mm256_set1_ps(h16(b, 0));
+  const __m256 m = _mm256_set1_ps(Offset ? h16(b, 2) : 0.0f);
+  const __m256i qh = _mm256_set1_epi32(static_cast<int>(g::u32_at(b, Offset ? 4 : 2)));
+  const std::uint8_t* qs = b + (Offset ? 8 : 6);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (std::uint32_t e = 0; e < 32; e += 8) {
+    const __m256i fifth = _mm256_and_si256(_mm256_srlv_epi32(qh, _mm256_add_epi32(lane, _mm256_set1_epi32(static_cast<int>(e)))),
+                                           _mm256_set1_epi32(1));
+    const __m256i q = _mm256_or_si256(field(u8x8(qs + (e & 15u)), e >= 16 ? 4 : 0, 15), _mm256_slli_epi32(fifth, 4));
+    if (Offset) put_add(y + e, q, d, m);
+    else put(y + e, _mm256_sub_epi32(q, _mm256_set1_epi32(16)), d);
+  }
+}
+
+template <class Out>
+BALLAST_GGUF_TARGET void q8_0(const std::uint8_t* __restrict b, Out* __restrict y) {
+  const __m256 d = _mm256_set1_ps(h16(b, 0));
+  for (std::uint32_t j = 0; j < 32; j += 8) put(y + j, i8x8(b + 2 + j), d);
+}
+template <class Out>
+BALLAST_GGUF_TARGET void q8_k(const std::uint8_t* __restrict b, Out* __restrict y) {
+  const __m256 d = _mm256_set1_ps(kmath::f32_from_bits(g::u32_at(b, 0)));
+  for (std::uint32_t j = 0; j < 256; j += 8) put(y + j, i8x8(b + 4 + j), d);
+}
+
+template <class Out>
+BALLAST_GGUF_TARGET void q2_k(const std::uint8_t* __restrict b, Out* __restrict y) {
+  const float d = h16(b, 80), dmin = h16(b, 82);
+  for (std::uint32_t k = 0; k < 16; ++k) {  // sub-block k = 8h + 2j + g
+    const __m256 dl = _mm256_set1_ps(mul(d, fl(b[k] & 15u)));
+    const __m256 ml = _mm256_set1_ps(mul(dmin, fl(static_cast<std::uint32_t>(b[k] >> 4))));
+    const std::uint8_t* qs = b + 16 + 32 * (k >> 3) + 16 * (k & 1u);
+    const std::uint32_t shift = 2 * ((k >> 1) & 3u);
+    for (std::uint32_t l = 0; l < 16; l += 8) put_sub(y + 16 * k + l, field(u8x8(qs + l), shift, 3), dl, ml);
+  }
+}
+
+template <class Out>
+BALLAST_GGUF_TARGET void q3_k(const std::uint8_t* __restrict b, Out* __restrict y) {
+  const float d = h16(b, 108);
+  for (std::uint32_t k = 0; k < 16; ++k) {
+    const std::uint32_t h = k >> 3, j = (k >> 1) & 3u, half = k & 1u;
+    const __m256 dl = _mm256_set1_ps(mul(d, fl(g::q3k_scale(b, 96, k))));
+    const std::uint8_t* qs = b + 32 + 32 * h + 16 * half;
+    const std::uint8_t* hm = b + 16 * half;
+    for (std::uint32_t l = 0; l < 16; l += 8) {
+      // q - 4 where the high bit is clear: q - ((high ^ 1) << 2).
+      const __m256i low_only = _mm256_xor_si256(field(u8x8(hm + l), 4 * h + j, 1), _mm256_set1_epi32(1));
+      const __m256i v = _mm256_sub_epi32(field(u8x8(qs + l), 2 * j, 3), _mm256_slli_epi32(low_only, 2));
+      put(y + 16 * k + l, v, dl);
     }
   }
 }
 
+template <bool Five, class Out>
+BALLAST_GGUF_TARGET void q45k(const std::uint8_t* __restrict b, Out* __restrict y) {
+  const float d = h16(b, 0), dmin = h16(b, 2);
+  const std::uint8_t* qs = b + (Five ? 48 : 16);
+  for (std::uint32_t s = 0; s < 8; ++s) {
+    const __m256 d1 = _mm256_set1_ps(mul(d, fl(g::k_scale(b, 4, s))));
+    const __m256 m1 = _mm256_set1_ps(mul(dmin, fl(g::k_min(b, 4, s))));
+    const std::uint8_t* q4 = qs + 32 * (s >> 1);
+    for (std::uint32_t l = 0; l < 32; l += 8) {
+      __m256i q = field(u8x8(q4 + l), 4 * (s & 1u), 15);
+      if (Five) q = _mm256_or_si256(q, _mm256_slli_epi32(field(u8x8(b + 16 + l), s, 1), 4));
+      put_sub(y + 32 * s + l, q, d1, m1);
+    }
+  }
+}
+
+template <class Out>
+BALLAST_GGUF_TARGET void q6_k(const std::uint8_t* __restrict b, Out* __restrict y) {
+  const float d = h16(b, 208);
+  for (std::uint32_t h = 0; h < 2; ++h)
+    for (std::uint32_t k = 0; k < 4; ++k) {
+      const std::uint8_t* ql = b + 64 * h + 32 * (k & 1u);
+      const std::uint8_t* qh = b + 128 + 32 * h;
+      for (std::uint32_t l = 0; l < 32; l += 8) {
+        const std::uint32_t t = 8 * h + 2 * k + l / 16;  // (128h + 32k + l) / 16
+        const __m256 dl = _mm256_set1_ps(mul(d, fl(static_cast<std::int32_t>(static_cast<std::int8_t>(b[192 + t])))));
+        const __m256i q = _mm256_or_si256(field(u8x8(ql + l), 4 * (k >> 1), 15),
+                                          _mm256_slli_epi32(field(u8x8(qh + l), 2 * k, 3), 4));
+        put(y + 128 * h + 32 * k + l, _mm256_sub_epi32(q, _mm256_set1_epi32(32)), dl);
+      }
+    }
+}
+
+// Each type's decoder, to f32 (fast_decode) and straight to f16
+// (fast_decode_f16), the type's value arithmetic written once above.
+#define BALLAST_GGUF_AVX2(TYPE, DECODER)                                                                      \
+  template <>                                                                                                 \
+  BALLAST_GGUF_TARGET void fast_decode<TYPE>(const std::uint8_t* __restrict b, float* __restrict y, std::uint32_t) { \
+    DECODER(b, y);                                                                                            \
+  }                                                                                                           \
+  template <>                                                                                                 \
+  BALLAST_GGUF_TARGET void fast_decode_f16<TYPE>(const std::uint8_t* __restrict b, std::uint16_t* __restrict y) {   \
+    DECODER(b, y);                                                                                            \
+  }
+BALLAST_GGUF_AVX2(g::kQ4_0, q4_01<false>)
+BALLAST_GGUF_AVX2(g::kQ4_1, q4_01<true>)
+BALLAST_GGUF_AVX2(g::kQ5_0, q5_01<false>)
+BALLAST_GGUF_AVX2(g::kQ5_1, q5_01<true>)
+BALLAST_GGUF_AVX2(g::kQ8_0, q8_0)
+BALLAST_GGUF_AVX2(g::kQ8_K, q8_k)
+BALLAST_GGUF_AVX2(g::kQ2_K, q2_k)
+BALLAST_GGUF_AVX2(g::kQ3_K, q3_k)
+BALLAST_GGUF_AVX2(g::kQ4_K, q45k<false>)
+BALLAST_GGUF_AVX2(g::kQ5_K, q45k<true>)
+BALLAST_GGUF_AVX2(g::kQ6_K, q6_k)
+#undef BALLAST_GGUF_AVX2
+#undef S
+
+#undef BALLAST_GGUF_FAST_DECODE
+#undef BALLAST_GGUF_TARGET
+}  // namespace avx2
+#endif
+
 struct TypeRow {
   std::uint32_t type;
   void (*rows)(const GgufArgs&, std::uint64_t, std::uint64_t);
+  void (*rows_avx2)(const GgufArgs&, std::uint64_t, std::uint64_t);
 };
 
 template <std::uint32_t T>
 constexpr TypeRow row() {
-  return {T, rows_of<T>};
+#if defined(__x86_64__)
+  return {T, portable::rows_of<T>, avx2::rows_of<T>};
+#else
+  return {T, portable::rows_of<T>, portable::rows_of<T>};
+#endif
 }
 
 constexpr TypeRow kTypes[] = {row<g::kF32>(),  row<g::kF16>(),  row<g::kBF16>(), row<g::kQ4_0>(), row<g::kQ4_1>(),
@@ -64,7 +233,7 @@ static_assert(sizeof(kTypes) / sizeof(kTypes[0]) == sizeof(kinds::kGgufBlocks) /
 
 void dequant_gguf_rows(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end) {
   for (const TypeRow& t : kTypes)
-    if (t.type == a.type) return t.rows(a, row_begin, row_end);
+    if (t.type == a.type) return (a.avx2 ? t.rows_avx2 : t.rows)(a, row_begin, row_end);
 }
 
 }  // namespace ballast::cpu

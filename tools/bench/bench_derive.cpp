@@ -78,6 +78,15 @@ std::vector<Case> cases() {
       {"repack_int4/f16_scales/no_zp/8192x16384/bs128", make(D::repack_int4, T::float16, 8192, 16384, 128), 0.7},
       {"quant_int8/f32/4096x4096", make(D::quant_int8, T::float32, 4096, 4096), 0.7},
       {"quant_int8/f16/8192x4096", make(D::quant_int8, T::float16, 8192, 4096), 0.7},
+      // GGUF blocks (issue 27): >= 0.8x on the 32-element types, 0.7x on the K-quants.
+      {"dequant_gguf/q4_0/8192x8192", make(D::dequant_gguf, T::q4_0, 8192, 8192), 0.8},
+      {"dequant_gguf/q8_0/8192x8192", make(D::dequant_gguf, T::q8_0, 8192, 8192), 0.8},
+      {"dequant_gguf/q2_k/8192x8192", make(D::dequant_gguf, T::q2_k, 8192, 8192), 0.7},
+      {"dequant_gguf/q3_k/8192x8192", make(D::dequant_gguf, T::q3_k, 8192, 8192), 0.7},
+      {"dequant_gguf/q4_k/8192x8192", make(D::dequant_gguf, T::q4_k, 8192, 8192), 0.7},
+      {"dequant_gguf/q5_k/8192x8192", make(D::dequant_gguf, T::q5_k, 8192, 8192), 0.7},
+      {"dequant_gguf/q6_k/8192x8192", make(D::dequant_gguf, T::q6_k, 8192, 8192), 0.7},
+      {"dequant_gguf_f32/q4_k/8192x8192", make(D::dequant_gguf_f32, T::q4_k, 8192, 8192), 0.7},
   };
 }
 
