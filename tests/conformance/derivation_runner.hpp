@@ -9,6 +9,7 @@
 namespace conformance {
 
 using ballast::test_cases::DerivationCase;
+using ballast::test_cases::gguf_case;
 using ballast::test_cases::int4_case;
 using ballast::test_cases::quant_int8_case;
 using ballast::test_cases::to_f16_case;
