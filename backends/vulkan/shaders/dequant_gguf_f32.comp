@@ -8,6 +8,6 @@
 const uint OUT_BYTES = 4u;
 #include "gguf_common.glsl"
 
-uint out_bits(uint e) { return gguf_element_bits(e); }
+uint out_of_bits(uint f32_bits) { return f32_bits; }
 
 void main() { run_words(); }

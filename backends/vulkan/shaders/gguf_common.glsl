@@ -6,7 +6,7 @@
 // friends in common.glsl: a block of 18, 22 or 34 bytes starts at any
 // 2-byte boundary, so no aligned word is assumed), little-endian.
 //
-// Every value is at most two IEEE f32 operations, each rounded once:
+// Every value is a few IEEE f32 operations, each rounded once:
 // `precise` on every result forbids fusing a product into the add or
 // subtract that follows it, so the bits are the CPU's.
 
@@ -112,71 +112,105 @@ uint q8k_subnormal_product(int q, uint d_bits) {
   return sign | ((s << 23) + significand);
 }
 
-// Element i of the block at byte `b` of the source, as f32 bits. The plain
-// float types move bits (no float operation, so NaN payloads and
-// subnormals pass untouched); the others are gguf_blocks.hpp's formulas.
-uint gguf_value_bits(uint b, uint i) {
+// The quantized types' formulas are split where elements share work: the
+// scale is what depends only on the element's scale group (16 or more
+// consecutive elements: the block's d, or d*sc and dmin*mn of a sub-block),
+// the code is the element's integer (offsets such as -8 or -32 applied),
+// and gguf_combine applies the operations gguf_blocks.hpp applies to them,
+// in its order. Two neighbours of one word then compute the scale once.
+struct GgufScale {
+  float d;   // the code's factor
+  float m;   // Q4_1, Q5_1: added; Q2_K, Q4_K, Q5_K: subtracted
+  uint raw;  // Q8_K: d's bits, for its subnormal check
+};
+
+GgufScale gguf_scale(uint b, uint i) {
+  GgufScale s = GgufScale(0.0, 0.0, 0u);
   switch (VARIANT) {
-    case GGUF_F32: return read_u32(OP_SRC, b + 4u * i);
-    case GGUF_F16: return f32_bits_from_f16_bits(read_u16(OP_SRC, b + 2u * i));
-    case GGUF_BF16: return read_u16(OP_SRC, b + 2u * i) << 16;
-    case GGUF_Q4_0:  // (q - 8) * d
-      return floatBitsToUint(g_mul(float(int(low_high_code(b, 2u, i)) - 8), g_f16(b)));
-    case GGUF_Q4_1:  // q * d + m
-      return floatBitsToUint(g_add(g_mul(float(low_high_code(b, 4u, i)), g_f16(b)), g_f16(b + 2u)));
-    case GGUF_Q5_0: {  // (q - 16) * d
-      const uint q = low_high_code(b, 6u, i) | (((read_u32(OP_SRC, b + 2u) >> i) & 1u) << 4);
-      return floatBitsToUint(g_mul(float(int(q) - 16), g_f16(b)));
+    case GGUF_Q4_1:
+    case GGUF_Q5_1:
+      s.d = g_f16(b);
+      s.m = g_f16(b + 2u);
+      break;
+    case GGUF_Q8_K:
+      s.raw = read_u32(OP_SRC, b);
+      s.d = uintBitsToFloat(s.raw);
+      break;
+    case GGUF_Q2_K: {
+      const uint sc = g_u8(b + (i >> 4));
+      s.d = g_mul(g_f16(b + 80u), float(sc & 15u));
+      s.m = g_mul(g_f16(b + 82u), float(sc >> 4));
+      break;
     }
-    case GGUF_Q5_1: {  // q * d + m
-      const uint q = low_high_code(b, 8u, i) | (((read_u32(OP_SRC, b + 4u) >> i) & 1u) << 4);
-      return floatBitsToUint(g_add(g_mul(float(q), g_f16(b)), g_f16(b + 2u)));
-    }
-    case GGUF_Q8_0:  // q * d
-      return floatBitsToUint(g_mul(float(sign_extend8(g_u8(b + 2u + i))), g_f16(b)));
-    case GGUF_Q2_K: {  // (d*sc) * q - dmin*mn
-      const uint s = g_u8(b + (i >> 4));
-      const float dl = g_mul(g_f16(b + 80u), float(s & 15u));
-      const float ml = g_mul(g_f16(b + 82u), float(s >> 4));
-      return floatBitsToUint(g_sub(g_mul(dl, float(k_code2(b, 16u, i))), ml));
-    }
-    case GGUF_Q3_K: {  // (d*sc) * (q - 4*!high)
+    case GGUF_Q3_K: s.d = g_mul(g_f16(b + 108u), float(q3k_scale(b, 96u, i >> 4))); break;
+    case GGUF_Q4_K:
+    case GGUF_Q5_K:
+      s.d = g_mul(g_f16(b), float(k_scale(b, 4u, i >> 5)));
+      s.m = g_mul(g_f16(b + 2u), float(k_min(b, 4u, i >> 5)));
+      break;
+    case GGUF_Q6_K: s.d = g_mul(g_f16(b + 208u), float(sign_extend8(g_u8(b + 192u + (i >> 4))))); break;
+    default: s.d = g_f16(b);  // Q4_0, Q5_0, Q8_0
+  }
+  return s;
+}
+
+int gguf_code(uint b, uint i) {
+  switch (VARIANT) {
+    case GGUF_Q4_0: return int(low_high_code(b, 2u, i)) - 8;
+    case GGUF_Q4_1: return int(low_high_code(b, 4u, i));
+    case GGUF_Q5_0:  // low nibble, fifth bit from the u32 at byte 2
+      return int(low_high_code(b, 6u, i) | (((read_u32(OP_SRC, b + 2u) >> i) & 1u) << 4)) - 16;
+    case GGUF_Q5_1: return int(low_high_code(b, 8u, i) | (((read_u32(OP_SRC, b + 4u) >> i) & 1u) << 4));
+    case GGUF_Q8_0: return sign_extend8(g_u8(b + 2u + i));
+    case GGUF_Q8_K: return sign_extend8(g_u8(b + 4u + i));
+    case GGUF_Q2_K: return int(k_code2(b, 16u, i));
+    case GGUF_Q3_K: {  // q - 4 where the high bit is clear
       const uint h = i >> 7, j = (i >> 5) & 3u, gl = i & 31u;
       const bool high = ((g_u8(b + gl) >> (4u * h + j)) & 1u) != 0u;
-      const int v = int(k_code2(b, 32u, i)) - (high ? 0 : 4);
-      const float dl = g_mul(g_f16(b + 108u), float(q3k_scale(b, 96u, i >> 4)));
-      return floatBitsToUint(g_mul(dl, float(v)));
+      return int(k_code2(b, 32u, i)) - (high ? 0 : 4);
     }
-    case GGUF_Q4_K: {  // (d*sc) * q - dmin*mn
-      const uint sb = i >> 5;
-      const float d1 = g_mul(g_f16(b), float(k_scale(b, 4u, sb)));
-      const float m1 = g_mul(g_f16(b + 2u), float(k_min(b, 4u, sb)));
-      return floatBitsToUint(g_sub(g_mul(d1, float(k_code4(b, 16u, i))), m1));
-    }
-    case GGUF_Q5_K: {  // as Q4_K, with 32 bytes of fifth bits before the codes
-      const uint sb = i >> 5;
-      const uint q = k_code4(b, 48u, i) | (((g_u8(b + 16u + (i & 31u)) >> sb) & 1u) << 4);
-      const float d1 = g_mul(g_f16(b), float(k_scale(b, 4u, sb)));
-      const float m1 = g_mul(g_f16(b + 2u), float(k_min(b, 4u, sb)));
-      return floatBitsToUint(g_sub(g_mul(d1, float(q)), m1));
-    }
-    case GGUF_Q6_K: {  // (d*sc) * (q - 32)
+    case GGUF_Q4_K: return int(k_code4(b, 16u, i));
+    case GGUF_Q5_K: return int(k_code4(b, 48u, i) | (((g_u8(b + 16u + (i & 31u)) >> (i >> 5)) & 1u) << 4));
+    default: {  // Q6_K: four low bits and two high ones, less 32
       const uint h = i >> 7, k = (i >> 5) & 3u, l = i & 31u;
       const uint low = (g_u8(b + 64u * h + 32u * (k & 1u) + l) >> (4u * (k >> 1))) & 15u;
       const uint high = (g_u8(b + 128u + 32u * h + l) >> (2u * k)) & 3u;
-      const int q = int(low | (high << 4)) - 32;
-      const float dl = g_mul(g_f16(b + 208u), float(sign_extend8(g_u8(b + 192u + (i >> 4)))));
-      return floatBitsToUint(g_mul(dl, float(q)));
-    }
-    default: {  // Q8_K: q * d, d an f32
-      const int q = sign_extend8(g_u8(b + 4u + i));
-      const uint d_bits = read_u32(OP_SRC, b);
-      // |q| >= 1 keeps a normal d's product normal (or inf): only a
-      // subnormal d can meet a flushing driver.
-      if (is_subnormal_bits(d_bits)) return q8k_subnormal_product(q, d_bits);
-      return floatBitsToUint(g_mul(float(q), uintBitsToFloat(d_bits)));
+      return int(low | (high << 4)) - 32;
     }
   }
+}
+
+// gguf_blocks.hpp's operations on a scale and a code, as f32 bits:
+//   Q4_0, Q5_0, Q8_0, Q8_K  q * d
+//   Q4_1, Q5_1              q * d + m
+//   Q2_K, Q4_K, Q5_K        (d*sc) * q - dmin*mn
+//   Q3_K, Q6_K              (d*sc) * q
+uint gguf_combine(GgufScale s, int code) {
+  // |q| >= 1 keeps a normal d's product normal (or inf): only Q8_K's f32
+  // scale, when subnormal, can meet a flushing driver.
+  if (VARIANT == GGUF_Q8_K && is_subnormal_bits(s.raw)) return q8k_subnormal_product(code, s.raw);
+  switch (VARIANT) {
+    case GGUF_Q4_1:
+    case GGUF_Q5_1: return floatBitsToUint(g_add(g_mul(float(code), s.d), s.m));
+    case GGUF_Q2_K:
+    case GGUF_Q4_K:
+    case GGUF_Q5_K: return floatBitsToUint(g_sub(g_mul(s.d, float(code)), s.m));
+    case GGUF_Q3_K:
+    case GGUF_Q6_K: return floatBitsToUint(g_mul(s.d, float(code)));
+    default: return floatBitsToUint(g_mul(float(code), s.d));
+  }
+}
+
+bool gguf_plain() { return VARIANT == GGUF_F32 || VARIANT == GGUF_F16 || VARIANT == GGUF_BF16; }
+
+// Element i of the block at byte `b` of the source, as f32 bits. The plain
+// float types move bits (no float operation, so NaN payloads and
+// subnormals pass untouched).
+uint gguf_value_bits(uint b, uint i) {
+  if (VARIANT == GGUF_F32) return read_u32(OP_SRC, b + 4u * i);
+  if (VARIANT == GGUF_F16) return f32_bits_from_f16_bits(read_u16(OP_SRC, b + 2u * i));
+  if (VARIANT == GGUF_BF16) return read_u16(OP_SRC, b + 2u * i) << 16;
+  return gguf_combine(gguf_scale(b, i), gguf_code(b, i));
 }
 
 // Element e of the [rows, cols] output (flat, row-major): cols is a whole
@@ -187,10 +221,22 @@ uint gguf_element_bits(uint e) {
   return gguf_value_bits((e >> shift) * gguf_block_bytes(), e & ((1u << shift) - 1u));
 }
 
-// The output element e as the kind stores it (an f16 in the low half, or
-// f32 bits), and its bytes: defined by each shader.
-uint out_bits(uint e);
+// Elements e and e + 1 for an even e: of one scale group in the quantized
+// types (groups are 16 or more elements and start at multiples of 16).
+uvec2 gguf_element_pair_bits(uint e) {
+  if (gguf_plain()) return uvec2(gguf_element_bits(e), gguf_element_bits(e + 1u));
+  const uint shift = gguf_element_shift();
+  const uint b = (e >> shift) * gguf_block_bytes(), i = e & ((1u << shift) - 1u);
+  const GgufScale s = gguf_scale(b, i);
+  return uvec2(gguf_combine(s, gguf_code(b, i)), gguf_combine(s, gguf_code(b, i + 1u)));
+}
+
+// The output's element type from f32 bits (f16 bits in the low half, or
+// the f32 bits themselves) and its bytes: defined by each shader.
+uint out_of_bits(uint f32_bits);
 const uint OUT_SHIFT = OUT_BYTES == 2u ? 1u : 2u;
+
+uint out_bits(uint e) { return out_of_bits(gguf_element_bits(e)); }
 
 // One word of the output. A word wholly inside an aligned output holds one
 // f32 or two f16 and is stored whole; anything else (an output that starts
@@ -200,7 +246,14 @@ void process_word(uint word) {
   const int first = int(4u * word) - int(op_shift(OP_DST));
   if (op_shift(OP_DST) == 0u && uint(first) + 4u <= p.dst_bytes) {
     const uint e = uint(first) >> OUT_SHIFT;
-    store_word(OP_DST, word, OUT_BYTES == 4u ? out_bits(e) : out_bits(e) | (out_bits(e + 1u) << 16), 0xffffffffu);
+    uint value;
+    if (OUT_BYTES == 4u) {
+      value = out_bits(e);
+    } else {
+      const uvec2 v = gguf_element_pair_bits(e);
+      value = out_of_bits(v.x) | (out_of_bits(v.y) << 16);
+    }
+    store_word(OP_DST, word, value, 0xffffffffu);
     return;
   }
   uint value = 0u, mask = 0u, cached_e = 0xffffffffu, cached = 0u;
