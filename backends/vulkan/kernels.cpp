@@ -29,6 +29,9 @@ std::uint32_t variant_of(const DerivationLaunch& l) {
   switch (l.kind) {
     case Derivation::transpose: return dtype_bits(l.src_type) / 8;
     case Derivation::to_f16: return l.src_type == DataType::bfloat16 ? 1 : 0;
+    // The block type's number, as gguf_common.glsl and gguf_blocks.hpp name them.
+    case Derivation::dequant_gguf:
+    case Derivation::dequant_gguf_f32: return static_cast<std::uint32_t>(l.src_type);
     default: return l.src_type == DataType::float16 ? 1 : 0;
   }
 }
@@ -143,6 +146,8 @@ void Kernels::split(std::vector<Dispatch>& out, VkPipeline pipeline, const PushC
 //  quant_int8    K a multiple of 16, src and dst 16-, dst2 4-byte aligned;
 //  transpose     src and dst 16-byte aligned, rows of both matrices whole
 //                packets (the tiled mode, moved as packets).
+// dequant_gguf and dequant_gguf_f32 have no packet pipeline: their blocks
+// sit at 2-byte boundaries, and each word computes its elements' scales.
 Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const DerivationSizes& sizes) {
   std::vector<Dispatch> out;
   const std::uint32_t zp = (l.kind == Derivation::dequant_int4 || l.kind == Derivation::repack_int4)
@@ -165,6 +170,8 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
     case Derivation::quant_int8:
       packets = l.cols % 16 == 0 && aligned(l.src, 16) && aligned(l.dst, 16) && aligned(l.dst2, 4);
       break;
+    case Derivation::dequant_gguf:
+    case Derivation::dequant_gguf_f32: break;  // word pipeline only
   }
   // Only the pipelines this launch dispatches are built: the word pipeline
   // without packets, or for to_f16's tail.
@@ -255,6 +262,8 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
     case Derivation::quant_int8:
       if (l.rows != 0) split(out, packets ? packet_pipe : word_pipe, p, 0, static_cast<std::uint32_t>(l.rows), 1);
       break;
+    case Derivation::dequant_gguf:
+    case Derivation::dequant_gguf_f32: split(out, word_pipe, p, 0, words, per_group); break;
   }
   return out;
 }

@@ -3,6 +3,7 @@
 // guard bytes around every output to prove nothing outside it is written.
 #include "support.hpp"
 
+#include "common/gguf_blocks.hpp"
 #include "common/kernel_math.hpp"
 
 #include <support/derivation_cases.hpp>
@@ -366,6 +367,84 @@ TEST_CASE("quant_int8 from f32 and f16: scales and codes bit-exact") {
   for (std::size_t i = 0; i < tiny.size(); ++i) tiny[i] = kmath::f32_from_bits(bits[i % 6]);
   tiny[7] = 127.0f * kmath::f32_from_bits(0x00800000u);
   check_quant(*b, tiny, 1, 16, DataType::float32, kPacketAligned);
+}
+
+namespace {
+
+// dequant_gguf / dequant_gguf_f32 of `src` ([rows, blocks] blocks of `type`)
+// at `shift`, element by element against gguf_blocks.hpp's block_value.
+void check_gguf(Checked& b, Derivation kind, DataType type, std::uint64_t rows, std::uint64_t blocks, const Bytes& src,
+                std::uint64_t shift) {
+  const kinds::GgufBlock& block = *kinds::gguf_block(type);
+  DerivationLaunch l;
+  l.kind = kind;
+  l.src_type = type;
+  l.rows = rows;
+  l.cols = blocks * block.elements;
+  const Run r = run(b, l, src, {}, {}, shift);
+  const bool f16 = kind == Derivation::dequant_gguf;
+  std::size_t wrong = 0;
+  std::string first_wrong;
+  for (std::uint64_t e = 0; e < rows * l.cols; ++e) {
+    const std::size_t before = wrong;
+    const float v = kmath::gguf::block_value(static_cast<std::uint32_t>(type), src.data() + e / block.elements * block.bytes,
+                                             static_cast<std::uint32_t>(e % block.elements));
+    if (f16) {
+      std::uint16_t got;
+      std::memcpy(&got, r.dst.data() + 2 * e, 2);
+      // Any NaN for a NaN (as reference::compare): which operand's payload
+      // an operation keeps is not specified.
+      const std::uint16_t want = kmath::f16_bits_from_f32(v);
+      wrong += got != want && !(kmath::is_nan(v) && (got & 0x7fffu) > 0x7c00u);
+    } else {
+      std::uint32_t got;
+      std::memcpy(&got, r.dst.data() + 4 * e, 4);
+      const std::uint32_t want = kmath::f32_bits(v);
+      wrong += got != want && !(kmath::is_nan(v) && kmath::is_nan(kmath::f32_from_bits(got)));
+    }
+    if (wrong != before && first_wrong.empty())
+      first_wrong = "element " + std::to_string(e) + " (expected " + std::to_string(v) + ")";
+  }
+  CHECK_MESSAGE(wrong == 0, dtype_name(type) << " " << derivation_name(kind) << " shift " << shift << ": " << wrong
+                                             << " wrong, first " << first_wrong);
+}
+
+}  // namespace
+
+TEST_CASE("dequant_gguf and dequant_gguf_f32: every block type at every alignment, bit-exact") {
+  auto b = open();
+  std::uint64_t seed = 7000;
+  for (const kinds::GgufBlock& block : kinds::kGgufBlocks) {
+    CAPTURE(dtype_name(block.type));
+    for (Derivation kind : {Derivation::dequant_gguf, Derivation::dequant_gguf_f32}) {
+      CAPTURE(derivation_name(kind));
+      for (std::uint64_t shift : kShifts) {
+        CAPTURE(shift);
+        for (bool special : {false, true}) {
+          const std::uint64_t rows = 3, blocks = block.elements == 1 ? 37 : 2;
+          const auto c = test_cases::gguf_case(kind, block.type, rows, blocks, special, ++seed);
+          Bytes src(c.src.size());
+          std::memcpy(src.data(), c.src.data(), src.size());
+          check_gguf(*b, kind, block.type, rows, blocks, src, shift);
+        }
+      }
+    }
+  }
+  // Q8_K blocks whose f32 scale is subnormal: a driver that flushes
+  // subnormals (lavapipe does) would make every f32 output a zero; the
+  // shader takes those products by integer logic.
+  std::mt19937 rng(8);
+  Bytes q8k(16 * 292);
+  for (auto& x : q8k) x = static_cast<std::uint8_t>(rng());
+  for (std::size_t i = 0; i < 16; ++i) {
+    const std::uint32_t d = (i == 0 ? 0x007fffffu : i == 1 ? 0x80000001u : rng() & 0x807fffffu) | (i == 2 ? 1u : 0u);
+    std::memcpy(q8k.data() + 292 * i, &d, 4);
+  }
+  for (std::uint64_t shift : kShifts) {
+    CAPTURE(shift);
+    check_gguf(*b, Derivation::dequant_gguf_f32, DataType::q8_k, 4, 4, q8k, shift);
+    check_gguf(*b, Derivation::dequant_gguf, DataType::q8_k, 4, 4, q8k, shift);
+  }
 }
 
 TEST_CASE("work beyond one dispatch is split, not truncated") {

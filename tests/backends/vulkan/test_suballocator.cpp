@@ -306,7 +306,7 @@ TEST_CASE("sub-allocation: derivations on operands inside a block match the refe
     for (DevicePtr p : owned) CHECK(b->free(p).ok());
     kinds.insert(c.shape.kind);
   }
-  CHECK(kinds.size() == 5);  // every derivation
+  CHECK(kinds.size() == static_cast<std::size_t>(kDerivationCount));  // every derivation
   CHECK(b->counters().live_allocations == 0);
 }
 
