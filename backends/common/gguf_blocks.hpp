@@ -4,9 +4,10 @@
 // these functions, shaders/gguf_common.glsl). docs/derivations.md has each
 // layout and formula.
 //
-// Every value is at most two IEEE f32 operations on exactly representable
-// integers and f16 scales, evaluated in the order the formula gives (the
-// scale product first, then the code; a multiply feeding an add is never
+// Every value is one to four IEEE f32 operations on exactly representable
+// integers and f16 scales (Q4_K: d*sc, dmin*mn, then *q and -), evaluated
+// in the order the formula gives (the scale products first, then the code;
+// a multiply feeding an add is never
 // fused: the CPU kernels build with -ffp-contract=off, the GPU kernels use
 // explicitly rounded intrinsics), so every backend gives the same bits.
 // Blocks are read byte by byte, little-endian: a block of 18, 22 or 34 bytes

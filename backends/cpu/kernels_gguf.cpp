@@ -118,62 +118,90 @@ BALLAST_GGUF_TARGET void q8_k(const std::uint8_t* __restrict b, Out* __restrict 
 
 template <class Out>
 BALLAST_GGUF_TARGET void q2_k(const std::uint8_t* __restrict b, Out* __restrict y) {
-  const float d = h16(b, 80), dmin = h16(b, 82);
-  for (std::uint32_t k = 0; k < 16; ++k) {  // sub-block k = 8h + 2j + g
-    const __m256 dl = _mm256_set1_ps(mul(d, fl(b[k] & 15u)));
-    const __m256 ml = _mm256_set1_ps(mul(dmin, fl(static_cast<std::uint32_t>(b[k] >> 4))));
-    const std::uint8_t* qs = b + 16 + 32 * (k >> 3) + 16 * (k & 1u);
-    const std::uint32_t shift = 2 * ((k >> 1) & 3u);
-    for (std::uint32_t l = 0; l < 16; l += 8) put_sub(y + 16 * k + l, field(u8x8(qs + l), shift, 3), dl, ml);
+  // The 16 sub-blocks' (d * sc) and (dmin * mn), eight at a time.
+  alignas(32) float dl[16], ml[16];
+  const __m256 d = _mm256_set1_ps(h16(b, 80)), dmin = _mm256_set1_ps(h16(b, 82));
+  for (std::uint32_t k = 0; k < 16; k += 8) {
+    const __m256i sc = u8x8(b + k);
+    _mm256_store_ps(dl + k, _mm256_mul_ps(d, _mm256_cvtepi32_ps(field(sc, 0, 15))));
+    _mm256_store_ps(ml + k, _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(field(sc, 4, 15))));
   }
+  // Each eight code bytes hold four sub-blocks' codes (k = 8h + 2j + g, shift 2j).
+  for (std::uint32_t h = 0; h < 2; ++h)
+    for (std::uint32_t g = 0; g < 2; ++g)
+      for (std::uint32_t l = 0; l < 16; l += 8) {
+        const __m256i v = u8x8(b + 16 + 32 * h + 16 * g + l);
+        for (std::uint32_t j = 0; j < 4; ++j) {
+          const std::uint32_t k = 8 * h + 2 * j + g;
+          put_sub(y + 16 * k + l, field(v, 2 * j, 3), _mm256_broadcast_ss(dl + k), _mm256_broadcast_ss(ml + k));
+        }
+      }
 }
 
 template <class Out>
 BALLAST_GGUF_TARGET void q3_k(const std::uint8_t* __restrict b, Out* __restrict y) {
-  const float d = h16(b, 108);
-  for (std::uint32_t k = 0; k < 16; ++k) {
-    const std::uint32_t h = k >> 3, j = (k >> 1) & 3u, half = k & 1u;
-    const __m256 dl = _mm256_set1_ps(mul(d, fl(g::q3k_scale(b, 96, k))));
-    const std::uint8_t* qs = b + 32 + 32 * h + 16 * half;
-    const std::uint8_t* hm = b + 16 * half;
+  alignas(32) float dl[16];
+  alignas(32) std::int32_t sc[16];
+  for (std::uint32_t k = 0; k < 16; ++k) sc[k] = g::q3k_scale(b, 96, k);
+  const __m256 d = _mm256_set1_ps(h16(b, 108));
+  for (std::uint32_t k = 0; k < 16; k += 8)
+    _mm256_store_ps(dl + k, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc + k)))));
+  // Eight code bytes and eight high-bit bytes serve four sub-blocks each
+  // (k = 8h + 2j + g: code shift 2j, high bit 4h + j).
+  for (std::uint32_t half = 0; half < 2; ++half)
     for (std::uint32_t l = 0; l < 16; l += 8) {
-      // q - 4 where the high bit is clear: q - ((high ^ 1) << 2).
-      const __m256i low_only = _mm256_xor_si256(field(u8x8(hm + l), 4 * h + j, 1), _mm256_set1_epi32(1));
-      const __m256i v = _mm256_sub_epi32(field(u8x8(qs + l), 2 * j, 3), _mm256_slli_epi32(low_only, 2));
-      put(y + 16 * k + l, v, dl);
+      const __m256i hm = u8x8(b + 16 * half + l);
+      for (std::uint32_t h = 0; h < 2; ++h) {
+        const __m256i qs = u8x8(b + 32 + 32 * h + 16 * half + l);
+        for (std::uint32_t j = 0; j < 4; ++j) {
+          const std::uint32_t k = 8 * h + 2 * j + half;
+          // q - 4 where the high bit is clear: q - ((high ^ 1) << 2).
+          const __m256i low_only = _mm256_xor_si256(field(hm, 4 * h + j, 1), _mm256_set1_epi32(1));
+          put(y + 16 * k + l, _mm256_sub_epi32(field(qs, 2 * j, 3), _mm256_slli_epi32(low_only, 2)),
+              _mm256_broadcast_ss(dl + k));
+        }
+      }
     }
-  }
 }
 
 template <bool Five, class Out>
 BALLAST_GGUF_TARGET void q45k(const std::uint8_t* __restrict b, Out* __restrict y) {
   const float d = h16(b, 0), dmin = h16(b, 2);
   const std::uint8_t* qs = b + (Five ? 48 : 16);
-  for (std::uint32_t s = 0; s < 8; ++s) {
-    const __m256 d1 = _mm256_set1_ps(mul(d, fl(g::k_scale(b, 4, s))));
-    const __m256 m1 = _mm256_set1_ps(mul(dmin, fl(g::k_min(b, 4, s))));
-    const std::uint8_t* q4 = qs + 32 * (s >> 1);
+  for (std::uint32_t c = 0; c < 4; ++c) {  // sub-blocks 2c (low nibbles) and 2c + 1 (high) share 32 bytes
+    const std::uint32_t s0 = 2 * c, s1 = 2 * c + 1;
+    const __m256 d0 = _mm256_set1_ps(mul(d, fl(g::k_scale(b, 4, s0)))), m0 = _mm256_set1_ps(mul(dmin, fl(g::k_min(b, 4, s0))));
+    const __m256 d1 = _mm256_set1_ps(mul(d, fl(g::k_scale(b, 4, s1)))), m1 = _mm256_set1_ps(mul(dmin, fl(g::k_min(b, 4, s1))));
     for (std::uint32_t l = 0; l < 32; l += 8) {
-      __m256i q = field(u8x8(q4 + l), 4 * (s & 1u), 15);
-      if (Five) q = _mm256_or_si256(q, _mm256_slli_epi32(field(u8x8(b + 16 + l), s, 1), 4));
-      put_sub(y + 32 * s + l, q, d1, m1);
+      const __m256i v = u8x8(qs + 32 * c + l);
+      __m256i lo = field(v, 0, 15), hi = field(v, 4, 15);
+      if (Five) {
+        const __m256i qh = u8x8(b + 16 + l);
+        lo = _mm256_or_si256(lo, _mm256_slli_epi32(field(qh, s0, 1), 4));
+        hi = _mm256_or_si256(hi, _mm256_slli_epi32(field(qh, s1, 1), 4));
+      }
+      put_sub(y + 32 * s0 + l, lo, d0, m0);
+      put_sub(y + 32 * s1 + l, hi, d1, m1);
     }
   }
 }
 
 template <class Out>
 BALLAST_GGUF_TARGET void q6_k(const std::uint8_t* __restrict b, Out* __restrict y) {
-  const float d = h16(b, 208);
+  alignas(32) float dl[16];
+  const __m256 d = _mm256_set1_ps(h16(b, 208));
+  for (std::uint32_t t = 0; t < 16; t += 8) _mm256_store_ps(dl + t, _mm256_mul_ps(d, _mm256_cvtepi32_ps(i8x8(b + 192 + t))));
+  const __m256i bias = _mm256_set1_epi32(32);
+  // Per half h and eight l: ql[64h + l] gives k = 0 (low) and 2 (high
+  // nibble), ql[64h + 32 + l] k = 1 and 3, qh[32h + l] the top bits of all four.
   for (std::uint32_t h = 0; h < 2; ++h)
-    for (std::uint32_t k = 0; k < 4; ++k) {
-      const std::uint8_t* ql = b + 64 * h + 32 * (k & 1u);
-      const std::uint8_t* qh = b + 128 + 32 * h;
-      for (std::uint32_t l = 0; l < 32; l += 8) {
+    for (std::uint32_t l = 0; l < 32; l += 8) {
+      const __m256i a = u8x8(b + 64 * h + l), c = u8x8(b + 64 * h + 32 + l), qh = u8x8(b + 128 + 32 * h + l);
+      const __m256i low[4] = {field(a, 0, 15), field(c, 0, 15), field(a, 4, 15), field(c, 4, 15)};
+      for (std::uint32_t k = 0; k < 4; ++k) {
+        const __m256i q = _mm256_or_si256(low[k], _mm256_slli_epi32(field(qh, 2 * k, 3), 4));
         const std::uint32_t t = 8 * h + 2 * k + l / 16;  // (128h + 32k + l) / 16
-        const __m256 dl = _mm256_set1_ps(mul(d, fl(static_cast<std::int32_t>(static_cast<std::int8_t>(b[192 + t])))));
-        const __m256i q = _mm256_or_si256(field(u8x8(ql + l), 4 * (k >> 1), 15),
-                                          _mm256_slli_epi32(field(u8x8(qh + l), 2 * k, 3), 4));
-        put(y + 128 * h + 32 * k + l, _mm256_sub_epi32(q, _mm256_set1_epi32(32)), dl);
+        put(y + 128 * h + 32 * k + l, _mm256_sub_epi32(q, bias), _mm256_broadcast_ss(dl + t));
       }
     }
 }
