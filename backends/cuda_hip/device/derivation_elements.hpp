@@ -13,9 +13,11 @@
 #pragma once
 
 #include "cuda_hip/device/kernel_args.hpp"
+#include <common/gguf_blocks.hpp>
 #include <common/kernel_math.hpp>
 
 #include <cstdint>
+#include <type_traits>
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define BALLAST_UNROLL _Pragma("unroll")
@@ -772,6 +774,125 @@ BALLAST_HD inline void store_f32_bytes(uint8_t* out, float value) {
   } else {
     for (unsigned i = 0; i < 4; ++i) out[i] = static_cast<uint8_t>(bits >> (8 * i));
   }
+}
+
+// ------------------------------------------------------------ dequant_gguf
+// One work item per group of eight outputs of a row (columns 8j..8j+7):
+// every value from kmath::gguf::block_value, the shared arithmetic, with
+// the block type a template argument so its switch folds to one case. A
+// group lies in one block (blocks of 32 or 256 elements) or covers eight
+// one-element blocks (the plain float types), so a thread decodes only
+// its own block's scales, and neighbouring threads read neighbouring
+// bytes. Wide launches (dst 16-byte aligned, cols % 8 == 0, so every row
+// starts 16-byte aligned) store each group with one 16-byte store of f16
+// or two of f32; otherwise element by element, up to the row's end.
+
+static_assert(static_cast<uint32_t>(KernelType::q4_0) == kmath::gguf::kQ4_0 &&
+                  static_cast<uint32_t>(KernelType::q8_0) == kmath::gguf::kQ8_0 &&
+                  static_cast<uint32_t>(KernelType::q2_k) == kmath::gguf::kQ2_K &&
+                  static_cast<uint32_t>(KernelType::q8_k) == kmath::gguf::kQ8_K &&
+                  static_cast<uint32_t>(KernelType::bfloat16) == kmath::gguf::kBF16,
+              "KernelType and kmath::gguf::Type number the block types alike");
+
+template <KernelType T>
+struct GgufGeometry {
+  static constexpr uint32_t kElements = kinds::gguf_block(static_cast<DataType>(T))->elements;
+  static constexpr uint32_t kBytes = kinds::gguf_block(static_cast<DataType>(T))->bytes;
+  static_assert(kElements == 1 || kElements % 8 == 0, "a group of eight never straddles two blocks");
+};
+
+struct GgufShape {
+  uint64_t rows, cols, groups_per_row, row_bytes;
+  bool wide;
+};
+
+template <KernelType T>
+inline GgufShape gguf_shape(uint64_t rows, uint64_t cols, uint64_t dst) {
+  using G = GgufGeometry<T>;
+  GgufShape s;
+  s.rows = rows;
+  s.cols = cols;
+  s.groups_per_row = (cols + 7) / 8;
+  s.row_bytes = cols / G::kElements * G::kBytes;  // cols is whole blocks (derivation_sizes checked it)
+  s.wide = dst % 16 == 0 && cols % 8 == 0;
+  return s;
+}
+
+// The value of column c0 + j of a row whose group starts at c0 (c0 % 8 == 0).
+template <KernelType T>
+BALLAST_HD inline float gguf_value(const uint8_t* __restrict__ row, uint64_t c0, uint32_t j) {
+  using G = GgufGeometry<T>;
+  constexpr uint32_t type = static_cast<uint32_t>(T);
+  if constexpr (G::kElements == 1) {
+    return kmath::gguf::block_value(type, row + (c0 + j) * G::kBytes, 0);
+  } else {
+    const uint8_t* block = row + c0 / G::kElements * G::kBytes;
+    return kmath::gguf::block_value(type, block, static_cast<uint32_t>(c0 % G::kElements) + j);
+  }
+}
+
+// Group `group` of row n. OUT is uint16_t (f16 bits, dequant_gguf) or
+// float (dequant_gguf_f32).
+template <KernelType T, class OUT>
+BALLAST_HD inline void gguf_group(const GgufShape& s, uint64_t n, uint64_t group, const uint8_t* __restrict__ src,
+                                  OUT* __restrict__ dst) {
+  const uint8_t* row = src + n * s.row_bytes;
+  const uint64_t c0 = 8 * group;
+  OUT* out = dst + n * s.cols + c0;
+  if (s.wide) {
+    float v[8];
+BALLAST_UNROLL
+    for (uint32_t j = 0; j < 8; ++j) v[j] = gguf_value<T>(row, c0, j);
+    if constexpr (sizeof(OUT) == 2) {
+      *reinterpret_cast<Vec4*>(out) = vec4(hw_f16x2_from_f32(v[0], v[1]), hw_f16x2_from_f32(v[2], v[3]),
+                                           hw_f16x2_from_f32(v[4], v[5]), hw_f16x2_from_f32(v[6], v[7]));
+    } else {
+      Vec4* o = reinterpret_cast<Vec4*>(out);
+      o[0] = vec4(kmath::f32_bits(v[0]), kmath::f32_bits(v[1]), kmath::f32_bits(v[2]), kmath::f32_bits(v[3]));
+      o[1] = vec4(kmath::f32_bits(v[4]), kmath::f32_bits(v[5]), kmath::f32_bits(v[6]), kmath::f32_bits(v[7]));
+    }
+    return;
+  }
+  // The row's last group may be short (plain types: cols need not be a
+  // multiple of 8); dst is aligned to its element size only.
+  const uint32_t count = s.cols - c0 < 8 ? static_cast<uint32_t>(s.cols - c0) : 8u;
+  for (uint32_t j = 0; j < count; ++j) {
+    const float v = gguf_value<T>(row, c0, j);
+    if constexpr (sizeof(OUT) == 2) {
+      out[j] = hw_f16_from_f32(v);
+    } else {
+      out[j] = v;
+    }
+  }
+}
+
+// Calls f(std::integral_constant<KernelType, T>{}) for the block type t
+// (host code: the kernels' enqueue and the CPU replay); false for a type
+// the GGUF kinds do not read.
+template <class F>
+inline bool with_gguf_type(KernelType t, F&& f) {
+#define BALLAST_GGUF_CASE_(name)                                  \
+  case KernelType::name:                                          \
+    f(std::integral_constant<KernelType, KernelType::name>{});    \
+    return true;
+  switch (t) {
+    BALLAST_GGUF_CASE_(float32)
+    BALLAST_GGUF_CASE_(float16)
+    BALLAST_GGUF_CASE_(bfloat16)
+    BALLAST_GGUF_CASE_(q4_0)
+    BALLAST_GGUF_CASE_(q4_1)
+    BALLAST_GGUF_CASE_(q5_0)
+    BALLAST_GGUF_CASE_(q5_1)
+    BALLAST_GGUF_CASE_(q8_0)
+    BALLAST_GGUF_CASE_(q2_k)
+    BALLAST_GGUF_CASE_(q3_k)
+    BALLAST_GGUF_CASE_(q4_k)
+    BALLAST_GGUF_CASE_(q5_k)
+    BALLAST_GGUF_CASE_(q6_k)
+    BALLAST_GGUF_CASE_(q8_k)
+    default: return false;
+  }
+#undef BALLAST_GGUF_CASE_
 }
 
 }  // namespace ballast::gpu::elem
