@@ -53,6 +53,39 @@ TEST_CASE("kernel per-thread bodies match the scalar reference for every derivat
   CHECK(checked > 100);
 }
 
+// kernel_cases() hands the kernels 16-byte aligned outputs, so the GGUF
+// kernel takes its wide path for every block type; here each GGUF case
+// runs again with the output one element past a 16-byte boundary (the
+// element-by-element path) and must give the same result.
+TEST_CASE("dequant_gguf kernels match the reference with an output that is not 16-byte aligned") {
+  int checked = 0;
+  for (const test_cases::DerivationCase& c : test_cases::kernel_cases()) {
+    if (!derivation_kind(c.shape.kind).gguf_blocks) continue;
+    CAPTURE(c.label);
+    auto sizes = derivation_sizes(c.shape);
+    REQUIRE(sizes.ok());
+    auto expected = reference::derive(c.shape, {c.src, c.scales, c.zero_points});
+    REQUIRE_MESSAGE(expected.ok(), expected.error().to_string());
+    const std::size_t shift = c.shape.kind == Derivation::dequant_gguf_f32 ? 4 : 2;
+    std::vector<std::byte> storage(sizes->dst_bytes + 16);
+    std::byte* base = storage.data() + (16 - reinterpret_cast<std::uintptr_t>(storage.data()) % 16) % 16;
+    KernelArgs a;
+    a.kind = c.shape.kind;
+    a.src_type = static_cast<KernelType>(c.shape.src_type);
+    a.rows = c.shape.rows;
+    a.cols = c.shape.cols;
+    a.src = address(c.src);
+    a.dst = reinterpret_cast<std::uintptr_t>(base + shift);
+    REQUIRE(storage.size() >= static_cast<std::size_t>(base + shift - storage.data()) + sizes->dst_bytes);
+    testing::run_on_host(a);
+    const std::vector<std::byte> dst(base + shift, base + shift + sizes->dst_bytes);
+    const reference::Comparison cmp = reference::compare(c.shape, *expected, dst, {});
+    CHECK_MESSAGE(cmp.ok, cmp.message);
+    ++checked;
+  }
+  CHECK(checked >= 14 * 2 * 3);
+}
+
 TEST_CASE("eight codes of a group are read low nibble first, whatever the alignment") {
   const std::uint8_t bytes[5] = {0x21, 0x43, 0x65, 0x87, 0xa9};
   CHECK(elem::load_u32_le(bytes) == 0x87654321u);
