@@ -99,12 +99,14 @@ QUANT_PROBE(uint16_t, probe_quant_int8_f16)
 
 // dequant_gguf: one wide group of eight outputs of one row (16 bytes of
 // f16, 32 of f32), decoded from its block; the shape is forced wide (dst
-// aligned, cols % 8 == 0), as in the bench cases.
+// aligned, cols % 8 == 0) and, for the plain float types, the source
+// aligned (16-byte loads), as in the bench cases.
 #define GGUF_PROBE(T, OUT, name)                                                                          \
   extern "C" __global__ void name(const uint8_t* __restrict__ src, OUT* __restrict__ dst,                \
                                   elem::GgufShape launch, uint64_t n, uint64_t group) {                   \
     elem::GgufShape shape = launch;                                                                       \
     shape.wide = true;                                                                                    \
+    shape.packets = elem::GgufGeometry<KernelType::T>::kElements == 1; /* aligned source */               \
     elem::gguf_group<KernelType::T, OUT>(shape, n, group + threadIdx.x, src, dst);                        \
   }
 PROBE_BYTES(probe_dequant_gguf_f32, 16)

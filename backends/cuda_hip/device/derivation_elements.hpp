@@ -803,11 +803,12 @@ struct GgufGeometry {
 
 struct GgufShape {
   uint64_t rows, cols, groups_per_row, row_bytes;
-  bool wide;
+  bool wide;     // dst 16-byte aligned and cols % 8 == 0: whole groups, 16-byte stores
+  bool packets;  // wide, a plain float type and src 16-byte aligned: the group's bytes in 16-byte loads
 };
 
 template <KernelType T>
-inline GgufShape gguf_shape(uint64_t rows, uint64_t cols, uint64_t dst) {
+inline GgufShape gguf_shape(uint64_t rows, uint64_t cols, uint64_t src, uint64_t dst) {
   using G = GgufGeometry<T>;
   GgufShape s;
   s.rows = rows;
@@ -815,6 +816,9 @@ inline GgufShape gguf_shape(uint64_t rows, uint64_t cols, uint64_t dst) {
   s.groups_per_row = (cols + 7) / 8;
   s.row_bytes = cols / G::kElements * G::kBytes;  // cols is whole blocks (derivation_sizes checked it)
   s.wide = dst % 16 == 0 && cols % 8 == 0;
+  // Plain types: a group is 16 or 32 bytes of the source, and rows of
+  // cols % 8 == 0 elements keep every group 16-byte aligned.
+  s.packets = s.wide && G::kElements == 1 && src % 16 == 0;
   return s;
 }
 
@@ -831,6 +835,33 @@ BALLAST_HD inline float gguf_value(const uint8_t* __restrict__ row, uint64_t c0,
   }
 }
 
+// The eight values of a whole group starting at column c0 of `row`.
+template <KernelType T>
+BALLAST_HD inline void gguf_group_values(const GgufShape& s, const uint8_t* __restrict__ row, uint64_t c0,
+                                         float (&v)[8]) {
+  using G = GgufGeometry<T>;
+  if constexpr (G::kElements == 1) {
+    // Byte loads of a plain f32/f16/bf16 source touch 8 (f32) or 4 cache
+    // lines per warp instruction, 32 or 16 instructions per group: the L1
+    // would bound the kernel below the copy. Aligned, the group is one or
+    // two 16-byte loads, and block_value reads its bytes from registers
+    // (every offset a constant after unrolling).
+    if (s.packets) {
+      constexpr uint32_t kPackets = 8 * G::kBytes / 16;
+      Vec4 in[kPackets];
+      const Vec4* p = reinterpret_cast<const Vec4*>(row + c0 * G::kBytes);
+BALLAST_UNROLL
+      for (uint32_t i = 0; i < kPackets; ++i) in[i] = load16(p + i);
+      const uint8_t* bytes = reinterpret_cast<const uint8_t*>(in);
+BALLAST_UNROLL
+      for (uint32_t j = 0; j < 8; ++j) v[j] = kmath::gguf::block_value(static_cast<uint32_t>(T), bytes + j * G::kBytes, 0);
+      return;
+    }
+  }
+BALLAST_UNROLL
+  for (uint32_t j = 0; j < 8; ++j) v[j] = gguf_value<T>(row, c0, j);
+}
+
 // Group `group` of row n. OUT is uint16_t (f16 bits, dequant_gguf) or
 // float (dequant_gguf_f32).
 template <KernelType T, class OUT>
@@ -841,8 +872,7 @@ BALLAST_HD inline void gguf_group(const GgufShape& s, uint64_t n, uint64_t group
   OUT* out = dst + n * s.cols + c0;
   if (s.wide) {
     float v[8];
-BALLAST_UNROLL
-    for (uint32_t j = 0; j < 8; ++j) v[j] = gguf_value<T>(row, c0, j);
+    gguf_group_values<T>(s, row, c0, v);
     if constexpr (sizeof(OUT) == 2) {
       *reinterpret_cast<Vec4*>(out) = vec4(hw_f16x2_from_f32(v[0], v[1]), hw_f16x2_from_f32(v[2], v[3]),
                                            hw_f16x2_from_f32(v[4], v[5]), hw_f16x2_from_f32(v[6], v[7]));

@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <KernelType T, class OUT>
 void enqueue_gguf(const KernelArgs& a, vendor::Stream stream) {
-  const elem::GgufShape shape = elem::gguf_shape<T>(a.rows, a.cols, a.dst);
+  const elem::GgufShape shape = elem::gguf_shape<T>(a.rows, a.cols, a.src, a.dst);
   const unsigned grid = grid_for(a.rows * shape.groups_per_row, kThreads);
   dequant_gguf_kernel<T, OUT><<<grid, kThreads, 0, stream>>>(reinterpret_cast<const uint8_t*>(a.src),
                                                              reinterpret_cast<OUT*>(a.dst), shape,

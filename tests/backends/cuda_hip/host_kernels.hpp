@@ -101,7 +101,7 @@ void quant_int8_on_host(const KernelArgs& a) {
 // replay (7 threads, so the stride's carry is exercised).
 template <KernelType T, class OUT>
 void gguf_on_host(const KernelArgs& a) {
-  const elem::GgufShape shape = elem::gguf_shape<T>(a.rows, a.cols, a.dst);
+  const elem::GgufShape shape = elem::gguf_shape<T>(a.rows, a.cols, a.src, a.dst);
   constexpr std::uint32_t kThreads = 7;
   const elem::Cursor stride = elem::cursor_at(kThreads, shape.groups_per_row);
   for (std::uint32_t t = 0; t < kThreads; ++t)
