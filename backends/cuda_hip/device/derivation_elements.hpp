@@ -844,17 +844,26 @@ BALLAST_HD inline void gguf_group_values(const GgufShape& s, const uint8_t* __re
     // Byte loads of a plain f32/f16/bf16 source touch 8 (f32) or 4 cache
     // lines per warp instruction, 32 or 16 instructions per group: the L1
     // would bound the kernel below the copy. Aligned, the group is one or
-    // two 16-byte loads, and block_value reads its bytes from registers
-    // (every offset a constant after unrolling).
+    // two 16-byte loads, and block_value reads each element's bytes from
+    // registers (every offset a constant after unrolling).
     if (s.packets) {
       constexpr uint32_t kPackets = 8 * G::kBytes / 16;
       Vec4 in[kPackets];
       const Vec4* p = reinterpret_cast<const Vec4*>(row + c0 * G::kBytes);
 BALLAST_UNROLL
       for (uint32_t i = 0; i < kPackets; ++i) in[i] = load16(p + i);
-      const uint8_t* bytes = reinterpret_cast<const uint8_t*>(in);
+      // Each element's bytes copied out of the words, not read through a
+      // byte pointer into `in`: hipcc kept such an array in LDS.
 BALLAST_UNROLL
-      for (uint32_t j = 0; j < 8; ++j) v[j] = kmath::gguf::block_value(static_cast<uint32_t>(T), bytes + j * G::kBytes, 0);
+      for (uint32_t j = 0; j < 8; ++j) {
+        uint8_t e[G::kBytes];
+BALLAST_UNROLL
+        for (uint32_t k = 0; k < G::kBytes; ++k) {
+          const uint32_t q = j * G::kBytes + k;  // byte of the group
+          e[k] = static_cast<uint8_t>(word(in[q / 16], (q / 4) % 4) >> (8 * (q % 4)));
+        }
+        v[j] = kmath::gguf::block_value(static_cast<uint32_t>(T), e, 0);
+      }
       return;
     }
   }
