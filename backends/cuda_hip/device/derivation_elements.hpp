@@ -823,7 +823,15 @@ inline GgufShape gguf_shape(uint64_t rows, uint64_t cols, uint64_t src, uint64_t
 }
 
 // The value of column c0 + j of a row whose group starts at c0 (c0 % 8 == 0).
-template <KernelType T>
+// HALF (block types) says what the caller knows of the group's place in its
+// block: -1 nothing, 0 the first half, 1 the second. Every index is written
+// so the compiler sees what the eight calls share: the position in the block
+// is (a multiple of 8) | j, so i >> 5, i & 32 and the like fold to one value
+// per group and each scale is decoded once, not once per element; and with
+// the half known, the branches of block_value on it (sub-blocks 0..3 or
+// 4..7 of Q4_K/Q5_K, the low or high nibbles of Q4_0, ...) fold too. (PTX
+// instructions per 16 bytes: Q4_K 446 -> 147, Q4_0 153 -> 84.)
+template <KernelType T, int HALF = -1>
 BALLAST_HD inline float gguf_value(const uint8_t* __restrict__ row, uint64_t c0, uint32_t j) {
   using G = GgufGeometry<T>;
   constexpr uint32_t type = static_cast<uint32_t>(T);
@@ -831,12 +839,36 @@ BALLAST_HD inline float gguf_value(const uint8_t* __restrict__ row, uint64_t c0,
     return kmath::gguf::block_value(type, row + (c0 + j) * G::kBytes, 0);
   } else {
     const uint8_t* block = row + c0 / G::kElements * G::kBytes;
-    return kmath::gguf::block_value(type, block, static_cast<uint32_t>(c0 % G::kElements) + j);
+    uint32_t i0 = static_cast<uint32_t>(c0 % G::kElements) & ~7u;  // ~7u: c0 % 8 == 0, said to the compiler
+    if constexpr (HALF == 0) i0 &= G::kElements / 2 - 1;             // the caller knows i0 < E / 2
+    if constexpr (HALF == 1) i0 |= G::kElements / 2;                 // ... or i0 >= E / 2
+    return kmath::gguf::block_value(type, block, i0 | j);
+  }
+}
+
+// Work item -> group of a row. Within each span of 64 groups, items 0..31
+// take the first halves of the span's blocks and items 32..63 the second
+// halves, so the 32 items of a warp (consecutive from a multiple of 32, when
+// groups_per_row % 32 == 0) all take the same side of gguf_group_values'
+// branch on the half; a warp still stores whole runs of 32 bytes or more
+// (two groups of a half block of 32, sixteen of one of 256). The row's last
+// span, if shorter, keeps the plain order. Plain float types: as is.
+template <KernelType T>
+BALLAST_HD inline uint64_t gguf_group_of_item(const GgufShape& s, uint64_t item) {
+  using G = GgufGeometry<T>;
+  if constexpr (G::kElements == 1) {
+    return item;
+  } else {
+    constexpr uint64_t H = G::kElements / 16;  // groups per half block: 2 or 16
+    const uint64_t span = item & ~uint64_t(63);
+    if (span + 64 > s.groups_per_row) return item;
+    const uint64_t half = (item >> 5) & 1, q = item & 31;
+    return span + (q / H) * (2 * H) + half * H + q % H;
   }
 }
 
 // The eight values of a whole group starting at column c0 of `row`.
-template <KernelType T>
+template <KernelType T, int HALF>
 BALLAST_HD inline void gguf_group_values(const GgufShape& s, const uint8_t* __restrict__ row, uint64_t c0,
                                          float (&v)[8]) {
   using G = GgufGeometry<T>;
@@ -868,27 +900,43 @@ BALLAST_UNROLL
     }
   }
 BALLAST_UNROLL
-  for (uint32_t j = 0; j < 8; ++j) v[j] = gguf_value<T>(row, c0, j);
+  for (uint32_t j = 0; j < 8; ++j) v[j] = gguf_value<T, HALF>(row, c0, j);
 }
 
-// Group `group` of row n. OUT is uint16_t (f16 bits, dequant_gguf) or
-// float (dequant_gguf_f32).
+// A whole group from column c0 (HALF as for gguf_value): eight values and
+// one 16-byte store of f16 or two of f32. tools/kernel-report's probes run
+// this for one half, as one thread does.
+template <KernelType T, class OUT, int HALF>
+BALLAST_HD inline void gguf_store_group(const GgufShape& s, const uint8_t* __restrict__ row, uint64_t c0,
+                                        OUT* __restrict__ out) {
+  float v[8];
+  gguf_group_values<T, HALF>(s, row, c0, v);
+  if constexpr (sizeof(OUT) == 2) {
+    *reinterpret_cast<Vec4*>(out) = vec4(hw_f16x2_from_f32(v[0], v[1]), hw_f16x2_from_f32(v[2], v[3]),
+                                         hw_f16x2_from_f32(v[4], v[5]), hw_f16x2_from_f32(v[6], v[7]));
+  } else {
+    Vec4* o = reinterpret_cast<Vec4*>(out);
+    o[0] = vec4(kmath::f32_bits(v[0]), kmath::f32_bits(v[1]), kmath::f32_bits(v[2]), kmath::f32_bits(v[3]));
+    o[1] = vec4(kmath::f32_bits(v[4]), kmath::f32_bits(v[5]), kmath::f32_bits(v[6]), kmath::f32_bits(v[7]));
+  }
+}
+
+// Work item `item` of row n (a group of eight outputs: gguf_group_of_item).
+// OUT is uint16_t (f16 bits, dequant_gguf) or float (dequant_gguf_f32).
 template <KernelType T, class OUT>
-BALLAST_HD inline void gguf_group(const GgufShape& s, uint64_t n, uint64_t group, const uint8_t* __restrict__ src,
+BALLAST_HD inline void gguf_group(const GgufShape& s, uint64_t n, uint64_t item, const uint8_t* __restrict__ src,
                                   OUT* __restrict__ dst) {
   const uint8_t* row = src + n * s.row_bytes;
-  const uint64_t c0 = 8 * group;
+  const uint64_t c0 = 8 * gguf_group_of_item<T>(s, item);
   OUT* out = dst + n * s.cols + c0;
   if (s.wide) {
-    float v[8];
-    gguf_group_values<T>(s, row, c0, v);
-    if constexpr (sizeof(OUT) == 2) {
-      *reinterpret_cast<Vec4*>(out) = vec4(hw_f16x2_from_f32(v[0], v[1]), hw_f16x2_from_f32(v[2], v[3]),
-                                           hw_f16x2_from_f32(v[4], v[5]), hw_f16x2_from_f32(v[6], v[7]));
+    using G = GgufGeometry<T>;
+    if constexpr (G::kElements == 1) {
+      gguf_store_group<T, OUT, -1>(s, row, c0, out);
+    } else if (c0 % G::kElements < G::kElements / 2) {  // uniform in a warp (gguf_group_of_item)
+      gguf_store_group<T, OUT, 0>(s, row, c0, out);
     } else {
-      Vec4* o = reinterpret_cast<Vec4*>(out);
-      o[0] = vec4(kmath::f32_bits(v[0]), kmath::f32_bits(v[1]), kmath::f32_bits(v[2]), kmath::f32_bits(v[3]));
-      o[1] = vec4(kmath::f32_bits(v[4]), kmath::f32_bits(v[5]), kmath::f32_bits(v[6]), kmath::f32_bits(v[7]));
+      gguf_store_group<T, OUT, 1>(s, row, c0, out);
     }
     return;
   }
