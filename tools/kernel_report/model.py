@@ -33,6 +33,26 @@ def main():
      ("repack_int4/f16_scales/no_zp/8192x16384/bs128", 256, 40, 0, 16.5, 0.49, 1.0, 31.5, 110.0, 1.0),
      ("quant_int8/f32/4096x4096", 256, 64, 64, 64, 0.8, 0.5, 80, 275.0, 1.0),
      ("quant_int8/f16/8192x4096", 256, 48, 64, 32, 0.67, 0.5, 48, 279.0, 1.0),
+     # dequant_gguf (not bench_derive cases yet): one group of eight outputs per thread; the bytes in
+     # flight are the group's share of its block (byte loads, issued before the first use; plain
+     # float sources: one or two 16-byte loads).
+     ("dequant_gguf/f32/8192x8192", 256, 30, 0, 32, 0.67, 1.0, 48, 32.0, 1.0),
+     ("dequant_gguf/f16/8192x8192", 256, 28, 0, 16, 0.50, 1.0, 32, 46.0, 1.0),
+     ("dequant_gguf/bf16/8192x8192", 256, 28, 0, 16, 0.50, 1.0, 32, 38.0, 1.0),
+     ("dequant_gguf/q4_0/8192x8192", 256, 32, 0, 4.5, 0.22, 1.0, 20.5, 97.0, 1.0),
+     ("dequant_gguf/q4_1/8192x8192", 256, 32, 0, 5, 0.24, 1.0, 21, 96.0, 1.0),
+     ("dequant_gguf/q5_0/8192x8192", 256, 32, 0, 5.5, 0.26, 1.0, 21.5, 148.0, 1.0),
+     ("dequant_gguf/q5_1/8192x8192", 256, 32, 0, 6, 0.27, 1.0, 22, 156.0, 1.0),
+     ("dequant_gguf/q8_0/8192x8192", 256, 32, 0, 8.5, 0.35, 1.0, 24.5, 81.0, 1.0),
+     ("dequant_gguf/q2_k/8192x8192", 256, 40, 0, 2.625, 0.14, 1.0, 18.625, 148.0, 1.0),
+     ("dequant_gguf/q3_k/8192x8192", 256, 32, 0, 3.4375, 0.18, 1.0, 19.4375, 200.0, 1.0),
+     ("dequant_gguf/q4_k/8192x8192", 256, 32, 0, 4.5, 0.22, 1.0, 20.5, 160.0, 1.0),
+     ("dequant_gguf/q5_k/8192x8192", 256, 32, 0, 5.5, 0.26, 1.0, 21.5, 219.0, 1.0),
+     ("dequant_gguf/q6_k/8192x8192", 256, 40, 0, 6.5625, 0.29, 1.0, 22.5625, 184.0, 1.0),
+     ("dequant_gguf/q8_k/8192x8192", 256, 32, 0, 9.125, 0.36, 1.0, 25.125, 88.0, 1.0),
+     ("dequant_gguf_f32/q4_0/8192x8192", 256, 31, 0, 4.5, 0.12, 1.0, 18.25, 49.0, 1.0),
+     ("dequant_gguf_f32/q4_k/8192x8192", 256, 40, 0, 4.5, 0.12, 1.0, 18.25, 80.5, 1.0),
+     ("dequant_gguf_f32/q6_k/8192x8192", 256, 32, 0, 6.5625, 0.17, 1.0, 19.2812, 92.5, 1.0),
     ]
     print("B_CLK=%.1f B/clk/SM, read in flight for copy speed=%.1f KB/SM" % (B_CLK, COPY_TB/2*LAT/SMS/1024))
     for case, th, regs, smem, fl, rho, phase, T, i16, eff in rows:
@@ -52,7 +72,24 @@ def main():
      "to_f16/f32/4096x4096": (8192, 8), "to_f16/bf16/8192x4096": (16384, 8),
      "dequant_int4/f32_scales/packed_zp/8192x8192/bs32": (32768, 8), "dequant_int4/f16_scales/no_zp/8192x8192/bs128": (32768, 8),
      "repack_int4/f32_scales/packed_zp/8192x16384/bs32": (16384, 6), "repack_int4/f16_scales/no_zp/8192x16384/bs128": (16384, 6),
-     "quant_int8/f32/4096x4096": (4096, 4), "quant_int8/f16/8192x4096": (8192, 5)}
+     "quant_int8/f32/4096x4096": (4096, 4), "quant_int8/f16/8192x4096": (8192, 5),
+     "dequant_gguf/f32/8192x8192": (32768, 8),
+     "dequant_gguf/f16/8192x8192": (32768, 8),
+     "dequant_gguf/bf16/8192x8192": (32768, 8),
+     "dequant_gguf/q4_0/8192x8192": (32768, 8),
+     "dequant_gguf/q4_1/8192x8192": (32768, 8),
+     "dequant_gguf/q5_0/8192x8192": (32768, 8),
+     "dequant_gguf/q5_1/8192x8192": (32768, 8),
+     "dequant_gguf/q8_0/8192x8192": (32768, 8),
+     "dequant_gguf/q2_k/8192x8192": (32768, 6),
+     "dequant_gguf/q3_k/8192x8192": (32768, 8),
+     "dequant_gguf/q4_k/8192x8192": (32768, 8),
+     "dequant_gguf/q5_k/8192x8192": (32768, 8),
+     "dequant_gguf/q6_k/8192x8192": (32768, 6),
+     "dequant_gguf/q8_k/8192x8192": (32768, 8),
+     "dequant_gguf_f32/q4_0/8192x8192": (32768, 8),
+     "dequant_gguf_f32/q4_k/8192x8192": (32768, 6),
+     "dequant_gguf_f32/q6_k/8192x8192": (32768, 8)}
     out = []
     for case, th, regs, smem, fl, rho, phase, T, i16, eff in rows:
         res = resident(th, regs, smem)

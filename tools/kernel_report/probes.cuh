@@ -97,6 +97,58 @@ QUANT_PROBE(float, probe_quant_int8_f32)
 PROBE_BYTES(probe_quant_int8_f16, 16)
 QUANT_PROBE(uint16_t, probe_quant_int8_f16)
 
+// dequant_gguf: one wide group of eight outputs of one row (16 bytes of
+// f16, 32 of f32), decoded from its block; the shape is forced wide (dst
+// aligned, cols % 8 == 0) and, for the plain float types, the source
+// aligned (16-byte loads), as in the bench cases. Block types run the
+// first half-block's branch: a warp runs one of the two (gguf_group_of_item).
+#define GGUF_PROBE(T, OUT, name)                                                                          \
+  extern "C" __global__ void name(const uint8_t* __restrict__ src, OUT* __restrict__ dst,                \
+                                  elem::GgufShape launch, uint64_t n, uint64_t group) {                   \
+    using G = elem::GgufGeometry<KernelType::T>;                                                          \
+    elem::GgufShape shape = launch;                                                                       \
+    shape.wide = true;                                                                                    \
+    shape.packets = G::kElements == 1; /* aligned source */                                               \
+    const uint64_t c0 = 8 * elem::gguf_group_of_item<KernelType::T>(shape, group + threadIdx.x);          \
+    elem::gguf_store_group<KernelType::T, OUT, G::kElements == 1 ? -1 : 0>(                               \
+        shape, src + n * shape.row_bytes, c0, dst + n * shape.cols + c0);                                 \
+  }
+PROBE_BYTES(probe_dequant_gguf_f32, 16)
+GGUF_PROBE(float32, uint16_t, probe_dequant_gguf_f32)
+PROBE_BYTES(probe_dequant_gguf_f16, 16)
+GGUF_PROBE(float16, uint16_t, probe_dequant_gguf_f16)
+PROBE_BYTES(probe_dequant_gguf_bf16, 16)
+GGUF_PROBE(bfloat16, uint16_t, probe_dequant_gguf_bf16)
+PROBE_BYTES(probe_dequant_gguf_q4_0, 16)
+GGUF_PROBE(q4_0, uint16_t, probe_dequant_gguf_q4_0)
+PROBE_BYTES(probe_dequant_gguf_q4_1, 16)
+GGUF_PROBE(q4_1, uint16_t, probe_dequant_gguf_q4_1)
+PROBE_BYTES(probe_dequant_gguf_q5_0, 16)
+GGUF_PROBE(q5_0, uint16_t, probe_dequant_gguf_q5_0)
+PROBE_BYTES(probe_dequant_gguf_q5_1, 16)
+GGUF_PROBE(q5_1, uint16_t, probe_dequant_gguf_q5_1)
+PROBE_BYTES(probe_dequant_gguf_q8_0, 16)
+GGUF_PROBE(q8_0, uint16_t, probe_dequant_gguf_q8_0)
+PROBE_BYTES(probe_dequant_gguf_q2_k, 16)
+GGUF_PROBE(q2_k, uint16_t, probe_dequant_gguf_q2_k)
+PROBE_BYTES(probe_dequant_gguf_q3_k, 16)
+GGUF_PROBE(q3_k, uint16_t, probe_dequant_gguf_q3_k)
+PROBE_BYTES(probe_dequant_gguf_q4_k, 16)
+GGUF_PROBE(q4_k, uint16_t, probe_dequant_gguf_q4_k)
+PROBE_BYTES(probe_dequant_gguf_q5_k, 16)
+GGUF_PROBE(q5_k, uint16_t, probe_dequant_gguf_q5_k)
+PROBE_BYTES(probe_dequant_gguf_q6_k, 16)
+GGUF_PROBE(q6_k, uint16_t, probe_dequant_gguf_q6_k)
+PROBE_BYTES(probe_dequant_gguf_q8_k, 16)
+GGUF_PROBE(q8_k, uint16_t, probe_dequant_gguf_q8_k)
+// f32 output: the same decoding, twice the bytes stored.
+PROBE_BYTES(probe_dequant_gguf_f32_q4_0, 32)
+GGUF_PROBE(q4_0, float, probe_dequant_gguf_f32_q4_0)
+PROBE_BYTES(probe_dequant_gguf_f32_q4_k, 32)
+GGUF_PROBE(q4_k, float, probe_dequant_gguf_f32_q4_k)
+PROBE_BYTES(probe_dequant_gguf_f32_q6_k, 32)
+GGUF_PROBE(q6_k, float, probe_dequant_gguf_f32_q6_k)
+
 #else
 // ---------------------------------------------------------------- baseline
 // The old transpose kernel's body for one tile (TILE x TILE, 256 threads).

@@ -222,6 +222,28 @@ void enqueue_quant_int8(const KernelArgs& a, vendor::Stream stream) {
   }
 }
 
+// ------------------------------------------------------------ dequant_gguf
+// One thread per group of eight outputs of a row (derivation_elements.hpp,
+// gguf_group), walked by a (row, group) cursor; one instantiation per block
+// type and output type, so each kernel holds only its type's decoding.
+template <KernelType T, class OUT>
+__global__ void __launch_bounds__(kThreads)
+    dequant_gguf_kernel(const uint8_t* __restrict__ src, OUT* __restrict__ dst, elem::GgufShape shape,
+                        elem::Cursor stride) {
+  for (elem::Cursor c = elem::cursor_at(blockIdx.x * kThreads + threadIdx.x, shape.groups_per_row); c.major < shape.rows;
+       elem::cursor_step(c, stride, shape.groups_per_row))
+    elem::gguf_group<T, OUT>(shape, c.major, c.minor, src, dst);
+}
+
+template <KernelType T, class OUT>
+void enqueue_gguf(const KernelArgs& a, vendor::Stream stream) {
+  const elem::GgufShape shape = elem::gguf_shape<T>(a.rows, a.cols, a.src, a.dst);
+  const unsigned grid = grid_for(a.rows * shape.groups_per_row, kThreads);
+  dequant_gguf_kernel<T, OUT><<<grid, kThreads, 0, stream>>>(reinterpret_cast<const uint8_t*>(a.src),
+                                                             reinterpret_cast<OUT*>(a.dst), shape,
+                                                             elem::cursor_at(grid * kThreads, shape.groups_per_row));
+}
+
 // One row per derivation kind, in the kind table's order: each returns
 // false when the launch has nothing to do (no kernel enqueued).
 bool run_transpose(const KernelArgs& a, vendor::Stream stream) {
@@ -269,6 +291,20 @@ bool run_quant_int8(const KernelArgs& a, vendor::Stream stream) {
   return true;
 }
 
+bool run_gguf(const KernelArgs& a, vendor::Stream stream) {  // dequant_gguf and dequant_gguf_f32
+  if (a.rows * a.cols == 0) return false;
+  const bool f32 = a.kind == Derivation::dequant_gguf_f32;
+  // The host side accepted only the kinds' block types; any other enqueues nothing.
+  return elem::with_gguf_type(a.src_type, [&](auto type) {
+    constexpr KernelType kType = decltype(type)::value;
+    if (f32) {
+      enqueue_gguf<kType, float>(a, stream);
+    } else {
+      enqueue_gguf<kType, uint16_t>(a, stream);
+    }
+  });
+}
+
 struct EnqueueRow {
   Derivation kind;
   bool (*run)(const KernelArgs&, vendor::Stream);
@@ -277,7 +313,9 @@ constexpr EnqueueRow kEnqueue[] = {{Derivation::transpose, run_transpose},
                                    {Derivation::to_f16, run_to_f16},
                                    {Derivation::dequant_int4, run_int4},
                                    {Derivation::repack_int4, run_int4},
-                                   {Derivation::quant_int8, run_quant_int8}};
+                                   {Derivation::quant_int8, run_quant_int8},
+                                   {Derivation::dequant_gguf, run_gguf},
+                                   {Derivation::dequant_gguf_f32, run_gguf}};
 static_assert(kinds::covers_every_kind(kEnqueue), "the CUDA/HIP kernels need one row per derivation kind");
 
 }  // namespace

@@ -11,14 +11,31 @@
 namespace ballast::gpu {
 
 // Numbered as ballast::DataType; the host side static_asserts the
-// correspondence.
-enum class KernelType : std::uint32_t { float32 = 1, uint8 = 2, float16 = 10, bfloat16 = 16 };
+// correspondence. The GGUF block types are the dequant_gguf kinds' src_type
+// (numbered as kmath::gguf::Type too, which derivation_elements.hpp checks).
+enum class KernelType : std::uint32_t {
+  float32 = 1,
+  uint8 = 2,
+  float16 = 10,
+  bfloat16 = 16,
+  q4_0 = 2002,
+  q4_1 = 2003,
+  q5_0 = 2006,
+  q5_1 = 2007,
+  q8_0 = 2008,
+  q2_k = 2010,
+  q3_k = 2011,
+  q4_k = 2012,
+  q5_k = 2013,
+  q6_k = 2014,
+  q8_k = 2015,
+};
 
 // One launch that the host side has already validated: every pointer
 // covers its operand's full size, shapes are consistent.
 struct KernelArgs {
   Derivation kind = Derivation::transpose;
-  KernelType src_type = KernelType::float32;  // to_f16 / quant_int8 source, int4 scales
+  KernelType src_type = KernelType::float32;  // to_f16 / quant_int8 source, int4 scales, GGUF block type
   std::uint32_t element_bytes = 0;           // transpose: 1, 2, 4 or 8
   std::uint32_t block_size = 0;
   ZeroPoints zero_points = ZeroPoints::absent;

@@ -2,6 +2,7 @@
 
 #include <ballast/dtype.hpp>
 
+#include <cstddef>
 #include <cstdio>
 #include <new>
 #include <string>
@@ -12,6 +13,20 @@ namespace {
 
 static_assert(static_cast<int>(KernelType::bfloat16) == static_cast<int>(DataType::bfloat16));
 static_assert(static_cast<int>(KernelType::float16) == static_cast<int>(DataType::float16));
+
+// do_launch passes a GGUF kind's block type through as KernelType: every
+// type the kinds read must have the same number on both sides.
+constexpr bool gguf_types_match() {
+  constexpr KernelType kKernel[] = {KernelType::float32, KernelType::float16, KernelType::bfloat16, KernelType::q4_0,
+                                    KernelType::q4_1,    KernelType::q5_0,    KernelType::q5_1,     KernelType::q8_0,
+                                    KernelType::q2_k,    KernelType::q3_k,    KernelType::q4_k,     KernelType::q5_k,
+                                    KernelType::q6_k,    KernelType::q8_k};
+  if (sizeof(kKernel) / sizeof(kKernel[0]) != sizeof(kinds::kGgufBlocks) / sizeof(kinds::kGgufBlocks[0])) return false;
+  for (std::size_t i = 0; i < sizeof(kKernel) / sizeof(kKernel[0]); ++i)
+    if (static_cast<std::uint32_t>(kKernel[i]) != static_cast<std::uint32_t>(kinds::kGgufBlocks[i].type)) return false;
+  return true;
+}
+static_assert(gguf_types_match(), "KernelType numbers every GGUF block type as DataType does");
 
 bool add_overflows(std::uint64_t a, std::uint64_t b, std::uint64_t& out) { return __builtin_add_overflow(a, b, &out); }
 

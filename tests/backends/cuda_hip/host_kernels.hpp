@@ -97,6 +97,20 @@ void quant_int8_on_host(const KernelArgs& a) {
   }
 }
 
+// dequant_gguf_kernel's cursor walk, with the same small grid as the int4
+// replay (7 threads, so the stride's carry is exercised).
+template <KernelType T, class OUT>
+void gguf_on_host(const KernelArgs& a) {
+  const elem::GgufShape shape = elem::gguf_shape<T>(a.rows, a.cols, a.src, a.dst);
+  constexpr std::uint32_t kThreads = 7;
+  const elem::Cursor stride = elem::cursor_at(kThreads, shape.groups_per_row);
+  for (std::uint32_t t = 0; t < kThreads; ++t)
+    for (elem::Cursor c = elem::cursor_at(t, shape.groups_per_row); c.major < shape.rows;
+         elem::cursor_step(c, stride, shape.groups_per_row))
+      elem::gguf_group<T, OUT>(shape, c.major, c.minor, reinterpret_cast<const std::uint8_t*>(a.src),
+                               reinterpret_cast<OUT*>(a.dst));
+}
+
 inline void run_on_host(const KernelArgs& a) {
   using std::uint16_t;
   using std::uint64_t;
@@ -143,6 +157,18 @@ inline void run_on_host(const KernelArgs& a) {
       }
       return;
     }
+    case Derivation::dequant_gguf:
+    case Derivation::dequant_gguf_f32:
+      if (a.rows * a.cols == 0) return;  // as run_gguf: nothing enqueued
+      elem::with_gguf_type(a.src_type, [&](auto type) {
+        constexpr KernelType kType = decltype(type)::value;
+        if (a.kind == Derivation::dequant_gguf_f32) {
+          gguf_on_host<kType, float>(a);
+        } else {
+          gguf_on_host<kType, uint16_t>(a);
+        }
+      });
+      return;
   }
 }
 

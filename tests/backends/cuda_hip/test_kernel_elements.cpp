@@ -53,6 +53,49 @@ TEST_CASE("kernel per-thread bodies match the scalar reference for every derivat
   CHECK(checked > 100);
 }
 
+// kernel_cases() hands the kernels 16-byte aligned operands, so the GGUF
+// kernel takes its widest path for every case; here each GGUF case runs
+// again with the output one element past a 16-byte boundary (the
+// element-by-element path) and with the source one byte past it (whole
+// groups from byte loads, where plain float sources use 16-byte loads).
+TEST_CASE("dequant_gguf kernels match the reference with operands that are not 16-byte aligned") {
+  int checked = 0;
+  for (const test_cases::DerivationCase& c : test_cases::kernel_cases()) {
+    if (!derivation_kind(c.shape.kind).gguf_blocks) continue;
+    CAPTURE(c.label);
+    auto sizes = derivation_sizes(c.shape);
+    REQUIRE(sizes.ok());
+    auto expected = reference::derive(c.shape, {c.src, c.scales, c.zero_points});
+    REQUIRE_MESSAGE(expected.ok(), expected.error().to_string());
+    const std::size_t element = c.shape.kind == Derivation::dequant_gguf_f32 ? 4 : 2;
+    for (const auto& [src_shift, dst_shift] : {std::pair<std::size_t, std::size_t>{0, element}, {1, 0}}) {
+      CAPTURE(src_shift);
+      CAPTURE(dst_shift);
+      // 16-byte aligned bases inside over-allocated buffers, then shifted.
+      const auto at = [](std::vector<std::byte>& v, std::size_t shift) {
+        return v.data() + (16 - reinterpret_cast<std::uintptr_t>(v.data()) % 16) % 16 + shift;
+      };
+      std::vector<std::byte> src_storage(c.src.size() + 32), dst_storage(sizes->dst_bytes + 32);
+      std::byte* src = at(src_storage, src_shift);
+      std::byte* dst = at(dst_storage, dst_shift);
+      std::memcpy(src, c.src.data(), c.src.size());
+      KernelArgs a;
+      a.kind = c.shape.kind;
+      a.src_type = static_cast<KernelType>(c.shape.src_type);
+      a.rows = c.shape.rows;
+      a.cols = c.shape.cols;
+      a.src = reinterpret_cast<std::uintptr_t>(src);
+      a.dst = reinterpret_cast<std::uintptr_t>(dst);
+      testing::run_on_host(a);
+      const std::vector<std::byte> out(dst, dst + sizes->dst_bytes);
+      const reference::Comparison cmp = reference::compare(c.shape, *expected, out, {});
+      CHECK_MESSAGE(cmp.ok, cmp.message);
+      ++checked;
+    }
+  }
+  CHECK(checked >= 14 * 2 * 3 * 2);
+}
+
 TEST_CASE("eight codes of a group are read low nibble first, whatever the alignment") {
   const std::uint8_t bytes[5] = {0x21, 0x43, 0x65, 0x87, 0xa9};
   CHECK(elem::load_u32_le(bytes) == 0x87654321u);
