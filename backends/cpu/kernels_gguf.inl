@@ -26,6 +26,8 @@ BALLAST_GGUF_TARGET void decode<g::kBF16>(const std::uint8_t* __restrict b, floa
   for (std::uint32_t i = 0; i < n; ++i) y[i] = kmath::f32_from_bits(g::u16_at(b, 2u * i) << 16);
 }
 
+// The quantized types element-wise (the AVX2 namespace has its own).
+#if !defined(BALLAST_GGUF_FAST_DECODE)
 template <>
 BALLAST_GGUF_TARGET void decode<g::kQ4_0>(const std::uint8_t* __restrict b, float* __restrict y, std::uint32_t) {
   const float d = g::f16_at(b, 0);
@@ -139,6 +141,8 @@ BALLAST_GGUF_TARGET void decode<g::kQ6_K>(const std::uint8_t* __restrict b, floa
       }
     }
 }
+
+#endif  // !BALLAST_GGUF_FAST_DECODE
 
 // The decoder rows_of calls: decode<Type> unless the including namespace
 // defines BALLAST_GGUF_FAST_DECODE and its own fast_decode (kernels_gguf.cpp's
