@@ -241,12 +241,13 @@ TEST_CASE("racing inserts: exactly one writer wins each key and every loser gets
 TEST_CASE("8 threads x 10,000 keys, each touched many times in random order: one build per (kind, key)") {
   constexpr int kThreads = 8;
   constexpr int kKeys = 10000;
-  constexpr int kTouches = 6;  // per thread per key
+  // Per thread per key: every kind at least once (item % kTouches picks it).
+  constexpr int kTouches = kDerivationCount + 1;
   constexpr int kWindow = 512;  // threads sweep the keys together so first touches collide
   DerivedWeights memo;
 
   // Every key is used under every kind, so each (kind, key) pair is a
-  // separate single-flight: 5 x 10,000 builds in all.
+  // separate single-flight: kDerivationCount x 10,000 builds in all.
   struct Slot {
     std::atomic<int> builds{0};
     std::atomic<DevicePtr> value{0};
