@@ -217,15 +217,94 @@ BALLAST_GGUF_TARGET void q6_k(const std::uint8_t* __restrict b, Out* __restrict 
   BALLAST_GGUF_TARGET void fast_decode_f16<TYPE>(const std::uint8_t* __restrict b, std::uint16_t* __restrict y) {   \
     DECODER(b, y);                                                                                            \
   }
-BALLAST_GGUF_AVX2(g::kQ4_0, q4_01<false>)
-BALLAST_GGUF_AVX2(g::kQ4_1, q4_01<true>)
+// The 4-bit types to f16 by table: a sub-block's 16 possible values are
+// computed once (the same operations on the same codes, so the same bits)
+// and each code is looked up with pshufb, 32 at a time.
+struct Table16 {
+  __m256i lo, hi;  // the low and high bytes of the 16 f16, in both 128-bit lanes
+};
+S Table16 table16(__m256 v0, __m256 v1) {  // the values of codes 0..7 and 8..15
+  const __m128i h0 = _mm256_cvtps_ph(v0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m128i h1 = _mm256_cvtps_ph(v1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m128i low_byte = _mm_set1_epi16(0x00ff);
+  const __m128i lo = _mm_packus_epi16(_mm_and_si128(h0, low_byte), _mm_and_si128(h1, low_byte));
+  const __m128i hi = _mm_packus_epi16(_mm_srli_epi16(h0, 8), _mm_srli_epi16(h1, 8));
+  return {_mm256_broadcastsi128_si256(lo), _mm256_broadcastsi128_si256(hi)};
+}
+// 32 codes (bytes 0..15, in element order) to 32 f16 at y.
+S void lookup32(std::uint16_t* y, __m256i codes, const Table16& t) {
+  const __m256i l = _mm256_shuffle_epi8(t.lo, codes), h = _mm256_shuffle_epi8(t.hi, codes);
+  const __m256i a = _mm256_unpacklo_epi8(l, h);  // elements 0-7 | 16-23
+  const __m256i b = _mm256_unpackhi_epi8(l, h);  // elements 8-15 | 24-31
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(y), _mm256_permute2x128_si256(a, b, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + 16), _mm256_permute2x128_si256(a, b, 0x31));
+}
+S __m256i codes_0_15() { return _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); }
+// Q4_0 / Q4_1: 16 code bytes, low nibbles elements 0..15, high 16..31.
+template <bool Offset>
+BALLAST_GGUF_TARGET void q4_01_f16(const std::uint8_t* __restrict b, std::uint16_t* __restrict y) {
+  const __m256 d = _mm256_set1_ps(h16(b, 0));
+  const __m256i i0 = codes_0_15(), i1 = _mm256_add_epi32(i0, _mm256_set1_epi32(8));
+  Table16 t;
+  if (Offset) {
+    const __m256 m = _mm256_set1_ps(h16(b, 2));
+    t = table16(_mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i0), d), m),
+                _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(i1), d), m));
+  } else {
+    const __m256i eight = _mm256_set1_epi32(8);
+    t = table16(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(i0, eight)), d),
+                _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(i1, eight)), d));
+  }
+  const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + (Offset ? 4 : 2)));
+  const __m128i nibble = _mm_set1_epi8(15);
+  const __m128i low = _mm_and_si128(qs, nibble), high = _mm_and_si128(_mm_srli_epi16(qs, 4), nibble);
+  lookup32(y, _mm256_set_m128i(high, low), t);
+}
+// Q4_K to f16: sub-blocks 2c and 2c + 1 are the low and high nibbles of the
+// same 32 bytes, each with its own (d * sc, dmin * mn).
+BALLAST_GGUF_TARGET void q4k_f16(const std::uint8_t* __restrict b, std::uint16_t* __restrict y) {
+  const float d = h16(b, 0), dmin = h16(b, 2);
+  const __m256 i0 = _mm256_cvtepi32_ps(codes_0_15()), i1 = _mm256_cvtepi32_ps(_mm256_add_epi32(codes_0_15(), _mm256_set1_epi32(8)));
+  const __m256i nibble = _mm256_set1_epi8(15);
+  for (std::uint32_t c = 0; c < 4; ++c) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * c));
+    for (std::uint32_t half = 0; half < 2; ++half) {
+      const std::uint32_t s = 2 * c + half;
+      const __m256 d1 = _mm256_set1_ps(mul(d, fl(g::k_scale(b, 4, s)))), m1 = _mm256_set1_ps(mul(dmin, fl(g::k_min(b, 4, s))));
+      const Table16 t = table16(_mm256_sub_ps(_mm256_mul_ps(i0, d1), m1), _mm256_sub_ps(_mm256_mul_ps(i1, d1), m1));
+      const __m256i codes = half == 0 ? _mm256_and_si256(v, nibble) : _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+      lookup32(y + 32 * s, codes, t);
+    }
+  }
+}
+
+#define BALLAST_GGUF_AVX2_F32(TYPE, DECODER)                                                                  \
+  template <>                                                                                                 \
+  BALLAST_GGUF_TARGET void fast_decode<TYPE>(const std::uint8_t* __restrict b, float* __restrict y, std::uint32_t) { \
+    DECODER(b, y);                                                                                            \
+  }
+BALLAST_GGUF_AVX2_F32(g::kQ4_0, q4_01<false>)
+BALLAST_GGUF_AVX2_F32(g::kQ4_1, q4_01<true>)
+BALLAST_GGUF_AVX2_F32(g::kQ4_K, q45k<false>)
+#undef BALLAST_GGUF_AVX2_F32
+template <>
+BALLAST_GGUF_TARGET void fast_decode_f16<g::kQ4_0>(const std::uint8_t* __restrict b, std::uint16_t* __restrict y) {
+  q4_01_f16<false>(b, y);
+}
+template <>
+BALLAST_GGUF_TARGET void fast_decode_f16<g::kQ4_1>(const std::uint8_t* __restrict b, std::uint16_t* __restrict y) {
+  q4_01_f16<true>(b, y);
+}
+template <>
+BALLAST_GGUF_TARGET void fast_decode_f16<g::kQ4_K>(const std::uint8_t* __restrict b, std::uint16_t* __restrict y) {
+  q4k_f16(b, y);
+}
 BALLAST_GGUF_AVX2(g::kQ5_0, q5_01<false>)
 BALLAST_GGUF_AVX2(g::kQ5_1, q5_01<true>)
 BALLAST_GGUF_AVX2(g::kQ8_0, q8_0)
 BALLAST_GGUF_AVX2(g::kQ8_K, q8_k)
 BALLAST_GGUF_AVX2(g::kQ2_K, q2_k)
 BALLAST_GGUF_AVX2(g::kQ3_K, q3_k)
-BALLAST_GGUF_AVX2(g::kQ4_K, q45k<false>)
 BALLAST_GGUF_AVX2(g::kQ5_K, q45k<true>)
 BALLAST_GGUF_AVX2(g::kQ6_K, q6_k)
 #undef BALLAST_GGUF_AVX2

@@ -160,6 +160,8 @@ inline constexpr Kind<Derivation::to_f16> to_f16{};
 inline constexpr Kind<Derivation::dequant_int4> dequant_int4{};
 inline constexpr Kind<Derivation::repack_int4> repack_int4{};
 inline constexpr Kind<Derivation::quant_int8> quant_int8{};
+inline constexpr Kind<Derivation::dequant_gguf> dequant_gguf{};
+inline constexpr Kind<Derivation::dequant_gguf_f32> dequant_gguf_f32{};
 
 template <class T>
 concept kind_tag = std::same_as<std::remove_cvref_t<T>, Kind<std::remove_cvref_t<T>::value>>;
