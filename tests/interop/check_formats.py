@@ -14,7 +14,6 @@ Exit 0 pass, 1 fail, 77 skipped (with the reason printed).
 """
 
 import argparse
-import filecmp
 import json
 import os
 import shutil
@@ -22,7 +21,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
-from cli_check import FAILURES, expect, skip  # noqa: E402
+from cli_check import FAILURES, derive_dump as derive, expect, same_files, skip  # noqa: E402
 
 RULES = {
     "source": "rules",
@@ -31,25 +30,6 @@ RULES = {
         {"name": "head", "pattern": "lm_head.weight", "derive": ["transpose", "to_f16", "quant_int8"]},
     ],
 }
-
-
-def derive(ballast, model, backend, dump, *extra):
-    shutil.rmtree(dump, ignore_errors=True)
-    p = subprocess.run([ballast, "derive", model, "--backend", backend, "--dump", dump, *extra],
-                       capture_output=True, text=True, timeout=600)
-    if p.returncode != 0 and ("unavailable" in p.stderr or "not_found: no backend" in p.stderr):
-        skip("backend %s: %s" % (backend, p.stderr.strip()))
-    return p
-
-
-def same_files(a, b, what):
-    names_a, names_b = sorted(os.listdir(a)), sorted(os.listdir(b))
-    if not expect(names_a == names_b and names_a, "%s: the same %d dumped files" % (what, len(names_a))):
-        print("  only in first:", sorted(set(names_a) - set(names_b))[:5], "only in second:",
-              sorted(set(names_b) - set(names_a))[:5])
-        return
-    differ = [n for n in names_a if not filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False)]
-    expect(not differ, "%s: every file byte-identical (first differing: %s)" % (what, differ[:1]))
 
 
 def main():

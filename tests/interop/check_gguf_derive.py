@@ -20,7 +20,6 @@ Exit 0 pass, 1 fail, 77 skipped (with the reason printed).
 """
 
 import argparse
-import filecmp
 import json
 import os
 import shutil
@@ -30,21 +29,12 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
-from cli_check import FAILURES, expect, skip  # noqa: E402
+from cli_check import FAILURES, derive_dump as derive, expect, same_files  # noqa: E402
 
 TYPES = ["float", "float16", "bfloat16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k",
          "q6_k", "q8_k"]
 RULES = {"rules": [{"name": "all", "pattern": "*", "derive": ["dequant_gguf", "dequant_gguf_f32"], "dtypes": TYPES}]}
 SUFFIX = {"dequant_gguf": np.float16, "dequant_gguf_f32": np.float32}
-
-
-def derive(ballast, model, backend, dump, *extra):
-    shutil.rmtree(dump, ignore_errors=True)
-    p = subprocess.run([ballast, "derive", model, "--backend", backend, "--dump", dump, *extra],
-                       capture_output=True, text=True, timeout=600)
-    if p.returncode != 0 and ("unavailable" in p.stderr or "not_found: no backend" in p.stderr):
-        skip("backend %s: %s" % (backend, p.stderr.strip()))
-    return p
 
 
 def same_bits(expected, got):
@@ -79,14 +69,6 @@ def check_values(dump, npy_prefixes, what):
                    "%s: %s %s equals the NumPy reading (%s %s)" % (what, tensor, kind, got.dtype, got.shape))
             compared += 1
     return compared
-
-
-def same_files(a, b, what):
-    names_a, names_b = sorted(os.listdir(a)), sorted(os.listdir(b))
-    if not expect(names_a == names_b and names_a, "%s: the same %d dumped files" % (what, len(names_a))):
-        return
-    differ = [n for n in names_a if not filecmp.cmp(os.path.join(a, n), os.path.join(b, n), shallow=False)]
-    expect(not differ, "%s: every file byte-identical (first differing: %s)" % (what, differ[:1]))
 
 
 def main():
