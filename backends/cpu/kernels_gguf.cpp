@@ -2,9 +2,12 @@
 // its scales read once per block or sub-block (common/gguf_blocks.hpp has
 // the field readers and the element-at-a-time form the GPU kernels use; the
 // values here are the same IEEE operations in the same order, which the
-// conformance cases check against the scalar reference), then stored as
-// f32 or rounded to f16 by the RowKernels table's to_f16_from_f32 (F16C
-// where the CPU has it: the same bits as kmath::f16_bits_from_f32).
+// conformance cases check against the scalar reference). The portable
+// decoders (kernels_gguf.inl) store f32 and round through the RowKernels
+// table's to_f16_from_f32; on x86-64 with AVX2 + F16C the decoders below work
+// eight codes at a time and round with F16C (the same bits as
+// kmath::f16_bits_from_f32), the 4-bit types to f16 by a pshufb table of a
+// sub-block's 16 values.
 #include "kernels.hpp"
 
 #include <common/gguf_blocks.hpp>
