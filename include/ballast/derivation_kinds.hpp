@@ -179,7 +179,16 @@ inline constexpr Kind kTable[] = {
 };
 #undef BALLAST_INT4_INPUTS_
 #undef BALLAST_GGUF_TYPES_
-static_assert(sizeof(kGgufBlocks) / sizeof(kGgufBlocks[0]) == 14, "every GGUF type the kinds read is in their rows");
+// The GGUF kinds' type lists are kGgufBlocks' types, in its order.
+constexpr bool lists_gguf_blocks(const Kind& k) {
+  if (k.type_count != sizeof(kGgufBlocks) / sizeof(kGgufBlocks[0])) return false;
+  for (int i = 0; i < k.type_count; ++i)
+    if (k.types[i] != kGgufBlocks[i].type) return false;
+  return true;
+}
+static_assert(lists_gguf_blocks(kTable[static_cast<int>(Derivation::dequant_gguf)]) &&
+                  lists_gguf_blocks(kTable[static_cast<int>(Derivation::dequant_gguf_f32)]),
+              "the GGUF kinds read exactly the types of kGgufBlocks");
 
 // True when `rows` has one row per kind, in the enum's order: a backend's
 // (or a test's) dispatch table static_asserts it, so a new kind without a

@@ -3,6 +3,7 @@
 // docs/derivations.md, and the table's own consistency.
 #include <ballast/derivation.hpp>
 #include <ballast/derived_weights.hpp>
+#include <ballast/dtype.hpp>
 #include <doctest/doctest.h>
 
 #include <vector>
@@ -124,4 +125,49 @@ TEST_CASE("refusals name the kind, the role of the type and the accepted types")
   REQUIRE_FALSE(r.ok());
   CHECK(r.error().code == ErrorCode::overflow);
   CHECK(r.error().message == "quant_int8 src bytes overflow 64 bits");
+}
+
+TEST_CASE("dequant_gguf(_f32): [rows, blocks, block bytes] of uint8 to [rows, cols] f16 or f32") {
+  const auto q = derivation_layout(launch(Derivation::dequant_gguf, DataType::q4_k, 3, 512));
+  REQUIRE_MESSAGE(q.ok(), q.error().to_string());
+  CHECK(dims((*q)[Slot::src]) == std::vector<std::uint64_t>{3, 2, 144});
+  CHECK((*q)[Slot::src].bytes == 3 * 2 * 144);
+  CHECK((*q)[Slot::dst].type == DataType::float16);
+  CHECK(dims((*q)[Slot::dst]) == std::vector<std::uint64_t>{3, 512});
+  CHECK((*q)[Slot::dst].bytes == 3 * 512 * 2);
+  const auto f = derivation_layout(launch(Derivation::dequant_gguf_f32, DataType::q8_0, 2, 64));
+  REQUIRE(f.ok());
+  CHECK(dims((*f)[Slot::src]) == std::vector<std::uint64_t>{2, 2, 34});
+  CHECK((*f)[Slot::dst].type == DataType::float32);
+  CHECK((*f)[Slot::dst].bytes == 2 * 64 * 4);
+  const auto plain = derivation_layout(launch(Derivation::dequant_gguf, DataType::bfloat16, 2, 3));
+  REQUIRE(plain.ok());
+  CHECK(dims((*plain)[Slot::src]) == std::vector<std::uint64_t>{2, 3, 2});  // blocks of one element
+
+  // Part of a block, a type no kind reads, a type that is not GGUF's.
+  const auto partial = derivation_layout(launch(Derivation::dequant_gguf, DataType::q4_k, 1, 255));
+  REQUIRE_FALSE(partial.ok());
+  CHECK(partial.error().message.find("whole number of q4_k blocks (256 elements), got 255") != std::string::npos);
+  const auto iq = derivation_layout(launch(Derivation::dequant_gguf, DataType::iq2_xxs, 1, 256));
+  REQUIRE_FALSE(iq.ok());
+  CHECK(iq.code() == ErrorCode::unsupported);
+  CHECK(iq.error().message.find("not iq2_xxs") != std::string::npos);
+  CHECK(derivation_layout(launch(Derivation::dequant_gguf_f32, DataType::int8, 1, 4)).code() == ErrorCode::unsupported);
+  // Rows x cols that overflow are refused before any block is counted.
+  CHECK(derivation_layout(launch(Derivation::dequant_gguf, DataType::q8_0, std::uint64_t{1} << 40, std::uint64_t{1} << 30))
+            .code() == ErrorCode::overflow);
+}
+
+TEST_CASE("the GGUF kinds' block table agrees with dtype_block() on every type") {
+  for (const kinds::GgufBlock& b : kinds::kGgufBlocks) {
+    CAPTURE(dtype_name(b.type));
+    if (b.elements == 1) {
+      CHECK(dtype_bits(b.type) == 8u * b.bytes);  // a plain float type
+      continue;
+    }
+    const auto blk = dtype_block(b.type);
+    REQUIRE(blk.has_value());
+    CHECK(blk->elements == b.elements);
+    CHECK(blk->bytes == b.bytes);
+  }
 }
