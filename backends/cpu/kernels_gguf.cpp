@@ -121,14 +121,15 @@ BALLAST_GGUF_TARGET void q8_k(const std::uint8_t* __restrict b, Out* __restrict 
 
 template <class Out>
 BALLAST_GGUF_TARGET void q2_k(const std::uint8_t* __restrict b, Out* __restrict y) {
-  // The 16 sub-blocks' (d * sc) and (dmin * mn), eight at a time.
-  alignas(32) float dl[16], ml[16];
-  const __m256 d = _mm256_set1_ps(h16(b, 80)), dmin = _mm256_set1_ps(h16(b, 82));
-  for (std::uint32_t k = 0; k < 16; k += 8) {
-    const __m256i sc = u8x8(b + k);
-    _mm256_store_ps(dl + k, _mm256_mul_ps(d, _mm256_cvtepi32_ps(field(sc, 0, 15))));
-    _mm256_store_ps(ml + k, _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(field(sc, 4, 15))));
-  }
+  // Each sub-block's four values (d * sc) * q - dmin * mn, q = 0..3, as a
+  // table the codes index with vpermps (computed by the same operations as
+  // element by element, so the same bits).
+  __m256 table[16];
+  const float d = h16(b, 80), dmin = h16(b, 82);
+  const __m256 q = _mm256_cvtepi32_ps(_mm256_setr_epi32(0, 1, 2, 3, 0, 0, 0, 0));
+  for (std::uint32_t k = 0; k < 16; ++k)
+    table[k] = _mm256_sub_ps(_mm256_mul_ps(q, _mm256_set1_ps(mul(d, fl(b[k] & 15u)))),
+                             _mm256_set1_ps(mul(dmin, fl(static_cast<std::uint32_t>(b[k] >> 4)))));
   // Each eight code bytes hold four sub-blocks' codes (k = 8h + 2j + g, shift 2j).
   for (std::uint32_t h = 0; h < 2; ++h)
     for (std::uint32_t g = 0; g < 2; ++g)
@@ -136,19 +137,19 @@ BALLAST_GGUF_TARGET void q2_k(const std::uint8_t* __restrict b, Out* __restrict 
         const __m256i v = u8x8(b + 16 + 32 * h + 16 * g + l);
         for (std::uint32_t j = 0; j < 4; ++j) {
           const std::uint32_t k = 8 * h + 2 * j + g;
-          put_sub(y + 16 * k + l, field(v, 2 * j, 3), _mm256_broadcast_ss(dl + k), _mm256_broadcast_ss(ml + k));
+          store(y + 16 * k + l, _mm256_permutevar8x32_ps(table[k], field(v, 2 * j, 3)));
         }
       }
 }
 
 template <class Out>
 BALLAST_GGUF_TARGET void q3_k(const std::uint8_t* __restrict b, Out* __restrict y) {
-  alignas(32) float dl[16];
-  alignas(32) std::int32_t sc[16];
-  for (std::uint32_t k = 0; k < 16; ++k) sc[k] = g::q3k_scale(b, 96, k);
-  const __m256 d = _mm256_set1_ps(h16(b, 108));
-  for (std::uint32_t k = 0; k < 16; k += 8)
-    _mm256_store_ps(dl + k, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sc + k)))));
+  // Each sub-block's eight values (d * sc) * v, v = q - 4 * !high = idx - 4
+  // with idx = q + 4 * high, as a table idx indexes with vpermps.
+  __m256 table[16];
+  const float d = h16(b, 108);
+  const __m256 v = _mm256_cvtepi32_ps(_mm256_setr_epi32(-4, -3, -2, -1, 0, 1, 2, 3));
+  for (std::uint32_t k = 0; k < 16; ++k) table[k] = _mm256_mul_ps(_mm256_set1_ps(mul(d, fl(g::q3k_scale(b, 96, k)))), v);
   // Eight code bytes and eight high-bit bytes serve four sub-blocks each
   // (k = 8h + 2j + g: code shift 2j, high bit 4h + j).
   for (std::uint32_t half = 0; half < 2; ++half)
@@ -158,10 +159,8 @@ BALLAST_GGUF_TARGET void q3_k(const std::uint8_t* __restrict b, Out* __restrict 
         const __m256i qs = u8x8(b + 32 + 32 * h + 16 * half + l);
         for (std::uint32_t j = 0; j < 4; ++j) {
           const std::uint32_t k = 8 * h + 2 * j + half;
-          // q - 4 where the high bit is clear: q - ((high ^ 1) << 2).
-          const __m256i low_only = _mm256_xor_si256(field(hm, 4 * h + j, 1), _mm256_set1_epi32(1));
-          put(y + 16 * k + l, _mm256_sub_epi32(field(qs, 2 * j, 3), _mm256_slli_epi32(low_only, 2)),
-              _mm256_broadcast_ss(dl + k));
+          const __m256i idx = _mm256_or_si256(field(qs, 2 * j, 3), _mm256_slli_epi32(field(hm, 4 * h + j, 1), 2));
+          store(y + 16 * k + l, _mm256_permutevar8x32_ps(table[k], idx));
         }
       }
     }
