@@ -7,9 +7,9 @@
 // Every value is one to four IEEE f32 operations on exactly representable
 // integers and f16 scales (Q4_K: d*sc, dmin*mn, then *q and -), evaluated
 // in the order the formula gives (the scale products first, then the code;
-// a multiply feeding an add is never
-// fused: the CPU kernels build with -ffp-contract=off, the GPU kernels use
-// explicitly rounded intrinsics), so every backend gives the same bits.
+// a multiply feeding an add is never fused: the CPU kernels build with
+// -ffp-contract=off, the GPU kernels use explicitly rounded intrinsics), so
+// every backend gives the same bits.
 // Blocks are read byte by byte, little-endian: a block of 18, 22 or 34 bytes
 // sits at any 2-byte boundary, so no wider access is assumed.
 #pragma once

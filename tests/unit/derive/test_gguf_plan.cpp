@@ -12,6 +12,7 @@
 #include "unit/store/scratch_dir.hpp"
 
 #include <algorithm>
+#include <filesystem>
 
 using namespace ballast;
 using namespace ballast::testing;
@@ -182,4 +183,38 @@ TEST_CASE("GGUF: one byte range read as two block types is two memo entries and 
     CHECK(a != b);
     CHECK(host.teardown(**gpu).ok());
   }
+}
+
+TEST_CASE("GGUF on the cpu backend: a file truncated while open is an io error naming it, not SIGBUS") {
+  ScratchDir dir("gguf-plan-truncated");
+  // Two Q8_0 tensors, both read in place from the file's mapping.
+  const auto path = dir.write("m.gguf", file_of({{"blk.0.attn_q.weight", {32, 4}, kQ8_0, 4 * 34},
+                                                 {"blk.0.attn_k.weight", {32, 4}, kQ8_0, 4 * 34}}));
+  const auto size = std::filesystem::file_size(path);
+  auto m = open_model(path);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  const auto baseline = (*gpu)->counters();
+  {
+    DeviceWeights sources(**gpu, m->store());
+    DerivedWeights memo;
+    TeardownHost<GpuBackend> host(**gpu);
+    host.add(sources);
+    host.add(memo);
+    const DeriveContext ctx{**gpu, *m, sources, memo};
+    REQUIRE(derive_weight(ctx, "blk.0.attn_q.weight", Derivation::dequant_gguf).ok());
+
+    std::filesystem::resize_file(path, 0);
+    auto after = derive_weight(ctx, "blk.0.attn_k.weight", Derivation::dequant_gguf_f32);
+    REQUIRE_FALSE(after.ok());
+    CHECK(after.code() == ErrorCode::io);
+    const std::string changed = path.string() + " changed since it was opened (size " + std::to_string(size) + ", now 0)";
+    CHECK_MESSAGE(after.error().to_string().find(changed) != std::string::npos, after.error().to_string());
+    CHECK(after.error().to_string().find("'blk.0.attn_k.weight'") != std::string::npos);
+    CHECK(memo.len() == 1);  // the value made before the change; nothing since
+    const auto report = host.teardown(**gpu);
+    CHECK_MESSAGE(report.ok(), report.to_string());
+  }
+  CHECK((*gpu)->counters().live_allocations == baseline.live_allocations);
 }
