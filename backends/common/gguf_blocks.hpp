@@ -190,4 +190,23 @@ BALLAST_HD inline float block_value(std::uint32_t type, const std::uint8_t* b, s
   }
 }
 
+// ---------------------------------------------------- repack_gguf_int4
+// Q4_0 / Q4_1 into repack_int4's layout (kernel_math.hpp): word j (0..3) of
+// a 32-element block holds its columns 8j..8j+7 in repack_word's nibble
+// order; the block's pair is (scale, offset) with value = q * scale + offset:
+// Q4_0 (d, -(d * 8)), as repack_int4 pairs a zero point of 8; Q4_1 (d, m).
+BALLAST_HD inline std::uint32_t q4_codes_at(std::uint32_t type) { return type == kQ4_0 ? 2u : 4u; }
+
+BALLAST_HD inline std::uint32_t q4_repack_word(std::uint32_t type, const std::uint8_t* b, std::uint32_t j) {
+  std::uint32_t codes[8];
+  for (std::uint32_t c = 0; c < 8u; ++c) codes[c] = low_high_code(b, q4_codes_at(type), 8u * j + c);
+  return repack_word(codes);
+}
+
+BALLAST_HD inline std::uint32_t q4_repack_pair(std::uint32_t type, const std::uint8_t* b) {
+  const float d = f16_at(b, 0);
+  if (type == kQ4_0) return repack_scale_pair(d, 8.0f);
+  return static_cast<std::uint32_t>(f16_bits_from_f32(d)) | (static_cast<std::uint32_t>(f16_bits_from_f32(f16_at(b, 2))) << 16);
+}
+
 }  // namespace ballast::kmath::gguf

@@ -25,8 +25,9 @@ enum class Derivation : std::uint8_t {
   quant_int8 = 4,    // -> a pair (codes, scales)
   dequant_gguf = 5,      // GGUF blocks -> f16, one pointer
   dequant_gguf_f32 = 6,  // GGUF blocks -> f32, one pointer
+  repack_gguf_int4 = 7,  // GGUF Q4_0/Q4_1 -> repack_int4's pair (words, scale/offset pairs)
 };
-inline constexpr int kDerivationCount = 7;
+inline constexpr int kDerivationCount = 8;
 
 // How MatMulNBits zero points are given.
 enum class ZeroPoints : std::uint8_t {
@@ -176,6 +177,14 @@ inline constexpr Kind kTable[] = {
      {input(Slot::src, kFixed, DataType::uint8, 3, E::rows, E::blocks, E::block_bytes),
       output(Slot::dst, kFixed, DataType::float32, "", Rounding::exact, 2, E::rows, E::cols)},
      true},
+    // Q4_0 / Q4_1 as stored into repack_int4's outputs: the codes moved, not
+    // dequantized; per 32-element block (scale, offset) = (d, -8d) or (d, m).
+    {Derivation::repack_gguf_int4, "repack_gguf_int4", true, "block type", 2, {DataType::q4_0, DataType::q4_1}, false,
+     false, 3,
+     {input(Slot::src, kFixed, DataType::uint8, 3, E::rows, E::blocks, E::block_bytes),
+      output(Slot::dst, kFixed, DataType::uint32, ".words", Rounding::exact, 2, E::rows, E::words),
+      output(Slot::dst2, kFixed, DataType::float16, ".scale_offset", Rounding::f16, 3, E::rows, E::blocks, E::two)},
+     true},
 };
 #undef BALLAST_INT4_INPUTS_
 #undef BALLAST_GGUF_TYPES_
@@ -186,6 +195,9 @@ constexpr bool lists_gguf_blocks(const Kind& k) {
     if (k.types[i] != kGgufBlocks[i].type) return false;
   return true;
 }
+static_assert(kTable[static_cast<int>(Derivation::repack_gguf_int4)].types[0] == kGgufBlocks[3].type &&
+                  kTable[static_cast<int>(Derivation::repack_gguf_int4)].types[1] == kGgufBlocks[4].type,
+              "repack_gguf_int4 reads Q4_0 and Q4_1, rows of kGgufBlocks");
 static_assert(lists_gguf_blocks(kTable[static_cast<int>(Derivation::dequant_gguf)]) &&
                   lists_gguf_blocks(kTable[static_cast<int>(Derivation::dequant_gguf_f32)]),
               "the GGUF kinds read exactly the types of kGgufBlocks");
