@@ -100,6 +100,20 @@ void dequant_gguf(const DerivationLaunch& l, const RowKernels& kernels, ThreadPo
                     chunks_for(pool, a.rows));
 }
 
+void repack_gguf(const DerivationLaunch& l, const RowKernels&, ThreadPool& pool) {
+  GgufArgs a;
+  a.type = static_cast<std::uint32_t>(l.src_type);
+  a.block_elements = 32;
+  a.block_bytes = kinds::gguf_block(l.src_type)->bytes;  // derivation_layout checked it
+  a.src = as<const std::uint8_t>(l.src);
+  a.rows = l.rows;
+  a.cols = l.cols;
+  a.words = as<std::uint32_t>(l.dst);
+  a.pairs = as<std::uint8_t>(l.dst2);
+  pool.parallel_for(a.rows, [&](std::uint64_t r0, std::uint64_t r1) { repack_gguf_int4_rows(a, r0, r1); },
+                    chunks_for(pool, a.rows));
+}
+
 // One row per derivation kind, in the kind table's order.
 struct KernelRow {
   Derivation kind;
@@ -111,7 +125,8 @@ constexpr KernelRow kKernels[] = {{Derivation::transpose, transpose},
                                   {Derivation::repack_int4, int4},
                                   {Derivation::quant_int8, quant_int8},
                                   {Derivation::dequant_gguf, dequant_gguf},
-                                  {Derivation::dequant_gguf_f32, dequant_gguf}};
+                                  {Derivation::dequant_gguf_f32, dequant_gguf},
+                                  {Derivation::repack_gguf_int4, repack_gguf}};
 static_assert(kinds::covers_every_kind(kKernels), "the CPU backend needs one kernel row per derivation kind");
 
 }  // namespace

@@ -47,7 +47,15 @@ struct GgufArgs {
   void (*to_f16)(const float* src, std::uint16_t* dst, std::uint64_t count) = nullptr;
   // The decoders built for AVX2 + F16C (x86-64 with the vectorised table).
   bool avx2 = false;
+  // repack_gguf_int4: [rows, cols / 8] words and [rows, blocks] pairs (each
+  // a 4-byte little-endian word of two f16; only 2-byte aligned, as
+  // repack_int4's: written with memcpy).
+  std::uint32_t* words = nullptr;
+  std::uint8_t* pairs = nullptr;
 };
+
+// Rows of a repack_gguf_int4 launch (Q4_0 / Q4_1 into repack_int4's layout).
+void repack_gguf_int4_rows(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end);
 
 // Rows [row_begin, row_end) of a dequant_gguf(_f32) launch (kernels_gguf.cpp;
 // one decoder for every CPU, its loops vectorised by the compiler; the f16

@@ -340,6 +340,20 @@ static_assert(sizeof(kTypes) / sizeof(kTypes[0]) == sizeof(kinds::kGgufBlocks) /
 
 }  // namespace
 
+void repack_gguf_int4_rows(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end) {
+  const std::uint64_t blocks = a.cols / 32;
+  for (std::uint64_t r = row_begin; r < row_end; ++r) {
+    const std::uint8_t* block = a.src + r * blocks * a.block_bytes;
+    std::uint32_t* words = a.words + r * (a.cols / 8);
+    std::uint8_t* pairs = a.pairs + 4 * r * blocks;
+    for (std::uint64_t i = 0; i < blocks; ++i, block += a.block_bytes) {
+      for (std::uint32_t j = 0; j < 4; ++j) words[4 * i + j] = g::q4_repack_word(a.type, block, j);
+      const std::uint32_t pair = g::q4_repack_pair(a.type, block);
+      std::memcpy(pairs + 4 * i, &pair, 4);
+    }
+  }
+}
+
 void dequant_gguf_rows(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end) {
   for (const TypeRow& t : kTypes)
     if (t.type == a.type) return (a.avx2 ? t.rows_avx2 : t.rows)(a, row_begin, row_end);

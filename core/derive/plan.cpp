@@ -250,6 +250,10 @@ Result<PlannedDerivation> plan_derivation(const Model& model, std::string_view w
   const WeightRef* w = weight_of(model, weight, id);
   if (w == nullptr) return fail(ErrorCode::not_found, "the model has no weight of this name");
   if (derivation_kind(kind).gguf_blocks) return plan_gguf(kind, std::string(weight), id, *w, fail);
+  if (w->dtype == DataType::q8_0 && kind == Derivation::quant_int8)
+    return fail(ErrorCode::unsupported,
+                "quant_int8 keeps one scale per row and q8_0 one per 32 elements, so its codes cannot be kept as "
+                "stored; dequant_gguf_f32 gives the values to quantize");
   if (dtype_block(w->dtype))
     return fail(ErrorCode::invalid_argument, std::string(dtype_name(w->dtype)) +
                                                  " blocks are read by dequant_gguf or dequant_gguf_f32, not " +

@@ -98,7 +98,7 @@ TEST_CASE("derivations: quant_int8 from float and float16") {
   run_all(cases);
 }
 
-TEST_CASE("derivations: dequant_gguf and dequant_gguf_f32 of every GGUF type") {
+TEST_CASE("derivations: dequant_gguf and dequant_gguf_f32 of every GGUF type, repack_gguf_int4 of Q4_0 and Q4_1") {
   LeakCheck leaks;
   std::vector<DerivationCase> cases;
   std::uint64_t seed = 450;
@@ -110,6 +110,12 @@ TEST_CASE("derivations: dequant_gguf and dequant_gguf_f32 of every GGUF type") {
         cases.push_back(gguf_case(kind, b.type, s.rows, s.cols, false, ++seed));
       cases.push_back(gguf_case(kind, b.type, 5, 3, true, ++seed));
     }
+  }
+  // Q4_0 and Q4_1 repacked into repack_int4's layout.
+  for (DataType t : {DataType::q4_0, DataType::q4_1}) {
+    for (Shape s : {Shape{1, 1}, Shape{7, 3}, Shape{2, 256}, Shape{33, 2}})
+      cases.push_back(gguf_case(Derivation::repack_gguf_int4, t, s.rows, s.cols, false, ++seed));
+    cases.push_back(gguf_case(Derivation::repack_gguf_int4, t, 5, 3, true, ++seed));
   }
   run_all(cases);
 }

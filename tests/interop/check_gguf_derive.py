@@ -71,6 +71,49 @@ def check_values(dump, npy_prefixes, what):
     return compared
 
 
+REPACK_RULES = {"rules": [{"name": "repack", "pattern": "*", "derive": ["repack_gguf_int4"],
+                           "dtypes": ["q4_0", "q4_1"]}]}
+COLUMN_OF_NIBBLE = [0, 2, 4, 6, 1, 3, 5, 7]
+
+
+def check_repack(dump, npy_prefixes, what):
+    """repack_gguf_int4's words and (scale, offset) pairs, read back as
+    q * scale + offset in f32, against the NumPy values: equal (for Q4_0's
+    (q - 8) * d and Q4_1's q * d + m every term is a multiple of d's unit,
+    so the sums are exact), but for the sign of a zero."""
+    compared = 0
+    for name in sorted(os.listdir(dump)):
+        if not name.endswith(".repack_gguf_int4.words.npy"):
+            continue
+        tensor = name[: -len(".repack_gguf_int4.words.npy")]
+        words = np.load(os.path.join(dump, name))
+        pairs = np.load(os.path.join(dump, tensor + ".repack_gguf_int4.scale_offset.npy")).astype(np.float32)
+        rows, nwords = words.shape
+        codes = np.zeros((rows, nwords * 8), dtype=np.uint32)
+        for i, col in enumerate(COLUMN_OF_NIBBLE):
+            codes[:, col::8] = (words >> np.uint32(4 * i)) & np.uint32(15)
+        scale = np.repeat(pairs[:, :, 0], 32, axis=1)
+        offset = np.repeat(pairs[:, :, 1], 32, axis=1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            got = codes.astype(np.float32) * scale + offset
+        found = [p + tensor + ".f32.npy" for p in npy_prefixes if os.path.exists(p + tensor + ".f32.npy")]
+        if not expect(len(found) == 1, "%s: a NumPy reading of %s" % (what, tensor)):
+            continue
+        expected = np.load(found[0]).astype(np.float32).reshape(got.shape)
+        # A Q4_0 block whose |d| passes 65504 / 8 has no finite offset -8d in
+        # f16 (docs/derivations.md): only such blocks, and blocks of a
+        # non-finite d, are left out of the comparison.
+        exact = np.isfinite(scale) & np.isfinite(offset)
+        expect(np.all(~np.isfinite(scale[~exact]) | (np.abs(scale[~exact]) > 65504 / 8)),
+               "%s: %s: only blocks with |d| > 8188 or a non-finite d have a non-finite pair" % (what, tensor))
+        # Equal values, NaN equal to NaN; a zero's sign aside (Q4_0's code 8:
+        # (8 - 8) * d is -0 for a negative d, 8 * d + (-8 d) is +0).
+        expect(np.array_equal(expected[exact], got[exact], equal_nan=True),
+               "%s: %s repack_gguf_int4 read back equals the NumPy reading (%s words)" % (what, tensor, words.shape))
+        compared += 1
+    return compared
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ballast", required=True)
@@ -106,6 +149,17 @@ def main():
         n = check_values(dump, prefix, "%s on %s" % (label, args.backend))
         expect(n >= 2, "%s: %d dumps compared" % (label, n))
 
+    repack_rules = os.path.join(args.work, "repack.json")
+    with open(repack_rules, "w") as f:
+        json.dump(REPACK_RULES, f)
+    for label, model, prefix in cases[:2]:
+        dump = os.path.join(args.work, "dump-repack-" + label)
+        p = derive(args.ballast, model, args.backend, dump, "--rules", repack_rules)
+        if expect(p.returncode == 0, "%s: derive repack_gguf_int4 exits 0 (%s)" % (label, p.stderr.strip())):
+            dumps["repack-" + label] = dump
+            n = check_repack(dump, prefix, "%s on %s" % (label, args.backend))
+            expect(n >= 1, "%s: %d repacked tensors compared" % (label, n))
+
     llama = os.path.join(models, "llama.gguf")
     dump = os.path.join(args.work, "dump-llama-default")
     p = derive(args.ballast, llama, args.backend, dump)
@@ -125,8 +179,10 @@ def main():
     if args.reference_backend:
         for label, d in dumps.items():
             ref = d + "-" + args.reference_backend
-            model = {"types": cases[0][1], "llama": cases[1][1], "split": split_first}.get(label, llama)
-            extra = [] if label == "llama-default" else ["--rules", rules]
+            base = label[len("repack-"):] if label.startswith("repack-") else label
+            model = {"types": cases[0][1], "llama": cases[1][1], "split": split_first}.get(base, llama)
+            extra = ([] if label == "llama-default" else
+                     ["--rules", repack_rules] if label.startswith("repack-") else ["--rules", rules])
             p = derive(args.ballast, model, args.reference_backend, ref, *extra)
             if expect(p.returncode == 0, "%s on %s exits 0" % (label, args.reference_backend)):
                 same_files(ref, d, "%s: %s vs %s" % (label, args.reference_backend, args.backend))

@@ -168,6 +168,7 @@ Result<Outputs> derive(const DerivationLaunch& shape, const Inputs& in) {
     case Derivation::quant_int8: quant_int8(shape, in, out); break;
     case Derivation::dequant_gguf:
     case Derivation::dequant_gguf_f32: dequant_gguf(shape, in, out); break;
+    case Derivation::repack_gguf_int4: repack_gguf_int4(shape, in, out); break;
   }
   return out;
 }

@@ -193,4 +193,32 @@ void dequant_gguf(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
   }
 }
 
+void repack_gguf_int4(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
+  static constexpr unsigned kColumnOfNibble[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+  const kinds::GgufBlock& blk = *kinds::gguf_block(s.src_type);
+  const bool q4_1 = s.src_type == DataType::q4_1;
+  const auto* src = reinterpret_cast<const u8*>(in.src.data());
+  const std::uint64_t blocks = s.cols / 32, words = s.cols / 8;
+  auto code = [&](std::uint64_t row, std::uint64_t col) {
+    const u8* b = src + (row * blocks + col / 32) * blk.bytes;
+    const u8* qs = b + (q4_1 ? 4 : 2);
+    const std::uint64_t e = col % 32;
+    return e < 16 ? qs[e] % 16 : qs[e - 16] / 16;
+  };
+  for (std::uint64_t r = 0; r < s.rows; ++r) {
+    for (std::uint64_t j = 0; j < words; ++j) {
+      std::uint32_t word = 0;
+      for (unsigned i = 0; i < 8; ++i) word += static_cast<std::uint32_t>(code(r, 8 * j + kColumnOfNibble[i])) << (4 * i);
+      std::memcpy(out.dst.data() + 4 * (r * words + j), &word, 4);
+    }
+    for (std::uint64_t i = 0; i < blocks; ++i) {
+      const u8* b = src + (r * blocks + i) * blk.bytes;
+      const float d = f16(b);
+      // value = q * scale + offset: Q4_0's (q - 8) * d is q * d + (-8 d).
+      const std::uint16_t pair[2] = {f16_from_f32(d), f16_from_f32(q4_1 ? f16(b + 2) : -(d * 8.0f))};
+      std::memcpy(out.dst2.data() + 4 * (r * blocks + i), pair, 4);
+    }
+  }
+}
+
 }  // namespace ballast::reference

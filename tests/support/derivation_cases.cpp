@@ -423,6 +423,10 @@ std::vector<DerivationCase> kernel_cases() {
     for (Derivation kind : {Derivation::dequant_gguf, Derivation::dequant_gguf_f32})
       for (auto [r, blocks] : {std::pair<std::uint64_t, std::uint64_t>{1, 1}, {3, 5}, {16, 4096 / b.elements}})
         for (bool special : {false, true}) cases.push_back(gguf_case(kind, b.type, r, blocks, special, ++seed));
+  for (DataType t : {DataType::q4_0, DataType::q4_1})
+    for (auto [r, blocks] : {std::pair<std::uint64_t, std::uint64_t>{1, 1}, {3, 5}, {16, 128}})
+      for (bool special : {false, true})
+        cases.push_back(gguf_case(Derivation::repack_gguf_int4, t, r, blocks, special, ++seed));
   return cases;
 }
 

@@ -135,6 +135,21 @@ TEST_CASE("GGUF: an unsupported block type is a listed skip by name; block types
   REQUIRE_MESSAGE(f32.ok(), f32.error().to_string());
   CHECK(f32->launch.kind == Derivation::dequant_gguf_f32);
 
+  // Q8_0's per-32 scales are not quant_int8's per-row one: refused with the reason.
+  auto q8 = plan_derivation(*m, "token_embd.weight", Derivation::quant_int8);
+  REQUIRE_FALSE(q8.ok());
+  CHECK(q8.code() == ErrorCode::unsupported);
+  CHECK(q8.error().message.find("one scale per row and q8_0 one per 32 elements") != std::string::npos);
+  // repack_gguf_int4 reads Q4_0 and Q4_1 only.
+  auto repack_k = plan_derivation(*m, "blk.0.attn_q.weight", Derivation::repack_gguf_int4);
+  REQUIRE_FALSE(repack_k.ok());
+  CHECK(repack_k.code() == ErrorCode::unsupported);
+  CHECK(repack_k.error().message.find("q4_0 or q4_1, not q4_k") != std::string::npos);
+  auto repack = plan_derivation(*m, "blk.0.ffn_gate_exps.weight", Derivation::repack_gguf_int4);
+  REQUIRE_MESSAGE(repack.ok(), repack.error().to_string());
+  CHECK(repack->launch.rows == 6);
+  CHECK(repack->launch.cols == 32);
+
   // A rules file's rule on GGUF names, with a GGUF kind.
   PlanOptions given;
   given.rules = {{"heads", "output.weight", {Derivation::dequant_gguf_f32}, {}, "", ""}};
