@@ -982,4 +982,62 @@ inline bool with_gguf_type(KernelType t, F&& f) {
 #undef BALLAST_GGUF_CASE_
 }
 
+// ------------------------------------------------------- repack_gguf_int4
+// Q4_0 / Q4_1 blocks as stored into repack_int4's outputs: one work item
+// per block (32 columns), its four words and its (scale, offset) pair, from
+// kmath::gguf::q4_repack_word / q4_repack_pair with the block type a
+// template argument so their type tests fold. Rows are whole blocks, so
+// the blocks of all rows are one sequence: block i's source is at
+// i * kBytes, its words at 4i, its pair at i. Wide launches (dst 16-byte
+// aligned) store the words with one 16-byte store; otherwise word by word
+// (bytes where a word is not 4-byte aligned). Pairs are 4-byte stores when
+// dst2 is 4-byte aligned, bytes otherwise, as repack_int4's.
+template <KernelType T>
+BALLAST_HD inline void q4_repack_words(const uint8_t* __restrict__ block, uint32_t (&w)[4]) {
+  constexpr uint32_t type = static_cast<uint32_t>(T);
+BALLAST_UNROLL
+  for (uint32_t j = 0; j < 4; ++j) w[j] = kmath::gguf::q4_repack_word(type, block, j);
+}
+
+template <KernelType T>
+BALLAST_HD inline void q4_repack_block(const uint8_t* __restrict__ src, uint64_t i, uint32_t* __restrict__ words,
+                                       uint32_t* __restrict__ pairs, bool wide, bool pairs_aligned) {
+  static_assert(T == KernelType::q4_0 || T == KernelType::q4_1, "repack_gguf_int4 reads Q4_0 and Q4_1");
+  using G = GgufGeometry<T>;
+  const uint8_t* block = src + i * G::kBytes;
+  uint32_t w[4];
+  q4_repack_words<T>(block, w);
+  uint32_t* o = words + 4 * i;
+  if (wide) {
+    *reinterpret_cast<Vec4*>(o) = vec4(w[0], w[1], w[2], w[3]);
+  } else {
+    for (unsigned j = 0; j < 4; ++j) {
+      if (reinterpret_cast<uint64_t>(o + j) % 4 == 0) {
+        o[j] = w[j];
+      } else {
+        uint8_t* ob = reinterpret_cast<uint8_t*>(o + j);
+        for (unsigned k = 0; k < 4; ++k) ob[k] = static_cast<uint8_t>(w[j] >> (8 * k));
+      }
+    }
+  }
+  const uint32_t pair = kmath::gguf::q4_repack_pair(static_cast<uint32_t>(T), block);
+  if (pairs_aligned) {
+    pairs[i] = pair;
+  } else {
+    uint8_t* ob = reinterpret_cast<uint8_t*>(pairs + i);
+    for (unsigned k = 0; k < 4; ++k) ob[k] = static_cast<uint8_t>(pair >> (8 * k));
+  }
+}
+
+// Calls f(std::integral_constant<KernelType, T>{}) for Q4_0 or Q4_1; false
+// for any other type.
+template <class F>
+inline bool with_q4_type(KernelType t, F&& f) {
+  switch (t) {
+    case KernelType::q4_0: f(std::integral_constant<KernelType, KernelType::q4_0>{}); return true;
+    case KernelType::q4_1: f(std::integral_constant<KernelType, KernelType::q4_1>{}); return true;
+    default: return false;
+  }
+}
+
 }  // namespace ballast::gpu::elem

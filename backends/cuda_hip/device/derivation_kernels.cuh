@@ -244,6 +244,29 @@ void enqueue_gguf(const KernelArgs& a, vendor::Stream stream) {
                                                              elem::cursor_at(grid * kThreads, shape.groups_per_row));
 }
 
+// -------------------------------------------------------- repack_gguf_int4
+// One thread per Q4_0 / Q4_1 block (derivation_elements.hpp,
+// q4_repack_block): blocks of all rows are one flat sequence, so a plain
+// grid-stride index walks them; neighbouring threads store neighbouring
+// 16-byte word packets. One instantiation per block type.
+template <KernelType T>
+__global__ void __launch_bounds__(kThreads)
+    repack_gguf_int4_kernel(const uint8_t* __restrict__ src, uint32_t* __restrict__ words,
+                            uint32_t* __restrict__ pairs, uint64_t blocks, bool wide, bool pairs_aligned) {
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x; i < blocks; i += stride)
+    elem::q4_repack_block<T>(src, i, words, pairs, wide, pairs_aligned);
+}
+
+template <KernelType T>
+void enqueue_repack_gguf(const KernelArgs& a, vendor::Stream stream) {
+  const uint64_t blocks = a.rows * (a.cols / 32);
+  const unsigned grid = grid_for(blocks, kThreads);
+  repack_gguf_int4_kernel<T><<<grid, kThreads, 0, stream>>>(
+      reinterpret_cast<const uint8_t*>(a.src), reinterpret_cast<uint32_t*>(a.dst), reinterpret_cast<uint32_t*>(a.dst2),
+      blocks, aligned(a.dst, 16), aligned(a.dst2, 4));
+}
+
 // One row per derivation kind, in the kind table's order: each returns
 // false when the launch has nothing to do (no kernel enqueued).
 bool run_transpose(const KernelArgs& a, vendor::Stream stream) {
@@ -305,6 +328,12 @@ bool run_gguf(const KernelArgs& a, vendor::Stream stream) {  // dequant_gguf and
   });
 }
 
+bool run_repack_gguf(const KernelArgs& a, vendor::Stream stream) {  // repack_gguf_int4
+  if (a.rows * (a.cols / 32) == 0) return false;
+  // The host side accepted only Q4_0 and Q4_1; any other enqueues nothing.
+  return elem::with_q4_type(a.src_type, [&](auto type) { enqueue_repack_gguf<decltype(type)::value>(a, stream); });
+}
+
 struct EnqueueRow {
   Derivation kind;
   bool (*run)(const KernelArgs&, vendor::Stream);
@@ -315,7 +344,8 @@ constexpr EnqueueRow kEnqueue[] = {{Derivation::transpose, run_transpose},
                                    {Derivation::repack_int4, run_int4},
                                    {Derivation::quant_int8, run_quant_int8},
                                    {Derivation::dequant_gguf, run_gguf},
-                                   {Derivation::dequant_gguf_f32, run_gguf}};
+                                   {Derivation::dequant_gguf_f32, run_gguf},
+                                   {Derivation::repack_gguf_int4, run_repack_gguf}};
 static_assert(kinds::covers_every_kind(kEnqueue), "the CUDA/HIP kernels need one row per derivation kind");
 
 }  // namespace

@@ -11,8 +11,9 @@
 namespace ballast::gpu {
 
 // Numbered as ballast::DataType; the host side static_asserts the
-// correspondence. The GGUF block types are the dequant_gguf kinds' src_type
-// (numbered as kmath::gguf::Type too, which derivation_elements.hpp checks).
+// correspondence. The GGUF block types are the dequant_gguf and
+// repack_gguf_int4 kinds' src_type (numbered as kmath::gguf::Type too,
+// which derivation_elements.hpp checks).
 enum class KernelType : std::uint32_t {
   float32 = 1,
   uint8 = 2,

@@ -111,6 +111,19 @@ void gguf_on_host(const KernelArgs& a) {
                                reinterpret_cast<OUT*>(a.dst));
 }
 
+// repack_gguf_int4_kernel's grid-stride walk over the blocks, with 7
+// threads as above.
+template <KernelType T>
+void repack_gguf_on_host(const KernelArgs& a) {
+  const std::uint64_t blocks = a.rows * (a.cols / 32);
+  const bool wide = a.dst % 16 == 0, pairs_aligned = a.dst2 % 4 == 0;
+  constexpr std::uint32_t kThreads = 7;
+  for (std::uint32_t t = 0; t < kThreads; ++t)
+    for (std::uint64_t i = t; i < blocks; i += kThreads)
+      elem::q4_repack_block<T>(reinterpret_cast<const std::uint8_t*>(a.src), i, reinterpret_cast<std::uint32_t*>(a.dst),
+                               reinterpret_cast<std::uint32_t*>(a.dst2), wide, pairs_aligned);
+}
+
 inline void run_on_host(const KernelArgs& a) {
   using std::uint16_t;
   using std::uint64_t;
@@ -168,6 +181,10 @@ inline void run_on_host(const KernelArgs& a) {
           gguf_on_host<kType, uint16_t>(a);
         }
       });
+      return;
+    case Derivation::repack_gguf_int4:
+      if (a.rows * (a.cols / 32) == 0) return;  // as run_repack_gguf: nothing enqueued
+      elem::with_q4_type(a.src_type, [&](auto type) { repack_gguf_on_host<decltype(type)::value>(a); });
       return;
   }
 }

@@ -61,7 +61,7 @@ TEST_CASE("kernel per-thread bodies match the scalar reference for every derivat
 TEST_CASE("dequant_gguf kernels match the reference with operands that are not 16-byte aligned") {
   int checked = 0;
   for (const test_cases::DerivationCase& c : test_cases::kernel_cases()) {
-    if (!derivation_kind(c.shape.kind).gguf_blocks) continue;
+    if (!derivation_kind(c.shape.kind).gguf_blocks || c.shape.kind == Derivation::repack_gguf_int4) continue;
     CAPTURE(c.label);
     auto sizes = derivation_sizes(c.shape);
     REQUIRE(sizes.ok());
@@ -94,6 +94,72 @@ TEST_CASE("dequant_gguf kernels match the reference with operands that are not 1
     }
   }
   CHECK(checked >= 14 * 2 * 3 * 2);
+}
+
+// repack_gguf_int4's launches built here: random block bytes of Q4_0 and
+// Q4_1, several shapes (one block, one row), with the words 16-byte
+// aligned (one 16-byte store per block) or only 4-byte aligned (word by
+// word), and the pairs 4-byte or only 2-byte aligned (byte stores); every
+// word and pair equals kmath::gguf::q4_repack_word / q4_repack_pair.
+TEST_CASE("repack_gguf_int4 kernel equals q4_repack_word and q4_repack_pair, whatever the alignment") {
+  std::mt19937 rng(0x9e3779b9u);
+  int checked = 0;
+  for (const KernelType type : {KernelType::q4_0, KernelType::q4_1}) {
+    const std::uint32_t block_bytes = type == KernelType::q4_0 ? 18 : 20;
+    for (const auto& [rows, cols] : {std::pair<std::uint64_t, std::uint64_t>{1, 32}, {1, 96}, {3, 32}, {5, 160}, {2, 1024}}) {
+      for (const auto& [dst_shift, dst2_shift] : {std::pair<std::size_t, std::size_t>{0, 0}, {4, 2}, {0, 2}, {8, 6}}) {
+        CAPTURE(static_cast<std::uint32_t>(type));
+        CAPTURE(rows);
+        CAPTURE(cols);
+        CAPTURE(dst_shift);
+        CAPTURE(dst2_shift);
+        const std::uint64_t blocks = rows * (cols / 32);
+        std::vector<std::uint8_t> src(blocks * block_bytes);
+        for (auto& b : src) b = static_cast<std::uint8_t>(rng());
+        const auto at = [](std::vector<std::byte>& v, std::size_t shift) {
+          return v.data() + (16 - reinterpret_cast<std::uintptr_t>(v.data()) % 16) % 16 + shift;
+        };
+        std::vector<std::byte> dst_storage(4 * 4 * blocks + 32), dst2_storage(4 * blocks + 32);
+        std::byte* dst = at(dst_storage, dst_shift);
+        std::byte* dst2 = at(dst2_storage, dst2_shift);
+        KernelArgs a;
+        a.kind = Derivation::repack_gguf_int4;
+        a.src_type = type;
+        a.rows = rows;
+        a.cols = cols;
+        a.src = reinterpret_cast<std::uintptr_t>(src.data());
+        a.dst = reinterpret_cast<std::uintptr_t>(dst);
+        a.dst2 = reinterpret_cast<std::uintptr_t>(dst2);
+        testing::run_on_host(a);
+        bool all = true;
+        for (std::uint64_t i = 0; i < blocks; ++i) {
+          const std::uint8_t* block = src.data() + i * block_bytes;
+          for (std::uint32_t j = 0; j < 4; ++j) {
+            std::uint32_t got;
+            std::memcpy(&got, dst + 4 * (4 * i + j), 4);
+            const std::uint32_t want = kmath::gguf::q4_repack_word(static_cast<std::uint32_t>(type), block, j);
+            if (got != want) {
+              all = false;
+              FAIL_CHECK("block " << i << " word " << j << ": " << got << " != " << want);
+            }
+          }
+          std::uint32_t got;
+          std::memcpy(&got, dst2 + 4 * i, 4);
+          const std::uint32_t want = kmath::gguf::q4_repack_pair(static_cast<std::uint32_t>(type), block);
+          if (got != want) {
+            all = false;
+            FAIL_CHECK("block " << i << " pair: " << got << " != " << want);
+          }
+        }
+        // Nothing written past the outputs.
+        for (std::byte* p = dst + 16 * blocks; p < dst_storage.data() + dst_storage.size(); ++p) all = all && *p == std::byte{0};
+        for (std::byte* p = dst2 + 4 * blocks; p < dst2_storage.data() + dst2_storage.size(); ++p) all = all && *p == std::byte{0};
+        CHECK(all);
+        ++checked;
+      }
+    }
+  }
+  CHECK(checked == 2 * 5 * 4);
 }
 
 TEST_CASE("eight codes of a group are read low nibble first, whatever the alignment") {
