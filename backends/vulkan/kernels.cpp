@@ -31,7 +31,8 @@ std::uint32_t variant_of(const DerivationLaunch& l) {
     case Derivation::to_f16: return l.src_type == DataType::bfloat16 ? 1 : 0;
     // The block type's number, as gguf_common.glsl and gguf_blocks.hpp name them.
     case Derivation::dequant_gguf:
-    case Derivation::dequant_gguf_f32: return static_cast<std::uint32_t>(l.src_type);
+    case Derivation::dequant_gguf_f32:
+    case Derivation::repack_gguf_int4: return static_cast<std::uint32_t>(l.src_type);
     default: return l.src_type == DataType::float16 ? 1 : 0;
   }
 }
@@ -146,8 +147,9 @@ void Kernels::split(std::vector<Dispatch>& out, VkPipeline pipeline, const PushC
 //  quant_int8    K a multiple of 16, src and dst 16-, dst2 4-byte aligned;
 //  transpose     src and dst 16-byte aligned, rows of both matrices whole
 //                packets (the tiled mode, moved as packets).
-// dequant_gguf and dequant_gguf_f32 have no packet pipeline: their blocks
-// sit at 2-byte boundaries, and each word computes its elements' scales.
+// dequant_gguf, dequant_gguf_f32 and repack_gguf_int4 have no packet
+// pipeline: their blocks sit at 2-byte boundaries, and each word computes
+// its elements' scales (repack_gguf_int4: its word or pair).
 Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const DerivationSizes& sizes) {
   std::vector<Dispatch> out;
   const std::uint32_t zp = (l.kind == Derivation::dequant_int4 || l.kind == Derivation::repack_int4)
@@ -171,7 +173,8 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
       packets = l.cols % 16 == 0 && aligned(l.src, 16) && aligned(l.dst, 16) && aligned(l.dst2, 4);
       break;
     case Derivation::dequant_gguf:
-    case Derivation::dequant_gguf_f32: break;  // word pipeline only
+    case Derivation::dequant_gguf_f32:
+    case Derivation::repack_gguf_int4: break;  // word pipeline only
   }
   // Only the pipelines this launch dispatches are built: the word pipeline
   // without packets, or for to_f16's tail.
@@ -243,8 +246,9 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
         split(out, word_pipe, p, 0, words, per_group);
       }
       break;
-    case Derivation::repack_int4: {
-      if (packets) {
+    case Derivation::repack_int4:
+    case Derivation::repack_gguf_int4: {
+      if (packets) {  // repack_int4 only
         if (words != 0) split_packets(words / 4, 32);
         break;
       }

@@ -231,6 +231,10 @@ uvec2 gguf_element_pair_bits(uint e) {
   return uvec2(gguf_combine(s, gguf_code(b, i)), gguf_combine(s, gguf_code(b, i + 1u)));
 }
 
+// Below: dequant_gguf's output (OUT_BYTES, out_of_bits, process_word).
+// repack_gguf_int4 defines GGUF_BLOCKS_ONLY to take the block readers
+// above and write its own outputs.
+#ifndef GGUF_BLOCKS_ONLY
 // The output's element type from f32 bits (f16 bits in the low half, or
 // the f32 bits themselves) and its bytes: defined by each shader.
 uint out_of_bits(uint f32_bits);
@@ -270,3 +274,4 @@ void process_word(uint word) {
   }
   store_word(OP_DST, word, value, mask);
 }
+#endif  // GGUF_BLOCKS_ONLY

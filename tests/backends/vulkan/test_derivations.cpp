@@ -447,6 +447,94 @@ TEST_CASE("dequant_gguf and dequant_gguf_f32: every block type at every alignmen
   }
 }
 
+namespace {
+
+// repack_gguf_int4 of `src` ([rows, blocks] Q4_0 / Q4_1 blocks) at `shift`,
+// word by word and pair by pair against gguf_blocks.hpp's q4_repack_word
+// and q4_repack_pair; a pair's half matches a NaN with any NaN.
+void check_repack_gguf(Checked& b, DataType type, std::uint64_t rows, std::uint64_t blocks, const Bytes& src,
+                       std::uint64_t shift) {
+  const kinds::GgufBlock& block = *kinds::gguf_block(type);
+  DerivationLaunch l;
+  l.kind = Derivation::repack_gguf_int4;
+  l.src_type = type;
+  l.rows = rows;
+  l.cols = blocks * block.elements;
+  const Run r = run(b, l, src, {}, {}, shift);
+  REQUIRE(r.dst.size() == rows * blocks * 16);
+  REQUIRE(r.dst2.size() == rows * blocks * 4);
+  const auto t = static_cast<std::uint32_t>(type);
+  std::size_t wrong_words = 0, wrong_pairs = 0;
+  std::string first_wrong;
+  auto half_matches = [](std::uint32_t got, std::uint32_t want) {
+    return got == want || ((got & 0x7fffu) > 0x7c00u && (want & 0x7fffu) > 0x7c00u);
+  };
+  for (std::uint64_t k = 0; k < rows * blocks; ++k) {
+    const std::uint8_t* blk = src.data() + k * block.bytes;
+    for (std::uint32_t j = 0; j < 4; ++j) {
+      std::uint32_t got;
+      std::memcpy(&got, r.dst.data() + 4 * (4 * k + j), 4);
+      const std::uint32_t want = kmath::gguf::q4_repack_word(t, blk, j);
+      if (got != want) {
+        if (first_wrong.empty())
+          first_wrong = "word " + std::to_string(4 * k + j) + " got " + std::to_string(got) + " expected " +
+                        std::to_string(want);
+        ++wrong_words;
+      }
+    }
+    std::uint32_t got;
+    std::memcpy(&got, r.dst2.data() + 4 * k, 4);
+    const std::uint32_t want = kmath::gguf::q4_repack_pair(t, blk);
+    if (!half_matches(got & 0xffffu, want & 0xffffu) || !half_matches(got >> 16, want >> 16)) {
+      if (first_wrong.empty())
+        first_wrong = "pair " + std::to_string(k) + " got " + std::to_string(got) + " expected " + std::to_string(want);
+      ++wrong_pairs;
+    }
+  }
+  CHECK_MESSAGE(wrong_words + wrong_pairs == 0, dtype_name(type) << " repack_gguf_int4 shift " << shift << ": "
+                                                                 << wrong_words << " words and " << wrong_pairs
+                                                                 << " pairs wrong, first " << first_wrong);
+}
+
+}  // namespace
+
+TEST_CASE("repack_gguf_int4: Q4_0 and Q4_1 at every alignment, bit-exact (NaN for NaN in pairs)") {
+  auto b = open();
+  std::uint64_t seed = 7500;
+  for (DataType type : {DataType::q4_0, DataType::q4_1}) {
+    CAPTURE(dtype_name(type));
+    const kinds::GgufBlock& block = *kinds::gguf_block(type);
+    for (std::uint64_t shift : kShifts) {
+      CAPTURE(shift);
+      for (bool special : {false, true}) {
+        for (auto [rows, blocks] : {std::pair<std::uint64_t, std::uint64_t>{1, 1}, {3, 2}, {5, 7}, {64, 9}}) {
+          const auto c = test_cases::gguf_case(Derivation::repack_gguf_int4, type, rows, blocks, special, ++seed);
+          Bytes src(c.src.size());
+          std::memcpy(src.data(), c.src.data(), src.size());
+          check_repack_gguf(*b, type, rows, blocks, src, shift);
+        }
+      }
+    }
+    // Scales the pairs must carry exactly: zeros, subnormal, largest and
+    // overflowing (-8d past f16's range), infinities, quiet and signalling
+    // NaNs, in d and (Q4_1) m.
+    const std::uint16_t halves[] = {0x0000, 0x8000, 0x0001, 0x83ff, 0x0400, 0x7bff, 0xfbff, 0x5000,
+                                    0x57ff, 0x5800, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0xfd55, 0x3c00};
+    constexpr std::size_t n = sizeof halves / sizeof halves[0];
+    std::mt19937 rng(9);
+    Bytes src(n * n * block.bytes);
+    for (auto& x : src) x = static_cast<std::uint8_t>(rng());
+    for (std::size_t i = 0; i < n * n; ++i) {
+      std::memcpy(src.data() + i * block.bytes, &halves[i % n], 2);
+      if (type == DataType::q4_1) std::memcpy(src.data() + i * block.bytes + 2, &halves[i / n], 2);
+    }
+    for (std::uint64_t shift : kShifts) {
+      CAPTURE(shift);
+      check_repack_gguf(*b, type, n, n, src, shift);
+    }
+  }
+}
+
 TEST_CASE("work beyond one dispatch is split, not truncated") {
   auto b = open("?max_workgroups=2");
   // Two f16 per word; with two workgroups per dispatch this needs four dispatches.
