@@ -30,7 +30,7 @@
 // sources paged in or uploaded, and derived values. `auto` is computed from
 // the accounting (auto_budget), never from file lengths: a data file with an
 // orphaned prefix costs nothing here, and it counts every derivation the
-// policy keeps (all five kinds unless `policy` or `derivations` says
+// policy keeps (every kind unless `policy` or `derivations` says
 // otherwise). Full story, policy and stats: docs/residency.md.
 #pragma once
 
@@ -159,7 +159,7 @@ struct ResidencyOptions {
   std::optional<std::uint64_t> budget_bytes;
   // The derivations this engine will pin: what the auto budget counts and
   // what create() checks the budget against. nullopt: every planned one
-  // (plan_derivations(model): all five kinds where they apply, so `auto`
+  // (plan_derivations(model): every kind where it applies, so `auto`
   // counts encodings the engine may never read); empty: none, only source
   // weights. `policy` is applied to it either way.
   std::optional<std::vector<PlannedDerivation>> derivations;
