@@ -83,8 +83,10 @@ void quant_int8(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool
                     chunks_for(pool, a.n));
 }
 
-void dequant_gguf(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {
-  const kinds::GgufBlock& block = *kinds::gguf_block(l.src_type);  // derivation_layout checked it
+// The source side of a GGUF launch, its block geometry from the kind table's
+// block rows (derivation_layout checked src_type is one).
+GgufArgs gguf_args(const DerivationLaunch& l) {
+  const kinds::GgufBlock& block = *kinds::gguf_block(l.src_type);
   GgufArgs a;
   a.type = static_cast<std::uint32_t>(l.src_type);
   a.block_elements = block.elements;
@@ -92,6 +94,11 @@ void dequant_gguf(const DerivationLaunch& l, const RowKernels& kernels, ThreadPo
   a.src = as<const std::uint8_t>(l.src);
   a.rows = l.rows;
   a.cols = l.cols;
+  return a;
+}
+
+void dequant_gguf(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {
+  GgufArgs a = gguf_args(l);
   a.to_f16 = kernels.to_f16_from_f32;
   a.avx2 = &kernels == simd_kernels();  // that table exists only where the CPU has AVX2 and F16C
   if (l.kind == Derivation::dequant_gguf) a.f16_out = as<std::uint16_t>(l.dst);
@@ -101,13 +108,7 @@ void dequant_gguf(const DerivationLaunch& l, const RowKernels& kernels, ThreadPo
 }
 
 void repack_gguf(const DerivationLaunch& l, const RowKernels&, ThreadPool& pool) {
-  GgufArgs a;
-  a.type = static_cast<std::uint32_t>(l.src_type);
-  a.block_elements = 32;
-  a.block_bytes = kinds::gguf_block(l.src_type)->bytes;  // derivation_layout checked it
-  a.src = as<const std::uint8_t>(l.src);
-  a.rows = l.rows;
-  a.cols = l.cols;
+  GgufArgs a = gguf_args(l);
   a.words = as<std::uint32_t>(l.dst);
   a.pairs = as<std::uint8_t>(l.dst2);
   pool.parallel_for(a.rows, [&](std::uint64_t r0, std::uint64_t r1) { repack_gguf_int4_rows(a, r0, r1); },

@@ -341,7 +341,7 @@ static_assert(sizeof(kTypes) / sizeof(kTypes[0]) == sizeof(kinds::kGgufBlocks) /
 }  // namespace
 
 void repack_gguf_int4_rows(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end) {
-  const std::uint64_t blocks = a.cols / 32;
+  const std::uint64_t blocks = a.cols / a.block_elements;
   for (std::uint64_t r = row_begin; r < row_end; ++r) {
     const std::uint8_t* block = a.src + r * blocks * a.block_bytes;
     std::uint32_t* words = a.words + r * (a.cols / 8);

@@ -49,6 +49,13 @@ def same_bits(expected, got):
     return np.array_equal(e.view(bits)[~nan], g.view(bits)[~nan])
 
 
+def numpy_reading(npy_prefixes, tensor, what):
+    """The generator's .f32.npy of `tensor`: exactly one beside the files of
+    the model (a split set's parts each have their own), else None."""
+    found = [p + tensor + ".f32.npy" for p in npy_prefixes if os.path.exists(p + tensor + ".f32.npy")]
+    return found[0] if expect(len(found) == 1, "%s: a NumPy reading of %s" % (what, tensor)) else None
+
+
 def check_values(dump, npy_prefixes, what):
     """Every dump against the NumPy values (beside whichever file of a split
     set holds the tensor); returns how many were compared."""
@@ -58,9 +65,8 @@ def check_values(dump, npy_prefixes, what):
             if not name.endswith("." + kind + ".npy"):
                 continue
             tensor = name[: -len("." + kind + ".npy")]
-            found = [p + tensor + ".f32.npy" for p in npy_prefixes if os.path.exists(p + tensor + ".f32.npy")]
-            reference = found[0] if found else ""
-            if not expect(len(found) == 1, "%s: a NumPy reading of %s" % (what, tensor)):
+            reference = numpy_reading(npy_prefixes, tensor, what)
+            if reference is None:
                 continue
             with np.errstate(over="ignore", invalid="ignore"):
                 expected = np.load(reference).astype(dtype)
@@ -96,10 +102,10 @@ def check_repack(dump, npy_prefixes, what):
         offset = np.repeat(pairs[:, :, 1], 32, axis=1)
         with np.errstate(over="ignore", invalid="ignore"):
             got = codes.astype(np.float32) * scale + offset
-        found = [p + tensor + ".f32.npy" for p in npy_prefixes if os.path.exists(p + tensor + ".f32.npy")]
-        if not expect(len(found) == 1, "%s: a NumPy reading of %s" % (what, tensor)):
+        reference = numpy_reading(npy_prefixes, tensor, what)
+        if reference is None:
             continue
-        expected = np.load(found[0]).astype(np.float32).reshape(got.shape)
+        expected = np.load(reference).astype(np.float32).reshape(got.shape)
         # A Q4_0 block whose |d| passes 65504 / 8 has no finite offset -8d in
         # f16 (docs/derivations.md): only such blocks, and blocks of a
         # non-finite d, are left out of the comparison.
