@@ -101,8 +101,12 @@ void dequant_gguf(const DerivationLaunch& l, const RowKernels& kernels, ThreadPo
   GgufArgs a = gguf_args(l);
   a.to_f16 = kernels.to_f16_from_f32;
   a.avx2 = &kernels == simd_kernels();  // that table exists only where the CPU has AVX2 and F16C
-  if (l.kind == Derivation::dequant_gguf) a.f16_out = as<std::uint16_t>(l.dst);
+  const bool f16 = l.kind == Derivation::dequant_gguf;
+  if (f16) a.f16_out = as<std::uint16_t>(l.dst);
   else a.f32_out = as<float>(l.dst);
+  // Every block's output starts 64 bytes after the last (32 elements at
+  // least), so an aligned base keeps every streamed store aligned.
+  a.stream = a.rows * a.cols * (f16 ? 2 : 4) >= kStreamBytes && l.dst % 32 == 0;
   pool.parallel_for(a.rows, [&](std::uint64_t r0, std::uint64_t r1) { dequant_gguf_rows(a, r0, r1); },
                     chunks_for(pool, a.rows));
 }

@@ -47,12 +47,24 @@ struct GgufArgs {
   void (*to_f16)(const float* src, std::uint16_t* dst, std::uint64_t count) = nullptr;
   // The decoders built for AVX2 + F16C (x86-64 with the vectorised table).
   bool avx2 = false;
+  // The AVX2 decoders write with non-temporal stores: set for outputs of at
+  // least kStreamBytes whose address is 32-byte aligned (kernels.cpp).
+  bool stream = false;
   // repack_gguf_int4: [rows, cols / 8] words and [rows, blocks] pairs (each
   // a 4-byte little-endian word of two f16; only 2-byte aligned, as
   // repack_int4's: written with memcpy).
   std::uint32_t* words = nullptr;
   std::uint8_t* pairs = nullptr;
 };
+
+// A dequant_gguf(_f32) output this large streams past the cache
+// (non-temporal stores), as the C library's memcpy does for copies of this
+// size: nothing reads a derived weight back soon, and writing it through the
+// cache would both evict the engine's working set and cost a read of every
+// line it writes (the read-for-ownership that held dequantization to about
+// half the copy's bandwidth). Smaller outputs stay in the cache for whatever
+// reads them next.
+constexpr std::uint64_t kStreamBytes = 8ull << 20;
 
 // Rows of a repack_gguf_int4 launch (Q4_0 / Q4_1 into repack_int4's layout).
 void repack_gguf_int4_rows(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end);

@@ -144,27 +144,52 @@ BALLAST_GGUF_TARGET void decode<g::kQ6_K>(const std::uint8_t* __restrict b, floa
 
 #endif  // !BALLAST_GGUF_FAST_DECODE
 
-// The decoder rows_of calls: decode<Type> unless the including namespace
-// defines BALLAST_GGUF_FAST_DECODE and its own fast_decode (kernels_gguf.cpp's
-// AVX2 intrinsics), which must give the same bits.
+#if defined(BALLAST_GGUF_FAST_DECODE)
+// The including namespace's own decoders of the quantized types (kernels_gguf.cpp's
+// AVX2 intrinsics, which must give decode<Type>'s bits): Fast<Type>::block
+// writes one block's values as f32 or f16 (the destination's type), to a
+// plain or a Streamed destination.
 template <std::uint32_t Type>
-BALLAST_GGUF_TARGET void fast_decode(const std::uint8_t* __restrict b, float* __restrict y, std::uint32_t n);
-// With BALLAST_GGUF_FAST_DECODE, also a decoder straight to f16, for the
-// quantized types (the plain ones go through the f32 buffer).
-template <std::uint32_t Type>
-BALLAST_GGUF_TARGET void fast_decode_f16(const std::uint8_t* __restrict b, std::uint16_t* __restrict y);
-#if !defined(BALLAST_GGUF_FAST_DECODE)
-template <std::uint32_t Type>
-BALLAST_GGUF_TARGET void fast_decode(const std::uint8_t* __restrict b, float* __restrict y, std::uint32_t n) {
-  decode<Type>(b, y, n);
+struct Fast;
+// A destination written with non-temporal stores (GgufArgs::stream).
+template <class T>
+struct Streamed {
+  T* p;
+};
+template <class T>
+BALLAST_GGUF_TARGET inline Streamed<T> operator+(Streamed<T> y, std::uint32_t i) {
+  return {y.p + i};
+}
+template <bool Stream, class T>
+BALLAST_GGUF_TARGET inline auto destination(T* p) {
+  if constexpr (Stream) return Streamed<T>{p};
+  else return p;
+}
+
+// Rows of a quantized type, block by block straight into the output.
+template <std::uint32_t Type, bool Stream>
+BALLAST_GGUF_TARGET void fast_rows(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end) {
+  const std::uint64_t blocks = a.cols / a.block_elements;
+  const std::uint8_t* blk = a.src + row_begin * blocks * a.block_bytes;
+  const std::uint64_t end = row_end * a.cols;
+  if (a.f32_out != nullptr) {
+    for (std::uint64_t at = row_begin * a.cols; at < end; at += a.block_elements, blk += a.block_bytes)
+      Fast<Type>::block(blk, destination<Stream>(a.f32_out + at));
+  } else {
+    for (std::uint64_t at = row_begin * a.cols; at < end; at += a.block_elements, blk += a.block_bytes)
+      Fast<Type>::block(blk, destination<Stream>(a.f16_out + at));
+  }
+  if constexpr (Stream) _mm_sfence();  // the streamed lines reach memory before the launch completes
 }
 #endif
 
 // Elements decoded before one f16 conversion: a few blocks of any type.
 constexpr std::uint32_t kRun = 1024;
 
+// Rows through decode<Type>: f32 straight into the output, f16 through a
+// buffer of kRun values and the table's rounding.
 template <std::uint32_t Type>
-BALLAST_GGUF_TARGET void rows_of(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end) {
+BALLAST_GGUF_TARGET void decoded_rows(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end) {
   const bool plain = a.block_elements == 1;
   const std::uint64_t row_bytes = a.cols / a.block_elements * a.block_bytes;
   alignas(64) float values[kRun];
@@ -177,22 +202,11 @@ BALLAST_GGUF_TARGET void rows_of(const GgufArgs& a, std::uint64_t row_begin, std
       const auto n = static_cast<std::uint32_t>(left < kRun ? left : kRun);
       const std::uint64_t at = r * a.cols + c;
       float* y = a.f32_out != nullptr ? a.f32_out + at : values;
-#if defined(BALLAST_GGUF_FAST_DECODE)
-      if constexpr (Type != g::kF32 && Type != g::kF16 && Type != g::kBF16) {
-        if (a.f32_out == nullptr) {
-          const std::uint8_t* blk = row + c / a.block_elements * a.block_bytes;
-          for (std::uint32_t i = 0; i < n; i += a.block_elements, blk += a.block_bytes)
-            fast_decode_f16<Type>(blk, a.f16_out + at + i);
-          c += n;
-          continue;
-        }
-      }
-#endif
       if (plain) {
-        fast_decode<Type>(row + c * a.block_bytes, y, n);
+        decode<Type>(row + c * a.block_bytes, y, n);
       } else {
         const std::uint8_t* blk = row + c / a.block_elements * a.block_bytes;
-        for (std::uint32_t i = 0; i < n; i += a.block_elements, blk += a.block_bytes) fast_decode<Type>(blk, y + i, 0);
+        for (std::uint32_t i = 0; i < n; i += a.block_elements, blk += a.block_bytes) decode<Type>(blk, y + i, 0);
       }
       if (a.f32_out == nullptr) a.to_f16(values, a.f16_out + at, n);
       c += n;
@@ -200,3 +214,12 @@ BALLAST_GGUF_TARGET void rows_of(const GgufArgs& a, std::uint64_t row_begin, std
   }
 }
 
+template <std::uint32_t Type>
+BALLAST_GGUF_TARGET void rows_of(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end) {
+#if defined(BALLAST_GGUF_FAST_DECODE)
+  if constexpr (Type != g::kF32 && Type != g::kF16 && Type != g::kBF16)
+    return a.stream ? fast_rows<Type, true>(a, row_begin, row_end) : fast_rows<Type, false>(a, row_begin, row_end);
+  else
+#endif
+    return decoded_rows<Type>(a, row_begin, row_end);
+}

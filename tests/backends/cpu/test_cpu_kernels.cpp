@@ -215,6 +215,40 @@ TEST_CASE("quant_int8: exact ties of both parities and signs, and the clamp reac
   CHECK(code(k + 3) == 127);   // +128
 }
 
+TEST_CASE("dequant_gguf outputs large enough to stream: the same bits, aligned (streamed) or not") {
+  // Outputs of kStreamBytes and more at a 32-byte aligned address take the
+  // non-temporal stores; 16 bytes further on, the same launch takes the
+  // plain ones. Both must equal the reference, for every quantized type's
+  // decoder and both outputs.
+  auto b = cpu_test::open_cpu({{"threads", "2"}, {"simd", "on"}});
+  std::uint64_t seed = 40;
+  for (const kinds::GgufBlock& block : kinds::kGgufBlocks) {
+    if (block.elements == 1) continue;  // the plain float types have no streamed path
+    for (Derivation kind : {Derivation::dequant_gguf, Derivation::dequant_gguf_f32}) {
+      const std::uint64_t rows = 16, cols = ballast::cpu::kStreamBytes / 2 / rows;  // f16: exactly the threshold
+      const auto c = test_cases::gguf_case(kind, block.type, rows, cols / block.elements, false, ++seed);
+      auto sizes = derivation_sizes(c.shape);
+      REQUIRE(sizes.ok());
+      auto expected = ref::derive(c.shape, c.inputs());
+      REQUIRE(expected.ok());
+      DerivationLaunch l = c.shape;
+      l.src = upload(*b, c.src);
+      const DevicePtr out = *b->allocate(sizes->dst_bytes + 16);
+      REQUIRE(out % 32 == 0);
+      for (std::uint64_t offset : {0u, 16u}) {
+        l.dst = out + offset;
+        REQUIRE(b->launch(l).ok());
+        REQUIRE(b->synchronize().ok());
+        const ref::Comparison cmp = ref::compare(l, *expected, download(*b, l.dst, sizes->dst_bytes), {}, {});
+        CHECK_MESSAGE(cmp.ok, c.label << " at offset " << offset << ": " << cmp.mismatches << " mismatches; first: "
+                                      << cmp.message);
+      }
+      CHECK(b->free(l.src).ok());
+      CHECK(b->free(out).ok());
+    }
+  }
+}
+
 TEST_CASE("both kernel tables are in use where the CPU allows") {
   // simd=off must not change a single bit; simd=on must actually select the
   // vector table on a CPU that has it (otherwise the tests above compared
