@@ -159,16 +159,18 @@ BALLAST_GGUF_TARGET void q2_k(const std::uint8_t* __restrict b, Y y) {
   for (std::uint32_t k = 0; k < 16; ++k)
     table[k] = _mm256_sub_ps(_mm256_mul_ps(q, _mm256_set1_ps(mul(d, fl(b[k] & 15u)))),
                              _mm256_set1_ps(mul(dmin, fl(static_cast<std::uint32_t>(b[k] >> 4)))));
-  // Each eight code bytes hold four sub-blocks' codes (k = 8h + 2j + g, shift 2j).
-  for (std::uint32_t h = 0; h < 2; ++h)
-    for (std::uint32_t g = 0; g < 2; ++g) {
-      const __m256i v0 = u8x8(b + 16 + 32 * h + 16 * g), v1 = u8x8(b + 24 + 32 * h + 16 * g);
-      for (std::uint32_t j = 0; j < 4; ++j) {
+  // Each eight code bytes hold four sub-blocks' codes (k = 8h + 2j + g,
+  // shift 2j); sub-blocks 2m and 2m + 1 fill one 64-byte f16 line, written
+  // one after the other (a streamed line completes).
+  for (std::uint32_t h = 0; h < 2; ++h) {
+    const __m256i v[2][2] = {{u8x8(b + 16 + 32 * h), u8x8(b + 24 + 32 * h)}, {u8x8(b + 32 + 32 * h), u8x8(b + 40 + 32 * h)}};
+    for (std::uint32_t j = 0; j < 4; ++j)
+      for (std::uint32_t g = 0; g < 2; ++g) {
         const std::uint32_t k = 8 * h + 2 * j + g;
-        store2(y + 16 * k, _mm256_permutevar8x32_ps(table[k], field(v0, 2 * j, 3)),
-               _mm256_permutevar8x32_ps(table[k], field(v1, 2 * j, 3)));
+        store2(y + 16 * k, _mm256_permutevar8x32_ps(table[k], field(v[g][0], 2 * j, 3)),
+               _mm256_permutevar8x32_ps(table[k], field(v[g][1], 2 * j, 3)));
       }
-    }
+  }
 }
 
 template <class Y>
@@ -180,21 +182,22 @@ BALLAST_GGUF_TARGET void q3_k(const std::uint8_t* __restrict b, Y y) {
   const __m256 v = _mm256_cvtepi32_ps(_mm256_setr_epi32(-4, -3, -2, -1, 0, 1, 2, 3));
   for (std::uint32_t k = 0; k < 16; ++k) table[k] = _mm256_mul_ps(_mm256_set1_ps(mul(d, fl(g::q3k_scale(b, 96, k)))), v);
   // Eight code bytes and eight high-bit bytes serve four sub-blocks each
-  // (k = 8h + 2j + g: code shift 2j, high bit 4h + j).
-  for (std::uint32_t half = 0; half < 2; ++half) {
-    const __m256i hm[2] = {u8x8(b + 16 * half), u8x8(b + 16 * half + 8)};
-    for (std::uint32_t h = 0; h < 2; ++h) {
-      const __m256i qs[2] = {u8x8(b + 32 + 32 * h + 16 * half), u8x8(b + 40 + 32 * h + 16 * half)};
-      for (std::uint32_t j = 0; j < 4; ++j) {
+  // (k = 8h + 2j + half: code shift 2j, high bit 4h + j); the two halves of
+  // a 64-byte f16 line are written one after the other.
+  const __m256i hm[2][2] = {{u8x8(b), u8x8(b + 8)}, {u8x8(b + 16), u8x8(b + 24)}};
+  for (std::uint32_t h = 0; h < 2; ++h) {
+    const __m256i qs[2][2] = {{u8x8(b + 32 + 32 * h), u8x8(b + 40 + 32 * h)}, {u8x8(b + 48 + 32 * h), u8x8(b + 56 + 32 * h)}};
+    for (std::uint32_t j = 0; j < 4; ++j)
+      for (std::uint32_t half = 0; half < 2; ++half) {
         const std::uint32_t k = 8 * h + 2 * j + half;
         __m256 v[2];
         for (std::uint32_t i = 0; i < 2; ++i) {
-          const __m256i idx = _mm256_or_si256(field(qs[i], 2 * j, 3), _mm256_slli_epi32(field(hm[i], 4 * h + j, 1), 2));
+          const __m256i idx =
+              _mm256_or_si256(field(qs[half][i], 2 * j, 3), _mm256_slli_epi32(field(hm[half][i], 4 * h + j, 1), 2));
           v[i] = _mm256_permutevar8x32_ps(table[k], idx);
         }
         store2(y + 16 * k, v[0], v[1]);
       }
-    }
   }
 }
 
@@ -206,19 +209,24 @@ BALLAST_GGUF_TARGET void q45k(const std::uint8_t* __restrict b, Y y) {
     const std::uint32_t s0 = 2 * c, s1 = 2 * c + 1;
     const __m256 d0 = _mm256_set1_ps(mul(d, fl(g::k_scale(b, 4, s0)))), m0 = _mm256_set1_ps(mul(dmin, fl(g::k_min(b, 4, s0))));
     const __m256 d1 = _mm256_set1_ps(mul(d, fl(g::k_scale(b, 4, s1)))), m1 = _mm256_set1_ps(mul(dmin, fl(g::k_min(b, 4, s1))));
-    for (std::uint32_t l = 0; l < 32; l += 16) {  // sixteen codes of each sub-block as bytes
-      const __m128i v = u8x16(qs + 32 * c + l);
-      __m128i lo = bits8(v, 0, 15), hi = bits8(v, 4, 15);
+    // The 32 codes of each sub-block as bytes; each sub-block's 64-byte f16
+    // line is written whole before the next (a streamed line completes).
+    __m128i lo[2], hi[2];
+    for (std::uint32_t i = 0; i < 2; ++i) {
+      const __m128i v = u8x16(qs + 32 * c + 16 * i);
+      lo[i] = bits8(v, 0, 15), hi[i] = bits8(v, 4, 15);
       if (Five) {
-        const __m128i qh = u8x16(b + 16 + l);
-        lo = _mm_or_si128(lo, _mm_slli_epi16(bits8(qh, s0, 1), 4));
-        hi = _mm_or_si128(hi, _mm_slli_epi16(bits8(qh, s1, 1), 4));
+        const __m128i qh = u8x16(b + 16 + 16 * i);
+        lo[i] = _mm_or_si128(lo[i], _mm_slli_epi16(bits8(qh, s0, 1), 4));
+        hi[i] = _mm_or_si128(hi[i], _mm_slli_epi16(bits8(qh, s1, 1), 4));
       }
-      store2(y + 32 * s0 + l, _mm256_sub_ps(value(_mm256_cvtepu8_epi32(lo), d0), m0),
-             _mm256_sub_ps(value(_mm256_cvtepu8_epi32(upper8(lo)), d0), m0));
-      store2(y + 32 * s1 + l, _mm256_sub_ps(value(_mm256_cvtepu8_epi32(hi), d1), m1),
-             _mm256_sub_ps(value(_mm256_cvtepu8_epi32(upper8(hi)), d1), m1));
     }
+    for (std::uint32_t i = 0; i < 2; ++i)
+      store2(y + 32 * s0 + 16 * i, _mm256_sub_ps(value(_mm256_cvtepu8_epi32(lo[i]), d0), m0),
+             _mm256_sub_ps(value(_mm256_cvtepu8_epi32(upper8(lo[i])), d0), m0));
+    for (std::uint32_t i = 0; i < 2; ++i)
+      store2(y + 32 * s1 + 16 * i, _mm256_sub_ps(value(_mm256_cvtepu8_epi32(hi[i]), d1), m1),
+             _mm256_sub_ps(value(_mm256_cvtepu8_epi32(upper8(hi[i])), d1), m1));
   }
 }
 
@@ -230,17 +238,24 @@ BALLAST_GGUF_TARGET void q6_k(const std::uint8_t* __restrict b, Y y) {
   // Per half h and sixteen l, as bytes: ql[64h + l] gives k = 0 (low) and 2
   // (high nibble), ql[64h + 32 + l] k = 1 and 3, qh[32h + l] the top bits of
   // all four; q - 32 fits a signed byte.
+  // Each k's 32 values are one 64-byte f16 line, written whole.
   const __m128i bias = _mm_set1_epi8(32);
-  for (std::uint32_t h = 0; h < 2; ++h)
-    for (std::uint32_t l = 0; l < 32; l += 16) {
+  for (std::uint32_t h = 0; h < 2; ++h) {
+    __m128i q[4][2];
+    for (std::uint32_t i = 0; i < 2; ++i) {
+      const std::uint32_t l = 16 * i;
       const __m128i a = u8x16(b + 64 * h + l), c = u8x16(b + 64 * h + 32 + l), qh = u8x16(b + 128 + 32 * h + l);
       const __m128i low[4] = {bits8(a, 0, 15), bits8(c, 0, 15), bits8(a, 4, 15), bits8(c, 4, 15)};
-      for (std::uint32_t k = 0; k < 4; ++k) {
-        const __m128i q = _mm_sub_epi8(_mm_or_si128(low[k], _mm_slli_epi16(bits8(qh, 2 * k, 3), 4)), bias);
-        const __m256 scale = _mm256_broadcast_ss(dl + 8 * h + 2 * k + l / 16);  // (128h + 32k + l) / 16
-        store2(y + 128 * h + 32 * k + l, value(_mm256_cvtepi8_epi32(q), scale), value(_mm256_cvtepi8_epi32(upper8(q)), scale));
-      }
+      for (std::uint32_t k = 0; k < 4; ++k)
+        q[k][i] = _mm_sub_epi8(_mm_or_si128(low[k], _mm_slli_epi16(bits8(qh, 2 * k, 3), 4)), bias);
     }
+    for (std::uint32_t k = 0; k < 4; ++k)
+      for (std::uint32_t i = 0; i < 2; ++i) {
+        const __m256 scale = _mm256_broadcast_ss(dl + 8 * h + 2 * k + i);  // (128h + 32k + 16i) / 16
+        store2(y + 128 * h + 32 * k + 16 * i, value(_mm256_cvtepi8_epi32(q[k][i]), scale),
+               value(_mm256_cvtepi8_epi32(upper8(q[k][i])), scale));
+      }
+  }
 }
 
 // Each type's decoder, to f32 or f16 (the pointer's type), plain or
