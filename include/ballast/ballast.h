@@ -28,10 +28,11 @@
  * dlopen()s it and calls ballast_get_api(N): a table of every function of
  * version N, in header order (later versions only append to it).
  *
- * Threads. Every call may be made from any thread. Calls on different
- * handles never interfere; calls marked [same-handle safe] may also run on
- * one handle at once; the others (marked [exclusive]) must not overlap other
- * calls on that handle.
+ * Threads. Every call may be made from any thread, on one handle from many
+ * threads at once, unless its comment says otherwise: handles are looked up
+ * under a lock and the object is held for the call, so a *_free racing a
+ * use of the same handle either waits for nothing or makes the use fail
+ * with BALLAST_E_INVALID_HANDLE. A status is one thread's: free it once.
  */
 #ifndef BALLAST_BALLAST_H
 #define BALLAST_BALLAST_H
@@ -70,9 +71,9 @@ typedef enum ballast_code {  /* ballast::ErrorCode's values, plus INVALID_HANDLE
 } ballast_code;
 
 typedef struct ballast_status ballast_status;
-BALLAST_C_API ballast_code ballast_status_code(const ballast_status* s);     /* [same-handle safe] */
+BALLAST_C_API ballast_code ballast_status_code(const ballast_status* s);
 BALLAST_C_API const char* ballast_status_message(const ballast_status* s);  /* "<code>: <what> [where]" */
-BALLAST_C_API void ballast_status_free(ballast_status* s);                  /* [exclusive] */
+BALLAST_C_API void ballast_status_free(ballast_status* s);  /* once; not while another thread reads it */
 
 /* -------------------------------------------------------- version, logging */
 BALLAST_C_API uint32_t ballast_c_api_version(void);           /* this library's BALLAST_C_API_VERSION */
@@ -119,8 +120,8 @@ typedef struct ballast_byte_range {
 
 /* ONNX, safetensors (a file or a sharded index), GGUF: told by the bytes. */
 BALLAST_C_API ballast_status* ballast_model_open(const char* path, ballast_model** out);
-BALLAST_C_API ballast_status* ballast_model_free(ballast_model* model);  /* [exclusive] */
-/* The rest: [same-handle safe]. format: "onnx", "safetensors", "safetensors-index", "gguf". */
+BALLAST_C_API ballast_status* ballast_model_free(ballast_model* model);
+/* Reads of what open computed: lock-free after the handle lookup. format: "onnx", "safetensors", "safetensors-index", "gguf". */
 BALLAST_C_API ballast_status* ballast_model_format(const ballast_model* model, const char** out);
 BALLAST_C_API ballast_status* ballast_model_weight_count(const ballast_model* model, size_t* out);
 BALLAST_C_API ballast_status* ballast_model_weight(const ballast_model* model, size_t index, ballast_weight_info* out);
@@ -153,12 +154,12 @@ typedef struct ballast_device_counters {
 
 /* "cpu", "vulkan:0", "cuda:GPU-...?key=value" (docs/backends.md). */
 BALLAST_C_API ballast_status* ballast_backend_open(const char* config, ballast_backend** out);
-BALLAST_C_API ballast_status* ballast_backend_free(ballast_backend* backend);  /* [exclusive] */
+BALLAST_C_API ballast_status* ballast_backend_free(ballast_backend* backend);
 BALLAST_C_API ballast_status* ballast_backend_info(const ballast_backend* backend, ballast_device_info* out);
 BALLAST_C_API ballast_status* ballast_backend_counters(const ballast_backend* backend, ballast_device_counters* out);
 
 /* ------------------------------------------------------------------- plan */
-typedef struct ballast_plan ballast_plan;  /* immutable: [same-handle safe] throughout */
+typedef struct ballast_plan ballast_plan;  /* immutable */
 
 typedef enum ballast_plan_source {
   BALLAST_PLAN_AUTOMATIC = 0,  /* the graph when the model has one, else the built-in name rules */
@@ -225,12 +226,14 @@ typedef void (*ballast_progress_fn)(void* user, size_t done, size_t total);
 BALLAST_C_API ballast_status* ballast_residency_create(ballast_backend* backend, const ballast_model* model,
                                                        const ballast_residency_options* options,
                                                        ballast_residency** out);
-/* Releases what release() has not (pins still live keep it until they go). [exclusive] */
+/* Releases what release() has not (pins still live keep it until they go). */
 BALLAST_C_API ballast_status* ballast_residency_free(ballast_residency* residency);
 /* Frees every device value and registration now; idempotent. Pins still
- * live are freed too and the status says so. [same-handle safe: waits for the others] */
+ * live are freed too and the status says so. Waits for the residency's calls
+ * in flight; later pins, prefetches and pin reads get INVALID_ARGUMENT. */
 BALLAST_C_API ballast_status* ballast_residency_release(ballast_residency* residency, ballast_teardown* out);
-/* The rest: [same-handle safe]. The plan create() sized the budget with (a new handle). */
+/* Pins, prefetches and stats: any number of threads at once (Residency's rule).
+ * The plan create() sized the budget with (a new handle). */
 BALLAST_C_API ballast_status* ballast_residency_plan(const ballast_residency* residency, ballast_plan** out);
 BALLAST_C_API ballast_status* ballast_residency_group_count(const ballast_residency* residency, size_t* out);
 BALLAST_C_API ballast_status* ballast_residency_stats_get(const ballast_residency* residency,
@@ -253,13 +256,13 @@ BALLAST_C_API ballast_status* ballast_residency_prefetch(ballast_residency* resi
 BALLAST_C_API ballast_status* ballast_residency_prefetch_group(ballast_residency* residency, size_t index);
 BALLAST_C_API ballast_status* ballast_residency_wait_prefetches(ballast_residency* residency);
 
-/* Unpins. [exclusive] */
+/* Unpins. */
 BALLAST_C_API ballast_status* ballast_pin_free(ballast_pin* pin);
-/* Members: 1 for a value or weight; a group's derivations then its weights. [same-handle safe] */
+/* Members: 1 for a value or weight; a group's derivations then its weights. */
 BALLAST_C_API ballast_status* ballast_pin_count(const ballast_pin* pin, size_t* out);
 BALLAST_C_API ballast_status* ballast_pin_value(const ballast_pin* pin, size_t member, ballast_value* out);
 /* Copies [offset, offset + length) of a member's half (0: first, 1: second)
- * from the device into dst (dst_length >= length). [same-handle safe] */
+ * from the device into dst (dst_length >= length). */
 BALLAST_C_API ballast_status* ballast_pin_read(const ballast_pin* pin, size_t member, int half, uint64_t offset,
                                                void* dst, size_t dst_length, uint64_t length);
 
