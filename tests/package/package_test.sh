@@ -127,6 +127,18 @@ c_engine_cpu | c_engine_vulkan)
   grep -q "^c engine: ok$" "$work/$step.log" || fail "the C engine did not finish"
   ;;
 
+rust_engine)
+  # examples/rust_engine: hand-written extern "C" declarations of ballast.h,
+  # no crates, so cargo builds it offline against the moved install.
+  command -v cargo >/dev/null || { echo "skipped: cargo not installed"; exit 77; }
+  BALLAST_LIB_DIR="$moved/lib" cargo build --offline --release --quiet \
+    --manifest-path "$src/examples/rust_engine/Cargo.toml" --target-dir "$work/rust-build"
+  "$work/rust-build/release/rust_engine" "$work/model/sample.onnx" cpu | tee "$work/$step.log"
+  grep -Eq '^derived [1-9][0-9]* of [1-9][0-9]*$' "$work/$step.log" || fail "the Rust engine derived nothing"
+  grep -q ": 0 mismatches$" "$work/$step.log" || fail "the value read back was not checked"
+  grep -q "^rust engine: ok$" "$work/$step.log" || fail "the Rust engine did not finish"
+  ;;
+
 conformance_cpu | conformance_vulkan)
   backend="${step#conformance_}"
   [[ "$backend" == vulkan ]] && need_vulkan
