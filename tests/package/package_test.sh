@@ -129,9 +129,10 @@ c_engine_cpu | c_engine_vulkan)
 
 rust_engine)
   # examples/rust_engine: hand-written extern "C" declarations of ballast.h,
-  # no crates, so cargo builds it offline against the moved install.
+  # no crates, so cargo builds it offline against the moved install. --locked:
+  # Cargo.lock (format 3, which Debian 12's cargo reads) is never rewritten.
   command -v cargo >/dev/null || { echo "skipped: cargo not installed"; exit 77; }
-  BALLAST_LIB_DIR="$moved/lib" cargo build --offline --release --quiet \
+  BALLAST_LIB_DIR="$moved/lib" cargo build --offline --locked --release --quiet \
     --manifest-path "$src/examples/rust_engine/Cargo.toml" --target-dir "$work/rust-build"
   "$work/rust-build/release/rust_engine" "$work/model/sample.onnx" cpu | tee "$work/$step.log"
   grep -Eq '^derived [1-9][0-9]* of [1-9][0-9]*$' "$work/$step.log" || fail "the Rust engine derived nothing"
