@@ -31,14 +31,14 @@ void* make_plan_handle(std::shared_ptr<const ModelObject> model, std::vector<Pla
 
 extern "C" {
 
-ballast_status* ballast_plan_derivations(const ballast_model* model, ballast_plan_source source, ballast_plan** out) {
+ballast_status* ballast_plan_derivations(const ballast_model* model, int32_t source, ballast_plan** out) {
   return guarded([&]() -> ballast_status* {
     ballast_status* e = null_out(out, "the output handle");
     if (e) return e;
     auto m = lookup<ModelObject>(model, Kind::model, &e);
     if (!m) return e;
     if (source < BALLAST_PLAN_AUTOMATIC || source > BALLAST_PLAN_GRAPH_AND_RULES)
-      return invalid_argument("invalid_argument: plan source " + std::to_string(static_cast<int>(source)) +
+      return invalid_argument("invalid_argument: plan source " + std::to_string(source) +
                               " is none of ballast_plan_source");
     PlanOptions options;
     options.source = static_cast<PlanSource>(source);

@@ -18,7 +18,7 @@ ballast_status* to_options(const ballast_residency_options& in, const ModelObjec
     case BALLAST_UPLOAD: out.strategy = ResidencyStrategy::upload; break;
     case BALLAST_PAGED: out.strategy = ResidencyStrategy::paged; break;
     default:
-      return invalid_argument("invalid_argument: strategy " + std::to_string(static_cast<int>(in.strategy)) +
+      return invalid_argument("invalid_argument: strategy " + std::to_string(in.strategy) +
                               " is none of ballast_strategy");
   }
   if (in.budget_bytes != 0) out.budget_bytes = in.budget_bytes;
@@ -73,10 +73,13 @@ ballast_status* use(const ballast_residency* handle, Using& u) {
   return nullptr;
 }
 
-ballast_status* hand_out_pin(const std::shared_ptr<ResidencyObject>& owner, std::vector<Pinned> members,
-                             ballast_pin** out) {
+// Drops the caller's share of the gate first: a PinObject takes the gate
+// itself to unpin, and one destroyed here (an allocation failing below)
+// must not take it a second time on this thread.
+ballast_status* hand_out_pin(Using& u, std::vector<Pinned> members, ballast_pin** out) {
+  u.lock.unlock();
   auto pin = std::make_shared<PinObject>();
-  pin->owner = owner;
+  pin->owner = u.object;
   pin->members = std::move(members);
   *out = static_cast<ballast_pin*>(insert_handle(Kind::pin, std::move(pin)));
   return nullptr;
@@ -216,7 +219,7 @@ ballast_status* ballast_residency_pin_derivation(ballast_residency* residency, c
     if (!pinned.ok()) return from_error(pinned.error());
     std::vector<Pinned> members;
     members.push_back(std::move(*pinned));
-    return hand_out_pin(u.object, std::move(members), out);
+    return hand_out_pin(u, std::move(members), out);
   });
 }
 
@@ -230,7 +233,7 @@ ballast_status* ballast_residency_pin_weight(ballast_residency* residency, const
     if (!pinned.ok()) return from_error(pinned.error());
     std::vector<Pinned> members;
     members.push_back(std::move(*pinned));
-    return hand_out_pin(u.object, std::move(members), out);
+    return hand_out_pin(u, std::move(members), out);
   });
 }
 
@@ -247,7 +250,7 @@ ballast_status* ballast_residency_pin_group(ballast_residency* residency, size_t
     if (!set.ok()) return from_error(set.error());
     std::vector<Pinned> members = std::move(set->derived);
     for (Pinned& w : set->weights) members.push_back(std::move(w));
-    return hand_out_pin(u.object, std::move(members), out);
+    return hand_out_pin(u, std::move(members), out);
   });
 }
 

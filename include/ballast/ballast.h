@@ -176,7 +176,7 @@ typedef struct ballast_derivation_info {
   uint64_t second_bytes;     /* a pair's second half; 0 for single values */
 } ballast_derivation_info;
 
-BALLAST_C_API ballast_status* ballast_plan_derivations(const ballast_model* model, ballast_plan_source source,
+BALLAST_C_API ballast_status* ballast_plan_derivations(const ballast_model* model, int32_t source /* ballast_plan_source */,
                                                        ballast_plan** out);
 BALLAST_C_API ballast_status* ballast_plan_free(ballast_plan* plan);
 BALLAST_C_API ballast_status* ballast_plan_count(const ballast_plan* plan, size_t* out);
@@ -188,11 +188,12 @@ typedef struct ballast_pin ballast_pin;
 
 typedef enum ballast_strategy { BALLAST_ZERO_COPY = 0, BALLAST_UPLOAD = 1, BALLAST_PAGED = 2 } ballast_strategy;
 
-typedef struct ballast_override { const char* weight; ballast_strategy strategy; } ballast_override;
+/* Enum values cross as int32_t: any value a caller passes is then defined, and refused when bad. */
+typedef struct ballast_override { const char* weight; int32_t strategy; /* ballast_strategy */ } ballast_override;
 
 typedef struct ballast_residency_options {
   size_t size;
-  ballast_strategy strategy;
+  int32_t strategy;               /* ballast_strategy */
   uint64_t budget_bytes;          /* 0: auto for paged, unlimited otherwise */
   const ballast_plan* plan;       /* what the engine will pin (NULL: every planned derivation) */
   uint32_t kinds;                 /* bit 1 << kind (the kinds' order in docs/derivations.md); 0: every kind */
@@ -290,7 +291,7 @@ typedef struct ballast_api_v1 {
   ballast_status* (*backend_free)(ballast_backend*);
   ballast_status* (*backend_info)(const ballast_backend*, ballast_device_info*);
   ballast_status* (*backend_counters)(const ballast_backend*, ballast_device_counters*);
-  ballast_status* (*plan_derivations)(const ballast_model*, ballast_plan_source, ballast_plan**);
+  ballast_status* (*plan_derivations)(const ballast_model*, int32_t, ballast_plan**);
   ballast_status* (*plan_free)(ballast_plan*);
   ballast_status* (*plan_count)(const ballast_plan*, size_t*);
   ballast_status* (*plan_entry)(const ballast_plan*, size_t, ballast_derivation_info*);

@@ -189,10 +189,11 @@ TEST_CASE("lengths and ranges that do not fit") {
 
 TEST_CASE("bad enum values, structs without their size, a released residency") {
   World w;
+  ballast_override bad_override[] = {{"w0", -1}};
   ballast_plan* plan = nullptr;
-  CAPI_FAILS(ballast_plan_derivations(w.model, static_cast<ballast_plan_source>(9), &plan), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_plan_derivations(w.model, 9, &plan), BALLAST_E_INVALID_ARGUMENT);
   ballast_residency_options opt = BALLAST_INIT(ballast_residency_options);
-  opt.strategy = static_cast<ballast_strategy>(7);
+  opt.strategy = 7;
   ballast_residency* r = nullptr;
   CAPI_FAILS(ballast_residency_create(w.backend, w.model, &opt, &r), BALLAST_E_INVALID_ARGUMENT);
   ballast_residency_options unsized{};
@@ -200,6 +201,10 @@ TEST_CASE("bad enum values, structs without their size, a released residency") {
   ballast_weight_info wi{};
   CAPI_FAILS(ballast_model_weight(w.model, 0, &wi), BALLAST_E_INVALID_ARGUMENT);
   opt = BALLAST_INIT(ballast_residency_options);
+  opt.overrides = bad_override;
+  opt.override_count = 1;
+  CAPI_FAILS(ballast_residency_create(w.backend, w.model, &opt, &r), BALLAST_E_INVALID_ARGUMENT);
+  opt.overrides = nullptr;
   opt.override_count = 2;
   CAPI_FAILS(ballast_residency_create(w.backend, w.model, &opt, &r), BALLAST_E_INVALID_ARGUMENT);
 
