@@ -11,6 +11,7 @@
 #include <ballast/log.hpp>
 
 #include <cstring>
+#include <dlfcn.h>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -60,6 +61,29 @@ TEST_CASE("version: the query, the check, the table") {
   CHECK(ballast_status_code(nullptr) == BALLAST_OK);
   CHECK(std::string(ballast_status_message(nullptr)) == "ok");
   ballast_status_free(nullptr);
+}
+
+TEST_CASE("an engine that dlopen()s libballast: one symbol, then the table") {
+  ScratchDir dir("capi-dlopen");
+  const auto m = OrphanedPrefixModel::write(dir.path());
+  void* lib = dlopen(BALLAST_BINARY_DIR "/lib/libballast.so", RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(lib != nullptr);
+  using GetApi = const void* (*)(uint32_t);
+  auto get_api = reinterpret_cast<GetApi>(dlsym(lib, "ballast_get_api"));
+  REQUIRE((get_api != nullptr));
+  const auto* api = static_cast<const ballast_api_v1*>(get_api(1));
+  REQUIRE(api != nullptr);
+  ballast_model* model = nullptr;
+  ballast_status* s = api->model_open(m.onnx.c_str(), &model);
+  CHECK(api->status_code(s) == BALLAST_OK);
+  size_t n = 0;
+  CHECK(api->status_code(api->model_weight_count(model, &n)) == BALLAST_OK);
+  CHECK(n == 3);
+  CHECK(api->model_free(model) == nullptr);
+  s = api->model_free(model);  // the table's functions validate as the symbols do
+  CHECK(api->status_code(s) == BALLAST_E_INVALID_HANDLE);
+  api->status_free(s);
+  dlclose(lib);
 }
 
 TEST_CASE("an ONNX model: weights, accounting, dead ranges, bytes as stored") {
