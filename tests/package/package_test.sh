@@ -9,7 +9,7 @@ step="$1" src="$2" build="$3" work="$4" plugins=",$5," python="$6"
 moved="$work/moved"
 unset BALLAST_PLUGIN_PATH
 # Compilers are the consumer's choice; reuse ccache when it is there.
-if command -v ccache >/dev/null; then export CMAKE_CXX_COMPILER_LAUNCHER=ccache; fi
+if command -v ccache >/dev/null; then export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_C_COMPILER_LAUNCHER=ccache; fi
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 has_plugin() { [[ "$plugins" == *",$1,"* ]]; }
@@ -34,6 +34,17 @@ build_engine() {
       || { cat "$work/engine.configure.log"; fail "configuring examples/engine"; }
     grep -q "ballast plugins: $moved/lib/ballast" "$work/engine.configure.log" || fail "ballast_PLUGIN_DIR is not $moved/lib/ballast"
     cmake --build "$engine_build" -j2
+  fi
+}
+
+# The C example engine (examples/c_engine), built once out of tree against
+# the moved package as a C99 project (no C++ compiler enabled).
+build_c_engine() {
+  c_engine_build="$work/c-engine-build"
+  if [[ ! -x "$c_engine_build/c_engine" ]]; then
+    cmake -S "$src/examples/c_engine" -B "$c_engine_build" -G Ninja -DCMAKE_PREFIX_PATH="$moved" >"$work/c_engine.configure.log" \
+      || { cat "$work/c_engine.configure.log"; fail "configuring examples/c_engine"; }
+    cmake --build "$c_engine_build" -j2
   fi
 }
 
@@ -103,6 +114,30 @@ engine_cpu | engine_vulkan)
   grep -Eq '^[1-9][0-9]* derivations' "$work/$step.log" || fail "the engine derived nothing"
   grep -q "same values: ok" "$work/$step.log" || fail "the engine's paged pass did not finish"
   grep -q "counters back to baseline: ok" "$work/$step.log" || fail "no counter check"
+  ;;
+
+c_engine_cpu | c_engine_vulkan)
+  backend="${step#c_engine_}"
+  [[ "$backend" == vulkan ]] && need_vulkan
+  build_c_engine
+  "$c_engine_build/c_engine" "$work/model/sample.onnx" "$backend" | tee "$work/$step.log"
+  grep -Eq '^derived [1-9][0-9]* of [1-9][0-9]*$' "$work/$step.log" || fail "the C engine derived nothing"
+  grep -q ": 0 mismatches; first byte" "$work/$step.log" || fail "the value read back was not checked"
+  grep -q "counters back to baseline: ok" "$work/$step.log" || fail "no counter check"
+  grep -q "^c engine: ok$" "$work/$step.log" || fail "the C engine did not finish"
+  ;;
+
+rust_engine)
+  # examples/rust_engine: hand-written extern "C" declarations of ballast.h,
+  # no crates, so cargo builds it offline against the moved install. --locked:
+  # Cargo.lock (format 3, which Debian 12's cargo reads) is never rewritten.
+  command -v cargo >/dev/null || { echo "skipped: cargo not installed"; exit 77; }
+  BALLAST_LIB_DIR="$moved/lib" cargo build --offline --locked --release --quiet \
+    --manifest-path "$src/examples/rust_engine/Cargo.toml" --target-dir "$work/rust-build"
+  "$work/rust-build/release/rust_engine" "$work/model/sample.onnx" cpu | tee "$work/$step.log"
+  grep -Eq '^derived [1-9][0-9]* of [1-9][0-9]*$' "$work/$step.log" || fail "the Rust engine derived nothing"
+  grep -q ": 0 mismatches$" "$work/$step.log" || fail "the value read back was not checked"
+  grep -q "^rust engine: ok$" "$work/$step.log" || fail "the Rust engine did not finish"
   ;;
 
 conformance_cpu | conformance_vulkan)

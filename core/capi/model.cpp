@@ -1,0 +1,175 @@
+// Models: open (every format open_model reads), the weight list and the
+// accounting, computed once at open so that reads are lock-free and the
+// strings they return stay put.
+#include "capi/objects.hpp"
+
+#include <ballast/dtype.hpp>
+
+#include <span>
+
+using namespace ballast;
+using namespace ballast::capi;
+
+namespace {
+
+void describe(ModelObject& m) {
+  const WeightStore& store = m.model.store();
+  m.format = std::string(model_format_name(m.model.format()));
+  for (ValueId id : m.model.weight_order()) {
+    auto it = store.weights().find(id);
+    if (it == store.weights().end()) continue;
+    WeightRow row;
+    row.name = std::string(m.model.value_name(id));
+    row.ref = &it->second;
+    row.dtype = std::string(dtype_name(it->second.dtype));
+    row.bytes = it->second.byte_length();
+    if (it->second.is_external()) {
+      const ExternalLocation& ext = *it->second.external;
+      row.file = ext.resolved().empty() ? ext.location() : ext.resolved().string();
+      row.offset = ext.offset;
+    }
+    m.weights.push_back(std::move(row));
+  }
+  const ReferencedWeightBytes referenced = store.referenced_weight_bytes();
+  m.accounting.size = sizeof(ballast_accounting);
+  m.accounting.mapped_bytes = store.mapped_external_bytes();
+  m.accounting.referenced_bytes = referenced.total;
+  m.accounting.header_bytes = store.format_header_bytes();
+  m.accounting.dead_bytes = store.unreferenced_external_bytes(referenced);
+  m.accounting.files = referenced.files.size();
+  for (const DeadRanges& file : store.dead_ranges(referenced)) {
+    m.dead_files.push_back(file.path.string());
+    for (const ByteRange& r : file.ranges) m.dead.push_back({m.dead_files.size() - 1, r.offset, r.length});
+  }
+  m.accounting.dead_ranges = m.dead.size();
+}
+
+}  // namespace
+
+extern "C" {
+
+ballast_status* ballast_model_open(const char* path, ballast_model** out) {
+  return guarded([&]() -> ballast_status* {
+    if (auto* e = null_out(out, "the output handle")) return e;
+    if (path == nullptr) return invalid_argument("invalid_argument: the model path is NULL");
+    auto opened = open_model(path);
+    if (!opened.ok()) return from_error(opened.error());
+    auto object = std::make_shared<ModelObject>();
+    object->model = std::move(*opened);
+    describe(*object);
+    *out = static_cast<ballast_model*>(insert_handle(Kind::model, std::move(object)));
+    return nullptr;
+  });
+}
+
+ballast_status* ballast_model_free(ballast_model* model) {
+  if (model == nullptr) return nullptr;
+  return guarded([&]() -> ballast_status* {
+    auto object = remove_handle(model, Kind::model);
+    return object ? nullptr : bad_handle(Kind::model, model);
+  });
+}
+
+ballast_status* ballast_model_format(const ballast_model* model, const char** out) {
+  return guarded([&]() -> ballast_status* {
+    ballast_status* e = null_out(out, "the output");
+    if (e) return e;
+    auto m = lookup<ModelObject>(model, Kind::model, &e);
+    if (!m) return e;
+    *out = m->format.c_str();
+    return nullptr;
+  });
+}
+
+ballast_status* ballast_model_weight_count(const ballast_model* model, size_t* out) {
+  return guarded([&]() -> ballast_status* {
+    ballast_status* e = null_out(out, "the output");
+    if (e) return e;
+    auto m = lookup<ModelObject>(model, Kind::model, &e);
+    if (!m) return e;
+    *out = m->weights.size();
+    return nullptr;
+  });
+}
+
+ballast_status* ballast_model_weight(const ballast_model* model, size_t index, ballast_weight_info* out) {
+  return guarded([&]() -> ballast_status* {
+    ballast_status* e = nullptr;
+    auto m = lookup<ModelObject>(model, Kind::model, &e);
+    if (!m) return e;
+    if (index >= m->weights.size())
+      return out_of_bounds("out_of_bounds: weight " + std::to_string(index) + " of " +
+                           std::to_string(m->weights.size()));
+    const WeightRow& w = m->weights[index];
+    ballast_weight_info info{};
+    info.name = w.name.c_str();
+    info.dtype = w.dtype.c_str();
+    info.ndims = w.ref->dims.size();
+    info.dims = w.ref->dims.data();
+    info.bytes = w.bytes;
+    info.file = w.file.c_str();
+    info.offset = w.offset;
+    return write_out(info, out);
+  });
+}
+
+ballast_status* ballast_model_find_weight(const ballast_model* model, const char* name, size_t* index) {
+  return guarded([&]() -> ballast_status* {
+    ballast_status* e = null_out(index, "the output index");
+    if (e) return e;
+    auto m = lookup<ModelObject>(model, Kind::model, &e);
+    if (!m) return e;
+    if (name == nullptr) return invalid_argument("invalid_argument: the weight name is NULL");
+    for (std::size_t i = 0; i < m->weights.size(); ++i)
+      if (m->weights[i].name == name) {
+        *index = i;
+        return nullptr;
+      }
+    return make_status(BALLAST_E_NOT_FOUND, std::string("not_found: the model has no weight ") + name);
+  });
+}
+
+ballast_status* ballast_model_accounting(const ballast_model* model, ballast_accounting* out) {
+  return guarded([&]() -> ballast_status* {
+    ballast_status* e = nullptr;
+    auto m = lookup<ModelObject>(model, Kind::model, &e);
+    if (!m) return e;
+    return write_out(m->accounting, out);
+  });
+}
+
+ballast_status* ballast_model_dead_range(const ballast_model* model, size_t index, ballast_byte_range* out) {
+  return guarded([&]() -> ballast_status* {
+    ballast_status* e = nullptr;
+    auto m = lookup<ModelObject>(model, Kind::model, &e);
+    if (!m) return e;
+    if (index >= m->dead.size())
+      return out_of_bounds("out_of_bounds: dead range " + std::to_string(index) + " of " +
+                           std::to_string(m->dead.size()));
+    const DeadRow& d = m->dead[index];
+    ballast_byte_range r{};
+    r.file = m->dead_files[d.file].c_str();
+    r.offset = d.offset;
+    r.length = d.length;
+    return write_out(r, out);
+  });
+}
+
+ballast_status* ballast_model_read_weight(const ballast_model* model, size_t index, uint64_t offset, void* dst,
+                                          size_t dst_length, uint64_t length) {
+  return guarded([&]() -> ballast_status* {
+    ballast_status* e = nullptr;
+    auto m = lookup<ModelObject>(model, Kind::model, &e);
+    if (!m) return e;
+    if (index >= m->weights.size())
+      return out_of_bounds("out_of_bounds: weight " + std::to_string(index) + " of " +
+                           std::to_string(m->weights.size()));
+    if ((e = check_buffer(dst, dst_length, length))) return e;
+    // copy_bytes checks the range against the weight (overflow-safe) and
+    // guards the copy against a file truncated under the mapping.
+    return from_status(m->model.store().copy_bytes(
+        *m->weights[index].ref, offset, std::span<std::byte>(static_cast<std::byte*>(dst), length)));
+  });
+}
+
+}  // extern "C"

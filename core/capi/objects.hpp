@@ -1,0 +1,102 @@
+// What each C handle holds. The strings a C struct returns point into these
+// objects, so they are built once, when the object is made, and never
+// change: that is what lets every read of a model or a plan run on any
+// number of threads at once.
+#pragma once
+
+#include "capi/handles.hpp"
+#include "capi/status.hpp"
+
+#include <ballast/ballast.h>
+#include <ballast/backend_registry.hpp>
+#include <ballast/derive.hpp>
+#include <ballast/model.hpp>
+#include <ballast/residency.hpp>
+
+#include <memory>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+namespace ballast::capi {
+
+struct WeightRow {
+  std::string name, dtype, file;
+  const WeightRef* ref = nullptr;  // into the model's store (its map never changes after open)
+  std::uint64_t bytes = 0, offset = 0;
+};
+
+struct DeadRow {
+  std::size_t file = 0;  // index into ModelObject::dead_files
+  std::uint64_t offset = 0, length = 0;
+};
+
+struct ModelObject {
+  Model model;
+  std::string format;
+  std::vector<WeightRow> weights;  // in the model's weight order
+  ballast_accounting accounting{};
+  std::vector<std::string> dead_files;
+  std::vector<DeadRow> dead;
+};
+
+struct BackendObject {
+  std::unique_ptr<GpuBackend> backend;
+};
+
+struct PlanRow {
+  std::string kind;
+  std::uint64_t first_bytes = 0, second_bytes = 0;
+};
+
+struct PlanObject {
+  std::shared_ptr<const ModelObject> model;  // plans are per model: checked wherever one is used
+  std::vector<PlannedDerivation> entries;
+  std::vector<PlanRow> rows;
+};
+
+struct ResidencyObject {
+  // Declared first, destroyed last: the Residency refers to both.
+  std::shared_ptr<BackendObject> backend;
+  std::shared_ptr<const ModelObject> model;
+  // Shared by every use; release() takes it alone (the C++ object's rule:
+  // release must not overlap other use), so in C it simply waits.
+  mutable std::shared_mutex gate;
+  bool released = false;  // under `gate`
+  std::unique_ptr<Residency> residency;
+};
+
+struct PinObject {
+  std::shared_ptr<ResidencyObject> owner;  // first: outlives the pins below
+  std::vector<Pinned> members;             // a group: its derivations, then its weights
+  ~PinObject() {
+    std::shared_lock lock(owner->gate);
+    members.clear();
+  }
+};
+
+// A new plan handle over `entries` of `model` (plan.cpp).
+void* make_plan_handle(std::shared_ptr<const ModelObject> model, std::vector<PlannedDerivation> entries);
+
+// "invalid_handle: <what> is NULL / not a live <kind> handle (freed, or another kind)".
+ballast_status* bad_handle(Kind kind, const void* handle) noexcept;
+
+// The checks every entry point starts with: a live handle of the kind, or
+// a status to return.
+template <class T>
+std::shared_ptr<T> lookup(const void* handle, Kind kind, ballast_status** error) noexcept {
+  auto object = find<T>(handle, kind);
+  if (!object) *error = bad_handle(kind, handle);
+  return object;
+}
+
+template <class T>
+ballast_status* null_out(T* out, const char* what) noexcept {
+  return out == nullptr ? invalid_argument(std::string("invalid_argument: ") + what + " is NULL") : nullptr;
+}
+
+// The buffer rule of every read: dst may be NULL only for length 0, and
+// length must fit dst_length.
+ballast_status* check_buffer(const void* dst, std::size_t dst_length, std::uint64_t length) noexcept;
+
+}  // namespace ballast::capi

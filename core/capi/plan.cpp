@@ -1,0 +1,96 @@
+// Plans: which derivations a model's weights get, from its graph or by the
+// built-in name rules. A plan is immutable and belongs to one model; every
+// call that takes a plan and a model or residency checks they match.
+#include "capi/objects.hpp"
+
+#include <ballast/log.hpp>
+
+using namespace ballast;
+using namespace ballast::capi;
+
+namespace ballast::capi {
+
+void* make_plan_handle(std::shared_ptr<const ModelObject> model, std::vector<PlannedDerivation> entries) {
+  auto plan = std::make_shared<PlanObject>();
+  plan->model = std::move(model);
+  plan->entries = std::move(entries);
+  for (const PlannedDerivation& p : plan->entries) {
+    PlanRow row;
+    row.kind = std::string(derivation_name(p.kind()));
+    DerivationLaunch launch = p.launch;
+    if (auto sizes = derivation_sizes(launch); sizes.ok()) {
+      row.first_bytes = sizes->dst_bytes;
+      row.second_bytes = sizes->dst2_bytes;
+    }
+    plan->rows.push_back(std::move(row));
+  }
+  return insert_handle(Kind::plan, std::move(plan));
+}
+
+}  // namespace ballast::capi
+
+extern "C" {
+
+ballast_status* ballast_plan_derivations(const ballast_model* model, int32_t source, ballast_plan** out) {
+  return guarded([&]() -> ballast_status* {
+    ballast_status* e = null_out(out, "the output handle");
+    if (e) return e;
+    auto m = lookup<ModelObject>(model, Kind::model, &e);
+    if (!m) return e;
+    if (source < BALLAST_PLAN_AUTOMATIC || source > BALLAST_PLAN_GRAPH_AND_RULES)
+      return invalid_argument("invalid_argument: plan source " + std::to_string(source) +
+                              " is none of ballast_plan_source");
+    PlanOptions options;
+    options.source = static_cast<PlanSource>(source);
+    // A weight a rule recognises but cannot derive (GPTQ packing) is said
+    // in the log rather than failing the whole plan.
+    std::vector<PlanSkip> skipped;
+    options.skipped = &skipped;
+    auto plan = plan_derivations(m->model, options);
+    if (!plan.ok()) return from_error(plan.error());
+    for (const PlanSkip& s : skipped)
+      log_message(LogLevel::warning, "plan", "rule " + s.rule + " skipped " + s.weight + ": " + s.reason);
+    *out = static_cast<ballast_plan*>(make_plan_handle(m, std::move(*plan)));
+    return nullptr;
+  });
+}
+
+ballast_status* ballast_plan_free(ballast_plan* plan) {
+  if (plan == nullptr) return nullptr;
+  return guarded([&]() -> ballast_status* {
+    return remove_handle(plan, Kind::plan) ? nullptr : bad_handle(Kind::plan, plan);
+  });
+}
+
+ballast_status* ballast_plan_count(const ballast_plan* plan, size_t* out) {
+  return guarded([&]() -> ballast_status* {
+    ballast_status* e = null_out(out, "the output");
+    if (e) return e;
+    auto p = lookup<PlanObject>(plan, Kind::plan, &e);
+    if (!p) return e;
+    *out = p->entries.size();
+    return nullptr;
+  });
+}
+
+ballast_status* ballast_plan_entry(const ballast_plan* plan, size_t index, ballast_derivation_info* out) {
+  return guarded([&]() -> ballast_status* {
+    ballast_status* e = nullptr;
+    auto p = lookup<PlanObject>(plan, Kind::plan, &e);
+    if (!p) return e;
+    if (index >= p->entries.size())
+      return out_of_bounds("out_of_bounds: plan entry " + std::to_string(index) + " of " +
+                           std::to_string(p->entries.size()));
+    const PlannedDerivation& d = p->entries[index];
+    ballast_derivation_info info{};
+    info.weight = d.weight.c_str();
+    info.kind = p->rows[index].kind.c_str();
+    info.node = d.node.c_str();
+    info.why = d.why.c_str();
+    info.first_bytes = p->rows[index].first_bytes;
+    info.second_bytes = p->rows[index].second_bytes;
+    return write_out(info, out);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,309 @@
+// Residency: the one C++ stack the C API puts weights on a device with
+// (upload, zero_copy or paged under a budget; derived values built on
+// demand and memoized). The options struct maps field for field onto
+// ResidencyOptions, zero meaning the C++ default.
+#include "capi/objects.hpp"
+
+#include <chrono>
+#include <mutex>
+
+using namespace ballast;
+using namespace ballast::capi;
+
+namespace {
+
+ballast_status* to_options(const ballast_residency_options& in, const ModelObject& model, ResidencyOptions& out) {
+  switch (in.strategy) {
+    case BALLAST_ZERO_COPY: out.strategy = ResidencyStrategy::zero_copy; break;
+    case BALLAST_UPLOAD: out.strategy = ResidencyStrategy::upload; break;
+    case BALLAST_PAGED: out.strategy = ResidencyStrategy::paged; break;
+    default:
+      return invalid_argument("invalid_argument: strategy " + std::to_string(in.strategy) +
+                              " is none of ballast_strategy");
+  }
+  if (in.budget_bytes != 0) out.budget_bytes = in.budget_bytes;
+  if (in.plan != nullptr) {
+    ballast_status* e = nullptr;
+    auto plan = lookup<PlanObject>(in.plan, Kind::plan, &e);
+    if (!plan) return e;
+    if (plan->model.get() != &model)
+      return invalid_argument("invalid_argument: options.plan was planned for another model");
+    out.derivations = plan->entries;
+  }
+  if (in.no_derivations != 0) {
+    out.policy = DerivationPolicy::none();
+  } else if (in.kinds != 0) {
+    out.policy.kinds = in.kinds;
+  }
+  if (in.group_by_layer != nullptr) out.group_by = group_by_layer(in.group_by_layer);
+  if (in.override_count > 0 && in.overrides == nullptr)
+    return invalid_argument("invalid_argument: override_count is " + std::to_string(in.override_count) +
+                            " but overrides is NULL");
+  for (std::size_t i = 0; i < in.override_count; ++i) {
+    const ballast_override& o = in.overrides[i];
+    if (o.weight == nullptr) return invalid_argument("invalid_argument: overrides[" + std::to_string(i) + "].weight is NULL");
+    auto id = model.model.value_id(o.weight);
+    if (!id || model.model.weight(o.weight) == nullptr)
+      return make_status(BALLAST_E_NOT_FOUND, std::string("not_found: override for ") + o.weight +
+                                                  ", which is not a weight of the model");
+    ResidencyStrategy s{};
+    switch (o.strategy) {
+      case BALLAST_ZERO_COPY: s = ResidencyStrategy::zero_copy; break;
+      case BALLAST_UPLOAD: s = ResidencyStrategy::upload; break;
+      case BALLAST_PAGED: s = ResidencyStrategy::paged; break;
+      default: return invalid_argument(std::string("invalid_argument: override for ") + o.weight + ": bad strategy");
+    }
+    out.overrides.emplace_back(*id, s);
+  }
+  return nullptr;
+}
+
+// A residency handle's object, shared-locked and not yet released.
+struct Using {
+  std::shared_ptr<ResidencyObject> object;
+  std::shared_lock<std::shared_mutex> lock;
+};
+
+ballast_status* use(const ballast_residency* handle, Using& u) {
+  ballast_status* e = nullptr;
+  u.object = lookup<ResidencyObject>(handle, Kind::residency, &e);
+  if (!u.object) return e;
+  u.lock = std::shared_lock(u.object->gate);
+  if (u.object->released) return invalid_argument("invalid_argument: the residency was released");
+  return nullptr;
+}
+
+// Drops the caller's share of the gate first: a PinObject takes the gate
+// itself to unpin, and one destroyed here (an allocation failing below)
+// must not take it a second time on this thread.
+ballast_status* hand_out_pin(Using& u, std::vector<Pinned> members, ballast_pin** out) {
+  u.lock.unlock();
+  auto pin = std::make_shared<PinObject>();
+  pin->owner = u.object;
+  pin->members = std::move(members);
+  *out = static_cast<ballast_pin*>(insert_handle(Kind::pin, std::move(pin)));
+  return nullptr;
+}
+
+// `plan`, checked to be a plan of the residency's model.
+ballast_status* plan_of(const ResidencyObject& r, const ballast_plan* plan, std::shared_ptr<PlanObject>& p) {
+  ballast_status* e = nullptr;
+  p = lookup<PlanObject>(plan, Kind::plan, &e);
+  if (!p) return e;
+  if (p->model != r.model) return invalid_argument("invalid_argument: the plan belongs to another model");
+  return nullptr;
+}
+
+// ...and `index` one of its entries.
+ballast_status* entry_of(const ResidencyObject& r, const ballast_plan* plan, std::size_t index,
+                         std::shared_ptr<PlanObject>& p) {
+  if (auto* e = plan_of(r, plan, p)) return e;
+  if (index >= p->entries.size())
+    return out_of_bounds("out_of_bounds: plan entry " + std::to_string(index) + " of " +
+                         std::to_string(p->entries.size()));
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" {
+
+ballast_status* ballast_residency_create(ballast_backend* backend, const ballast_model* model,
+                                         const ballast_residency_options* options, ballast_residency** out) {
+  return guarded([&]() -> ballast_status* {
+    ballast_status* e = null_out(out, "the output handle");
+    if (e) return e;
+    auto b = lookup<BackendObject>(backend, Kind::backend, &e);
+    if (!b) return e;
+    auto m = lookup<ModelObject>(model, Kind::model, &e);
+    if (!m) return e;
+    ballast_residency_options in;
+    if (!capi::read_in(options, in)) return invalid_argument("invalid_argument: options.size is not set (BALLAST_INIT)");
+    ResidencyOptions cxx;
+    if ((e = to_options(in, *m, cxx))) return e;
+    auto created = Residency::create(*b->backend, m->model, cxx);
+    if (!created.ok()) return from_error(created.error());
+    auto object = std::make_shared<ResidencyObject>();
+    object->backend = std::move(b);
+    object->model = std::move(m);
+    object->residency = std::move(*created);
+    *out = static_cast<ballast_residency*>(insert_handle(Kind::residency, std::move(object)));
+    return nullptr;
+  });
+}
+
+ballast_status* ballast_residency_free(ballast_residency* residency) {
+  if (residency == nullptr) return nullptr;
+  return guarded([&]() -> ballast_status* {
+    return remove_handle(residency, Kind::residency) ? nullptr : bad_handle(Kind::residency, residency);
+  });
+}
+
+ballast_status* ballast_residency_release(ballast_residency* residency, ballast_teardown* out) {
+  return guarded([&]() -> ballast_status* {
+    ballast_status* e = nullptr;
+    auto r = lookup<ResidencyObject>(residency, Kind::residency, &e);
+    if (!r) return e;
+    std::unique_lock lock(r->gate);
+    Released released = r->residency->release(*r->backend->backend);
+    r->released = true;
+    lock.unlock();
+    if (out != nullptr) {
+      ballast_teardown t{};
+      t.bytes_freed = released.bytes_freed;
+      t.allocations_freed = released.allocations_freed;
+      t.failed_frees = released.failed_frees;
+      if ((e = write_out(t, out))) return e;
+    }
+    return from_status(released.status);
+  });
+}
+
+ballast_status* ballast_residency_plan(const ballast_residency* residency, ballast_plan** out) {
+  return guarded([&]() -> ballast_status* {
+    if (auto* e = null_out(out, "the output handle")) return e;
+    Using u;
+    if (auto* e = use(residency, u)) return e;
+    const auto plan = u.object->residency->plan();
+    *out = static_cast<ballast_plan*>(
+        make_plan_handle(u.object->model, std::vector<PlannedDerivation>(plan.begin(), plan.end())));
+    return nullptr;
+  });
+}
+
+ballast_status* ballast_residency_group_count(const ballast_residency* residency, size_t* out) {
+  return guarded([&]() -> ballast_status* {
+    if (auto* e = null_out(out, "the output")) return e;
+    Using u;
+    if (auto* e = use(residency, u)) return e;
+    *out = u.object->residency->groups().size();
+    return nullptr;
+  });
+}
+
+ballast_status* ballast_residency_stats_get(const ballast_residency* residency, ballast_residency_stats* out) {
+  return guarded([&]() -> ballast_status* {
+    ballast_status* e = nullptr;
+    auto r = lookup<ResidencyObject>(residency, Kind::residency, &e);
+    if (!r) return e;
+    std::shared_lock lock(r->gate);  // stats stay readable after release
+    const ResidencyStats s = r->residency->stats();
+    ballast_residency_stats c{};
+    c.budget_bytes = s.budget_bytes;
+    c.device_bytes = s.device_bytes;
+    c.peak_device_bytes = s.peak_device_bytes;
+    c.pinned_bytes = s.pinned_bytes;
+    c.registered_bytes = s.registered_bytes;
+    c.uploaded_bytes = s.uploaded_bytes;
+    c.paged_in_bytes = s.paged_in_bytes;
+    c.page_ins = s.page_ins;
+    c.source_evictions = s.source_evictions;
+    c.derived_evictions = s.derived_evictions;
+    c.derived_builds = s.derived_builds;
+    c.derived_rebuilds = s.derived_rebuilds;
+    c.prefetches = s.prefetches;
+    c.prefetches_skipped = s.prefetches_skipped;
+    return write_out(c, out);
+  });
+}
+
+ballast_status* ballast_residency_pin_derivation(ballast_residency* residency, const ballast_plan* plan, size_t index,
+                                                 ballast_pin** out) {
+  return guarded([&]() -> ballast_status* {
+    if (auto* e = null_out(out, "the output handle")) return e;
+    Using u;
+    if (auto* e = use(residency, u)) return e;
+    std::shared_ptr<PlanObject> p;
+    if (auto* e = entry_of(*u.object, plan, index, p)) return e;
+    auto pinned = u.object->residency->pin(p->entries[index]);
+    if (!pinned.ok()) return from_error(pinned.error());
+    std::vector<Pinned> members;
+    members.push_back(std::move(*pinned));
+    return hand_out_pin(u, std::move(members), out);
+  });
+}
+
+ballast_status* ballast_residency_pin_weight(ballast_residency* residency, const char* weight, ballast_pin** out) {
+  return guarded([&]() -> ballast_status* {
+    if (auto* e = null_out(out, "the output handle")) return e;
+    if (weight == nullptr) return invalid_argument("invalid_argument: the weight name is NULL");
+    Using u;
+    if (auto* e = use(residency, u)) return e;
+    auto pinned = u.object->residency->pin(std::string_view(weight));
+    if (!pinned.ok()) return from_error(pinned.error());
+    std::vector<Pinned> members;
+    members.push_back(std::move(*pinned));
+    return hand_out_pin(u, std::move(members), out);
+  });
+}
+
+ballast_status* ballast_residency_pin_group(ballast_residency* residency, size_t index, uint32_t wait_ms,
+                                            ballast_pin** out) {
+  return guarded([&]() -> ballast_status* {
+    if (auto* e = null_out(out, "the output handle")) return e;
+    Using u;
+    if (auto* e = use(residency, u)) return e;
+    const auto groups = u.object->residency->groups();
+    if (index >= groups.size())
+      return out_of_bounds("out_of_bounds: group " + std::to_string(index) + " of " + std::to_string(groups.size()));
+    auto set = u.object->residency->pin(groups[index], std::chrono::milliseconds(wait_ms));
+    if (!set.ok()) return from_error(set.error());
+    std::vector<Pinned> members = std::move(set->derived);
+    for (Pinned& w : set->weights) members.push_back(std::move(w));
+    return hand_out_pin(u, std::move(members), out);
+  });
+}
+
+ballast_status* ballast_residency_derive_all(ballast_residency* residency, const ballast_plan* plan,
+                                             ballast_progress_fn progress, void* user) {
+  return guarded([&]() -> ballast_status* {
+    Using u;
+    if (auto* e = use(residency, u)) return e;
+    std::shared_ptr<PlanObject> p;
+    if (auto* e = plan_of(*u.object, plan, p)) return e;
+    const std::size_t n = p->entries.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      // Pin to build (or find) the value, unpin at once: it stays resident
+      // until paging needs its room.
+      auto pinned = u.object->residency->pin(p->entries[i]);
+      if (!pinned.ok()) return from_error(pinned.error());
+      pinned->reset();
+      if (progress != nullptr) progress(user, i + 1, n);
+    }
+    return nullptr;
+  });
+}
+
+ballast_status* ballast_residency_prefetch(ballast_residency* residency, const ballast_plan* plan, size_t index) {
+  return guarded([&]() -> ballast_status* {
+    Using u;
+    if (auto* e = use(residency, u)) return e;
+    std::shared_ptr<PlanObject> p;
+    if (auto* e = entry_of(*u.object, plan, index, p)) return e;
+    u.object->residency->prefetch(std::span<const PlannedDerivation>(&p->entries[index], 1));
+    return nullptr;
+  });
+}
+
+ballast_status* ballast_residency_prefetch_group(ballast_residency* residency, size_t index) {
+  return guarded([&]() -> ballast_status* {
+    Using u;
+    if (auto* e = use(residency, u)) return e;
+    const auto groups = u.object->residency->groups();
+    if (index >= groups.size())
+      return out_of_bounds("out_of_bounds: group " + std::to_string(index) + " of " + std::to_string(groups.size()));
+    u.object->residency->prefetch(groups[index]);
+    return nullptr;
+  });
+}
+
+ballast_status* ballast_residency_wait_prefetches(ballast_residency* residency) {
+  return guarded([&]() -> ballast_status* {
+    Using u;
+    if (auto* e = use(residency, u)) return e;
+    u.object->residency->wait_for_prefetches();
+    return nullptr;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,326 @@
+/* ballast.h: the C API of libballast (C99; also valid C++). docs/c_api.md.
+ *
+ * Handles. Every object is an opaque handle: ballast_model, ballast_backend,
+ * ballast_plan, ballast_residency, ballast_pin (a pinned weight or derived
+ * value: the way to address a value on the device). A handle is a number
+ * (slot + generation), never a pointer into the library: a handle used after
+ * its free, freed twice, or passed as the wrong kind is refused with
+ * BALLAST_E_INVALID_HANDLE, never dereferenced. Free handles in any order:
+ * an object lives while something made from it does (a residency keeps its
+ * model and backend, a pin its residency). *_free(NULL) is a no-op.
+ *
+ * Status. Every call returns ballast_status*: NULL is success. A non-NULL
+ * status belongs to the caller, who frees it with ballast_status_free();
+ * ballast_status_code() and ballast_status_message() read it (NULL reads as
+ * BALLAST_OK, "ok"). Outputs are written only on success.
+ *
+ * Structs. Every struct that crosses starts with `size`: the caller sets it
+ * to sizeof (BALLAST_INIT). The library reads an input struct's fields only
+ * up to `size` (the rest take their zero default) and writes an output
+ * struct's fields only up to `size`, so a struct may grow at its end.
+ * Strings a struct returns live as long as the handle they came from.
+ *
+ * Versions. BALLAST_C_API_VERSION counts additions: symbols and struct fields
+ * are only ever appended, never changed or removed, within C API major 1.
+ * An engine built against version N calls ballast_check_version(N) once: ok
+ * on any library of version >= N. libballast's soname follows its C++ ABI,
+ * so an engine that must survive a newer libballast without relinking
+ * dlopen()s it and calls ballast_get_api(N): a table of every function of
+ * version N, in header order (later versions only append to it).
+ *
+ * Threads. Every call may be made from any thread, on one handle from many
+ * threads at once, unless its comment says otherwise: handles are looked up
+ * under a lock and the object is held for the call, so a *_free racing a
+ * use of the same handle either waits for nothing or makes the use fail
+ * with BALLAST_E_INVALID_HANDLE. A status is one thread's: free it once.
+ */
+#ifndef BALLAST_BALLAST_H
+#define BALLAST_BALLAST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define BALLAST_C_API __attribute__((visibility("default")))
+#else
+#define BALLAST_C_API
+#endif
+
+#define BALLAST_C_API_VERSION 1u
+/* type x = BALLAST_INIT(type);  sets x.size, zeroes the rest */
+#ifdef __cplusplus
+template <class T>
+inline T ballast_init_struct() { T t{}; t.size = sizeof(T); return t; }
+#define BALLAST_INIT(type) ballast_init_struct<type>()
+#else
+#define BALLAST_INIT(type) {.size = sizeof(type)}
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- status */
+typedef enum ballast_code {  /* ballast::ErrorCode's values, plus INVALID_HANDLE */
+  BALLAST_OK = 0, BALLAST_E_INVALID_ARGUMENT = 1, BALLAST_E_NOT_FOUND = 2, BALLAST_E_PATH_ESCAPES = 3,
+  BALLAST_E_OUT_OF_BOUNDS = 4, BALLAST_E_SIZE_MISMATCH = 5, BALLAST_E_OVERFLOW = 6, BALLAST_E_MALFORMED = 7,
+  BALLAST_E_UNSUPPORTED = 8, BALLAST_E_IO = 9, BALLAST_E_UNAVAILABLE = 10, BALLAST_E_OUT_OF_MEMORY = 11,
+  BALLAST_E_DEVICE_ERROR = 12, BALLAST_E_ABI_MISMATCH = 13, BALLAST_E_WRONG_KIND = 14,
+  BALLAST_E_CHECKSUM_MISMATCH = 15, BALLAST_E_INTERNAL = 16,
+  BALLAST_E_INVALID_HANDLE = 64  /* NULL, freed, or another kind of handle */
+} ballast_code;
+
+typedef struct ballast_status ballast_status;
+BALLAST_C_API ballast_code ballast_status_code(const ballast_status* s);
+BALLAST_C_API const char* ballast_status_message(const ballast_status* s);  /* "<code>: <what> [where]" */
+BALLAST_C_API void ballast_status_free(ballast_status* s);  /* once; not while another thread reads it */
+
+/* -------------------------------------------------------- version, logging */
+BALLAST_C_API uint32_t ballast_c_api_version(void);           /* this library's BALLAST_C_API_VERSION */
+BALLAST_C_API const char* ballast_library_version(void);      /* "0.1.0" */
+/* ok when this library provides `version`; BALLAST_E_ABI_MISMATCH otherwise. */
+BALLAST_C_API ballast_status* ballast_check_version(uint32_t version);
+
+typedef enum ballast_log_level { BALLAST_LOG_INFO = 0, BALLAST_LOG_WARNING = 1, BALLAST_LOG_ERROR = 2 } ballast_log_level;
+/* Called from any thread, one call at a time, maybe under a ballast lock:
+ * return quickly, never call back into ballast. Strings live for the call. */
+typedef void (*ballast_log_fn)(void* user, ballast_log_level level, const char* source, const char* text);
+/* Replaces the process-wide sink; NULL restores stderr. */
+BALLAST_C_API ballast_status* ballast_set_log_sink(ballast_log_fn fn, void* user);
+
+/* ------------------------------------------------------------------ model */
+typedef struct ballast_model ballast_model;
+
+typedef struct ballast_weight_info {
+  size_t size;
+  const char* name;
+  const char* dtype;         /* "float", "float16", "uint8", "q4_k", ... */
+  size_t ndims;
+  const int64_t* dims;       /* ndims entries */
+  uint64_t bytes;
+  const char* file;          /* data file holding it; "" when stored inline in the model file */
+  uint64_t offset;           /* byte offset in `file` (0 when inline) */
+} ballast_weight_info;
+
+typedef struct ballast_accounting {
+  size_t size;
+  uint64_t mapped_bytes;     /* every mapped data file, whole */
+  uint64_t referenced_bytes; /* union of the ranges weights point at */
+  uint64_t header_bytes;     /* the formats' own headers (safetensors' JSON) */
+  uint64_t dead_bytes;       /* mapped, neither referenced nor header */
+  size_t files;              /* mapped data files */
+  size_t dead_ranges;        /* ranges, over all files (ballast_model_dead_range) */
+} ballast_accounting;
+
+typedef struct ballast_byte_range {
+  size_t size;
+  const char* file;
+  uint64_t offset, length;
+} ballast_byte_range;
+
+/* ONNX, safetensors (a file or a sharded index), GGUF: told by the bytes. */
+BALLAST_C_API ballast_status* ballast_model_open(const char* path, ballast_model** out);
+BALLAST_C_API ballast_status* ballast_model_free(ballast_model* model);
+/* Reads of what open computed: lock-free after the handle lookup. format: "onnx", "safetensors", "safetensors-index", "gguf". */
+BALLAST_C_API ballast_status* ballast_model_format(const ballast_model* model, const char** out);
+BALLAST_C_API ballast_status* ballast_model_weight_count(const ballast_model* model, size_t* out);
+BALLAST_C_API ballast_status* ballast_model_weight(const ballast_model* model, size_t index, ballast_weight_info* out);
+BALLAST_C_API ballast_status* ballast_model_find_weight(const ballast_model* model, const char* name, size_t* index);
+BALLAST_C_API ballast_status* ballast_model_accounting(const ballast_model* model, ballast_accounting* out);
+BALLAST_C_API ballast_status* ballast_model_dead_range(const ballast_model* model, size_t index, ballast_byte_range* out);
+/* Copies bytes [offset, offset + length) of weight `index` as stored into dst
+ * (dst_length >= length); a file truncated meanwhile is BALLAST_E_IO. */
+BALLAST_C_API ballast_status* ballast_model_read_weight(const ballast_model* model, size_t index, uint64_t offset,
+                                                        void* dst, size_t dst_length, uint64_t length);
+
+/* ---------------------------------------------------------------- backend */
+typedef struct ballast_backend ballast_backend;
+
+typedef struct ballast_device_info {
+  size_t size;
+  const char* backend;       /* "cpu", "cuda", "hip", "vulkan", ... */
+  int32_t index;
+  const char* name, *uuid, *driver;
+  uint64_t memory_bytes;
+  /* capabilities */
+  int32_t host_registration, read_only_registration, unaligned_operands, guarded_host_reads;
+  uint64_t import_alignment, max_single_allocation;
+} ballast_device_info;
+
+typedef struct ballast_device_counters {
+  size_t size;
+  uint64_t live_allocations, live_bytes, live_registrations;
+} ballast_device_counters;
+
+/* "cpu", "vulkan:0", "cuda:GPU-...?key=value" (docs/backends.md). */
+BALLAST_C_API ballast_status* ballast_backend_open(const char* config, ballast_backend** out);
+BALLAST_C_API ballast_status* ballast_backend_free(ballast_backend* backend);
+BALLAST_C_API ballast_status* ballast_backend_info(const ballast_backend* backend, ballast_device_info* out);
+BALLAST_C_API ballast_status* ballast_backend_counters(const ballast_backend* backend, ballast_device_counters* out);
+
+/* ------------------------------------------------------------------- plan */
+typedef struct ballast_plan ballast_plan;  /* immutable */
+
+typedef enum ballast_plan_source {
+  BALLAST_PLAN_AUTOMATIC = 0,  /* the graph when the model has one, else the built-in name rules */
+  BALLAST_PLAN_GRAPH = 1, BALLAST_PLAN_RULES = 2, BALLAST_PLAN_GRAPH_AND_RULES = 3
+} ballast_plan_source;
+
+typedef struct ballast_derivation_info {
+  size_t size;
+  const char* weight;        /* the source weight */
+  const char* kind;          /* "transpose", "to_f16", "quant_int8", "repack_int4", ... */
+  const char* node;          /* the consuming node; "" when planned by a rule */
+  const char* why;
+  uint64_t first_bytes;      /* the value, or a pair's first half */
+  uint64_t second_bytes;     /* a pair's second half; 0 for single values */
+} ballast_derivation_info;
+
+BALLAST_C_API ballast_status* ballast_plan_derivations(const ballast_model* model, int32_t source /* ballast_plan_source */,
+                                                       ballast_plan** out);
+BALLAST_C_API ballast_status* ballast_plan_free(ballast_plan* plan);
+BALLAST_C_API ballast_status* ballast_plan_count(const ballast_plan* plan, size_t* out);
+BALLAST_C_API ballast_status* ballast_plan_entry(const ballast_plan* plan, size_t index, ballast_derivation_info* out);
+
+/* -------------------------------------------------------------- residency */
+typedef struct ballast_residency ballast_residency;
+typedef struct ballast_pin ballast_pin;
+
+typedef enum ballast_strategy { BALLAST_ZERO_COPY = 0, BALLAST_UPLOAD = 1, BALLAST_PAGED = 2 } ballast_strategy;
+
+/* Enum values cross as int32_t: any value a caller passes is then defined, and refused when bad. */
+typedef struct ballast_override { const char* weight; int32_t strategy; /* ballast_strategy */ } ballast_override;
+
+typedef struct ballast_residency_options {
+  size_t size;
+  int32_t strategy;               /* ballast_strategy */
+  uint64_t budget_bytes;          /* 0: auto for paged, unlimited otherwise */
+  const ballast_plan* plan;       /* what the engine will pin (NULL: every planned derivation) */
+  uint32_t kinds;                 /* bit 1 << kind (the kinds' order in docs/derivations.md); 0: every kind */
+  int32_t no_derivations;         /* 1: source weights only */
+  const char* group_by_layer;     /* e.g. "model.layers."; NULL: no groups */
+  const ballast_override* overrides;
+  size_t override_count;
+} ballast_residency_options;
+
+typedef struct ballast_residency_stats {
+  size_t size;
+  uint64_t budget_bytes, device_bytes, peak_device_bytes, pinned_bytes, registered_bytes, uploaded_bytes,
+      paged_in_bytes, page_ins, source_evictions, derived_evictions, derived_builds, derived_rebuilds, prefetches,
+      prefetches_skipped;
+} ballast_residency_stats;
+
+typedef struct ballast_teardown {
+  size_t size;
+  uint64_t bytes_freed, allocations_freed, failed_frees;
+} ballast_teardown;
+
+typedef struct ballast_value {  /* one member of a pin */
+  size_t size;
+  uint64_t first, second;          /* device pointers (second: pairs only) */
+  uint64_t first_bytes, second_bytes;
+} ballast_value;
+
+typedef void (*ballast_progress_fn)(void* user, size_t done, size_t total);
+
+/* `options` may be NULL (zero_copy, unlimited). Holds `model` and `backend`. */
+BALLAST_C_API ballast_status* ballast_residency_create(ballast_backend* backend, const ballast_model* model,
+                                                       const ballast_residency_options* options,
+                                                       ballast_residency** out);
+/* Releases what release() has not (pins still live keep it until they go). */
+BALLAST_C_API ballast_status* ballast_residency_free(ballast_residency* residency);
+/* Frees every device value and registration now; idempotent. Pins still
+ * live are freed too and the status says so. Waits for the residency's calls
+ * in flight; later pins, prefetches and pin reads get INVALID_ARGUMENT. */
+BALLAST_C_API ballast_status* ballast_residency_release(ballast_residency* residency, ballast_teardown* out);
+/* Pins, prefetches and stats: any number of threads at once (Residency's rule).
+ * The plan create() sized the budget with (a new handle). */
+BALLAST_C_API ballast_status* ballast_residency_plan(const ballast_residency* residency, ballast_plan** out);
+BALLAST_C_API ballast_status* ballast_residency_group_count(const ballast_residency* residency, size_t* out);
+BALLAST_C_API ballast_status* ballast_residency_stats_get(const ballast_residency* residency,
+                                                          ballast_residency_stats* out);
+/* Builds (memoized) and pins entry `index` of `plan`, a plan of the same model. */
+BALLAST_C_API ballast_status* ballast_residency_pin_derivation(ballast_residency* residency, const ballast_plan* plan,
+                                                               size_t index, ballast_pin** out);
+BALLAST_C_API ballast_status* ballast_residency_pin_weight(ballast_residency* residency, const char* weight,
+                                                           ballast_pin** out);
+/* Every member of group `index` or none, waiting up to wait_ms for room. */
+BALLAST_C_API ballast_status* ballast_residency_pin_group(ballast_residency* residency, size_t index,
+                                                          uint32_t wait_ms, ballast_pin** out);
+/* Builds every entry of `plan` once (pinned, then unpinned: paged may evict
+ * them later); `progress` (may be NULL) after each, on the calling thread. */
+BALLAST_C_API ballast_status* ballast_residency_derive_all(ballast_residency* residency, const ballast_plan* plan,
+                                                           ballast_progress_fn progress, void* user);
+/* Pages in (and builds) in the background, best effort: never an error for lack of room. */
+BALLAST_C_API ballast_status* ballast_residency_prefetch(ballast_residency* residency, const ballast_plan* plan,
+                                                         size_t index);
+BALLAST_C_API ballast_status* ballast_residency_prefetch_group(ballast_residency* residency, size_t index);
+BALLAST_C_API ballast_status* ballast_residency_wait_prefetches(ballast_residency* residency);
+
+/* Unpins. */
+BALLAST_C_API ballast_status* ballast_pin_free(ballast_pin* pin);
+/* Members: 1 for a value or weight; a group's derivations then its weights. */
+BALLAST_C_API ballast_status* ballast_pin_count(const ballast_pin* pin, size_t* out);
+BALLAST_C_API ballast_status* ballast_pin_value(const ballast_pin* pin, size_t member, ballast_value* out);
+/* Copies [offset, offset + length) of a member's half (0: first, 1: second)
+ * from the device into dst (dst_length >= length). */
+BALLAST_C_API ballast_status* ballast_pin_read(const ballast_pin* pin, size_t member, int half, uint64_t offset,
+                                               void* dst, size_t dst_length, uint64_t length);
+
+/* ---------------------------------------------------- the function table */
+/* Version 1: every function above, in header order. Later versions append. */
+typedef struct ballast_api_v1 {
+  uint32_t version;
+  ballast_code (*status_code)(const ballast_status*);
+  const char* (*status_message)(const ballast_status*);
+  void (*status_free)(ballast_status*);
+  uint32_t (*c_api_version)(void);
+  const char* (*library_version)(void);
+  ballast_status* (*check_version)(uint32_t);
+  ballast_status* (*set_log_sink)(ballast_log_fn, void*);
+  ballast_status* (*model_open)(const char*, ballast_model**);
+  ballast_status* (*model_free)(ballast_model*);
+  ballast_status* (*model_format)(const ballast_model*, const char**);
+  ballast_status* (*model_weight_count)(const ballast_model*, size_t*);
+  ballast_status* (*model_weight)(const ballast_model*, size_t, ballast_weight_info*);
+  ballast_status* (*model_find_weight)(const ballast_model*, const char*, size_t*);
+  ballast_status* (*model_accounting)(const ballast_model*, ballast_accounting*);
+  ballast_status* (*model_dead_range)(const ballast_model*, size_t, ballast_byte_range*);
+  ballast_status* (*model_read_weight)(const ballast_model*, size_t, uint64_t, void*, size_t, uint64_t);
+  ballast_status* (*backend_open)(const char*, ballast_backend**);
+  ballast_status* (*backend_free)(ballast_backend*);
+  ballast_status* (*backend_info)(const ballast_backend*, ballast_device_info*);
+  ballast_status* (*backend_counters)(const ballast_backend*, ballast_device_counters*);
+  ballast_status* (*plan_derivations)(const ballast_model*, int32_t, ballast_plan**);
+  ballast_status* (*plan_free)(ballast_plan*);
+  ballast_status* (*plan_count)(const ballast_plan*, size_t*);
+  ballast_status* (*plan_entry)(const ballast_plan*, size_t, ballast_derivation_info*);
+  ballast_status* (*residency_create)(ballast_backend*, const ballast_model*, const ballast_residency_options*,
+                                      ballast_residency**);
+  ballast_status* (*residency_free)(ballast_residency*);
+  ballast_status* (*residency_release)(ballast_residency*, ballast_teardown*);
+  ballast_status* (*residency_plan)(const ballast_residency*, ballast_plan**);
+  ballast_status* (*residency_group_count)(const ballast_residency*, size_t*);
+  ballast_status* (*residency_stats_get)(const ballast_residency*, ballast_residency_stats*);
+  ballast_status* (*residency_pin_derivation)(ballast_residency*, const ballast_plan*, size_t, ballast_pin**);
+  ballast_status* (*residency_pin_weight)(ballast_residency*, const char*, ballast_pin**);
+  ballast_status* (*residency_pin_group)(ballast_residency*, size_t, uint32_t, ballast_pin**);
+  ballast_status* (*residency_derive_all)(ballast_residency*, const ballast_plan*, ballast_progress_fn, void*);
+  ballast_status* (*residency_prefetch)(ballast_residency*, const ballast_plan*, size_t);
+  ballast_status* (*residency_prefetch_group)(ballast_residency*, size_t);
+  ballast_status* (*residency_wait_prefetches)(ballast_residency*);
+  ballast_status* (*pin_free)(ballast_pin*);
+  ballast_status* (*pin_count)(const ballast_pin*, size_t*);
+  ballast_status* (*pin_value)(const ballast_pin*, size_t, ballast_value*);
+  ballast_status* (*pin_read)(const ballast_pin*, size_t, int, uint64_t, void*, size_t, uint64_t);
+} ballast_api_v1;
+
+/* The table for `version` (a pointer to static data, never freed; cast it to
+ * that version's struct), or NULL when this library is older than `version`. */
+BALLAST_C_API const void* ballast_get_api(uint32_t version);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BALLAST_BALLAST_H */

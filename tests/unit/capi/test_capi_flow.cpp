@@ -1,0 +1,423 @@
+// The C API's engine flow against what the C++ API and the model's bytes
+// say: every format opens, weights and accounting read as stored, a
+// backend's info, plans, residency under each strategy, derive one and
+// all, pins read back, stats and teardown; versions and the log sink.
+#include "capi_test.hpp"
+#include "support/orphaned_prefix_model.hpp"
+#include "unit/gguf/writer.hpp"
+#include "unit/safetensors/writer.hpp"
+#include "unit/store/scratch_dir.hpp"
+
+#include <ballast/log.hpp>
+
+#include <cstring>
+#include <dlfcn.h>
+#include <fstream>
+#include <string>
+#include <vector>
+
+using ballast::test_models::OrphanedPrefixModel;
+using ballast::testing::ScratchDir;
+
+namespace {
+
+std::vector<unsigned char> file_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+struct Opened {
+  ballast_model* model = nullptr;
+  ballast_backend* backend = nullptr;
+  ~Opened() {
+    capi_test::take(ballast_model_free(model));
+    capi_test::take(ballast_backend_free(backend));
+  }
+};
+
+ballast_device_counters counters(const ballast_backend* b) {
+  ballast_device_counters c = BALLAST_INIT(ballast_device_counters);
+  CAPI_OK(ballast_backend_counters(b, &c));
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("version: the query, the check, the table") {
+  CHECK(ballast_c_api_version() == BALLAST_C_API_VERSION);
+  CHECK(std::string(ballast_library_version()) == "0.1.0");
+  CAPI_OK(ballast_check_version(1));
+  CAPI_FAILS(ballast_check_version(BALLAST_C_API_VERSION + 1), BALLAST_E_ABI_MISMATCH);
+  CAPI_FAILS(ballast_check_version(0), BALLAST_E_ABI_MISMATCH);
+  const auto* api = static_cast<const ballast_api_v1*>(ballast_get_api(1));
+  REQUIRE(api != nullptr);
+  CHECK(api->version == BALLAST_C_API_VERSION);
+  CHECK((api->model_open == &ballast_model_open));
+  CHECK((api->pin_read == &ballast_pin_read));
+  CHECK((api->residency_derive_all == &ballast_residency_derive_all));
+  CHECK(ballast_get_api(BALLAST_C_API_VERSION + 1) == nullptr);
+  CHECK(ballast_get_api(0) == nullptr);
+  // A NULL status is success.
+  CHECK(ballast_status_code(nullptr) == BALLAST_OK);
+  CHECK(std::string(ballast_status_message(nullptr)) == "ok");
+  ballast_status_free(nullptr);
+}
+
+TEST_CASE("an engine that dlopen()s libballast: one symbol, then the table") {
+  ScratchDir dir("capi-dlopen");
+  const auto m = OrphanedPrefixModel::write(dir.path());
+  void* lib = dlopen(BALLAST_BINARY_DIR "/lib/libballast.so", RTLD_NOW | RTLD_LOCAL);
+  REQUIRE(lib != nullptr);
+  using GetApi = const void* (*)(uint32_t);
+  auto get_api = reinterpret_cast<GetApi>(dlsym(lib, "ballast_get_api"));
+  REQUIRE((get_api != nullptr));
+  const auto* api = static_cast<const ballast_api_v1*>(get_api(1));
+  REQUIRE(api != nullptr);
+  ballast_model* model = nullptr;
+  ballast_status* s = api->model_open(m.onnx.c_str(), &model);
+  CHECK(api->status_code(s) == BALLAST_OK);
+  size_t n = 0;
+  CHECK(api->status_code(api->model_weight_count(model, &n)) == BALLAST_OK);
+  CHECK(n == 3);
+  CHECK(api->model_free(model) == nullptr);
+  s = api->model_free(model);  // the table's functions validate as the symbols do
+  CHECK(api->status_code(s) == BALLAST_E_INVALID_HANDLE);
+  api->status_free(s);
+  dlclose(lib);
+}
+
+TEST_CASE("an ONNX model: weights, accounting, dead ranges, bytes as stored") {
+  ScratchDir dir("capi-onnx");
+  const auto m = OrphanedPrefixModel::write(dir.path());
+  Opened o;
+  CAPI_OK(ballast_model_open(m.onnx.c_str(), &o.model));
+  const char* format = nullptr;
+  CAPI_OK(ballast_model_format(o.model, &format));
+  CHECK(std::string(format) == "onnx");
+  size_t n = 0;
+  CAPI_OK(ballast_model_weight_count(o.model, &n));
+  REQUIRE(n == 3);
+  ballast_weight_info w = BALLAST_INIT(ballast_weight_info);
+  CAPI_OK(ballast_model_weight(o.model, 0, &w));
+  CHECK(std::string(w.name) == "w0");
+  CHECK(std::string(w.dtype) == "float");
+  REQUIRE(w.ndims == 2);
+  CHECK(w.dims[0] == 96);
+  CHECK(w.dims[1] == 64);
+  CHECK(w.bytes == OrphanedPrefixModel::kW0Bytes);
+  CHECK(std::filesystem::path(w.file) == std::filesystem::canonical(m.data));
+  CHECK(w.offset == OrphanedPrefixModel::kW0Offset);
+  CAPI_OK(ballast_model_weight(o.model, 2, &w));
+  CHECK(std::string(w.name) == "w2");
+  CHECK(std::string(w.dtype) == "float16");
+  size_t index = 9;
+  CAPI_OK(ballast_model_find_weight(o.model, "w1", &index));
+  CHECK(index == 1);
+  CAPI_FAILS(ballast_model_find_weight(o.model, "nope", &index), BALLAST_E_NOT_FOUND);
+
+  ballast_accounting a = BALLAST_INIT(ballast_accounting);
+  CAPI_OK(ballast_model_accounting(o.model, &a));
+  CHECK(a.mapped_bytes == OrphanedPrefixModel::kFileBytes);
+  CHECK(a.referenced_bytes == OrphanedPrefixModel::kReferenced);
+  CHECK(a.header_bytes == 0);
+  CHECK(a.dead_bytes == OrphanedPrefixModel::kPrefix);
+  CHECK(a.files == 1);
+  REQUIRE(a.dead_ranges == 1);
+  ballast_byte_range r = BALLAST_INIT(ballast_byte_range);
+  CAPI_OK(ballast_model_dead_range(o.model, 0, &r));
+  CHECK(r.offset == 0);
+  CHECK(r.length == OrphanedPrefixModel::kPrefix);
+  CHECK(std::filesystem::path(r.file) == std::filesystem::canonical(m.data));
+  CAPI_FAILS(ballast_model_dead_range(o.model, 1, &r), BALLAST_E_OUT_OF_BOUNDS);
+
+  // The bytes of w2 as stored: the data file's own, from its offset.
+  const auto data = file_bytes(m.data);
+  std::vector<unsigned char> got(100);
+  CAPI_OK(ballast_model_read_weight(o.model, 2, 10, got.data(), got.size(), got.size()));
+  CHECK(std::memcmp(got.data(), data.data() + OrphanedPrefixModel::kW2Offset + 10, got.size()) == 0);
+}
+
+TEST_CASE("an older caller's struct: fields past its size are left alone") {
+  ScratchDir dir("capi-size");
+  const auto m = OrphanedPrefixModel::write(dir.path());
+  Opened o;
+  CAPI_OK(ballast_model_open(m.onnx.c_str(), &o.model));
+  ballast_weight_info w;
+  std::memset(&w, 0xAB, sizeof w);
+  w.size = offsetof(ballast_weight_info, dtype);  // a caller whose struct ends after `name`
+  CAPI_OK(ballast_model_weight(o.model, 0, &w));
+  CHECK(std::string(w.name) == "w0");
+  unsigned char tail[sizeof w - offsetof(ballast_weight_info, dtype)];
+  std::memcpy(tail, reinterpret_cast<unsigned char*>(&w) + offsetof(ballast_weight_info, dtype), sizeof tail);
+  for (unsigned char c : tail) CHECK(c == 0xAB);
+}
+
+TEST_CASE("safetensors and GGUF open through the same call") {
+  using namespace ballast::testing;
+  ScratchDir dir("capi-formats");
+  const auto st = dir.write("m.safetensors", st_file({{"a.weight", "F32", {2, 4}, pattern(32)},
+                                                       {"b.bias", "F16", {4}, pattern(8, 3)}}));
+  Opened o;
+  CAPI_OK(ballast_model_open(st.c_str(), &o.model));
+  const char* format = nullptr;
+  CAPI_OK(ballast_model_format(o.model, &format));
+  CHECK(std::string(format) == "safetensors");
+  size_t n = 0;
+  CAPI_OK(ballast_model_weight_count(o.model, &n));
+  CHECK(n == 2);
+  ballast_accounting a = BALLAST_INIT(ballast_accounting);
+  CAPI_OK(ballast_model_accounting(o.model, &a));
+  CHECK(a.referenced_bytes == 40);
+  CHECK(a.header_bytes > 0);
+  CHECK(a.mapped_bytes == a.referenced_bytes + a.header_bytes + a.dead_bytes);
+  std::vector<unsigned char> got(8);
+  size_t b = 0;
+  CAPI_OK(ballast_model_find_weight(o.model, "b.bias", &b));
+  CAPI_OK(ballast_model_read_weight(o.model, b, 0, got.data(), got.size(), got.size()));
+  CHECK(got == pattern(8, 3));
+
+  const auto gg = dir.write("m.gguf", gguf_file({kv_str("general.name", "t")}, {tinfo("t.weight", {8, 2}, kF32, 0)}, 64));
+  ballast_model* g = nullptr;
+  CAPI_OK(ballast_model_open(gg.c_str(), &g));
+  CAPI_OK(ballast_model_format(g, &format));
+  CHECK(std::string(format) == "gguf");
+  ballast_weight_info w = BALLAST_INIT(ballast_weight_info);
+  CAPI_OK(ballast_model_weight(g, 0, &w));
+  CHECK(std::string(w.name) == "t.weight");
+  REQUIRE(w.ndims == 2);
+  CHECK(w.dims[0] == 2);  // ne reversed
+  CHECK(w.dims[1] == 8);
+  CHECK(w.bytes == 64);
+  CAPI_OK(ballast_model_free(g));
+
+  ballast_model* bad = nullptr;
+  CAPI_FAILS(ballast_model_open(dir.write("junk.bin", std::string("not a model")).c_str(), &bad), BALLAST_E_UNSUPPORTED);
+  CHECK(bad == nullptr);
+  CAPI_FAILS(ballast_model_open((dir / "missing.onnx").c_str(), &bad), BALLAST_E_NOT_FOUND);
+}
+
+TEST_CASE("a backend: info, capabilities, counters; an unknown name is refused") {
+  Opened o;
+  CAPI_OK(ballast_backend_open("cpu", &o.backend));
+  ballast_device_info d = BALLAST_INIT(ballast_device_info);
+  CAPI_OK(ballast_backend_info(o.backend, &d));
+  CHECK(std::string(d.backend) == "cpu");
+  CHECK(std::string(d.name).size() > 0);
+  CHECK(d.max_single_allocation > 0);
+  CHECK(d.host_registration == 1);
+  CHECK(counters(o.backend).live_allocations == 0);
+  ballast_backend* none = nullptr;
+  ballast_status* s = ballast_backend_open("no_such_backend", &none);
+  CHECK(ballast_status_code(s) == BALLAST_E_INVALID_ARGUMENT);  // unknown names are usage errors, listing the known ones
+  CHECK(std::string(ballast_status_message(s)).find("no_such_backend") != std::string::npos);
+  ballast_status_free(s);
+}
+
+TEST_CASE("the flow: plan, residency, derive all, pin, read back, stats, teardown") {
+  ScratchDir dir("capi-flow");
+  const auto m = OrphanedPrefixModel::write(dir.path());
+  Opened o;
+  CAPI_OK(ballast_model_open(m.onnx.c_str(), &o.model));
+  CAPI_OK(ballast_backend_open("cpu", &o.backend));
+  const ballast_device_counters baseline = counters(o.backend);
+
+  ballast_plan* plan = nullptr;
+  CAPI_OK(ballast_plan_derivations(o.model, BALLAST_PLAN_GRAPH, &plan));
+  size_t n = 0;
+  CAPI_OK(ballast_plan_count(plan, &n));
+  REQUIRE(n == OrphanedPrefixModel::kDerivations);
+  size_t transpose_w0 = n;
+  uint64_t derived = 0;
+  for (size_t i = 0; i < n; ++i) {
+    ballast_derivation_info d = BALLAST_INIT(ballast_derivation_info);
+    CAPI_OK(ballast_plan_entry(plan, i, &d));
+    derived += d.first_bytes + d.second_bytes;
+    if (std::string(d.weight) == "w0" && std::string(d.kind) == "transpose") {
+      transpose_w0 = i;
+      CHECK(std::string(d.node) == "mm0");
+      CHECK(d.first_bytes == OrphanedPrefixModel::kW0Bytes);
+      CHECK(d.second_bytes == 0);
+    }
+  }
+  CHECK(derived == OrphanedPrefixModel::kDerived);
+  REQUIRE(transpose_w0 < n);
+
+  ballast_residency_options opt = BALLAST_INIT(ballast_residency_options);
+  opt.strategy = BALLAST_UPLOAD;
+  opt.plan = plan;
+  ballast_residency* res = nullptr;
+  CAPI_OK(ballast_residency_create(o.backend, o.model, &opt, &res));
+
+  struct Seen {
+    std::vector<size_t> done;
+    size_t total = 0;
+  } seen;
+  CAPI_OK(ballast_residency_derive_all(
+      res, plan,
+      [](void* user, size_t done, size_t total) {
+        auto* s = static_cast<Seen*>(user);
+        s->done.push_back(done);
+        s->total = total;
+      },
+      &seen));
+  CHECK(seen.done == std::vector<size_t>{1, 2, 3, 4, 5});
+  CHECK(seen.total == n);
+
+  // Derive one: the transpose of w0, read back, against the source bytes.
+  ballast_pin* pin = nullptr;
+  CAPI_OK(ballast_residency_pin_derivation(res, plan, transpose_w0, &pin));
+  size_t members = 0;
+  CAPI_OK(ballast_pin_count(pin, &members));
+  CHECK(members == 1);
+  ballast_value v = BALLAST_INIT(ballast_value);
+  CAPI_OK(ballast_pin_value(pin, 0, &v));
+  CHECK(v.first != 0);
+  CHECK(v.second == 0);
+  REQUIRE(v.first_bytes == OrphanedPrefixModel::kW0Bytes);
+  std::vector<float> t(96 * 64), src(96 * 64);
+  CAPI_OK(ballast_pin_read(pin, 0, 0, 0, t.data(), t.size() * 4, v.first_bytes));
+  CAPI_OK(ballast_model_read_weight(o.model, 0, 0, src.data(), src.size() * 4, src.size() * 4));
+  // w0 is [96, 64]; its transpose [64, 96]: t[c * 96 + r] == src[r * 64 + c].
+  int mismatches = 0;
+  for (int r = 0; r < 96; ++r)
+    for (int c = 0; c < 64; ++c)
+      if (std::memcmp(&t[static_cast<size_t>(c * 96 + r)], &src[static_cast<size_t>(r * 64 + c)], 4) != 0) ++mismatches;
+  CHECK(mismatches == 0);
+  // A slice from an offset.
+  float one = 0;
+  CAPI_OK(ballast_pin_read(pin, 0, 0, 4 * 97, &one, sizeof one, sizeof one));
+  CHECK(std::memcmp(&one, &src[64 + 1], 4) == 0);  // t[1 * 96 + 1] == src[1 * 64 + 1]
+
+  // A source weight, pinned as stored.
+  ballast_pin* wpin = nullptr;
+  CAPI_OK(ballast_residency_pin_weight(res, "w1", &wpin));
+  CAPI_OK(ballast_pin_value(wpin, 0, &v));
+  CHECK(v.first_bytes == OrphanedPrefixModel::kW1Bytes);
+  std::vector<unsigned char> w1(v.first_bytes), w1_src(v.first_bytes);
+  CAPI_OK(ballast_pin_read(wpin, 0, 0, 0, w1.data(), w1.size(), w1.size()));
+  CAPI_OK(ballast_model_read_weight(o.model, 1, 0, w1_src.data(), w1_src.size(), w1_src.size()));
+  CHECK(w1 == w1_src);
+
+  ballast_residency_stats st = BALLAST_INIT(ballast_residency_stats);
+  CAPI_OK(ballast_residency_stats_get(res, &st));
+  CHECK(st.derived_builds == n);  // built once each: the pin after derive_all found it memoized
+  CHECK(st.pinned_bytes == OrphanedPrefixModel::kW0Bytes + OrphanedPrefixModel::kW1Bytes);
+  CHECK(st.device_bytes > 0);
+
+  CAPI_OK(ballast_pin_free(pin));
+  CAPI_OK(ballast_pin_free(wpin));
+  ballast_teardown td = BALLAST_INIT(ballast_teardown);
+  CAPI_OK(ballast_residency_release(res, &td));
+  CHECK(td.bytes_freed == st.device_bytes);
+  CHECK(td.allocations_freed > 0);
+  CHECK(td.failed_frees == 0);
+  const ballast_device_counters after = counters(o.backend);
+  CHECK(after.live_allocations == baseline.live_allocations);
+  CHECK(after.live_bytes == baseline.live_bytes);
+  CAPI_OK(ballast_residency_release(res, &td));  // idempotent
+  CHECK(td.bytes_freed == 0);
+  CAPI_OK(ballast_residency_free(res));
+  CAPI_OK(ballast_plan_free(plan));
+}
+
+TEST_CASE("paged residency with layers: groups, pin a group, prefetch, a budget that cannot fit") {
+  ScratchDir dir("capi-paged");
+  const auto m = OrphanedPrefixModel::write(dir.path());
+  Opened o;
+  CAPI_OK(ballast_model_open(m.onnx.c_str(), &o.model));
+  CAPI_OK(ballast_backend_open("cpu", &o.backend));
+  ballast_residency_options opt = BALLAST_INIT(ballast_residency_options);
+  opt.strategy = BALLAST_PAGED;
+  opt.kinds = 1u << 0;  // transpose only
+  opt.group_by_layer = "w";  // "w0" is not "w<N>.": each weight its own group
+  ballast_residency* res = nullptr;
+  CAPI_OK(ballast_residency_create(o.backend, o.model, &opt, &res));
+  ballast_plan* plan = nullptr;
+  CAPI_OK(ballast_residency_plan(res, &plan));
+  size_t n = 0;
+  CAPI_OK(ballast_plan_count(plan, &n));
+  CHECK(n == 2);  // the transposes of w0 and w2
+  size_t groups = 0;
+  CAPI_OK(ballast_residency_group_count(res, &groups));
+  REQUIRE(groups == 3);
+  ballast_residency_stats st = BALLAST_INIT(ballast_residency_stats);
+  CAPI_OK(ballast_residency_stats_get(res, &st));
+  // auto: the referenced sources plus the two transposes
+  CHECK(st.budget_bytes == OrphanedPrefixModel::kReferenced + OrphanedPrefixModel::kW0Bytes + OrphanedPrefixModel::kW2Bytes);
+
+  CAPI_OK(ballast_residency_prefetch_group(res, 1));
+  CAPI_OK(ballast_residency_prefetch(res, plan, 1));
+  CAPI_OK(ballast_residency_wait_prefetches(res));
+  ballast_pin* layer = nullptr;
+  CAPI_OK(ballast_residency_pin_group(res, 0, 100, &layer));
+  size_t members = 0;
+  CAPI_OK(ballast_pin_count(layer, &members));
+  CHECK(members == 1);  // group "w0": its transpose (w0 as stored is read by no kernel)
+  CAPI_OK(ballast_residency_stats_get(res, &st));
+  CHECK(st.pinned_bytes == OrphanedPrefixModel::kW0Bytes);
+  CHECK(st.prefetches >= 1);
+  CAPI_OK(ballast_pin_free(layer));
+  CAPI_FAILS(ballast_residency_pin_group(res, groups, 0, &layer), BALLAST_E_OUT_OF_BOUNDS);
+  CAPI_OK(ballast_plan_free(plan));
+  CAPI_OK(ballast_residency_free(res));
+
+  // A budget below the largest entry is refused by create(), naming it.
+  opt.budget_bytes = 1000;
+  ballast_residency* small = nullptr;
+  CAPI_FAILS(ballast_residency_create(o.backend, o.model, &opt, &small), BALLAST_E_INVALID_ARGUMENT);
+  CHECK(small == nullptr);
+}
+
+TEST_CASE("per-weight overrides and derivations off") {
+  ScratchDir dir("capi-overrides");
+  const auto m = OrphanedPrefixModel::write(dir.path());
+  Opened o;
+  CAPI_OK(ballast_model_open(m.onnx.c_str(), &o.model));
+  CAPI_OK(ballast_backend_open("cpu", &o.backend));
+  ballast_override ov[] = {{"w2", BALLAST_UPLOAD}};
+  ballast_residency_options opt = BALLAST_INIT(ballast_residency_options);
+  opt.strategy = BALLAST_ZERO_COPY;
+  opt.no_derivations = 1;
+  opt.overrides = ov;
+  opt.override_count = 1;
+  ballast_residency* res = nullptr;
+  CAPI_OK(ballast_residency_create(o.backend, o.model, &opt, &res));
+  ballast_pin* p = nullptr;
+  CAPI_OK(ballast_residency_pin_weight(res, "w2", &p));
+  CAPI_OK(ballast_pin_free(p));
+  CAPI_OK(ballast_residency_pin_weight(res, "w0", &p));
+  CAPI_OK(ballast_pin_free(p));
+  ballast_residency_stats st = BALLAST_INIT(ballast_residency_stats);
+  CAPI_OK(ballast_residency_stats_get(res, &st));
+  CHECK(st.uploaded_bytes == OrphanedPrefixModel::kW2Bytes);  // w2 uploaded, w0 read in place
+  CHECK(st.registered_bytes > 0);
+  CAPI_OK(ballast_residency_free(res));
+
+  ballast_override unknown[] = {{"nope", BALLAST_UPLOAD}};
+  opt.overrides = unknown;
+  CAPI_FAILS(ballast_residency_create(o.backend, o.model, &opt, &res), BALLAST_E_NOT_FOUND);
+}
+
+TEST_CASE("the log sink: ballast's messages reach the C function, NULL restores stderr") {
+  struct Got {
+    int calls = 0;
+    ballast_log_level level = BALLAST_LOG_INFO;
+    std::string source, text;
+  } got;
+  CAPI_OK(ballast_set_log_sink(
+      [](void* user, ballast_log_level level, const char* source, const char* text) {
+        auto* g = static_cast<Got*>(user);
+        ++g->calls;
+        g->level = level;
+        g->source = source;
+        g->text = text;
+      },
+      &got));
+  ballast::log_message(ballast::LogLevel::warning, "capi test", "a warning");
+  CAPI_OK(ballast_set_log_sink(nullptr, nullptr));
+  ballast::log_message(ballast::LogLevel::info, "capi test", "to stderr");
+  CHECK(got.calls == 1);
+  CHECK(got.level == BALLAST_LOG_WARNING);
+  CHECK(got.source == "capi test");
+  CHECK(got.text == "a warning");
+}

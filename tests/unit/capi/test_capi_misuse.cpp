@@ -1,0 +1,272 @@
+// Bad use of the C API gets a status, never a crash: NULL handles, handles
+// used after their free, freed twice, of the wrong kind, made up; a plan of
+// another model; buffers and ranges that do not fit; bad enum values;
+// structs without their size. Run under ASan+UBSan too (the asan preset):
+// none of these may touch freed memory.
+#include "capi_test.hpp"
+#include "support/orphaned_prefix_model.hpp"
+#include "unit/store/scratch_dir.hpp"
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+using ballast::test_models::OrphanedPrefixModel;
+using ballast::testing::ScratchDir;
+
+namespace {
+
+// A model, the cpu backend, a residency, its plan and one pinned value.
+struct World {
+  ScratchDir dir{"capi-misuse"};
+  OrphanedPrefixModel files = OrphanedPrefixModel::write(dir.path());
+  ballast_model* model = nullptr;
+  ballast_backend* backend = nullptr;
+  ballast_plan* plan = nullptr;
+  ballast_residency* res = nullptr;
+  ballast_pin* pin = nullptr;
+
+  World() {
+    CAPI_OK(ballast_model_open(files.onnx.c_str(), &model));
+    CAPI_OK(ballast_backend_open("cpu", &backend));
+    CAPI_OK(ballast_plan_derivations(model, BALLAST_PLAN_AUTOMATIC, &plan));
+    CAPI_OK(ballast_residency_create(backend, model, nullptr, &res));
+    CAPI_OK(ballast_residency_pin_derivation(res, plan, 0, &pin));
+  }
+  ~World() {
+    capi_test::take(ballast_pin_free(pin));
+    capi_test::take(ballast_residency_free(res));
+    capi_test::take(ballast_plan_free(plan));
+    capi_test::take(ballast_backend_free(backend));
+    capi_test::take(ballast_model_free(model));
+  }
+};
+
+template <class T>
+T* fake(uintptr_t v) {
+  return reinterpret_cast<T*>(v);
+}
+
+}  // namespace
+
+TEST_CASE("NULL handles and NULL outputs") {
+  size_t n = 0;
+  CAPI_FAILS(ballast_model_weight_count(nullptr, &n), BALLAST_E_INVALID_HANDLE);
+  ballast_device_info d = BALLAST_INIT(ballast_device_info);
+  CAPI_FAILS(ballast_backend_info(nullptr, &d), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_plan_count(nullptr, &n), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_residency_group_count(nullptr, &n), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_pin_count(nullptr, &n), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_residency_create(nullptr, nullptr, nullptr, nullptr), BALLAST_E_INVALID_ARGUMENT);
+  ballast_residency* r = nullptr;
+  CAPI_FAILS(ballast_residency_create(nullptr, nullptr, nullptr, &r), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_model_open(nullptr, nullptr), BALLAST_E_INVALID_ARGUMENT);
+  ballast_model* m = nullptr;
+  CAPI_FAILS(ballast_model_open(nullptr, &m), BALLAST_E_INVALID_ARGUMENT);
+  ballast_backend* b = nullptr;
+  CAPI_FAILS(ballast_backend_open(nullptr, &b), BALLAST_E_INVALID_ARGUMENT);
+  // Freeing NULL is a no-op, as free(NULL) is.
+  CAPI_OK(ballast_model_free(nullptr));
+  CAPI_OK(ballast_backend_free(nullptr));
+  CAPI_OK(ballast_plan_free(nullptr));
+  CAPI_OK(ballast_residency_free(nullptr));
+  CAPI_OK(ballast_pin_free(nullptr));
+
+  World w;
+  CAPI_FAILS(ballast_model_weight_count(w.model, nullptr), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_model_weight(w.model, 0, nullptr), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_residency_pin_weight(w.res, nullptr, &w.pin), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_residency_derive_all(w.res, nullptr, nullptr, nullptr), BALLAST_E_INVALID_HANDLE);
+}
+
+TEST_CASE("a handle used after its free, and freed twice") {
+  World w;
+  ballast_model* model2 = nullptr;
+  CAPI_OK(ballast_model_open(w.files.onnx.c_str(), &model2));
+  CAPI_OK(ballast_model_free(model2));
+  size_t n = 0;
+  CAPI_FAILS(ballast_model_weight_count(model2, &n), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_model_free(model2), BALLAST_E_INVALID_HANDLE);
+  // The slot is reused by the next model: the old value still refused, the new one works.
+  ballast_model* model3 = nullptr;
+  CAPI_OK(ballast_model_open(w.files.onnx.c_str(), &model3));
+  CHECK(model3 != model2);
+  CAPI_FAILS(ballast_model_weight_count(model2, &n), BALLAST_E_INVALID_HANDLE);
+  CAPI_OK(ballast_model_weight_count(model3, &n));
+  CHECK(n == 3);
+  CAPI_OK(ballast_model_free(model3));
+
+  ballast_pin* pin = nullptr;
+  CAPI_OK(ballast_residency_pin_weight(w.res, "w0", &pin));
+  CAPI_OK(ballast_pin_free(pin));
+  float x = 0;
+  CAPI_FAILS(ballast_pin_read(pin, 0, 0, 0, &x, sizeof x, sizeof x), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_pin_free(pin), BALLAST_E_INVALID_HANDLE);
+
+  ballast_plan* plan = nullptr;
+  CAPI_OK(ballast_plan_derivations(w.model, BALLAST_PLAN_GRAPH, &plan));
+  CAPI_OK(ballast_plan_free(plan));
+  CAPI_FAILS(ballast_residency_pin_derivation(w.res, plan, 0, &pin), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_plan_free(plan), BALLAST_E_INVALID_HANDLE);
+
+  ballast_backend* b = nullptr;
+  CAPI_OK(ballast_backend_open("cpu", &b));
+  CAPI_OK(ballast_backend_free(b));
+  CAPI_FAILS(ballast_residency_create(b, w.model, nullptr, &w.res), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_backend_free(b), BALLAST_E_INVALID_HANDLE);
+}
+
+TEST_CASE("a handle of another kind, and made-up handle values") {
+  World w;
+  size_t n = 0;
+  // A model handle where a backend, plan, residency or pin is wanted, and back.
+  ballast_device_info d = BALLAST_INIT(ballast_device_info);
+  CAPI_FAILS(ballast_backend_info(reinterpret_cast<ballast_backend*>(w.model), &d), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_plan_count(reinterpret_cast<ballast_plan*>(w.res), &n), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_model_weight_count(reinterpret_cast<ballast_model*>(w.pin), &n), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_model_free(reinterpret_cast<ballast_model*>(w.backend)), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_pin_free(reinterpret_cast<ballast_pin*>(w.res)), BALLAST_E_INVALID_HANDLE);
+  // ...and each still works afterwards (nothing was freed by the wrong-kind free).
+  CAPI_OK(ballast_backend_info(w.backend, &d));
+  CAPI_OK(ballast_pin_count(w.pin, &n));
+  // Values no table handed out: a real pointer, small numbers, all ones.
+  int local = 0;
+  CAPI_FAILS(ballast_model_weight_count(reinterpret_cast<ballast_model*>(&local), &n), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_model_weight_count(fake<ballast_model>(1), &n), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_model_weight_count(fake<ballast_model>(0xA1), &n), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_model_weight_count(fake<ballast_model>(~uintptr_t{0}), &n), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_pin_free(fake<ballast_pin>(0xFFFFFF00A5u)), BALLAST_E_INVALID_HANDLE);
+}
+
+TEST_CASE("a plan of another model") {
+  World w;
+  World other;
+  ballast_pin* pin = nullptr;
+  CAPI_FAILS(ballast_residency_pin_derivation(w.res, other.plan, 0, &pin), BALLAST_E_INVALID_ARGUMENT);
+  CHECK(pin == nullptr);
+  CAPI_FAILS(ballast_residency_prefetch(w.res, other.plan, 0), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_residency_derive_all(w.res, other.plan, nullptr, nullptr), BALLAST_E_INVALID_ARGUMENT);
+  ballast_residency_options opt = BALLAST_INIT(ballast_residency_options);
+  opt.plan = other.plan;
+  ballast_residency* r = nullptr;
+  CAPI_FAILS(ballast_residency_create(w.backend, w.model, &opt, &r), BALLAST_E_INVALID_ARGUMENT);
+  CHECK(r == nullptr);
+  // The same plan with its own model is fine.
+  CAPI_OK(ballast_residency_pin_derivation(other.res, other.plan, 0, &pin));
+  CAPI_OK(ballast_pin_free(pin));
+}
+
+TEST_CASE("lengths and ranges that do not fit") {
+  World w;
+  std::vector<unsigned char> buf(16);
+  // The length exceeds the buffer.
+  CAPI_FAILS(ballast_model_read_weight(w.model, 0, 0, buf.data(), buf.size(), 17), BALLAST_E_OUT_OF_BOUNDS);
+  CAPI_FAILS(ballast_pin_read(w.pin, 0, 0, 0, buf.data(), buf.size(), 17), BALLAST_E_OUT_OF_BOUNDS);
+  // NULL destination with a length.
+  CAPI_FAILS(ballast_model_read_weight(w.model, 0, 0, nullptr, 16, 16), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_pin_read(w.pin, 0, 0, 0, nullptr, 16, 16), BALLAST_E_INVALID_ARGUMENT);
+  // The range leaves the weight or value (and an offset that would overflow).
+  CAPI_FAILS(ballast_model_read_weight(w.model, 1, OrphanedPrefixModel::kW1Bytes - 8, buf.data(), buf.size(), 16),
+             BALLAST_E_OUT_OF_BOUNDS);
+  ballast_value v = BALLAST_INIT(ballast_value);
+  CAPI_OK(ballast_pin_value(w.pin, 0, &v));
+  CAPI_FAILS(ballast_pin_read(w.pin, 0, 0, v.first_bytes - 8, buf.data(), buf.size(), 16), BALLAST_E_OUT_OF_BOUNDS);
+  CAPI_FAILS(ballast_pin_read(w.pin, 0, 0, ~uint64_t{0}, buf.data(), buf.size(), 16), BALLAST_E_OUT_OF_BOUNDS);
+  CAPI_FAILS(ballast_pin_read(w.pin, 0, 1, 0, buf.data(), buf.size(), 16), BALLAST_E_OUT_OF_BOUNDS);  // no second half
+  CAPI_FAILS(ballast_pin_read(w.pin, 0, 2, 0, buf.data(), buf.size(), 16), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_pin_read(w.pin, 1, 0, 0, buf.data(), buf.size(), 16), BALLAST_E_OUT_OF_BOUNDS);
+  // Indexes past the end.
+  ballast_weight_info wi = BALLAST_INIT(ballast_weight_info);
+  CAPI_FAILS(ballast_model_weight(w.model, 3, &wi), BALLAST_E_OUT_OF_BOUNDS);
+  ballast_derivation_info di = BALLAST_INIT(ballast_derivation_info);
+  CAPI_FAILS(ballast_plan_entry(w.plan, 1000, &di), BALLAST_E_OUT_OF_BOUNDS);
+  ballast_pin* p = nullptr;
+  CAPI_FAILS(ballast_residency_pin_derivation(w.res, w.plan, 1000, &p), BALLAST_E_OUT_OF_BOUNDS);
+  // What does fit still reads.
+  CAPI_OK(ballast_pin_read(w.pin, 0, 0, v.first_bytes - 16, buf.data(), buf.size(), 16));
+}
+
+TEST_CASE("bad enum values, structs without their size, a released residency") {
+  World w;
+  ballast_override bad_override[] = {{"w0", -1}};
+  ballast_plan* plan = nullptr;
+  CAPI_FAILS(ballast_plan_derivations(w.model, 9, &plan), BALLAST_E_INVALID_ARGUMENT);
+  ballast_residency_options opt = BALLAST_INIT(ballast_residency_options);
+  opt.strategy = 7;
+  ballast_residency* r = nullptr;
+  CAPI_FAILS(ballast_residency_create(w.backend, w.model, &opt, &r), BALLAST_E_INVALID_ARGUMENT);
+  ballast_residency_options unsized{};
+  CAPI_FAILS(ballast_residency_create(w.backend, w.model, &unsized, &r), BALLAST_E_INVALID_ARGUMENT);
+  ballast_weight_info wi{};
+  CAPI_FAILS(ballast_model_weight(w.model, 0, &wi), BALLAST_E_INVALID_ARGUMENT);
+  opt = BALLAST_INIT(ballast_residency_options);
+  opt.overrides = bad_override;
+  opt.override_count = 1;
+  CAPI_FAILS(ballast_residency_create(w.backend, w.model, &opt, &r), BALLAST_E_INVALID_ARGUMENT);
+  opt.overrides = nullptr;
+  opt.override_count = 2;
+  CAPI_FAILS(ballast_residency_create(w.backend, w.model, &opt, &r), BALLAST_E_INVALID_ARGUMENT);
+
+  // Released with a pin still held: the status says so, the pin no longer reads.
+  ballast_teardown td = BALLAST_INIT(ballast_teardown);
+  CAPI_FAILS(ballast_residency_release(w.res, &td), BALLAST_E_INVALID_ARGUMENT);
+  CHECK(td.bytes_freed > 0);
+  float x = 0;
+  CAPI_FAILS(ballast_pin_read(w.pin, 0, 0, 0, &x, sizeof x, sizeof x), BALLAST_E_INVALID_ARGUMENT);
+  ballast_pin* p = nullptr;
+  CAPI_FAILS(ballast_residency_pin_weight(w.res, "w0", &p), BALLAST_E_INVALID_ARGUMENT);
+  ballast_residency_stats st = BALLAST_INIT(ballast_residency_stats);
+  CAPI_OK(ballast_residency_stats_get(w.res, &st));
+  CHECK(st.device_bytes == 0);
+  ballast_device_counters c = BALLAST_INIT(ballast_device_counters);
+  CAPI_OK(ballast_backend_counters(w.backend, &c));
+  CHECK(c.live_allocations == 0);
+}
+
+TEST_CASE("free in any order: dependents keep what they were made from") {
+  World w;
+  // The model and backend handles go first; the residency and pin still work.
+  CAPI_OK(ballast_model_free(w.model));
+  CAPI_OK(ballast_backend_free(w.backend));
+  float x = 0;
+  CAPI_OK(ballast_pin_read(w.pin, 0, 0, 0, &x, sizeof x, sizeof x));
+  ballast_pin* p = nullptr;
+  CAPI_OK(ballast_residency_pin_weight(w.res, "w2", &p));
+  // The residency handle goes while pins live: they still read.
+  CAPI_OK(ballast_residency_free(w.res));
+  CAPI_OK(ballast_pin_read(p, 0, 0, 0, &x, sizeof x, sizeof x));
+  CAPI_FAILS(ballast_residency_pin_weight(w.res, "w0", &p), BALLAST_E_INVALID_HANDLE);
+  CAPI_OK(ballast_pin_free(p));
+  // The World's destructor frees the rest; the stale ones answer INVALID_HANDLE.
+}
+
+TEST_CASE("threads: pins, reads and frees on one residency at once") {
+  World w;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        ballast_pin* p = nullptr;
+        ballast_status* s = (t % 2) ? ballast_residency_pin_weight(w.res, "w0", &p)
+                                    : ballast_residency_pin_derivation(w.res, w.plan, static_cast<size_t>(i % 5), &p);
+        if (s != nullptr) {
+          ++failures;
+          ballast_status_free(s);
+          continue;
+        }
+        unsigned char b[8];
+        if (ballast_status* r = ballast_pin_read(p, 0, 0, 0, b, sizeof b, sizeof b)) {
+          ++failures;
+          ballast_status_free(r);
+        }
+        ballast_status_free(ballast_pin_free(p));
+        // A double free from a racing thread's view: always refused.
+        if (ballast_status* again = ballast_pin_free(p)) ballast_status_free(again);
+        else ++failures;
+      }
+    });
+  for (auto& t : threads) t.join();
+  CHECK(failures == 0);
+}
