@@ -23,3 +23,8 @@ write_basic_package_version_file("${CMAKE_BINARY_DIR}/ballastConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES "${CMAKE_BINARY_DIR}/ballastConfig.cmake" "${CMAKE_BINARY_DIR}/ballastConfigVersion.cmake"
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/ballast)
+# The Python module (docs/python.md): pure Python over the C API, found by
+# an engine that adds <prefix>/<libdir>/python3/dist-packages to sys.path;
+# it loads libballast from ../../../ of its own folder, so a moved prefix works.
+install(DIRECTORY python/ballast DESTINATION ${CMAKE_INSTALL_LIBDIR}/python3/dist-packages
+  PATTERN __pycache__ EXCLUDE PATTERN "*.pyc" EXCLUDE)

@@ -6,7 +6,8 @@
 
 namespace {
 
-constexpr ballast_api_v1 kApi{
+constexpr ballast_api_v2 kApi{
+  {
     BALLAST_C_API_VERSION,
     ballast_status_code, ballast_status_message, ballast_status_free,
     ballast_c_api_version, ballast_library_version, ballast_check_version, ballast_set_log_sink,
@@ -19,6 +20,8 @@ constexpr ballast_api_v1 kApi{
     ballast_residency_pin_weight, ballast_residency_pin_group, ballast_residency_derive_all,
     ballast_residency_prefetch, ballast_residency_prefetch_group, ballast_residency_wait_prefetches,
     ballast_pin_free, ballast_pin_count, ballast_pin_value, ballast_pin_read,
+  },
+  ballast_model_retain, ballast_model_weight_data, ballast_plan_entry_layout,
 };
 
 }  // namespace

@@ -49,6 +49,9 @@ ballast_status* ballast_backend_info(const ballast_backend* backend, ballast_dev
     info.guarded_host_reads = c.guarded_host_reads;
     info.import_alignment = c.import_alignment;
     info.max_single_allocation = c.max_single_allocation;
+    // The CPU backend's DevicePtr is the host address of its allocation or
+    // of the registered host range (backends/cpu/backend.cpp, host()).
+    info.host_visible = d.backend == "cpu" ? 1 : 0;
     return write_out(info, out);
   });
 }

@@ -70,6 +70,35 @@ ballast_status* ballast_model_free(ballast_model* model) {
   });
 }
 
+ballast_status* ballast_model_retain(const ballast_model* model, ballast_model** out) {
+  return guarded([&]() -> ballast_status* {
+    ballast_status* e = null_out(out, "the output handle");
+    if (e) return e;
+    auto m = find_handle(model, Kind::model);
+    if (!m) return bad_handle(Kind::model, model);
+    *out = static_cast<ballast_model*>(insert_handle(Kind::model, std::move(m)));
+    return nullptr;
+  });
+}
+
+ballast_status* ballast_model_weight_data(const ballast_model* model, size_t index, const void** out) {
+  return guarded([&]() -> ballast_status* {
+    ballast_status* e = null_out(out, "the output");
+    if (e) return e;
+    auto m = lookup<ModelObject>(model, Kind::model, &e);
+    if (!m) return e;
+    if (index >= m->weights.size())
+      return out_of_bounds("out_of_bounds: weight " + std::to_string(index) + " of " +
+                           std::to_string(m->weights.size()));
+    const auto bytes = m->model.store().bytes(*m->weights[index].ref);
+    if (!bytes)
+      return make_status(BALLAST_E_OUT_OF_BOUNDS, "out_of_bounds: weight " + m->weights[index].name +
+                                                      " lies outside its mapping");
+    *out = bytes->data();
+    return nullptr;
+  });
+}
+
 ballast_status* ballast_model_format(const ballast_model* model, const char** out) {
   return guarded([&]() -> ballast_status* {
     ballast_status* e = null_out(out, "the output");

@@ -44,9 +44,17 @@ struct BackendObject {
   std::unique_ptr<GpuBackend> backend;
 };
 
+struct ValueLayoutRow {  // one half of a planned value (ballast_plan_entry_layout)
+  bool present = false;
+  std::string dtype;
+  std::vector<std::int64_t> dims;
+  std::uint64_t bytes = 0;
+};
+
 struct PlanRow {
   std::string kind;
   std::uint64_t first_bytes = 0, second_bytes = 0;
+  ValueLayoutRow halves[2];
 };
 
 struct PlanObject {

@@ -3,6 +3,7 @@
 // call that takes a plan and a model or residency checks they match.
 #include "capi/objects.hpp"
 
+#include <ballast/dtype.hpp>
 #include <ballast/log.hpp>
 
 using namespace ballast;
@@ -21,6 +22,25 @@ void* make_plan_handle(std::shared_ptr<const ModelObject> model, std::vector<Pla
     if (auto sizes = derivation_sizes(launch); sizes.ok()) {
       row.first_bytes = sizes->dst_bytes;
       row.second_bytes = sizes->dst2_bytes;
+    }
+    // Each output as the kind table lays it out, shaped the way
+    // `ballast derive --dump` writes it (a kind that keeps the source's
+    // dims, to_f16, has them whatever their rank).
+    if (auto layout = derivation_layout(launch); layout.ok()) {
+      const kinds::Slot slots[2] = {kinds::Slot::dst, kinds::Slot::dst2};
+      for (int h = 0; h < 2; ++h) {
+        const OperandLayout& o = (*layout)[slots[h]];
+        if (!o.present) continue;
+        ValueLayoutRow& half = row.halves[h];
+        half.present = true;
+        half.dtype = std::string(dtype_name(o.type));
+        half.bytes = o.bytes;
+        const auto source = plan->model->model.store().weights().find(p.source);
+        if (layout->kind->output_keeps_source_dims && source != plan->model->model.store().weights().end())
+          half.dims.assign(source->second.dims.begin(), source->second.dims.end());
+        else
+          for (std::uint8_t d = 0; d < o.rank; ++d) half.dims.push_back(static_cast<std::int64_t>(o.dims[d]));
+      }
     }
     plan->rows.push_back(std::move(row));
   }
@@ -90,6 +110,29 @@ ballast_status* ballast_plan_entry(const ballast_plan* plan, size_t index, balla
     info.first_bytes = p->rows[index].first_bytes;
     info.second_bytes = p->rows[index].second_bytes;
     return write_out(info, out);
+  });
+}
+
+ballast_status* ballast_plan_entry_layout(const ballast_plan* plan, size_t index, int half,
+                                          ballast_value_layout* out) {
+  return guarded([&]() -> ballast_status* {
+    ballast_status* e = nullptr;
+    auto p = lookup<PlanObject>(plan, Kind::plan, &e);
+    if (!p) return e;
+    if (index >= p->entries.size())
+      return out_of_bounds("out_of_bounds: plan entry " + std::to_string(index) + " of " +
+                           std::to_string(p->entries.size()));
+    if (half != 0 && half != 1) return invalid_argument("invalid_argument: half must be 0 (first) or 1 (second)");
+    const ValueLayoutRow& row = p->rows[index].halves[half];
+    if (!row.present)
+      return out_of_bounds("out_of_bounds: " + p->rows[index].kind + " of " + p->entries[index].weight +
+                           " has no second half");
+    ballast_value_layout layout{};
+    layout.dtype = row.dtype.c_str();
+    layout.ndims = row.dims.size();
+    layout.dims = row.dims.data();
+    layout.bytes = row.bytes;
+    return write_out(layout, out);
   });
 }
 

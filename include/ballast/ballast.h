@@ -46,7 +46,7 @@
 #define BALLAST_C_API
 #endif
 
-#define BALLAST_C_API_VERSION 1u
+#define BALLAST_C_API_VERSION 2u
 /* type x = BALLAST_INIT(type);  sets x.size, zeroes the rest */
 #ifdef __cplusplus
 template <class T>
@@ -145,6 +145,9 @@ typedef struct ballast_device_info {
   /* capabilities */
   int32_t host_registration, read_only_registration, unaligned_operands, guarded_host_reads;
   uint64_t import_alignment, max_single_allocation;
+  /* version 2: 1 when the backend's device pointers are addresses in this
+   * process (the CPU backend): a pinned value may be read in place */
+  int32_t host_visible;
 } ballast_device_info;
 
 typedef struct ballast_device_counters {
@@ -267,8 +270,33 @@ BALLAST_C_API ballast_status* ballast_pin_value(const ballast_pin* pin, size_t m
 BALLAST_C_API ballast_status* ballast_pin_read(const ballast_pin* pin, size_t member, int half, uint64_t offset,
                                                void* dst, size_t dst_length, uint64_t length);
 
+/* ------------------------------------------------------------- version 2 */
+/* Appended for zero-copy consumers (the Python module's DLPack export). */
+
+/* A second handle to the same model, freed on its own: the model (and its
+ * mapping) lives while any of its handles, plans or residencies does. */
+BALLAST_C_API ballast_status* ballast_model_retain(const ballast_model* model, ballast_model** out);
+/* The address of weight `index`'s bytes as stored, in the model's mapping
+ * (or its file's inline bytes): host memory, read-only, valid while any
+ * handle to the model lives. A file truncated under the mapping faults on
+ * a read of the lost pages (ballast_model_read_weight checks instead). */
+BALLAST_C_API ballast_status* ballast_model_weight_data(const ballast_model* model, size_t index, const void** out);
+
+typedef struct ballast_value_layout {
+  size_t size;
+  const char* dtype;         /* the elements: "float", "float16", "int8", "uint32", "uint8", ... */
+  size_t ndims;
+  const int64_t* dims;       /* ndims entries, dense row-major, outermost first (as `ballast derive --dump` shapes it) */
+  uint64_t bytes;
+} ballast_value_layout;
+
+/* How half `half` (0: first, 1: second, pairs only) of entry `index` of
+ * `plan` is laid out on the device. Strings and dims live as long as the plan. */
+BALLAST_C_API ballast_status* ballast_plan_entry_layout(const ballast_plan* plan, size_t index, int half,
+                                                        ballast_value_layout* out);
+
 /* ---------------------------------------------------- the function table */
-/* Version 1: every function above, in header order. Later versions append. */
+/* Version 1: every function of version 1, in header order. Later versions append. */
 typedef struct ballast_api_v1 {
   uint32_t version;
   ballast_code (*status_code)(const ballast_status*);
@@ -314,6 +342,14 @@ typedef struct ballast_api_v1 {
   ballast_status* (*pin_value)(const ballast_pin*, size_t, ballast_value*);
   ballast_status* (*pin_read)(const ballast_pin*, size_t, int, uint64_t, void*, size_t, uint64_t);
 } ballast_api_v1;
+
+/* Version 2: version 1's table, then the version 2 functions in header order. */
+typedef struct ballast_api_v2 {
+  ballast_api_v1 v1;
+  ballast_status* (*model_retain)(const ballast_model*, ballast_model**);
+  ballast_status* (*model_weight_data)(const ballast_model*, size_t, const void**);
+  ballast_status* (*plan_entry_layout)(const ballast_plan*, size_t, int, ballast_value_layout*);
+} ballast_api_v2;
 
 /* The table for `version` (a pointer to static data, never freed; cast it to
  * that version's struct), or NULL when this library is older than `version`. */

@@ -10,6 +10,8 @@
 
 #include <ballast/log.hpp>
 
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <dlfcn.h>
 #include <fstream>
@@ -420,4 +422,113 @@ TEST_CASE("the log sink: ballast's messages reach the C function, NULL restores 
   CHECK(got.level == BALLAST_LOG_WARNING);
   CHECK(got.source == "capi test");
   CHECK(got.text == "a warning");
+}
+
+TEST_CASE("version 2: the table's appended members, a weight's address, a second model handle, a value's layout") {
+  const auto* v1 = static_cast<const ballast_api_v1*>(ballast_get_api(1));
+  const auto* v2 = static_cast<const ballast_api_v2*>(ballast_get_api(2));
+  REQUIRE(v1 != nullptr);
+  REQUIRE(v2 != nullptr);
+  CHECK(static_cast<const void*>(v1) == static_cast<const void*>(&v2->v1));  // version 1's table is a prefix
+  CHECK((v2->v1.pin_read == &ballast_pin_read));
+  CHECK((v2->model_retain == &ballast_model_retain));
+  CHECK((v2->model_weight_data == &ballast_model_weight_data));
+  CHECK((v2->plan_entry_layout == &ballast_plan_entry_layout));
+  CAPI_OK(ballast_check_version(2));
+
+  ScratchDir dir("capi-v2");
+  const auto m = OrphanedPrefixModel::write(dir.path());
+  Opened o;
+  CAPI_OK(ballast_model_open(m.onnx.c_str(), &o.model));
+  CAPI_OK(ballast_backend_open("cpu", &o.backend));
+
+  // The CPU backend's memory is host memory; an older caller's struct
+  // (version 1's size) is not written past.
+  ballast_device_info info = BALLAST_INIT(ballast_device_info);
+  CAPI_OK(ballast_backend_info(o.backend, &info));
+  CHECK(info.host_visible == 1);
+  ballast_device_info old{};
+  old.size = offsetof(ballast_device_info, host_visible);
+  old.host_visible = 7;
+  CAPI_OK(ballast_backend_info(o.backend, &old));
+  CHECK(old.host_visible == 7);
+
+  // A weight's bytes in the mapping are its bytes as stored.
+  const void* data = nullptr;
+  CAPI_OK(ballast_model_weight_data(o.model, 0, &data));
+  REQUIRE(data != nullptr);
+  std::vector<unsigned char> src(OrphanedPrefixModel::kW0Bytes);
+  CAPI_OK(ballast_model_read_weight(o.model, 0, 0, src.data(), src.size(), src.size()));
+  CHECK(std::memcmp(data, src.data(), src.size()) == 0);
+  const auto file = file_bytes(m.data);
+  CHECK(std::memcmp(data, file.data() + OrphanedPrefixModel::kW0Offset, src.size()) == 0);
+  CAPI_FAILS(ballast_model_weight_data(o.model, 3, &data), BALLAST_E_OUT_OF_BOUNDS);
+  CAPI_FAILS(ballast_model_weight_data(o.model, 0, nullptr), BALLAST_E_INVALID_ARGUMENT);
+
+  // A second handle keeps the model (and the address) after the first is freed.
+  ballast_model* second = nullptr;
+  CAPI_OK(ballast_model_retain(o.model, &second));
+  CHECK(second != o.model);
+  CAPI_OK(ballast_model_free(o.model));
+  CAPI_FAILS(ballast_model_weight_data(o.model, 0, &data), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_model_retain(o.model, &second), BALLAST_E_INVALID_HANDLE);
+  o.model = second;
+  const void* again = nullptr;
+  CAPI_OK(ballast_model_weight_data(o.model, 0, &again));
+  CHECK(again == data);
+  CHECK(std::memcmp(again, src.data(), src.size()) == 0);
+
+  // Each planned value's layout: dtype, dims (the dump's shape), bytes = the entry's.
+  ballast_plan* plan = nullptr;
+  CAPI_OK(ballast_plan_derivations(o.model, BALLAST_PLAN_GRAPH, &plan));
+  size_t n = 0;
+  CAPI_OK(ballast_plan_count(plan, &n));
+  int transposes = 0, pairs = 0;
+  for (size_t i = 0; i < n; ++i) {
+    ballast_derivation_info d = BALLAST_INIT(ballast_derivation_info);
+    CAPI_OK(ballast_plan_entry(plan, i, &d));
+    ballast_value_layout first = BALLAST_INIT(ballast_value_layout), second_half = BALLAST_INIT(ballast_value_layout);
+    CAPI_OK(ballast_plan_entry_layout(plan, i, 0, &first));
+    CHECK(first.bytes == d.first_bytes);
+    if (d.second_bytes != 0) {
+      ++pairs;
+      CAPI_OK(ballast_plan_entry_layout(plan, i, 1, &second_half));
+      CHECK(second_half.bytes == d.second_bytes);
+    } else {
+      CAPI_FAILS(ballast_plan_entry_layout(plan, i, 1, &second_half), BALLAST_E_OUT_OF_BOUNDS);
+    }
+    if (std::string(d.weight) == "w0" && std::string(d.kind) == "transpose") {
+      ++transposes;
+      CHECK(std::string(first.dtype) == "float");
+      REQUIRE(first.ndims == 2);
+      CHECK(first.dims[0] == 64);  // w0 is [96, 64]
+      CHECK(first.dims[1] == 96);
+    }
+    if (std::string(d.weight) == "w0" && std::string(d.kind) == "quant_int8") {
+      CHECK(std::string(first.dtype) == "int8");
+      CHECK(std::string(second_half.dtype) == "float");
+      REQUIRE(second_half.ndims == 1);
+      CHECK(second_half.dims[0] == 64);  // a scale per output channel
+    }
+  }
+  CHECK(transposes == 1);
+  CHECK(pairs > 0);
+  ballast_value_layout lay = BALLAST_INIT(ballast_value_layout);
+  CAPI_FAILS(ballast_plan_entry_layout(plan, n, 0, &lay), BALLAST_E_OUT_OF_BOUNDS);
+  CAPI_FAILS(ballast_plan_entry_layout(plan, 0, 2, &lay), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_plan_entry_layout(plan, 0, 0, nullptr), BALLAST_E_INVALID_ARGUMENT);
+
+  // On the CPU backend a pinned value's device pointer is its host address.
+  ballast_residency* res = nullptr;
+  CAPI_OK(ballast_residency_create(o.backend, o.model, nullptr, &res));
+  ballast_pin* pin = nullptr;
+  CAPI_OK(ballast_residency_pin_derivation(res, plan, 0, &pin));
+  ballast_value v = BALLAST_INIT(ballast_value);
+  CAPI_OK(ballast_pin_value(pin, 0, &v));
+  std::vector<unsigned char> copy(v.first_bytes);
+  CAPI_OK(ballast_pin_read(pin, 0, 0, 0, copy.data(), copy.size(), copy.size()));
+  CHECK(std::memcmp(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(v.first)), copy.data(), copy.size()) == 0);
+  CAPI_OK(ballast_pin_free(pin));
+  CAPI_OK(ballast_residency_free(res));
+  CAPI_OK(ballast_plan_free(plan));
 }

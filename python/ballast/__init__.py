@@ -1,0 +1,41 @@
+"""ballast from Python: the C API (ballast.h) through ctypes.
+
+    import ballast
+    model = ballast.open_model("sample.onnx")      # mapped, nothing copied
+    cpu = ballast.open_backend("cpu")
+    res = ballast.Residency(cpu, model)            # zero_copy; "upload", "paged" + budget
+    plan = res.derive(progress=lambda d, t: None)  # every planned derivation, built once
+    value = res.pin(plan[0])                       # pinned: never evicted while held
+    array = value.numpy()                          # no copy; the array keeps its own pin
+
+docs/python.md has the flow, the lifetimes and why ctypes.
+"""
+from ._capi import API_VERSION, api as _api
+from .backend import Backend, Counters, DeviceInfo, open_backend
+from .errors import BallastError, Code
+from .model import Accounting, DeadRange, Model, Weight, open_model
+from .plan import KINDS, Derivation, Layout, Plan
+from .residency import STRATEGIES, Half, Pin, Residency, Stats, Teardown, Value
+from .dlpack import live_exports
+
+__all__ = ["open_model", "open_backend", "Model", "Weight", "Accounting", "DeadRange", "Backend", "DeviceInfo",
+           "Counters", "Plan", "Derivation", "Layout", "KINDS", "Residency", "STRATEGIES", "Stats", "Teardown",
+           "Pin", "Value", "Half", "BallastError", "Code", "live_exports", "library_path", "library_version",
+           "c_api_version"]
+
+__version__ = _api.library_version().decode()
+
+
+def library_version():
+    """libballast's version, "0.1.0"."""
+    return _api.library_version().decode()
+
+
+def c_api_version():
+    """The C API version of the loaded libballast (>= API_VERSION)."""
+    return int(_api.c_api_version())
+
+
+def library_path():
+    """The libballast this module loaded."""
+    return _api.path

@@ -1,0 +1,51 @@
+"""python3 -m ballast inspect MODEL [--json]: the weights and the accounting."""
+import argparse
+import json
+import sys
+
+from . import BallastError, library_path, open_model
+
+
+def _inspect(path, as_json):
+    model = open_model(path)
+    weights, acc = model.weights, model.accounting
+    if as_json:
+        json.dump({"model": path, "format": model.format,
+                   "weights": [{"name": w.name, "dtype": w.dtype, "dims": list(w.dims), "bytes": w.bytes,
+                                "file": w.file, "offset": w.offset} for w in weights],
+                   "accounting": {"mapped_bytes": acc.mapped_bytes, "referenced_bytes": acc.referenced_bytes,
+                                  "header_bytes": acc.header_bytes, "dead_bytes": acc.dead_bytes,
+                                  "files": acc.files,
+                                  "dead_ranges": [{"file": r.file, "offset": r.offset, "length": r.length}
+                                                  for r in acc.dead_ranges]}}, sys.stdout, indent=2)
+        print()
+        return
+    print("model: %s (%s), %d weights" % (path, model.format, len(weights)))
+    for w in weights:
+        where = "inline" if not w.file else "%s @ %d" % (w.file, w.offset)
+        print("  %-40s %-8s %-18s %10d B  %s" % (w.name, w.dtype, "[" + ", ".join(map(str, w.dims)) + "]",
+                                                 w.bytes, where))
+    print("accounting: mapped %d B, referenced %d B, header %d B, dead %d B in %d range(s) over %d file(s)"
+          % (acc.mapped_bytes, acc.referenced_bytes, acc.header_bytes, acc.dead_bytes, len(acc.dead_ranges),
+             acc.files))
+    for r in acc.dead_ranges:
+        print("  dead: %s [%d, +%d)" % (r.file, r.offset, r.length))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python3 -m ballast", description="ballast from Python (" + library_path() + ")")
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("inspect", help="print a model's weights and accounting")
+    p.add_argument("model")
+    p.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    try:
+        _inspect(a.model, a.json)
+    except BallastError as e:
+        print("ballast: %s" % e.message, file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

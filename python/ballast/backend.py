@@ -1,0 +1,65 @@
+"""Backends by config string (ballast_backend): device info and capabilities."""
+import ctypes
+from dataclasses import dataclass
+
+from . import _capi
+from ._capi import api, check, text
+from .model import _Handle
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    backend: str  # "cpu", "cuda", "hip", "vulkan", ...
+    index: int
+    name: str
+    uuid: str
+    driver: str
+    memory_bytes: int
+    host_registration: bool
+    read_only_registration: bool
+    unaligned_operands: bool
+    guarded_host_reads: bool
+    import_alignment: int
+    max_single_allocation: int
+    host_visible: bool  # device pointers are addresses in this process (the CPU backend)
+
+
+@dataclass(frozen=True)
+class Counters:
+    live_allocations: int
+    live_bytes: int
+    live_registrations: int
+
+
+class Backend(_Handle):
+    _free = api.backend_free
+
+    def __init__(self, config):
+        h = _capi.c_handle()
+        check(api.backend_open(config.encode(), ctypes.byref(h)))
+        super().__init__(h)
+        self.config = config
+        self._info = None
+
+    def __repr__(self):
+        return "Backend(%r)" % self.config
+
+    @property
+    def info(self):
+        i = _capi.new(_capi.DeviceInfo)
+        check(api.backend_info(self._h, ctypes.byref(i)))
+        return DeviceInfo(text(i.backend), int(i.index), text(i.name), text(i.uuid), text(i.driver),
+                          int(i.memory_bytes), bool(i.host_registration), bool(i.read_only_registration),
+                          bool(i.unaligned_operands), bool(i.guarded_host_reads), int(i.import_alignment),
+                          int(i.max_single_allocation), bool(i.host_visible))
+
+    @property
+    def counters(self):
+        c = _capi.new(_capi.DeviceCounters)
+        check(api.backend_counters(self._h, ctypes.byref(c)))
+        return Counters(int(c.live_allocations), int(c.live_bytes), int(c.live_registrations))
+
+
+def open_backend(config):
+    """Opens a backend: "cpu", "vulkan", "vulkan:0", "cuda:0", "hip:0", ... (docs/backends.md)."""
+    return Backend(config)

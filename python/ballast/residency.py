@@ -1,0 +1,282 @@
+"""Residency (ballast_residency): how a model's weights live on a backend,
+derivations built and pinned, and pins (Value) exported without a copy."""
+import ctypes
+import dataclasses
+import threading
+
+from . import _capi, dlpack
+from ._capi import api, check
+from .errors import BallastError, Code
+from .model import _Handle, Weight
+from .plan import KINDS, Derivation, Layout, Plan
+
+STRATEGIES = {"zero_copy": 0, "upload": 1, "paged": 2}
+
+Stats = dataclasses.make_dataclass("Stats", [(f, int) for f in _capi.STAT_FIELDS], frozen=True)
+Stats.__doc__ = "ballast_residency_stats: budget, device, pinned, paged ... bytes and counts."
+
+
+@dataclasses.dataclass(frozen=True)
+class Teardown:
+    bytes_freed: int
+    allocations_freed: int
+    failed_frees: int
+
+
+class _ExportCount:
+    """Capsules of one residency still held: release() waits for none.
+    Apart from the Residency object so that a capsule never keeps it."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.n = 0
+
+    def add(self, d):
+        with self._lock:
+            self.n += d
+
+
+def _strategy(name):
+    if name not in STRATEGIES:
+        raise BallastError(Code.INVALID_ARGUMENT, "invalid_argument: strategy %r is none of %s"
+                           % (name, ", ".join(STRATEGIES)))
+    return STRATEGIES[name]
+
+
+class Residency(_Handle):
+    """ballast_residency_create(backend, model, options). strategy:
+    "zero_copy" (registered in place), "upload" or "paged" (under `budget`
+    bytes; None: auto); `overrides` maps weight names to a strategy; `plan`
+    (default: every planned derivation) and `kinds` (names) say what the
+    engine will pin; `group_by_layer` (e.g. "model.layers.") forms groups."""
+
+    _free = api.residency_free
+
+    def __init__(self, backend, model, strategy="zero_copy", budget=None, plan=None, kinds=None,
+                 derivations=True, group_by_layer=None, overrides=None):
+        o = _capi.new(_capi.ResidencyOptions)
+        o.strategy = _strategy(strategy)
+        o.budget_bytes = int(budget or 0)
+        o.plan = plan._h if plan is not None else None
+        o.kinds = 0
+        for k in kinds or ():
+            if k not in KINDS:
+                raise BallastError(Code.INVALID_ARGUMENT, "invalid_argument: no derivation kind %r" % (k,))
+            o.kinds |= 1 << KINDS.index(k)
+        o.no_derivations = 0 if derivations else 1
+        stem = group_by_layer.encode() if group_by_layer else None
+        o.group_by_layer = stem
+        items = list((overrides or {}).items())
+        names = [w.encode() for w, _ in items]
+        table = (_capi.Override * max(len(items), 1))()
+        for i, (w, s) in enumerate(items):
+            table[i].weight = names[i]
+            table[i].strategy = _strategy(s)
+        o.overrides = table if items else None
+        o.override_count = len(items)
+        h = _capi.c_handle()
+        check(api.residency_create(backend._h, model._h, ctypes.byref(o), ctypes.byref(h)))
+        super().__init__(h)
+        self.backend, self.model, self.strategy = backend, model, strategy
+        self._exports = _ExportCount()
+        self._plan = plan
+
+    @property
+    def plan(self):
+        """The plan given to create(), else the model's automatic plan."""
+        if self._plan is None:
+            self._plan = self.model.plan()
+        return self._plan
+
+    @property
+    def budget_plan(self):
+        """The plan create() sized the budget with (ballast_residency_plan)."""
+        h = _capi.c_handle()
+        check(api.residency_plan(self._h, ctypes.byref(h)))
+        return Plan(h, self.model)
+
+    @property
+    def group_count(self):
+        n = ctypes.c_size_t()
+        check(api.residency_group_count(self._h, ctypes.byref(n)))
+        return n.value
+
+    @property
+    def stats(self):
+        s = _capi.new(_capi.ResidencyStats)
+        check(api.residency_stats_get(self._h, ctypes.byref(s)))
+        return Stats(*(int(getattr(s, f)) for f in _capi.STAT_FIELDS))
+
+    def derive(self, plan=None, progress=None):
+        """Builds every entry of `plan` (default: the residency's) once;
+        progress(done, total) after each, on this thread. Returns the plan."""
+        plan = plan if plan is not None else self.plan
+        raised = []
+
+        def report(_user, done, total):
+            try:
+                progress(done, total)
+            except BaseException as e:  # re-raised once the C call returns
+                raised.append(e)
+
+        fn = _capi.PROGRESS_FN(report) if progress is not None else _capi.PROGRESS_FN()
+        check(api.residency_derive_all(self._h, plan._h, fn, None))
+        if raised:
+            raise raised[0]
+        return plan
+
+    def _pin_handle(self, target):
+        h = _capi.c_handle()
+        if isinstance(target, Derivation):
+            check(api.residency_pin_derivation(self._h, target.plan._h, target.index, ctypes.byref(h)))
+        else:
+            check(api.residency_pin_weight(self._h, target.encode(), ctypes.byref(h)))
+        return h
+
+    def pin(self, what):
+        """Pins a derived value (a Derivation of a plan of this model) or a
+        weight (a Weight or its name): a Value, never evicted while held."""
+        if isinstance(what, Derivation):
+            layouts = [what.first] + ([what.second] if what.second else [])
+            target = what
+        else:
+            w = what if isinstance(what, Weight) else self.model.weight(what)
+            layouts = [Layout(w.dtype, w.dims, w.bytes)]
+            target = w.name
+        return Value(self, target, layouts)
+
+    def pin_group(self, index, wait_ms=5000):
+        """Every member of group `index` or none (a Pin; read() its members)."""
+        h = _capi.c_handle()
+        check(api.residency_pin_group(self._h, index, wait_ms, ctypes.byref(h)))
+        return Pin(h, self)
+
+    def prefetch(self, derivation):
+        check(api.residency_prefetch(self._h, derivation.plan._h, derivation.index))
+
+    def prefetch_group(self, index):
+        check(api.residency_prefetch_group(self._h, index))
+
+    def wait_prefetches(self):
+        check(api.residency_wait_prefetches(self._h))
+
+    def release(self):
+        """Frees every device value now (the teardown report). Refused while
+        an exported array still reads one: the C call would free it under
+        the array."""
+        if self._exports.n:
+            raise BallastError(Code.INVALID_ARGUMENT, "invalid_argument: %d exported array(s) still read this "
+                               "residency's values; drop them first" % self._exports.n)
+        t = _capi.new(_capi.Teardown)
+        check(api.residency_release(self._h, ctypes.byref(t)))
+        return Teardown(int(t.bytes_freed), int(t.allocations_freed), int(t.failed_frees))
+
+
+class Pin(_Handle):
+    """A pin of one or more members (ballast_pin): addresses and copies."""
+
+    _free = api.pin_free
+
+    def __init__(self, handle, residency):
+        super().__init__(handle)
+        self.residency = residency
+
+    def __len__(self):
+        n = ctypes.c_size_t()
+        check(api.pin_count(self._h, ctypes.byref(n)))
+        return n.value
+
+    def value(self, member=0):
+        """(first, second, first_bytes, second_bytes): device pointers and sizes."""
+        v = _capi.new(_capi.Value)
+        check(api.pin_value(self._h, member, ctypes.byref(v)))
+        return int(v.first), int(v.second), int(v.first_bytes), int(v.second_bytes)
+
+    def read(self, member=0, half=0, offset=0, length=None):
+        """A copy of the member's half on the host (any backend)."""
+        if length is None:
+            length = self.value(member)[2 + half] - offset
+        buf = ctypes.create_string_buffer(max(length, 1))
+        check(api.pin_read(self._h, member, half, offset, buf, length, length))
+        return buf.raw[:length]
+
+
+class Half(dlpack.Exportable):
+    """One device tensor of a Value: `layout` (dtype, dims, bytes). Exports
+    where the backend's memory is host-visible (cpu); a CUDA or HIP value
+    exports as a device tensor (kDLCUDA / kDLROCM)."""
+
+    def __init__(self, value, half, layout):
+        self._value, self.half, self.layout = value, half, layout
+        self.dtype, self.dims, self.bytes = layout.dtype, layout.dims, layout.bytes
+
+    def __repr__(self):
+        return "Half(%s%s, %d bytes)" % (self.dtype, list(self.dims), self.bytes)
+
+    def read(self):
+        return self._value.read(self.half)
+
+    def _dlpack_device(self):
+        info = self._value._device
+        if info.host_visible:
+            return (dlpack.CPU, 0)
+        t = dlpack.device_type(info.backend)
+        return (t if t is not None else 0, info.index)
+
+    def _capsule(self):
+        v = self._value
+        device = self._dlpack_device()
+        if not v._device.host_visible and device[0] not in (dlpack.CUDA, dlpack.ROCM):
+            raise BallastError(Code.UNSUPPORTED, "unsupported: %s memory is not addressable by DLPack consumers; "
+                               "read() copies it to the host" % v._device.backend)
+        res = v.residency
+        check(api.pin_count(v._h, ctypes.byref(ctypes.c_size_t())))  # this Value is still live
+        keep = res._pin_handle(v._target)  # the capsule's own pin: kept resident while it lives
+        try:
+            out = _capi.new(_capi.Value)
+            check(api.pin_value(keep, 0, ctypes.byref(out)))
+        except BaseException:
+            api.status_free(api.pin_free(keep))
+            raise
+        address = out.first if self.half == 0 else out.second
+        exports = res._exports
+        exports.add(1)
+
+        def release():
+            api.status_free(api.pin_free(keep))
+            exports.add(-1)
+
+        return dlpack.make_capsule(address, device, self.dtype, self.dims, self.bytes, release)
+
+
+class Value(Pin, dlpack.Exportable):
+    """A pinned weight or derived value. `first` (and `second` for a pair)
+    are its tensors; the Value itself exports its first. Each export pins
+    the value again, so the array stays valid after this Value is freed."""
+
+    def __init__(self, residency, target, layouts):
+        self._target = target
+        super().__init__(residency._pin_handle(target), residency)
+        self._device = residency.backend.info
+        self.halves = [Half(self, i, lay) for i, lay in enumerate(layouts)]
+
+    @property
+    def first(self):
+        return self.halves[0]
+
+    @property
+    def second(self):
+        return self.halves[1] if len(self.halves) > 1 else None
+
+    def __repr__(self):
+        return "Value(%r, %s)" % (self._target if isinstance(self._target, str) else self._target.kind + " of " +
+                                  self._target.weight, self.halves)
+
+    def read(self, half=0, offset=0, length=None):
+        return Pin.read(self, 0, half, offset, length)
+
+    def _dlpack_device(self):
+        return self.first._dlpack_device()
+
+    def _capsule(self):
+        return self.first._capsule()
