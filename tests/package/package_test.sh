@@ -214,5 +214,48 @@ PY
   grep -q "^result:   passed" "$work/$step.conformance.log" || fail "no passing summary"
   ;;
 
+python_inspect)
+  # `python3 -m ballast inspect` from the moved prefix: only its
+  # dist-packages on the path, run from elsewhere, no BALLAST_* variable.
+  unset BALLAST_LIBRARY
+  site="$moved/lib/python3/dist-packages"
+  [[ -f "$site/ballast/__init__.py" && -f "$site/ballast/__main__.py" ]] || fail "the module is not installed in $site"
+  (cd / && PYTHONPATH="$site" "$python" -m ballast inspect "$work/model/sample.onnx") | tee "$work/$step.log"
+  grep -Eq '^model: .*sample\.onnx \(onnx\), 12 weights$' "$work/$step.log" || fail "no model line"
+  grep -Eq '^  layer0\.weight +float +\[256, 512\] +524288 B ' "$work/$step.log" || fail "layer0.weight not listed as stored"
+  grep -Eq '^accounting: mapped [1-9][0-9]* B, referenced [1-9][0-9]* B, .*dead [1-9][0-9]* B in 1 range' "$work/$step.log" \
+    || fail "no accounting line"
+  # The same weights and accounting as `ballast inspect --json`.
+  (cd / && PYTHONPATH="$site" "$python" -m ballast inspect --json "$work/model/sample.onnx") >"$work/$step.json"
+  "$moved/bin/ballast" inspect "$work/model/sample.onnx" --json >"$work/$step.cli.json"
+  "$python" - "$work/$step.json" "$work/$step.cli.json" <<'PY'
+import json, sys
+py, cli = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+def key(w):  # the CLI names no file or offset for a weight inline in the model file
+    external = w.get("location", "external") == "external" and w.get("file")
+    return (w["name"], w["dtype"], list(w["dims"]), w["bytes"], w["file"] if external else "",
+            w["offset"] if external else 0)
+differ = [(a, b) for a, b in zip(map(key, py["weights"]), map(key, cli["weights"])) if a != b]
+assert len(py["weights"]) == len(cli["weights"]) and not differ, differ[:1]
+acc, files = py["accounting"], cli["external_files"]
+assert acc["mapped_bytes"] == sum(f["mapped_bytes"] for f in files), acc
+assert acc["referenced_bytes"] == sum(f["referenced_bytes"] for f in files), acc
+assert acc["dead_bytes"] == sum(f["unreferenced_bytes"] for f in files), acc
+assert [(r["file"], r["offset"], r["length"]) for r in acc["dead_ranges"]] == \
+    [(f["path"], o, n) for f in files for o, n in f["dead_ranges"]], acc["dead_ranges"]
+print("python inspect: 12 weights, accounting as the CLI's")
+PY
+  if (cd / && PYTHONPATH="$site" "$python" -m ballast inspect "$work/no-such.onnx" 2>"$work/$step.err"); then
+    fail "inspect of a missing model succeeded"
+  fi
+  grep -q "^ballast: .*no-such.onnx" "$work/$step.err" || fail "no error message: $(cat "$work/$step.err")"
+  ;;
+
+python_numpy | python_torch | python_release | python_misuse)
+  unset BALLAST_LIBRARY
+  (cd / && PYTHONPATH="$moved/lib/python3/dist-packages" "$python" "$src/tests/package/python_module.py" \
+    "${step#python_}" "$moved" "$work/model/sample.onnx" "$work")
+  ;;
+
 *) fail "unknown step $step" ;;
 esac
