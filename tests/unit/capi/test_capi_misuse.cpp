@@ -270,3 +270,39 @@ TEST_CASE("threads: pins, reads and frees on one residency at once") {
   for (auto& t : threads) t.join();
   CHECK(failures == 0);
 }
+
+TEST_CASE("version 2's calls: NULL, freed and wrong-kind handles, NULL outputs, a retained model freed twice") {
+  const void* data = nullptr;
+  ballast_model* second = nullptr;
+  ballast_value_layout lay = BALLAST_INIT(ballast_value_layout);
+  CAPI_FAILS(ballast_model_weight_data(nullptr, 0, &data), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_model_retain(nullptr, &second), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_plan_entry_layout(nullptr, 0, 0, &lay), BALLAST_E_INVALID_HANDLE);
+
+  World w;
+  CAPI_FAILS(ballast_model_retain(w.model, nullptr), BALLAST_E_INVALID_ARGUMENT);
+  // Wrong kinds: a plan where a model is wanted, and the reverse.
+  CAPI_FAILS(ballast_model_weight_data(reinterpret_cast<const ballast_model*>(w.plan), 0, &data),
+             BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_model_retain(reinterpret_cast<const ballast_model*>(w.res), &second), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_plan_entry_layout(reinterpret_cast<const ballast_plan*>(w.model), 0, 0, &lay),
+             BALLAST_E_INVALID_HANDLE);
+  ballast_value_layout unsized{};
+  CAPI_FAILS(ballast_plan_entry_layout(w.plan, 0, 0, &unsized), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_plan_entry_layout(w.plan, 0, -1, &lay), BALLAST_E_INVALID_ARGUMENT);
+
+  // A retained handle is a handle: freed once, then refused, the first untouched.
+  CAPI_OK(ballast_model_retain(w.model, &second));
+  CAPI_OK(ballast_model_free(second));
+  CAPI_FAILS(ballast_model_free(second), BALLAST_E_INVALID_HANDLE);
+  CAPI_FAILS(ballast_model_weight_data(second, 0, &data), BALLAST_E_INVALID_HANDLE);
+  CAPI_OK(ballast_model_weight_data(w.model, 0, &data));
+  CHECK(data != nullptr);
+
+  // A freed plan's layout.
+  ballast_plan* plan = nullptr;
+  CAPI_OK(ballast_plan_derivations(w.model, BALLAST_PLAN_AUTOMATIC, &plan));
+  CAPI_OK(ballast_plan_entry_layout(plan, 0, 0, &lay));
+  CAPI_OK(ballast_plan_free(plan));
+  CAPI_FAILS(ballast_plan_entry_layout(plan, 0, 0, &lay), BALLAST_E_INVALID_HANDLE);
+}
