@@ -18,8 +18,8 @@ from .plan import KINDS, Derivation, Layout, Plan
 from .residency import STRATEGIES, Half, Pin, Residency, Stats, Teardown, Value
 from .dlpack import live_exports
 
-__all__ = ["open_model", "open_backend", "Model", "Weight", "Accounting", "DeadRange", "Backend", "DeviceInfo",
-           "Counters", "Plan", "Derivation", "Layout", "KINDS", "Residency", "STRATEGIES", "Stats", "Teardown",
+__all__ = ["API_VERSION", "open_model", "open_backend", "Model", "Weight", "Accounting", "DeadRange", "Backend",
+           "DeviceInfo", "Counters", "Plan", "Derivation", "Layout", "KINDS", "Residency", "STRATEGIES", "Stats", "Teardown",
            "Pin", "Value", "Half", "BallastError", "Code", "live_exports", "library_path", "library_version",
            "c_api_version"]
 

@@ -11,7 +11,7 @@ import ctypes
 import glob
 import os
 
-from .errors import BallastError, Code
+from .errors import BallastError
 
 API_VERSION = 2  # the C API version this module is written against
 

@@ -13,7 +13,6 @@ import ctypes
 import itertools
 import threading
 
-from . import _capi
 from .errors import BallastError, Code
 
 # DLDeviceType (dlpack.h)
