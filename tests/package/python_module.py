@@ -249,5 +249,27 @@ elif step == "misuse":
     raises(lambda: ballast.Residency(backend, other), ballast.Code.INVALID_HANDLE, "a residency on a freed backend")
     done()
 
+elif step == "vulkan":
+    # A device whose memory is not host-visible: __dlpack_device__ says
+    # which, exporting is refused with a BallastError, read() copies, and
+    # the copy is the cpu backend's value, in place.
+    model = ballast.open_model(model_path)
+    vk = ballast.open_backend("vulkan")
+    expect(not vk.info.host_visible, "vulkan (%s) is not host-visible" % vk.info.name)
+    res = ballast.Residency(vk, model, strategy="upload")
+    cpu = ballast.Residency(ballast.open_backend("cpu"), model)
+    plan = res.derive()
+    for d in plan:
+        with res.pin(d) as v, cpu.pin(d) as c:
+            for h, ch in zip(v.halves, c.halves):
+                expect(h.__dlpack_device__() == (7, vk.info.index), "%s of %s: kDLVulkan" % (d.kind, d.weight))
+                try:
+                    numpy.from_dlpack(h)
+                    expect(False, "numpy.from_dlpack of a vulkan value")
+                except ballast.BallastError as e:
+                    expect(e.code == ballast.Code.UNSUPPORTED, "from_dlpack refused: %s" % e.message)
+                expect(h.read() == ch.numpy().tobytes(), "read() == the cpu value in place")
+    done()
+
 else:
     sys.exit("unknown step " + step)
