@@ -215,6 +215,21 @@ elif step == "misuse":
     backend = ballast.open_backend("cpu")
     raises(lambda: ballast.Residency(backend, model, strategy="sideways"), ballast.Code.INVALID_ARGUMENT,
            "an unknown strategy")
+    # Residency options cross as the C API takes them: an override, a budget, groups.
+    raises(lambda: ballast.Residency(backend, model, overrides={"no.such.weight": "upload"}), ballast.Code.NOT_FOUND,
+           "an override of no weight")
+    raises(lambda: ballast.Residency(backend, model, strategy="paged", budget=4096), ballast.Code.INVALID_ARGUMENT,
+           "a budget below the largest value")
+    over = ballast.Residency(backend, model, overrides={"layer0.weight": "upload"}, derivations=False)
+    with over.pin("layer0.weight"), over.pin("layer2.weight"):
+        s = over.stats
+        expect(s.uploaded_bytes == weight.bytes and s.registered_bytes > 0,
+               "zero_copy with layer0.weight overridden to upload: %d bytes uploaded, %d registered"
+               % (s.uploaded_bytes, s.registered_bytes))
+    groups = ballast.Residency(backend, model, strategy="paged", group_by_layer="layer")
+    expect(groups.group_count == 6, "6 layer groups (%d)" % groups.group_count)
+    with groups.pin_group(0) as g:
+        expect(len(g) >= 2 and len(g.read(0)) == g.value(0)[2], "a group pinned whole: %d members" % len(g))
     res = ballast.Residency(backend, model)
     plan = model.plan()
     value = res.pin(plan[0])
