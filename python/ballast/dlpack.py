@@ -181,7 +181,27 @@ class Exportable:
         if self._dlpack_device()[0] != CPU:
             raise BallastError(Code.UNSUPPORTED, "unsupported: the value is on device %s, not host-visible; "
                                "read() copies it to the host" % (self._dlpack_device(),))
-        array = numpy.from_dlpack(self)
+        # NumPy has no bfloat16, and NumPy 1.24 takes no DLPack bool: the
+        # same memory crosses as uint16 bits (as `ballast derive --dump`
+        # writes bfloat16) and as uint8 viewed as bool.
+        dtype = getattr(self, "dtype", None)
+        as_dtype = {"bfloat16": "uint16", "bool": "uint8"}.get(dtype)
+        array = numpy.from_dlpack(_As(self, as_dtype) if as_dtype else self)
+        if dtype == "bool":
+            array = array.view(numpy.bool_)
         if getattr(self, "read_only", False):
             array.flags.writeable = False
         return array
+
+
+class _As:
+    """An exportable seen with another element type of the same width."""
+
+    def __init__(self, of, dtype):
+        self._of, self._dtype = of, dtype
+
+    def __dlpack_device__(self):
+        return self._of._dlpack_device()
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        return self._of._capsule(self._dtype)

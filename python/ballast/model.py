@@ -88,12 +88,12 @@ class Weight(dlpack.Exportable):
     def _dlpack_device(self):
         return (dlpack.CPU, 0)
 
-    def _capsule(self):
+    def _capsule(self, as_dtype=None):
         data = ctypes.c_void_p()
         check(api.model_weight_data(self.model._h, self.index, ctypes.byref(data)))
         keep = _capi.c_handle()  # the capsule's own model handle: the mapping stays while it lives
         check(api.model_retain(self.model._h, ctypes.byref(keep)))
-        return dlpack.make_capsule(data.value, (dlpack.CPU, 0), self.dtype, self.dims, self.bytes,
+        return dlpack.make_capsule(data.value, (dlpack.CPU, 0), as_dtype or self.dtype, self.dims, self.bytes,
                                    lambda: api.status_free(api.model_free(keep)))
 
 

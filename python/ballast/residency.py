@@ -223,7 +223,7 @@ class Half(dlpack.Exportable):
         t = dlpack.device_type(info.backend)
         return (t if t is not None else 0, info.index)
 
-    def _capsule(self):
+    def _capsule(self, as_dtype=None):
         v = self._value
         device = self._dlpack_device()
         if not v._device.host_visible and device[0] not in (dlpack.CUDA, dlpack.ROCM):
@@ -246,7 +246,7 @@ class Half(dlpack.Exportable):
             api.status_free(api.pin_free(keep))
             exports.add(-1)
 
-        return dlpack.make_capsule(address, device, self.dtype, self.dims, self.bytes, release)
+        return dlpack.make_capsule(address, device, as_dtype or self.dtype, self.dims, self.bytes, release)
 
 
 class Value(Pin, dlpack.Exportable):
@@ -278,5 +278,9 @@ class Value(Pin, dlpack.Exportable):
     def _dlpack_device(self):
         return self.first._dlpack_device()
 
-    def _capsule(self):
-        return self.first._capsule()
+    def _capsule(self, as_dtype=None):
+        return self.first._capsule(as_dtype)
+
+    @property
+    def dtype(self):
+        return self.first.dtype

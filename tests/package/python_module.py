@@ -37,13 +37,47 @@ def done():
     print("python %s: ok" % step)
 
 
-def dump():
+def dump(path=None):
     """`ballast derive MODEL --backend cpu --dump DIR` of the moved install: {file name: array}."""
     out = os.path.join(work, "python-dump")
     subprocess.run(["rm", "-rf", out], check=True)
-    subprocess.run([os.path.join(moved, "bin", "ballast"), "derive", model_path, "--backend", "cpu", "--dump", out],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([os.path.join(moved, "bin", "ballast"), "derive", path or model_path, "--backend", "cpu", "--dump",
+                    out], check=True, stdout=subprocess.DEVNULL)
     return {n: numpy.load(os.path.join(out, n)) for n in os.listdir(out)}
+
+
+def compare_with_dump(path, take, as_numpy, strategy="upload"):
+    """Every derived value of the model at `path`, pinned on cpu and taken
+    by `take` (numpy.from_dlpack, torch.from_dlpack), is the dump's array,
+    bit for bit. Returns the residency's plan."""
+    dumped = dump(path)
+    model = ballast.open_model(path)
+    res = ballast.Residency(ballast.open_backend("cpu"), model, strategy=strategy)
+    seen = []
+    plan = res.derive(progress=lambda d, t: seen.append((d, t)))
+    expect(len(plan) > 0 and seen[-1] == (len(plan), len(plan)), "%s: derive: %d values, progress to %s"
+           % (os.path.basename(path), len(plan), seen[-1:]))
+    compared = 0
+    for d in plan:
+        value = res.pin(d)
+        for half, name in zip(value.halves, dump_names(d)):
+            ref = dumped.get(name)
+            if not expect(ref is not None, "%s is in the dump" % name):
+                continue
+            if step == "torch" and half.dtype in ("uint16", "uint32", "uint64"):
+                # torch 1.13 (Debian 12) has no unsigned types past uint8: the numpy step checks these.
+                print("note: torch has no %s: %s of %s left to the numpy step" % (half.dtype, d.kind, d.weight))
+                compared += 1
+                continue
+            arr = as_numpy(take(half))
+            same = arr.dtype == ref.dtype and arr.shape == ref.shape and arr.tobytes() == ref.tobytes()
+            expect(same, "%s from_dlpack(%s of %s): %s%s == %s" % (step, d.kind, d.weight, arr.dtype,
+                                                                   list(arr.shape), name))
+            compared += 1
+        value.close()
+    expect(compared == len(dumped), "%s: every dumped file compared (%d of %d)"
+           % (os.path.basename(path), compared, len(dumped)))
+    return res, plan
 
 
 def dump_names(d):
@@ -74,7 +108,6 @@ if step in ("numpy", "torch"):
     else:
         take = numpy.from_dlpack
         as_numpy = lambda a: a  # noqa: E731
-    dumped = dump()
     model = ballast.open_model(model_path)
     weights = model.weights
     # Weights: in place in the mapping, the bytes as stored.
@@ -96,37 +129,41 @@ if step in ("numpy", "torch"):
            "two exports of one weight share memory (no copy)")
     del view
     # Derived values on the cpu backend: the dump's arrays, bit for bit.
-    backend = ballast.open_backend("cpu")
-    expect(backend.info.host_visible, "the cpu backend's memory is host-visible")
-    res = ballast.Residency(backend, model, strategy="upload")
-    seen = []
-    plan = res.derive(progress=lambda d, t: seen.append((d, t)))
-    expect(len(plan) > 0 and seen[-1] == (len(plan), len(plan)), "derive: %d values, progress to %s"
-           % (len(plan), seen[-1:]))
-    compared = 0
-    for d in plan:
-        value = res.pin(d)
-        for half, name in zip(value.halves, dump_names(d)):
-            ref = dumped.get(name)
-            if not expect(ref is not None, "%s is in the dump" % name):
-                continue
-            if step == "torch" and half.dtype in ("uint16", "uint32", "uint64"):
-                # torch 1.13 (Debian 12) has no unsigned types past uint8: the numpy step checks these.
-                print("note: torch has no %s: %s of %s left to the numpy step" % (half.dtype, d.kind, d.weight))
-                compared += 1
-                continue
-            arr = as_numpy(take(half))
-            same = (arr.dtype == ref.dtype or ref.dtype == numpy.uint16) and arr.shape == ref.shape and \
-                arr.tobytes() == ref.tobytes()
-            expect(same, "%s from_dlpack(%s of %s): %s%s == %s" % (step, d.kind, d.weight, arr.dtype,
-                                                                   list(arr.shape), name))
-            compared += 1
-        value.close()
-    expect(compared == len(dumped), "every dumped file compared (%d of %d)" % (compared, len(dumped)))
+    expect(ballast.open_backend("cpu").info.host_visible, "the cpu backend's memory is host-visible")
+    res, plan = compare_with_dump(model_path, take, as_numpy)
     # A transpose is the weight's own bytes, transposed.
     t = next(d for d in plan if d.weight == "layer0.weight" and d.kind == "transpose")
     with res.pin(t) as v:
         expect(numpy.array_equal(as_numpy(take(v)), as_numpy(take(w0)).T), "transpose == weight.T")
+    gen = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "gen")
+    models = os.path.join(work, "python-models-" + step)
+    subprocess.run(["rm", "-rf", models], check=True)
+    for script, sub in (("make_gguf_models.py", "gguf"), ("make_safetensors_models.py", "safetensors")):
+        subprocess.run([sys.executable, os.path.join(gen, script), os.path.join(models, sub)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # GGUF blocks dequantized, and a checkpoint planned by the rules (no graph).
+    compare_with_dump(os.path.join(models, "gguf/llama.gguf"), take, as_numpy, strategy="paged")
+    compare_with_dump(os.path.join(models, "safetensors/sharded/model.safetensors.index.json"), take, as_numpy)
+    if step == "numpy":
+        # Every format and dtype ballast reads: each weight's .numpy() is its
+        # bytes as stored (bfloat16 as uint16 bits, bool as bool, GGUF blocks
+        # as uint8), in place in the mapping.
+        for rel in ("gguf/types.gguf", "gguf/llama.gguf", "safetensors/dtypes.safetensors",
+                    "safetensors/sharded/model.safetensors.index.json"):
+            other = ballast.open_model(os.path.join(models, rel))
+            ws = other.weights
+            wrong = [w.name for w in ws if w.numpy().tobytes() != w.read()]
+            kinds = sorted({str(w.numpy().dtype) for w in ws})
+            expect(ws and not wrong, "%s (%s): %d weights' arrays are their bytes as stored (%s)%s"
+                   % (rel, other.format, len(ws), ", ".join(kinds), "; wrong: %s" % wrong[:3] if wrong else ""))
+            for w in ws:
+                a = w.numpy()
+                if w.dtype == "bfloat16":
+                    expect(a.dtype == numpy.uint16 and list(a.shape) == list(w.dims), "%s: bfloat16 as uint16 bits"
+                           % w.name)
+                if w.dtype == "bool":
+                    expect(a.dtype == numpy.bool_, "%s: bool as bool" % w.name)
+            del other, ws
     if step == "torch":
         ten = torch.from_dlpack(w0)
         expect(tuple(ten.shape) == w0.dims and ten.dtype == torch.float32 and ten.device.type == "cpu",
