@@ -267,6 +267,28 @@ elif step == "misuse":
     expect(groups.group_count == 6, "6 layer groups (%d)" % groups.group_count)
     with groups.pin_group(0) as g:
         expect(len(g) >= 2 and len(g.read(0)) == g.value(0)[2], "a group pinned whole: %d members" % len(g))
+    # The CUDA/HIP export path without a GPU: a cpu value whose device info
+    # says cuda (or hip) exports a capsule on kDLCUDA (kDLROCM) with the
+    # value's own pointer, and the capsule, never taken, releases its pin.
+    import dataclasses
+    from ballast import dlpack
+    stand_in = ballast.Residency(backend, model, strategy="upload")
+    for name, code in (("cuda", dlpack.CUDA), ("hip", dlpack.ROCM)):
+        v = stand_in.pin(model.plan()[0])
+        v._device = dataclasses.replace(v._device, backend=name, index=3, host_visible=False)
+        cap = v.__dlpack__(stream=1)
+        m = dlpack.DLManagedTensor.from_address(dlpack._capsule_pointer(id(cap), b"dltensor"))  # id: its address
+        t = m.dl_tensor
+        expect(v.__dlpack_device__() == (code, 3) and (t.device.device_type, t.device.device_id) == (code, 3)
+               and t.data == v.value(0)[0] and t.ndim == 2, "%s stand-in: __dlpack_device__ %s, the capsule on "
+               "device (%d, %d) at the value's pointer" % (name, v.__dlpack_device__(), t.device.device_type,
+                                                          t.device.device_id))
+        v.close()
+        expect(stand_in.stats.pinned_bytes > 0, "%s stand-in: the untaken capsule holds its pin" % name)
+        del cap, m, t
+        gc.collect()
+        expect(stand_in.stats.pinned_bytes == 0, "%s stand-in: the capsule's destruction unpinned it" % name)
+    del stand_in, v
     res = ballast.Residency(backend, model)
     plan = model.plan()
     value = res.pin(plan[0])
