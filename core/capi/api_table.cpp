@@ -20,6 +20,7 @@ constexpr ballast_api_v2 kApi{
     ballast_residency_pin_weight, ballast_residency_pin_group, ballast_residency_derive_all,
     ballast_residency_prefetch, ballast_residency_prefetch_group, ballast_residency_wait_prefetches,
     ballast_pin_free, ballast_pin_count, ballast_pin_value, ballast_pin_read,
+    ballast_run_conformance,
   },
   ballast_model_retain, ballast_model_weight_data, ballast_plan_entry_layout,
 };

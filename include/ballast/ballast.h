@@ -270,6 +270,26 @@ BALLAST_C_API ballast_status* ballast_pin_value(const ballast_pin* pin, size_t m
 BALLAST_C_API ballast_status* ballast_pin_read(const ballast_pin* pin, size_t member, int half, uint64_t offset,
                                                void* dst, size_t dst_length, uint64_t length);
 
+/* ------------------------------------------------------------ conformance */
+typedef struct ballast_conformance_result {
+  size_t size;
+  int32_t exit_code;         /* the suite's: 0 passed, 1 failed, 77 the backend is not on this machine */
+  uint32_t passed, failed, skipped;  /* test cases */
+} ballast_conformance_result;
+
+/* Runs the conformance suite on `backend_config` in a child process (the
+ * ballast-conformance program in the prefix's bin/, beside this library's
+ * lib/), so a driver crash under it cannot take the caller down; blocks until
+ * it ends (seconds on cpu, minutes on a slow device). `filter`, may be NULL:
+ * test-case names, doctest wildcards ("device weights*"). `json`: its JSON
+ * summary, NUL-terminated, cut to `json_capacity` (may be NULL with
+ * capacity 0); `json_length` (may be NULL) gets the summary's full length.
+ * UNAVAILABLE when the runner is not installed, DEVICE_ERROR when it died of
+ * a signal. A failing suite is not an error status: read exit_code. */
+BALLAST_C_API ballast_status* ballast_run_conformance(const char* backend_config, const char* filter,
+                                                      ballast_conformance_result* out, char* json,
+                                                      size_t json_capacity, size_t* json_length);
+
 /* ------------------------------------------------------------- version 2 */
 /* Appended for zero-copy consumers (the Python module's DLPack export). */
 
@@ -341,6 +361,7 @@ typedef struct ballast_api_v1 {
   ballast_status* (*pin_count)(const ballast_pin*, size_t*);
   ballast_status* (*pin_value)(const ballast_pin*, size_t, ballast_value*);
   ballast_status* (*pin_read)(const ballast_pin*, size_t, int, uint64_t, void*, size_t, uint64_t);
+  ballast_status* (*run_conformance)(const char*, const char*, ballast_conformance_result*, char*, size_t, size_t*);
 } ballast_api_v1;
 
 /* Version 2: version 1's table, then the version 2 functions in header order. */

@@ -11,7 +11,7 @@
 docs/python.md has the flow, the lifetimes and why ctypes.
 """
 from ._capi import API_VERSION, api as _api
-from .backend import Backend, Counters, DeviceInfo, open_backend
+from .backend import Backend, ConformanceResult, Counters, DeviceInfo, open_backend, run_conformance
 from .errors import BallastError, Code
 from .model import Accounting, DeadRange, Model, Weight, open_model
 from .plan import KINDS, Derivation, Layout, Plan
@@ -21,7 +21,7 @@ from .dlpack import live_exports
 __all__ = ["API_VERSION", "open_model", "open_backend", "Model", "Weight", "Accounting", "DeadRange", "Backend",
            "DeviceInfo", "Counters", "Plan", "Derivation", "Layout", "KINDS", "Residency", "STRATEGIES", "Stats", "Teardown",
            "Pin", "Value", "Half", "BallastError", "Code", "live_exports", "library_path", "library_version",
-           "c_api_version"]
+           "c_api_version", "run_conformance", "ConformanceResult"]
 
 __version__ = _api.library_version().decode()
 

@@ -86,6 +86,11 @@ class Value(ctypes.Structure):
                 ("first_bytes", ctypes.c_uint64), ("second_bytes", ctypes.c_uint64)]
 
 
+class ConformanceResult(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("exit_code", ctypes.c_int32), ("passed", ctypes.c_uint32),
+                ("failed", ctypes.c_uint32), ("skipped", ctypes.c_uint32)]
+
+
 class ValueLayout(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("dtype", ctypes.c_char_p), ("ndims", ctypes.c_size_t),
                 ("dims", ctypes.POINTER(ctypes.c_int64)), ("bytes", ctypes.c_uint64)]
@@ -140,6 +145,7 @@ _TABLE = [
     ("pin_count", _S, [_H, _P(_Z)]),
     ("pin_value", _S, [_H, _Z, _P(Value)]),
     ("pin_read", _S, [_H, _Z, ctypes.c_int, _U64, ctypes.c_void_p, _Z, _U64]),
+    ("run_conformance", _S, [ctypes.c_char_p, ctypes.c_char_p, _P(ConformanceResult), ctypes.c_char_p, _Z, _P(_Z)]),
     # version 2
     ("model_retain", _S, [_H, _P(_H)]),
     ("model_weight_data", _S, [_H, _Z, _P(ctypes.c_void_p)]),

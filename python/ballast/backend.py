@@ -63,3 +63,34 @@ class Backend(_Handle):
 def open_backend(config):
     """Opens a backend: "cpu", "vulkan", "vulkan:0", "cuda:0", "hip:0", ... (docs/backends.md)."""
     return Backend(config)
+
+
+@dataclass(frozen=True)
+class ConformanceResult:
+    """The conformance suite's outcome: its exit code (0 passed, 1 failed,
+    77 the backend is not on this machine), test-case counts, and its JSON
+    summary (a dict; None when the suite wrote none)."""
+    exit_code: int
+    passed: int
+    failed: int
+    skipped: int
+    summary: object
+
+
+def run_conformance(backend_config, filter=None):
+    """Runs the installed conformance suite on `backend_config` in a child
+    process (ballast_run_conformance); `filter`: test-case names, doctest
+    wildcards ("device weights*"). A failing suite is a result, not an error."""
+    import json
+    r = _capi.new(_capi.ConformanceResult)
+    capacity, length = 1 << 20, ctypes.c_size_t()
+    buf = ctypes.create_string_buffer(capacity)
+    check(api.run_conformance(backend_config.encode(), filter.encode() if filter else None, ctypes.byref(r), buf,
+                              capacity, ctypes.byref(length)))
+    summary = None
+    if 0 < length.value < capacity:
+        try:
+            summary = json.loads(buf.value.decode("utf-8", "replace"))
+        except ValueError:
+            summary = None
+    return ConformanceResult(int(r.exit_code), int(r.passed), int(r.failed), int(r.skipped), summary)

@@ -5,7 +5,8 @@ MOVED/lib/python3/dist-packages on sys.path and no BALLAST_* variable, so
 the module must find its libballast from where the moved prefix lies.
 
 Steps: numpy, torch (each against `ballast derive --dump` on cpu), release,
-misuse. Exit 0 passed, 1 failed, 77 skipped.
+misuse (and the CUDA/HIP export path on a stand-in device), conformance,
+vulkan. Exit 0 passed, 1 failed, 77 skipped.
 """
 import gc
 import os
@@ -321,6 +322,17 @@ elif step == "misuse":
     backend.close()
     raises(lambda: backend.info, ballast.Code.INVALID_HANDLE, "a freed backend's info")
     raises(lambda: ballast.Residency(backend, other), ballast.Code.INVALID_HANDLE, "a residency on a freed backend")
+    done()
+
+elif step == "conformance":
+    # The suite from Python: the moved prefix's ballast-conformance, in a child process.
+    r = ballast.run_conformance("cpu", "device weights*")
+    expect(r.exit_code == 0 and r.passed >= 2 and r.failed == 0, "cpu: %s" % (r,))
+    expect(isinstance(r.summary, dict) and r.summary.get("result") == "passed" and r.summary.get("passed") == r.passed,
+           "the JSON summary agrees: %s" % ((r.summary or {}).get("result"),))
+    bad = ballast.run_conformance("nosuch")
+    expect(bad.exit_code == 1 and bad.passed + bad.failed + bad.skipped == 0, "an unknown backend fails the suite, "
+           "not the call: %s" % (bad,))
     done()
 
 elif step == "vulkan":

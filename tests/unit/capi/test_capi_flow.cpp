@@ -424,6 +424,41 @@ TEST_CASE("the log sink: ballast's messages reach the C function, NULL restores 
   CHECK(got.text == "a warning");
 }
 
+TEST_CASE("the conformance suite from C: a child process, its counts and summary") {
+  ballast_conformance_result r = BALLAST_INIT(ballast_conformance_result);
+  std::vector<char> json(1 << 16);
+  std::size_t length = 0;
+  CAPI_OK(ballast_run_conformance("cpu", "device weights*", &r, json.data(), json.size(), &length));
+  CHECK(r.exit_code == 0);
+  CHECK(r.passed >= 2);  // the device-weights cases, nothing else
+  CHECK(r.failed == 0);
+  CHECK(length == std::strlen(json.data()));
+  const std::string summary(json.data());
+  CHECK(summary.find("\"result\": \"passed\"") != std::string::npos);
+  CHECK(summary.find("\"passed\": " + std::to_string(r.passed)) != std::string::npos);
+
+  // A buffer too small: cut and terminated, the full length reported.
+  char small[16];
+  std::size_t full = 0;
+  CAPI_OK(ballast_run_conformance("cpu", "device weights*", &r, small, sizeof small, &full));
+  CHECK(full == length);
+  CHECK(std::strlen(small) == sizeof small - 1);
+  CHECK(std::string(small) == summary.substr(0, sizeof small - 1));
+
+  // A backend the runner cannot open: the suite fails (exit 1), it is not
+  // an error of the call, and the summary says why.
+  ballast_conformance_result bad = BALLAST_INIT(ballast_conformance_result);
+  CAPI_OK(ballast_run_conformance("nosuch", nullptr, &bad, json.data(), json.size(), nullptr));
+  CHECK(bad.exit_code == 1);
+  CHECK(bad.passed + bad.failed + bad.skipped == 0);
+  CHECK(std::string(json.data()).find("unknown backend") != std::string::npos);
+  CAPI_FAILS(ballast_run_conformance(nullptr, nullptr, &r, nullptr, 0, nullptr), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_run_conformance("cpu", nullptr, nullptr, nullptr, 0, nullptr), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_run_conformance("cpu", nullptr, &r, nullptr, 8, nullptr), BALLAST_E_INVALID_ARGUMENT);
+  const auto* api = static_cast<const ballast_api_v1*>(ballast_get_api(1));
+  CHECK((api->run_conformance == &ballast_run_conformance));
+}
+
 TEST_CASE("version 2: the table's appended members, a weight's address, a second model handle, a value's layout") {
   const auto* v1 = static_cast<const ballast_api_v1*>(ballast_get_api(1));
   const auto* v2 = static_cast<const ballast_api_v2*>(ballast_get_api(2));
