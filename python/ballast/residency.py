@@ -78,6 +78,7 @@ class Residency(_Handle):
         check(api.residency_create(backend._h, model._h, ctypes.byref(o), ctypes.byref(h)))
         super().__init__(h)
         self.backend, self.model, self.strategy = backend, model, strategy
+        self.device = backend.info  # fixed when the backend opened; kept for pins after backend.close()
         self._exports = _ExportCount()
         self._plan = plan
 
@@ -257,7 +258,7 @@ class Value(Pin, dlpack.Exportable):
     def __init__(self, residency, target, layouts):
         self._target = target
         super().__init__(residency._pin_handle(target), residency)
-        self._device = residency.backend.info
+        self._device = residency.device
         self.halves = [Half(self, i, lay) for i, lay in enumerate(layouts)]
 
     @property

@@ -319,7 +319,13 @@ elif step == "misuse":
     raises(lambda: res.stats, ballast.Code.INVALID_HANDLE, "a freed residency's stats")
     plan.close()
     raises(lambda: len(plan), ballast.Code.INVALID_HANDLE, "a freed plan")
+    # A residency holds its backend in C: after the backend's handle goes it
+    # still pins and exports.
+    keeps = ballast.Residency(backend, other, strategy="upload")
     backend.close()
+    with keeps.pin("layer0.weight") as v:
+        expect(v.numpy().tobytes() == other.weight("layer0.weight").read(),
+               "a residency pins and exports after its backend's handle went")
     raises(lambda: backend.info, ballast.Code.INVALID_HANDLE, "a freed backend's info")
     raises(lambda: ballast.Residency(backend, other), ballast.Code.INVALID_HANDLE, "a residency on a freed backend")
     done()
