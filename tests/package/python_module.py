@@ -40,7 +40,7 @@ def done():
 
 def dump(path=None):
     """`ballast derive MODEL --backend cpu --dump DIR` of the moved install: {file name: array}."""
-    out = os.path.join(work, "python-dump")
+    out = os.path.join(work, "python-dump-" + step)  # steps may run at once (ctest -j)
     subprocess.run(["rm", "-rf", out], check=True)
     subprocess.run([os.path.join(moved, "bin", "ballast"), "derive", path or model_path, "--backend", "cpu", "--dump",
                     out], check=True, stdout=subprocess.DEVNULL)
