@@ -22,4 +22,14 @@ ballast_status* check_buffer(const void* dst, std::size_t dst_length, std::uint6
   return nullptr;
 }
 
+ballast_status* check_index(std::size_t index, std::size_t count, const char* what) noexcept {
+  if (index < count) return nullptr;
+  try {
+    return out_of_bounds(std::string("out_of_bounds: ") + what + " " + std::to_string(index) + " of " +
+                         std::to_string(count));
+  } catch (...) {
+    return make_status(BALLAST_E_OUT_OF_BOUNDS, "out_of_bounds");
+  }
+}
+
 }  // namespace ballast::capi

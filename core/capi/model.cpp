@@ -87,9 +87,7 @@ ballast_status* ballast_model_weight_data(const ballast_model* model, size_t ind
     if (e) return e;
     auto m = lookup<ModelObject>(model, Kind::model, &e);
     if (!m) return e;
-    if (index >= m->weights.size())
-      return out_of_bounds("out_of_bounds: weight " + std::to_string(index) + " of " +
-                           std::to_string(m->weights.size()));
+    if (auto* bad = check_index(index, m->weights.size(), "weight")) return bad;
     const auto bytes = m->model.store().bytes(*m->weights[index].ref);
     if (!bytes)
       return make_status(BALLAST_E_OUT_OF_BOUNDS, "out_of_bounds: weight " + m->weights[index].name +
@@ -126,9 +124,7 @@ ballast_status* ballast_model_weight(const ballast_model* model, size_t index, b
     ballast_status* e = nullptr;
     auto m = lookup<ModelObject>(model, Kind::model, &e);
     if (!m) return e;
-    if (index >= m->weights.size())
-      return out_of_bounds("out_of_bounds: weight " + std::to_string(index) + " of " +
-                           std::to_string(m->weights.size()));
+    if (auto* bad = check_index(index, m->weights.size(), "weight")) return bad;
     const WeightRow& w = m->weights[index];
     ballast_weight_info info{};
     info.name = w.name.c_str();
@@ -172,9 +168,7 @@ ballast_status* ballast_model_dead_range(const ballast_model* model, size_t inde
     ballast_status* e = nullptr;
     auto m = lookup<ModelObject>(model, Kind::model, &e);
     if (!m) return e;
-    if (index >= m->dead.size())
-      return out_of_bounds("out_of_bounds: dead range " + std::to_string(index) + " of " +
-                           std::to_string(m->dead.size()));
+    if (auto* bad = check_index(index, m->dead.size(), "dead range")) return bad;
     const DeadRow& d = m->dead[index];
     ballast_byte_range r{};
     r.file = m->dead_files[d.file].c_str();
@@ -190,9 +184,7 @@ ballast_status* ballast_model_read_weight(const ballast_model* model, size_t ind
     ballast_status* e = nullptr;
     auto m = lookup<ModelObject>(model, Kind::model, &e);
     if (!m) return e;
-    if (index >= m->weights.size())
-      return out_of_bounds("out_of_bounds: weight " + std::to_string(index) + " of " +
-                           std::to_string(m->weights.size()));
+    if (auto* bad = check_index(index, m->weights.size(), "weight")) return bad;
     if ((e = check_buffer(dst, dst_length, length))) return e;
     // copy_bytes checks the range against the weight (overflow-safe) and
     // guards the copy against a file truncated under the mapping.

@@ -106,5 +106,7 @@ ballast_status* null_out(T* out, const char* what) noexcept {
 // The buffer rule of every read: dst may be NULL only for length 0, and
 // length must fit dst_length.
 ballast_status* check_buffer(const void* dst, std::size_t dst_length, std::uint64_t length) noexcept;
+// NULL when index < count; otherwise out_of_bounds naming "<what> <index> of <count>".
+ballast_status* check_index(std::size_t index, std::size_t count, const char* what) noexcept;
 
 }  // namespace ballast::capi

@@ -98,9 +98,7 @@ ballast_status* ballast_plan_entry(const ballast_plan* plan, size_t index, balla
     ballast_status* e = nullptr;
     auto p = lookup<PlanObject>(plan, Kind::plan, &e);
     if (!p) return e;
-    if (index >= p->entries.size())
-      return out_of_bounds("out_of_bounds: plan entry " + std::to_string(index) + " of " +
-                           std::to_string(p->entries.size()));
+    if (auto* bad = check_index(index, p->entries.size(), "plan entry")) return bad;
     const PlannedDerivation& d = p->entries[index];
     ballast_derivation_info info{};
     info.weight = d.weight.c_str();
@@ -119,9 +117,7 @@ ballast_status* ballast_plan_entry_layout(const ballast_plan* plan, size_t index
     ballast_status* e = nullptr;
     auto p = lookup<PlanObject>(plan, Kind::plan, &e);
     if (!p) return e;
-    if (index >= p->entries.size())
-      return out_of_bounds("out_of_bounds: plan entry " + std::to_string(index) + " of " +
-                           std::to_string(p->entries.size()));
+    if (auto* bad = check_index(index, p->entries.size(), "plan entry")) return bad;
     if (half != 0 && half != 1) return invalid_argument("invalid_argument: half must be 0 (first) or 1 (second)");
     const ValueLayoutRow& row = p->rows[index].halves[half];
     if (!row.present)

@@ -98,9 +98,7 @@ ballast_status* plan_of(const ResidencyObject& r, const ballast_plan* plan, std:
 ballast_status* entry_of(const ResidencyObject& r, const ballast_plan* plan, std::size_t index,
                          std::shared_ptr<PlanObject>& p) {
   if (auto* e = plan_of(r, plan, p)) return e;
-  if (index >= p->entries.size())
-    return out_of_bounds("out_of_bounds: plan entry " + std::to_string(index) + " of " +
-                         std::to_string(p->entries.size()));
+  if (auto* bad = check_index(index, p->entries.size(), "plan entry")) return bad;
   return nullptr;
 }
 
@@ -244,8 +242,7 @@ ballast_status* ballast_residency_pin_group(ballast_residency* residency, size_t
     Using u;
     if (auto* e = use(residency, u)) return e;
     const auto groups = u.object->residency->groups();
-    if (index >= groups.size())
-      return out_of_bounds("out_of_bounds: group " + std::to_string(index) + " of " + std::to_string(groups.size()));
+    if (auto* bad = check_index(index, groups.size(), "group")) return bad;
     auto set = u.object->residency->pin(groups[index], std::chrono::milliseconds(wait_ms));
     if (!set.ok()) return from_error(set.error());
     std::vector<Pinned> members = std::move(set->derived);
@@ -290,8 +287,7 @@ ballast_status* ballast_residency_prefetch_group(ballast_residency* residency, s
     Using u;
     if (auto* e = use(residency, u)) return e;
     const auto groups = u.object->residency->groups();
-    if (index >= groups.size())
-      return out_of_bounds("out_of_bounds: group " + std::to_string(index) + " of " + std::to_string(groups.size()));
+    if (auto* bad = check_index(index, groups.size(), "group")) return bad;
     u.object->residency->prefetch(groups[index]);
     return nullptr;
   });
