@@ -7,21 +7,11 @@ from DIR, run on MODEL with BACKEND; it must exit 0 and print "ok".
 """
 import argparse
 import os
-import re
 import subprocess
 import sys
 import tempfile
 
-
-def c_example(readme):
-    text = open(readme, encoding="utf-8").read()
-    section = text.split("\n## C API\n", 1)
-    if len(section) != 2:
-        sys.exit("README.md has no '## C API' section")
-    m = re.search(r"^```c\n(.*?)^```$", section[1].split("\n## ", 1)[0], re.S | re.M)
-    if not m:
-        sys.exit("the C API section has no ```c fence")
-    return m.group(1)
+from readme_section import fenced_code
 
 
 def main():
@@ -32,7 +22,7 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--backend", default="cpu")
     a = ap.parse_args()
-    code = c_example(os.path.join(a.root, "README.md"))
+    code = fenced_code(os.path.join(a.root, "README.md"), "C API", "c")
     with tempfile.TemporaryDirectory() as tmp:
         src, exe = os.path.join(tmp, "example.c"), os.path.join(tmp, "example")
         open(src, "w").write(code)

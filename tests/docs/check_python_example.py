@@ -8,21 +8,11 @@ libballast from DIR (BALLAST_LIBRARY), on MODEL; it must exit 0 and print
 """
 import argparse
 import os
-import re
 import subprocess
 import sys
 import tempfile
 
-
-def python_example(readme):
-    text = open(readme, encoding="utf-8").read()
-    section = text.split("\n## Python\n", 1)
-    if len(section) != 2:
-        sys.exit("README.md has no '## Python' section")
-    m = re.search(r"^```python\n(.*?)^```$", section[1].split("\n## ", 1)[0], re.S | re.M)
-    if not m:
-        sys.exit("the Python section has no ```python fence")
-    return m.group(1)
+from readme_section import fenced_code
 
 
 def main():
@@ -31,7 +21,7 @@ def main():
     ap.add_argument("--lib-dir", required=True)
     ap.add_argument("--model", required=True)
     a = ap.parse_args()
-    code = python_example(os.path.join(a.root, "README.md"))
+    code = fenced_code(os.path.join(a.root, "README.md"), "Python", "python")
     env = dict(os.environ, PYTHONPATH=os.path.join(a.root, "python"),
                BALLAST_LIBRARY=os.path.join(a.lib_dir, "libballast.so"))
     with tempfile.TemporaryDirectory() as tmp:
