@@ -233,6 +233,17 @@ def main():
         names = [m.ident for m, o in results if o == label]
         if names:
             print(f"{label}: {', '.join(names)}")
+    # Per folder: where the tests are thin shows as a low score there.
+    folders = sorted({os.path.dirname(m.path) for m, _ in results})
+    if len(folders) > 1:
+        print("per folder (killed/applied):")
+        for folder in folders:
+            mine = [o for m, o in results if os.path.dirname(m.path) == folder]
+            done = [o for o in mine if o in ("killed", "SURVIVED")]
+            k = sum(1 for o in done if o == "killed")
+            pct = f"{100.0 * k / len(done):.0f}%" if done else "-"
+            print(f"  {folder:<20} {k:>3}/{len(done):<3} {pct:>5}" +
+                  (f"  ({len(mine) - len(done)} not applied)" if len(mine) != len(done) else ""))
     score = 100.0 * killed / len(applied) if applied else 0.0
     print(f"mutation score: {killed}/{len(applied)} killed ({score:.0f}%), "
           f"{len(results) - len(applied)} not applied, in {elapsed / 60:.1f} min")
