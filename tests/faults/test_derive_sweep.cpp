@@ -416,3 +416,32 @@ TEST_CASE("the device lost at every call of derive_weights") {
 TEST_CASE("the device lost at every call of derive_weight, entry by entry") {
   sweep(Way::one_by_one, FaultInjectingBackend::Fault::from_then_on);
 }
+
+// A batch whose synchronize fails names what it was waiting for: the first
+// three derivations by weight, the rest counted ("and N more" only when
+// there are more).
+TEST_CASE("a failed batch synchronize names three pending derivations and counts the rest") {
+  auto model = load_onnx(ballast::faults::model_dir() / "sample.onnx");
+  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+  auto plan = plan_derivations(*model);
+  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+  // One wave: derivations that read a source, not another derivation.
+  std::vector<PlannedDerivation> wave;
+  for (const PlannedDerivation& p : *plan)
+    if (p.kind() != Derivation::quant_int8) wave.push_back(p);
+  REQUIRE(wave.size() >= 4);
+  for (std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{4}}) {
+    CAPTURE(n);
+    const std::vector<PlannedDerivation> part(wave.begin(), wave.begin() + static_cast<std::ptrdiff_t>(n));
+    FaultInjectingBackend gpu(backend());
+    gpu.fail_nth(FaultOp::synchronize, 1);
+    const RunResult r = run_once(gpu, *model, part, Way::batch);
+    REQUIRE_FALSE(r.failure.ok());
+    const std::string text = r.failure.to_string();
+    CAPTURE(text);
+    CHECK(contains(text, "waiting for " + std::to_string(n) + (n == 1 ? " derivation (" : " derivations (")));
+    for (std::size_t i = 0; i < n && i < 3; ++i) CHECK(contains(text, "of '" + part[i].weight + "'"));
+    CHECK(contains(text, " more)") == (n > 3));
+    if (n > 3) CHECK(contains(text, "and " + std::to_string(n - 3) + " more)"));
+  }
+}
