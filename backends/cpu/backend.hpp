@@ -42,6 +42,8 @@ class CpuDevice final : public BackendDevice {
   // left to wait for.
   Status do_synchronize() override { return {}; }
   void* do_extension(const char* name) override;
+  // memcpy on every thread for large disjoint ranges, memmove otherwise.
+  void copy(std::byte* dst, const std::byte* src, std::uint64_t bytes);
 
   DeviceInfo info_;
   Capabilities caps_;

@@ -6,6 +6,7 @@
 #include <ballast/residency.hpp>
 
 #include "derive/identity.hpp"
+#include "residency/block_pool.hpp"
 #include "residency/entry.hpp"
 #include "residency/eviction.hpp"
 #include "residency/prefetcher.hpp"
@@ -16,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -24,6 +26,9 @@ namespace ballast {
 namespace residency {
 // "4096 bytes": how budget errors write sizes.
 inline std::string bytes_text(std::uint64_t n) { return std::to_string(n) + " bytes"; }
+// The alignment every residency allocation asks for (GpuBackend's default):
+// one alignment, so a pooled block fits any later value of its size.
+inline constexpr std::uint64_t kBlockAlignment = 256;
 }  // namespace residency
 
 struct Residency::Impl {
@@ -52,7 +57,8 @@ struct Residency::Impl {
   std::map<identity::Entry, std::unique_ptr<residency::Entry>> entries;
   std::vector<residency::Entry*> all;  // the same entries, in creation order (Entry::seq)
   residency::EvictionIndex eviction;   // the candidates for eviction, O(log n) per choice
-  std::uint64_t held = 0;              // bytes resident, being loaded, or stuck
+  std::uint64_t held = 0;              // bytes resident, being loaded, pooled, or stuck
+  residency::BlockPool pool;           // evicted blocks kept for the next value of their size (in `held`)
   std::uint64_t peak = 0;
   std::uint64_t pinned = 0;
   residency::EvictionClock clock;
@@ -103,16 +109,31 @@ struct Residency::Impl {
   };
   Result<Loaded> page_in(const residency::Entry& e, residency::Requester who);
   Result<Loaded> build(const residency::Entry& e, residency::Requester who);
-  // Counts `bytes` as held, evicting under the policy until they fit.
-  Status reserve(std::uint64_t bytes, const std::string& what, residency::Requester who);
+  // Device blocks of `sizes` (one or two) for `what`: each taken from the
+  // pool when a block of its exact size is there, the rest counted as held
+  // (releasing pooled blocks first, then evicting under the policy, until
+  // they fit) and allocated. On error nothing is held for them; a
+  // backend's error carries `allocating` as its context.
+  struct Blocks {
+    DevicePtr ptr[2] = {0, 0};
+  };
+  Result<Blocks> obtain(std::span<const std::uint64_t> sizes, const std::string& what, const std::string& allocating,
+                        residency::Requester who);
   void unreserve(std::uint64_t bytes) noexcept;
-  // allocate(), evicting and retrying while the DEVICE is out of memory.
+  // allocate(), releasing pooled blocks and evicting, and retrying, while
+  // the DEVICE is out of memory.
   Result<DevicePtr> allocate(std::uint64_t bytes, residency::Requester who);
   // Frees an allocation this object made (unreserving it); a refused free
   // keeps it held and listed as stuck. Locks.
   void discard(DevicePtr ptr, std::uint64_t bytes) noexcept;
-  // With the lock held: frees `e`'s values, leaving it absent.
+  // With the lock held: moves `e`'s blocks to the pool, leaving it absent.
   void evict_locked(residency::Entry& e) noexcept;
+  // With the lock held: keeps a block in the pool (freeing it when the
+  // pool cannot take it); still held either way until released.
+  void pool_locked(DevicePtr ptr, std::uint64_t bytes) noexcept;
+  // With the lock held: gives the oldest pooled block back to the backend.
+  // false when the pool is empty.
+  bool release_pooled_locked() noexcept;
   void free_locked(DevicePtr ptr, std::uint64_t bytes) noexcept;
 };
 

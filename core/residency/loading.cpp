@@ -37,27 +37,70 @@ class PagingTimer {
 
 }  // namespace
 
-Status Residency::Impl::reserve(std::uint64_t bytes, const std::string& what, Requester who) {
-  std::unique_lock lock(mutex);
-  while (bytes > budget || held > budget - bytes) {
-    Entry* victim = eviction.choose(clock, who, bytes);
-    if (victim == nullptr && who == Requester::demand && prefetch_loads > 0 && bytes <= budget) {
-      // Room held by prefetches in flight: they never wait, so they end
-      // soon, and a best-effort prefetch must not fail an engine's pin.
-      changed.wait(lock);
-      continue;
+Result<Residency::Impl::Blocks> Residency::Impl::obtain(std::span<const std::uint64_t> sizes, const std::string& what,
+                                                       const std::string& allocating, Requester who) {
+  Blocks out;
+  bool pooled[2] = {false, false};
+  std::uint64_t total = 0;
+  for (std::uint64_t s : sizes) total += s;
+  std::uint64_t missing = 0;  // bytes of the blocks the pool did not have
+  {
+    std::unique_lock lock(mutex);
+    // A pooled block is already counted as held: taking it needs no room.
+    auto take_pooled = [&] {
+      missing = 0;
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        if (!pooled[i])
+          if (auto b = pool.take(sizes[i], residency::kBlockAlignment)) {
+            out.ptr[i] = b->ptr;
+            pooled[i] = true;
+          }
+        if (!pooled[i]) missing += sizes[i];
+      }
+    };
+    take_pooled();
+    while (missing > budget || held > budget - missing) {
+      // Room from the pool before any entry goes: a pooled block is dead
+      // weight for a request of another size.
+      if (release_pooled_locked()) continue;
+      Entry* victim = eviction.choose(clock, who, missing);
+      if (victim == nullptr && who == Requester::demand && prefetch_loads > 0 && missing <= budget) {
+        // Room held by prefetches in flight: they never wait, so they end
+        // soon, and a best-effort prefetch must not fail an engine's pin.
+        changed.wait(lock);
+        take_pooled();
+        continue;
+      }
+      if (victim == nullptr) {
+        for (std::size_t i = 0; i < sizes.size(); ++i)
+          if (pooled[i]) pool_locked(out.ptr[i], sizes[i]);  // back where they were, still held
+        std::string message = "budget of " + bytes_text(budget) + " cannot take " + bytes_text(total) + " for " +
+                              what + ": " + bytes_text(pinned) + " pinned, " + bytes_text(held) + " held in all";
+        if (who == Requester::prefetch) message += " (a prefetch evicts nothing in use or prefetched)";
+        return make_error(ErrorCode::out_of_memory, std::move(message));
+      }
+      evict_locked(*victim);  // its blocks go to the pool: one may be what this needs
+      take_pooled();
     }
-    if (victim == nullptr) {
-      std::string message = "budget of " + bytes_text(budget) + " cannot take " + bytes_text(bytes) + " for " + what +
-                            ": " + bytes_text(pinned) + " pinned, " + bytes_text(held) + " held in all";
-      if (who == Requester::prefetch) message += " (a prefetch evicts nothing in use or prefetched)";
-      return make_error(ErrorCode::out_of_memory, std::move(message));
-    }
-    evict_locked(*victim);
+    held += missing;
+    peak = std::max(peak, held);
+    for (std::size_t i = 0; i < sizes.size(); ++i) ++(pooled[i] ? counters.pool_hits : counters.pool_misses);
   }
-  held += bytes;
-  peak = std::max(peak, held);
-  return Status();
+  // The rest from the backend, outside the lock.
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (pooled[i]) continue;
+    auto ptr = allocate(sizes[i], who);
+    if (!ptr.ok()) {
+      std::lock_guard lock(mutex);
+      for (std::size_t j = 0; j < sizes.size(); ++j) {
+        if (pooled[j] || j < i) pool_locked(out.ptr[j], sizes[j]);  // obtained: kept for the next caller
+        else held -= std::min(held, sizes[j]);                     // never allocated: no longer held
+      }
+      return std::move(ptr.error()).with_context(allocating);
+    }
+    out.ptr[i] = *ptr;
+  }
+  return out;
 }
 
 void Residency::Impl::unreserve(std::uint64_t bytes) noexcept {
@@ -79,9 +122,26 @@ void Residency::Impl::free_locked(DevicePtr ptr, std::uint64_t bytes) noexcept {
   }
 }
 
+void Residency::Impl::pool_locked(DevicePtr ptr, std::uint64_t bytes) noexcept {
+  if (ptr == 0) return;
+  try {
+    pool.put({ptr, bytes, residency::kBlockAlignment});
+  } catch (...) {
+    free_locked(ptr, bytes);  // no room to remember it: give it back now
+  }
+}
+
+bool Residency::Impl::release_pooled_locked() noexcept {
+  auto b = pool.take_oldest();
+  if (!b) return false;
+  ++counters.pool_releases;
+  free_locked(b->ptr, b->bytes);
+  return true;
+}
+
 void Residency::Impl::evict_locked(Entry& e) noexcept {
-  free_locked(e.first, e.first_bytes);
-  free_locked(e.second, e.second_bytes);
+  pool_locked(e.first, e.first_bytes);
+  pool_locked(e.second, e.second_bytes);
   e.first = e.second = 0;
   e.state = Entry::State::absent;
   e.awaiting_use = false;
@@ -96,14 +156,18 @@ void Residency::Impl::discard(DevicePtr ptr, std::uint64_t bytes) noexcept {
 
 Result<DevicePtr> Residency::Impl::allocate(std::uint64_t bytes, Requester who) {
   for (;;) {
-    auto ptr = gpu.allocate(bytes);
+    auto ptr = gpu.allocate(bytes, residency::kBlockAlignment);
     if (ptr.ok() || ptr.error().code != ErrorCode::out_of_memory) return ptr;
     // The device is fuller than the budget says (another model, another
-    // process): give back what the policy allows and try again.
+    // process): give back the pool, then what the policy allows, and try
+    // again.
     std::lock_guard lock(mutex);
+    if (release_pooled_locked()) continue;
     Entry* victim = eviction.choose(clock, who, bytes);
     if (victim == nullptr) return ptr;
-    evict_locked(*victim);
+    evict_locked(*victim);  // into the pool, and out of it at once: the device needs the memory
+    while (release_pooled_locked()) {
+    }
   }
 }
 
@@ -112,12 +176,9 @@ Result<Residency::Impl::Loaded> Residency::Impl::page_in(const Entry& e, Request
   const WeightRef& ref = *found;
   const std::uint64_t length = e.first_bytes;
   const PagingTimer timer(paging_ns);
-  BALLAST_RETURN_IF_ERROR(reserve(length, e.name, who));
-  auto ptr = allocate(length, who);
-  if (!ptr.ok()) {
-    unreserve(length);
-    return std::move(ptr.error()).with_context("paging in " + e.name);
-  }
+  const std::uint64_t sizes[] = {length};
+  BALLAST_ASSIGN_OR_RETURN(Blocks blocks, obtain(sizes, e.name, "paging in " + e.name, who));
+  const DevicePtr ptr = blocks.ptr[0];
   Status copied;
   if (length != 0) {
     // The backend reads the mapping itself: no host copy in between. The
@@ -126,14 +187,19 @@ Result<Residency::Impl::Loaded> Residency::Impl::page_in(const Entry& e, Request
     const auto own = store.bytes(ref);
     copied = store.transfer(ref, 0, length, [&](Bytes bytes) -> Status {
       if (!own || bytes.data() != own->data()) host_copies += bytes.size();
-      return gpu.copy_to_device(*ptr, 0, bytes);
+      return gpu.copy_to_device(ptr, 0, bytes);
     });
   }
   if (!copied.ok()) {
-    discard(*ptr, length);
+    // The block is sound (the copy into it failed): the next value of its
+    // size takes it.
+    {
+      std::lock_guard lock(mutex);
+      pool_locked(ptr, length);
+    }
     return std::move(copied).with_context("paging in " + e.name);
   }
-  return Loaded{*ptr, 0};
+  return Loaded{ptr, 0};
 }
 
 Result<Residency::Impl::Loaded> Residency::Impl::build(const Entry& e, Requester who) {
@@ -157,22 +223,11 @@ Result<Residency::Impl::Loaded> Residency::Impl::build(const Entry& e, Requester
     l.zero_point = zero_points.first();
   }
   const PagingTimer timer(paging_ns);
-  BALLAST_RETURN_IF_ERROR(reserve(e.bytes(), e.name, who));
-  auto first = allocate(e.first_bytes, who);
-  if (!first.ok()) {
-    unreserve(e.bytes());
-    return std::move(first.error()).with_context("allocating " + e.name);
-  }
-  l.dst = *first;
-  if (e.second_bytes != 0 || derivation_yields_pair(p.kind())) {
-    auto second = allocate(e.second_bytes, who);
-    if (!second.ok()) {
-      discard(*first, e.first_bytes);
-      unreserve(e.second_bytes);
-      return std::move(second.error()).with_context("allocating " + e.name);
-    }
-    l.dst2 = *second;
-  }
+  const std::uint64_t sizes[] = {e.first_bytes, e.second_bytes};
+  const bool pair = e.second_bytes != 0 || derivation_yields_pair(p.kind());
+  BALLAST_ASSIGN_OR_RETURN(Blocks blocks, obtain(std::span(sizes, pair ? 2 : 1), e.name, "allocating " + e.name, who));
+  l.dst = blocks.ptr[0];
+  l.dst2 = blocks.ptr[1];
   Status s = gpu.launch(l);
   // Wait: an asynchronous kernel failure must never leave a resident value.
   if (s.ok()) s = gpu.synchronize();

@@ -88,7 +88,9 @@ std::string ResidencyStats::to_string() const {
          std::to_string(page_ins) + " page-in(s); evictions " + std::to_string(source_evictions) + " source, " +
          std::to_string(derived_evictions) + " derived; builds " + std::to_string(derived_builds) + " (" +
          std::to_string(derived_rebuilds) + " rebuild(s)); prefetches " + std::to_string(prefetches) + " (" +
-         std::to_string(prefetches_skipped) + " skipped); host copies " + b(host_copy_bytes) + "; paging " + seconds;
+         std::to_string(prefetches_skipped) + " skipped); host copies " + b(host_copy_bytes) + "; paging " + seconds +
+         "; pool " + std::to_string(pool_hits) + " hit(s), " + std::to_string(pool_misses) + " miss(es), " +
+         std::to_string(pool_releases) + " release(s), " + b(pooled_bytes) + " pooled";
 }
 
 // ------------------------------------------------------------------ Impl
@@ -317,6 +319,7 @@ ResidencyStats Residency::stats() const {
     s.device_bytes = impl_->held;
     s.peak_device_bytes = impl_->peak;
     s.pinned_bytes = impl_->pinned;
+    s.pooled_bytes = impl_->pool.bytes();
   }
   s.strategy = impl_->options.strategy;
   s.budget_bytes = impl_->budget;
@@ -389,6 +392,15 @@ Released Residency::release(GpuBackend& backend) {
       note(std::move(s).with_context("freeing an evicted value"));
     }
     m.stuck.clear();
+    // The pool's blocks are the object's too: none outlives it.
+    while (auto b = m.pool.take_oldest()) {
+      Status s = backend.free(b->ptr);
+      if (s.ok()) {
+        out.bytes_freed += b->bytes;
+        ++out.allocations_freed;
+      }
+      note(std::move(s).with_context("freeing a pooled block"));
+    }
     m.held = 0;
     m.pinned = 0;
   }

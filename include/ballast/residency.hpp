@@ -200,11 +200,20 @@ struct ResidencyStats {
   std::uint64_t prefetches = 0;           // entries a prefetch paged in or built
   std::uint64_t prefetches_skipped = 0;   // prefetch requests that did not fit without evicting what is in use
   double paging_seconds = 0;              // time spent copying sources in and building derived values
+  // The block pool (paged): blocks of evicted values kept, still allocated,
+  // for the next value of the same size. Pooled bytes count in
+  // device_bytes and in the budget; they are given back to the backend
+  // before any entry is evicted for room.
+  std::uint64_t pool_hits = 0;            // blocks a page-in or build took from the pool
+  std::uint64_t pool_misses = 0;          // blocks it had to allocate from the backend
+  std::uint64_t pool_releases = 0;        // pooled blocks given back to the backend (room for another size)
+  std::uint64_t pooled_bytes = 0;         // of device_bytes, held in the pool now
 
   // One line, every field: "paged, budget 49152 B: held 36864 B (peak
   // 49152 B), pinned 0 B, registered 0 B; uploaded 0 B, paged in 29056 B
   // in 3 page-in(s); evictions 2 source, 1 derived; builds 5 (1 rebuild(s));
-  // prefetches 0 (0 skipped); host copies 0 B; paging 2.591 ms".
+  // prefetches 0 (0 skipped); host copies 0 B; paging 2.591 ms; pool 0
+  // hit(s), 5 miss(es), 0 release(s), 0 B pooled".
   std::string to_string() const;
 };
 

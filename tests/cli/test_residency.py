@@ -186,6 +186,13 @@ def test_replay(cli, model, label):
         a = doc.get("anchor") or {}
         expect(a.get("error") is None and (a.get("anchor_bytes_per_second") or 0) > 0,
                "%s: --anchor measured (%s)" % (what, a.get("anchor_bytes_per_second")))
+        expect(a.get("hot_copy_error") is None and (a.get("hot_copy_bytes_per_second") or 0) > 0
+               and a.get("hot_copy_threads") == 2
+               and (a.get("paging_bytes_per_second") is None or (a.get("paging_vs_hot_copy") or 0) > 0),
+               "%s: --anchor's hot two-thread copy measured (%s)" % (what, a.get("hot_copy_bytes_per_second")))
+        r = doc.get("residency", {})
+        expect(r.get("pool_hits", -1) >= 0 and r.get("pool_misses", 0) > 0 and r.get("pooled_bytes", -1) >= 0,
+               "%s: the block pool's counts reported (hits %s)" % (what, r.get("pool_hits")))
 
     # Every derivation per consumer: the walk touches more than the budget,
     # so the minimum is not 0 and the bound means something. Without
@@ -233,6 +240,15 @@ def test_replay(cli, model, label):
     expect(rc == 0 and s.get("budget_bytes") == ab["source_bytes"] and doc["tokens"][1]["paged_in_bytes"] == 0,
            "replay %s --derived none at auto: the budget is the source bytes, nothing paged after token 1 (%s)"
            % (label, s.get("budget_bytes")))
+    if label == "llm":
+        # Half the source bytes, walked as stored: the layers' like-sized
+        # matrices evict each other, so steady page-ins take the evicted
+        # block from the pool (issue 28).
+        rc, doc, err = cli.json("replay", model, "--tokens", 3, "--derived", "none", "--budget", ab["source_bytes"] // 2)
+        r = doc.get("residency", {})
+        expect(rc == 0 and r.get("pool_hits", 0) > 0 and r.get("page_ins", 0) > r.get("pool_misses", 0) > 0,
+               "replay %s --derived none at 50%%: page-ins take pooled blocks (hits %s, misses %s, page-ins %s)"
+               % (label, r.get("pool_hits"), r.get("pool_misses"), r.get("page_ins")))
     expect(0 < walks["first"].get("steps", 0) < w.get("steps", 0)
            and walks["first"].get("source_bytes") == ab["source_bytes"],
            "replay %s --derived first: one derivation per consumer (%s)" % (label, walks["first"]))

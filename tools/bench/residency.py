@@ -114,6 +114,9 @@ def main():
                     "anchor_gb_s": (a.get("anchor_bytes_per_second") or 0) / 1e9 or None,
                     "paging_gb_s": (a.get("paging_bytes_per_second") or 0) / 1e9 or None,
                     "paging_vs_anchor": a.get("paging_vs_anchor"),
+                    "hot_gb_s": (a.get("hot_copy_bytes_per_second") or 0) / 1e9 or None,
+                    "paging_vs_hot": a.get("paging_vs_hot_copy"),
+                    "pool_hits": d["residency"].get("pool_hits"), "pool_misses": d["residency"].get("pool_misses"),
                     "token_vs_page_in_time": a.get("token_vs_page_in_time")})
 
     print("\n### derive --residency S --only transpose,repack_int4 (%s)\n" % model)
@@ -127,16 +130,17 @@ def main():
             r["host_copy_bytes"]))
     print("\n### replay --derived none --tokens %d --anchor (a token touches %s)\n" %
           (args.tokens, fmt_gib(results["replay"][0]["touched_bytes"]) if results["replay"] else "-"))
-    print("| backend | budget | prefetch | first token | steady token | paged / token | minimum | paged / minimum | paging GB/s | anchor GB/s | paging / anchor | token / its page-ins | peak <= budget |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    print("| backend | budget | prefetch | first token | steady token | paged / token | minimum | paged / minimum | paging GB/s | anchor GB/s | paging / anchor | hot copy GB/s | paging / hot copy | pool hits / misses | token / its page-ins | peak <= budget |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in results["replay"]:
-        print("| %s | %d%% (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        print("| %s | %d%% (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["backend"], r["budget_pct"], fmt_gib(r["budget_bytes"]), r["prefetch"], fmt_s(r["first_token_s"]),
             fmt_s(r["steady_token_s"]), fmt_gib(r["steady_paged_bytes_per_token"]),
             fmt_gib(r["minimum_paged_bytes_per_token"]), fmt_x(r["paged_vs_minimum"]),
             "-" if r["paging_gb_s"] is None else "%.2f" % r["paging_gb_s"],
             "-" if r["anchor_gb_s"] is None else "%.2f" % r["anchor_gb_s"], fmt_x(r["paging_vs_anchor"]),
-            fmt_x(r["token_vs_page_in_time"]), "yes" if r["peak_within_budget"] else "NO"))
+            "-" if r["hot_gb_s"] is None else "%.2f" % r["hot_gb_s"], fmt_x(r["paging_vs_hot"]),
+            "%s / %s" % (r["pool_hits"], r["pool_misses"]), fmt_x(r["token_vs_page_in_time"]), "yes" if r["peak_within_budget"] else "NO"))
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)

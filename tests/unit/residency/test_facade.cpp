@@ -220,7 +220,7 @@ TEST_CASE("ResidencyStats::to_string writes every field on one line") {
   CHECK(s.to_string() ==
         "zero-copy, budget unlimited: held 0 B (peak 0 B), pinned 0 B, registered 0 B; uploaded 0 B, paged in 0 B "
         "in 0 page-in(s); evictions 0 source, 0 derived; builds 0 (0 rebuild(s)); prefetches 0 (0 skipped); host "
-        "copies 0 B; paging 0.000 ms");
+        "copies 0 B; paging 0.000 ms; pool 0 hit(s), 0 miss(es), 0 release(s), 0 B pooled");
   s.strategy = ResidencyStrategy::paged;
   s.budget_bytes = 49152;
   s.device_bytes = 36864;
@@ -238,9 +238,13 @@ TEST_CASE("ResidencyStats::to_string writes every field on one line") {
   s.prefetches = 6;
   s.prefetches_skipped = 10;
   s.paging_seconds = 0.002591;
+  s.pool_hits = 11;
+  s.pool_misses = 12;
+  s.pool_releases = 13;
+  s.pooled_bytes = 14;
   CHECK(s.to_string() ==
         "paged, budget 49152 B: held 36864 B (peak 49150 B), pinned 12288 B, registered 7 B; uploaded 8 B, paged in "
         "29056 B in 3 page-in(s); evictions 2 source, 1 derived; builds 5 (4 rebuild(s)); prefetches 6 (10 "
-        "skipped); host copies 9 B; paging 2.591 ms");
+        "skipped); host copies 9 B; paging 2.591 ms; pool 11 hit(s), 12 miss(es), 13 release(s), 14 B pooled");
   CHECK(s.to_string().find('\n') == std::string::npos);
 }

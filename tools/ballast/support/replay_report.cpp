@@ -1,6 +1,7 @@
 #include "support/replay_report.hpp"
 
 #include "support/format.hpp"
+#include "support/hot_copy.hpp"
 #include "support/residency_report.hpp"
 
 #include <cstdio>
@@ -68,6 +69,19 @@ void ReplaySummary::measure_anchor_now(const Model& model, const Walk& walk) {
   auto a = measure_anchor(model.store(), walk.sources, bytes);
   if (a.ok()) anchor = *a;
   else anchor_error = a.error().to_string();
+  auto h = measure_hot_copy(model.store(), walk.sources, bytes);
+  if (h.ok()) hot = *h;
+  else hot_error = h.error().to_string();
+}
+
+std::optional<double> ReplaySummary::hot_bps() const {
+  if (hot && hot->seconds > 0) return hot->bytes_per_second();
+  return std::nullopt;
+}
+
+std::optional<double> ReplaySummary::paging_vs_hot() const {
+  if (paging_bps && hot_bps()) return *paging_bps / *hot_bps();
+  return std::nullopt;
 }
 
 std::optional<double> ReplaySummary::anchor_bps() const {
@@ -127,6 +141,12 @@ void print_summary(const ReplayOptions& opt, const std::vector<ReplayToken>& tok
             << " (paging / anchor " << ratio_text(s.paging_vs_anchor()) << ")\n";
   std::cout << "  steady token time / its page-in time " << ratio_text(s.token_vs_page_ins())
             << "; / its paged bytes at the anchor rate " << ratio_text(s.token_vs_anchor()) << "\n";
+  if (!s.hot) {
+    std::cout << "hot copy: unavailable (" << s.hot_error << ")\n";
+    return;
+  }
+  std::cout << "hot copy (the physical limit): 2 threads, the same bytes into touched memory: " << ms(s.hot->seconds)
+            << ", " << gbps(s.hot_bps()) << "; paging / hot copy " << ratio_text(s.paging_vs_hot()) << "\n";
 }
 
 json report_json(const ReplayOptions& opt, const Model& model, GpuBackend& gpu, const Walk& walk,
@@ -170,7 +190,12 @@ json report_json(const ReplayOptions& opt, const Model& model, GpuBackend& gpu, 
                      {"paging_vs_anchor", maybe(s.paging_vs_anchor())},
                      {"token_vs_page_in_time", maybe(s.token_vs_page_ins())},
                      {"token_vs_anchor_time", maybe(s.token_vs_anchor())},
-                     {"error", s.anchor ? json(nullptr) : json(s.anchor_error)}};
+                     {"error", s.anchor ? json(nullptr) : json(s.anchor_error)},
+                     {"hot_copy_seconds", s.hot ? json(s.hot->seconds) : json(nullptr)},
+                     {"hot_copy_threads", 2},
+                     {"hot_copy_bytes_per_second", maybe(s.hot_bps())},
+                     {"paging_vs_hot_copy", maybe(s.paging_vs_hot())},
+                     {"hot_copy_error", s.hot ? json(nullptr) : json(s.hot_error)}};
   }
   return doc;
 }

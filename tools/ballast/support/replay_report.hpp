@@ -44,13 +44,21 @@ struct ReplaySummary {
   std::uint64_t minimum = 0;  // max(0, touched bytes - budget)
   std::optional<Anchor> anchor;
   std::string anchor_error;
+  // The physical limit: the same bytes copied by two threads into touched
+  // memory (support/hot_copy.hpp). The anchor above is the copy into fresh
+  // memory, which pays a first-touch fault per page.
+  std::optional<Anchor> hot;
+  std::string hot_error;
 
   ReplaySummary(const std::vector<ReplayToken>& tokens, const Walk& walk, std::uint64_t budget);
-  // The anchor: the steady per-token paged bytes (or, when none were paged,
-  // the walk's source bytes) copied out of the model's mapped files.
+  // The anchors: the steady per-token paged bytes (or, when none were
+  // paged, the walk's source bytes) copied out of the model's mapped files,
+  // into fresh memory by one thread and into touched memory by two.
   void measure_anchor_now(const Model& model, const Walk& walk);
   std::optional<double> anchor_bps() const;
   std::optional<double> paging_vs_anchor() const;
+  std::optional<double> hot_bps() const;
+  std::optional<double> paging_vs_hot() const;
   std::optional<double> token_vs_page_ins() const;
   std::optional<double> token_vs_anchor() const;
 };

@@ -59,6 +59,10 @@ nlohmann::ordered_json residency_stats_json(const ResidencyStats& s) {
   j["prefetches"] = s.prefetches;
   j["prefetches_skipped"] = s.prefetches_skipped;
   j["paging_seconds"] = s.paging_seconds;
+  j["pool_hits"] = s.pool_hits;
+  j["pool_misses"] = s.pool_misses;
+  j["pool_releases"] = s.pool_releases;
+  j["pooled_bytes"] = s.pooled_bytes;
   return j;
 }
 
@@ -77,6 +81,8 @@ void print_residency_summary(std::ostream& out, const ResidencyStats& s, const s
       << s.derived_builds << " (" << s.derived_rebuilds << " rebuild(s))\n";
   out << indent << "prefetches: " << s.prefetches << " done, " << s.prefetches_skipped << " skipped; host copies "
       << human_bytes(s.host_copy_bytes) << "; paging time " << ms << "\n";
+  out << indent << "block pool: " << s.pool_hits << " hit(s), " << s.pool_misses << " miss(es), " << s.pool_releases
+      << " release(s); pooled now " << human_bytes(s.pooled_bytes) << "\n";
 }
 
 std::uint64_t peak_rss_bytes() {

@@ -1,0 +1,270 @@
+// The block pool of paged residency (issue 28), on the backend under test:
+// a cyclic walk over weights of one size reuses evicted blocks (hits on
+// every page-in once the budget is full, the backend's allocations stop
+// growing); pooled plus live bytes never exceed the budget and equal the
+// backend's live bytes; a page-in of another size releases the pooled
+// block rather than evicting more or failing; values are the unpooled
+// path's byte for byte; a failed copy leaves its block pooled, a failed
+// allocation with blocks pooled leaves everything consistent, and release
+// frees every pooled block. Model: tests/support/uniform_layers_model.hpp.
+#include "conformance/conformance.hpp"
+
+#include <ballast/onnx_loader.hpp>
+#include <ballast/residency.hpp>
+
+#include <support/fault_injecting_backend.hpp>
+#include <support/uniform_layers_model.hpp>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+using namespace ballast;
+using Uniform = ballast::test_models::UniformLayersModel;
+using ballast::testing::FaultInjectingBackend;
+using ballast::testing::FaultOp;
+
+namespace {
+
+constexpr std::uint64_t kLayer = Uniform::kLayerBytes;
+
+struct PoolFixture {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                              ("ballast_conformance_pool_" + std::to_string(::getpid()));
+  Model model;
+  std::vector<ValueId> layers;  // layer0 .. layer7
+  ValueId odd{};
+  std::map<ValueId, std::vector<std::byte>> file;  // every weight as its file holds it
+
+  PoolFixture() {
+    std::filesystem::remove_all(dir);
+    Uniform::write(dir);
+    auto m = load_onnx(dir / "model.onnx");
+    REQUIRE_MESSAGE(m.ok(), m.status().to_string());
+    model = std::move(*m);
+    for (int i = 0; i < Uniform::kLayers; ++i) layers.push_back(*model.value_id(Uniform::layer(i)));
+    odd = *model.value_id("odd");
+    for (const auto& [id, w] : model.store().weights()) {
+      std::vector<std::byte> bytes(w.byte_length());
+      REQUIRE(model.store().copy_bytes(w, 0, bytes).ok());
+      file[id] = std::move(bytes);
+    }
+  }
+  ~PoolFixture() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  PoolFixture(const PoolFixture&) = delete;
+  PoolFixture& operator=(const PoolFixture&) = delete;
+
+  // Source weights only (no derivations planned): the budget is in layers.
+  std::unique_ptr<Residency> open(GpuBackend& gpu, ResidencyStrategy s, std::optional<std::uint64_t> budget) {
+    ResidencyOptions o;
+    o.strategy = s;
+    o.budget_bytes = budget;
+    o.derivations.emplace();
+    auto r = Residency::create(gpu, model, o);
+    REQUIRE_MESSAGE(r.ok(), r.status().to_string());
+    return std::move(*r);
+  }
+};
+
+std::vector<std::byte> read(GpuBackend& gpu, const Pinned& p) {
+  std::vector<std::byte> out(p.bytes());
+  if (!out.empty()) REQUIRE(gpu.copy_to_host(out, p.first(), 0).ok());
+  return out;
+}
+
+// The budget's invariants after any call: pooled and pinned bytes inside
+// what is held, that inside the budget, and what is held exactly the
+// backend's live bytes for this object (`base`: live bytes before it).
+void check_accounting(const Residency& r, GpuBackend& gpu, std::uint64_t base) {
+  const ResidencyStats s = r.stats();
+  CHECK(s.pooled_bytes + s.pinned_bytes <= s.device_bytes);
+  CHECK(s.device_bytes <= s.budget_bytes);
+  CHECK(s.peak_device_bytes <= s.budget_bytes);
+  CHECK(s.device_bytes == gpu.counters().live_bytes - base);
+}
+
+// Pins `id`, reads it back and compares it with its file; unpins.
+void pin_and_check(PoolFixture& f, Residency& r, GpuBackend& gpu, ValueId id) {
+  auto p = r.pin(id);
+  REQUIRE_MESSAGE(p.ok(), p.status().to_string());
+  CHECK_MESSAGE(read(gpu, *p) == f.file.at(id), f.model.value_name(id));
+}
+
+}  // namespace
+
+TEST_CASE("paging_pool: a cyclic walk reuses evicted blocks and the backend's allocations stop growing") {
+  conformance::LeakCheck leaks;
+  PoolFixture f;
+  FaultInjectingBackend counting(conformance::gpu());  // disarmed: counts the allocations that reach the backend
+  const std::uint64_t base = counting.counters().live_bytes;
+  auto paged = f.open(counting, ResidencyStrategy::paged, 4 * kLayer);
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    for (ValueId id : f.layers) {
+      pin_and_check(f, *paged, counting, id);
+      check_accounting(*paged, counting, base);
+    }
+    const ResidencyStats s = paged->stats();
+    // Four layers fill the budget; every later page-in takes the block of
+    // the layer it evicts. From round 2 on, layers 0-2 stay resident (the
+    // policy's stable set) and 3-7 stream through the fourth slot.
+    const auto later = 5 * static_cast<std::uint64_t>(round);
+    CHECK(s.pool_misses == 4);
+    CHECK(s.pool_hits == 4 + later);
+    CHECK(s.page_ins == 8 + later);
+    CHECK(s.pool_releases == 0);
+    CHECK(counting.calls(FaultOp::allocate) == 4);
+    CHECK(counting.calls(FaultOp::free) == 0);
+  }
+  const Released r = paged->release(counting);
+  CHECK(r.status.ok());
+  CHECK(r.allocations_freed == 4);
+  CHECK(counting.counters().live_allocations == 0);
+}
+
+TEST_CASE("paging_pool: a page-in of another size releases the pooled block instead of evicting more") {
+  conformance::LeakCheck leaks;
+  PoolFixture f;
+  GpuBackend& gpu = conformance::gpu();
+  const std::uint64_t base = gpu.counters().live_bytes;
+  auto paged = f.open(gpu, ResidencyStrategy::paged, 4 * kLayer);
+  for (int i = 0; i < 4; ++i) pin_and_check(f, *paged, gpu, f.layers[i]);  // the budget is full
+  const ResidencyStats before = paged->stats();
+  CHECK(before.device_bytes == 4 * kLayer);
+  // odd (8192 bytes) evicts one layer; its block fits no request here, so
+  // it goes back to the backend rather than a second layer being evicted.
+  pin_and_check(f, *paged, gpu, f.odd);
+  check_accounting(*paged, gpu, base);
+  ResidencyStats s = paged->stats();
+  CHECK(s.source_evictions - before.source_evictions == 1);
+  CHECK(s.pool_releases - before.pool_releases == 1);
+  CHECK(s.pool_hits == before.pool_hits);
+  CHECK(s.pooled_bytes == 0);
+  CHECK(s.device_bytes == 3 * kLayer + Uniform::kOddBytes);
+  // Back to a layer: odd is evicted and released the same way.
+  pin_and_check(f, *paged, gpu, f.layers[3]);
+  check_accounting(*paged, gpu, base);
+  s = paged->stats();
+  CHECK(s.source_evictions - before.source_evictions == 2);
+  CHECK(s.pool_releases - before.pool_releases == 2);
+  CHECK(s.device_bytes == 4 * kLayer);
+  // Three layers still resident never moved: hits without a page-in.
+  for (int i = 0; i < 3; ++i) pin_and_check(f, *paged, gpu, f.layers[i]);
+  CHECK(paged->stats().page_ins == s.page_ins);
+  CHECK(paged->release(gpu).status.ok());
+}
+
+TEST_CASE("paging_pool: pooled values are the unpooled path's, byte for byte") {
+  conformance::LeakCheck leaks;
+  PoolFixture f;
+  GpuBackend& gpu = conformance::gpu();
+  std::vector<ValueId> order = f.layers;
+  order.push_back(f.odd);
+  std::map<ValueId, std::vector<std::byte>> reference;
+  {
+    auto upload = f.open(gpu, ResidencyStrategy::upload, std::nullopt);  // never evicts: never pools
+    for (ValueId id : order) {
+      auto p = upload->pin(id);
+      REQUIRE(p.ok());
+      reference[id] = read(gpu, *p);
+      CHECK(reference[id] == f.file.at(id));
+    }
+    CHECK(upload->stats().pool_hits == 0);
+    CHECK(upload->release(gpu).status.ok());
+  }
+  for (std::uint64_t budget : {2 * kLayer, 3 * kLayer + Uniform::kOddBytes, 5 * kLayer}) {
+    CAPTURE(budget);
+    const std::uint64_t base = gpu.counters().live_bytes;
+    auto paged = f.open(gpu, ResidencyStrategy::paged, budget);
+    for (int round = 0; round < 4; ++round)
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        const ValueId id = order[round % 2 ? order.size() - 1 - i : i];
+        auto p = paged->pin(id);
+        REQUIRE_MESSAGE(p.ok(), p.status().to_string());
+        CHECK_MESSAGE(read(gpu, *p) == reference.at(id), f.model.value_name(id) << " in round " << round);
+        p->reset();
+        check_accounting(*paged, gpu, base);
+      }
+    CHECK(paged->stats().pool_hits > 0);
+    CHECK(paged->release(gpu).status.ok());
+  }
+}
+
+TEST_CASE("paging_pool: a failed copy keeps its block pooled; a failed allocation beside pooled blocks is consistent") {
+  conformance::LeakCheck leaks;
+  PoolFixture f;
+  FaultInjectingBackend faulty(conformance::gpu());
+  const std::uint64_t base = faulty.counters().live_bytes;
+  auto paged = f.open(faulty, ResidencyStrategy::paged, 4 * kLayer);
+  for (int i = 0; i < 3; ++i) pin_and_check(f, *paged, faulty, f.layers[i]);
+
+  // The copy into layer3's fresh block fails: the block stays, pooled.
+  faulty.fail_nth(FaultOp::copy_to_device, 1);
+  auto refused = paged->pin(f.layers[3]);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_MESSAGE(refused.status().to_string().find("paging in weight 'layer3'") != std::string::npos,
+                refused.status().to_string());
+  faulty.disarm();
+  check_accounting(*paged, faulty, base);
+  CHECK(paged->stats().pooled_bytes == kLayer);
+
+  // Pooled blocks at release are freed with the rest (no leak: LeakCheck).
+  {
+    auto other = f.open(faulty, ResidencyStrategy::paged, 4 * kLayer);
+    pin_and_check(f, *other, faulty, f.layers[0]);
+    faulty.fail_nth(FaultOp::copy_to_device, 1);
+    REQUIRE_FALSE(other->pin(f.layers[1]).ok());
+    faulty.disarm();
+    CHECK(other->stats().pooled_bytes == kLayer);
+    const Released r = other->release(faulty);
+    CHECK(r.status.ok());
+    CHECK(r.allocations_freed == 2);
+    CHECK(r.bytes_freed == 2 * kLayer);
+  }
+
+  // odd needs room: the pooled block is released first (one free), then
+  // the backend refuses the allocation. Nothing resident was evicted and
+  // nothing is held for the failed page-in.
+  const ResidencyStats before = paged->stats();
+  faulty.fail_nth(FaultOp::allocate, 1, FaultInjectingBackend::Fault::once,
+                  make_error(ErrorCode::device_error, "injected device error"));
+  auto failed = paged->pin(f.odd);
+  REQUIRE_FALSE(failed.ok());
+  CHECK(failed.error().code == ErrorCode::device_error);
+  CHECK(faulty.calls(FaultOp::free) == 1);
+  faulty.disarm();
+  ResidencyStats s = paged->stats();
+  CHECK(s.source_evictions == before.source_evictions);
+  CHECK(s.pooled_bytes == 0);
+  CHECK(s.device_bytes == 3 * kLayer);
+  check_accounting(*paged, faulty, base);
+
+  // Retried, both succeed, and every value is its file's.
+  pin_and_check(f, *paged, faulty, f.odd);
+  pin_and_check(f, *paged, faulty, f.layers[3]);
+  for (ValueId id : f.layers) pin_and_check(f, *paged, faulty, id);
+  check_accounting(*paged, faulty, base);
+  CHECK(paged->release(faulty).status.ok());
+  CHECK(faulty.counters().live_allocations == 0);
+}
+
+TEST_CASE("paging_pool: the same size after a failed copy takes the pooled block") {
+  conformance::LeakCheck leaks;
+  PoolFixture f;
+  FaultInjectingBackend faulty(conformance::gpu());
+  auto paged = f.open(faulty, ResidencyStrategy::paged, 4 * kLayer);
+  faulty.fail_nth(FaultOp::copy_to_device, 1);
+  REQUIRE_FALSE(paged->pin(f.layers[0]).ok());
+  faulty.disarm();
+  faulty.reset_counts();
+  pin_and_check(f, *paged, faulty, f.layers[0]);  // the retry reuses the block
+  CHECK(faulty.calls(FaultOp::allocate) == 0);
+  CHECK(paged->stats().pool_hits == 1);
+  CHECK(paged->stats().pooled_bytes == 0);
+  CHECK(paged->release(faulty).status.ok());
+}
