@@ -422,3 +422,53 @@ TEST_CASE("a sharded checkpoint opens without reading its shards' tensors either
     CHECK(resident_pages(*mapping, header, mapping->size() - header) == 0);
   }
 }
+
+TEST_CASE("a ModelProto is told by its first key, whichever field an exporter wrote first") {
+  ScratchDir dir("st-detect-keys");
+  // Each field of ModelProto with its wire type: varints for ir_version (1)
+  // and model_version (5), length-delimited for the rest; training_info (20)
+  // and functions (25) have two-byte keys.
+  const std::vector<std::vector<std::uint8_t>> onnx = {
+      {0x08, 0x08},        {0x28, 0x01},        {0x12, 0x00},        {0x1a, 0x00}, {0x22, 0x00},
+      {0x32, 0x00},        {0x3a, 0x00},        {0x42, 0x00},        {0x72, 0x00},
+      {0xa2, 0x01, 0x00}, {0xca, 0x01, 0x00},
+  };
+  for (const auto& head : onnx) {
+    CAPTURE(static_cast<int>(head[0]));
+    CHECK(detect_model_format(dir.write("m.onnx", head)).value() == ModelFormat::onnx);
+  }
+  // The right field with the wrong wire type, fields ModelProto lacks, a
+  // two-byte key of another field: not ONNX.
+  const std::vector<std::vector<std::uint8_t>> not_onnx = {
+      {0x0a, 0x00}, {0x2a, 0x00}, {0x10, 0x00}, {0x48, 0x00}, {0x70, 0x00},
+      {0x4a, 0x00}, {0x6a, 0x00}, {0x7a, 0x00}, {0xa2, 0x02, 0x00}, {0xaa, 0x01, 0x00}, {0xa2},
+  };
+  for (const auto& head : not_onnx) {
+    CAPTURE(static_cast<int>(head[0]));
+    auto got = detect_model_format(dir.write("m.bin", head));
+    REQUIRE_FALSE(got.ok());
+    CHECK(got.error().code == ErrorCode::unsupported);
+  }
+}
+
+TEST_CASE("tensor names in UTF-8 of every length open; surrogates and overlong forms do not") {
+  ScratchDir dir("st-utf8");
+  // Two-, three- and four-byte sequences, and the edges of the ranges the
+  // checks exclude (U+D7FF and U+E000 beside the surrogates, U+10FFFF last).
+  const std::vector<std::string> names = {"gr\xc3\xb6\xc3\x9f" "e", "\xe6\x97\xa5\xe6\x9c\xac", "\xed\x9f\xbf",
+                                          "\xee\x80\x80", "\xf0\x9f\x98\x80", "\xf4\x8f\xbf\xbf", "\xe0\xa0\x80"};
+  for (const std::string& name : names) {
+    CAPTURE(name);
+    auto model = open_written(dir, st_file({{name, "F32", {1}, pattern(4)}}));
+    REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+    CHECK(model->weight(name) != nullptr);
+  }
+  // Just past each edge: a surrogate at both ends, U+110000, an overlong
+  // three-byte U+07FF and an overlong four-byte U+FFFF.
+  for (const std::string bad : {"\xed\xa0\x80", "\xed\xbf\xbf", "\xf4\x90\x80\x80", "\xe0\x9f\xbf", "\xf0\x8f\xbf\xbf"}) {
+    CAPTURE(bad);
+    auto model = open_written(dir, st_file({{bad, "F32", {1}, pattern(4)}}));
+    REQUIRE_FALSE(model.ok());
+    CHECK(model.error().code == ErrorCode::malformed);
+  }
+}
