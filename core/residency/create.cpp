@@ -92,6 +92,19 @@ Result<Need> need_of(const WeightStore& store, const StrategyOf& strategy_of, co
 
 }  // namespace
 
+Result<std::vector<PlannedDerivation>> Residency::Impl::make_plan(const Model& model, const ResidencyOptions& options) {
+  if (options.derivations) return apply_policy(*options.derivations, options.policy);
+  PlanOptions planning;
+  planning.max_amplification = options.max_amplification;
+  // What the rules skip is not derived, so it is not budgeted either
+  // (plan_derivations with PlanOptions::skipped shows what and why).
+  std::vector<PlanSkip> skipped;
+  planning.skipped = &skipped;
+  auto planned = plan_derivations(model, planning);
+  if (!planned.ok()) return std::move(planned.error()).with_context("planning the model's derivations");
+  return apply_policy(*planned, options.policy);
+}
+
 Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const Model& model,
                                                      const ResidencyOptions& options, std::string label) {
   auto m = std::make_unique<Impl>(backend, model, options, std::move(label));
@@ -115,19 +128,7 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
   if (!options.budget_bytes && !any_paged && !options.group_by)
     return std::unique_ptr<Residency>(new Residency(std::move(m)));
 
-  if (options.derivations) {
-    m->plan = apply_policy(*options.derivations, options.policy);
-  } else {
-    PlanOptions planning;
-    planning.max_amplification = options.max_amplification;
-    // What the rules skip is not derived, so it is not budgeted either
-    // (plan_derivations with PlanOptions::skipped shows what and why).
-    std::vector<PlanSkip> skipped;
-    planning.skipped = &skipped;
-    auto planned = plan_derivations(model, planning);
-    if (!planned.ok()) return std::move(planned.error()).with_context("planning the model's derivations");
-    m->plan = apply_policy(*planned, options.policy);
-  }
+  BALLAST_ASSIGN_OR_RETURN(m->plan, Impl::make_plan(model, options));
   const std::vector<PlannedDerivation>& plan = m->plan;
   if (options.group_by) m->groups = make_groups(model, plan, options.group_by);
   if (options.budget_bytes) {

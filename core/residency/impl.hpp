@@ -84,6 +84,9 @@ struct Residency::Impl {
   residency::Prefetcher prefetcher;  // last: stopped before the rest goes
 
   ResidencyStrategy strategy_of(ValueId id) const noexcept;
+  // options.derivations (or plan_derivations(model)) under options.policy:
+  // what create() sizes the budget with and load() loads.
+  static Result<std::vector<PlannedDerivation>> make_plan(const Model& model, const ResidencyOptions& options);
 
   // ---- entries (residency.cpp)
   Result<const WeightRef*> weight_ref(ValueId id) const;

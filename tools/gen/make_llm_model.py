@@ -1,5 +1,6 @@
 #!/usr/bin/python3
 """make_llm_model.py OUTDIR [--layers N] [--hidden H] [--ffn F] [--vocab V] [--block B] [--sparse] [--unnamed]
+                         [--orphaned-prefix BYTES]
 
 A model shaped like a decoder LLM's weights, for derive comparisons between
 backends, soak tests and benchmarks. Writes OUTDIR/llm.onnx and
@@ -22,6 +23,10 @@ in seconds. Scales and zero points are still written.
 
 --unnamed leaves every node without a name (as onnx.helper and many
 exporters do); the weights are the same.
+
+--orphaned-prefix BYTES starts llm.weights with BYTES of random data no
+weight points at (a re-export that appended to the old blob), written for
+real: a cold load must read none of it (tools/bench/cold_start.py).
 
 --safetensors also writes OUTDIR/llm.safetensors: the same weights (names,
 types, shapes, bytes) as one safetensors file, so a derivation planned by
@@ -68,12 +73,16 @@ def main():
     ap.add_argument("--sparse", action="store_true", help="large tensors as holes (zeros) in a sparse file")
     ap.add_argument("--unnamed", action="store_true", help="leave every node without a name")
     ap.add_argument("--safetensors", action="store_true", help="also write the weights as llm.safetensors")
+    ap.add_argument("--orphaned-prefix", type=int, default=0, help="bytes of dead data before the weights")
     args = ap.parse_args()
     h, f, v, block = args.hidden, args.ffn, args.vocab, args.block
 
     os.makedirs(args.outdir, exist_ok=True)
     rng = np.random.default_rng(20261130)
     blob = extdata.Blob(os.path.join(args.outdir, "llm.weights"), "wb")
+    prefix_rng = np.random.default_rng(7)
+    for start in range(0, args.orphaned_prefix, 64 << 20):  # in pieces: the prefix may be larger than memory wants
+        blob.append(prefix_rng.bytes(min(64 << 20, args.orphaned_prefix - start)))
     initializers, nodes = [], []
     tensors = []  # the same weights, for --safetensors
 

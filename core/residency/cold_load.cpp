@@ -1,0 +1,420 @@
+// Residency::load(): the model from storage to the device by explicit
+// reads, not page faults (docs/loading.md).
+//
+// The pipeline, on three kinds of thread:
+//   the reader (read/)   large parallel reads of the plan into a ring of
+//                        staging buffers;
+//   the caller           takes each filled buffer in file order and copies
+//                        its pieces into the device blocks of the source
+//                        values they belong to; a value whose last byte
+//                        arrived becomes resident at once;
+//   the builder          builds each derivation whose sources are all in,
+//                        in plan order, while the reads go on.
+// So reading, host-to-device copies and derivation kernels overlap, and
+// staging memory stays at the ring's size whatever the model's.
+#include "residency/impl.hpp"
+
+#include "derive/identity.hpp"
+#include "derive/transposed_source.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+
+namespace ballast {
+
+using residency::Entry;
+using residency::Requester;
+
+std::string ResidencyLoadReport::to_string() const {
+  char head[256];
+  const double mb_s = read.seconds > 0 ? static_cast<double>(read.bytes) / read.seconds / 1e6 : 0;
+  std::snprintf(head, sizeof head, "read %.1f MiB in %.3f s (%.0f MB/s, %s, %u file(s), %llu range(s), O_DIRECT %u of %u, "
+                "staging %.1f MiB)",
+                static_cast<double>(read.bytes) / (1 << 20), read.seconds, mb_s,
+                std::string(read_engine_name(read.engine)).c_str(), planned_files,
+                static_cast<unsigned long long>(planned_ranges), read.direct_files, read.files,
+                static_cast<double>(read.staging_bytes) / (1 << 20));
+  char tail[64];
+  std::snprintf(tail, sizeof tail, "; %.3f s", seconds);
+  return std::string(head) + "; " + std::to_string(sources_read) + " source(s) read, " +
+         std::to_string(inline_sources) + " inline, " + std::to_string(zero_copy_weights) + " zero-copy (" +
+         std::to_string(populated_bytes) + " B populated); " + std::to_string(derived_built) + " derived; " +
+         std::to_string(already_resident) + " already resident; " + std::to_string(left_for_demand) +
+         " left for demand (" + std::to_string(left_bytes) + " B)" + tail;
+}
+
+namespace {
+
+// A source value the read fills.
+struct Target {
+  Entry* entry = nullptr;
+  MappingId mapping = 0;
+  std::uint64_t offset = 0;  // in the file
+  std::uint64_t length = 0;
+  DevicePtr ptr = 0;
+  std::uint64_t remaining = 0;
+  std::vector<std::size_t> waiting;  // derivations (indexes into the builder's list) that read it
+};
+
+// Runs jobs in the order posted on one thread; the first error stops the
+// rest (they are dropped) and is kept.
+class Builder {
+ public:
+  explicit Builder(std::function<Status(std::size_t)> run) : run_(std::move(run)), thread_([this] { loop(); }) {}
+  ~Builder() { finish(); }
+  void post(std::size_t job) {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(job);
+    changed_.notify_all();
+  }
+  // Drops what is queued (when `abandon`), waits for the rest, joins.
+  Status finish(bool abandon = false) {
+    {
+      std::lock_guard lock(mutex_);
+      if (abandon) queue_.clear();
+      closing_ = true;
+      changed_.notify_all();
+    }
+    if (thread_.joinable()) thread_.join();
+    return error_;
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::size_t job;
+      {
+        std::unique_lock lock(mutex_);
+        changed_.wait(lock, [&] { return closing_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        job = queue_.front();
+        queue_.pop_front();
+        if (!error_.ok()) continue;  // a failed build ends the load: drop the rest
+      }
+      Status s = run_(job);
+      if (!s.ok()) {
+        std::lock_guard lock(mutex_);
+        if (error_.ok()) error_ = std::move(s);
+      }
+    }
+  }
+  std::function<Status(std::size_t)> run_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::size_t> queue_;
+  bool closing_ = false;
+  Status error_;
+  std::thread thread_;  // last: started once the rest is built
+};
+
+}  // namespace
+
+Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options) {
+  Impl& m = *impl_;
+  const auto start = std::chrono::steady_clock::now();
+  ResidencyLoadReport report;
+  const WeightStore& store = m.store;
+
+  std::vector<PlannedDerivation> own_plan;
+  if (m.plan.empty()) {
+    BALLAST_ASSIGN_OR_RETURN(own_plan, Impl::make_plan(m.model, m.options));
+  }
+  const std::vector<PlannedDerivation>& plan = m.plan.empty() ? own_plan : m.plan;
+
+  // ---- 1. What to load, in order, each value once, under the budget.
+  // A derivation's operands come before it (a transpose its copy reads
+  // before that), then the weights no derivation reads.
+  struct Item {
+    Entry* entry = nullptr;           // nullptr: a zero_copy weight
+    ValueId weight{};                 // a source item's weight
+    const PlannedDerivation* derivation = nullptr;
+  };
+  std::vector<Item> items;
+  std::vector<PlannedDerivation> transposes;  // the copies of_transposed entries read
+  transposes.reserve(plan.size());
+  std::set<const Entry*> seen;
+  std::set<ValueId> zero_copy_seen;
+  std::uint64_t need = 0;  // device bytes the items taken so far add
+  bool full = false;
+  auto budget_room = [&]() {
+    std::lock_guard lock(m.mutex);
+    return m.budget == kUnlimitedBudget ? kUnlimitedBudget : (m.held >= m.budget ? 0 : m.budget - m.held);
+  };
+  const std::uint64_t room = budget_room();
+  // Adds `e` unless seen; false once the budget is full (the caller stops).
+  auto take = [&](Entry* e, Item item) {
+    if (!seen.insert(e).second) return true;
+    bool resident;
+    {
+      std::lock_guard lock(m.mutex);
+      resident = e->state != Entry::State::absent;
+    }
+    if (resident) {
+      ++report.already_resident;
+      return true;
+    }
+    if (full || e->bytes() > room - std::min(room, need)) {
+      full = true;  // in order: nothing after the first misfit, so what loads is a prefix of the plan
+      ++report.left_for_demand;
+      report.left_bytes += e->bytes();
+      return false;
+    }
+    need += e->bytes();
+    item.entry = e;
+    items.push_back(item);
+    return true;
+  };
+  auto take_source = [&](ValueId id) -> Status {
+    if (m.strategy_of(id) == ResidencyStrategy::zero_copy) {
+      if (zero_copy_seen.insert(id).second) items.push_back(Item{nullptr, id, nullptr});
+      return Status();
+    }
+    BALLAST_ASSIGN_OR_RETURN(Entry * e, m.source_entry(id));
+    take(e, Item{nullptr, id, nullptr});
+    return Status();
+  };
+  for (const PlannedDerivation& p : plan) {
+    if (p.of_transposed) {
+      BALLAST_RETURN_IF_ERROR(take_source(p.source));
+      transposes.push_back(transposed_source_of(p));
+      BALLAST_ASSIGN_OR_RETURN(Entry * t, m.derived_entry(transposes.back()));
+      take(t, Item{nullptr, p.source, &transposes.back()});
+    }
+    for (const std::optional<ValueId>& id : source_operands(p))
+      if (id) BALLAST_RETURN_IF_ERROR(take_source(*id));
+    BALLAST_ASSIGN_OR_RETURN(Entry * e, m.derived_entry(p));
+    take(e, Item{nullptr, p.source, &p});
+  }
+  for (ValueId id : m.model.weight_order())
+    if (store.weights().contains(id)) BALLAST_RETURN_IF_ERROR(take_source(id));
+
+  // ---- 2. zero_copy: the pages faulted in by parallel populates, then
+  // registered (resolve), so no driver takes the faults one at a time.
+  {
+    std::map<MappingId, std::vector<ReadRange>> ranges;
+    std::vector<ValueId> registered;
+    for (const Item& item : items) {
+      if (item.entry != nullptr) continue;
+      registered.push_back(item.weight);
+      const WeightRef& ref = store.weights().at(item.weight);
+      if (auto prov = store.external_mmap_provenance(ref); prov && prov->length > 0)
+        ranges[prov->mapping].push_back({prov->offset, prov->length});
+    }
+    for (auto& [mapping, list] : ranges) {
+      std::sort(list.begin(), list.end(), [](const ReadRange& a, const ReadRange& b) { return a.offset < b.offset; });
+      std::vector<ReadRange> merged;
+      for (const ReadRange& r : list) {
+        if (!merged.empty() && r.offset <= merged.back().offset + merged.back().length) {
+          merged.back().length = std::max(merged.back().offset + merged.back().length, r.offset + r.length) -
+                                 merged.back().offset;
+        } else {
+          merged.push_back(r);
+        }
+      }
+      auto populated = populate_mapping(store, mapping, merged, options.populate_threads, options.populate_piece_bytes);
+      if (!populated.ok()) return std::move(populated.error()).with_context("populating zero-copy pages");
+      report.populated_bytes += *populated;
+    }
+    for (ValueId id : registered) {
+      auto ptr = m.registrations->resolve(id);
+      if (!ptr.ok()) return std::move(ptr.error()).with_context("registering '" + std::string(m.model.value_name(id)) + "'");
+      ++report.zero_copy_weights;
+    }
+  }
+
+  // ---- 3. The source values the read fills: marked loading (a pin of one
+  // meanwhile waits for it), with their device blocks.
+  std::vector<Target> targets;
+  std::unordered_map<const Entry*, std::size_t> target_of;
+  std::vector<ValueId> read_ids;
+  // Back to absent, blocks to the pool, waiters told: on any failure.
+  auto abandon = [&](const Status& why) {
+    std::lock_guard lock(m.mutex);
+    for (Target& t : targets) {
+      if (t.remaining == 0 && t.entry->state == Entry::State::resident) continue;
+      // Given back, not pooled: a failed load leaves the device as it found it.
+      if (t.ptr != 0) m.free_locked(t.ptr, t.length);
+      t.entry->state = Entry::State::absent;
+      ++t.entry->failures;
+      t.entry->failure = why;
+    }
+    m.changed.notify_all();
+  };
+  for (const Item& item : items) {
+    if (item.entry == nullptr || item.entry->derived) continue;
+    const WeightRef& ref = store.weights().at(item.entry->weight);
+    auto prov = store.external_mmap_provenance(ref);
+    if (!prov || prov->length == 0) continue;  // inline (or empty): the builder pins it from its mapping
+    {
+      std::lock_guard lock(m.mutex);
+      if (item.entry->state != Entry::State::absent) continue;  // another thread got there first
+      item.entry->state = Entry::State::loading;
+      m.eviction.erase(*item.entry);
+    }
+    target_of[item.entry] = targets.size();
+    targets.push_back(Target{item.entry, prov->mapping, prov->offset, prov->length, 0, prov->length, {}});
+    read_ids.push_back(item.entry->weight);
+    const std::uint64_t sizes[] = {prov->length};
+    auto blocks = m.obtain(sizes, item.entry->name, "allocating " + item.entry->name, Requester::demand);
+    if (!blocks.ok()) {
+      abandon(blocks.error());
+      return std::move(blocks.error()).with_context("loading " + m.label);
+    }
+    targets.back().ptr = blocks->ptr[0];
+  }
+
+  // ---- 4. The builder's list: derivations, then the other values to make
+  // resident (inline sources), each waiting for its targets.
+  struct Job {
+    const Item* item = nullptr;
+    std::size_t pending = 0;  // targets not yet complete
+  };
+  std::vector<Job> jobs;
+  for (const Item& item : items) {
+    if (item.entry == nullptr) continue;
+    if (!item.entry->derived && target_of.contains(item.entry)) continue;
+    jobs.push_back(Job{&item, 0});
+    const std::size_t job = jobs.size() - 1;
+    if (!item.entry->derived) continue;
+    // Its operands that the read fills (a transposed copy's source counts
+    // for the quant that reads the copy: the copy is built first in order).
+    std::vector<std::optional<ValueId>> operands;
+    for (const auto& id : source_operands(*item.derivation)) operands.push_back(id);
+    if (item.derivation->of_transposed) operands.push_back(item.derivation->source);
+    std::set<std::size_t> counted;
+    for (const auto& id : operands) {
+      if (!id || m.strategy_of(*id) == ResidencyStrategy::zero_copy) continue;
+      auto e = m.source_entry(*id);
+      if (!e.ok()) continue;
+      auto it = target_of.find(*e);
+      if (it == target_of.end() || !counted.insert(it->second).second) continue;
+      targets[it->second].waiting.push_back(job);
+      ++jobs[job].pending;
+    }
+  }
+  std::atomic<std::uint64_t> built{0}, inline_pinned{0};
+  Builder builder([&](std::size_t job) -> Status {
+    const Item& item = *jobs[job].item;
+    if (item.entry->derived) {
+      BALLAST_ASSIGN_OR_RETURN(Pinned p, m.pin_derived(*item.derivation, Impl::Use::pin));
+      ++built;
+      return Status();
+    }
+    BALLAST_ASSIGN_OR_RETURN(Pinned p, m.pin_source(item.entry->weight, Impl::Use::pin));
+    if (!store.weights().at(item.entry->weight).is_external()) ++inline_pinned;
+    return Status();
+  });
+  // Jobs are posted in list order once ready; a ready job behind one that
+  // waits goes first (the order is the plan's among ready ones).
+  std::size_t next_job = 0;
+  std::vector<bool> posted(jobs.size(), false);
+  auto post_ready = [&] {
+    for (std::size_t j = next_job; j < jobs.size(); ++j) {
+      if (posted[j] || jobs[j].pending != 0) continue;
+      posted[j] = true;
+      builder.post(j);
+    }
+    while (next_job < jobs.size() && posted[next_job]) ++next_job;
+  };
+  post_ready();
+
+  // ---- 5. The read, placed as it arrives.
+  const ReadPlan read_plan_ = ReadPlan::of(store, read_ids);
+  report.planned_bytes = read_plan_.bytes();
+  report.planned_ranges = read_plan_.range_count();
+  report.planned_files = static_cast<std::uint32_t>(read_plan_.files().size());
+  // Per file, the targets by offset; chunks of a file come in offset order,
+  // so a cursor admits targets as chunks reach them and retires those done.
+  std::map<MappingId, std::vector<std::size_t>> by_file;
+  for (std::size_t i = 0; i < targets.size(); ++i) by_file[targets[i].mapping].push_back(i);
+  for (auto& [mapping, list] : by_file)
+    std::sort(list.begin(), list.end(), [&](std::size_t a, std::size_t b) { return targets[a].offset < targets[b].offset; });
+  MappingId current = 0;
+  std::size_t cursor = 0;
+  std::vector<std::size_t> active;
+  std::atomic<std::uint64_t> copy_ns{0};
+  auto complete = [&](Target& t) {
+    {
+      std::lock_guard lock(m.mutex);
+      Entry& e = *t.entry;
+      e.first = t.ptr;
+      e.second = 0;
+      e.state = Entry::State::resident;
+      e.loaded_at = ++m.load_clock;
+      ++m.counters.page_ins;
+      (e.evictable ? m.counters.paged_in_bytes : m.counters.uploaded_bytes) += e.first_bytes;
+      ++e.loads;
+      m.eviction.update(e);
+      m.changed.notify_all();
+    }
+    ++report.sources_read;
+    for (std::size_t j : t.waiting) --jobs[j].pending;
+    post_ready();
+  };
+  auto consume = [&](const ReadChunk& c) -> Status {
+    const auto copy_start = std::chrono::steady_clock::now();
+    if (c.mapping != current) {
+      current = c.mapping;
+      cursor = 0;
+      active.clear();
+    }
+    const std::vector<std::size_t>& list = by_file[c.mapping];
+    const std::uint64_t begin = c.offset, end = c.offset + c.bytes.size();
+    while (cursor < list.size() && targets[list[cursor]].offset < end) active.push_back(list[cursor++]);
+    Status status;
+    for (std::size_t i : active) {
+      Target& t = targets[i];
+      const std::uint64_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.length);
+      if (lo >= hi) continue;
+      status = m.gpu.copy_to_device(t.ptr, lo - t.offset, c.bytes.subspan(lo - begin, hi - lo));
+      if (!status.ok()) {
+        status = std::move(status).with_context("copying " + t.entry->name + " to the device");
+        break;
+      }
+      t.remaining -= hi - lo;
+      if (t.remaining == 0) complete(t);
+    }
+    std::erase_if(active, [&](std::size_t i) { return targets[i].remaining == 0; });
+    copy_ns += static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - copy_start).count());
+    return status;
+  };
+  Status failed;
+  if (!read_plan_.empty()) {
+    auto read = read_plan(store, read_plan_, options.read, consume);
+    if (read.ok()) {
+      report.read = *read;
+    } else {
+      failed = read.status();
+    }
+  }
+  m.paging_ns += copy_ns.load();
+  if (failed.ok())
+    for (const Target& t : targets)
+      if (t.remaining != 0) {
+        failed = make_error(ErrorCode::internal, "the read ended with " + std::to_string(t.remaining) + " bytes of " +
+                                                     t.entry->name + " missing");
+        break;
+      }
+  if (!failed.ok()) {
+    abandon(failed);
+    (void)builder.finish(/*abandon=*/true);
+    return std::move(failed).with_context("loading " + m.label);
+  }
+  if (Status s = builder.finish(); !s.ok()) return std::move(s).with_context("loading " + m.label);
+  report.derived_built = built.load();
+  report.inline_sources = inline_pinned.load();
+  report.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return report;
+}
+
+}  // namespace ballast

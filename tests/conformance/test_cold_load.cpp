@@ -1,0 +1,205 @@
+// Residency::load() on the backend under test (issue 28): the cold read
+// path puts exactly the values the mapped path does on the device, reads
+// only the plan's bytes (never the orphaned prefix), under every strategy
+// and a budget that holds only part of the model; a failed read, or a file
+// truncated meanwhile, is an io error that leaves nothing half-resident
+// and nothing leaked.
+#include "conformance/paging_fixture.hpp"
+
+#include <ballast/read_plan.hpp>
+
+#include <cerrno>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+using namespace ballast;
+using conformance::OrphanedPrefix;
+using conformance::PagingFixture;
+
+namespace {
+
+// Every planned value and every weight, as the device holds it, read back.
+struct Snapshot {
+  std::vector<std::vector<std::byte>> derived;  // first and second halves, in plan order
+  std::vector<std::vector<std::byte>> weights;  // in weight order
+};
+
+Snapshot snapshot(Residency& r, const PagingFixture& f) {
+  Snapshot s;
+  for (const PlannedDerivation& p : f.plan) {
+    auto pin = r.pin(p);
+    REQUIRE_MESSAGE(pin.ok(), conformance::describe(pin.status()));
+    s.derived.push_back(conformance::download(pin->first(), pin->first_bytes()));
+    s.derived.push_back(pin->second() != 0 ? conformance::download(pin->second(), pin->second_bytes())
+                                           : std::vector<std::byte>{});
+  }
+  for (ValueId id : f.model.weight_order()) {
+    auto pin = r.pin(id);
+    REQUIRE_MESSAGE(pin.ok(), conformance::describe(pin.status()));
+    s.weights.push_back(conformance::download(pin->first(), pin->first_bytes()));
+  }
+  return s;
+}
+
+// Small chunks, so the model's ranges split across several reads and
+// staging buffers, and one weight spans several chunks.
+ResidencyLoadOptions small_chunks() {
+  ResidencyLoadOptions o;
+  o.read.chunk_bytes = 4096 + 512;
+  o.read.staging_buffers = 3;
+  return o;
+}
+
+// A pread that records what it was asked for.
+struct Recorder {
+  std::mutex mutex;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> reads;  // offset, length
+  PreadFunction function() {
+    return [this](int fd, std::span<std::byte> dst, std::uint64_t offset) -> std::int64_t {
+      const ssize_t n = ::pread(fd, dst.data(), dst.size(), static_cast<off_t>(offset));
+      std::lock_guard lock(mutex);
+      reads.emplace_back(offset, dst.size());
+      return n < 0 ? -errno : n;
+    };
+  }
+};
+
+}  // namespace
+
+TEST_CASE("cold load: every strategy puts the same bytes on the device as the mapped path, reading only the plan") {
+  conformance::LeakCheck leaks;
+  PagingFixture f;
+  auto mapped = f.open(ResidencyStrategy::upload);
+  const Snapshot reference = snapshot(*mapped, f);
+  REQUIRE(mapped->release(conformance::gpu()).status.ok());
+  for (ResidencyStrategy s : {ResidencyStrategy::upload, ResidencyStrategy::paged, ResidencyStrategy::zero_copy}) {
+    CAPTURE(residency_strategy_name(s));
+    auto r = f.open(s);
+    Recorder recorder;
+    ResidencyLoadOptions o = small_chunks();
+    o.read.direct_io = false;  // exact offsets: O_DIRECT widens reads to its alignment
+    o.read.pread = recorder.function();
+    auto report = r->load(o);
+    REQUIRE_MESSAGE(report.ok(), conformance::describe(report.status()));
+    if (s == ResidencyStrategy::zero_copy) {
+      CHECK(report->planned_bytes == 0);  // read in place, faulted in ahead
+      CHECK(report->zero_copy_weights == 3);
+      CHECK(report->populated_bytes >= OrphanedPrefix::kReferenced);  // whole pages
+    } else {
+      CHECK(report->planned_bytes == OrphanedPrefix::kReferenced);
+      CHECK(report->read.bytes == OrphanedPrefix::kReferenced);
+      CHECK(report->sources_read == 3);
+      CHECK(report->derived_built == OrphanedPrefix::kDerivations);  // quant_int8 of w0 reads the planned transpose
+      CHECK(report->read.peak_staging_in_use <= 3 * (4096 + 512));
+      // Every byte once, none outside the live tensors (the prefix is never read).
+      std::uint64_t total = 0;
+      for (auto [offset, length] : recorder.reads) {
+        CHECK(offset >= OrphanedPrefix::kPrefix);
+        CHECK(offset + length <= OrphanedPrefix::kFileBytes);
+        total += length;
+      }
+      CHECK(total == OrphanedPrefix::kReferenced);
+      const ResidencyStats st = r->stats();
+      CHECK(st.pinned_bytes == 0);  // load pins nothing
+      CHECK(st.host_copy_bytes == 0);
+    }
+    CHECK(report->left_for_demand == 0);
+    const Snapshot seen = snapshot(*r, f);
+    CHECK(seen.derived == reference.derived);
+    CHECK(seen.weights == reference.weights);
+    // A second load finds everything there and reads nothing.
+    auto again = r->load(o);
+    REQUIRE(again.ok());
+    CHECK(again->read.bytes == 0);
+    CHECK(again->derived_built == 0);
+    REQUIRE(r->release(conformance::gpu()).status.ok());
+  }
+}
+
+TEST_CASE("cold load: under a budget that holds part of the model it loads a prefix of the plan, the rest on demand") {
+  conformance::LeakCheck leaks;
+  PagingFixture f;
+  auto mapped = f.open(ResidencyStrategy::upload);
+  const Snapshot reference = snapshot(*mapped, f);
+  REQUIRE(mapped->release(conformance::gpu()).status.ok());
+  // w0 and its transpose, to_f16 fit; not everything.
+  const std::uint64_t budget = conformance::kLargestNeed + 24576;
+  auto r = f.open(ResidencyStrategy::paged, budget);
+  auto report = r->load(small_chunks());
+  REQUIRE_MESSAGE(report.ok(), conformance::describe(report.status()));
+  CHECK(report->left_for_demand > 0);
+  CHECK(report->sources_read >= 1);
+  CHECK(r->stats().device_bytes <= budget);
+  CHECK(r->stats().source_evictions + r->stats().derived_evictions == 0);  // a load evicts nothing
+  const Snapshot seen = snapshot(*r, f);
+  CHECK(seen.derived == reference.derived);
+  CHECK(seen.weights == reference.weights);
+  REQUIRE(r->release(conformance::gpu()).status.ok());
+}
+
+TEST_CASE("cold load: a failed read is an io error naming the file; nothing half-resident, nothing leaked") {
+  conformance::LeakCheck leaks;
+  PagingFixture f;
+  for (int fail_at : {0, 2, 5}) {
+    CAPTURE(fail_at);
+    auto r = f.open(ResidencyStrategy::upload);
+    std::atomic<int> calls{0};
+    ResidencyLoadOptions o = small_chunks();
+    o.read.direct_io = false;
+    o.read.pread = [&](int fd, std::span<std::byte> dst, std::uint64_t offset) -> std::int64_t {
+      if (calls++ == fail_at) return -EIO;
+      const ssize_t n = ::pread(fd, dst.data(), dst.size(), static_cast<off_t>(offset));
+      return n < 0 ? -errno : n;
+    };
+    auto report = r->load(o);
+    REQUIRE_FALSE(report.ok());
+    CHECK(report.error().code == ErrorCode::io);
+    CHECK(report.error().message.find("model.data") != std::string::npos);
+    // What completed is whole; the rest pages in from the mapping.
+    const ResidencyStats st = r->stats();
+    CHECK(st.pinned_bytes == 0);
+    auto mapped = f.open(ResidencyStrategy::upload);
+    CHECK(snapshot(*r, f).derived == snapshot(*mapped, f).derived);
+    REQUIRE(mapped->release(conformance::gpu()).status.ok());
+    REQUIRE(r->release(conformance::gpu()).status.ok());
+  }
+}
+
+TEST_CASE("cold load: a data file truncated before the read is an io error naming it") {
+  conformance::LeakCheck leaks;
+  PagingFixture f;
+  auto r = f.open(ResidencyStrategy::upload);
+  REQUIRE(::truncate((f.dir / "model.data").c_str(), OrphanedPrefix::kPrefix + 1000) == 0);
+  auto report = r->load(small_chunks());
+  REQUIRE_FALSE(report.ok());
+  CHECK(report.error().code == ErrorCode::io);
+  CHECK(report.error().message.find("model.data") != std::string::npos);
+  CHECK(r->stats().device_bytes == 0);
+  REQUIRE(r->release(conformance::gpu()).status.ok());
+}
+
+TEST_CASE("cold load: a thread pinning while another loads gets the loaded value, once") {
+  conformance::LeakCheck leaks;
+  PagingFixture f;
+  auto mapped = f.open(ResidencyStrategy::upload);
+  const Snapshot reference = snapshot(*mapped, f);
+  REQUIRE(mapped->release(conformance::gpu()).status.ok());
+  auto r = f.open(ResidencyStrategy::paged);
+  std::optional<Snapshot> seen;
+  std::thread pinner([&] { seen = snapshot(*r, f); });
+  auto report = r->load(small_chunks());
+  pinner.join();
+  REQUIRE_MESSAGE(report.ok(), conformance::describe(report.status()));
+  REQUIRE(seen);
+  CHECK(seen->derived == reference.derived);
+  CHECK(seen->weights == reference.weights);
+  // Each value became resident once, by whichever got there first.
+  const ResidencyStats st = r->stats();
+  CHECK(st.source_evictions + st.derived_evictions == 0);
+  CHECK(st.derived_rebuilds == 0);
+  CHECK(st.derived_builds == OrphanedPrefix::kDerivations);
+  REQUIRE(r->release(conformance::gpu()).status.ok());
+}

@@ -1,0 +1,306 @@
+// ballast load MODEL --backend NAME [--residency S] [--budget B] [--cold]
+// [--mmap] [--anchor] [--engine E] [--queue-depth N] [--chunk-mib N]
+// [--staging N] [--buffered] [--keep-cache] [--json]:
+// the time from opening a model to every planned derivation on the device,
+// and what was read to get there. By default through Residency::load()
+// (explicit parallel reads, docs/loading.md); --mmap pins every value
+// through the mappings instead (the page-fault path, for comparison).
+// --cold drops the page cache of the model's files first (and the whole
+// machine's when permitted, said which). --anchor then times the physical
+// limit in the same run: the best of 1-16 threads of 8 MiB pread over the
+// same bytes into fresh memory (cold when --cold), and the hot derive (the
+// mmap path with every byte in the page cache). Schema: docs/tools.md.
+#include "command.hpp"
+#include "command_context.hpp"
+#include "support/budget.hpp"
+#include "support/format.hpp"
+#include "support/residency_report.hpp"
+
+#include <ballast/read_plan.hpp>
+#include <ballast/residency.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <thread>
+
+namespace ballast::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using json = nlohmann::ordered_json;
+
+struct LoadCommandOptions {
+  std::string model;
+  std::string backend = "cpu";
+  std::string residency = "upload";
+  std::string budget;
+  std::string engine = "auto";
+  std::uint32_t queue_depth = ReadOptions{}.queue_depth;
+  std::uint64_t chunk_mib = ReadOptions{}.chunk_bytes >> 20;
+  std::uint32_t staging = ReadOptions{}.staging_buffers;
+  bool buffered = false;
+  bool keep_cache = false;
+  bool cold = false;
+  bool mmap = false;
+  bool anchor = false;
+  bool json = false;
+};
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Drops the page cache: each of the model's files, then, when this
+// process may, the machine's clean pages (/proc/sys/vm/drop_caches).
+// Returns how ("files" or "files+machine").
+Result<std::string> drop_caches(const WeightStore& store) {
+  BALLAST_RETURN_IF_ERROR(drop_page_cache(store), "dropping the page cache of the model's files");
+  ::sync();
+  std::ofstream f("/proc/sys/vm/drop_caches");
+  if (f && (f << "1" << std::flush)) return std::string("files+machine");
+  return std::string("files");
+}
+
+// The model on the device, every planned value, by one path; seconds.
+struct Run {
+  double seconds = 0;
+  std::optional<ResidencyLoadReport> report;  // the read path's
+  ResidencyStats stats;
+};
+
+Result<Run> run_once(const LoadCommandOptions& opt, GpuBackend& gpu, const ResidencyOptions& ro,
+                     const ResidencyLoadOptions& lo, bool mmap, std::string* cold_how) {
+  Run run;
+  if (cold_how != nullptr) {
+    auto probe = open_model(opt.model);
+    if (!probe.ok()) return probe.error();
+    BALLAST_ASSIGN_OR_RETURN(*cold_how, drop_caches(probe->store()));
+  }
+  const auto start = Clock::now();
+  auto model = open_model(opt.model);
+  if (!model.ok()) return model.error();
+  BALLAST_ASSIGN_OR_RETURN(auto residency, Residency::create(gpu, *model, ro, "load"));
+  if (mmap) {
+    // Today's path: each value pinned once, its bytes faulted in through the mapping.
+    std::vector<PlannedDerivation> plan(residency->plan().begin(), residency->plan().end());
+    if (plan.empty()) {
+      BALLAST_ASSIGN_OR_RETURN(auto planned, plan_derivations(*model));
+      plan = apply_policy(planned, ro.policy);
+    }
+    for (const PlannedDerivation& p : plan) BALLAST_ASSIGN_OR_RETURN(Pinned pin, residency->pin(p), "pinning");
+    for (ValueId id : model->weight_order())
+      if (model->store().weights().contains(id)) BALLAST_ASSIGN_OR_RETURN(Pinned pin, residency->pin(id), "pinning");
+  } else {
+    BALLAST_ASSIGN_OR_RETURN(run.report, residency->load(lo));
+  }
+  BALLAST_RETURN_IF_ERROR(gpu.synchronize());
+  run.seconds = since(start);
+  run.stats = residency->stats();
+  BALLAST_RETURN_IF_ERROR(residency->release(gpu).status, "releasing");
+  return run;
+}
+
+// The best of 1..16 threads of 8 MiB preads of `plan` into fresh memory.
+struct Anchor {
+  double seconds = 0;
+  std::uint32_t threads = 0;
+  std::vector<std::pair<std::uint32_t, double>> trials;
+};
+
+Result<Anchor> measure_anchor(const LoadCommandOptions& opt, const ReadPlan& plan) {
+  constexpr std::uint64_t kPiece = 8ull << 20;
+  struct Piece {
+    std::string path;
+    std::uint64_t offset, length;
+  };
+  std::vector<Piece> pieces;
+  for (const ReadPlanFile& f : plan.files())
+    for (const ReadRange& r : f.ranges)
+      for (std::uint64_t at = 0; at < r.length; at += kPiece)
+        pieces.push_back({f.path.string(), r.offset + at, std::min(kPiece, r.length - at)});
+  Anchor best;
+  for (std::uint32_t threads : {1u, 2u, 4u, 8u, 16u}) {
+    if (opt.cold) {
+      auto model = open_model(opt.model);
+      if (!model.ok()) return model.error();
+      BALLAST_ASSIGN_OR_RETURN(std::string how, drop_caches(model->store()));
+    }
+    std::atomic<std::size_t> next{0};
+    std::atomic<bool> failed{false};
+    const auto start = Clock::now();
+    std::vector<std::thread> pool;
+    for (std::uint32_t t = 0; t < threads; ++t)
+      pool.emplace_back([&] {
+        std::string open_path;
+        int fd = -1;
+        for (std::size_t i; (i = next++) < pieces.size();) {
+          const Piece& p = pieces[i];
+          if (p.path != open_path) {
+            if (fd >= 0) ::close(fd);
+            fd = ::open(p.path.c_str(), O_RDONLY | O_CLOEXEC);
+            open_path = p.path;
+          }
+          auto buffer = std::make_unique_for_overwrite<std::byte[]>(p.length);  // fresh memory, as a load's
+          for (std::uint64_t done = 0; done < p.length;) {
+            const ssize_t n = fd < 0 ? -1 : ::pread(fd, buffer.get() + done, p.length - done, static_cast<off_t>(p.offset + done));
+            if (n <= 0) {
+              failed = true;
+              break;
+            }
+            done += static_cast<std::uint64_t>(n);
+          }
+        }
+        if (fd >= 0) ::close(fd);
+      });
+    for (std::thread& t : pool) t.join();
+    const double seconds = since(start);
+    if (failed) return make_error(ErrorCode::io, "the anchor's reads of the model's files failed");
+    best.trials.emplace_back(threads, seconds);
+    if (best.threads == 0 || seconds < best.seconds) best = {seconds, threads, best.trials};
+  }
+  return best;
+}
+
+json report_json(const ResidencyLoadReport& r) {
+  return {{"planned_bytes", r.planned_bytes},
+          {"planned_ranges", r.planned_ranges},
+          {"planned_files", r.planned_files},
+          {"read",
+           {{"engine", std::string(read_engine_name(r.read.engine))},
+            {"bytes", r.read.bytes},
+            {"io_bytes", r.read.io_bytes},
+            {"reads", r.read.reads},
+            {"chunks", r.read.chunks},
+            {"files", r.read.files},
+            {"direct_files", r.read.direct_files},
+            {"staging_bytes", r.read.staging_bytes},
+            {"peak_staging_in_use", r.read.peak_staging_in_use},
+            {"seconds", r.read.seconds},
+            {"consumer_seconds", r.read.consumer_seconds}}},
+          {"sources_read", r.sources_read},
+          {"inline_sources", r.inline_sources},
+          {"zero_copy_weights", r.zero_copy_weights},
+          {"populated_bytes", r.populated_bytes},
+          {"derived_built", r.derived_built},
+          {"already_resident", r.already_resident},
+          {"left_for_demand", r.left_for_demand},
+          {"left_bytes", r.left_bytes},
+          {"seconds", r.seconds}};
+}
+
+int run_load(const LoadCommandOptions& opt) {
+  CommandContext ctx("load");
+  auto ro = residency_options(opt.residency, opt.budget);
+  if (!ro.ok()) return ctx.fail(ro.error());
+  ResidencyLoadOptions lo;
+  lo.read.engine = opt.engine == "io_uring" ? ReadEngine::io_uring
+                   : opt.engine == "threads" ? ReadEngine::threads
+                                             : ReadEngine::automatic;
+  lo.read.queue_depth = opt.queue_depth;
+  lo.read.chunk_bytes = opt.chunk_mib << 20;
+  lo.read.staging_buffers = opt.staging;
+  lo.read.direct_io = !opt.buffered;
+  lo.read.cache = opt.keep_cache || ro->strategy == ResidencyStrategy::paged ? CachePolicy::keep : CachePolicy::drop;
+  if (!ctx.load_model(opt.model)) return ctx.exit_code();
+  // What the files hold that a load must read: the referenced bytes.
+  const std::uint64_t referenced = ctx.model().store().referenced_weight_bytes().total;
+  const ReadPlan whole = ReadPlan::of(ctx.model().store());
+  if (!ctx.open_backend(opt.backend)) return ctx.exit_code();
+  GpuBackend& gpu = ctx.gpu();
+  TeardownCheck check;
+  check.baseline = gpu.counters();
+  std::string cold_how;
+  auto run = run_once(opt, gpu, *ro, lo, opt.mmap, opt.cold ? &cold_how : nullptr);
+  if (!run.ok()) return ctx.fail(run.error());
+  std::optional<Anchor> anchor;
+  std::optional<double> hot;
+  if (opt.anchor) {
+    auto a = measure_anchor(opt, whole);
+    if (!a.ok()) return ctx.fail(a.error());
+    anchor = *a;
+    // The last anchor trial left every byte in the page cache: the mmap
+    // path now faults nothing from storage, so this is the derive alone.
+    auto h = run_once(opt, gpu, *ro, lo, /*mmap=*/true, nullptr);
+    if (!h.ok()) return ctx.fail(h.error());
+    hot = h->seconds;
+  }
+  check.after = gpu.counters();
+  const char* path = opt.mmap ? "mmap" : "read";
+  if (opt.json) {
+    json doc = {{"model", opt.model},
+                {"backend", gpu.info().backend},
+                {"residency", opt.residency},
+                {"path", path},
+                {"cold", opt.cold},
+                {"cache_dropped", cold_how},
+                {"referenced_bytes", referenced},
+                {"seconds", run->seconds},
+                {"stats", residency_stats_json(run->stats)}};
+    if (run->report) doc["load"] = report_json(*run->report);
+    if (anchor) {
+      json trials = json::array();
+      for (auto [threads, seconds] : anchor->trials) trials.push_back({{"threads", threads}, {"seconds", seconds}});
+      doc["anchor"] = {{"read_seconds", anchor->seconds},
+                       {"threads", anchor->threads},
+                       {"trials", trials},
+                       {"hot_derive_seconds", *hot},
+                       {"ratio", (anchor->seconds + *hot) / run->seconds}};
+    }
+    std::cout << doc.dump(2) << "\n";
+  } else {
+    std::printf("load of %s on %s: %s, %s path%s\n", opt.model.c_str(), gpu.info().backend.c_str(),
+                opt.residency.c_str(), path, opt.cold ? (" (cold: page cache of " + cold_how + " dropped)").c_str() : "");
+    std::printf("  referenced bytes %s; open to everything derived: %.3f s\n", human_bytes(referenced).c_str(),
+                run->seconds);
+    if (run->report) std::printf("  %s\n", run->report->to_string().c_str());
+    std::printf("  %s\n", run->stats.to_string().c_str());
+    if (anchor) {
+      std::printf("  anchor: best read %.3f s (%u threads of 8 MiB pread, %.0f MB/s) + hot derive %.3f s = %.3f s; "
+                  "ratio to this run %.2f\n",
+                  anchor->seconds, anchor->threads, static_cast<double>(whole.bytes()) / anchor->seconds / 1e6, *hot,
+                  anchor->seconds + *hot, (anchor->seconds + *hot) / run->seconds);
+    }
+  }
+  if (check.after.live_allocations != check.baseline.live_allocations)
+    return ctx.fail("the device holds allocations the load did not give back", kExitVerifyFailed);
+  return kExitOk;
+}
+
+const RegisterCommand kLoad{{
+    "load",
+    "Time MODEL from storage to every derivation on the device (cold with --cold), and what was read",
+    [](CLI::App& sub) {
+      auto opt = std::make_shared<LoadCommandOptions>();
+      sub.add_option("model", opt->model, "the model: .onnx, .safetensors, an index, or .gguf")->required();
+      sub.add_option("--backend", opt->backend, "backend config string, e.g. cpu, vulkan:0")->capture_default_str();
+      sub.add_option("--residency", opt->residency, "upload, zero-copy or paged")
+          ->check(CLI::Validator(check_residency, "STRATEGY", "residency strategy"))
+          ->capture_default_str();
+      sub.add_option("--budget", opt->budget, "device byte budget: BYTES with an optional K/M/G/KiB/MiB/GiB suffix, or auto")
+          ->check(CLI::Validator(check_budget, "BYTES|auto", "byte budget"));
+      sub.add_flag("--cold", opt->cold, "drop the page cache of the model's files (and the machine's, when permitted) first");
+      sub.add_flag("--mmap", opt->mmap, "pin every value through the mappings instead of reading (today's page-fault path)");
+      sub.add_flag("--anchor", opt->anchor, "also time the best parallel pread of the same bytes and the hot derive");
+      sub.add_option("--engine", opt->engine, "reads by io_uring, threads, or auto")
+          ->check(CLI::IsMember({"auto", "io_uring", "threads"}))
+          ->capture_default_str();
+      sub.add_option("--queue-depth", opt->queue_depth, "reads in flight")->check(CLI::Range(1, 256))->capture_default_str();
+      sub.add_option("--chunk-mib", opt->chunk_mib, "largest single read, MiB")->check(CLI::Range(1, 1024))->capture_default_str();
+      sub.add_option("--staging", opt->staging, "staging buffers (each one chunk)")->check(CLI::Range(2, 256))->capture_default_str();
+      sub.add_flag("--buffered", opt->buffered, "never O_DIRECT");
+      sub.add_flag("--keep-cache", opt->keep_cache, "leave what the read brought into the page cache (paged always does)");
+      sub.add_flag("--json", opt->json, "print the report as one JSON document (schema in docs/tools.md)");
+      return [opt] { return run_load(*opt); };
+    },
+}};
+
+}  // namespace
+}  // namespace ballast::cli
