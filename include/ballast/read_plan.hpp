@@ -113,8 +113,9 @@ struct ReadOptions {
   ReadEngine engine = ReadEngine::automatic;
   std::uint32_t queue_depth = 8;             // reads in flight (io_uring SQEs, or threads)
   std::uint64_t chunk_bytes = 8ull << 20;    // largest single read; a staging buffer's size
-  std::uint32_t staging_buffers = 4;         // the ring: staging memory is at most this x chunk_bytes
-                                             // (queue_depth is lowered to it)
+  std::uint32_t staging_buffers = 4;         // the ring: staging memory is at most this x chunk_bytes,
+                                             // plus 8 KiB a buffer with direct_io (O_DIRECT's alignment
+                                             // margins); queue_depth is lowered to it
   bool direct_io = true;                     // O_DIRECT where the file system takes it; buffered
                                              // otherwise (said once per file through the log sink)
   CachePolicy cache = CachePolicy::drop;
@@ -137,7 +138,8 @@ struct ReadStats {
   std::uint32_t files = 0;
   std::uint32_t direct_files = 0;   // files read with O_DIRECT
   std::uint64_t staging_bytes = 0;  // the ring's size (what it allocated)
-  std::uint64_t peak_staging_in_use = 0;  // most staging bytes holding data at once (<= staging_bytes)
+  std::uint64_t peak_staging_in_use = 0;  // most planned bytes held in staging at once (read or being
+                                          // read, not yet consumed): <= staging_buffers x chunk_bytes
   double seconds = 0;               // wall time of the whole read
   double consumer_seconds = 0;      // of which the consumer ran
   std::string to_string() const;
@@ -166,7 +168,8 @@ bool io_uring_available() noexcept;
 // For zero_copy registrations: the faults are then taken at storage speed,
 // not one at a time inside a driver. A file truncated meanwhile is an io
 // error naming it (its pages are not touched by this thread). Returns the
-// bytes populated.
+// bytes populated: the union of `ranges` (the pages around them are
+// populated whole).
 Result<std::uint64_t> populate_mapping(const WeightStore& store, MappingId mapping, std::span<const ReadRange> ranges,
                                        std::uint32_t threads = 8, std::uint64_t piece_bytes = 8ull << 20);
 

@@ -1,0 +1,115 @@
+// ReadPlan::of: what a cold read fetches. Only the bytes weights point at,
+// per mapped file, merged where they touch so that one long read replaces
+// many short ones, and split where nothing points (an orphaned prefix, an
+// unreferenced tensor, padding), so that dead bytes never cost a read.
+#include <ballast/read_plan.hpp>
+
+#include "store/byte_ranges.hpp"
+#include "store/store_access.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <unordered_set>
+
+namespace ballast {
+
+namespace {
+
+// Builds the plan from the chosen weights: `take` is called once per
+// weight of the store; those it accepts are planned.
+template <class Chosen>
+void build(const WeightStore& store, Chosen&& chosen, std::vector<ReadPlanFile>& files,
+           std::vector<ReadPlanWeight>& weights, std::uint64_t& bytes) {
+  // Ranges per mapping, kept in mapping-id order by the ordered map.
+  std::map<MappingId, std::vector<ByteRange>> ranges;
+  chosen([&](ValueId id, const WeightRef& ref) {
+    // Inline weights (and anything the store cannot place) have no
+    // provenance: they live in the model file and are not part of a cold read.
+    const auto where = store.external_mmap_provenance(ref);
+    // A weight of no bytes reads nothing and has nothing to place.
+    if (!where || where->length == 0) return;
+    ranges[where->mapping].push_back({where->offset, where->length});
+    weights.push_back({id, where->mapping, where->offset, where->length});
+  });
+  for (auto& [mapping, list] : ranges) {
+    const auto file = store::StoreAccess::mapping(store, mapping);
+    if (!file) continue;  // provenance named it, so it exists; stay safe regardless
+    ReadPlanFile out;
+    out.mapping = mapping;
+    out.path = file->path();
+    out.file_bytes = file->size();
+    // merge_ranges joins ranges that overlap and those that touch end to
+    // start: a read never stops at a boundary no dead byte marks.
+    for (const ByteRange& r : store::merge_ranges(std::move(list), file->size())) {
+      out.ranges.push_back({r.offset, r.length});
+      out.read_bytes += r.length;
+    }
+    bytes += out.read_bytes;
+    files.push_back(std::move(out));
+  }
+  // By (mapping, offset), then id, so the order does not depend on the
+  // store's hash order: equal plans compare and print the same.
+  std::sort(weights.begin(), weights.end(), [](const ReadPlanWeight& a, const ReadPlanWeight& b) {
+    if (a.mapping != b.mapping) return a.mapping < b.mapping;
+    if (a.offset != b.offset) return a.offset < b.offset;
+    return a.id < b.id;
+  });
+}
+
+std::string mib(std::uint64_t bytes) {
+  char text[32];
+  if (bytes >= (1u << 20))
+    std::snprintf(text, sizeof text, "%.0f MiB", static_cast<double>(bytes) / (1u << 20));
+  else
+    std::snprintf(text, sizeof text, "%llu bytes", static_cast<unsigned long long>(bytes));
+  return text;
+}
+
+}  // namespace
+
+ReadPlan ReadPlan::of(const WeightStore& store) {
+  ReadPlan plan;
+  build(
+      store,
+      [&](auto&& take) {
+        for (const auto& [id, ref] : store.weights()) take(id, ref);
+      },
+      plan.files_, plan.weights_, plan.bytes_);
+  return plan;
+}
+
+ReadPlan ReadPlan::of(const WeightStore& store, std::span<const ValueId> weights) {
+  ReadPlan plan;
+  build(
+      store,
+      [&](auto&& take) {
+        std::unordered_set<ValueId> seen;  // a repeated id counts once
+        for (ValueId id : weights) {
+          if (!seen.insert(id).second) continue;
+          const auto it = store.weights().find(id);
+          if (it != store.weights().end()) take(id, it->second);
+        }
+      },
+      plan.files_, plan.weights_, plan.bytes_);
+  return plan;
+}
+
+std::uint64_t ReadPlan::range_count() const noexcept {
+  std::uint64_t n = 0;
+  for (const ReadPlanFile& f : files_) n += f.ranges.size();
+  return n;
+}
+
+std::string ReadPlan::to_string() const {
+  std::string out = std::to_string(files_.size()) + (files_.size() == 1 ? " file, " : " files, ") +
+                    std::to_string(range_count()) + (range_count() == 1 ? " range, " : " ranges, ") + mib(bytes_) +
+                    " to read";
+  for (const ReadPlanFile& f : files_) {
+    out += "\n  " + f.path.string() + ": " + std::to_string(f.ranges.size()) +
+           (f.ranges.size() == 1 ? " range, " : " ranges, ") + mib(f.read_bytes) + " of " + mib(f.file_bytes);
+  }
+  return out;
+}
+
+}  // namespace ballast
