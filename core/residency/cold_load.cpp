@@ -69,7 +69,7 @@ struct Target {
 class Builder {
  public:
   explicit Builder(std::function<Status(std::size_t)> run) : run_(std::move(run)), thread_([this] { loop(); }) {}
-  ~Builder() { finish(); }
+  ~Builder() { (void)finish(); }
   void post(std::size_t job) {
     std::lock_guard lock(mutex_);
     queue_.push_back(job);

@@ -8,6 +8,7 @@
 #include "support/terminal.hpp"
 
 #include <ballast/backend_registry.hpp>
+#include <ballast/read_plan.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -70,6 +71,10 @@ int print_table(const std::vector<BackendListing>& listing, const std::vector<st
     }
   }
 
+  out << "\ncold reads (ballast load, Residency::load):\n";
+  out << "  io_uring: " << (io_uring_available() ? "available" : "not available: reads use a pool of pread threads") << '\n';
+  out << "  GPUDirect Storage (cuFile): " << BALLAST_CUFILE_STATUS << '\n';
+
   out << "\nplugin search path (BALLAST_PLUGIN_PATH, then set_plugin_search_path(), then <libballast's folder>/ballast,"
          " then the build tree):\n";
   for (const auto& d : search_dirs) out << "  " << d << '\n';
@@ -106,7 +111,9 @@ int print_json(const std::vector<BackendListing>& listing, const std::vector<std
     }
     backends.push_back(std::move(j));
   }
-  nlohmann::json doc = {{"backends", backends}, {"plugin_search_path", search_dirs}};
+  nlohmann::json doc = {{"backends", backends},
+                        {"cold_reads", {{"io_uring", io_uring_available()}, {"gpudirect_storage", BALLAST_CUFILE_STATUS}}},
+                        {"plugin_search_path", search_dirs}};
   std::cout << json_text(doc) << '\n';
   return kExitOk;
 }

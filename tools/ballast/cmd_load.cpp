@@ -95,9 +95,15 @@ Result<Run> run_once(const LoadCommandOptions& opt, GpuBackend& gpu, const Resid
       BALLAST_ASSIGN_OR_RETURN(auto planned, plan_derivations(*model));
       plan = apply_policy(planned, ro.policy);
     }
-    for (const PlannedDerivation& p : plan) BALLAST_ASSIGN_OR_RETURN(Pinned pin, residency->pin(p), "pinning");
-    for (ValueId id : model->weight_order())
-      if (model->store().weights().contains(id)) BALLAST_ASSIGN_OR_RETURN(Pinned pin, residency->pin(id), "pinning");
+    for (const PlannedDerivation& p : plan) {
+      auto pin = residency->pin(p);
+      if (!pin.ok()) return std::move(pin.error()).with_context("pinning");
+    }
+    for (ValueId id : model->weight_order()) {
+      if (!model->store().weights().contains(id)) continue;
+      auto pin = residency->pin(id);
+      if (!pin.ok()) return std::move(pin.error()).with_context("pinning");
+    }
   } else {
     BALLAST_ASSIGN_OR_RETURN(run.report, residency->load(lo));
   }

@@ -1,5 +1,6 @@
 // `ballast backends` end to end: the real binary, with the plugin search
 // path pointed at the fake plugins (the one documented variable).
+#include <ballast/read_plan.hpp>
 #include <doctest/doctest.h>
 #include <ballast/plugin_abi.hpp>
 #include <nlohmann/json.hpp>
@@ -53,6 +54,10 @@ TEST_CASE("ballast backends --json lists every backend with state, devices and c
   CHECK(vulkan["capabilities"]["host_registration"] == false);
   CHECK(vulkan["capabilities"]["host_registration_note"] == "fake backend: uploads only");
   CHECK(doc.at("plugin_search_path")[0] == kFakes + "/working");
+  // The cold read path's engines: io_uring as this kernel allows, and
+  // GPUDirect Storage said, never silently absent.
+  CHECK(doc.at("cold_reads").at("io_uring") == io_uring_available());
+  CHECK(doc.at("cold_reads").at("gpudirect_storage").get<std::string>().find("libcufile") != std::string::npos);
 }
 
 TEST_CASE("ballast backends prints a table with reasons, and the upload fallback") {

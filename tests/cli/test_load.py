@@ -1,0 +1,144 @@
+#!/usr/bin/python3
+"""`ballast load` on one backend (issue 28's read path, docs/loading.md).
+
+  test_load.py --ballast BIN --gen DIR --work DIR --backend cpu|vulkan
+
+- an LLM-shaped model with an orphaned prefix 8x its referenced bytes,
+  written for real (not sparse): the read path reads exactly the
+  referenced bytes (never the prefix), through every strategy; the same
+  after --cold (whatever the process may drop) and with each engine
+  (io_uring, threads), buffered and O_DIRECT;
+- --mmap and the read path build the same number of values;
+- staging stays within its ring; no host copies; the device is back at its
+  baseline afterwards (exit 0);
+- --anchor reports every thread count and a ratio;
+- bad input: a missing model, a bad engine or strategy, a chunk of 0 MiB:
+  one-line error, exit 2; a data file truncated after the model was
+  written: exit 2 naming the file.
+
+Exit 0 pass, 1 fail, 77 skipped (no device here, or no onnx), with the
+reason printed.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from cli_check import FAILURES, expect, skip
+
+
+def run(ballast, *args):
+    proc = subprocess.run([ballast, *map(str, args)], capture_output=True, text=True, timeout=600)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ballast", required=True)
+    ap.add_argument("--gen", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--backend", required=True)
+    args = ap.parse_args()
+    try:
+        import onnx  # noqa: F401
+    except ImportError:
+        skip("python3-onnx is not installed")
+
+    rc, out, err = run(args.ballast, "backends", "--load", "--json")
+    listing = {b["name"]: b for b in json.loads(out)["backends"]} if rc == 0 else {}
+    if args.backend != "cpu" and not listing.get(args.backend, {}).get("available"):
+        skip("backend %s is not available here: %s" % (args.backend, listing.get(args.backend, {}).get("reason")))
+
+    shutil.rmtree(args.work, ignore_errors=True)
+    os.makedirs(args.work)
+    model_dir = os.path.join(args.work, "model")
+    # 2 layers at H=256: about 1.6 MiB referenced; the prefix 8x that.
+    gen = ["/usr/bin/python3", os.path.join(args.gen, "make_llm_model.py"), model_dir, "--layers", "2", "--hidden",
+           "256", "--ffn", "512", "--vocab", "1024"]
+    subprocess.run(gen + ["--orphaned-prefix", "0"], check=True, capture_output=True)
+    plain = os.path.getsize(os.path.join(model_dir, "llm.weights"))
+    subprocess.run(gen + ["--orphaned-prefix", str(8 * plain)], check=True, capture_output=True)
+    model = os.path.join(model_dir, "llm.onnx")
+
+    def load(*extra):
+        rc, out, err = run(args.ballast, "load", model, "--backend", args.backend, "--json", *extra)
+        try:
+            return rc, json.loads(out), err
+        except ValueError:
+            return rc, {}, err
+
+    builds = {}
+    for strategy in ("upload", "paged", "zero-copy"):
+        for extra in ((), ("--cold",), ("--engine", "threads"), ("--engine", "threads", "--buffered"),
+                      ("--chunk-mib", "1", "--staging", "2", "--queue-depth", "2")):
+            label = "%s %s" % (strategy, " ".join(extra))
+            rc, doc, err = load("--residency", strategy, *extra)
+            expect(rc == 0, "%s: exit 0 (%d: %s)" % (label, rc, err.strip()))
+            if rc != 0:
+                continue
+            referenced = doc["referenced_bytes"]
+            expect(referenced < plain + 4096, "%s: the referenced bytes exclude the prefix" % label)
+            read = doc["load"]["read"]
+            stats = doc["stats"]
+            expect(stats.get("host_copy_bytes") == 0, "%s: no host copies" % label)
+            if strategy == "zero-copy":
+                expect(read["bytes"] == 0 and doc["load"]["populated_bytes"] == referenced,
+                       "%s: zero-copy reads nothing and populates the referenced bytes (%d, %d of %d)"
+                       % (label, read["bytes"], doc["load"]["populated_bytes"], referenced))
+            else:
+                expect(read["bytes"] == referenced and doc["load"]["planned_bytes"] == referenced,
+                       "%s: read exactly the referenced bytes (%d of %d)" % (label, read["bytes"], referenced))
+                expect(read["io_bytes"] < referenced + 8192 * max(1, read["reads"]),
+                       "%s: I/O within the alignment margins (%d)" % (label, read["io_bytes"]))
+                ring = read["staging_bytes"]
+                expect(0 < read["peak_staging_in_use"] <= ring, "%s: staging within its ring (%d of %d)"
+                       % (label, read["peak_staging_in_use"], ring))
+                if "--engine" in extra:
+                    expect(read["engine"] == "threads", "%s: the engine asked for ran" % label)
+                if "--buffered" in extra:
+                    expect(read["direct_files"] == 0, "%s: buffered means no O_DIRECT" % label)
+            expect(doc["load"]["left_for_demand"] == 0, "%s: nothing left for demand" % label)
+            builds.setdefault(strategy, doc["stats"]["derived_builds"])
+            expect(doc["stats"]["derived_builds"] == builds[strategy], "%s: the same builds every time" % label)
+        rc, doc, err = load("--residency", strategy, "--mmap")
+        expect(rc == 0 and doc.get("path") == "mmap" and "load" not in doc, "%s --mmap: the mapped path (%s)"
+               % (strategy, err.strip()))
+        if rc == 0:
+            expect(doc["stats"]["derived_builds"] == builds[strategy],
+                   "%s --mmap builds what the read path builds (%d, %d)" % (strategy, doc["stats"]["derived_builds"],
+                                                                             builds[strategy]))
+
+    rc, doc, err = load("--anchor")
+    expect(rc == 0 and [t["threads"] for t in doc.get("anchor", {}).get("trials", [])] == [1, 2, 4, 8, 16]
+           and doc["anchor"]["ratio"] > 0, "--anchor: every thread count and a ratio (%s)" % err.strip())
+
+    rc, out, err = run(args.ballast, "load", model, "--backend", args.backend)
+    expect(rc == 0 and "read path" in out and "referenced bytes" in out, "the plain report (%s)" % err.strip())
+
+    def one_line(err, *words):
+        lines = [l for l in err.splitlines() if l.strip()]
+        return len(lines) == 1 and all(w in lines[0] for w in words)
+
+    rc, out, err = run(args.ballast, "load", os.path.join(args.work, "missing.onnx"), "--backend", args.backend)
+    expect(rc == 2 and one_line(err, "missing.onnx"), "a missing model: exit 2, one line (%d: %s)" % (rc, err))
+    for bad in (("--engine", "aio"), ("--residency", "somewhere"), ("--chunk-mib", "0")):
+        rc, out, err = run(args.ballast, "load", model, "--backend", args.backend, *bad)
+        expect(rc == 2, "%s: exit 2 (%d)" % (" ".join(bad), rc))
+    # The data file cut short after the model was written: an io error naming it.
+    with open(os.path.join(model_dir, "llm.weights"), "r+b") as f:
+        f.truncate(os.path.getsize(os.path.join(model_dir, "llm.weights")) - 4096)
+    rc, out, err = run(args.ballast, "load", model, "--backend", args.backend)
+    expect(rc == 2 and "llm.weights" in err, "a truncated data file: exit 2 naming it (%d: %s)" % (rc, err.strip()))
+
+    if FAILURES:
+        print("%d failure(s)" % len(FAILURES))
+        return 1
+    print("ballast load on %s: all checks passed" % args.backend)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
