@@ -118,9 +118,12 @@ class Reader {
     for (std::uint32_t f = 0; f < plan_.files().size(); ++f) {
       const ReadPlanFile& file = plan_.files()[f];
       files_[f].mapping = store::StoreAccess::mapping(store_, file.mapping);
-      if (!files_[f].mapping)
-        return make_error(ErrorCode::not_found, "read_plan: the store has no mapping " + std::to_string(file.mapping) +
-                                                    " (" + file.path.string() + "): a plan of another store?");
+      // A plan made from another store names mappings this one does not
+      // have, or has for other files.
+      if (!files_[f].mapping || files_[f].mapping->path() != file.path)
+        return make_error(ErrorCode::invalid_argument, "read_plan: mapping " + std::to_string(file.mapping) + " (" +
+                                                           file.path.string() +
+                                                           ") is not this store's: a plan of another store?");
       for (const ReadRange& r : file.ranges) {
         if (r.offset > files_[f].mapping->size() || r.length > files_[f].mapping->size() - r.offset) {
           Error e = make_error(ErrorCode::out_of_bounds, "read_plan: a range of " + file.path.string() +

@@ -376,3 +376,17 @@ TEST_CASE("options: zeros refused, an empty plan reads nothing, a big ring over 
   got.check(h.store, plan, ReadOptions{}.chunk_bytes);
   CHECK(stats->chunks == plan.range_count());
 }
+
+TEST_CASE("a plan of another store is refused before anything is read") {
+  GappyStore h;
+  HandStore other("read-other");
+  const MappingId m = other.file("x.bin", 100);
+  other.weight(m, 0, 100);
+  int calls = 0;
+  auto stats = read_plan(h.store, ReadPlan::of(other.store), ReadOptions{}, [&](const ReadChunk&) -> Status {
+    ++calls;
+    return Status();
+  });
+  CHECK(stats.code() == ErrorCode::invalid_argument);
+  CHECK(calls == 0);
+}
