@@ -87,6 +87,10 @@ class Reader {
       return stats_;
     }
     BALLAST_RETURN_IF_ERROR(allocate());
+    if (options_.staging_allocated) {
+      BALLAST_RETURN_IF_ERROR(options_.staging_allocated(staging_span()), "preparing the staging buffers");
+      staging_hooked_ = true;
+    }
     BALLAST_RETURN_IF_ERROR(make_issuer());
     Status status = pump();
     // Never free a buffer the kernel (or a worker) still writes into: every
@@ -97,6 +101,7 @@ class Reader {
     }
     issuer_.reset();
     files_.clear();  // closes the descriptors
+    if (staging_hooked_ && options_.staging_freeing) options_.staging_freeing(staging_span());
     staging_.reset();
     if (!status.ok()) return status.error();
     stats_.seconds = seconds_since(start);
@@ -205,6 +210,9 @@ class Reader {
     return Status();
   }
 
+  std::span<std::byte> staging_span() const {
+    return {staging_.get(), static_cast<std::size_t>(stats_.staging_bytes)};
+  }
   std::byte* buffer(std::uint32_t tag) const { return staging_.get() + static_cast<std::size_t>(tag) * slot_bytes_; }
 
   Status issue(std::uint64_t index) {
@@ -328,6 +336,7 @@ class Reader {
   std::uint32_t depth_ = 0;  // reads in flight at most
   std::uint64_t slot_bytes_ = 0;
   std::unique_ptr<std::byte, FreeDeleter> staging_;
+  bool staging_hooked_ = false;  // staging_allocated accepted it: staging_freeing is owed
   std::vector<Slot> slots_;
   std::unique_ptr<read::Issuer> issuer_;  // after staging_: destroyed (and drained) first
   std::uint64_t next_issue_ = 0;

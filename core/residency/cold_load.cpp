@@ -17,6 +17,8 @@
 #include "derive/identity.hpp"
 #include "derive/transposed_source.hpp"
 
+#include <ballast/log.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -387,9 +389,28 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - copy_start).count());
     return status;
   };
+  // The staging ring registered with the backend where it registers host
+  // memory: on CUDA and HIP that page-locks it, and their copies from it
+  // are DMA rather than a bounce through the driver's own buffer. Refused
+  // (a backend that cannot, or will not for this range): copies from
+  // plain memory, said once.
+  ReadOptions read_options = options.read;
+  DevicePtr staging_registration = 0;
+  if (m.gpu.capabilities().host_registration && m.gpu.capabilities().read_only_registration) {
+    read_options.staging_allocated = [&](std::span<std::byte> ring) -> Status {
+      auto r = m.gpu.register_host(ring.data(), ring.size(), HostAccess::read_only);
+      if (r.ok()) staging_registration = *r;
+      else log_message(LogLevel::info, "residency", "staging buffers not registered (" + r.error().message +
+                                                     "): device copies read plain host memory");
+      return Status();
+    };
+    read_options.staging_freeing = [&](std::span<std::byte>) {
+      if (staging_registration != 0) (void)m.gpu.unregister_host(std::exchange(staging_registration, 0));
+    };
+  }
   Status failed;
   if (!read_plan_.empty()) {
-    auto read = read_plan(store, read_plan_, options.read, consume);
+    auto read = read_plan(store, read_plan_, read_options, consume);
     if (read.ok()) {
       report.read = *read;
     } else {

@@ -120,6 +120,13 @@ struct ReadOptions {
                                              // otherwise (said once per file through the log sink)
   CachePolicy cache = CachePolicy::drop;
   PreadFunction pread;                       // empty: pread(2)
+  // The staging ring once allocated (its whole span), and again just
+  // before it is freed: Residency::load() registers it with the backend
+  // (page-locked host memory on CUDA and HIP, so device copies from it
+  // are DMA). An error from the first ends the read before anything is
+  // read; the second is then not called.
+  std::function<Status(std::span<std::byte>)> staging_allocated;
+  std::function<void(std::span<std::byte>)> staging_freeing;
 };
 
 // One filled staging buffer, handed to the consumer.
