@@ -56,7 +56,7 @@ TEST_CASE("ballast backends --json lists every backend with state, devices and c
   CHECK(doc.at("plugin_search_path")[0] == kFakes + "/working");
   // The cold read path's engines: io_uring as this kernel allows, and
   // GPUDirect Storage said, never silently absent.
-  CHECK(doc.at("cold_reads").at("io_uring") == io_uring_available());
+  CHECK(doc.at("cold_reads").at("io_uring") == ballast::io_uring_available());
   CHECK(doc.at("cold_reads").at("gpudirect_storage").get<std::string>().find("libcufile") != std::string::npos);
 }
 
