@@ -72,10 +72,14 @@ Consumers::Consumers(const Model& model) : model_(model) {
     if (!node.domain.empty()) continue;
     if (node.op_type == "MatMul" || node.op_type == "Gemm") {
       const bool trans_b = node.op_type == "Gemm" && node.int_attribute("transB").value_or(0) != 0;
-      if (auto b = id_of(1)) {
+      // MatMul broadcasts a B of rank > 2 as a stack of [K, N] matrices; a
+      // 1-D B has no output axis and keeps the format's convention.
+      auto b = id_of(1);
+      const int rank = b ? static_cast<int>(model.store().weights().at(*b).dims.size()) : 0;
+      if (b && rank >= 2) {
         Layout l;
-        l.out_axis = trans_b ? 0 : 1;
-        l.in_axis = trans_b ? 1 : 0;
+        l.out_axis = trans_b ? rank - 2 : rank - 1;
+        l.in_axis = trans_b ? rank - 1 : rank - 2;
         l.text = std::string(node.op_type) + (trans_b ? " B [N, K] (transB)" : " B [K, N]") + of;
         note(*b, l);
       }

@@ -71,6 +71,7 @@ inline std::vector<GgufTensor> gguf_llama() {
       {"blk.0.attn_output.weight", {8, 4}, kF16, 4 * 8 * 2},
       {"blk.0.ffn_down.weight", {64, 2}, kGgufQ4_0, 2 * 2 * 18},  // [out 2, in 64]: 2 blocks per row
       {"blk.0.attn_norm.weight", {8}, kF32, 32},
+      {"blk.0.ffn_gate_exps.weight", {32, 4, 2}, kF32, 2 * 4 * 32 * 4},  // 2 experts of [out 4, in 32]
       {"output.weight", {8, 4}, kF16, 4 * 8 * 2},
   };
 }

@@ -122,6 +122,11 @@ TEST_CASE("GGUF: column and vocab on the outer axis, row on whole blocks of the 
     CHECK(down.strided == std::vector<StridedView>{{base_of(*m, "blk.0.ffn_down.weight") + r * 18, 18, 36, 2}});
     CHECK(down.dims == Dims{2, 32});
     CHECK(shard_of(plan, "blk.0.attn_norm.weight").split == ShardSplit::replicated);
+    // Experts [2, out 4, in 32] f32, column: 2 of 4 rows in each expert.
+    const WeightShard& exps = shard_of(plan, "blk.0.ffn_gate_exps.weight");
+    CHECK(exps.axis == 1);
+    CHECK(exps.strided == std::vector<StridedView>{{base_of(*m, "blk.0.ffn_gate_exps.weight") + r * 256, 256, 512, 2}});
+    CHECK(exps.dims == Dims{2, 2, 32});
     CHECK(shard_of(plan, "output.weight").ranges ==
           std::vector<ByteRange>{{base_of(*m, "output.weight") + r * 32, 32}});
   }
@@ -198,6 +203,31 @@ TEST_CASE("ONNX: layouts from the consuming node; MatMulNBits scales and zero po
     CHECK(norm.split == ShardSplit::replicated);
     CHECK_FALSE(norm.mapping.has_value());
     CHECK(norm.ranges == std::vector<ByteRange>{{0, 32}});
+  }
+}
+
+TEST_CASE("ONNX Gemm: transB stores [N, K], so column is the outer axis; C is [N]") {
+  using namespace onnx_proto;
+  ScratchDir dir("shard-gemm");
+  OnnxWriter w;
+  w.add("fc.up_proj.weight", kFloat, {4, 8}, 128);  // [N=4, K=8]
+  w.add("fc.up_proj.bias", kFloat, {4}, 16);
+  w.add("fc.down_proj.weight", kFloat, {4, 8}, 128);  // [K=4, N=8] without transB
+  w.nodes.push_back(named_node("up", "Gemm", {"x", "fc.up_proj.weight", "fc.up_proj.bias"}, {"h"}, {attribute_int("transB", 1)}));
+  w.nodes.push_back(named_node("down", "Gemm", {"h", "fc.down_proj.weight"}, {"y"}));
+  auto m = w.write(dir);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  const ShardPlans p = all(*m, 2);
+  check_exact_cover(*m, p);
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    const WeightShard& up = shard_of(p.ranks[r], "fc.up_proj.weight");
+    CHECK(up.layout.find("transB") != std::string::npos);
+    CHECK(up.ranges == std::vector<ByteRange>{{base_of(*m, "fc.up_proj.weight") + r * 64, 64}});
+    CHECK(shard_of(p.ranks[r], "fc.up_proj.bias").ranges ==
+          std::vector<ByteRange>{{base_of(*m, "fc.up_proj.bias") + r * 8, 8}});
+    // Row of a [K, N] Gemm B: the outer axis K.
+    CHECK(shard_of(p.ranks[r], "fc.down_proj.weight").ranges ==
+          std::vector<ByteRange>{{base_of(*m, "fc.down_proj.weight") + r * 64, 64}});
   }
 }
 
