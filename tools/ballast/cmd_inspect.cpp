@@ -1,18 +1,23 @@
-// `ballast inspect MODEL [--json] [--hash] [--map FILE.svg]`: every weight of
-// a model, where its bytes live, how much of each external file is dead, and
-// the auto device budget (referenced source bytes + planned derivations).
+// `ballast inspect MODEL [--json] [--hash] [--map FILE.svg] [--world N
+// [--shard-rules FILE]]`: every weight of a model, where its bytes live, how
+// much of each external file is dead, the auto device budget (referenced
+// source bytes + planned derivations), and with --world the tensor-parallel
+// shard plan of every rank (docs/distributed.md).
 #include "command.hpp"
 #include "command_context.hpp"
 #include "support/format.hpp"
 #include "support/hash.hpp"
 #include "support/model.hpp"
 #include "support/progress.hpp"
+#include "support/shard_report.hpp"
+#include "support/shard_rules_file.hpp"
 #include "support/terminal.hpp"
 #include "support/svg.hpp"
 
 #include <ballast/printable.hpp>
 #include <ballast/onnx_loader.hpp>
 #include <ballast/residency.hpp>
+#include <ballast/shard.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -30,6 +35,15 @@ struct InspectOptions {
   std::string map;
   LoadOptions load;
   double max_amplification = kDefaultMaxAmplification;
+  std::uint32_t world = 0;  // --world N: print the shard plan of N ranks (0 is refused by the plan)
+  bool world_given = false;
+  std::string shard_rules;             // --shard-rules FILE (support/shard_rules_file.hpp)
+};
+
+// The shard plan --world asks for, and where its rules came from.
+struct Shards {
+  std::optional<ShardPlans> plans;
+  std::string rules = "built-in";
 };
 
 struct Totals {
@@ -111,7 +125,7 @@ nlohmann::ordered_json ranges_json(const std::vector<ByteRange>& ranges) {
 
 int print_json(const Model& model, const std::vector<NamedWeight>& weights,
                const std::vector<std::optional<std::string>>& hashes, const std::vector<FileAccounting>& files,
-               const Totals& t, const Result<AutoBudget>& budget) {
+               const Totals& t, const Result<AutoBudget>& budget, const Shards& shards) {
   using json = nlohmann::ordered_json;
   json doc;
   doc["model"] = model.path().string();
@@ -188,6 +202,7 @@ int print_json(const Model& model, const std::vector<NamedWeight>& weights,
     doc["auto_budget"] = nullptr;
     doc["auto_budget_error"] = budget.error().to_string();
   }
+  if (shards.plans) doc["shards"] = shard_plans_json(*shards.plans, shards.rules);
   // Invalid UTF-8 in names (the proto does not enforce it) is replaced, not fatal.
   std::cout << json_text(doc) << '\n';
   return kExitOk;
@@ -199,7 +214,7 @@ std::string display_location(const WeightRef& w) {
 
 int print_table(const Model& model, const std::vector<NamedWeight>& weights,
                 const std::vector<std::optional<std::string>>& hashes, const std::vector<FileAccounting>& files,
-                const Totals& t, const Result<AutoBudget>& budget) {
+                const Totals& t, const Result<AutoBudget>& budget, const Shards& shards) {
   std::ostream& out = std::cout;
   out << "model: " << printable(model.path().string()) << " (" << human_bytes(model.file_size()) << ", "
       << model_format_name(model.format());
@@ -305,6 +320,7 @@ int print_table(const Model& model, const std::vector<NamedWeight>& weights,
       out << "  " << (n.tensor.empty() ? std::string("(model)") : printable(n.tensor)) << ": " << printable(n.message) << '\n';
     }
   }
+  if (shards.plans) print_shard_plans(out, *shards.plans, shards.rules);
   return kExitOk;
 }
 
@@ -319,13 +335,27 @@ int run_inspect(const InspectOptions& opt) {
   std::vector<Error> hash_failures;
   if (opt.hash) hashes = hash_weights(model.store(), weights, hash_failures);
   const Result<AutoBudget> budget = auto_budget(model, opt.max_amplification);
+  Shards shards;
+  if (opt.world_given) {
+    ShardSpec spec;
+    spec.world = opt.world;
+    if (!opt.shard_rules.empty()) {
+      auto rules = read_shard_rules_file(opt.shard_rules);
+      if (!rules) return ctx.fail(rules.error());
+      spec.rules = std::move(*rules);
+      shards.rules = opt.shard_rules;
+    }
+    auto plans = plan_shards_all(model, spec);
+    if (!plans) return ctx.fail(plans.error());
+    shards.plans = std::move(*plans);
+  }
 
   if (!opt.map.empty()) {
     Status written = write_dead_weight_map(opt.map, model.path().filename().string(), files);
     if (!written.ok()) return ctx.fail(written.error());
   }
-  const int printed = opt.json ? print_json(model, weights, hashes, files, totals, budget)
-                               : print_table(model, weights, hashes, files, totals, budget);
+  const int printed = opt.json ? print_json(model, weights, hashes, files, totals, budget, shards)
+                               : print_table(model, weights, hashes, files, totals, budget, shards);
   // A file that changed while it was read (hashed, or the .onnx while its
   // nodes were read): what was printed for it is not the file's.
   for (const Error& e : hash_failures) ctx.report(e);
@@ -352,7 +382,16 @@ const RegisterCommand kInspect{{
           ->type_name("R")
           ->check(CLI::NonNegativeNumber)
           ->capture_default_str();
-      return [opt] { return run_inspect(*opt); };
+      auto* world = sub.add_option("--world", opt->world,
+                                   "print the tensor-parallel shard plan of N ranks (docs/distributed.md)")
+                        ->type_name("N");
+      sub.add_option("--shard-rules", opt->shard_rules, "shard rules as JSON, before the built-in ones")
+          ->type_name("FILE")
+          ->needs(world);
+      return [opt, world] {
+        opt->world_given = world->count() > 0;
+        return run_inspect(*opt);
+      };
     },
 }};
 

@@ -1,0 +1,297 @@
+// Shard plans per format (issue 29): which stored axis each split cuts,
+// the exact byte ranges and strided views, exact cover across ranks.
+#include "unit/shard/models.hpp"
+
+using namespace ballast;
+using namespace ballast::testing;
+
+namespace {
+
+ShardPlans all(const Model& m, std::uint32_t world, std::vector<ShardRule> rules = {}) {
+  auto plans = plan_shards_all(m, ShardSpec{world, 0, std::move(rules)});
+  REQUIRE_MESSAGE(plans.ok(), plans.error().to_string());
+  return std::move(*plans);
+}
+
+std::uint64_t base_of(const Model& m, std::string_view name) {
+  const WeightRef* w = m.weight(name);
+  REQUIRE(w != nullptr);
+  return m.store().external_mmap_provenance(*w)->offset;
+}
+
+// The rules for the fused QKV of the safetensors model, before the defaults.
+std::vector<ShardRule> with_qkv_parts() {
+  std::vector<ShardRule> rules = {{"qkv", "*.qkv_proj.weight", ShardSplit::column, {8, 4, 4}, 0}};
+  for (ShardRule& r : default_shard_rules()) rules.push_back(std::move(r));
+  return rules;
+}
+
+}  // namespace
+
+TEST_CASE("safetensors [out, in]: column and vocab are byte ranges of whole rows, row is a strided view") {
+  ScratchDir dir("shard-st");
+  auto m = open_model(dir.write("m.safetensors", st_file(hf_tensors())));
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  const ShardPlans p = all(*m, 2, with_qkv_parts());
+  check_exact_cover(*m, p);
+  const std::string l = "model.layers.0.";
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    const ShardPlan& plan = p.ranks[r];
+    // q_proj [8 out, 8 in] f16: rows of 16 bytes; rank r takes 4 rows.
+    const WeightShard& q = shard_of(plan, l + "self_attn.q_proj.weight");
+    const std::uint64_t qb = base_of(*m, l + "self_attn.q_proj.weight");
+    CHECK(q.split == ShardSplit::column);
+    CHECK(q.rule == "hf-column");
+    CHECK(q.axis == 0);
+    CHECK(q.contiguous());
+    CHECK(q.ranges == std::vector<ByteRange>{{qb + r * 64, 64}});
+    CHECK(q.dims == Dims{4, 8});
+    // Its bias: the same output features.
+    const WeightShard& qbias = shard_of(plan, l + "self_attn.q_proj.bias");
+    CHECK(qbias.split == ShardSplit::column);
+    CHECK(qbias.ranges == std::vector<ByteRange>{{base_of(*m, l + "self_attn.q_proj.bias") + r * 16, 16}});
+    // o_proj [8 out, 8 in] row: the inner axis, 8 bytes of every 16-byte row.
+    const WeightShard& o = shard_of(plan, l + "self_attn.o_proj.weight");
+    CHECK(o.split == ShardSplit::row);
+    CHECK(o.axis == 1);
+    REQUIRE(o.strided.size() == 1);
+    CHECK(o.strided[0] == StridedView{base_of(*m, l + "self_attn.o_proj.weight") + r * 8, 8, 16, 8});
+    CHECK(o.dims == Dims{8, 4});
+    CHECK(o.device_bytes == 64);
+    // A row layer's bias and the norms: whole on every rank.
+    for (std::string name : {l + "self_attn.o_proj.bias", l + "input_layernorm.weight", std::string("model.norm.weight")}) {
+      const WeightShard& s = shard_of(plan, name);
+      CHECK_MESSAGE(s.split == ShardSplit::replicated, name);
+      CHECK(s.ranges == std::vector<ByteRange>{{base_of(*m, name), 32}});
+    }
+    // down_proj [8, 12] row: 6 of 12 inputs, 12 bytes of each 24.
+    const WeightShard& down = shard_of(plan, l + "mlp.down_proj.weight");
+    CHECK(down.strided == std::vector<StridedView>{{base_of(*m, l + "mlp.down_proj.weight") + r * 12, 12, 24, 8}});
+    // Embedding [16 vocab, 8] f32 and lm_head [16 vocab, 8] f16: vocab rows.
+    CHECK(shard_of(plan, "model.embed_tokens.weight").ranges ==
+          std::vector<ByteRange>{{base_of(*m, "model.embed_tokens.weight") + r * 256, 256}});
+    const WeightShard& head = shard_of(plan, "lm_head.weight");
+    CHECK(head.split == ShardSplit::vocab);
+    CHECK(head.ranges == std::vector<ByteRange>{{base_of(*m, "lm_head.weight") + r * 128, 128}});
+    // Fused: gate_up (two equal parts of 12 rows) and qkv (8, 4, 4 rows):
+    // one range per part, each part split on its own.
+    const WeightShard& gu = shard_of(plan, l + "mlp.gate_up_proj.weight");
+    const std::uint64_t gb = base_of(*m, l + "mlp.gate_up_proj.weight");
+    CHECK(gu.parts == 2);
+    CHECK(gu.ranges == std::vector<ByteRange>{{gb + r * 96, 96}, {gb + 192 + r * 96, 96}});
+    CHECK(gu.dims == Dims{12, 8});
+    const WeightShard& qkv = shard_of(plan, l + "self_attn.qkv_proj.weight");
+    const std::uint64_t kb = base_of(*m, l + "self_attn.qkv_proj.weight");
+    CHECK(qkv.rule == "qkv");
+    CHECK(qkv.ranges == std::vector<ByteRange>{{kb + r * 64, 64}, {kb + 128 + r * 32, 32}, {kb + 192 + r * 32, 32}});
+    CHECK(qkv.device_bytes == 128);
+  }
+  // Totals: replicated weights (3 x 32 bytes) on both ranks, the rest halved.
+  std::uint64_t all_bytes = 0;
+  for (const StTensor& t : hf_tensors()) all_bytes += t.bytes.size();
+  CHECK(p.union_bytes == all_bytes);
+  for (const ShardPlan& plan : p.ranks) {
+    CHECK(plan.totals.read_bytes == (all_bytes - 96) / 2 + 96);
+    CHECK(plan.totals.device_bytes == plan.totals.read_bytes);
+    CHECK(plan.totals.gathered_bytes == 64 + 96);  // o_proj and down_proj
+  }
+  CHECK(p.read_bytes_sum == all_bytes + 96);
+}
+
+TEST_CASE("GGUF: column and vocab on the outer axis, row on whole blocks of the type") {
+  ScratchDir dir("shard-gguf");
+  auto m = open_model(dir.write("m.gguf", gguf_of(gguf_llama())));
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  const ShardPlans p = all(*m, 2);
+  check_exact_cover(*m, p);
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    const ShardPlan& plan = p.ranks[r];
+    // token_embd: ne [32, 4] q8_0 = 4 vocab rows of one 34-byte block.
+    const WeightShard& embd = shard_of(plan, "token_embd.weight");
+    CHECK(embd.split == ShardSplit::vocab);
+    CHECK(embd.ranges == std::vector<ByteRange>{{base_of(*m, "token_embd.weight") + r * 68, 68}});
+    CHECK(embd.dims == Dims{2, 32});
+    // attn_q: [out 4, in 8] f32, column: rows.
+    CHECK(shard_of(plan, "blk.0.attn_q.weight").ranges ==
+          std::vector<ByteRange>{{base_of(*m, "blk.0.attn_q.weight") + r * 64, 64}});
+    // attn_output: [4, 8] f16 row: 4 of 8 inputs.
+    CHECK(shard_of(plan, "blk.0.attn_output.weight").strided ==
+          std::vector<StridedView>{{base_of(*m, "blk.0.attn_output.weight") + r * 8, 8, 16, 4}});
+    // ffn_down: [out 2, in 64] q4_0 (blocks of 32 in 18 bytes): one block each.
+    const WeightShard& down = shard_of(plan, "blk.0.ffn_down.weight");
+    CHECK(down.strided == std::vector<StridedView>{{base_of(*m, "blk.0.ffn_down.weight") + r * 18, 18, 36, 2}});
+    CHECK(down.dims == Dims{2, 32});
+    CHECK(shard_of(plan, "blk.0.attn_norm.weight").split == ShardSplit::replicated);
+    // Experts [2, out 4, in 32] f32, column: 2 of 4 rows in each expert.
+    const WeightShard& exps = shard_of(plan, "blk.0.ffn_gate_exps.weight");
+    CHECK(exps.axis == 1);
+    CHECK(exps.strided == std::vector<StridedView>{{base_of(*m, "blk.0.ffn_gate_exps.weight") + r * 256, 256, 512, 2}});
+    CHECK(exps.dims == Dims{2, 2, 32});
+    CHECK(shard_of(plan, "output.weight").ranges ==
+          std::vector<ByteRange>{{base_of(*m, "output.weight") + r * 32, 32}});
+  }
+}
+
+TEST_CASE("GGUF: a row split that breaks a block is refused, naming the sizes") {
+  ScratchDir dir("shard-gguf-block");
+  auto tensors = gguf_llama();
+  tensors[3] = {"blk.0.ffn_down.weight", {32, 2}, kGgufQ4_0, 2 * 18};  // one block per row
+  auto m = open_model(dir.write("m.gguf", gguf_of(tensors)));
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  auto plan = plan_shards(*m, ShardSpec{2, 0, {}});
+  REQUIRE_FALSE(plan.ok());
+  CHECK(plan.error().code == ErrorCode::unsupported);
+  CHECK(plan.error().tensor == "blk.0.ffn_down.weight");
+  const std::string text = plan.error().to_string();
+  CHECK_MESSAGE(text.find("16 of 32 elements") != std::string::npos, text);
+  CHECK_MESSAGE(text.find("not whole blocks of 32 q4_0 elements") != std::string::npos, text);
+  // World 1 needs no cut: the same model plans.
+  CHECK(plan_shards(*m, ShardSpec{1, 0, {}}).ok());
+}
+
+TEST_CASE("ONNX: layouts from the consuming node; MatMulNBits scales and zero points follow B") {
+  ScratchDir dir("shard-onnx");
+  auto m = llm_onnx().write(dir);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  const ShardPlans p = all(*m, 2);
+  check_exact_cover(*m, p);
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    const ShardPlan& plan = p.ranks[r];
+    // MatMul B [K=8, N=8] f16: column is the inner axis N (strided) ...
+    const WeightShard& q = shard_of(plan, "layers.0.attn.q_proj.weight");
+    CHECK(q.split == ShardSplit::column);
+    CHECK(q.axis == 1);
+    CHECK(q.layout.find("MatMul B [K, N]") != std::string::npos);
+    CHECK(q.strided == std::vector<StridedView>{{base_of(*m, "layers.0.attn.q_proj.weight") + r * 8, 8, 16, 8}});
+    CHECK(q.dims == Dims{8, 4});
+    // ... and row the outer axis K (a byte range).
+    const WeightShard& o = shard_of(plan, "layers.0.attn.o_proj.weight");
+    CHECK(o.split == ShardSplit::row);
+    CHECK(o.axis == 0);
+    CHECK(o.ranges == std::vector<ByteRange>{{base_of(*m, "layers.0.attn.o_proj.weight") + r * 64, 64}});
+    // Gather data [vocab 16, 8]: vocab rows; lm_head MatMul B [8, vocab 16]: the inner axis.
+    CHECK(shard_of(plan, "embed_tokens.weight").ranges ==
+          std::vector<ByteRange>{{base_of(*m, "embed_tokens.weight") + r * 256, 256}});
+    const WeightShard& head = shard_of(plan, "lm_head.weight");
+    CHECK(head.split == ShardSplit::vocab);
+    CHECK(head.strided == std::vector<StridedView>{{base_of(*m, "lm_head.weight") + r * 32, 32, 64, 8}});
+    // MatMulNBits gate (K=64 N=4 block 16: B [4, 4, 8], f16 scales [16],
+    // packed zero points [4 x 2]): column on N, all three by whole rows.
+    const std::string g = "layers.0.mlp.gate_proj.";
+    const WeightShard& gb = shard_of(plan, g + "qweight");
+    CHECK(gb.split == ShardSplit::column);
+    CHECK(gb.ranges == std::vector<ByteRange>{{base_of(*m, g + "qweight") + r * 64, 64}});
+    CHECK(gb.dims == Dims{2, 4, 8});
+    const WeightShard& gs = shard_of(plan, g + "scales");
+    CHECK(gs.split == ShardSplit::column);
+    CHECK(gs.rule == "hf-column");  // B's rule
+    CHECK(gs.ranges == std::vector<ByteRange>{{base_of(*m, g + "scales") + r * 16, 16}});
+    CHECK(gs.dims == Dims{8});
+    CHECK(shard_of(plan, g + "zero_points").ranges ==
+          std::vector<ByteRange>{{base_of(*m, g + "zero_points") + r * 4, 4}});
+    // down (K=64 N=4, f32 scales [4 x 4], no zero points): row on k-blocks,
+    // 2 of 4 blocks per row of B (16 of 32 bytes) and of scales (8 of 16).
+    const std::string d = "layers.0.mlp.down_proj.";
+    const WeightShard& db = shard_of(plan, d + "qweight");
+    CHECK(db.split == ShardSplit::row);
+    CHECK(db.strided == std::vector<StridedView>{{base_of(*m, d + "qweight") + r * 16, 16, 32, 4}});
+    CHECK(db.dims == Dims{4, 2, 8});
+    CHECK(shard_of(plan, d + "scales").strided ==
+          std::vector<StridedView>{{base_of(*m, d + "scales") + r * 8, 8, 16, 4}});
+    // The inline norm: whole, offsets within its own bytes.
+    const WeightShard& norm = shard_of(plan, "layers.0.norm.weight");
+    CHECK(norm.split == ShardSplit::replicated);
+    CHECK_FALSE(norm.mapping.has_value());
+    CHECK(norm.ranges == std::vector<ByteRange>{{0, 32}});
+  }
+}
+
+TEST_CASE("ONNX Gemm: transB stores [N, K], so column is the outer axis; C is [N]") {
+  using namespace onnx_proto;
+  ScratchDir dir("shard-gemm");
+  OnnxWriter w;
+  w.add("fc.up_proj.weight", kFloat, {4, 8}, 128);  // [N=4, K=8]
+  w.add("fc.up_proj.bias", kFloat, {4}, 16);
+  w.add("fc.down_proj.weight", kFloat, {4, 8}, 128);  // [K=4, N=8] without transB
+  w.nodes.push_back(named_node("up", "Gemm", {"x", "fc.up_proj.weight", "fc.up_proj.bias"}, {"h"}, {attribute_int("transB", 1)}));
+  w.nodes.push_back(named_node("down", "Gemm", {"h", "fc.down_proj.weight"}, {"y"}));
+  auto m = w.write(dir);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  const ShardPlans p = all(*m, 2);
+  check_exact_cover(*m, p);
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    const WeightShard& up = shard_of(p.ranks[r], "fc.up_proj.weight");
+    CHECK(up.layout.find("transB") != std::string::npos);
+    CHECK(up.ranges == std::vector<ByteRange>{{base_of(*m, "fc.up_proj.weight") + r * 64, 64}});
+    CHECK(shard_of(p.ranks[r], "fc.up_proj.bias").ranges ==
+          std::vector<ByteRange>{{base_of(*m, "fc.up_proj.bias") + r * 8, 8}});
+    // Row of a [K, N] Gemm B: the outer axis K.
+    CHECK(shard_of(p.ranks[r], "fc.down_proj.weight").ranges ==
+          std::vector<ByteRange>{{base_of(*m, "fc.down_proj.weight") + r * 64, 64}});
+  }
+}
+
+TEST_CASE("ONNX MatMulNBits row split: packed zero points on whole bytes, k on whole blocks") {
+  ScratchDir dir("shard-nbits");
+  OnnxWriter w;
+  add_nbits(w, "layers.0.mlp.down_proj", true, kFloat16);  // K=64 block 16: 4 k-blocks, 2 zero-point bytes a row
+  auto m = w.write(dir);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  const ShardPlans two = all(*m, 2);
+  check_exact_cover(*m, two);
+  const std::string zp = "layers.0.mlp.down_proj.zero_points";
+  for (std::uint32_t r = 0; r < 2; ++r)
+    CHECK(shard_of(two.ranks[r], zp).strided == std::vector<StridedView>{{base_of(*m, zp) + r, 1, 2, 4}});
+  // World 4: one k-block each, half a zero-point byte: refused.
+  auto four = plan_shards(*m, ShardSpec{4, 1, {}});
+  REQUIRE_FALSE(four.ok());
+  CHECK(four.error().code == ErrorCode::unsupported);
+  CHECK(four.error().tensor == zp);
+  CHECK_MESSAGE(four.error().to_string().find("two k-blocks per byte") != std::string::npos, four.error().to_string());
+  // Block 32 over world 4: 16 of 64 features per rank, not whole blocks.
+  ScratchDir dir2("shard-nbits-block");
+  OnnxWriter w2;
+  add_nbits(w2, "layers.0.mlp.down_proj", false, kFloat16, 64, 4, 32);
+  auto m2 = w2.write(dir2);
+  REQUIRE(m2.ok());
+  auto bad = plan_shards(*m2, ShardSpec{4, 0, {}});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().tensor == "layers.0.mlp.down_proj.qweight");
+  CHECK_MESSAGE(bad.error().to_string().find("16 of 64 input features") != std::string::npos, bad.error().to_string());
+  CHECK_MESSAGE(bad.error().to_string().find("not whole blocks") != std::string::npos, bad.error().to_string());
+}
+
+TEST_CASE("weights sharing bytes are read once") {
+  ScratchDir dir("shard-alias");
+  OnnxWriter w;
+  w.add("a.q_proj.weight", kFloat, {4, 8}, 128);
+  w.alias("b.q_proj.weight", kFloat, {4, 8}, 0, 128);  // the same bytes
+  w.nodes.push_back(onnx_proto::named_node("a", "MatMul", {"x", "a.q_proj.weight"}, {"ya"}));
+  w.nodes.push_back(onnx_proto::named_node("b", "MatMul", {"x", "b.q_proj.weight"}, {"yb"}));
+  auto m = w.write(dir);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  const ShardPlans p = all(*m, 2);
+  CHECK(p.union_bytes == 128);
+  for (const ShardPlan& plan : p.ranks) {
+    CHECK(plan.totals.read_bytes == 64);     // the same strided half of both
+    CHECK(plan.totals.device_bytes == 128);  // each weight's shard on the device
+  }
+}
+
+TEST_CASE("world 1: every weight whole, one range") {
+  ScratchDir dir("shard-one");
+  auto m = llm_onnx().write(dir);
+  REQUIRE(m.ok());
+  auto plan = plan_shards(*m, ShardSpec{1, 0, {}});
+  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+  for (const WeightShard& s : plan->weights) {
+    const WeightRef& w = m->store().weights().at(s.id);
+    CHECK_MESSAGE(s.contiguous(), s.weight);
+    REQUIRE(s.ranges.size() == 1);
+    CHECK(s.ranges[0].length == w.byte_length());
+    CHECK(s.device_bytes == w.byte_length());
+    CHECK(s.dims == w.dims);
+  }
+  CHECK(plan->totals.not_needed_bytes == 0);
+  CHECK(plan->totals.read_bytes == plan->model_bytes);
+}

@@ -1,0 +1,75 @@
+#include "support/shard_rules_file.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+namespace ballast::cli {
+
+Result<std::vector<ShardRule>> read_shard_rules_file(const std::filesystem::path& file) {
+  auto bad = [&](std::string why) {
+    Error e = make_error(ErrorCode::invalid_argument, std::move(why));
+    e.file = file.string();
+    return e;
+  };
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    Error e = make_error(ErrorCode::not_found, "cannot open the shard rules file");
+    e.file = file.string();
+    return e;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  const nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return bad("not valid JSON");
+  if (!doc.is_object()) return bad("not a JSON object with \"rules\"");
+  bool defaults = true;
+  for (const auto& [key, value] : doc.items()) {
+    if (key == "defaults" && value.is_boolean()) defaults = value.get<bool>();
+    else if (key != "rules") return bad("unknown key '" + key + "' or a value of the wrong type (expected rules, defaults)");
+  }
+  if (!doc.contains("rules") || !doc["rules"].is_array()) return bad("\"rules\" is not an array");
+  std::vector<ShardRule> rules;
+  std::size_t index = 0;
+  for (const auto& r : doc["rules"]) {
+    const std::string where = "rule " + std::to_string(index++);
+    if (!r.is_object()) return bad(where + " is not an object");
+    ShardRule rule;
+    bool has_split = false;
+    for (const auto& [key, value] : r.items()) {
+      if (key == "name" && value.is_string()) {
+        rule.name = value.get<std::string>();
+      } else if (key == "pattern" && value.is_string()) {
+        rule.pattern = value.get<std::string>();
+      } else if (key == "split" && value.is_string()) {
+        auto split = shard_split_from_name(value.get<std::string>());
+        if (!split) return bad(where + ": \"split\" '" + value.get<std::string>() + "' is not replicated, column, row or vocab");
+        rule.split = *split;
+        has_split = true;
+      } else if (key == "parts" && value.is_array()) {
+        for (const auto& p : value) {
+          if (!p.is_number_unsigned() || p.get<std::uint64_t>() == 0)
+            return bad(where + ": \"parts\" holds " + p.dump() + ", not a positive size");
+          rule.parts.push_back(p.get<std::uint64_t>());
+        }
+      } else if (key == "equal_parts" && value.is_number_unsigned() &&
+                 value.get<std::uint64_t>() <= std::numeric_limits<std::uint32_t>::max()) {
+        rule.equal_parts = static_cast<std::uint32_t>(value.get<std::uint64_t>());
+      } else {
+        return bad(where + ": unknown key '" + key + "' or a value of the wrong type");
+      }
+    }
+    if (rule.pattern.empty()) return bad(where + " has no \"pattern\"");
+    if (!has_split) return bad(where + " has no \"split\"");
+    if (rule.name.empty()) rule.name = "file rule " + std::to_string(index - 1);
+    rules.push_back(std::move(rule));
+  }
+  if (defaults)
+    for (ShardRule& r : default_shard_rules()) rules.push_back(std::move(r));
+  if (rules.empty()) return bad("no rules, and \"defaults\" is false");
+  return rules;
+}
+
+}  // namespace ballast::cli
