@@ -111,13 +111,14 @@ using PreadFunction = std::function<std::int64_t(int fd, std::span<std::byte> ds
 
 struct ReadOptions {
   ReadEngine engine = ReadEngine::automatic;
-  std::uint32_t queue_depth = 8;             // reads in flight (io_uring SQEs, or threads)
-  std::uint64_t chunk_bytes = 8ull << 20;    // largest single read; a staging buffer's size
-  std::uint32_t staging_buffers = 4;         // the ring: staging memory is at most this x chunk_bytes,
+  std::uint32_t queue_depth = 16;            // reads in flight (io_uring SQEs, or threads)
+  std::uint64_t chunk_bytes = 2ull << 20;    // largest single read; a staging buffer's size
+  std::uint32_t staging_buffers = 16;        // the ring: staging memory is at most this x chunk_bytes,
                                              // plus 8 KiB a buffer with direct_io (O_DIRECT's alignment
                                              // margins); queue_depth is lowered to it
-  bool direct_io = true;                     // O_DIRECT where the file system takes it; buffered
-                                             // otherwise (said once per file through the log sink)
+  bool direct_io = false;                    // O_DIRECT where the file system takes it, buffered
+                                             // otherwise (said once per file through the log sink).
+                                             // Off by default: measured slower here (docs/loading.md)
   CachePolicy cache = CachePolicy::drop;
   PreadFunction pread;                       // empty: pread(2)
   // The staging ring once allocated (its whole span), and again just

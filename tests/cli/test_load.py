@@ -72,7 +72,8 @@ def main():
 
     builds = {}
     for strategy in ("upload", "paged", "zero-copy"):
-        for extra in ((), ("--cold",), ("--engine", "threads"), ("--engine", "threads", "--buffered"),
+        for extra in ((), ("--cold",), ("--engine", "threads"), ("--engine", "threads", "--direct-io"),
+                      ("--cold", "--direct-io"), ("--buffered",),
                       ("--chunk-mib", "1", "--staging", "2", "--queue-depth", "2")):
             label = "%s %s" % (strategy, " ".join(extra))
             rc, doc, err = load("--residency", strategy, *extra)
@@ -98,8 +99,10 @@ def main():
                        % (label, read["peak_staging_in_use"], ring))
                 if "--engine" in extra:
                     expect(read["engine"] == "threads", "%s: the engine asked for ran" % label)
-                if "--buffered" in extra:
-                    expect(read["direct_files"] == 0, "%s: buffered means no O_DIRECT" % label)
+                if "--direct-io" in extra:
+                    expect(read["direct_files"] == 1, "%s: O_DIRECT on this file system (%d)" % (label, read["direct_files"]))
+                else:
+                    expect(read["direct_files"] == 0, "%s: buffered by default and with --buffered" % label)
             expect(doc["load"]["left_for_demand"] == 0, "%s: nothing left for demand" % label)
             builds.setdefault(strategy, doc["stats"]["derived_builds"])
             expect(doc["stats"]["derived_builds"] == builds[strategy], "%s: the same builds every time" % label)
@@ -110,6 +113,46 @@ def main():
             expect(doc["stats"]["derived_builds"] == builds[strategy],
                    "%s --mmap builds what the read path builds (%d, %d)" % (strategy, doc["stats"]["derived_builds"],
                                                                              builds[strategy]))
+
+    # Every format through the same store: safetensors (one file, and the
+    # sharded checkpoint the generator writes) and GGUF (a llama-shaped
+    # file with gaps the tensors leave, and a split set).
+    st_dir = os.path.join(args.work, "st")
+    subprocess.run(["/usr/bin/python3", os.path.join(args.gen, "make_llm_model.py"), st_dir, "--layers", "2",
+                    "--hidden", "256", "--ffn", "512", "--vocab", "1024", "--safetensors"], check=True,
+                   capture_output=True)
+    gguf_dir = os.path.join(args.work, "gguf")
+    subprocess.run(["/usr/bin/python3", os.path.join(args.gen, "make_gguf_models.py"), gguf_dir], check=True,
+                   capture_output=True)
+    sharded_dir = os.path.join(args.work, "sharded")
+    subprocess.run(["/usr/bin/python3", os.path.join(args.gen, "make_safetensors_models.py"), sharded_dir],
+                   check=True, capture_output=True)
+    for other in (os.path.join(st_dir, "llm.safetensors"), os.path.join(gguf_dir, "llama.gguf"),
+                  os.path.join(gguf_dir, "gap.gguf"), os.path.join(gguf_dir, "split", "model-00001-of-00003.gguf"),
+                  os.path.join(sharded_dir, "sharded", "model.safetensors.index.json")):
+        name = os.path.relpath(other, args.work)
+        for strategy in ("upload", "paged"):
+            rc, out, err = run(args.ballast, "load", other, "--backend", args.backend, "--residency", strategy,
+                               "--json", "--chunk-mib", "1")
+            doc = json.loads(out) if rc == 0 else {}
+            read = doc.get("load", {}).get("read", {}).get("bytes")
+            expect(rc == 0 and read == doc.get("referenced_bytes") and read > 0,
+                   "%s %s: read exactly the referenced bytes (%r of %r; %s)"
+                   % (name, strategy, read, doc.get("referenced_bytes"), err.strip()[:200]))
+            rc2, out2, err2 = run(args.ballast, "load", other, "--backend", args.backend, "--residency", strategy,
+                                  "--json", "--mmap")
+            doc2 = json.loads(out2) if rc2 == 0 else {}
+            expect(rc2 == 0 and doc2.get("stats", {}).get("derived_builds") == doc.get("stats", {}).get("derived_builds"),
+                   "%s %s: --mmap builds what the read path builds" % (name, strategy))
+
+    # The read plan, printed: the referenced bytes, in ranges that skip the prefix.
+    rc, out, err = run(args.ballast, "load", model, "--plan", "--json")
+    plan = json.loads(out) if rc == 0 else {}
+    expect(rc == 0 and plan.get("bytes") == plan.get("referenced_bytes")
+           and all(r["offset"] >= 8 * plain for f in plan["files"] for r in f["ranges"]),
+           "--plan: the referenced bytes, none in the prefix (%s)" % err.strip())
+    rc, out, err = run(args.ballast, "load", model, "--plan")
+    expect(rc == 0 and "llm.weights" in out and "range" in out, "--plan prints the files and ranges")
 
     rc, doc, err = load("--anchor")
     expect(rc == 0 and [t["threads"] for t in doc.get("anchor", {}).get("trials", [])] == [1, 2, 4, 8, 16]

@@ -1,6 +1,6 @@
 // ballast load MODEL --backend NAME [--residency S] [--budget B] [--cold]
-// [--mmap] [--anchor] [--engine E] [--queue-depth N] [--chunk-mib N]
-// [--staging N] [--buffered] [--keep-cache] [--json]:
+// [--mmap] [--anchor] [--plan] [--engine E] [--queue-depth N] [--chunk-mib N]
+// [--staging N] [--direct-io|--buffered] [--keep-cache] [--json]:
 // the time from opening a model to every planned derivation on the device,
 // and what was read to get there. By default through Residency::load()
 // (explicit parallel reads, docs/loading.md); --mmap pins every value
@@ -48,11 +48,12 @@ struct LoadCommandOptions {
   std::uint32_t queue_depth = ReadOptions{}.queue_depth;
   std::uint64_t chunk_mib = ReadOptions{}.chunk_bytes >> 20;
   std::uint32_t staging = ReadOptions{}.staging_buffers;
-  bool buffered = false;
+  bool direct_io = ReadOptions{}.direct_io;
   bool keep_cache = false;
   bool cold = false;
   bool mmap = false;
   bool anchor = false;
+  bool plan_only = false;
   bool json = false;
 };
 
@@ -213,12 +214,30 @@ int run_load(const LoadCommandOptions& opt) {
   lo.read.queue_depth = opt.queue_depth;
   lo.read.chunk_bytes = opt.chunk_mib << 20;
   lo.read.staging_buffers = opt.staging;
-  lo.read.direct_io = !opt.buffered;
+  lo.read.direct_io = opt.direct_io;
   lo.read.cache = opt.keep_cache || ro->strategy == ResidencyStrategy::paged ? CachePolicy::keep : CachePolicy::drop;
   if (!ctx.load_model(opt.model)) return ctx.exit_code();
   // What the files hold that a load must read: the referenced bytes.
   const std::uint64_t referenced = ctx.model().store().referenced_weight_bytes().total;
   const ReadPlan whole = ReadPlan::of(ctx.model().store());
+  if (opt.plan_only) {
+    // The read plan itself: what a cold load of every weight reads, file by file.
+    if (!opt.json) {
+      std::cout << whole.to_string() << "\n";
+      return kExitOk;
+    }
+    json files = json::array();
+    for (const ReadPlanFile& f : whole.files()) {
+      json ranges = json::array();
+      for (const ReadRange& r : f.ranges) ranges.push_back({{"offset", r.offset}, {"length", r.length}});
+      files.push_back({{"path", f.path.string()}, {"file_bytes", f.file_bytes}, {"read_bytes", f.read_bytes}, {"ranges", ranges}});
+    }
+    std::cout << json{{"model", opt.model}, {"referenced_bytes", referenced}, {"bytes", whole.bytes()},
+                      {"ranges", whole.range_count()}, {"weights", whole.weights().size()}, {"files", files}}
+                     .dump(2)
+              << "\n";
+    return kExitOk;
+  }
   if (!ctx.open_backend(opt.backend)) return ctx.exit_code();
   GpuBackend& gpu = ctx.gpu();
   TeardownCheck check;
@@ -301,8 +320,9 @@ const RegisterCommand kLoad{{
       sub.add_option("--queue-depth", opt->queue_depth, "reads in flight")->check(CLI::Range(1, 256))->capture_default_str();
       sub.add_option("--chunk-mib", opt->chunk_mib, "largest single read, MiB")->check(CLI::Range(1, 1024))->capture_default_str();
       sub.add_option("--staging", opt->staging, "staging buffers (each one chunk)")->check(CLI::Range(2, 256))->capture_default_str();
-      sub.add_flag("--buffered", opt->buffered, "never O_DIRECT");
+      sub.add_flag("--direct-io,!--buffered", opt->direct_io, "read with O_DIRECT where the file system takes it (--buffered: never)");
       sub.add_flag("--keep-cache", opt->keep_cache, "leave what the read brought into the page cache (paged always does)");
+      sub.add_flag("--plan", opt->plan_only, "print the read plan (files, ranges, bytes) and load nothing");
       sub.add_flag("--json", opt->json, "print the report as one JSON document (schema in docs/tools.md)");
       return [opt] { return run_load(*opt); };
     },
