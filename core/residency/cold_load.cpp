@@ -123,6 +123,10 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
   Impl& m = *impl_;
   const auto start = std::chrono::steady_clock::now();
   ResidencyLoadReport report;
+  {
+    std::lock_guard lock(m.mutex);
+    if (m.released) return make_error(ErrorCode::invalid_argument, m.label + ": load() after release()");
+  }
   const WeightStore& store = m.store;
 
   std::vector<PlannedDerivation> own_plan;

@@ -115,7 +115,11 @@ TEST_CASE("cold load: every strategy puts the same bytes on the device as the ma
     REQUIRE(again.ok());
     CHECK(again->read.bytes == 0);
     CHECK(again->derived_built == 0);
+    CHECK(again->already_resident > 0);
     REQUIRE(r->release(conformance::gpu()).status.ok());
+    auto after = r->load(o);
+    REQUIRE_FALSE(after.ok());
+    CHECK(after.error().code == ErrorCode::invalid_argument);
   }
 }
 
