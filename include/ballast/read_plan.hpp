@@ -181,6 +181,14 @@ bool io_uring_available() noexcept;
 Result<std::uint64_t> populate_mapping(const WeightStore& store, MappingId mapping, std::span<const ReadRange> ranges,
                                        std::uint32_t threads = 8, std::uint64_t piece_bytes = 8ull << 20);
 
+// Of `ranges` of `mapping`, the bytes whose pages the page cache holds
+// now (mincore(2) over the mapping: nothing is read or faulted in). The
+// kernel reports pages of a file this process may not write only when
+// this process has touched them, so this can say "not cached" of cached
+// pages, never the reverse. Residency::load() reads what is not cached
+// and copies what is from the mapping.
+Result<std::uint64_t> cached_bytes(const WeightStore& store, MappingId mapping, std::span<const ReadRange> ranges);
+
 // Drops the page cache of every file `store` mapped (POSIX_FADV_DONTNEED;
 // dirty pages are not written first). For cold measurements.
 Status drop_page_cache(const WeightStore& store);

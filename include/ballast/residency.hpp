@@ -226,6 +226,10 @@ struct ResidencyLoadOptions {
   ReadOptions read;
   std::uint32_t populate_threads = 8;          // populate_mapping's threads (zero_copy)
   std::uint64_t populate_piece_bytes = 8ull << 20;
+  // Source weights whose bytes the page cache holds whole (cached_bytes)
+  // are copied from the mapping, as pin() would: warm, a read would only
+  // add a copy. true: read them too.
+  bool read_cached = false;
 };
 
 // What load() did. Every figure is of this call.
@@ -235,6 +239,8 @@ struct ResidencyLoadReport {
   std::uint32_t planned_files = 0;
   ReadStats read;                     // the cold read (read.bytes == planned_bytes)
   std::uint64_t sources_read = 0;     // source values filled from the read
+  std::uint64_t sources_cached = 0;   // source values the page cache held whole: copied from the mapping
+  std::uint64_t cached_bytes = 0;     // their bytes
   std::uint64_t inline_sources = 0;   // source values copied from the model file's mapping (inline weights)
   std::uint64_t zero_copy_weights = 0;  // weights registered in place
   std::uint64_t populated_bytes = 0;  // their pages faulted in ahead (populate_mapping)
@@ -346,7 +352,9 @@ class Residency final : public ModelResource<GpuBackend> {
   // none) and the sources it is built from, then every other weight of the
   // model: source weights of upload and paged strategy are read by
   // read_plan() (only their referenced bytes, each once, in large parallel
-  // reads) and copied from its staging buffers into their device blocks,
+  // reads) and copied from its staging buffers into their device blocks
+  // (those the page cache already holds whole are copied from the mapping
+  // instead, unless options.read_cached),
   // and each derivation is built, on a thread of its own, as soon as its
   // sources are in, while the reads go on. zero_copy weights have their
   // pages faulted in by populate_mapping() and are registered. Inline

@@ -72,9 +72,10 @@ def main():
 
     builds = {}
     for strategy in ("upload", "paged", "zero-copy"):
-        for extra in ((), ("--cold",), ("--engine", "threads"), ("--engine", "threads", "--direct-io"),
-                      ("--cold", "--direct-io"), ("--buffered",),
-                      ("--chunk-mib", "1", "--staging", "2", "--queue-depth", "2")):
+        for extra in (("--read-cached",), ("--cold",), ("--engine", "threads", "--read-cached"),
+                      ("--engine", "threads", "--direct-io", "--read-cached"), ("--cold", "--direct-io"),
+                      ("--buffered", "--read-cached"),
+                      ("--chunk-mib", "1", "--staging", "2", "--queue-depth", "2", "--read-cached")):
             label = "%s %s" % (strategy, " ".join(extra))
             rc, doc, err = load("--residency", strategy, *extra)
             expect(rc == 0, "%s: exit 0 (%d: %s)" % (label, rc, err.strip()))
@@ -133,7 +134,7 @@ def main():
         name = os.path.relpath(other, args.work)
         for strategy in ("upload", "paged"):
             rc, out, err = run(args.ballast, "load", other, "--backend", args.backend, "--residency", strategy,
-                               "--json", "--chunk-mib", "1")
+                               "--json", "--chunk-mib", "1", "--read-cached")
             doc = json.loads(out) if rc == 0 else {}
             read = doc.get("load", {}).get("read", {}).get("bytes")
             expect(rc == 0 and read == doc.get("referenced_bytes") and read > 0,
@@ -153,6 +154,11 @@ def main():
            "--plan: the referenced bytes, none in the prefix (%s)" % err.strip())
     rc, out, err = run(args.ballast, "load", model, "--plan")
     expect(rc == 0 and "llm.weights" in out and "range" in out, "--plan prints the files and ranges")
+
+    # Warm (the model was just read): copied from the mapping, nothing read.
+    rc, doc, err = load()
+    expect(rc == 0 and doc["load"]["read"]["bytes"] == 0 and doc["load"]["cached_bytes"] == doc["referenced_bytes"],
+           "warm: every source from the page cache, nothing read (%s)" % err.strip())
 
     rc, doc, err = load("--anchor")
     expect(rc == 0 and [t["threads"] for t in doc.get("anchor", {}).get("trials", [])] == [1, 2, 4, 8, 16]

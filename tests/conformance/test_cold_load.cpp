@@ -50,6 +50,7 @@ ResidencyLoadOptions small_chunks() {
   ResidencyLoadOptions o;
   o.read.chunk_bytes = 4096 + 512;
   o.read.staging_buffers = 3;
+  o.read_cached = true;  // the tests' files are in the page cache: read them anyway
   return o;
 }
 
@@ -206,4 +207,37 @@ TEST_CASE("cold load: a thread pinning while another loads gets the loaded value
   CHECK(st.derived_rebuilds == 0);
   CHECK(st.derived_builds == OrphanedPrefix::kDerivations);
   REQUIRE(r->release(conformance::gpu()).status.ok());
+}
+
+TEST_CASE("cold load: warm bytes (the page cache holds them) are copied from the mapping, not read") {
+  conformance::LeakCheck leaks;
+  PagingFixture f;
+  auto mapped = f.open(ResidencyStrategy::upload);
+  const Snapshot reference = snapshot(*mapped, f);  // every byte of the data file was just read
+  REQUIRE(mapped->release(conformance::gpu()).status.ok());
+  const ReadPlan plan = ReadPlan::of(f.model.store());
+  REQUIRE(plan.files().size() == 1);
+  auto cached = cached_bytes(f.model.store(), plan.files()[0].mapping, plan.files()[0].ranges);
+  REQUIRE(cached.ok());
+  CHECK(*cached <= OrphanedPrefix::kReferenced);
+  if (*cached != OrphanedPrefix::kReferenced) return;  // the kernel does not report this file's cache to us
+  for (ResidencyStrategy s : {ResidencyStrategy::upload, ResidencyStrategy::paged}) {
+    CAPTURE(residency_strategy_name(s));
+    auto r = f.open(s);
+    ResidencyLoadOptions o;  // read_cached false: the default
+    Recorder recorder;
+    o.read.pread = recorder.function();
+    auto report = r->load(o);
+    REQUIRE_MESSAGE(report.ok(), conformance::describe(report.status()));
+    CHECK(report->sources_cached == 3);
+    CHECK(report->cached_bytes == OrphanedPrefix::kReferenced);
+    CHECK(report->sources_read == 0);
+    CHECK(report->read.bytes == 0);
+    CHECK(recorder.reads.empty());
+    CHECK(report->derived_built == OrphanedPrefix::kDerivations);
+    const Snapshot seen = snapshot(*r, f);
+    CHECK(seen.derived == reference.derived);
+    CHECK(seen.weights == reference.weights);
+    REQUIRE(r->release(conformance::gpu()).status.ok());
+  }
 }

@@ -1,6 +1,6 @@
 // ballast load MODEL --backend NAME [--residency S] [--budget B] [--cold]
 // [--mmap] [--anchor] [--plan] [--engine E] [--queue-depth N] [--chunk-mib N]
-// [--staging N] [--direct-io|--buffered] [--keep-cache] [--json]:
+// [--staging N] [--direct-io|--buffered] [--keep-cache] [--read-cached] [--json]:
 // the time from opening a model to every planned derivation on the device,
 // and what was read to get there. By default through Residency::load()
 // (explicit parallel reads, docs/loading.md); --mmap pins every value
@@ -50,6 +50,7 @@ struct LoadCommandOptions {
   std::uint32_t staging = ReadOptions{}.staging_buffers;
   bool direct_io = ReadOptions{}.direct_io;
   bool keep_cache = false;
+  bool read_cached = false;
   bool cold = false;
   bool mmap = false;
   bool anchor = false;
@@ -193,6 +194,8 @@ json report_json(const ResidencyLoadReport& r) {
             {"seconds", r.read.seconds},
             {"consumer_seconds", r.read.consumer_seconds}}},
           {"sources_read", r.sources_read},
+          {"sources_cached", r.sources_cached},
+          {"cached_bytes", r.cached_bytes},
           {"inline_sources", r.inline_sources},
           {"zero_copy_weights", r.zero_copy_weights},
           {"populated_bytes", r.populated_bytes},
@@ -216,6 +219,7 @@ int run_load(const LoadCommandOptions& opt) {
   lo.read.staging_buffers = opt.staging;
   lo.read.direct_io = opt.direct_io;
   lo.read.cache = opt.keep_cache || ro->strategy == ResidencyStrategy::paged ? CachePolicy::keep : CachePolicy::drop;
+  lo.read_cached = opt.read_cached;
   if (!ctx.load_model(opt.model)) return ctx.exit_code();
   // What the files hold that a load must read: the referenced bytes.
   const std::uint64_t referenced = ctx.model().store().referenced_weight_bytes().total;
@@ -321,6 +325,7 @@ const RegisterCommand kLoad{{
       sub.add_option("--chunk-mib", opt->chunk_mib, "largest single read, MiB")->check(CLI::Range(1, 1024))->capture_default_str();
       sub.add_option("--staging", opt->staging, "staging buffers (each one chunk)")->check(CLI::Range(2, 256))->capture_default_str();
       sub.add_flag("--direct-io,!--buffered", opt->direct_io, "read with O_DIRECT where the file system takes it (--buffered: never)");
+      sub.add_flag("--read-cached", opt->read_cached, "read what the page cache holds too (default: copy it from the mapping)");
       sub.add_flag("--keep-cache", opt->keep_cache, "leave what the read brought into the page cache (paged always does)");
       sub.add_flag("--plan", opt->plan_only, "print the read plan (files, ranges, bytes) and load nothing");
       sub.add_flag("--json", opt->json, "print the report as one JSON document (schema in docs/tools.md)");
