@@ -226,7 +226,9 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
           merged.push_back(r);
         }
       }
-      auto populated = populate_mapping(store, mapping, merged, options.populate_threads, options.populate_piece_bytes);
+      const std::uint32_t threads =
+          options.populate_threads != 0 ? options.populate_threads : std::max(1u, std::thread::hardware_concurrency());
+      auto populated = populate_mapping(store, mapping, merged, threads, options.populate_piece_bytes);
       if (!populated.ok()) return std::move(populated.error()).with_context("populating zero-copy pages");
       report.populated_bytes += *populated;
     }

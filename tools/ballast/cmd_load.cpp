@@ -51,6 +51,7 @@ struct LoadCommandOptions {
   bool direct_io = ReadOptions{}.direct_io;
   bool keep_cache = false;
   bool read_cached = false;
+  std::uint32_t populate_threads = ResidencyLoadOptions{}.populate_threads;
   bool cold = false;
   bool mmap = false;
   bool anchor = false;
@@ -220,6 +221,7 @@ int run_load(const LoadCommandOptions& opt) {
   lo.read.direct_io = opt.direct_io;
   lo.read.cache = opt.keep_cache || ro->strategy == ResidencyStrategy::paged ? CachePolicy::keep : CachePolicy::drop;
   lo.read_cached = opt.read_cached;
+  lo.populate_threads = opt.populate_threads;
   if (!ctx.load_model(opt.model)) return ctx.exit_code();
   // What the files hold that a load must read: the referenced bytes.
   const std::uint64_t referenced = ctx.model().store().referenced_weight_bytes().total;
@@ -325,6 +327,9 @@ const RegisterCommand kLoad{{
       sub.add_option("--chunk-mib", opt->chunk_mib, "largest single read, MiB")->check(CLI::Range(1, 1024))->capture_default_str();
       sub.add_option("--staging", opt->staging, "staging buffers (each one chunk)")->check(CLI::Range(2, 256))->capture_default_str();
       sub.add_flag("--direct-io,!--buffered", opt->direct_io, "read with O_DIRECT where the file system takes it (--buffered: never)");
+      sub.add_option("--populate-threads", opt->populate_threads, "zero-copy: threads faulting pages in ahead")
+          ->check(CLI::Range(1, 256))
+          ->capture_default_str();
       sub.add_flag("--read-cached", opt->read_cached, "read what the page cache holds too (default: copy it from the mapping)");
       sub.add_flag("--keep-cache", opt->keep_cache, "leave what the read brought into the page cache (paged always does)");
       sub.add_flag("--plan", opt->plan_only, "print the read plan (files, ranges, bytes) and load nothing");
