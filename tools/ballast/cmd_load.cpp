@@ -12,6 +12,7 @@
 // mmap path with every byte in the page cache). Schema: docs/tools.md.
 #include "command.hpp"
 #include "command_context.hpp"
+#include "command_options.hpp"
 #include "support/budget.hpp"
 #include "support/format.hpp"
 #include "support/residency_report.hpp"
@@ -310,13 +311,8 @@ const RegisterCommand kLoad{{
     "Time MODEL from storage to every derivation on the device (cold with --cold), and what was read",
     [](CLI::App& sub) {
       auto opt = std::make_shared<LoadCommandOptions>();
-      sub.add_option("model", opt->model, "the model: .onnx, .safetensors, an index, or .gguf")->required();
-      sub.add_option("--backend", opt->backend, "backend config string, e.g. cpu, vulkan:0")->capture_default_str();
-      sub.add_option("--residency", opt->residency, "upload, zero-copy or paged")
-          ->check(CLI::Validator(check_residency, "STRATEGY", "residency strategy"))
-          ->capture_default_str();
-      sub.add_option("--budget", opt->budget, "device byte budget: BYTES with an optional K/M/G/KiB/MiB/GiB suffix, or auto")
-          ->check(CLI::Validator(check_budget, "BYTES|auto", "byte budget"));
+      add_model_options(sub, opt->model, opt->backend);
+      add_residency_options(sub, opt->residency, opt->budget);
       sub.add_flag("--cold", opt->cold, "drop the page cache of the model's files (and the machine's, when permitted) first");
       sub.add_flag("--mmap", opt->mmap, "pin every value through the mappings instead of reading (today's page-fault path)");
       sub.add_flag("--anchor", opt->anchor, "also time the best parallel pread of the same bytes and the hot derive");

@@ -9,6 +9,7 @@
 // least paging any policy could do. Schema and example: docs/tools.md.
 #include "command.hpp"
 #include "command_context.hpp"
+#include "command_options.hpp"
 #include "support/budget.hpp"
 #include "support/format.hpp"
 #include "support/progress.hpp"
@@ -209,13 +210,8 @@ const RegisterCommand kReplay{{
     "Replay an engine's decode loop over MODEL's weights through a Residency, token by token",
     [](CLI::App& sub) {
       auto opt = std::make_shared<ReplayOptions>();
-      sub.add_option("model", opt->model, "the model: .onnx, .safetensors, or a *.safetensors.index.json")->required();
-      sub.add_option("--backend", opt->backend, "backend config string, e.g. cpu, vulkan:0")->capture_default_str();
-      sub.add_option("--residency", opt->residency, "upload, zero-copy or paged")
-          ->check(CLI::Validator(check_residency, "STRATEGY", "residency strategy"))
-          ->capture_default_str();
-      sub.add_option("--budget", opt->budget, "device byte budget: BYTES with an optional K/M/G/KiB/MiB/GiB suffix, or auto")
-          ->check(CLI::Validator(check_budget, "BYTES|auto", "byte budget"));
+      add_model_options(sub, opt->model, opt->backend);
+      add_residency_options(sub, opt->residency, opt->budget);
       sub.add_option("--tokens", opt->tokens, "tokens to replay")->check(CLI::Range(1, 1000000))->capture_default_str();
       sub.add_option("--prefetch", opt->prefetch, "prefetch the next steps before each pin")
           ->check(CLI::IsMember({"on", "off"}))

@@ -19,23 +19,31 @@ std::optional<Derivation> derivation_called(std::string_view name) {
 
 }  // namespace
 
+Result<nlohmann::json> read_rules_json(const std::filesystem::path& file, const std::string& what) {
+  auto fail = [&](ErrorCode code, std::string why) {
+    Error e = make_error(code, std::move(why));
+    e.file = file.string();
+    return e;
+  };
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return fail(ErrorCode::not_found, "cannot open the " + what);
+  std::ostringstream text;
+  text << in.rdbuf();
+  nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return fail(ErrorCode::invalid_argument, "not valid JSON");
+  if (!doc.is_object()) return fail(ErrorCode::invalid_argument, "not a JSON object with \"rules\"");
+  return doc;
+}
+
 Status read_rules_file(const std::filesystem::path& file, PlanOptions& options) {
   auto bad = [&](std::string why) {
     Error e = make_error(ErrorCode::invalid_argument, std::move(why));
     e.file = file.string();
     return Status(std::move(e));
   };
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
-    Error e = make_error(ErrorCode::not_found, "cannot open the rules file");
-    e.file = file.string();
-    return e;
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  const nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return bad("not valid JSON");
-  if (!doc.is_object()) return bad("not a JSON object with \"rules\"");
+  auto parsed = read_rules_json(file, "rules file");
+  if (!parsed.ok()) return parsed.status();
+  const nlohmann::json& doc = *parsed;
   for (const auto& [key, value] : doc.items())
     if (key != "rules" && key != "source") return bad("unknown key '" + key + "' (expected rules, source)");
   if (doc.contains("source")) {

@@ -8,9 +8,17 @@
 
 #include <ballast/derive.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 
 namespace ballast::cli {
+
+// A rules file's JSON object (derivation rules here, shard rules in
+// shard_rules_file.cpp): not_found "cannot open the <what>", or
+// invalid_argument "not valid JSON" / "not a JSON object with "rules"",
+// each naming the file.
+Result<nlohmann::json> read_rules_json(const std::filesystem::path& file, const std::string& what);
 
 // Reads FILE into `options.rules` and `options.source`. Errors name the
 // file and the rule (by its index and name) that is wrong.

@@ -1,10 +1,10 @@
 #include "support/shard_rules_file.hpp"
 
+#include "support/rules_file.hpp"
+
 #include <nlohmann/json.hpp>
 
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 namespace ballast::cli {
 
@@ -14,17 +14,7 @@ Result<std::vector<ShardRule>> read_shard_rules_file(const std::filesystem::path
     e.file = file.string();
     return e;
   };
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
-    Error e = make_error(ErrorCode::not_found, "cannot open the shard rules file");
-    e.file = file.string();
-    return e;
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  const nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return bad("not valid JSON");
-  if (!doc.is_object()) return bad("not a JSON object with \"rules\"");
+  BALLAST_ASSIGN_OR_RETURN(const nlohmann::json doc, read_rules_json(file, "shard rules file"));
   bool defaults = true;
   for (const auto& [key, value] : doc.items()) {
     if (key == "defaults" && value.is_boolean()) defaults = value.get<bool>();
