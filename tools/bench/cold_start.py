@@ -10,7 +10,8 @@ the read path and by the mapped (page-fault) path, for every strategy,
 and prints one table of medians.
 
 Runs are interleaved (each repetition runs every configuration once, in
-turn) and each cell is the median of --reps runs with its range, because a
+an order shuffled per repetition with a fixed seed, so no configuration
+always follows the same one) and each cell is the median of --reps runs with its range, because a
 shared machine's speed moves from moment to moment. The anchor (the best of
 1-16 threads of 8 MiB pread of the same bytes into fresh memory, cold,
 plus the hot derive: the mapped path with every byte cached) is measured
@@ -26,6 +27,7 @@ path and not about lavapipe's kernels.
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -96,8 +98,11 @@ def main():
     read_mb_s = {c: [] for c in configs}
     anchors = {b: [] for b in args.backends.split(",")}
     runs = []
+    order = random.Random(20261203)
     for rep in range(args.reps):
-        for c in configs:
+        shuffled = list(configs)
+        order.shuffle(shuffled)
+        for c in shuffled:
             backend, strategy, cold, mmap = c
             want_anchor = first_cold_read.get(backend) == c
             doc = load(args.ballast, models[backend], backend, strategy, cold, mmap, want_anchor)
