@@ -16,6 +16,7 @@
 
 #include "derive/identity.hpp"
 #include "derive/transposed_source.hpp"
+#include "store/byte_ranges.hpp"
 
 #include <ballast/log.hpp>
 
@@ -156,9 +157,10 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
     return m.budget == kUnlimitedBudget ? kUnlimitedBudget : (m.held >= m.budget ? 0 : m.budget - m.held);
   };
   const std::uint64_t room = budget_room();
-  // Adds `e` unless seen; false once the budget is full (the caller stops).
+  // Adds `e` unless seen or resident. Once one value does not fit, none
+  // after it is taken either (`full`), so what loads is a prefix of the plan.
   auto take = [&](Entry* e, Item item) {
-    if (!seen.insert(e).second) return true;
+    if (!seen.insert(e).second) return;
     bool resident;
     {
       std::lock_guard lock(m.mutex);
@@ -166,18 +168,17 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
     }
     if (resident) {
       ++report.already_resident;
-      return true;
+      return;
     }
     if (full || e->bytes() > room - std::min(room, need)) {
-      full = true;  // in order: nothing after the first misfit, so what loads is a prefix of the plan
+      full = true;
       ++report.left_for_demand;
       report.left_bytes += e->bytes();
-      return false;
+      return;
     }
     need += e->bytes();
     item.entry = e;
     items.push_back(item);
-    return true;
   };
   auto take_source = [&](ValueId id) -> Status {
     if (m.strategy_of(id) == ResidencyStrategy::zero_copy) {
@@ -206,7 +207,7 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
   // ---- 2. zero_copy: the pages faulted in by parallel populates, then
   // registered (resolve), so no driver takes the faults one at a time.
   {
-    std::map<MappingId, std::vector<ReadRange>> ranges;
+    std::map<MappingId, std::vector<ByteRange>> ranges;
     std::vector<ValueId> registered;
     for (const Item& item : items) {
       if (item.entry != nullptr) continue;
@@ -216,16 +217,9 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
         ranges[prov->mapping].push_back({prov->offset, prov->length});
     }
     for (auto& [mapping, list] : ranges) {
-      std::sort(list.begin(), list.end(), [](const ReadRange& a, const ReadRange& b) { return a.offset < b.offset; });
-      std::vector<ReadRange> merged;
-      for (const ReadRange& r : list) {
-        if (!merged.empty() && r.offset <= merged.back().offset + merged.back().length) {
-          merged.back().length = std::max(merged.back().offset + merged.back().length, r.offset + r.length) -
-                                 merged.back().offset;
-        } else {
-          merged.push_back(r);
-        }
-      }
+      std::vector<ReadRange> merged;  // each page populated once, however many weights share it
+      for (const ByteRange& r : store::merge_ranges(std::move(list), ~std::uint64_t{0}))
+        merged.push_back({r.offset, r.length});
       const std::uint32_t threads =
           options.populate_threads != 0 ? options.populate_threads : std::max(1u, std::thread::hardware_concurrency());
       auto populated = populate_mapping(store, mapping, merged, threads, options.populate_piece_bytes);
@@ -244,7 +238,7 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
   std::vector<Target> targets;
   std::unordered_map<const Entry*, std::size_t> target_of;
   std::vector<ValueId> read_ids;
-  // Back to absent, blocks to the pool, waiters told: on any failure.
+  // On any failure: back to absent, blocks given back, waiters told.
   auto abandon = [&](const Status& why) {
     std::lock_guard lock(m.mutex);
     for (Target& t : targets) {
