@@ -152,11 +152,11 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
   std::set<ValueId> zero_copy_seen;
   std::uint64_t need = 0;  // device bytes the items taken so far add
   bool full = false;
-  auto budget_room = [&]() {
+  std::uint64_t room;  // what the budget has left now
+  {
     std::lock_guard lock(m.mutex);
-    return m.budget == kUnlimitedBudget ? kUnlimitedBudget : (m.held >= m.budget ? 0 : m.budget - m.held);
-  };
-  const std::uint64_t room = budget_room();
+    room = m.budget == kUnlimitedBudget ? kUnlimitedBudget : (m.held >= m.budget ? 0 : m.budget - m.held);
+  }
   // Adds `e` unless seen or resident. Once one value does not fit, none
   // after it is taken either (`full`), so what loads is a prefix of the plan.
   auto take = [&](Entry* e, Item item) {
@@ -326,19 +326,11 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
     if (!store.weights().at(item.entry->weight).is_external()) ++inline_pinned;
     return Status();
   });
-  // Jobs are posted in list order once ready; a ready job behind one that
-  // waits goes first (the order is the plan's among ready ones).
-  std::size_t next_job = 0;
-  std::vector<bool> posted(jobs.size(), false);
-  auto post_ready = [&] {
-    for (std::size_t j = next_job; j < jobs.size(); ++j) {
-      if (posted[j] || jobs[j].pending != 0) continue;
-      posted[j] = true;
-      builder.post(j);
-    }
-    while (next_job < jobs.size() && posted[next_job]) ++next_job;
-  };
-  post_ready();
+  // Jobs waiting for nothing go now, in list order; each other goes the
+  // moment its last target completes (complete() below), so the work per
+  // completed target is the jobs that read it, not a scan of the list.
+  for (std::size_t j = 0; j < jobs.size(); ++j)
+    if (jobs[j].pending == 0) builder.post(j);
 
   // ---- 5. The read, placed as it arrives.
   const ReadPlan read_plan_ = ReadPlan::of(store, read_ids);
@@ -370,8 +362,8 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
       m.changed.notify_all();
     }
     ++report.sources_read;
-    for (std::size_t j : t.waiting) --jobs[j].pending;
-    post_ready();
+    for (std::size_t j : t.waiting)  // in list order, as they were added
+      if (--jobs[j].pending == 0) builder.post(j);
   };
   auto consume = [&](const ReadChunk& c) -> Status {
     const auto copy_start = std::chrono::steady_clock::now();

@@ -44,6 +44,15 @@ Snapshot snapshot(Residency& r, const PagingFixture& f) {
   return s;
 }
 
+// What the mapped path puts on the device: every value pinned through an
+// upload residency, read back, released.
+Snapshot mapped_reference(PagingFixture& f) {
+  auto mapped = f.open(ResidencyStrategy::upload);
+  Snapshot s = snapshot(*mapped, f);
+  REQUIRE(mapped->release(conformance::gpu()).status.ok());
+  return s;
+}
+
 // Small chunks, so the model's ranges split across several reads and
 // staging buffers, and one weight spans several chunks.
 ResidencyLoadOptions small_chunks() {
@@ -73,9 +82,7 @@ struct Recorder {
 TEST_CASE("cold load: every strategy puts the same bytes on the device as the mapped path, reading only the plan") {
   conformance::LeakCheck leaks;
   PagingFixture f;
-  auto mapped = f.open(ResidencyStrategy::upload);
-  const Snapshot reference = snapshot(*mapped, f);
-  REQUIRE(mapped->release(conformance::gpu()).status.ok());
+  const Snapshot reference = mapped_reference(f);
   for (ResidencyStrategy s : {ResidencyStrategy::upload, ResidencyStrategy::paged, ResidencyStrategy::zero_copy}) {
     CAPTURE(residency_strategy_name(s));
     auto r = f.open(s);
@@ -127,9 +134,7 @@ TEST_CASE("cold load: every strategy puts the same bytes on the device as the ma
 TEST_CASE("cold load: under a budget that holds part of the model it loads a prefix of the plan, the rest on demand") {
   conformance::LeakCheck leaks;
   PagingFixture f;
-  auto mapped = f.open(ResidencyStrategy::upload);
-  const Snapshot reference = snapshot(*mapped, f);
-  REQUIRE(mapped->release(conformance::gpu()).status.ok());
+  const Snapshot reference = mapped_reference(f);
   // w0 and its transpose, to_f16 fit; not everything.
   const std::uint64_t budget = conformance::kLargestNeed + 24576;
   auto r = f.open(ResidencyStrategy::paged, budget);
@@ -166,9 +171,7 @@ TEST_CASE("cold load: a failed read is an io error naming the file; nothing half
     // What completed is whole; the rest pages in from the mapping.
     const ResidencyStats st = r->stats();
     CHECK(st.pinned_bytes == 0);
-    auto mapped = f.open(ResidencyStrategy::upload);
-    CHECK(snapshot(*r, f).derived == snapshot(*mapped, f).derived);
-    REQUIRE(mapped->release(conformance::gpu()).status.ok());
+    CHECK(snapshot(*r, f).derived == mapped_reference(f).derived);
     REQUIRE(r->release(conformance::gpu()).status.ok());
   }
 }
@@ -189,9 +192,7 @@ TEST_CASE("cold load: a data file truncated before the read is an io error namin
 TEST_CASE("cold load: a thread pinning while another loads gets the loaded value, once") {
   conformance::LeakCheck leaks;
   PagingFixture f;
-  auto mapped = f.open(ResidencyStrategy::upload);
-  const Snapshot reference = snapshot(*mapped, f);
-  REQUIRE(mapped->release(conformance::gpu()).status.ok());
+  const Snapshot reference = mapped_reference(f);
   auto r = f.open(ResidencyStrategy::paged);
   std::optional<Snapshot> seen;
   std::thread pinner([&] { seen = snapshot(*r, f); });
