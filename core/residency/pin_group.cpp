@@ -91,11 +91,15 @@ Result<PinnedSet> Residency::Impl::pin_group(const ResidencyGroup& group, std::c
     // releases above do not count), or give up at the deadline.
     admitted.unlock();
     std::unique_lock lock(mutex);
+    // Room that came while the attempt ran counts too: the attempt may
+    // have failed on pins another thread has let go of since (its check
+    // above cannot count a build's transient operand pins), and with
+    // nothing pinned now there would be nothing left to wait for.
     const std::uint64_t own = unpins_by_this_thread - own_before;
+    const auto others_released = [&] { return unpins - seen_unpins > own; };
     const bool others_may_release = pinned > 0 || prefetch_loads > 0;
-    const bool room_came = others_may_release && changed.wait_until(lock, deadline, [&] {
-      return unpins - seen_unpins > own;
-    });
+    const bool room_came =
+        others_released() || (others_may_release && changed.wait_until(lock, deadline, others_released));
     if (!room_came) {
       std::string message = "budget of " + bytes_text(budget) + " cannot take " + what + " (" +
                             bytes_text(group_bytes) + " in " + std::to_string(count) + " members) beside " +
