@@ -95,6 +95,42 @@ ReadPlan ReadPlan::of(const WeightStore& store, std::span<const ValueId> weights
   return plan;
 }
 
+ReadPlan ReadPlan::portion(std::uint32_t part, std::uint32_t parts) const {
+  if (parts == 0) parts = 1;
+  ReadPlan out;
+  if (part >= parts) return out;
+  // [begin, end) in the plan's bytes counted in order: part p starts after
+  // p shares of bytes_ / parts and one extra byte each for the first
+  // bytes_ % parts parts.
+  const std::uint64_t share = bytes_ / parts, extra = bytes_ % parts;
+  const std::uint64_t begin = share * part + std::min<std::uint64_t>(part, extra);
+  const std::uint64_t end = begin + share + (part < extra ? 1 : 0);
+  std::uint64_t at = 0;  // plan bytes before the current range
+  for (const ReadPlanFile& f : files_) {
+    ReadPlanFile kept{f.mapping, f.path, f.file_bytes, 0, {}};
+    for (const ReadRange& r : f.ranges) {
+      const std::uint64_t lo = std::max(at, begin), hi = std::min(at + r.length, end);
+      if (lo < hi) {
+        kept.ranges.push_back({r.offset + (lo - at), hi - lo});
+        kept.read_bytes += hi - lo;
+      }
+      at += r.length;
+    }
+    if (kept.read_bytes == 0) continue;
+    out.bytes_ += kept.read_bytes;
+    for (const ReadPlanWeight& w : weights_) {
+      if (w.mapping != f.mapping) continue;
+      for (const ReadRange& r : kept.ranges)
+        if (w.offset < r.offset + r.length && r.offset < w.offset + w.length) {
+          out.weights_.push_back(w);
+          break;
+        }
+    }
+    out.files_.push_back(std::move(kept));
+  }
+  return out;
+}
+
 std::uint64_t ReadPlan::range_count() const noexcept {
   std::uint64_t n = 0;
   for (const ReadPlanFile& f : files_) n += f.ranges.size();

@@ -1,0 +1,227 @@
+// cooperative_load: this rank reads its portion of the checkpoint, keeps
+// what its shards take, sends each other rank what theirs take, and
+// receives its own from the others (cooperative_load.hpp).
+//
+// A message is one read chunk's worth for one receiver: a header naming
+// the file stretch [offset, offset + length) of a mapping, then the bytes
+// of the receiver's pieces inside it, packed in the canonical order
+// (for_each_run). The receiver unpacks with its own pieces in the same
+// order, so the payload carries no per-piece description; a payload of
+// another size than its pieces take (ranks with different models or
+// plans) is refused, never placed.
+#include <ballast/cooperative_load.hpp>
+
+#include "dist/pieces.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <new>
+
+namespace ballast {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Header {
+  std::uint32_t mapping = 0;
+  std::uint32_t reserved = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+};
+static_assert(sizeof(Header) == 24);
+
+class Load {
+ public:
+  Load(const Model& model, const ShardPlans& plans, const CooperativeLoadPlan& load, Communicator& comm,
+       const CooperativeLoadOptions& options)
+      : model_(model), plans_(plans), load_(load), comm_(comm), options_(options), rank_(comm.rank()),
+        world_(comm.world()) {}
+
+  Result<RankShards> run() {
+    const auto started = Clock::now();
+    const ShardPlan& mine = plans_.ranks[rank_];
+    out_.report.rank = rank_;
+    try {
+      out_.shards.resize(mine.weights.size());
+      for (std::size_t i = 0; i < mine.weights.size(); ++i) out_.shards[i].resize(mine.weights[i].device_bytes);
+    } catch (const std::bad_alloc&) {
+      return make_error(ErrorCode::out_of_memory, "cannot allocate " + std::to_string(mine.totals.device_bytes) +
+                                                      " bytes of host memory for this rank's shards");
+    }
+    pieces_.reserve(world_);
+    for (std::uint32_t q = 0; q < world_; ++q) pieces_.push_back(dist::pieces_of(plans_.ranks[q]));
+    BALLAST_RETURN_IF_ERROR(copy_inline());
+
+    // What each peer owes this rank: its portion's bytes of this rank's pieces.
+    expected_.assign(world_, 0);
+    received_.assign(world_, 0);
+    for (std::uint32_t p = 0; p < world_; ++p) {
+      if (p == rank_) continue;
+      for (const ReadPlanFile& f : load_.reads[p].files()) {
+        const auto file = pieces_[rank_].files.find(f.mapping);
+        if (file == pieces_[rank_].files.end()) continue;
+        for (const ReadRange& r : f.ranges) expected_[p] += dist::bytes_in(file->second, r.offset, r.offset + r.length);
+      }
+    }
+
+    const ReadPlan& portion = load_.reads[rank_];
+    if (!portion.empty()) {
+      BALLAST_ASSIGN_OR_RETURN(out_.report.read, read_plan(model_.store(), portion, options_.read,
+                                                           [&](const ReadChunk& c) { return deliver(c); }));
+      out_.report.read_bytes = out_.report.read.bytes;
+    }
+    // The rest of this rank's bytes, from whoever still owes them.
+    for (;;) {
+      std::uint64_t owed = 0;
+      for (std::uint32_t p = 0; p < world_; ++p) owed += expected_[p] - received_[p];
+      if (owed == 0) break;
+      BALLAST_ASSIGN_OR_RETURN(auto message, comm_.receive(Clock::now() + options_.timeout));
+      if (!message) return owed_error();
+      BALLAST_RETURN_IF_ERROR(accept(*message));
+    }
+    // Every rank holds its shards before any returns them: a failure
+    // anywhere fails the load everywhere.
+    BALLAST_RETURN_IF_ERROR(comm_.barrier(Clock::now() + options_.timeout));
+    out_.report.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+    return std::move(out_);
+  }
+
+ private:
+  // Inline weights: from this rank's own model (offsets in the weight's bytes).
+  Status copy_inline() {
+    const ShardPlan& mine = plans_.ranks[rank_];
+    for (std::uint32_t i : pieces_[rank_].inline_shards) {
+      const WeightShard& s = mine.weights[i];
+      const auto ref = model_.store().weights().find(s.id);
+      const auto bytes = ref == model_.store().weights().end() ? std::nullopt : model_.store().bytes(ref->second);
+      if (!bytes)
+        return make_error(ErrorCode::not_found, "inline weight '" + s.weight + "' is not in this rank's model");
+      std::byte* dst = out_.shards[i].data();
+      std::uint64_t at = 0;
+      auto take = [&](std::uint64_t offset, std::uint64_t length) -> Status {
+        if (offset > bytes->size() || length > bytes->size() - offset || length > s.device_bytes - at)
+          return make_error(ErrorCode::out_of_bounds, "inline weight '" + s.weight + "': its shard lies outside its " +
+                                                          std::to_string(bytes->size()) + " bytes");
+        std::memcpy(dst + at, bytes->data() + offset, length);
+        at += length;
+        return {};
+      };
+      for (const ByteRange& r : s.ranges) BALLAST_RETURN_IF_ERROR(take(r.offset, r.length));
+      for (const StridedView& v : s.strided)
+        for (std::uint64_t row = 0; row < v.rows; ++row) BALLAST_RETURN_IF_ERROR(take(v.offset + row * v.row_stride, v.row_bytes));
+      out_.report.inline_bytes += at;
+    }
+    return {};
+  }
+
+  // One chunk of this rank's portion: kept, and sent to every rank whose pieces it meets.
+  Status deliver(const ReadChunk& c) {
+    const std::uint64_t lo = c.offset, hi = c.offset + c.bytes.size();
+    for (std::uint32_t q = 0; q < world_; ++q) {
+      const auto file = pieces_[q].files.find(c.mapping);
+      if (file == pieces_[q].files.end()) continue;
+      if (q == rank_) {
+        dist::for_each_run(file->second, lo, hi, [&](const dist::Piece& p, std::uint64_t at, std::uint64_t n, std::uint64_t dest) {
+          std::memcpy(out_.shards[p.shard].data() + dest, c.bytes.data() + (at - lo), n);
+          out_.report.kept_bytes += n;
+        });
+        continue;
+      }
+      const std::uint64_t n = dist::bytes_in(file->second, lo, hi);
+      if (n == 0) continue;
+      std::vector<std::byte> message(sizeof(Header) + n);
+      const Header h{c.mapping, 0, lo, c.bytes.size()};
+      std::memcpy(message.data(), &h, sizeof h);
+      std::byte* payload = message.data() + sizeof h;
+      dist::for_each_run(file->second, lo, hi, [&](const dist::Piece&, std::uint64_t at, std::uint64_t length, std::uint64_t) {
+        std::memcpy(payload, c.bytes.data() + (at - lo), length);
+        payload += length;
+      });
+      BALLAST_RETURN_IF_ERROR(comm_.send(q, std::move(message)), "sending rank " + std::to_string(q) + " its bytes");
+      out_.report.sent_bytes += n;
+      ++out_.report.messages_sent;
+    }
+    // Whatever has come meanwhile, without waiting.
+    for (;;) {
+      BALLAST_ASSIGN_OR_RETURN(auto message, comm_.receive(Clock::now()));
+      if (!message) return {};
+      BALLAST_RETURN_IF_ERROR(accept(*message));
+    }
+  }
+
+  // A message from a peer: its payload placed by this rank's pieces.
+  Status accept(const CommMessage& m) {
+    const std::string from = "rank " + std::to_string(m.from);
+    Header h;
+    if (m.from >= world_ || m.from == rank_ || m.bytes.size() < sizeof h)
+      return make_error(ErrorCode::malformed, "a message of " + std::to_string(m.bytes.size()) + " bytes from " + from +
+                                                  " is not a cooperative load's");
+    std::memcpy(&h, m.bytes.data(), sizeof h);
+    const std::uint64_t payload = m.bytes.size() - sizeof h;
+    const auto file = pieces_[rank_].files.find(h.mapping);
+    const std::uint64_t takes = file == pieces_[rank_].files.end() || h.length > UINT64_MAX - h.offset
+                                    ? 0
+                                    : dist::bytes_in(file->second, h.offset, h.offset + h.length);
+    if (takes != payload || payload == 0 || payload > expected_[m.from] - received_[m.from])
+      return make_error(ErrorCode::malformed,
+                        from + " sent " + std::to_string(payload) + " bytes of file " + std::to_string(h.mapping) +
+                            " [" + std::to_string(h.offset) + ", +" + std::to_string(h.length) + "), where this rank's plan takes " +
+                            std::to_string(takes) + " (and " + std::to_string(expected_[m.from] - received_[m.from]) +
+                            " more from it in all): do the ranks have the same model and plan?");
+    const std::byte* at_payload = m.bytes.data() + sizeof h;
+    dist::for_each_run(file->second, h.offset, h.offset + h.length, [&](const dist::Piece& p, std::uint64_t, std::uint64_t n, std::uint64_t dest) {
+      std::memcpy(out_.shards[p.shard].data() + dest, at_payload, n);
+      at_payload += n;
+    });
+    received_[m.from] += payload;
+    out_.report.received_bytes += payload;
+    ++out_.report.messages_received;
+    return {};
+  }
+
+  Status owed_error() const {
+    std::string who;
+    for (std::uint32_t p = 0; p < world_; ++p)
+      if (received_[p] < expected_[p])
+        who += (who.empty() ? "rank " : ", rank ") + std::to_string(p) + " (" +
+               std::to_string(expected_[p] - received_[p]) + " bytes)";
+    return make_error(ErrorCode::unavailable, "nothing came for " + std::to_string(options_.timeout.count()) +
+                                                  " ms from the ranks that still owe this rank bytes: " + who);
+  }
+
+  const Model& model_;
+  const ShardPlans& plans_;
+  const CooperativeLoadPlan& load_;
+  Communicator& comm_;
+  const CooperativeLoadOptions& options_;
+  const std::uint32_t rank_, world_;
+  std::vector<dist::RankPieces> pieces_;
+  std::vector<std::uint64_t> expected_, received_;
+  RankShards out_;
+};
+
+}  // namespace
+
+Result<RankShards> cooperative_load(const Model& model, const ShardPlans& plans, const CooperativeLoadPlan& load,
+                                    Communicator& comm, const CooperativeLoadOptions& options) {
+  const std::string context = "cooperative load on " + comm.name() + " rank " + std::to_string(comm.rank()) + " of " +
+                              std::to_string(comm.world());
+  if (comm.world() != plans.ranks.size() || comm.world() != load.world || load.reads.size() != load.world ||
+      comm.rank() >= comm.world()) {
+    Status bad = make_error(ErrorCode::invalid_argument,
+                            "the communicator's world (" + std::to_string(comm.world()) + ") is not the plans' (" +
+                                std::to_string(plans.ranks.size()) + " shard plans, a load plan for " +
+                                std::to_string(load.world) + ")");
+    comm.fail(bad);
+    return std::move(bad).with_context(context);
+  }
+  Result<RankShards> result = Load(model, plans, load, comm, options).run();
+  if (!result.ok()) {
+    comm.fail(result.status());
+    return std::move(result.status()).with_context(context);
+  }
+  return result;
+}
+
+}  // namespace ballast

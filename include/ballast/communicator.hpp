@@ -1,0 +1,75 @@
+// How the ranks of a distributed engine reach one another (issue 29): the
+// cooperative load (cooperative_load.hpp) sends each rank the bytes of its
+// shards that another rank read from storage, through a Communicator.
+//
+//   auto ranks = make_local_communicators(4);     // 4 ranks as threads of one process
+//   // thread r: cooperative_load(model, plans, *ranks[r], options)
+//
+// The interface is the few operations the load needs, so that an MPI or
+// NCCL implementation, or an engine's own transport, is a small class:
+// ordered messages between two ranks (a message sent from A to B is
+// received by B after every earlier message from A to B), a receive from
+// whichever rank sent first, and a way for a failing rank to make every
+// other rank's waits end with an error naming it, so that no rank hangs.
+#pragma once
+
+#include <ballast/export.hpp>
+#include <ballast/status.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+BALLAST_API_BEGIN
+
+namespace ballast {
+
+// A received message: the rank that sent it and its bytes.
+struct CommMessage {
+  std::uint32_t from = 0;
+  std::vector<std::byte> bytes;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::uint32_t rank() const noexcept = 0;
+  virtual std::uint32_t world() const noexcept = 0;
+  // "local", "mpi", ...: shown in reports and errors.
+  virtual std::string name() const = 0;
+
+  // Sends `bytes` to rank `to` (not this rank). The bytes are the
+  // communicator's from here on; the call may return before they arrive.
+  // Fails when `to` is outside the world, or after a failure was
+  // announced (fail(), or a peer's).
+  virtual Status send(std::uint32_t to, std::vector<std::byte> bytes) = 0;
+
+  // The next message from any rank, waiting until `deadline` at most:
+  // nullopt when none came by then. A failure announced by any rank ends
+  // the wait at once with that failure's error, naming the rank.
+  virtual Result<std::optional<CommMessage>> receive(std::chrono::steady_clock::time_point deadline) = 0;
+
+  // Waits until every rank has called barrier() or `deadline` passes (an
+  // error naming the ranks that had not arrived), or a failure is announced.
+  virtual Status barrier(std::chrono::steady_clock::time_point deadline) = 0;
+
+  // Announces that this rank failed with `why`: every rank's pending and
+  // later receive() and barrier() end with an error naming this rank and
+  // `why`. Best effort (a rank that died announces nothing: its peers'
+  // deadlines catch it). Idempotent.
+  virtual void fail(const Status& why) noexcept = 0;
+};
+
+// `world` ranks in this process, one communicator each, to be used from
+// one thread per rank (a communicator is not shared between threads; the
+// ranks' threads are). For tests and for single-node engines that do not
+// want MPI. invalid_argument for world 0 or above 4096.
+Result<std::vector<std::unique_ptr<Communicator>>> make_local_communicators(std::uint32_t world);
+
+}  // namespace ballast
+
+BALLAST_API_END

@@ -1,0 +1,111 @@
+// Cooperative loading (issue 29): the ranks of a tensor-parallel engine
+// read a checkpoint from storage once between them, not once per rank, and
+// each ends with the bytes of its own shards.
+//
+//   auto plans = plan_shards_all(model, ShardSpec{.world = W});     // every rank's shards
+//   auto load = plan_cooperative_load(model, *plans);               // who reads what, who sends what
+//   auto mine = cooperative_load(model, *plans, *load, comm, {});   // on every rank, with its communicator
+//   // mine->shards[i]: plans->ranks[comm.rank()].weights[i], gathered
+//
+// The plan: the union of the bytes any rank needs (every weight's
+// referenced bytes, each once) is split into `world` portions of equal
+// size in file order; rank r reads portion r with the cold-read path
+// (read_plan.hpp: large parallel reads, no page faults) and, chunk by
+// chunk as they arrive, keeps what its own shards need and sends each other
+// rank what its shards need, while it receives from the others. Bytes read
+// from storage across all ranks are the union, each byte once; what each
+// rank sends and receives follows from the plan and is reported.
+//
+// A rank's shards arrive gathered: an outer-axis shard as its byte ranges,
+// an inner-axis (strided) shard as its rows one after another, so every
+// shard is one dense host array of its WeightShard::dims and device_bytes,
+// ready to upload. (The bytes come to a rank in pieces over the network
+// anyway; placing them is the gather, so no device-side slice is needed
+// on this path: docs/distributed.md.)
+//
+// Inline weights (in the .onnx itself, which every rank has opened) are
+// copied from the rank's own model, not read or sent.
+//
+// Failure: an error on any rank (a read, a communicator, a file changed
+// under its mapping) is announced to the others (Communicator::fail) and
+// every rank's load fails with an error naming the rank; a rank that dies
+// without a word is caught by the others' timeout. A failed load returns
+// nothing: no rank is left with part of its shards.
+#pragma once
+
+#include <ballast/communicator.hpp>
+#include <ballast/export.hpp>
+#include <ballast/model.hpp>
+#include <ballast/read_plan.hpp>
+#include <ballast/shard.hpp>
+#include <ballast/status.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+BALLAST_API_BEGIN
+
+namespace ballast {
+
+// One rank's part of the plan, in bytes.
+struct CooperativeRankPlan {
+  std::uint32_t rank = 0;
+  std::uint64_t read_bytes = 0;      // from storage: its portion of the union
+  std::uint64_t kept_bytes = 0;      // of those, what its own shards take
+  std::uint64_t sent_bytes = 0;      // to the other ranks (a byte two ranks need is sent to both)
+  std::uint64_t received_bytes = 0;  // from the other ranks
+  std::uint64_t inline_bytes = 0;    // copied from the model file itself (inline weights)
+  std::uint64_t shard_bytes = 0;     // what it holds: kept + received + inline (its shards' device bytes)
+};
+
+struct CooperativeLoadPlan {
+  std::uint32_t world = 1;
+  std::vector<ReadPlan> reads;              // per rank: its portion of the union
+  std::vector<CooperativeRankPlan> ranks;   // per rank
+  std::uint64_t union_bytes = 0;            // bytes read from storage by all ranks together
+  std::uint64_t read_per_rank_bytes = 0;    // the alternative: each rank reading its own shards' bytes
+  std::uint64_t read_everything_bytes = 0;  // the naive one: each rank reading the whole checkpoint
+};
+
+// The plan for `plans` (plan_shards_all of this model). Pure arithmetic on
+// the shard plans: nothing is read.
+Result<CooperativeLoadPlan> plan_cooperative_load(const Model& model, const ShardPlans& plans);
+
+struct CooperativeLoadOptions {
+  ReadOptions read;  // the cold-read path's settings for this rank's portion
+  // The longest a rank waits for a peer's next bytes, or at the final
+  // barrier: a peer that died is an error after this, not a hang.
+  std::chrono::milliseconds timeout{60000};
+};
+
+struct CooperativeLoadReport {
+  std::uint32_t rank = 0;
+  std::uint64_t read_bytes = 0;       // from storage
+  std::uint64_t kept_bytes = 0;
+  std::uint64_t sent_bytes = 0;
+  std::uint64_t received_bytes = 0;
+  std::uint64_t inline_bytes = 0;
+  std::uint64_t messages_sent = 0;
+  std::uint64_t messages_received = 0;
+  ReadStats read;                     // the cold read of its portion
+  double seconds = 0;                 // the whole load, barrier included
+};
+
+struct RankShards {
+  // shards[i] holds plans.ranks[rank].weights[i]: device_bytes bytes, its
+  // ranges (or strided rows) one after another, parts in order.
+  std::vector<std::vector<std::byte>> shards;
+  CooperativeLoadReport report;
+};
+
+// Runs this rank's part of `load` (comm.rank(), in a world of comm.world(),
+// which must be plans' world). Every rank of the world calls it, with the
+// same model and plans. Returns when this rank holds all its shards and
+// every rank has reached the end (so a failure anywhere fails every rank).
+Result<RankShards> cooperative_load(const Model& model, const ShardPlans& plans, const CooperativeLoadPlan& load,
+                                    Communicator& comm, const CooperativeLoadOptions& options = {});
+
+}  // namespace ballast
+
+BALLAST_API_END

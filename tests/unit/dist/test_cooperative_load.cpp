@@ -1,0 +1,235 @@
+// cooperative_load with ranks as threads (make_local_communicators): on
+// each format and world size every rank ends with exactly its shards'
+// bytes (checked against a gather from the model's own mapping), the
+// ranks read the union once between them, and what each sent and
+// received is what the plan said; a failure on one rank fails every rank,
+// naming it, and a rank that never comes is a timeout naming it, not a hang.
+#include "unit/shard/models.hpp"
+
+#include <ballast/cooperative_load.hpp>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+using namespace ballast;
+using namespace ballast::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A shard gathered straight from the weight's bytes: the reference.
+std::vector<std::byte> gather(const Model& m, const WeightShard& s) {
+  const WeightRef& w = m.store().weights().at(s.id);
+  const Bytes bytes = *m.store().bytes(w);
+  const std::uint64_t base = w.is_external() ? m.store().external_mmap_provenance(w)->offset : 0;
+  std::vector<std::byte> out;
+  for (const ByteRange& r : s.ranges) out.insert(out.end(), bytes.begin() + (r.offset - base), bytes.begin() + (r.offset - base + r.length));
+  for (const StridedView& v : s.strided)
+    for (std::uint64_t row = 0; row < v.rows; ++row) {
+      const std::uint64_t at = v.offset + row * v.row_stride - base;
+      out.insert(out.end(), bytes.begin() + at, bytes.begin() + at + v.row_bytes);
+    }
+  return out;
+}
+
+struct Run {
+  std::vector<Result<RankShards>> results;
+  double seconds = 0;
+};
+
+// Every rank of `world` on its own thread; `options_of(rank)` may differ per rank.
+Run run_world(const Model& m, const ShardPlans& plans, const CooperativeLoadPlan& load,
+              const std::function<CooperativeLoadOptions(std::uint32_t)>& options_of,
+              std::uint32_t absent = UINT32_MAX) {
+  auto comms = make_local_communicators(static_cast<std::uint32_t>(plans.ranks.size()));
+  REQUIRE(comms.ok());
+  Run run;
+  for (std::size_t r = 0; r < plans.ranks.size(); ++r) run.results.emplace_back(make_error(ErrorCode::internal, "did not run"));
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (std::uint32_t r = 0; r < plans.ranks.size(); ++r) {
+    if (r == absent) continue;
+    threads.emplace_back([&, r] { run.results[r] = cooperative_load(m, plans, load, *(*comms)[r], options_of(r)); });
+  }
+  for (std::thread& t : threads) t.join();
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return run;
+}
+
+CooperativeLoadOptions small_chunks(std::uint32_t) {
+  CooperativeLoadOptions o;
+  o.read.chunk_bytes = 48;  // chunks, and so messages, cut through weights and rows
+  o.read.staging_buffers = 3;
+  o.read.engine = ReadEngine::threads;
+  o.timeout = 20s;
+  return o;
+}
+
+void check_load(const Model& m, std::uint32_t world, std::vector<ShardRule> rules = {}) {
+  CAPTURE(world);
+  auto plans = plan_shards_all(m, ShardSpec{world, 0, std::move(rules)});
+  REQUIRE_MESSAGE(plans.ok(), plans.error().to_string());
+  auto load = plan_cooperative_load(m, *plans);
+  REQUIRE_MESSAGE(load.ok(), load.error().to_string());
+  // The union once between the ranks; the baselines beside it.
+  std::uint64_t read = 0;
+  for (const CooperativeRankPlan& r : load->ranks) read += r.read_bytes;
+  CHECK(read == load->union_bytes);
+  CHECK(load->union_bytes == ReadPlan::of(m.store()).bytes());
+  CHECK(load->read_per_rank_bytes == plans->read_bytes_sum);
+  CHECK(load->read_everything_bytes == plans->union_bytes * world);
+
+  const Run run = run_world(m, *plans, *load, small_chunks);
+  std::uint64_t sent = 0, received = 0, read_done = 0;
+  for (std::uint32_t r = 0; r < world; ++r) {
+    CAPTURE(r);
+    REQUIRE_MESSAGE(run.results[r].ok(), run.results[r].error().to_string());
+    const RankShards& got = *run.results[r];
+    const ShardPlan& plan = plans->ranks[r];
+    REQUIRE(got.shards.size() == plan.weights.size());
+    for (std::size_t i = 0; i < plan.weights.size(); ++i) {
+      CAPTURE(plan.weights[i].weight);
+      CHECK(got.shards[i].size() == plan.weights[i].device_bytes);
+      CHECK(got.shards[i] == gather(m, plan.weights[i]));
+    }
+    // The report is the plan.
+    const CooperativeRankPlan& want = load->ranks[r];
+    CHECK(got.report.read_bytes == want.read_bytes);
+    CHECK(got.report.kept_bytes == want.kept_bytes);
+    CHECK(got.report.sent_bytes == want.sent_bytes);
+    CHECK(got.report.received_bytes == want.received_bytes);
+    CHECK(got.report.inline_bytes == want.inline_bytes);
+    CHECK(want.kept_bytes + want.received_bytes + want.inline_bytes == want.shard_bytes);
+    sent += got.report.sent_bytes;
+    received += got.report.received_bytes;
+    read_done += got.report.read_bytes;
+  }
+  CHECK(sent == received);
+  CHECK(read_done == load->union_bytes);
+  if (world > 1) CHECK(sent > 0);
+}
+
+}  // namespace
+
+TEST_CASE("cooperative load, safetensors: 1, 2 and 4 ranks each end with exactly their shards") {
+  ScratchDir dir("dist-st");
+  auto m = open_model(dir.write("m.safetensors", st_file(hf_tensors())));
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  std::vector<ShardRule> rules = {{"qkv", "*.qkv_proj.weight", ShardSplit::column, {8, 4, 4}, 0}};
+  for (ShardRule& r : default_shard_rules()) rules.push_back(std::move(r));
+  for (std::uint32_t world : {1u, 2u, 4u}) check_load(*m, world, rules);
+}
+
+TEST_CASE("cooperative load, GGUF: block-quantized shards on whole blocks") {
+  ScratchDir dir("dist-gguf");
+  auto m = open_model(dir.write("m.gguf", gguf_of(gguf_llama())));
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  for (std::uint32_t world : {1u, 2u}) check_load(*m, world);
+}
+
+TEST_CASE("cooperative load, ONNX: MatMulNBits operands, strided MatMul columns, an inline weight copied locally") {
+  ScratchDir dir("dist-onnx");
+  auto m = llm_onnx().write(dir);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  for (std::uint32_t world : {1u, 2u}) check_load(*m, world);
+  auto plans = plan_shards_all(*m, ShardSpec{2, 0, {}});
+  REQUIRE(plans.ok());
+  auto load = plan_cooperative_load(*m, *plans);
+  REQUIRE(load.ok());
+  CHECK(load->ranks[0].inline_bytes == 32);  // layers.0.norm.weight, on every rank
+  CHECK(load->ranks[1].inline_bytes == 32);
+}
+
+TEST_CASE("cooperative load: a read failing on one rank fails every rank, naming it, in bounded time") {
+  ScratchDir dir("dist-fail");
+  auto m = open_model(dir.write("m.safetensors", st_file(hf_tensors())));
+  REQUIRE(m.ok());
+  auto plans = plan_shards_all(*m, ShardSpec{4, 0, {}});
+  REQUIRE(plans.ok());
+  auto load = plan_cooperative_load(*m, *plans);
+  REQUIRE(load.ok());
+  const Run run = run_world(*m, *plans, *load, [](std::uint32_t r) {
+    CooperativeLoadOptions o = small_chunks(r);
+    if (r == 2) o.read.pread = [](int, std::span<std::byte>, std::uint64_t) -> std::int64_t { return -EIO; };
+    return o;
+  });
+  CHECK(run.seconds < 15);  // every rank told at once, not after its 20 s timeout
+  for (std::uint32_t r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    REQUIRE_FALSE(run.results[r].ok());
+    const std::string text = run.results[r].error().to_string();
+    if (r == 2) {
+      CHECK_MESSAGE(run.results[r].error().code == ErrorCode::io, text);
+    } else {
+      CHECK_MESSAGE(run.results[r].error().code == ErrorCode::unavailable, text);
+      CHECK_MESSAGE(text.find("rank 2 failed") != std::string::npos, text);
+    }
+  }
+}
+
+TEST_CASE("cooperative load: a rank that never comes is a timeout naming it on the others") {
+  ScratchDir dir("dist-absent");
+  auto m = open_model(dir.write("m.safetensors", st_file(hf_tensors())));
+  REQUIRE(m.ok());
+  auto plans = plan_shards_all(*m, ShardSpec{2, 0, {}});
+  REQUIRE(plans.ok());
+  auto load = plan_cooperative_load(*m, *plans);
+  REQUIRE(load.ok());
+  REQUIRE(load->ranks[0].received_bytes > 0);
+  const Run run = run_world(*m, *plans, *load, [](std::uint32_t r) {
+    CooperativeLoadOptions o = small_chunks(r);
+    o.timeout = 300ms;
+    return o;
+  }, /*absent=*/1);
+  REQUIRE_FALSE(run.results[0].ok());
+  const std::string text = run.results[0].error().to_string();
+  CHECK_MESSAGE(run.results[0].error().code == ErrorCode::unavailable, text);
+  CHECK_MESSAGE(text.find("rank 1 (") != std::string::npos, text);
+  CHECK(run.seconds < 10);
+}
+
+TEST_CASE("cooperative load: a message its plan does not take is refused, naming the sender") {
+  ScratchDir dir("dist-bad");
+  auto m = open_model(dir.write("m.safetensors", st_file(hf_tensors())));
+  REQUIRE(m.ok());
+  auto plans = plan_shards_all(*m, ShardSpec{2, 0, {}});
+  REQUIRE(plans.ok());
+  auto load = plan_cooperative_load(*m, *plans);
+  REQUIRE(load.ok());
+  auto comms = make_local_communicators(2);
+  REQUIRE(comms.ok());
+  // Rank 1 is an impostor: it sends rank 0 bytes of a stretch rank 0 does
+  // not need from it, then waits.
+  std::vector<std::byte> bogus(24 + 5);
+  const std::uint64_t header[3] = {0, 0, 3};
+  std::memcpy(bogus.data(), header, sizeof header);
+  REQUIRE((*comms)[1]->send(0, bogus).ok());
+  CooperativeLoadOptions o = small_chunks(0);
+  auto got = cooperative_load(*m, *plans, *load, *(*comms)[0], o);
+  REQUIRE_FALSE(got.ok());
+  CHECK_MESSAGE(got.error().code == ErrorCode::malformed, got.error().to_string());
+  CHECK_MESSAGE(got.error().to_string().find("rank 1 sent 5 bytes") != std::string::npos, got.error().to_string());
+  // And the impostor hears of it.
+  auto heard = (*comms)[1]->receive(std::chrono::steady_clock::now() + 5s);
+  REQUIRE_FALSE(heard.ok());
+  CHECK(heard.error().to_string().find("rank 0 failed") != std::string::npos);
+}
+
+TEST_CASE("cooperative load: plans of another world are refused before anything is read") {
+  ScratchDir dir("dist-world");
+  auto m = open_model(dir.write("m.safetensors", st_file(hf_tensors())));
+  REQUIRE(m.ok());
+  auto plans = plan_shards_all(*m, ShardSpec{2, 0, {}});
+  REQUIRE(plans.ok());
+  auto load = plan_cooperative_load(*m, *plans);
+  REQUIRE(load.ok());
+  auto comms = make_local_communicators(4);
+  REQUIRE(comms.ok());
+  auto got = cooperative_load(*m, *plans, *load, *(*comms)[0]);
+  REQUIRE_FALSE(got.ok());
+  CHECK(got.error().code == ErrorCode::invalid_argument);
+  CHECK(make_local_communicators(0).error().code == ErrorCode::invalid_argument);
+  CHECK_FALSE(plan_cooperative_load(*m, ShardPlans{}).ok());
+}
