@@ -1,4 +1,4 @@
-// cooperative_load: this rank reads its portion of the checkpoint, keeps
+// cooperative_load: this rank reads its part of the checkpoint, keeps
 // what its shards take, sends each other rank what theirs take, and
 // receives its own from the others (cooperative_load.hpp).
 //
@@ -53,7 +53,7 @@ class Load {
     for (std::uint32_t q = 0; q < world_; ++q) pieces_.push_back(dist::pieces_of(plans_.ranks[q]));
     BALLAST_RETURN_IF_ERROR(copy_inline());
 
-    // What each peer owes this rank: its portion's bytes of this rank's pieces.
+    // What each peer owes this rank: its part's bytes of this rank's pieces.
     expected_.assign(world_, 0);
     received_.assign(world_, 0);
     for (std::uint32_t p = 0; p < world_; ++p) {
@@ -115,7 +115,7 @@ class Load {
     return {};
   }
 
-  // One chunk of this rank's portion: kept, and sent to every rank whose pieces it meets.
+  // One chunk of this rank's part: kept, and sent to every rank whose pieces it meets.
   Status deliver(const ReadChunk& c) {
     const std::uint64_t lo = c.offset, hi = c.offset + c.bytes.size();
     for (std::uint32_t q = 0; q < world_; ++q) {

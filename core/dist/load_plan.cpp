@@ -1,12 +1,82 @@
 // plan_cooperative_load: who reads which bytes of the checkpoint and who
 // sends which to whom (cooperative_load.hpp). Arithmetic on the shard
-// plans: each rank's needs as pieces, intersected with every reader's
-// portion of the union.
+// plans: each byte of the union given one reader, then each rank's needs
+// as pieces, intersected with every reader's part.
 #include <ballast/cooperative_load.hpp>
 
 #include "dist/pieces.hpp"
 
+#include <algorithm>
+
 namespace ballast {
+
+namespace {
+
+// Who reads each byte of the union (every byte by one rank):
+//  - a split weight's contiguous shards: the rank that holds each, so those
+//    bytes never cross the network;
+//  - a replicated weight, or an inner-axis (strided) split: `world` equal
+//    stretches of the weight, one per rank, sent on to the ranks that need
+//    them (reading a strided shard alone would be one small read per row);
+//  - bytes two weights share: the first assignment, in file order.
+// Per rank, per mapping: sorted, non-overlapping, touching ranges joined.
+std::vector<std::vector<ReadPlanFile>> assign_readers(const Model& model, const ShardPlans& plans) {
+  const auto world = static_cast<std::uint32_t>(plans.ranks.size());
+  struct Candidate {
+    MappingId mapping;
+    std::uint64_t offset, length;
+    std::uint32_t reader;
+  };
+  std::vector<Candidate> candidates;
+  for (std::size_t i = 0; i < plans.ranks[0].weights.size(); ++i) {
+    const WeightShard& first = plans.ranks[0].weights[i];
+    if (!first.mapping) continue;  // inline: copied from each rank's model
+    const auto ref = model.store().weights().find(first.id);
+    if (ref == model.store().weights().end()) continue;
+    const auto where = model.store().external_mmap_provenance(ref->second);
+    if (!where || where->length == 0) continue;
+    if (world > 1 && first.split != ShardSplit::replicated && first.contiguous()) {
+      for (std::uint32_t r = 0; r < world; ++r)
+        for (const ByteRange& range : plans.ranks[r].weights[i].ranges)
+          if (range.length != 0) candidates.push_back({where->mapping, range.offset, range.length, r});
+      continue;
+    }
+    const std::uint64_t share = where->length / world, extra = where->length % world;
+    std::uint64_t at = where->offset;
+    for (std::uint32_t r = 0; r < world; ++r) {
+      const std::uint64_t n = share + (r < extra ? 1 : 0);
+      if (n != 0) candidates.push_back({where->mapping, at, n, r});
+      at += n;
+    }
+  }
+  std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return a.mapping != b.mapping ? a.mapping < b.mapping : a.offset < b.offset;
+  });
+  std::vector<std::vector<ReadPlanFile>> keep(world);
+  MappingId mapping = 0;
+  std::uint64_t covered = 0;  // in `mapping`: bytes before this are assigned
+  bool started = false;
+  for (const Candidate& c : candidates) {
+    if (!started || c.mapping != mapping) {
+      mapping = c.mapping;
+      covered = 0;
+      started = true;
+    }
+    const std::uint64_t lo = std::max(c.offset, covered), hi = c.offset + c.length;
+    if (lo >= hi) continue;
+    covered = hi;
+    std::vector<ReadPlanFile>& files = keep[c.reader];
+    if (files.empty() || files.back().mapping != c.mapping) files.push_back({c.mapping, {}, 0, 0, {}});
+    std::vector<ReadRange>& ranges = files.back().ranges;
+    if (!ranges.empty() && ranges.back().offset + ranges.back().length == lo)
+      ranges.back().length += hi - lo;
+    else
+      ranges.push_back({lo, hi - lo});
+  }
+  return keep;
+}
+
+}  // namespace
 
 Result<CooperativeLoadPlan> plan_cooperative_load(const Model& model, const ShardPlans& plans) {
   const auto world = static_cast<std::uint32_t>(plans.ranks.size());
@@ -28,8 +98,17 @@ Result<CooperativeLoadPlan> plan_cooperative_load(const Model& model, const Shar
   out.union_bytes = whole.bytes();
   out.read_per_rank_bytes = plans.read_bytes_sum;
   out.read_everything_bytes = plans.union_bytes * world;
+  const std::vector<std::vector<ReadPlanFile>> keep = assign_readers(model, plans);
   out.reads.reserve(world);
-  for (std::uint32_t r = 0; r < world; ++r) out.reads.push_back(whole.portion(r, world));
+  std::uint64_t assigned = 0;
+  for (std::uint32_t r = 0; r < world; ++r) {
+    out.reads.push_back(whole.only(keep[r]));
+    assigned += out.reads.back().bytes();
+  }
+  if (assigned != out.union_bytes)
+    return make_error(ErrorCode::internal, "planning a cooperative load: the ranks' reads add up to " +
+                                               std::to_string(assigned) + " bytes, not the union's " +
+                                               std::to_string(out.union_bytes));
 
   out.ranks.resize(world);
   for (std::uint32_t r = 0; r < world; ++r) {
@@ -56,7 +135,7 @@ Result<CooperativeLoadPlan> plan_cooperative_load(const Model& model, const Shar
           }
         }
       }
-    // Every piece lies in the union, and the portions cover it once: a
+    // Every piece lies in the union, and the readers' parts cover it once: a
     // rank's shards are exactly what it keeps, receives and copies.
     if (receiver.kept_bytes + receiver.received_bytes + receiver.inline_bytes != receiver.shard_bytes)
       return make_error(ErrorCode::internal,

@@ -95,36 +95,35 @@ ReadPlan ReadPlan::of(const WeightStore& store, std::span<const ValueId> weights
   return plan;
 }
 
-ReadPlan ReadPlan::portion(std::uint32_t part, std::uint32_t parts) const {
-  if (parts == 0) parts = 1;
+ReadPlan ReadPlan::only(std::span<const ReadPlanFile> keep) const {
   ReadPlan out;
-  if (part >= parts) return out;
-  // [begin, end) in the plan's bytes counted in order: part p starts after
-  // p shares of bytes_ / parts and one extra byte each for the first
-  // bytes_ % parts parts.
-  const std::uint64_t share = bytes_ / parts, extra = bytes_ % parts;
-  const std::uint64_t begin = share * part + std::min<std::uint64_t>(part, extra);
-  const std::uint64_t end = begin + share + (part < extra ? 1 : 0);
-  std::uint64_t at = 0;  // plan bytes before the current range
   for (const ReadPlanFile& f : files_) {
+    const auto k = std::find_if(keep.begin(), keep.end(), [&](const ReadPlanFile& x) { return x.mapping == f.mapping; });
+    if (k == keep.end()) continue;
     ReadPlanFile kept{f.mapping, f.path, f.file_bytes, 0, {}};
+    // Both lists are sorted and non-overlapping: one merge-like walk.
+    std::size_t j = 0;
     for (const ReadRange& r : f.ranges) {
-      const std::uint64_t lo = std::max(at, begin), hi = std::min(at + r.length, end);
-      if (lo < hi) {
-        kept.ranges.push_back({r.offset + (lo - at), hi - lo});
+      while (j < k->ranges.size() && k->ranges[j].offset + k->ranges[j].length <= r.offset) ++j;
+      for (std::size_t i = j; i < k->ranges.size() && k->ranges[i].offset < r.offset + r.length; ++i) {
+        const std::uint64_t lo = std::max(r.offset, k->ranges[i].offset);
+        const std::uint64_t hi = std::min(r.offset + r.length, k->ranges[i].offset + k->ranges[i].length);
+        if (lo >= hi) continue;
+        if (!kept.ranges.empty() && kept.ranges.back().offset + kept.ranges.back().length == lo)
+          kept.ranges.back().length += hi - lo;  // touching: one read
+        else
+          kept.ranges.push_back({lo, hi - lo});
         kept.read_bytes += hi - lo;
       }
-      at += r.length;
     }
     if (kept.read_bytes == 0) continue;
     out.bytes_ += kept.read_bytes;
     for (const ReadPlanWeight& w : weights_) {
       if (w.mapping != f.mapping) continue;
-      for (const ReadRange& r : kept.ranges)
-        if (w.offset < r.offset + r.length && r.offset < w.offset + w.length) {
-          out.weights_.push_back(w);
-          break;
-        }
+      // The first kept range that ends after the weight starts.
+      const auto r = std::partition_point(kept.ranges.begin(), kept.ranges.end(),
+                                          [&](const ReadRange& x) { return x.offset + x.length <= w.offset; });
+      if (r != kept.ranges.end() && r->offset < w.offset + w.length) out.weights_.push_back(w);
     }
     out.files_.push_back(std::move(kept));
   }

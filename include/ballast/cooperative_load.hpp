@@ -7,14 +7,18 @@
 //   auto mine = cooperative_load(model, *plans, *load, comm, {});   // on every rank, with its communicator
 //   // mine->shards[i]: plans->ranks[comm.rank()].weights[i], gathered
 //
-// The plan: the union of the bytes any rank needs (every weight's
-// referenced bytes, each once) is split into `world` portions of equal
-// size in file order; rank r reads portion r with the cold-read path
-// (read_plan.hpp: large parallel reads, no page faults) and, chunk by
-// chunk as they arrive, keeps what its own shards need and sends each other
-// rank what its shards need, while it receives from the others. Bytes read
-// from storage across all ranks are the union, each byte once; what each
-// rank sends and receives follows from the plan and is reported.
+// The plan: every byte of the union (every weight's referenced bytes, each
+// once) gets one reader. A split weight's contiguous shards are read by
+// the ranks that hold them, so those bytes never cross the network; a
+// replicated weight, and a weight split on its inner axis (strided rows:
+// reading them alone would be one small read per row), is cut into
+// `world` equal stretches, one read by each rank. Each rank reads its part
+// with the cold-read path (read_plan.hpp: large parallel reads, no page
+// faults) and, chunk by chunk as they arrive, keeps what its own shards
+// need and sends each other rank what its shards need, while it receives
+// from the others. Bytes read from storage across all ranks are the
+// union, each byte once; what each rank sends and receives follows from
+// the plan and is reported.
 //
 // A rank's shards arrive gathered: an outer-axis shard as its byte ranges,
 // an inner-axis (strided) shard as its rows one after another, so every
@@ -51,7 +55,7 @@ namespace ballast {
 // One rank's part of the plan, in bytes.
 struct CooperativeRankPlan {
   std::uint32_t rank = 0;
-  std::uint64_t read_bytes = 0;      // from storage: its portion of the union
+  std::uint64_t read_bytes = 0;      // from storage: its part of the union
   std::uint64_t kept_bytes = 0;      // of those, what its own shards take
   std::uint64_t sent_bytes = 0;      // to the other ranks (a byte two ranks need is sent to both)
   std::uint64_t received_bytes = 0;  // from the other ranks
@@ -61,7 +65,7 @@ struct CooperativeRankPlan {
 
 struct CooperativeLoadPlan {
   std::uint32_t world = 1;
-  std::vector<ReadPlan> reads;              // per rank: its portion of the union
+  std::vector<ReadPlan> reads;              // per rank: its part of the union
   std::vector<CooperativeRankPlan> ranks;   // per rank
   std::uint64_t union_bytes = 0;            // bytes read from storage by all ranks together
   std::uint64_t read_per_rank_bytes = 0;    // the alternative: each rank reading its own shards' bytes
@@ -73,7 +77,7 @@ struct CooperativeLoadPlan {
 Result<CooperativeLoadPlan> plan_cooperative_load(const Model& model, const ShardPlans& plans);
 
 struct CooperativeLoadOptions {
-  ReadOptions read;  // the cold-read path's settings for this rank's portion
+  ReadOptions read;  // the cold-read path's settings for this rank's part
   // The longest a rank waits for a peer's next bytes, or at the final
   // barrier: a peer that died is an error after this, not a hang.
   std::chrono::milliseconds timeout{60000};
@@ -88,7 +92,7 @@ struct CooperativeLoadReport {
   std::uint64_t inline_bytes = 0;
   std::uint64_t messages_sent = 0;
   std::uint64_t messages_received = 0;
-  ReadStats read;                     // the cold read of its portion
+  ReadStats read;                     // the cold read of its part
   double seconds = 0;                 // the whole load, barrier included
 };
 

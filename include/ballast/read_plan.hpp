@@ -72,13 +72,11 @@ class ReadPlan {
   // ignored; a repeated id counts once).
   static ReadPlan of(const WeightStore& store, std::span<const ValueId> weights);
 
-  // Part `part` of `parts` (part < parts) of this plan: its bytes cut into
-  // `parts` stretches of equal size (the first ones a byte longer where
-  // they do not divide), in plan order across files, cutting ranges where
-  // needed. The parts together are this plan, each byte in one part: how
-  // the ranks of a cooperative load share a read (cooperative_load.hpp).
-  // weights(): those with a byte in the part. parts 0 is taken as 1.
-  ReadPlan portion(std::uint32_t part, std::uint32_t parts) const;
+  // The bytes of this plan that lie inside `keep` (per mapping: sorted,
+  // non-overlapping ranges; read_bytes and path are not read): how a
+  // cooperative load gives each rank its part of one plan
+  // (cooperative_load.hpp). weights(): those with a byte in the result.
+  ReadPlan only(std::span<const ReadPlanFile> keep) const;
 
   std::span<const ReadPlanFile> files() const noexcept { return files_; }  // in mapping-id order
   std::span<const ReadPlanWeight> weights() const noexcept { return weights_; }  // by (mapping, offset)

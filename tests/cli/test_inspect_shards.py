@@ -92,6 +92,19 @@ def check_plan(cli, model, world, label, extra=()):
     expect(all(r["read_bytes"] + r["not_needed_bytes"] == union for r in ranks),
            "%s: every rank's read + not needed = the model's bytes" % label)
     expect(sum(r["read_bytes"] for r in ranks) == shards["read_bytes_sum"], "%s: the ranks' reads add up" % label)
+    # The cooperative load: the union read once between the ranks (inline
+    # weights are copied from each rank's own model, not read), each rank's
+    # shards exactly what it keeps, receives and copies, every byte sent
+    # received.
+    coop = shards.get("cooperative", {})
+    expect(sum(r["cooperative"]["read_bytes"] for r in ranks) == coop.get("union_bytes")
+           == doc["totals"]["referenced_bytes"], "%s: the ranks' cooperative reads are the referenced bytes, once" % label)
+    expect(all(r["cooperative"]["kept_bytes"] + r["cooperative"]["received_bytes"] + r["cooperative"]["inline_bytes"]
+               == r["device_bytes"] for r in ranks), "%s: kept + received + inline = each rank's device bytes" % label)
+    expect(sum(r["cooperative"]["sent_bytes"] for r in ranks) == sum(r["cooperative"]["received_bytes"] for r in ranks),
+           "%s: every byte sent is received" % label)
+    expect(coop.get("read_per_rank_bytes") == shards["read_bytes_sum"] and coop.get("read_everything_bytes") == union * world,
+           "%s: the two baselines beside it" % label)
     weights = {w["name"]: w for w in doc["weights"]}
     want_device = sum(weights[w["name"]]["bytes"] * (world if w["split"] == "replicated" else 1) for w in shards["weights"])
     expect(sum(r["device_bytes"] for r in ranks) == want_device,

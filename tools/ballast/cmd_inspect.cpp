@@ -17,6 +17,7 @@
 #include <ballast/printable.hpp>
 #include <ballast/onnx_loader.hpp>
 #include <ballast/residency.hpp>
+#include <ballast/cooperative_load.hpp>
 #include <ballast/shard.hpp>
 
 #include <nlohmann/json.hpp>
@@ -43,6 +44,7 @@ struct InspectOptions {
 // The shard plan --world asks for, and where its rules came from.
 struct Shards {
   std::optional<ShardPlans> plans;
+  std::optional<CooperativeLoadPlan> load;
   std::string rules = "built-in";
 };
 
@@ -202,7 +204,7 @@ int print_json(const Model& model, const std::vector<NamedWeight>& weights,
     doc["auto_budget"] = nullptr;
     doc["auto_budget_error"] = budget.error().to_string();
   }
-  if (shards.plans) doc["shards"] = shard_plans_json(*shards.plans, shards.rules);
+  if (shards.plans) doc["shards"] = shard_plans_json(*shards.plans, *shards.load, shards.rules);
   // Invalid UTF-8 in names (the proto does not enforce it) is replaced, not fatal.
   std::cout << json_text(doc) << '\n';
   return kExitOk;
@@ -320,7 +322,7 @@ int print_table(const Model& model, const std::vector<NamedWeight>& weights,
       out << "  " << (n.tensor.empty() ? std::string("(model)") : printable(n.tensor)) << ": " << printable(n.message) << '\n';
     }
   }
-  if (shards.plans) print_shard_plans(out, *shards.plans, shards.rules);
+  if (shards.plans) print_shard_plans(out, *shards.plans, *shards.load, shards.rules);
   return kExitOk;
 }
 
@@ -347,7 +349,10 @@ int run_inspect(const InspectOptions& opt) {
     }
     auto plans = plan_shards_all(model, spec);
     if (!plans) return ctx.fail(plans.error());
+    auto load = plan_cooperative_load(model, *plans);
+    if (!load) return ctx.fail(load.error());
     shards.plans = std::move(*plans);
+    shards.load = std::move(*load);
   }
 
   if (!opt.map.empty()) {

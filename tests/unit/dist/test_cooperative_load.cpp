@@ -81,6 +81,15 @@ void check_load(const Model& m, std::uint32_t world, std::vector<ShardRule> rule
   CHECK(load->read_per_rank_bytes == plans->read_bytes_sum);
   CHECK(load->read_everything_bytes == plans->union_bytes * world);
 
+  // Contiguous shards of split weights are read by their holders: never sent.
+  for (std::uint32_t r = 0; r < world; ++r) {
+    std::uint64_t own = 0;
+    for (const WeightShard& s : plans->ranks[r].weights)
+      if (s.mapping && s.contiguous() && s.split != ShardSplit::replicated) own += s.device_bytes;
+    CHECK(load->ranks[r].kept_bytes >= own);
+    CHECK(load->ranks[r].read_bytes >= own);
+  }
+
   const Run run = run_world(m, *plans, *load, small_chunks);
   std::uint64_t sent = 0, received = 0, read_done = 0;
   for (std::uint32_t r = 0; r < world; ++r) {

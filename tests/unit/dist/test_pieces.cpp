@@ -1,6 +1,6 @@
 // The pieces' arithmetic (core/dist/pieces.cpp) against a byte-by-byte
 // count: random ranges and strided views, cut by random stretches, and
-// read-plan portions that cover a plan exactly once.
+// ReadPlan::only against the same walk over the plan and the kept ranges.
 #include "dist/pieces.hpp"
 
 #include "unit/shard/models.hpp"
@@ -60,41 +60,47 @@ TEST_CASE("pieces: runs inside a stretch are exactly the bytes a byte-by-byte wa
   }
 }
 
-TEST_CASE("read plan portions: every byte of the plan in exactly one part, parts of equal size") {
-  ScratchDir dir("dist-portion");
+TEST_CASE("ReadPlan::only: exactly the plan's bytes inside the kept ranges, touching ones joined") {
+  ScratchDir dir("dist-only");
   auto m = open_model(dir.write("m.safetensors", st_file(hf_tensors())));
   REQUIRE_MESSAGE(m.ok(), m.error().to_string());
   const ReadPlan whole = ReadPlan::of(m->store());
-  REQUIRE(whole.bytes() > 0);
-  for (std::uint32_t parts : {1u, 2u, 3u, 7u, 64u, static_cast<std::uint32_t>(whole.bytes() + 5)}) {
-    std::vector<int> seen;
-    std::uint64_t first_offset = whole.files()[0].ranges[0].offset;
-    std::uint64_t last_end = 0;
-    for (const ReadRange& r : whole.files()[0].ranges) last_end = r.offset + r.length;
-    seen.assign(last_end - first_offset, 0);
-    std::uint64_t total = 0, smallest = UINT64_MAX, largest = 0;
-    for (std::uint32_t p = 0; p < parts; ++p) {
-      const ReadPlan part = whole.portion(p, parts);
-      total += part.bytes();
-      smallest = std::min(smallest, part.bytes());
-      largest = std::max(largest, part.bytes());
-      for (const ReadPlanFile& f : part.files())
-        for (const ReadRange& r : f.ranges)
-          for (std::uint64_t b = 0; b < r.length; ++b) ++seen[r.offset + b - first_offset];
-      // Its weights: those with a byte in it.
-      for (const ReadPlanWeight& w : part.weights()) {
-        bool meets = false;
-        for (const ReadRange& r : part.files()[0].ranges) meets |= w.offset < r.offset + r.length && r.offset < w.offset + w.length;
-        CHECK(meets);
+  REQUIRE(whole.files().size() == 1);
+  const ReadPlanFile& file = whole.files()[0];
+  const std::uint64_t end = file.file_bytes;
+  std::vector<int> in_plan(end, 0);
+  for (const ReadRange& r : file.ranges)
+    for (std::uint64_t b = 0; b < r.length; ++b) in_plan[r.offset + b] = 1;
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    // Random sorted, non-overlapping kept ranges (some touching).
+    ReadPlanFile keep{file.mapping, {}, 0, 0, {}};
+    std::vector<int> kept(end, 0);
+    for (std::uint64_t at = rng() % 64; at < end;) {
+      const std::uint64_t n = 1 + rng() % 300;
+      const std::uint64_t len = std::min(n, end - at);
+      keep.ranges.push_back({at, len});
+      for (std::uint64_t b = 0; b < len; ++b) kept[at + b] = 1;
+      at += len + (rng() % 3 == 0 ? 0 : rng() % 200);
+    }
+    const ReadPlan got = whole.only(std::span(&keep, 1));
+    std::vector<int> seen(end, 0);
+    std::uint64_t want_bytes = 0;
+    for (std::uint64_t b = 0; b < end; ++b) want_bytes += in_plan[b] & kept[b];
+    CHECK(got.bytes() == want_bytes);
+    for (const ReadPlanFile& f : got.files()) {
+      CHECK(f.mapping == file.mapping);
+      for (std::size_t i = 0; i < f.ranges.size(); ++i) {
+        if (i > 0) CHECK(f.ranges[i - 1].offset + f.ranges[i - 1].length < f.ranges[i].offset);  // joined where touching
+        for (std::uint64_t b = 0; b < f.ranges[i].length; ++b) ++seen[f.ranges[i].offset + b];
       }
     }
-    CHECK(total == whole.bytes());
-    CHECK(largest - smallest <= 1);
-    // Exactly the plan's bytes, each once.
-    std::vector<int> want(seen.size(), 0);
-    for (const ReadRange& r : whole.files()[0].ranges)
-      for (std::uint64_t b = 0; b < r.length; ++b) want[r.offset + b - first_offset] = 1;
-    CHECK(seen == want);
+    for (std::uint64_t b = 0; b < end; ++b) REQUIRE(seen[b] == (in_plan[b] & kept[b]));
+    for (const ReadPlanWeight& w : got.weights()) {
+      bool meets = false;
+      for (const ReadRange& r : got.files()[0].ranges) meets |= w.offset < r.offset + r.length && r.offset < w.offset + w.length;
+      CHECK(meets);
+    }
   }
-  CHECK(whole.portion(3, 3).empty());
+  CHECK(whole.only({}).empty());
 }

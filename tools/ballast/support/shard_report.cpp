@@ -46,19 +46,30 @@ json weight_json(const ShardPlans& plans, std::size_t i) {
 
 }  // namespace
 
-json shard_plans_json(const ShardPlans& plans, const std::string& rules) {
+json shard_plans_json(const ShardPlans& plans, const CooperativeLoadPlan& load, const std::string& rules) {
   json doc;
   doc["world"] = plans.ranks.size();
   doc["rules"] = rules;
   doc["union_bytes"] = plans.union_bytes;
   doc["read_bytes_sum"] = plans.read_bytes_sum;
+  doc["cooperative"] = {{"union_bytes", load.union_bytes},
+                        {"read_per_rank_bytes", load.read_per_rank_bytes},
+                        {"read_everything_bytes", load.read_everything_bytes}};
   json ranks = json::array();
-  for (const ShardPlan& p : plans.ranks)
+  for (const ShardPlan& p : plans.ranks) {
+    const CooperativeRankPlan& c = load.ranks[p.rank];
     ranks.push_back({{"rank", p.rank},
                      {"read_bytes", p.totals.read_bytes},
                      {"device_bytes", p.totals.device_bytes},
                      {"gathered_bytes", p.totals.gathered_bytes},
-                     {"not_needed_bytes", p.totals.not_needed_bytes}});
+                     {"not_needed_bytes", p.totals.not_needed_bytes},
+                     {"cooperative",
+                      {{"read_bytes", c.read_bytes},
+                       {"kept_bytes", c.kept_bytes},
+                       {"sent_bytes", c.sent_bytes},
+                       {"received_bytes", c.received_bytes},
+                       {"inline_bytes", c.inline_bytes}}}});
+  }
   doc["ranks"] = std::move(ranks);
   json weights = json::array();
   if (!plans.ranks.empty())
@@ -67,15 +78,22 @@ json shard_plans_json(const ShardPlans& plans, const std::string& rules) {
   return doc;
 }
 
-void print_shard_plans(std::ostream& out, const ShardPlans& plans, const std::string& rules) {
+void print_shard_plans(std::ostream& out, const ShardPlans& plans, const CooperativeLoadPlan& load, const std::string& rules) {
   out << "\nshard plan: world " << plans.ranks.size() << ", rules " << printable(rules) << '\n';
-  Table ranks({"RANK", "READ", "DEVICE", "GATHERED", "NOT NEEDED"}, {true, true, true, true, true});
-  for (const ShardPlan& p : plans.ranks)
+  // READ: the rank's own shards' bytes (reading alone); the cooperative
+  // load's columns: its portion of the union, and what it sends and receives.
+  Table ranks({"RANK", "READ", "DEVICE", "GATHERED", "NOT NEEDED", "COOP READ", "SENDS", "RECEIVES"},
+              {true, true, true, true, true, true, true, true});
+  for (const ShardPlan& p : plans.ranks) {
+    const CooperativeRankPlan& c = load.ranks[p.rank];
     ranks.add({std::to_string(p.rank), human_bytes(p.totals.read_bytes), human_bytes(p.totals.device_bytes),
-               human_bytes(p.totals.gathered_bytes), human_bytes(p.totals.not_needed_bytes)});
+               human_bytes(p.totals.gathered_bytes), human_bytes(p.totals.not_needed_bytes), human_bytes(c.read_bytes),
+               human_bytes(c.sent_bytes), human_bytes(c.received_bytes)});
+  }
   ranks.print(out, "  ");
-  out << "  read by the ranks together: " << human_bytes(plans.read_bytes_sum) << "; needed by any rank, each byte once: "
-      << human_bytes(plans.union_bytes) << '\n';
+  out << "  read by the ranks together: " << human_bytes(plans.read_bytes_sum) << " each reading its own; "
+      << human_bytes(load.union_bytes) << " cooperatively (each byte once); " << human_bytes(load.read_everything_bytes)
+      << " each reading everything\n";
   if (plans.ranks.empty()) return;
   out << '\n';
   Table weights({"NAME", "SPLIT", "AXIS", "PARTS", "SHARD", "BYTES/RANK", "READ AS", "RULE", "LAYOUT"},
