@@ -22,6 +22,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 BALLAST_API_BEGIN
@@ -69,6 +70,20 @@ class Communicator {
 // ranks' threads are). For tests and for single-node engines that do not
 // want MPI. invalid_argument for world 0 or above 4096.
 Result<std::vector<std::unique_ptr<Communicator>>> make_local_communicators(std::uint32_t world);
+
+// A communicator library picked by a config string, like a backend:
+//   "mpi"            libballast_comm_mpi.so (Open MPI; MPI_COMM_WORLD, duplicated),
+//                    initialising MPI if the engine has not
+//   "mpi?<options>"  the same, with the library's own options
+// `native`: nullptr, or the engine's own communicator of that kind (for
+// "mpi" a pointer to its MPI_Comm, duplicated, never freed), so an engine
+// that already runs on MPI hands ballast its communicator. The library is
+// found and checked as backend plugins are (docs/plugins.md, "Which files
+// are loaded": BALLAST_PLUGIN_PATH, then beside libballast). "local" is
+// refused here (its ranks are threads: make_local_communicators).
+// Errors: invalid_argument (a bad string), not_found (no such library,
+// with the folders searched), abi_mismatch, and the library's own.
+Result<std::unique_ptr<Communicator>> open_communicator(std::string_view config, void* native = nullptr);
 
 }  // namespace ballast
 

@@ -13,12 +13,14 @@
 #include "command.hpp"
 #include "command_context.hpp"
 #include "command_options.hpp"
+#include "load_ranks.hpp"
 #include "support/budget.hpp"
 #include "support/format.hpp"
 #include "support/residency_report.hpp"
 
 #include <ballast/read_plan.hpp>
 #include <ballast/residency.hpp>
+#include <ballast/shard.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -58,6 +60,12 @@ struct LoadCommandOptions {
   bool anchor = false;
   bool plan_only = false;
   bool json = false;
+  // The cooperative load of tensor-parallel shards (load_ranks.hpp).
+  std::string comm;
+  std::uint32_t world = 0;
+  std::string shard_rules;
+  std::string dump;
+  std::uint32_t timeout_s = 60;
 };
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -223,6 +231,10 @@ int run_load(const LoadCommandOptions& opt) {
   lo.read.cache = opt.keep_cache || ro->strategy == ResidencyStrategy::paged ? CachePolicy::keep : CachePolicy::drop;
   lo.read_cached = opt.read_cached;
   lo.populate_threads = opt.populate_threads;
+  if (!opt.comm.empty()) {
+    RanksOptions ranks{opt.model, opt.backend, opt.comm, opt.world, opt.shard_rules, opt.dump, opt.json, opt.timeout_s, lo.read};
+    return run_load_ranks(ranks);
+  }
   if (!ctx.load_model(opt.model)) return ctx.exit_code();
   // What the files hold that a load must read: the referenced bytes.
   const std::uint64_t referenced = ctx.model().store().referenced_weight_bytes().total;
@@ -330,6 +342,20 @@ const RegisterCommand kLoad{{
       sub.add_flag("--keep-cache", opt->keep_cache, "leave what the read brought into the page cache (paged always does)");
       sub.add_flag("--plan", opt->plan_only, "print the read plan (files, ranges, bytes) and load nothing");
       sub.add_flag("--json", opt->json, "print the report as one JSON document (schema in docs/tools.md)");
+      auto* comm = sub.add_option("--comm", opt->comm,
+                                  "tensor-parallel ranks: local (threads, with --world) or mpi (under mpirun): "
+                                  "each rank reads its part and gets its shards (docs/distributed.md)");
+      sub.add_option("--world", opt->world, "ranks (--comm local); checked against the job's with mpi")
+          ->check(CLI::Range(1u, kMaxShardWorld))
+          ->needs(comm);
+      sub.add_option("--shard-rules", opt->shard_rules, "shard rules as JSON (docs/distributed.md)")->needs(comm);
+      sub.add_option("--dump", opt->dump, "write each rank's shards, read back from the device, to DIR/rank<R>/")
+          ->type_name("DIR")
+          ->needs(comm);
+      sub.add_option("--timeout-s", opt->timeout_s, "the longest a rank waits for a peer")
+          ->check(CLI::Range(1u, 86400u))
+          ->capture_default_str()
+          ->needs(comm);
       return [opt] { return run_load(*opt); };
     },
 }};

@@ -4,10 +4,7 @@
 #include <utility>
 
 namespace ballast::cli {
-namespace {
 
-// The NumPy type string of a derived operand's elements. bfloat16 has no
-// NumPy type: its bits are written as uint16.
 std::string npy_descr(DataType t) {
   switch (t) {
     case DataType::float32: return "<f4";
@@ -25,8 +22,6 @@ std::string npy_descr(DataType t) {
     default: return "|u1";
   }
 }
-
-}  // namespace
 
 std::vector<std::string> dump_stems(std::span<const PlannedDerivation> plan) {
   std::map<std::pair<std::string, int>, int> uses;

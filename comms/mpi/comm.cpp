@@ -1,0 +1,283 @@
+// The MPI communicator (comm_plugin.h): messages between ranks as
+// nonblocking point-to-point sends on a duplicate of the engine's
+// communicator (or of MPI_COMM_WORLD), receives by probing with a
+// deadline, a failure announced to every peer on a tag of its own.
+//
+// Why nonblocking and polled: a blocking MPI_Send of a large message waits
+// for its receiver, and two ranks sending to each other would wait
+// forever; a blocking receive could not give up at a deadline, and a dead
+// peer would hang the load. Sends are reaped as they complete; a rank
+// sleeps 50 us between polls, so ranks oversubscribed on few cores (CI's
+// mpirun -np 4 on 2) leave each other the processor.
+#include <ballast/comm_plugin.h>
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr int kDataTag = 29001;
+constexpr int kFailTag = 29002;
+constexpr int kUnavailable = 10, kInvalid = 1, kOutOfMemory = 11, kDeviceError = 12;
+
+void say(char* error, std::size_t size, const std::string& text) {
+  if (size == 0) return;
+  std::snprintf(error, size, "%s", text.c_str());
+}
+
+std::string mpi_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(text, static_cast<std::size_t>(length));
+}
+
+struct Pending {
+  MPI_Request request = MPI_REQUEST_NULL;
+  std::vector<char> bytes;
+};
+
+bool g_initialized_here = false;
+bool g_failure_seen = false;
+
+// MPI_Finalize at exit when this library initialised MPI and no rank
+// failed (a failed job's peers may never reach it, and it would wait).
+void finalize_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && !g_failure_seen) MPI_Finalize();
+}
+
+}  // namespace
+
+struct ballast_comm {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0, world = 1;
+  std::deque<Pending> pending;  // sends in flight (deque: requests stay put)
+  bool announced = false;       // this rank's failure was sent
+  std::string peer_failure;     // a peer's, once heard
+
+  void reap() {
+    for (auto it = pending.begin(); it != pending.end();) {
+      int done = 0;
+      MPI_Test(&it->request, &done, MPI_STATUS_IGNORE);
+      it = done ? pending.erase(it) : it + 1;
+    }
+  }
+
+  // A peer's announced failure, if one has come.
+  bool heard_failure() {
+    if (!peer_failure.empty()) return true;
+    int flag = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kFailTag, comm, &flag, &status) != MPI_SUCCESS || !flag) return false;
+    int count = 0;
+    MPI_Get_count(&status, MPI_CHAR, &count);
+    std::string why(static_cast<std::size_t>(std::max(count, 0)), '\0');
+    MPI_Recv(why.data(), count, MPI_CHAR, status.MPI_SOURCE, kFailTag, comm, MPI_STATUS_IGNORE);
+    peer_failure = "rank " + std::to_string(status.MPI_SOURCE) + " failed: " + why;
+    g_failure_seen = true;
+    return true;
+  }
+};
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Clock::time_point deadline_of(std::int64_t timeout_ns) {
+  return Clock::now() + std::chrono::nanoseconds(std::max<std::int64_t>(timeout_ns, 0));
+}
+
+void pause() { std::this_thread::sleep_for(std::chrono::microseconds(50)); }
+
+int open(const char* options, void* native, ballast_comm** out, char* error, std::size_t error_size) {
+  *out = nullptr;
+  if (options != nullptr && options[0] != '\0') {
+    say(error, error_size, std::string("unknown option \"") + options + "\" (the mpi communicator takes none)");
+    return kInvalid;
+  }
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    // Only the rank's one loading thread calls MPI, one call at a time.
+    int provided = 0;
+    if (const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided); rc != MPI_SUCCESS) {
+      say(error, error_size, "MPI_Init_thread: " + mpi_text(rc));
+      return kUnavailable;
+    }
+    g_initialized_here = true;
+    std::atexit(finalize_at_exit);
+  }
+  auto* c = new (std::nothrow) ballast_comm;
+  if (c == nullptr) {
+    say(error, error_size, "no memory for the communicator");
+    return kOutOfMemory;
+  }
+  const MPI_Comm base = native != nullptr ? *static_cast<MPI_Comm*>(native) : MPI_COMM_WORLD;
+  if (const int rc = MPI_Comm_dup(base, &c->comm); rc != MPI_SUCCESS) {
+    say(error, error_size, "MPI_Comm_dup: " + mpi_text(rc));
+    delete c;
+    return kDeviceError;
+  }
+  // Errors come back as codes, never abort the job from inside a call.
+  MPI_Comm_set_errhandler(c->comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(c->comm, &c->rank);
+  MPI_Comm_size(c->comm, &c->world);
+  *out = c;
+  return 0;
+}
+
+void close(ballast_comm* c) {
+  if (c == nullptr) return;
+  c->reap();
+  // Sends a dead or failed peer never took: their requests are freed and
+  // their bytes left to the process (MPI may still read them).
+  for (Pending& p : c->pending) {
+    MPI_Request_free(&p.request);
+    new std::vector<char>(std::move(p.bytes));  // deliberately kept
+  }
+  if (c->announced || !c->peer_failure.empty()) g_failure_seen = true;
+  if (!g_failure_seen) MPI_Comm_free(&c->comm);
+  delete c;
+}
+
+std::uint32_t rank(const ballast_comm* c) { return static_cast<std::uint32_t>(c->rank); }
+std::uint32_t world(const ballast_comm* c) { return static_cast<std::uint32_t>(c->world); }
+
+int send(ballast_comm* c, std::uint32_t to, const void* bytes, std::uint64_t size, char* error, std::size_t error_size) {
+  if (to >= static_cast<std::uint32_t>(c->world) || size > static_cast<std::uint64_t>(INT_MAX)) {
+    say(error, error_size, "a message of " + std::to_string(size) + " bytes to rank " + std::to_string(to) +
+                               " (world " + std::to_string(c->world) + ", at most 2 GiB a message)");
+    return kInvalid;
+  }
+  if (c->heard_failure()) {
+    say(error, error_size, c->peer_failure);
+    return kUnavailable;
+  }
+  c->reap();
+  try {
+    Pending p;
+    p.bytes.assign(static_cast<const char*>(bytes), static_cast<const char*>(bytes) + size);
+    c->pending.push_back(std::move(p));
+  } catch (...) {
+    say(error, error_size, "no memory to hold a message of " + std::to_string(size) + " bytes");
+    return kOutOfMemory;
+  }
+  Pending& p = c->pending.back();
+  if (const int rc = MPI_Isend(p.bytes.data(), static_cast<int>(size), MPI_BYTE, static_cast<int>(to), kDataTag, c->comm,
+                               &p.request);
+      rc != MPI_SUCCESS) {
+    c->pending.pop_back();
+    say(error, error_size, "MPI_Isend to rank " + std::to_string(to) + ": " + mpi_text(rc));
+    return kUnavailable;
+  }
+  return 0;
+}
+
+int receive(ballast_comm* c, std::int64_t timeout_ns, std::uint32_t* from, std::uint64_t* size,
+            void* (*allocate)(void*, std::uint64_t), void* context, char* error, std::size_t error_size) {
+  const auto deadline = deadline_of(timeout_ns);
+  for (;;) {
+    if (c->heard_failure()) {
+      say(error, error_size, c->peer_failure);
+      return kUnavailable;
+    }
+    int flag = 0;
+    MPI_Status status;
+    if (const int rc = MPI_Iprobe(MPI_ANY_SOURCE, kDataTag, c->comm, &flag, &status); rc != MPI_SUCCESS) {
+      say(error, error_size, "MPI_Iprobe: " + mpi_text(rc));
+      return kUnavailable;
+    }
+    if (flag) {
+      int count = 0;
+      MPI_Get_count(&status, MPI_BYTE, &count);
+      void* buffer = allocate(context, static_cast<std::uint64_t>(count));
+      if (buffer == nullptr) {
+        say(error, error_size, "no memory for a message of " + std::to_string(count) + " bytes");
+        return kOutOfMemory;
+      }
+      if (const int rc = MPI_Recv(buffer, count, MPI_BYTE, status.MPI_SOURCE, kDataTag, c->comm, MPI_STATUS_IGNORE);
+          rc != MPI_SUCCESS) {
+        say(error, error_size, "MPI_Recv from rank " + std::to_string(status.MPI_SOURCE) + ": " + mpi_text(rc));
+        return kUnavailable;
+      }
+      *from = static_cast<std::uint32_t>(status.MPI_SOURCE);
+      *size = static_cast<std::uint64_t>(count);
+      return 0;
+    }
+    c->reap();
+    if (Clock::now() >= deadline) {
+      *size = UINT64_MAX;
+      return 0;
+    }
+    pause();
+  }
+}
+
+int barrier(ballast_comm* c, std::int64_t timeout_ns, char* error, std::size_t error_size) {
+  const auto deadline = deadline_of(timeout_ns);
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (const int rc = MPI_Ibarrier(c->comm, &request); rc != MPI_SUCCESS) {
+    say(error, error_size, "MPI_Ibarrier: " + mpi_text(rc));
+    return kUnavailable;
+  }
+  for (;;) {
+    int done = 0;
+    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+    if (done) return 0;
+    if (c->heard_failure()) {
+      say(error, error_size, c->peer_failure);
+      return kUnavailable;
+    }
+    c->reap();
+    if (Clock::now() >= deadline) {
+      // MPI cannot say which ranks are missing, nor cancel a barrier.
+      say(error, error_size, "not every rank of " + std::to_string(c->world) + " reached the barrier in time");
+      g_failure_seen = true;
+      return kUnavailable;
+    }
+    pause();
+  }
+}
+
+void fail(ballast_comm* c, const char* why) {
+  if (c->announced) return;
+  c->announced = true;
+  g_failure_seen = true;
+  try {
+    const std::string text = why != nullptr ? why : "failed";
+    for (int r = 0; r < c->world; ++r) {
+      if (r == c->rank) continue;
+      Pending p;
+      p.bytes.assign(text.begin(), text.end());
+      c->pending.push_back(std::move(p));
+      Pending& q = c->pending.back();
+      if (MPI_Isend(q.bytes.data(), static_cast<int>(q.bytes.size()), MPI_CHAR, r, kFailTag, c->comm, &q.request) !=
+          MPI_SUCCESS)
+        c->pending.pop_back();
+    }
+  } catch (...) {
+    // No memory: the peers' deadlines catch this rank instead.
+  }
+}
+
+const ballast_comm_plugin kTable = {
+    sizeof(ballast_comm_plugin), BALLAST_COMM_API_MAJOR, BALLAST_COMM_API_MINOR, "mpi", open, close, rank, world, send,
+    receive, barrier, fail,
+};
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) const ballast_comm_plugin* ballast_comm_entry(void) { return &kTable; }

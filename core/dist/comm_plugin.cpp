@@ -1,0 +1,169 @@
+// open_communicator: a communicator library (comm_plugin.h) found and
+// checked as backend plugins are, wrapped in a Communicator.
+#include <ballast/comm_plugin.h>
+#include <ballast/communicator.hpp>
+
+#include "registry/plugin_file.hpp"
+#include "registry/plugin_loader.hpp"
+#include "registry/shared_library.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
+
+namespace ballast {
+
+namespace {
+
+constexpr std::size_t kErrorSize = 1024;
+
+Status plugin_error(int code, const char* text, const std::string& what) {
+  const auto c = code > 0 && code <= static_cast<int>(ErrorCode::internal) ? static_cast<ErrorCode>(code) : ErrorCode::internal;
+  return make_error(c, what + ": " + std::string(text, strnlen(text, kErrorSize)));
+}
+
+class PluginCommunicator final : public Communicator {
+ public:
+  PluginCommunicator(const ballast_comm_plugin* table, ballast_comm* comm) : t_(table), c_(comm) {}
+  ~PluginCommunicator() override { t_->close(c_); }
+
+  std::uint32_t rank() const noexcept override { return t_->rank(c_); }
+  std::uint32_t world() const noexcept override { return t_->world(c_); }
+  std::string name() const override { return t_->name; }
+
+  Status send(std::uint32_t to, std::vector<std::byte> bytes) override {
+    if (to >= world() || to == rank())
+      return make_error(ErrorCode::invalid_argument, "rank " + std::to_string(rank()) + " cannot send to rank " +
+                                                         std::to_string(to) + " (world " + std::to_string(world()) + ")");
+    char error[kErrorSize] = {};
+    const int rc = t_->send(c_, to, bytes.data(), bytes.size(), error, sizeof error);
+    return rc == 0 ? Status() : plugin_error(rc, error, name() + " send to rank " + std::to_string(to));
+  }
+
+  Result<std::optional<CommMessage>> receive(std::chrono::steady_clock::time_point deadline) override {
+    char error[kErrorSize] = {};
+    std::uint32_t from = 0;
+    std::uint64_t size = 0;
+    std::vector<std::byte> buffer;
+    struct Target {
+      std::vector<std::byte>* buffer;
+    } target{&buffer};
+    auto allocate = [](void* context, std::uint64_t n) -> void* {
+      try {
+        auto* t = static_cast<Target*>(context);
+        t->buffer->resize(n);
+        return n == 0 ? static_cast<void*>(t) : t->buffer->data();  // any non-null for an empty message
+      } catch (...) {
+        return nullptr;
+      }
+    };
+    const int rc = t_->receive(c_, timeout_ns(deadline), &from, &size, allocate, &target, error, sizeof error);
+    if (rc != 0) return plugin_error(rc, error, name() + " receive on rank " + std::to_string(rank()));
+    if (size == UINT64_MAX) return std::optional<CommMessage>();
+    if (size != buffer.size())
+      return make_error(ErrorCode::internal, name() + " receive: a message of " + std::to_string(size) +
+                                                 " bytes came in a buffer of " + std::to_string(buffer.size()));
+    return std::optional<CommMessage>(CommMessage{from, std::move(buffer)});
+  }
+
+  Status barrier(std::chrono::steady_clock::time_point deadline) override {
+    char error[kErrorSize] = {};
+    const int rc = t_->barrier(c_, timeout_ns(deadline), error, sizeof error);
+    return rc == 0 ? Status() : plugin_error(rc, error, name() + " barrier on rank " + std::to_string(rank()));
+  }
+
+  void fail(const Status& why) noexcept override {
+    try {
+      t_->fail(c_, why.ok() ? "failed" : why.to_string().c_str());
+    } catch (...) {
+      t_->fail(c_, "failed");
+    }
+  }
+
+ private:
+  static std::int64_t timeout_ns(std::chrono::steady_clock::time_point deadline) {
+    const auto left = deadline - std::chrono::steady_clock::now();
+    return left.count() <= 0 ? 0 : std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+  }
+
+  const ballast_comm_plugin* t_;
+  ballast_comm* c_;
+};
+
+bool plain_name(std::string_view name) {
+  if (name.empty() || name.size() > 32) return false;
+  for (char ch : name)
+    if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_')) return false;
+  return true;
+}
+
+// Loaded libraries' tables by name, for the life of the process (a library
+// is never closed: its communicators may outlive any one caller).
+Result<const ballast_comm_plugin*> load_table(const std::string& name) {
+  static std::mutex mutex;
+  static std::map<std::string, const ballast_comm_plugin*> loaded;
+  std::lock_guard lock(mutex);
+  if (auto it = loaded.find(name); it != loaded.end()) return it->second;
+  const std::string file = "libballast_comm_" + name + ".so";
+  std::string searched, refusals;
+  for (const std::string& dir : registry::default_plugin_search_dirs()) {
+    registry::PluginCandidate candidate = registry::check_plugin_candidate(dir, file);
+    searched += (searched.empty() ? "" : ", ") + candidate.path;
+    if (candidate.verdict == registry::PluginCandidate::Verdict::absent) continue;
+    if (candidate.verdict == registry::PluginCandidate::Verdict::refused) {
+      refusals += (refusals.empty() ? "" : "; ") + candidate.path + " (" + candidate.reason + ")";
+      continue;
+    }
+    const std::string path = candidate.path;
+    BALLAST_ASSIGN_OR_RETURN(auto lib, registry::open_checked_library(std::move(candidate)), "loading " + path);
+    BALLAST_ASSIGN_OR_RETURN(void* entry, registry::find_symbol(lib, BALLAST_COMM_ENTRY_SYMBOL), "loading " + path);
+    const ballast_comm_plugin* t = reinterpret_cast<ballast_comm_entry_fn>(entry)();
+    if (t == nullptr || t->struct_size < sizeof(ballast_comm_plugin))
+      return make_error(ErrorCode::abi_mismatch, path + ": its communicator table is missing or too short");
+    if (t->api_major != BALLAST_COMM_API_MAJOR)
+      return make_error(ErrorCode::abi_mismatch, path + ": communicator ABI " + std::to_string(t->api_major) + "." +
+                                                     std::to_string(t->api_minor) + ", this ballast takes " +
+                                                     std::to_string(BALLAST_COMM_API_MAJOR) + ".x");
+    if (t->name == nullptr || name != t->name || !t->open || !t->close || !t->rank || !t->world || !t->send ||
+        !t->receive || !t->barrier || !t->fail)
+      return make_error(ErrorCode::abi_mismatch, path + ": its communicator table is not for \"" + name +
+                                                     "\" or lacks a function");
+    loaded.emplace(name, t);
+    return t;
+  }
+  std::string message = "communicator library " + file + " for \"" + name + "\" not found; searched: " +
+                        (searched.empty() ? "(no search folders)" : searched);
+  if (!refusals.empty()) message += "; refused: " + refusals;
+  return make_error(ErrorCode::not_found, message);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Communicator>> open_communicator(std::string_view config, void* native) {
+  const std::string context = "opening communicator \"" + std::string(config) + "\"";
+  const auto query = config.find('?');
+  const std::string name(config.substr(0, query));
+  const std::string options(query == std::string_view::npos ? "" : config.substr(query + 1));
+  if (name == "local")
+    return make_error(ErrorCode::invalid_argument,
+                      "\"local\" ranks are threads of one process: make them with make_local_communicators(world)")
+        .with_context(context);
+  if (!plain_name(name))
+    return make_error(ErrorCode::invalid_argument, "a communicator is named by lower-case letters, digits and '_'")
+        .with_context(context);
+  BALLAST_ASSIGN_OR_RETURN(const ballast_comm_plugin* table, load_table(name), context);
+  char error[kErrorSize] = {};
+  ballast_comm* comm = nullptr;
+  if (const int rc = table->open(options.c_str(), native, &comm, error, sizeof error); rc != 0 || comm == nullptr)
+    return plugin_error(rc == 0 ? static_cast<int>(ErrorCode::internal) : rc, error, name + " open").with_context(context);
+  try {
+    return std::unique_ptr<Communicator>(std::make_unique<PluginCommunicator>(table, comm));
+  } catch (const std::bad_alloc&) {
+    table->close(comm);
+    return make_error(ErrorCode::out_of_memory, "no memory for the communicator").with_context(context);
+  }
+}
+
+}  // namespace ballast

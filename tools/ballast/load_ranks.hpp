@@ -1,0 +1,34 @@
+// `ballast load MODEL --comm local|mpi [--world N] [--shard-rules FILE]
+// [--dump DIR] [--json]`: the cooperative load of a tensor-parallel
+// engine's shards (include/ballast/cooperative_load.hpp). Every rank reads
+// its part of the checkpoint, sends the others what their shards need,
+// puts its own shards on the device, and says what it read, sent and
+// received; --dump writes each rank's shards, read back from the device,
+// as DIR/rank<R>/<weight>.shard.npy. "local": --world N ranks as threads
+// of this process; "mpi": this process is one rank of the MPI job
+// (mpirun -np N ballast load ... --comm mpi). --json: one JSON document
+// per rank, one line each (ranks of an MPI job print their own).
+#pragma once
+
+#include <ballast/read_plan.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace ballast::cli {
+
+struct RanksOptions {
+  std::string model;
+  std::string backend = "cpu";
+  std::string comm;              // "local", "mpi", "mpi?..."
+  std::uint32_t world = 0;       // local: required; mpi: checked against the job's when given
+  std::string shard_rules;
+  std::string dump;
+  bool json = false;
+  std::uint32_t timeout_s = 60;  // the longest wait for a peer
+  ReadOptions read;
+};
+
+int run_load_ranks(const RanksOptions& opt);
+
+}  // namespace ballast::cli
