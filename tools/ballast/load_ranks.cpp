@@ -87,9 +87,6 @@ json rank_json(const CooperativeLoadReport& r, std::uint64_t placed, std::size_t
 
 int run_load_ranks(const RanksOptions& opt) {
   CommandContext ctx("load");
-  if (!ctx.load_model(opt.model)) return ctx.exit_code();
-  const Model& model = ctx.model();
-
   // The ranks this process runs: all of them as threads, or its own.
   std::vector<std::unique_ptr<Communicator>> comms;
   std::uint32_t world = opt.world;
@@ -108,18 +105,32 @@ int run_load_ranks(const RanksOptions& opt) {
     comms.push_back(std::move(*opened));
   }
 
+  // From here on a failure of this process is announced to the other
+  // ranks, so theirs end at once instead of at their timeout.
+  const auto fail_all = [&](const Error& error) {
+    for (auto& c : comms) c->fail(Status(error));
+    return ctx.fail(error);
+  };
+  if (!ctx.load_model(opt.model)) {
+    for (auto& c : comms) c->fail(make_error(ErrorCode::unavailable, "its model did not open"));
+    return ctx.exit_code();
+  }
+  const Model& model = ctx.model();
   ShardSpec spec;
   spec.world = world;
   if (!opt.shard_rules.empty()) {
     auto rules = read_shard_rules_file(opt.shard_rules);
-    if (!rules) return ctx.fail(rules.error());
+    if (!rules) return fail_all(rules.error());
     spec.rules = std::move(*rules);
   }
   auto plans = plan_shards_all(model, spec);
-  if (!plans) return ctx.fail(plans.error());
+  if (!plans) return fail_all(plans.error());
   auto load = plan_cooperative_load(model, *plans);
-  if (!load) return ctx.fail(load.error());
-  if (!ctx.open_backend(opt.backend)) return ctx.exit_code();
+  if (!load) return fail_all(load.error());
+  if (!ctx.open_backend(opt.backend)) {
+    for (auto& c : comms) c->fail(make_error(ErrorCode::unavailable, "its backend \"" + opt.backend + "\" did not open"));
+    return ctx.exit_code();
+  }
 
   CooperativeLoadOptions options;
   options.read = opt.read;

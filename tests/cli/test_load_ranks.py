@@ -1,0 +1,216 @@
+#!/usr/bin/python3
+"""`ballast load MODEL --comm local|mpi [--world N] --dump DIR --json`
+(issue 29): the cooperative load of tensor-parallel shards, on the llm test
+model (tools/gen/make_llm_model.py: ONNX MatMul and MatMulNBits) and a
+Hugging Face-named safetensors file (a fused gate_up among them), with ranks as threads (--comm local, 1, 2 and
+4 ranks) and as the processes of an MPI job (mpirun -np 2 and 4, where Open
+MPI and the mpi communicator are built).
+
+For every rank, every shard it dumps (read back from the device) equals the
+weight's slice computed here with NumPy from the file itself (onnx's
+external-data reader, or the safetensors header): the rank's part of each
+fused part along the plan's axis. The ranks' reads add up to the model's
+referenced bytes (each byte read once between them), every byte sent is
+received, and each rank holds its plan's device bytes. Under MPI, ranks
+given different shard plans fail with errors naming the peer (no hang), and
+a rank that dies takes the job down in bounded time.
+
+Exit 0 pass, 1 fail, 77 skip (python3-onnx or numpy missing).
+"""
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import time
+
+from cli_check import FAILURES, expect, run, skip
+from test_inspect_shards import HF, write_safetensors
+
+try:
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+except ImportError as e:  # pragma: no cover
+    skip("python3-onnx and numpy are needed: %s" % e)
+
+MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+
+
+def onnx_arrays(path):
+    m = onnx.load(path, load_external_data=True)
+    return {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+
+
+def safetensors_arrays(path):
+    types = {"F32": np.float32, "F16": np.float16, "U8": np.uint8, "I8": np.int8, "BF16": np.uint16}
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = t["data_offsets"]
+        out[name] = np.frombuffer(data[lo:hi], dtype=types[t["dtype"]]).reshape(t["shape"])
+    return out
+
+
+def expected_shard(full, w, rank, world, by_name):
+    """The rank's slice of `full` by the plan's entry `w` for it: each fused
+    part split along the plan's axis, the rank's piece of each, in order."""
+    if w["split"] == "replicated" or world == 1:
+        return full
+    dims = w["dims"]
+    axis = w["axis"]
+    if axis >= len(dims):
+        # MatMulNBits scales or zero points stored 1-D: the plan's axis is
+        # of their [N, k_blocks] view, whose rows are B's.
+        b = by_name[w["layout"].split("follows B '")[1].split("'")[0]]
+        rows = b["dims"][0]
+        dims = [rows, int(np.prod(dims)) // rows]
+    shape = list(dims)
+    shape[axis] *= world
+    whole = full.reshape(shape)  # scales stored 1-D are [rows, blocks] in the plan
+    parts = np.split(whole, w["parts"], axis=axis)
+    return np.concatenate([np.split(p, world, axis=axis)[rank] for p in parts], axis=axis)
+
+
+def check_dumps(label, dump, plan, arrays, world):
+    good = True
+    by_name = {w["name"]: w for w in plan["weights"]}
+    for w in plan["weights"]:
+        for rank in range(world):
+            path = os.path.join(dump, "rank%d" % rank, w["name"] + ".shard.npy")
+            if not os.path.exists(path):
+                if w["device_bytes"] != 0:
+                    good = False
+                    print("  %s: rank %d dumped no %s" % (label, rank, w["name"]))
+                continue
+            got = np.load(path)
+            want = expected_shard(arrays[w["name"]], w, rank, world, by_name)
+            if got.tobytes() != np.ascontiguousarray(want).tobytes():
+                good = False
+                print("  %s: rank %d's %s differs from the slice of the file's array" % (label, rank, w["name"]))
+    expect(good, "%s: every rank's dumped shards are the slices NumPy cuts from the file" % label)
+
+
+def check_reports(label, lines, plan, referenced, world):
+    ranks = sorted((json.loads(l) for l in lines if l.startswith("{")), key=lambda r: r["rank"])
+    if not expect([r["rank"] for r in ranks] == list(range(world)), "%s: one report per rank" % label):
+        return
+    expect(sum(r["read_bytes"] for r in ranks) == referenced,
+           "%s: the ranks read %d bytes together = the referenced bytes (%d), each once" %
+           (label, sum(r["read_bytes"] for r in ranks), referenced))
+    expect(sum(r["sent_bytes"] for r in ranks) == sum(r["received_bytes"] for r in ranks), "%s: every byte sent is received" % label)
+    want = {p["rank"]: p for p in plan["ranks"]}
+    expect(all(r["device_bytes"] == want[r["rank"]]["device_bytes"] for r in ranks),
+           "%s: each rank holds its plan's device bytes" % label)
+    expect(all(r["received_bytes"] == want[r["rank"]]["cooperative"]["received_bytes"] and
+               r["sent_bytes"] == want[r["rank"]]["cooperative"]["sent_bytes"] for r in ranks),
+           "%s: what each rank sent and received is what inspect --world planned" % label)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--ballast", required=True)
+    p.add_argument("--gen", required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--mpi-library", default="", help="libballast_comm_mpi.so when it was built")
+    a = p.parse_args()
+    shutil.rmtree(a.work, ignore_errors=True)
+    os.makedirs(a.work)
+    cli = a.ballast
+
+    llm = os.path.join(a.work, "llm")
+    gen = subprocess.run([sys.executable, os.path.join(a.gen, "make_llm_model.py"), llm, "--layers", "2", "--hidden",
+                          "128", "--ffn", "256", "--vocab", "512"], capture_output=True, text=True)
+    if gen.returncode != 0:
+        skip("the llm model was not generated: %s" % gen.stderr.strip()[-300:])
+    # A Hugging Face-named safetensors file ([out, in] Linear weights, a
+    # fused gate_up split part by part), beside the llm ONNX model.
+    hf = os.path.join(a.work, "hf.safetensors")
+    write_safetensors(hf, HF + [("model.layers.0.mlp.gate_up_proj.weight", "F16", [64, 16], 2)])
+    models = [("onnx", os.path.join(llm, "llm.onnx"), onnx_arrays(os.path.join(llm, "llm.onnx"))),
+              ("safetensors", hf, safetensors_arrays(hf))]
+    mpirun = shutil.which("mpirun")
+    mpi = bool(mpirun) and bool(a.mpi_library) and os.path.exists(a.mpi_library)
+    if not mpi:
+        print("note: the mpi runs are skipped: %s" % ("no mpirun" if not mpirun else "the mpi communicator is not built"))
+
+    for fmt, model, arrays in models:
+        for world in (1, 2, 4):
+            rc, out, err = run(cli, "inspect", model, "--world", world, "--json")
+            if not expect(rc == 0, "%s: inspect --world %d (got %d: %s)" % (fmt, world, rc, err.strip()[-300:])):
+                continue
+            doc = json.loads(out)
+            plan, referenced = doc["shards"], doc["totals"]["referenced_bytes"]
+            runs = [("local", [cli, "load", model, "--comm", "local", "--world", str(world)])]
+            if mpi and world > 1:
+                runs.append(("mpi", [mpirun, "-np", str(world), "--oversubscribe", cli, "load", model, "--comm", "mpi"]))
+            for how, cmd in runs:
+                label = "%s, %s, %d rank(s)" % (fmt, how, world)
+                dump = os.path.join(a.work, "dump-%s-%s-%d" % (fmt, how, world))
+                shutil.rmtree(dump, ignore_errors=True)
+                proc = subprocess.run(cmd + ["--dump", dump, "--json", "--timeout-s", "60"], capture_output=True,
+                                      text=True, timeout=300, env=MPI_ENV)
+                if not expect(proc.returncode == 0, "%s: exits 0 (got %d: %s)" % (label, proc.returncode, proc.stderr.strip()[-400:])):
+                    continue
+                check_reports(label, proc.stdout.splitlines(), plan, referenced, world)
+                check_dumps(label, dump, plan, arrays, world)
+
+    if mpi:
+        model = models[1][1]
+        # Ranks with different plans (one keeps every weight whole): the
+        # bytes one sends are not what the other's plan takes. Both fail,
+        # one naming the other, and the job ends.
+        whole = os.path.join(a.work, "replicate-all.json")
+        with open(whole, "w") as f:
+            json.dump({"defaults": False, "rules": [{"pattern": "*", "split": "replicated"}]}, f)
+        start = time.monotonic()
+        proc = subprocess.run([mpirun, "-np", "1", cli, "load", model, "--comm", "mpi", "--timeout-s", "20", ":",
+                               "-np", "1", cli, "load", model, "--comm", "mpi", "--timeout-s", "20", "--shard-rules", whole],
+                              capture_output=True, text=True, timeout=300, env=MPI_ENV)
+        took = time.monotonic() - start
+        expect(proc.returncode != 0 and "do the ranks have the same model and plan" in proc.stderr and took < 15,
+               "mpi: ranks with different plans fail, naming a rank, in %.1f s (got %d: %s)" %
+               (took, proc.returncode, proc.stderr.strip()[-400:]))
+        # A rank whose model does not open tells the others at once.
+        start = time.monotonic()
+        proc = subprocess.run([mpirun, "-np", "1", cli, "load", model, "--comm", "mpi", "--timeout-s", "20", ":",
+                               "-np", "1", cli, "load", model + ".missing", "--comm", "mpi", "--timeout-s", "20"],
+                              capture_output=True, text=True, timeout=300, env=MPI_ENV)
+        took = time.monotonic() - start
+        expect(proc.returncode != 0 and "rank 1 failed" in proc.stderr and took < 15,
+               "mpi: a rank whose model does not open fails the others, naming it, in %.1f s (got %d: %s)" %
+               (took, proc.returncode, proc.stderr.strip()[-400:]))
+        # A rank that dies before it loads: the job ends (mpirun takes the
+        # others down), it does not hang.
+        start = time.monotonic()
+        proc = subprocess.run([mpirun, "-np", "1", cli, "load", model, "--comm", "mpi", "--timeout-s", "20", ":",
+                               "-np", "1", "sh", "-c", "exit 3"], capture_output=True, text=True, timeout=300, env=MPI_ENV)
+        took = time.monotonic() - start
+        expect(proc.returncode != 0 and took < 60,
+               "mpi: a rank that dies ends the job in %.1f s with a failure (got %d)" % (took, proc.returncode))
+
+    # Usage: local needs --world; --world must match an MPI job's.
+    rc, _, err = run(cli, "load", models[1][1], "--comm", "local")
+    expect(rc == 2 and "--world" in err, "local without --world is refused (got %d: %s)" % (rc, err.strip()))
+    rc, _, err = run(cli, "load", models[1][1], "--comm", "nccl?x")
+    expect(rc == 2 and "not_found" in err and "libballast_comm_nccl.so" in err,
+           "a communicator library that is not there is not_found, naming it (got %d: %s)" % (rc, err.strip()[-300:]))
+
+    if FAILURES:
+        print("%d check(s) failed" % len(FAILURES))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
