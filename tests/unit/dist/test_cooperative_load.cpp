@@ -242,3 +242,56 @@ TEST_CASE("cooperative load: plans of another world are refused before anything 
   CHECK(make_local_communicators(0).error().code == ErrorCode::invalid_argument);
   CHECK_FALSE(plan_cooperative_load(*m, ShardPlans{}).ok());
 }
+
+TEST_CASE("local communicator: a failure ends a peer's pending receive and barrier at once, naming the rank") {
+  auto comms = make_local_communicators(3);
+  REQUIRE(comms.ok());
+  const auto start = std::chrono::steady_clock::now();
+  Result<std::optional<CommMessage>> received = std::optional<CommMessage>();
+  Status barrier;
+  std::thread waiting([&] { received = (*comms)[0]->receive(std::chrono::steady_clock::now() + 30s); });
+  std::thread gathered([&] { barrier = (*comms)[2]->barrier(std::chrono::steady_clock::now() + 30s); });
+  std::this_thread::sleep_for(100ms);  // both are waiting now, with nothing coming
+  (*comms)[1]->fail(make_error(ErrorCode::io, "disk gone"));
+  waiting.join();
+  gathered.join();
+  CHECK(std::chrono::steady_clock::now() - start < 10s);
+  REQUIRE_FALSE(received.ok());
+  CHECK(received.error().code == ErrorCode::unavailable);
+  CHECK_MESSAGE(received.error().to_string().find("rank 1 failed: io: disk gone") != std::string::npos,
+                received.error().to_string());
+  REQUIRE_FALSE(barrier.ok());
+  CHECK(barrier.to_string().find("rank 1 failed") != std::string::npos);
+  // Later calls say the same; sending is refused too.
+  CHECK_FALSE((*comms)[0]->send(2, std::vector<std::byte>(4)).ok());
+}
+
+TEST_CASE("local communicator: messages between two ranks keep their order; a barrier waits for every rank") {
+  auto comms = make_local_communicators(2);
+  REQUIRE(comms.ok());
+  for (std::uint8_t i = 0; i < 50; ++i) REQUIRE((*comms)[1]->send(0, std::vector<std::byte>(1, std::byte{i})).ok());
+  for (std::uint8_t i = 0; i < 50; ++i) {
+    auto m = (*comms)[0]->receive(std::chrono::steady_clock::now() + 1s);
+    REQUIRE(m.ok());
+    REQUIRE(m->has_value());
+    CHECK((*m)->from == 1);
+    CHECK((*m)->bytes == std::vector<std::byte>(1, std::byte{i}));
+  }
+  auto none = (*comms)[0]->receive(std::chrono::steady_clock::now() + 10ms);
+  REQUIRE(none.ok());
+  CHECK_FALSE(none->has_value());
+  // Alone at the barrier: a timeout naming the rank that did not come.
+  const Status alone = (*comms)[0]->barrier(std::chrono::steady_clock::now() + 50ms);
+  REQUIRE_FALSE(alone.ok());
+  CHECK_MESSAGE(alone.to_string().find("rank(s) 1 did not reach the barrier") != std::string::npos, alone.to_string());
+  // Both: through, twice (the barrier starts afresh).
+  for (int round = 0; round < 2; ++round) {
+    Status other;
+    std::thread t([&] { other = (*comms)[1]->barrier(std::chrono::steady_clock::now() + 10s); });
+    CHECK((*comms)[0]->barrier(std::chrono::steady_clock::now() + 10s).ok());
+    t.join();
+    CHECK(other.ok());
+  }
+  CHECK_FALSE((*comms)[0]->send(0, {}).ok());  // not to itself
+  CHECK_FALSE((*comms)[0]->send(2, {}).ok());  // not outside the world
+}
