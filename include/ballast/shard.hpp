@@ -48,6 +48,7 @@
 #pragma once
 
 #include <ballast/export.hpp>
+#include <ballast/derive.hpp>
 #include <ballast/dims.hpp>
 #include <ballast/model.hpp>
 #include <ballast/status.hpp>
@@ -55,6 +56,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -170,6 +172,32 @@ struct ShardPlans {
   std::uint64_t read_bytes_sum = 0;
 };
 Result<ShardPlans> plan_shards_all(const Model& model, const ShardSpec& spec);
+
+// ---- Derivations of shards.
+// A planned derivation (plan_derivations of the whole model) applied to
+// one rank's shards: the same kind with the launch's rows and columns of
+// the rank's shard, so that its outputs are the rank's slice of the whole
+// model's outputs. Every kind shards exactly, along whichever axes the
+// split cut, except where a kind reduces along the cut axis:
+//   quant_int8 keeps one scale per row (per output channel), the largest
+//   magnitude of the whole row; a shard that holds part of each row (a
+//   row-parallel weight's per-channel quantization) cannot compute it
+//   alone, so that derivation is skipped with the reason (not derived
+//   differently: the ranks' outputs always equal the whole model's slices).
+// A launch whose rows and columns do not match the weight as stored (a
+// layout this function does not know) is skipped the same way.
+struct ShardDerivation {
+  std::size_t planned = 0;                 // index in the plan given
+  std::optional<DerivationLaunch> launch;  // the rank's launch (pointers zero); nullopt: skipped
+  std::string skipped;                     // why, when skipped
+  std::size_t source = 0;                  // the operands: indices in ShardPlan::weights
+  std::optional<std::size_t> scales, zero_points;
+  // quant_int8 of a MatMul B [K, N] reads its [N, K] transpose: transpose
+  // the source shard first (rows = its K, cols = its N), then quantize.
+  bool of_transposed = false;
+};
+Result<std::vector<ShardDerivation>> plan_shard_derivations(const Model& model, const ShardPlan& rank,
+                                                            std::span<const PlannedDerivation> plan);
 
 }  // namespace ballast
 

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""`ballast load MODEL --comm local|mpi [--world N] --dump DIR --json`
-(issue 29): the cooperative load of tensor-parallel shards, on the llm test
+"""`ballast load MODEL --comm local|mpi [--world N] --dump DIR --json` and
+`ballast derive MODEL --comm ...` (issue 29): the cooperative load of tensor-parallel shards, on the llm test
 model (tools/gen/make_llm_model.py: ONNX MatMul and MatMulNBits) and a
 Hugging Face-named safetensors file (a fused gate_up among them), with ranks as threads (--comm local, 1, 2 and
 4 ranks) and as the processes of an MPI job (mpirun -np 2 and 4, where Open
@@ -11,7 +11,10 @@ weight's slice computed here with NumPy from the file itself (onnx's
 external-data reader, or the safetensors header): the rank's part of each
 fused part along the plan's axis. The ranks' reads add up to the model's
 referenced bytes (each byte read once between them), every byte sent is
-received, and each rank holds its plan's device bytes. Under MPI, ranks
+received, and each rank holds its plan's device bytes. Each rank's derived
+values, joined along their split axis, are the single-process derive's
+files, byte for byte (a derivation that cannot be cut, quant_int8 of a
+row-parallel weight, is skipped by every rank with its reason). Under MPI, ranks
 given different shard plans fail with errors naming the peer (no hang), and
 a rank that dies takes the job down in bounded time.
 
@@ -101,6 +104,61 @@ def check_dumps(label, dump, plan, arrays, world):
     expect(good, "%s: every rank's dumped shards are the slices NumPy cuts from the file" % label)
 
 
+def weight_of(file_name, weights):
+    """The plan weight a dump file belongs to: the longest name that
+    prefixes the file's name before a '.'."""
+    best = None
+    for w in weights:
+        if file_name.startswith(w["name"] + ".") and (best is None or len(w["name"]) > len(best["name"])):
+            best = w
+    return best
+
+
+def check_derived(label, single, dump, plan, world, reports):
+    """Every file of the single-process derive is the ranks' files joined:
+    equal on every rank for a replicated weight, else the ranks' pieces of
+    each fused part concatenated along one axis; a file no rank wrote is a
+    derivation every rank skipped, with its reason."""
+    skipped = [s for r in reports for s in r.get("skipped", [])]
+    good, joined, missing = True, 0, 0
+    for name in sorted(os.listdir(single)):
+        w = weight_of(name, plan["weights"])
+        kind = name[len(w["name"]) + 1:].split(".")[0] if w else "?"
+        x = np.load(os.path.join(single, name))
+        paths = [os.path.join(dump, "rank%d" % r, name) for r in range(world)]
+        present = [os.path.exists(p) for p in paths]
+        if not any(present):
+            missing += 1
+            if not any(s.startswith(kind + " of '" + (w["name"] if w else "")) for s in skipped):
+                good = False
+                print("  %s: no rank wrote %s, and none says why" % (label, name))
+            continue
+        if not all(present):
+            good = False
+            print("  %s: only some ranks wrote %s" % (label, name))
+            continue
+        ys = [np.load(p) for p in paths]
+        if world == 1 or (w and w["split"] == "replicated"):
+            ok = all(y.tobytes() == x.tobytes() and y.shape == x.shape for y in ys)
+        else:
+            parts = w["parts"] if w else 1
+            ok = False
+            for axis in range(x.ndim):
+                if x.shape[axis] % parts or any(y.ndim != x.ndim or y.shape[axis] % parts for y in ys):
+                    continue
+                pieces = [np.split(y, parts, axis=axis) for y in ys]
+                whole = np.concatenate([np.concatenate([p[i] for p in pieces], axis=axis) for i in range(parts)], axis=axis)
+                if whole.shape == x.shape and whole.tobytes() == x.tobytes():
+                    ok = True
+                    break
+        joined += ok
+        if not ok:
+            good = False
+            print("  %s: the ranks' %s do not join into the single-process one" % (label, name))
+    expect(good and joined > 0, "%s: every derived file is the ranks' pieces joined (%d joined, %d skipped by every rank "
+                                "with its reason)" % (label, joined, missing))
+
+
 def check_reports(label, lines, plan, referenced, world):
     ranks = sorted((json.loads(l) for l in lines if l.startswith("{")), key=lambda r: r["rank"])
     if not expect([r["rank"] for r in ranks] == list(range(world)), "%s: one report per rank" % label):
@@ -144,6 +202,14 @@ def main():
     if not mpi:
         print("note: the mpi runs are skipped: %s" % ("no mpirun" if not mpirun else "the mpi communicator is not built"))
 
+    # The single-process derive of each model: what the ranks' pieces join into.
+    singles = {}
+    for fmt, model, _ in models:
+        singles[fmt] = os.path.join(a.work, "single-" + fmt)
+        shutil.rmtree(singles[fmt], ignore_errors=True)
+        rc, _, err = run(cli, "derive", model, "--dump", singles[fmt])
+        expect(rc == 0, "%s: the single-process derive (got %d: %s)" % (fmt, rc, err.strip()[-300:]))
+
     for fmt, model, arrays in models:
         for world in (1, 2, 4):
             rc, out, err = run(cli, "inspect", model, "--world", world, "--json")
@@ -164,6 +230,18 @@ def main():
                     continue
                 check_reports(label, proc.stdout.splitlines(), plan, referenced, world)
                 check_dumps(label, dump, plan, arrays, world)
+                # derive --comm: each rank derives its shards; joined, they
+                # are the single-process derive's files.
+                derived = os.path.join(a.work, "derived-%s-%s-%d" % (fmt, how, world))
+                shutil.rmtree(derived, ignore_errors=True)
+                dcmd = [c if c != "load" else "derive" for c in cmd]
+                proc = subprocess.run(dcmd + ["--dump", derived, "--json", "--timeout-s", "60"], capture_output=True,
+                                      text=True, timeout=300, env=MPI_ENV)
+                if not expect(proc.returncode == 0, "%s: derive exits 0 (got %d: %s)" %
+                              (label, proc.returncode, proc.stderr.strip()[-400:])):
+                    continue
+                reports = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
+                check_derived(label, singles[fmt], derived, plan, world, reports)
 
     if mpi:
         model = models[1][1]

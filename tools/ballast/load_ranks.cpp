@@ -5,9 +5,12 @@
 #include "support/derived_dump.hpp"
 #include "support/format.hpp"
 #include "support/npy.hpp"
+#include "support/rules_file.hpp"
 #include "support/shard_rules_file.hpp"
 
 #include <ballast/cooperative_load.hpp>
+#include <ballast/derive.hpp>
+#include <ballast/printable.hpp>
 #include <ballast/shard.hpp>
 
 #include <nlohmann/json.hpp>
@@ -24,50 +27,119 @@ using json = nlohmann::ordered_json;
 // The element size a NumPy type string names ("<f4": 4).
 std::uint64_t descr_bytes(const std::string& descr) { return static_cast<std::uint64_t>(descr.back() - '0'); }
 
-// One rank's shards on the device, read back for --dump; the device bytes placed.
-Result<std::uint64_t> place(GpuBackend& gpu, const Model& model, const ShardPlan& plan, const RankShards& shards,
-                            const std::string& dump) {
+// What one rank did on its device.
+struct Placed {
+  std::uint64_t shard_bytes = 0;    // its shards, on the device
+  std::uint64_t derived = 0;        // derivations run
+  std::uint64_t derived_bytes = 0;  // their outputs
+  std::vector<std::string> skipped; // "<kind> of <weight>: <why>"
+};
+
+// The device memory a rank holds, freed on every path.
+struct DeviceMemory {
+  GpuBackend& gpu;
+  std::vector<DevicePtr> ptrs;
+  ~DeviceMemory() {
+    for (DevicePtr p : ptrs) (void)gpu.free(p);
+  }
+  Result<DevicePtr> allocate(std::uint64_t bytes, const std::string& what) {
+    BALLAST_ASSIGN_OR_RETURN(const DevicePtr ptr, gpu.allocate(bytes), what);
+    ptrs.push_back(ptr);
+    return ptr;
+  }
+};
+
+// One rank's shards on the device (read back for --dump without --derive),
+// then, with `plan`, every derivation of the whole model's plan cut to
+// them (plan_shard_derivations), dumped under the whole plan's names.
+Result<Placed> place(GpuBackend& gpu, const Model& model, const ShardPlan& plan, const RankShards& shards,
+                     const std::string& dump, const std::vector<PlannedDerivation>* derivations) {
+  const std::filesystem::path rank_dir = std::filesystem::path(dump) / ("rank" + std::to_string(plan.rank));
   std::optional<DumpDirectory> dir;
-  if (!dump.empty()) {
-    BALLAST_ASSIGN_OR_RETURN(DumpDirectory d, DumpDirectory::open(std::filesystem::path(dump) / ("rank" + std::to_string(plan.rank))));
+  std::optional<DerivedDump> derived_dump;
+  if (!dump.empty() && derivations == nullptr) {
+    BALLAST_ASSIGN_OR_RETURN(DumpDirectory d, DumpDirectory::open(rank_dir));
     dir.emplace(std::move(d));
   }
-  std::uint64_t placed = 0;
+  if (!dump.empty() && derivations != nullptr) {
+    BALLAST_ASSIGN_OR_RETURN(DerivedDump d, DerivedDump::open(rank_dir));
+    derived_dump.emplace(std::move(d));
+  }
+  Placed out;
+  DeviceMemory memory{gpu, {}};
+  std::vector<DevicePtr> on_device(plan.weights.size(), 0);
   for (std::size_t i = 0; i < plan.weights.size(); ++i) {
     const WeightShard& s = plan.weights[i];
     const std::vector<std::byte>& bytes = shards.shards[i];
     if (bytes.empty()) continue;
-    BALLAST_ASSIGN_OR_RETURN(const DevicePtr ptr, gpu.allocate(bytes.size()), "placing the shard of '" + s.weight + "'");
-    Status status = gpu.copy_to_device(ptr, 0, bytes);
-    if (status.ok() && dir) {
-      // What the device holds, not the host copy: the dump proves the placement.
-      std::vector<std::byte> back(bytes.size());
-      status = gpu.copy_to_host(back, ptr, 0);
-      if (status.ok()) {
-        const WeightRef& w = model.store().weights().at(s.id);
-        std::string descr = npy_descr(w.dtype);
-        std::vector<std::uint64_t> shape(s.dims.begin(), s.dims.end());
-        std::uint64_t elements = 1;
-        for (std::uint64_t d : shape) elements *= d;
-        if (elements * descr_bytes(descr) != back.size()) {  // block types: their bytes
-          descr = "|u1";
-          shape = {back.size()};
-        }
-        auto written = dir->write_npy(s.weight, "shard", descr, shape, back);
-        if (!written.ok()) status = written.status();
-      }
+    const std::string what = "placing the shard of '" + s.weight + "'";
+    BALLAST_ASSIGN_OR_RETURN(on_device[i], memory.allocate(bytes.size(), what));
+    BALLAST_RETURN_IF_ERROR(gpu.copy_to_device(on_device[i], 0, bytes), what);
+    out.shard_bytes += bytes.size();
+    if (!dir) continue;
+    // What the device holds, not the host copy: the dump proves the placement.
+    std::vector<std::byte> back(bytes.size());
+    BALLAST_RETURN_IF_ERROR(gpu.copy_to_host(back, on_device[i], 0), what);
+    const WeightRef& w = model.store().weights().at(s.id);
+    std::string descr = npy_descr(w.dtype);
+    std::vector<std::uint64_t> shape(s.dims.begin(), s.dims.end());
+    std::uint64_t elements = 1;
+    for (std::uint64_t d : shape) elements *= d;
+    if (elements * descr_bytes(descr) != back.size()) {  // block types: their bytes
+      descr = "|u1";
+      shape = {back.size()};
     }
-    const Status freed = gpu.free(ptr);
-    BALLAST_RETURN_IF_ERROR(status, "placing the shard of '" + s.weight + "'");
-    BALLAST_RETURN_IF_ERROR(freed);
-    placed += bytes.size();
+    BALLAST_RETURN_IF_ERROR(dir->write_npy(s.weight, "shard", descr, shape, back).status(), what);
   }
-  return placed;
+  if (derivations == nullptr) return out;
+
+  BALLAST_ASSIGN_OR_RETURN(const std::vector<ShardDerivation> cut, plan_shard_derivations(model, plan, *derivations));
+  const std::vector<std::string> stems = dump_stems(*derivations);
+  for (const ShardDerivation& d : cut) {
+    const PlannedDerivation& whole = (*derivations)[d.planned];
+    const std::string name = std::string(derivation_name(whole.kind())) + " of '" + whole.weight + "'";
+    if (!d.launch) {
+      out.skipped.push_back(name + ": " + d.skipped);
+      continue;
+    }
+    PlannedDerivation mine = whole;
+    mine.launch = *d.launch;
+    const WeightShard& source = plan.weights[d.source];
+    mine.launch.src = on_device[d.source];
+    if (d.scales) mine.launch.scales = on_device[*d.scales];
+    if (d.zero_points) mine.launch.zero_point = on_device[*d.zero_points];
+    if (d.of_transposed) {
+      // quant_int8 reads the [N, K] transpose of the [K, N] shard.
+      DerivationLaunch t;
+      t.kind = Derivation::transpose;
+      t.src_type = model.store().weights().at(source.id).dtype;
+      t.rows = static_cast<std::uint64_t>(source.dims[0]);
+      t.cols = static_cast<std::uint64_t>(source.dims[1]);
+      t.src = mine.launch.src;
+      BALLAST_ASSIGN_OR_RETURN(const DerivationSizes ts, derivation_sizes(t), name);
+      BALLAST_ASSIGN_OR_RETURN(t.dst, memory.allocate(ts.dst_bytes, name), name);
+      BALLAST_RETURN_IF_ERROR(gpu.launch(t), name);
+      mine.launch.src = t.dst;
+    }
+    BALLAST_ASSIGN_OR_RETURN(const DerivationSizes sizes, derivation_sizes(mine.launch), name);
+    BALLAST_ASSIGN_OR_RETURN(mine.launch.dst, memory.allocate(sizes.dst_bytes, name));
+    if (derivation_kind(whole.kind()).pair) {
+      BALLAST_ASSIGN_OR_RETURN(mine.launch.dst2, memory.allocate(sizes.dst2_bytes, name));
+    }
+    BALLAST_RETURN_IF_ERROR(gpu.launch(mine.launch), name);
+    BALLAST_RETURN_IF_ERROR(gpu.synchronize(), name);
+    ++out.derived;
+    out.derived_bytes += sizes.dst_bytes + sizes.dst2_bytes;
+    if (derived_dump)
+      BALLAST_RETURN_IF_ERROR(derived_dump->write(gpu, mine, stems[d.planned], source.dims, mine.launch.dst, mine.launch.dst2),
+                              name);
+  }
+  return out;
 }
 
-json rank_json(const CooperativeLoadReport& r, std::uint64_t placed, std::size_t shards, const std::string& comm,
-               std::uint32_t world) {
-  return {{"rank", r.rank},
+json rank_json(const CooperativeLoadReport& r, const Placed& placed, std::size_t shards, const std::string& comm,
+               std::uint32_t world, bool derive) {
+  json doc = {{"rank", r.rank},
           {"world", world},
           {"comm", comm},
           {"read_bytes", r.read_bytes},
@@ -78,9 +150,15 @@ json rank_json(const CooperativeLoadReport& r, std::uint64_t placed, std::size_t
           {"messages_sent", r.messages_sent},
           {"messages_received", r.messages_received},
           {"shards", shards},
-          {"device_bytes", placed},
+          {"device_bytes", placed.shard_bytes},
           {"read_engine", std::string(read_engine_name(r.read.engine))},
           {"seconds", r.seconds}};
+  if (derive) {
+    doc["derived"] = placed.derived;
+    doc["derived_bytes"] = placed.derived_bytes;
+    doc["skipped"] = placed.skipped;
+  }
+  return doc;
 }
 
 }  // namespace
@@ -116,6 +194,16 @@ int run_load_ranks(const RanksOptions& opt) {
     return ctx.exit_code();
   }
   const Model& model = ctx.model();
+  // derive --comm: the whole model's plan, cut to each rank's shards later.
+  std::optional<std::vector<PlannedDerivation>> derivations;
+  if (opt.derive) {
+    PlanOptions planning;
+    if (!opt.rules.empty())
+      if (Status s = read_rules_file(opt.rules, planning); !s.ok()) return fail_all(s.error());
+    auto planned = plan_derivations(model, planning);
+    if (!planned) return fail_all(planned.error());
+    derivations = std::move(*planned);
+  }
   ShardSpec spec;
   spec.world = world;
   if (!opt.shard_rules.empty()) {
@@ -151,7 +239,7 @@ int run_load_ranks(const RanksOptions& opt) {
       exit_code = kExitBadInput;
       continue;
     }
-    auto placed = place(ctx.gpu(), model, plans->ranks[rank], *got, opt.dump);
+    auto placed = place(ctx.gpu(), model, plans->ranks[rank], *got, opt.dump, derivations ? &*derivations : nullptr);
     if (!placed) {
       ctx.report(placed.error());
       exit_code = kExitBadInput;
@@ -160,14 +248,20 @@ int run_load_ranks(const RanksOptions& opt) {
     const CooperativeLoadReport& r = got->report;
     if (opt.json) {
       // One line per rank: ranks of an MPI job print theirs side by side.
-      std::cout << rank_json(r, *placed, got->shards.size(), comms[i]->name(), world).dump() << std::endl;
+      std::cout << rank_json(r, *placed, got->shards.size(), comms[i]->name(), world, opt.derive).dump() << std::endl;
     } else {
       std::printf("rank %u of %u (%s): read %s from storage (kept %s), sent %s, received %s, inline %s; "
                   "%zu shards, %s on %s; %.3f s\n",
                   rank, world, comms[i]->name().c_str(), human_bytes(r.read_bytes).c_str(), human_bytes(r.kept_bytes).c_str(),
                   human_bytes(r.sent_bytes).c_str(), human_bytes(r.received_bytes).c_str(),
-                  human_bytes(r.inline_bytes).c_str(), got->shards.size(), human_bytes(*placed).c_str(),
+                  human_bytes(r.inline_bytes).c_str(), got->shards.size(), human_bytes(placed->shard_bytes).c_str(),
                   ctx.gpu().info().backend.c_str(), r.seconds);
+      if (opt.derive) {
+        std::printf("  derived %llu values of its shards (%s)", static_cast<unsigned long long>(placed->derived),
+                    human_bytes(placed->derived_bytes).c_str());
+        std::printf(placed->skipped.empty() ? "\n" : "; skipped %zu:\n", placed->skipped.size());
+        for (const std::string& why : placed->skipped) std::printf("    %s\n", printable(why).c_str());
+      }
       std::fflush(stdout);
     }
   }

@@ -8,6 +8,8 @@
 // of this process; "mpi": this process is one rank of the MPI job
 // (mpirun -np N ballast load ... --comm mpi). --json: one JSON document
 // per rank, one line each (ranks of an MPI job print their own).
+// `ballast derive MODEL --comm ...` is the same load followed by every
+// planned derivation cut to the rank's shards (plan_shard_derivations).
 #pragma once
 
 #include <ballast/read_plan.hpp>
@@ -27,6 +29,11 @@ struct RanksOptions {
   bool json = false;
   std::uint32_t timeout_s = 60;  // the longest wait for a peer
   ReadOptions read;
+  // derive --comm: every derivation of the whole model's plan (from the
+  // graph, or --rules FILE) run on each rank's shards, --dump writing
+  // DIR/rank<R>/ under the single-process dump's names.
+  bool derive = false;
+  std::string rules;
 };
 
 int run_load_ranks(const RanksOptions& opt);

@@ -18,6 +18,11 @@
 
 namespace ballast::cli {
 
+// The NumPy type string of elements of type `t`. bfloat16 has no NumPy
+// type: its bits are written as uint16; types NumPy lacks (GGUF blocks) as
+// bytes ("|u1").
+std::string npy_descr(DataType t);
+
 // The file stem of each planned derivation, in plan order: the weight's name;
 // when the plan holds several derivations of one kind on one weight
 // (consumers with other scales, or another shape on the same bytes), each
@@ -26,11 +31,6 @@ namespace ballast::cli {
 // entry without a node (planned from the weight alone) uses its `why`.
 // A stem depends only on the plan's entries of the same weight and kind, so
 // a plan filtered by kind (derive --only) keeps the whole plan's names.
-// The NumPy type string of elements of type `t`. bfloat16 has no NumPy
-// type: its bits are written as uint16; types NumPy lacks (GGUF blocks) as
-// bytes ("|u1").
-std::string npy_descr(DataType t);
-
 std::vector<std::string> dump_stems(std::span<const PlannedDerivation> plan);
 
 // One file of a derived value: the value, or one half of a pair
