@@ -295,3 +295,55 @@ TEST_CASE("world 1: every weight whole, one range") {
   CHECK(plan->totals.not_needed_bytes == 0);
   CHECK(plan->totals.read_bytes == plan->model_bytes);
 }
+
+TEST_CASE("derivations of shards: the launch over the rank's rows and columns; quant_int8 across a cut row skipped") {
+  ScratchDir dir("shard-derive");
+  auto m = llm_onnx().write(dir);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  auto plan = plan_derivations(*m);
+  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+  const ShardPlans p = all(*m, 2);
+  auto cut = plan_shard_derivations(*m, p.ranks[1], *plan);
+  REQUIRE_MESSAGE(cut.ok(), cut.error().to_string());
+  REQUIRE(cut->size() == plan->size());
+  bool saw_down = false, saw_gate = false, saw_o_quant = false, saw_head = false;
+  for (const ShardDerivation& d : *cut) {
+    const PlannedDerivation& whole = (*plan)[d.planned];
+    CAPTURE(whole.weight);
+    CAPTURE(derivation_name(whole.kind()));
+    CHECK(p.ranks[1].weights[d.source].id == whole.source);
+    if (whole.weight == "layers.0.mlp.down_proj.qweight" && whole.kind() == Derivation::dequant_int4) {
+      // Row split: K = 64 in blocks of 16, two of the four blocks per rank.
+      REQUIRE(d.launch);
+      CHECK(d.launch->rows == 4);
+      CHECK(d.launch->cols == 32);
+      CHECK(d.scales.has_value());
+      saw_down = true;
+    }
+    if (whole.weight == "layers.0.mlp.gate_proj.qweight" && whole.kind() == Derivation::repack_int4) {
+      // Column split: N = 4 rows, two per rank; K whole.
+      REQUIRE(d.launch);
+      CHECK(d.launch->rows == 2);
+      CHECK(d.launch->cols == 64);
+      CHECK(d.zero_points.has_value());
+      saw_gate = true;
+    }
+    if (whole.weight == "layers.0.attn.o_proj.weight" && whole.kind() == Derivation::quant_int8) {
+      // Row-parallel [K, N]: quantized per output channel over K, and the rank holds half of K.
+      CHECK_FALSE(d.launch);
+      CHECK_MESSAGE(d.skipped.find("holds 4 of each row's 8 elements") != std::string::npos, d.skipped);
+      saw_o_quant = true;
+    }
+    if (whole.weight == "lm_head.weight" && whole.kind() == Derivation::transpose) {
+      // MatMul B [8, 16], vocab on the inner axis: [8, 8] per rank.
+      REQUIRE(d.launch);
+      CHECK(d.launch->rows == 8);
+      CHECK(d.launch->cols == 8);
+      saw_head = true;
+    }
+  }
+  CHECK(saw_down);
+  CHECK(saw_gate);
+  CHECK(saw_o_quant);
+  CHECK(saw_head);
+}
