@@ -38,7 +38,9 @@
 #pragma once
 
 #include <ballast/communicator.hpp>
+#include <ballast/derive.hpp>
 #include <ballast/export.hpp>
+#include <ballast/gpu_backend.hpp>
 #include <ballast/model.hpp>
 #include <ballast/read_plan.hpp>
 #include <ballast/shard.hpp>
@@ -46,6 +48,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <span>
+#include <string>
 #include <vector>
 
 BALLAST_API_BEGIN
@@ -109,6 +113,50 @@ struct RankShards {
 // every rank has reached the end (so a failure anywhere fails every rank).
 Result<RankShards> cooperative_load(const Model& model, const ShardPlans& plans, const CooperativeLoadPlan& load,
                                     Communicator& comm, const CooperativeLoadOptions& options = {});
+
+// ---- A rank's shards on its device, and their derivations.
+
+// One derived value of a rank's shards: derivation `planned` of the plan
+// given, over the rank's shard (launch: the rank's, pointers filled).
+struct RankDerivedValue {
+  std::size_t planned = 0;
+  DerivationLaunch launch;   // dst: the value (a pair's first half); dst2: a pair's second
+  std::uint64_t first_bytes = 0, second_bytes = 0;
+};
+
+// Owns what it put on the backend; frees it when destroyed (the backend
+// must outlive it) or by release(), which says what failed.
+class RankDevice {
+ public:
+  explicit RankDevice(GpuBackend& gpu) : gpu_(&gpu) {}
+  RankDevice(RankDevice&& other) noexcept;
+  RankDevice& operator=(RankDevice&&) = delete;
+  RankDevice(const RankDevice&) = delete;
+  RankDevice& operator=(const RankDevice&) = delete;
+  ~RankDevice();
+
+  // shards[i]: ShardPlan::weights[i] on the device (0 for an empty shard).
+  std::vector<DevicePtr> shards;
+  std::uint64_t shard_bytes = 0;
+  std::vector<RankDerivedValue> derived;   // in plan order
+  std::uint64_t derived_bytes = 0;
+  std::vector<std::string> skipped;        // "<kind> of '<weight>': <why>" (plan_shard_derivations)
+
+  Status release();
+  // Internal: an allocation it owns from here on.
+  Result<DevicePtr> allocate(std::uint64_t bytes, const std::string& what);
+
+ private:
+  GpuBackend* gpu_;
+  std::vector<DevicePtr> owned_;
+};
+
+// Puts a rank's shards (cooperative_load's) on `gpu`, then runs every
+// derivation of `plan` (the whole model's plan_derivations) cut to them
+// (plan_shard_derivations; skipped ones are listed, not errors), and
+// synchronizes. On failure everything it allocated is freed.
+Result<RankDevice> place_rank(GpuBackend& gpu, const Model& model, const ShardPlan& rank, const RankShards& shards,
+                              std::span<const PlannedDerivation> plan = {});
 
 }  // namespace ballast
 

@@ -202,6 +202,12 @@ def main():
     if not mpi:
         print("note: the mpi runs are skipped: %s" % ("no mpirun" if not mpirun else "the mpi communicator is not built"))
 
+    # Vulkan where a device opens (lavapipe here and in CI).
+    rc, _, err = run(cli, "load", hf, "--comm", "local", "--world", "1", "--backend", "vulkan")
+    vulkan = rc == 0
+    if not vulkan:
+        print("note: the vulkan runs are skipped: %s" % err.strip()[-200:])
+
     # The single-process derive of each model: what the ranks' pieces join into.
     singles = {}
     for fmt, model, _ in models:
@@ -220,9 +226,11 @@ def main():
             runs = [("local", [cli, "load", model, "--comm", "local", "--world", str(world)])]
             if mpi and world > 1:
                 runs.append(("mpi", [mpirun, "-np", str(world), "--oversubscribe", cli, "load", model, "--comm", "mpi"]))
+            if vulkan and world == 2:
+                runs.append(("local on vulkan", [cli, "load", model, "--comm", "local", "--world", "2", "--backend", "vulkan"]))
             for how, cmd in runs:
                 label = "%s, %s, %d rank(s)" % (fmt, how, world)
-                dump = os.path.join(a.work, "dump-%s-%s-%d" % (fmt, how, world))
+                dump = os.path.join(a.work, "dump-%s-%s-%d" % (fmt, how.replace(" ", "-"), world))
                 shutil.rmtree(dump, ignore_errors=True)
                 proc = subprocess.run(cmd + ["--dump", dump, "--json", "--timeout-s", "60"], capture_output=True,
                                       text=True, timeout=300, env=MPI_ENV)
@@ -232,7 +240,7 @@ def main():
                 check_dumps(label, dump, plan, arrays, world)
                 # derive --comm: each rank derives its shards; joined, they
                 # are the single-process derive's files.
-                derived = os.path.join(a.work, "derived-%s-%s-%d" % (fmt, how, world))
+                derived = os.path.join(a.work, "derived-%s-%s-%d" % (fmt, how.replace(" ", "-"), world))
                 shutil.rmtree(derived, ignore_errors=True)
                 dcmd = [c if c != "load" else "derive" for c in cmd]
                 proc = subprocess.run(dcmd + ["--dump", derived, "--json", "--timeout-s", "60"], capture_output=True,

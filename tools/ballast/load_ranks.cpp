@@ -24,6 +24,13 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
+// The index of weight `id` in a rank's plan (plan_shard_derivations found it there).
+std::size_t plan_index(const ShardPlan& plan, ValueId id) {
+  for (std::size_t i = 0; i < plan.weights.size(); ++i)
+    if (plan.weights[i].id == id) return i;
+  return 0;
+}
+
 // The element size a NumPy type string names ("<f4": 4).
 std::uint64_t descr_bytes(const std::string& descr) { return static_cast<std::uint64_t>(descr.back() - '0'); }
 
@@ -32,108 +39,51 @@ struct Placed {
   std::uint64_t shard_bytes = 0;    // its shards, on the device
   std::uint64_t derived = 0;        // derivations run
   std::uint64_t derived_bytes = 0;  // their outputs
-  std::vector<std::string> skipped; // "<kind> of <weight>: <why>"
+  std::vector<std::string> skipped; // "<kind> of '<weight>': <why>"
 };
 
-// The device memory a rank holds, freed on every path.
-struct DeviceMemory {
-  GpuBackend& gpu;
-  std::vector<DevicePtr> ptrs;
-  ~DeviceMemory() {
-    for (DevicePtr p : ptrs) (void)gpu.free(p);
-  }
-  Result<DevicePtr> allocate(std::uint64_t bytes, const std::string& what) {
-    BALLAST_ASSIGN_OR_RETURN(const DevicePtr ptr, gpu.allocate(bytes), what);
-    ptrs.push_back(ptr);
-    return ptr;
-  }
-};
-
-// One rank's shards on the device (read back for --dump without --derive),
-// then, with `plan`, every derivation of the whole model's plan cut to
-// them (plan_shard_derivations), dumped under the whole plan's names.
+// One rank's shards on the device (place_rank), then the dump: its shards
+// read back from the device (load), or its derived values under the whole
+// plan's names (derive --comm).
 Result<Placed> place(GpuBackend& gpu, const Model& model, const ShardPlan& plan, const RankShards& shards,
                      const std::string& dump, const std::vector<PlannedDerivation>* derivations) {
-  const std::filesystem::path rank_dir = std::filesystem::path(dump) / ("rank" + std::to_string(plan.rank));
-  std::optional<DumpDirectory> dir;
-  std::optional<DerivedDump> derived_dump;
-  if (!dump.empty() && derivations == nullptr) {
-    BALLAST_ASSIGN_OR_RETURN(DumpDirectory d, DumpDirectory::open(rank_dir));
-    dir.emplace(std::move(d));
-  }
-  if (!dump.empty() && derivations != nullptr) {
-    BALLAST_ASSIGN_OR_RETURN(DerivedDump d, DerivedDump::open(rank_dir));
-    derived_dump.emplace(std::move(d));
-  }
-  Placed out;
-  DeviceMemory memory{gpu, {}};
-  std::vector<DevicePtr> on_device(plan.weights.size(), 0);
-  for (std::size_t i = 0; i < plan.weights.size(); ++i) {
-    const WeightShard& s = plan.weights[i];
-    const std::vector<std::byte>& bytes = shards.shards[i];
-    if (bytes.empty()) continue;
-    const std::string what = "placing the shard of '" + s.weight + "'";
-    BALLAST_ASSIGN_OR_RETURN(on_device[i], memory.allocate(bytes.size(), what));
-    BALLAST_RETURN_IF_ERROR(gpu.copy_to_device(on_device[i], 0, bytes), what);
-    out.shard_bytes += bytes.size();
-    if (!dir) continue;
-    // What the device holds, not the host copy: the dump proves the placement.
-    std::vector<std::byte> back(bytes.size());
-    BALLAST_RETURN_IF_ERROR(gpu.copy_to_host(back, on_device[i], 0), what);
-    const WeightRef& w = model.store().weights().at(s.id);
-    std::string descr = npy_descr(w.dtype);
-    std::vector<std::uint64_t> shape(s.dims.begin(), s.dims.end());
-    std::uint64_t elements = 1;
-    for (std::uint64_t d : shape) elements *= d;
-    if (elements * descr_bytes(descr) != back.size()) {  // block types: their bytes
-      descr = "|u1";
-      shape = {back.size()};
+  BALLAST_ASSIGN_OR_RETURN(RankDevice device,
+                           place_rank(gpu, model, plan, shards,
+                                      derivations ? std::span<const PlannedDerivation>(*derivations)
+                                                  : std::span<const PlannedDerivation>()));
+  Placed out{device.shard_bytes, device.derived.size(), device.derived_bytes, device.skipped};
+  if (!dump.empty()) {
+    const std::filesystem::path rank_dir = std::filesystem::path(dump) / ("rank" + std::to_string(plan.rank));
+    if (derivations != nullptr) {
+      BALLAST_ASSIGN_OR_RETURN(DerivedDump d, DerivedDump::open(rank_dir));
+      const std::vector<std::string> stems = dump_stems(*derivations);
+      for (const RankDerivedValue& v : device.derived) {
+        PlannedDerivation mine = (*derivations)[v.planned];
+        mine.launch = v.launch;
+        const WeightShard& source = plan.weights[plan_index(plan, mine.source)];
+        BALLAST_RETURN_IF_ERROR(d.write(gpu, mine, stems[v.planned], source.dims, v.launch.dst, v.launch.dst2));
+      }
+    } else {
+      BALLAST_ASSIGN_OR_RETURN(DumpDirectory d, DumpDirectory::open(rank_dir));
+      for (std::size_t i = 0; i < plan.weights.size(); ++i) {
+        const WeightShard& s = plan.weights[i];
+        if (device.shards[i] == 0) continue;
+        // What the device holds, not the host copy: the dump proves the placement.
+        std::vector<std::byte> back(s.device_bytes);
+        BALLAST_RETURN_IF_ERROR(gpu.copy_to_host(back, device.shards[i], 0), "reading back '" + s.weight + "'");
+        std::string descr = npy_descr(model.store().weights().at(s.id).dtype);
+        std::vector<std::uint64_t> shape(s.dims.begin(), s.dims.end());
+        std::uint64_t elements = 1;
+        for (std::uint64_t n : shape) elements *= n;
+        if (elements * descr_bytes(descr) != back.size()) {  // block types: their bytes
+          descr = "|u1";
+          shape = {back.size()};
+        }
+        BALLAST_RETURN_IF_ERROR(d.write_npy(s.weight, "shard", descr, shape, back).status());
+      }
     }
-    BALLAST_RETURN_IF_ERROR(dir->write_npy(s.weight, "shard", descr, shape, back).status(), what);
   }
-  if (derivations == nullptr) return out;
-
-  BALLAST_ASSIGN_OR_RETURN(const std::vector<ShardDerivation> cut, plan_shard_derivations(model, plan, *derivations));
-  const std::vector<std::string> stems = dump_stems(*derivations);
-  for (const ShardDerivation& d : cut) {
-    const PlannedDerivation& whole = (*derivations)[d.planned];
-    const std::string name = std::string(derivation_name(whole.kind())) + " of '" + whole.weight + "'";
-    if (!d.launch) {
-      out.skipped.push_back(name + ": " + d.skipped);
-      continue;
-    }
-    PlannedDerivation mine = whole;
-    mine.launch = *d.launch;
-    const WeightShard& source = plan.weights[d.source];
-    mine.launch.src = on_device[d.source];
-    if (d.scales) mine.launch.scales = on_device[*d.scales];
-    if (d.zero_points) mine.launch.zero_point = on_device[*d.zero_points];
-    if (d.of_transposed) {
-      // quant_int8 reads the [N, K] transpose of the [K, N] shard.
-      DerivationLaunch t;
-      t.kind = Derivation::transpose;
-      t.src_type = model.store().weights().at(source.id).dtype;
-      t.rows = static_cast<std::uint64_t>(source.dims[0]);
-      t.cols = static_cast<std::uint64_t>(source.dims[1]);
-      t.src = mine.launch.src;
-      BALLAST_ASSIGN_OR_RETURN(const DerivationSizes ts, derivation_sizes(t), name);
-      BALLAST_ASSIGN_OR_RETURN(t.dst, memory.allocate(ts.dst_bytes, name), name);
-      BALLAST_RETURN_IF_ERROR(gpu.launch(t), name);
-      mine.launch.src = t.dst;
-    }
-    BALLAST_ASSIGN_OR_RETURN(const DerivationSizes sizes, derivation_sizes(mine.launch), name);
-    BALLAST_ASSIGN_OR_RETURN(mine.launch.dst, memory.allocate(sizes.dst_bytes, name));
-    if (derivation_kind(whole.kind()).pair) {
-      BALLAST_ASSIGN_OR_RETURN(mine.launch.dst2, memory.allocate(sizes.dst2_bytes, name));
-    }
-    BALLAST_RETURN_IF_ERROR(gpu.launch(mine.launch), name);
-    BALLAST_RETURN_IF_ERROR(gpu.synchronize(), name);
-    ++out.derived;
-    out.derived_bytes += sizes.dst_bytes + sizes.dst2_bytes;
-    if (derived_dump)
-      BALLAST_RETURN_IF_ERROR(derived_dump->write(gpu, mine, stems[d.planned], source.dims, mine.launch.dst, mine.launch.dst2),
-                              name);
-  }
+  BALLAST_RETURN_IF_ERROR(device.release());
   return out;
 }
 

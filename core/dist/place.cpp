@@ -1,0 +1,104 @@
+// place_rank: a rank's shards on its device and the derivations of them
+// (cooperative_load.hpp). Derivations run as the kind table says, one
+// launch each (quant_int8 of a MatMul B after the transpose it reads).
+#include <ballast/cooperative_load.hpp>
+
+namespace ballast {
+
+RankDevice::RankDevice(RankDevice&& other) noexcept
+    : shards(std::move(other.shards)), shard_bytes(other.shard_bytes), derived(std::move(other.derived)),
+      derived_bytes(other.derived_bytes), skipped(std::move(other.skipped)), gpu_(other.gpu_),
+      owned_(std::move(other.owned_)) {
+  other.owned_.clear();
+}
+
+RankDevice::~RankDevice() { (void)release(); }
+
+Status RankDevice::release() {
+  Status first;
+  for (DevicePtr p : owned_)
+    if (Status s = gpu_->free(p); !s.ok() && first.ok()) first = std::move(s);
+  owned_.clear();
+  shards.clear();
+  derived.clear();
+  return first;
+}
+
+Result<DevicePtr> RankDevice::allocate(std::uint64_t bytes, const std::string& what) {
+  try {
+    owned_.reserve(owned_.size() + 1);
+  } catch (...) {
+    return make_error(ErrorCode::out_of_memory, "no host memory to record an allocation").with_context(what);
+  }
+  BALLAST_ASSIGN_OR_RETURN(const DevicePtr ptr, gpu_->allocate(bytes), what);
+  owned_.push_back(ptr);
+  return ptr;
+}
+
+Result<RankDevice> place_rank(GpuBackend& gpu, const Model& model, const ShardPlan& rank, const RankShards& shards,
+                              std::span<const PlannedDerivation> plan) {
+  const std::string context = "placing rank " + std::to_string(rank.rank) + "'s shards";
+  if (shards.shards.size() != rank.weights.size())
+    return make_error(ErrorCode::invalid_argument, "the rank's shards are not its plan's (" +
+                                                       std::to_string(shards.shards.size()) + " arrays for " +
+                                                       std::to_string(rank.weights.size()) + " weights)")
+        .with_context(context);
+  RankDevice out(gpu);
+  out.shards.assign(rank.weights.size(), 0);
+  for (std::size_t i = 0; i < rank.weights.size(); ++i) {
+    const std::vector<std::byte>& bytes = shards.shards[i];
+    if (bytes.size() != rank.weights[i].device_bytes)
+      return make_error(ErrorCode::size_mismatch, "the shard of '" + rank.weights[i].weight + "' holds " +
+                                                      std::to_string(bytes.size()) + " bytes, its plan " +
+                                                      std::to_string(rank.weights[i].device_bytes))
+          .with_context(context);
+    if (bytes.empty()) continue;
+    const std::string what = "the shard of '" + rank.weights[i].weight + "'";
+    BALLAST_ASSIGN_OR_RETURN(out.shards[i], out.allocate(bytes.size(), what), context);
+    BALLAST_RETURN_IF_ERROR(gpu.copy_to_device(out.shards[i], 0, bytes), context + ": " + what);
+    out.shard_bytes += bytes.size();
+  }
+  if (plan.empty()) return out;
+
+  BALLAST_ASSIGN_OR_RETURN(const std::vector<ShardDerivation> cut, plan_shard_derivations(model, rank, plan), context);
+  for (const ShardDerivation& d : cut) {
+    const PlannedDerivation& whole = plan[d.planned];
+    const std::string name = std::string(derivation_name(whole.kind())) + " of '" + whole.weight + "'";
+    if (!d.launch) {
+      out.skipped.push_back(name + ": " + d.skipped);
+      continue;
+    }
+    DerivationLaunch launch = *d.launch;
+    const WeightShard& source = rank.weights[d.source];
+    launch.src = out.shards[d.source];
+    if (d.scales) launch.scales = out.shards[*d.scales];
+    if (d.zero_points) launch.zero_point = out.shards[*d.zero_points];
+    if (d.of_transposed) {
+      // quant_int8 of a MatMul B reads the [N, K] transpose of the [K, N] shard.
+      DerivationLaunch t;
+      t.kind = Derivation::transpose;
+      t.src_type = model.store().weights().at(source.id).dtype;
+      t.rows = static_cast<std::uint64_t>(source.dims[0]);
+      t.cols = static_cast<std::uint64_t>(source.dims[1]);
+      t.src = launch.src;
+      BALLAST_ASSIGN_OR_RETURN(const DerivationSizes ts, derivation_sizes(t), context + ": " + name);
+      BALLAST_ASSIGN_OR_RETURN(t.dst, out.allocate(ts.dst_bytes, name), context);
+      BALLAST_RETURN_IF_ERROR(gpu.launch(t), context + ": " + name);
+      // Launches are not ordered on every backend: the transpose completes first.
+      BALLAST_RETURN_IF_ERROR(gpu.synchronize(), context + ": " + name);
+      launch.src = t.dst;
+    }
+    BALLAST_ASSIGN_OR_RETURN(const DerivationSizes sizes, derivation_sizes(launch), context + ": " + name);
+    BALLAST_ASSIGN_OR_RETURN(launch.dst, out.allocate(sizes.dst_bytes, name), context);
+    if (derivation_kind(whole.kind()).pair) {
+      BALLAST_ASSIGN_OR_RETURN(launch.dst2, out.allocate(sizes.dst2_bytes, name), context);
+    }
+    BALLAST_RETURN_IF_ERROR(gpu.launch(launch), context + ": " + name);
+    out.derived.push_back({d.planned, launch, sizes.dst_bytes, sizes.dst2_bytes});
+    out.derived_bytes += sizes.dst_bytes + sizes.dst2_bytes;
+  }
+  BALLAST_RETURN_IF_ERROR(gpu.synchronize(), context);
+  return out;
+}
+
+}  // namespace ballast
