@@ -12,6 +12,8 @@
 //
 //   engine MODEL.onnx BACKEND [LAYER_STEM]   e.g. engine sample.onnx vulkan:0
 //                                            LAYER_STEM: "layer" (default), "model.layers." ...
+//   engine --ranks MODEL COMM BACKEND        tensor-parallel ranks (ranks.cpp): COMM mpi
+//                                            (under mpirun -np N) or local:N
 // Exit: 0 ok, 1 a step failed or the device counters did not return to
 // their baseline, 2 usage.
 #include <ballast/backend_registry.hpp>
@@ -63,9 +65,13 @@ bool same(const AllocationCounters& a, const AllocationCounters& b) {
 
 }  // namespace
 
+int run_ranks(const char* model_path, const std::string& comm_config, const char* backend);  // ranks.cpp
+
 int main(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "--ranks") return run_ranks(argv[2], argv[3], argv[4]);
   if (argc != 3 && argc != 4) {
-    std::fprintf(stderr, "usage: %s MODEL.onnx BACKEND [LAYER_STEM] (e.g. cpu, vulkan:0, cuda:0)\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL.onnx BACKEND [LAYER_STEM] (e.g. cpu, vulkan:0, cuda:0)\n"
+                         "       %s --ranks MODEL COMM BACKEND (COMM: mpi under mpirun, or local:N)\n", argv[0], argv[0]);
     return 2;
   }
   const std::string layer_stem = argc == 4 ? argv[3] : "layer";

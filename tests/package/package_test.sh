@@ -116,6 +116,23 @@ engine_cpu | engine_vulkan)
   grep -q "counters back to baseline: ok" "$work/$step.log" || fail "no counter check"
   ;;
 
+engine_ranks)
+  # The engine's tensor-parallel mode from the moved install: ranks as
+  # threads, then (where Open MPI is installed and the mpi communicator was
+  # built) an MPI job, whose library the install must find beside libballast.
+  build_engine
+  "$engine_build/engine" --ranks "$work/model/sample.onnx" local:2 cpu | tee "$work/$step.log"
+  grep -q "ranks done: 2 in this process, counters back to baseline: ok" "$work/$step.log" || fail "the local ranks did not finish"
+  if command -v mpirun >/dev/null && [[ -f "$moved/lib/ballast/libballast_comm_mpi.so" ]]; then
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe \
+      "$engine_build/engine" --ranks "$work/model/sample.onnx" mpi cpu | tee "$work/$step.mpi.log"
+    [[ "$(grep -c "ranks done: 1 in this process, counters back to baseline: ok" "$work/$step.mpi.log")" == 2 ]] \
+      || fail "the MPI ranks did not finish"
+  else
+    echo "note: no mpirun or no mpi communicator: the MPI run is skipped"
+  fi
+  ;;
+
 c_engine_cpu | c_engine_vulkan)
   backend="${step#c_engine_}"
   [[ "$backend" == vulkan ]] && need_vulkan
