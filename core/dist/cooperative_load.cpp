@@ -42,12 +42,15 @@ class Load {
     const auto started = Clock::now();
     const ShardPlan& mine = plans_.ranks[rank_];
     out_.report.rank = rank_;
-    try {
-      out_.shards.resize(mine.weights.size());
-      for (std::size_t i = 0; i < mine.weights.size(); ++i) out_.shards[i].resize(mine.weights[i].device_bytes);
-    } catch (const std::bad_alloc&) {
-      return make_error(ErrorCode::out_of_memory, "cannot allocate " + std::to_string(mine.totals.device_bytes) +
-                                                      " bytes of host memory for this rank's shards");
+    // One arena for every shard, each at a 64-byte boundary.
+    std::uint64_t total = 0;
+    for (const WeightShard& s : mine.weights) total += (s.device_bytes + 63) / 64 * 64;
+    BALLAST_ASSIGN_OR_RETURN(out_.memory, HostArena::allocate(total), "holding this rank's shards");
+    out_.shards.reserve(mine.weights.size());
+    std::uint64_t at = 0;
+    for (const WeightShard& s : mine.weights) {
+      out_.shards.emplace_back(out_.memory.data() + at, s.device_bytes);
+      at += (s.device_bytes + 63) / 64 * 64;
     }
     pieces_.reserve(world_);
     for (std::uint32_t q = 0; q < world_; ++q) pieces_.push_back(dist::pieces_of(plans_.ranks[q]));
@@ -130,13 +133,16 @@ class Load {
       }
       const std::uint64_t n = dist::bytes_in(file->second, lo, hi);
       if (n == 0) continue;
-      std::vector<std::byte> message(sizeof(Header) + n);
+      // Built by appending, not sized first: a sized vector would be
+      // zero-filled before the bytes overwrite it.
+      std::vector<std::byte> message;
+      message.reserve(sizeof(Header) + n);
       const Header h{c.mapping, 0, lo, c.bytes.size()};
-      std::memcpy(message.data(), &h, sizeof h);
-      std::byte* payload = message.data() + sizeof h;
+      const auto* header = reinterpret_cast<const std::byte*>(&h);
+      message.insert(message.end(), header, header + sizeof h);
       dist::for_each_run(file->second, lo, hi, [&](const dist::Piece&, std::uint64_t at, std::uint64_t length, std::uint64_t) {
-        std::memcpy(payload, c.bytes.data() + (at - lo), length);
-        payload += length;
+        const std::byte* from = c.bytes.data() + (at - lo);
+        message.insert(message.end(), from, from + length);
       });
       BALLAST_RETURN_IF_ERROR(comm_.send(q, std::move(message)), "sending rank " + std::to_string(q) + " its bytes");
       out_.report.sent_bytes += n;

@@ -46,7 +46,7 @@ Result<RankDevice> place_rank(GpuBackend& gpu, const Model& model, const ShardPl
   RankDevice out(gpu);
   out.shards.assign(rank.weights.size(), 0);
   for (std::size_t i = 0; i < rank.weights.size(); ++i) {
-    const std::vector<std::byte>& bytes = shards.shards[i];
+    const std::span<const std::byte> bytes = shards.shards[i];
     if (bytes.size() != rank.weights[i].device_bytes)
       return make_error(ErrorCode::size_mismatch, "the shard of '" + rank.weights[i].weight + "' holds " +
                                                       std::to_string(bytes.size()) + " bytes, its plan " +

@@ -100,10 +100,35 @@ struct CooperativeLoadReport {
   double seconds = 0;                 // the whole load, barrier included
 };
 
+// Host memory for a rank's shards: one anonymous mapping, in 2 MiB pages
+// where the system gives them (a few faults for a whole shard set, not
+// one per 4 KiB page), never zero-filled by ballast (the bytes are
+// written once, by the load). Movable; the memory stays put.
+class HostArena {
+ public:
+  HostArena() = default;
+  static Result<HostArena> allocate(std::uint64_t bytes);
+  HostArena(HostArena&& other) noexcept;
+  HostArena& operator=(HostArena&& other) noexcept;
+  HostArena(const HostArena&) = delete;
+  HostArena& operator=(const HostArena&) = delete;
+  ~HostArena();
+  std::byte* data() const noexcept { return data_; }
+  std::uint64_t size() const noexcept { return size_; }
+
+ private:
+  void* mapping_ = nullptr;
+  std::uint64_t mapped_ = 0;
+  std::byte* data_ = nullptr;
+  std::uint64_t size_ = 0;
+};
+
 struct RankShards {
+  HostArena memory;  // holds every shard below
   // shards[i] holds plans.ranks[rank].weights[i]: device_bytes bytes, its
-  // ranges (or strided rows) one after another, parts in order.
-  std::vector<std::vector<std::byte>> shards;
+  // ranges (or strided rows) one after another, parts in order (64-byte
+  // aligned in `memory`).
+  std::vector<std::span<std::byte>> shards;
   CooperativeLoadReport report;
 };
 
