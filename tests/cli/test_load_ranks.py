@@ -104,6 +104,13 @@ def check_dumps(label, dump, plan, arrays, world):
     expect(good, "%s: every rank's dumped shards are the slices NumPy cuts from the file" % label)
 
 
+def timed(cmd):
+    """(the finished process, seconds it took) of an mpirun command line."""
+    start = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=MPI_ENV)
+    return proc, time.monotonic() - start
+
+
 def weight_of(file_name, weights):
     """The plan weight a dump file belongs to: the longest name that
     prefixes the file's name before a '.'."""
@@ -259,29 +266,20 @@ def main():
         whole = os.path.join(a.work, "replicate-all.json")
         with open(whole, "w") as f:
             json.dump({"defaults": False, "rules": [{"pattern": "*", "split": "replicated"}]}, f)
-        start = time.monotonic()
-        proc = subprocess.run([mpirun, "-np", "1", cli, "load", model, "--comm", "mpi", "--timeout-s", "20", ":",
-                               "-np", "1", cli, "load", model, "--comm", "mpi", "--timeout-s", "20", "--shard-rules", whole],
-                              capture_output=True, text=True, timeout=300, env=MPI_ENV)
-        took = time.monotonic() - start
+        rank0 = ["-np", "1", cli, "load", model, "--comm", "mpi", "--timeout-s", "20"]
+        proc, took = timed([mpirun] + rank0 + [":"] + rank0 + ["--shard-rules", whole])
         expect(proc.returncode != 0 and "do the ranks have the same model and plan" in proc.stderr and took < 15,
                "mpi: ranks with different plans fail, naming a rank, in %.1f s (got %d: %s)" %
                (took, proc.returncode, proc.stderr.strip()[-400:]))
         # A rank whose model does not open tells the others at once.
-        start = time.monotonic()
-        proc = subprocess.run([mpirun, "-np", "1", cli, "load", model, "--comm", "mpi", "--timeout-s", "20", ":",
-                               "-np", "1", cli, "load", model + ".missing", "--comm", "mpi", "--timeout-s", "20"],
-                              capture_output=True, text=True, timeout=300, env=MPI_ENV)
-        took = time.monotonic() - start
+        proc, took = timed([mpirun] + rank0 + [":", "-np", "1", cli, "load", model + ".missing", "--comm", "mpi",
+                                               "--timeout-s", "20"])
         expect(proc.returncode != 0 and "rank 1 failed" in proc.stderr and took < 15,
                "mpi: a rank whose model does not open fails the others, naming it, in %.1f s (got %d: %s)" %
                (took, proc.returncode, proc.stderr.strip()[-400:]))
         # A rank that dies before it loads: the job ends (mpirun takes the
         # others down), it does not hang.
-        start = time.monotonic()
-        proc = subprocess.run([mpirun, "-np", "1", cli, "load", model, "--comm", "mpi", "--timeout-s", "20", ":",
-                               "-np", "1", "sh", "-c", "exit 3"], capture_output=True, text=True, timeout=300, env=MPI_ENV)
-        took = time.monotonic() - start
+        proc, took = timed([mpirun] + rank0 + [":", "-np", "1", "sh", "-c", "exit 3"])
         expect(proc.returncode != 0 and took < 60,
                "mpi: a rank that dies ends the job in %.1f s with a failure (got %d)" % (took, proc.returncode))
 

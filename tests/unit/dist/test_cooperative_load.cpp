@@ -121,6 +121,26 @@ void check_load(const Model& m, std::uint32_t world, std::vector<ShardRule> rule
   if (world > 1) CHECK(sent > 0);
 }
 
+// The Hugging Face safetensors model of unit_shard, its shard plans for
+// `world` ranks (built-in rules) and their cooperative load plan.
+struct HfWorld {
+  ScratchDir dir;
+  Model model;
+  ShardPlans plans;
+  CooperativeLoadPlan load;
+  HfWorld(const char* name, std::uint32_t world) : dir(name) {
+    auto m = open_model(dir.write("m.safetensors", st_file(hf_tensors())));
+    REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+    model = std::move(*m);
+    auto p = plan_shards_all(model, ShardSpec{world, 0, {}});
+    REQUIRE_MESSAGE(p.ok(), p.error().to_string());
+    plans = std::move(*p);
+    auto l = plan_cooperative_load(model, plans);
+    REQUIRE_MESSAGE(l.ok(), l.error().to_string());
+    load = std::move(*l);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("cooperative load, safetensors: 1, 2 and 4 ranks each end with exactly their shards") {
@@ -153,13 +173,10 @@ TEST_CASE("cooperative load, ONNX: MatMulNBits operands, strided MatMul columns,
 }
 
 TEST_CASE("cooperative load: a read failing on one rank fails every rank, naming it, in bounded time") {
-  ScratchDir dir("dist-fail");
-  auto m = open_model(dir.write("m.safetensors", st_file(hf_tensors())));
-  REQUIRE(m.ok());
-  auto plans = plan_shards_all(*m, ShardSpec{4, 0, {}});
-  REQUIRE(plans.ok());
-  auto load = plan_cooperative_load(*m, *plans);
-  REQUIRE(load.ok());
+  HfWorld w("dist-fail", 4);
+  const Model* m = &w.model;
+  const ShardPlans* plans = &w.plans;
+  const CooperativeLoadPlan* load = &w.load;
   const Run run = run_world(*m, *plans, *load, [](std::uint32_t r) {
     CooperativeLoadOptions o = small_chunks(r);
     if (r == 2) o.read.pread = [](int, std::span<std::byte>, std::uint64_t) -> std::int64_t { return -EIO; };
@@ -180,13 +197,10 @@ TEST_CASE("cooperative load: a read failing on one rank fails every rank, naming
 }
 
 TEST_CASE("cooperative load: a rank that never comes is a timeout naming it on the others") {
-  ScratchDir dir("dist-absent");
-  auto m = open_model(dir.write("m.safetensors", st_file(hf_tensors())));
-  REQUIRE(m.ok());
-  auto plans = plan_shards_all(*m, ShardSpec{2, 0, {}});
-  REQUIRE(plans.ok());
-  auto load = plan_cooperative_load(*m, *plans);
-  REQUIRE(load.ok());
+  HfWorld w("dist-absent", 2);
+  const Model* m = &w.model;
+  const ShardPlans* plans = &w.plans;
+  const CooperativeLoadPlan* load = &w.load;
   REQUIRE(load->ranks[0].received_bytes > 0);
   const Run run = run_world(*m, *plans, *load, [](std::uint32_t r) {
     CooperativeLoadOptions o = small_chunks(r);
@@ -201,13 +215,10 @@ TEST_CASE("cooperative load: a rank that never comes is a timeout naming it on t
 }
 
 TEST_CASE("cooperative load: a message its plan does not take is refused, naming the sender") {
-  ScratchDir dir("dist-bad");
-  auto m = open_model(dir.write("m.safetensors", st_file(hf_tensors())));
-  REQUIRE(m.ok());
-  auto plans = plan_shards_all(*m, ShardSpec{2, 0, {}});
-  REQUIRE(plans.ok());
-  auto load = plan_cooperative_load(*m, *plans);
-  REQUIRE(load.ok());
+  HfWorld w("dist-bad", 2);
+  const Model* m = &w.model;
+  const ShardPlans* plans = &w.plans;
+  const CooperativeLoadPlan* load = &w.load;
   auto comms = make_local_communicators(2);
   REQUIRE(comms.ok());
   // Rank 1 is an impostor: it sends rank 0 bytes of a stretch rank 0 does
@@ -228,13 +239,10 @@ TEST_CASE("cooperative load: a message its plan does not take is refused, naming
 }
 
 TEST_CASE("cooperative load: plans of another world are refused before anything is read") {
-  ScratchDir dir("dist-world");
-  auto m = open_model(dir.write("m.safetensors", st_file(hf_tensors())));
-  REQUIRE(m.ok());
-  auto plans = plan_shards_all(*m, ShardSpec{2, 0, {}});
-  REQUIRE(plans.ok());
-  auto load = plan_cooperative_load(*m, *plans);
-  REQUIRE(load.ok());
+  HfWorld w("dist-world", 2);
+  const Model* m = &w.model;
+  const ShardPlans* plans = &w.plans;
+  const CooperativeLoadPlan* load = &w.load;
   auto comms = make_local_communicators(4);
   REQUIRE(comms.ok());
   auto got = cooperative_load(*m, *plans, *load, *(*comms)[0]);
