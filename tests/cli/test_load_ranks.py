@@ -4,7 +4,8 @@
 model (tools/gen/make_llm_model.py: ONNX MatMul and MatMulNBits) and a
 Hugging Face-named safetensors file (a fused gate_up among them), with ranks as threads (--comm local, 1, 2 and
 4 ranks) and as the processes of an MPI job (mpirun -np 2 and 4, where Open
-MPI and the mpi communicator are built).
+MPI and the mpi communicator are built), on the cpu backend and, where a
+Vulkan device opens (lavapipe here), on vulkan at 2 and 4 ranks both ways.
 
 For every rank, every shard it dumps (read back from the device) equals the
 weight's slice computed here with NumPy from the file itself (onnx's
@@ -233,8 +234,12 @@ def main():
             runs = [("local", [cli, "load", model, "--comm", "local", "--world", str(world)])]
             if mpi and world > 1:
                 runs.append(("mpi", [mpirun, "-np", str(world), "--oversubscribe", cli, "load", model, "--comm", "mpi"]))
-            if vulkan and world == 2:
-                runs.append(("local on vulkan", [cli, "load", model, "--comm", "local", "--world", "2", "--backend", "vulkan"]))
+            if vulkan and world > 1:
+                runs.append(("local on vulkan", [cli, "load", model, "--comm", "local", "--world", str(world),
+                                                 "--backend", "vulkan"]))
+                if mpi:
+                    runs.append(("mpi on vulkan", [mpirun, "-np", str(world), "--oversubscribe", cli, "load", model,
+                                                   "--comm", "mpi", "--backend", "vulkan"]))
             for how, cmd in runs:
                 label = "%s, %s, %d rank(s)" % (fmt, how, world)
                 dump = os.path.join(a.work, "dump-%s-%s-%d" % (fmt, how.replace(" ", "-"), world))
