@@ -99,13 +99,11 @@ bool plain_name(std::string_view name) {
   return true;
 }
 
-// Loaded libraries' tables by name, for the life of the process (a library
-// is never closed: its communicators may outlive any one caller).
-Result<const ballast_comm_plugin*> load_table(const std::string& name) {
-  static std::mutex mutex;
-  static std::map<std::string, const ballast_comm_plugin*> loaded;
-  std::lock_guard lock(mutex);
-  if (auto it = loaded.find(name); it != loaded.end()) return it->second;
+// The first admissible libballast_comm_<name>.so on the plugin search
+// path (the checks of backend plugins: owner, mode, no symlink), opened
+// but not loaded; not_found naming every folder searched and every file
+// refused.
+Result<registry::PluginCandidate> find_library(const std::string& name) {
   const std::string file = "libballast_comm_" + name + ".so";
   std::string searched, refusals;
   for (const std::string& dir : registry::default_plugin_search_dirs()) {
@@ -116,22 +114,7 @@ Result<const ballast_comm_plugin*> load_table(const std::string& name) {
       refusals += (refusals.empty() ? "" : "; ") + candidate.path + " (" + candidate.reason + ")";
       continue;
     }
-    const std::string path = candidate.path;
-    BALLAST_ASSIGN_OR_RETURN(auto lib, registry::open_checked_library(std::move(candidate)), "loading " + path);
-    BALLAST_ASSIGN_OR_RETURN(void* entry, registry::find_symbol(lib, BALLAST_COMM_ENTRY_SYMBOL), "loading " + path);
-    const ballast_comm_plugin* t = reinterpret_cast<ballast_comm_entry_fn>(entry)();
-    if (t == nullptr || t->struct_size < sizeof(ballast_comm_plugin))
-      return make_error(ErrorCode::abi_mismatch, path + ": its communicator table is missing or too short");
-    if (t->api_major != BALLAST_COMM_API_MAJOR)
-      return make_error(ErrorCode::abi_mismatch, path + ": communicator ABI " + std::to_string(t->api_major) + "." +
-                                                     std::to_string(t->api_minor) + ", this ballast takes " +
-                                                     std::to_string(BALLAST_COMM_API_MAJOR) + ".x");
-    if (t->name == nullptr || name != t->name || !t->open || !t->close || !t->rank || !t->world || !t->send ||
-        !t->receive || !t->barrier || !t->fail)
-      return make_error(ErrorCode::abi_mismatch, path + ": its communicator table is not for \"" + name +
-                                                     "\" or lacks a function");
-    loaded.emplace(name, t);
-    return t;
+    return candidate;
   }
   std::string message = "communicator library " + file + " for \"" + name + "\" not found; searched: " +
                         (searched.empty() ? "(no search folders)" : searched);
@@ -139,7 +122,41 @@ Result<const ballast_comm_plugin*> load_table(const std::string& name) {
   return make_error(ErrorCode::not_found, message);
 }
 
+// Loaded libraries' tables by name, for the life of the process (a library
+// is never closed: its communicators may outlive any one caller).
+Result<const ballast_comm_plugin*> load_table(const std::string& name) {
+  static std::mutex mutex;
+  static std::map<std::string, const ballast_comm_plugin*> loaded;
+  std::lock_guard lock(mutex);
+  if (auto it = loaded.find(name); it != loaded.end()) return it->second;
+  BALLAST_ASSIGN_OR_RETURN(registry::PluginCandidate candidate, find_library(name));
+  const std::string path = candidate.path;
+  BALLAST_ASSIGN_OR_RETURN(auto lib, registry::open_checked_library(std::move(candidate)), "loading " + path);
+  BALLAST_ASSIGN_OR_RETURN(void* entry, registry::find_symbol(lib, BALLAST_COMM_ENTRY_SYMBOL), "loading " + path);
+  const ballast_comm_plugin* t = reinterpret_cast<ballast_comm_entry_fn>(entry)();
+  if (t == nullptr || t->struct_size < sizeof(ballast_comm_plugin))
+    return make_error(ErrorCode::abi_mismatch, path + ": its communicator table is missing or too short");
+  if (t->api_major != BALLAST_COMM_API_MAJOR)
+    return make_error(ErrorCode::abi_mismatch, path + ": communicator ABI " + std::to_string(t->api_major) + "." +
+                                                   std::to_string(t->api_minor) + ", this ballast takes " +
+                                                   std::to_string(BALLAST_COMM_API_MAJOR) + ".x");
+  if (t->name == nullptr || name != t->name || !t->open || !t->close || !t->rank || !t->world || !t->send ||
+      !t->receive || !t->barrier || !t->fail)
+    return make_error(ErrorCode::abi_mismatch, path + ": its communicator table is not for \"" + name +
+                                                   "\" or lacks a function");
+  loaded.emplace(name, t);
+  return t;
+}
+
 }  // namespace
+
+Result<std::string> find_communicator(std::string_view name) {
+  const std::string n(name);
+  if (!plain_name(n) || n == "local")
+    return make_error(ErrorCode::invalid_argument, "\"" + n + "\" names no communicator library");
+  BALLAST_ASSIGN_OR_RETURN(registry::PluginCandidate candidate, find_library(n));
+  return candidate.path;  // its descriptor closes here: nothing was loaded
+}
 
 Result<std::unique_ptr<Communicator>> open_communicator(std::string_view config, void* native) {
   const std::string context = "opening communicator \"" + std::string(config) + "\"";

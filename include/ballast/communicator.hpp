@@ -85,6 +85,12 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_local_communicators(std:
 // with the folders searched), abi_mismatch, and the library's own.
 Result<std::unique_ptr<Communicator>> open_communicator(std::string_view config, void* native = nullptr);
 
+// Where open_communicator would find the library for `name` ("mpi"),
+// found and checked but not loaded (`ballast backends` lists it):
+// not_found with the folders searched; invalid_argument for "local" and
+// names that cannot be a library's.
+Result<std::string> find_communicator(std::string_view name);
+
 }  // namespace ballast
 
 BALLAST_API_END

@@ -8,6 +8,8 @@
 #include "support/terminal.hpp"
 
 #include <ballast/backend_registry.hpp>
+#include <ballast/communicator.hpp>
+#include <ballast/printable.hpp>
 #include <ballast/read_plan.hpp>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +33,19 @@ std::string registration_summary(const Capabilities& caps) {
 
 std::string devices_cell(const BackendListing& b) {
   return b.devices.empty() ? std::string("-") : std::to_string(b.devices.size());
+}
+
+// The communicators `--comm` can pick: local is built in; a library is
+// found on the plugin path (not loaded: MPI would start) or not, with why.
+nlohmann::json communicators_json() {
+  nlohmann::json list = nlohmann::json::array();
+  list.push_back({{"name", "local"}, {"state", "built in"}, {"library", "built in"}, {"reason", ""}});
+  const auto mpi = find_communicator("mpi");
+  list.push_back({{"name", "mpi"},
+                  {"state", mpi.ok() ? "found" : "not found"},
+                  {"library", mpi.ok() ? *mpi : ""},
+                  {"reason", mpi.ok() ? "" : mpi.error().message}});
+  return list;
 }
 
 int print_table(const std::vector<BackendListing>& listing, const std::vector<std::string>& search_dirs) {
@@ -74,6 +89,10 @@ int print_table(const std::vector<BackendListing>& listing, const std::vector<st
   out << "\ncold reads (ballast load, Residency::load):\n";
   out << "  io_uring: " << (io_uring_available() ? "available" : "not available: reads use a pool of pread threads") << '\n';
   out << "  GPUDirect Storage (cuFile): " << BALLAST_CUFILE_STATUS << '\n';
+  out << "\ncommunicators (ballast load|derive --comm):\n";
+  out << "  local: built in (ranks as threads of one process)\n";
+  const auto mpi = find_communicator("mpi");
+  out << "  mpi: " << (mpi.ok() ? "found: " + printable(*mpi) : printable(mpi.error().message)) << '\n';
 
   out << "\nplugin search path (BALLAST_PLUGIN_PATH, then set_plugin_search_path(), then <libballast's folder>/ballast,"
          " then the build tree):\n";
@@ -113,6 +132,7 @@ int print_json(const std::vector<BackendListing>& listing, const std::vector<std
   }
   nlohmann::json doc = {{"backends", backends},
                         {"cold_reads", {{"io_uring", io_uring_available()}, {"gpudirect_storage", BALLAST_CUFILE_STATUS}}},
+                        {"communicators", communicators_json()},
                         {"plugin_search_path", search_dirs}};
   std::cout << json_text(doc) << '\n';
   return kExitOk;
