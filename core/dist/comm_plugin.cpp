@@ -116,7 +116,7 @@ Result<registry::PluginCandidate> find_library(const std::string& name) {
     }
     return candidate;
   }
-  std::string message = "communicator library " + file + " for \"" + name + "\" not found; searched: " +
+  std::string message = "communicator library " + file + " for \"" + name + "\" (ballast's: local, mpi) not found; searched: " +
                         (searched.empty() ? "(no search folders)" : searched);
   if (!refusals.empty()) message += "; refused: " + refusals;
   return make_error(ErrorCode::not_found, message);
@@ -163,12 +163,14 @@ Result<std::unique_ptr<Communicator>> open_communicator(std::string_view config,
   const auto query = config.find('?');
   const std::string name(config.substr(0, query));
   const std::string options(query == std::string_view::npos ? "" : config.substr(query + 1));
-  if (name == "local")
+  if (name == "local" || name.rfind("local:", 0) == 0)
     return make_error(ErrorCode::invalid_argument,
-                      "\"local\" ranks are threads of one process: make them with make_local_communicators(world)")
+                      "\"local\" ranks are threads of one process: make them with make_local_communicators(world) "
+                      "(on the command line: --comm local --world N)")
         .with_context(context);
   if (!plain_name(name))
-    return make_error(ErrorCode::invalid_argument, "a communicator is named by lower-case letters, digits and '_'")
+    return make_error(ErrorCode::invalid_argument, "a communicator is named by lower-case letters, digits and '_' "
+                                                   "(ballast's: local, mpi)")
         .with_context(context);
   BALLAST_ASSIGN_OR_RETURN(const ballast_comm_plugin* table, load_table(name), context);
   char error[kErrorSize] = {};

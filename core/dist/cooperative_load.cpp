@@ -171,7 +171,7 @@ class Load {
                                     : dist::bytes_in(file->second, h.offset, h.offset + h.length);
     if (takes != payload || payload == 0 || payload > expected_[m.from] - received_[m.from])
       return make_error(ErrorCode::malformed,
-                        from + " sent " + std::to_string(payload) + " bytes of file " + std::to_string(h.mapping) +
+                        from + " sent " + std::to_string(payload) + " bytes of " + file_name(h.mapping) +
                             " [" + std::to_string(h.offset) + ", +" + std::to_string(h.length) + "), where this rank's plan takes " +
                             std::to_string(takes) + " (and " + std::to_string(expected_[m.from] - received_[m.from]) +
                             " more from it in all): do the ranks have the same model and plan?");
@@ -184,6 +184,12 @@ class Load {
     out_.report.received_bytes += payload;
     ++out_.report.messages_received;
     return {};
+  }
+
+  // A mapping as a person reads it: its path, or its number when the store has none of that number.
+  std::string file_name(std::uint32_t mapping) const {
+    const auto path = model_.store().mapping_path(mapping);
+    return path ? "'" + path->string() + "'" : "file " + std::to_string(mapping);
   }
 
   Status owed_error() const {

@@ -7,7 +7,8 @@ namespace ballast {
 
 RankDevice::RankDevice(RankDevice&& other) noexcept
     : shards(std::move(other.shards)), shard_bytes(other.shard_bytes), derived(std::move(other.derived)),
-      derived_bytes(other.derived_bytes), skipped(std::move(other.skipped)), gpu_(other.gpu_),
+      derived_bytes(other.derived_bytes), scratch_bytes(other.scratch_bytes), skipped(std::move(other.skipped)),
+      gpu_(other.gpu_),
       owned_(std::move(other.owned_)) {
   other.owned_.clear();
 }
@@ -83,6 +84,7 @@ Result<RankDevice> place_rank(GpuBackend& gpu, const Model& model, const ShardPl
       t.src = launch.src;
       BALLAST_ASSIGN_OR_RETURN(const DerivationSizes ts, derivation_sizes(t), context + ": " + name);
       BALLAST_ASSIGN_OR_RETURN(t.dst, out.allocate(ts.dst_bytes, name), context);
+      out.scratch_bytes += ts.dst_bytes;
       BALLAST_RETURN_IF_ERROR(gpu.launch(t), context + ": " + name);
       // Launches are not ordered on every backend: the transpose completes first.
       BALLAST_RETURN_IF_ERROR(gpu.synchronize(), context + ": " + name);

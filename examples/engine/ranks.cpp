@@ -47,7 +47,11 @@ int run_rank(const Model& model, const ShardPlans& plans, const CooperativeLoadP
                 device->shards.size(), static_cast<unsigned long long>(device->shard_bytes), device->derived.size(),
                 static_cast<unsigned long long>(device->derived_bytes), gpu.info().backend.c_str(),
                 device->skipped.size());
-    if (!device->release().ok()) return 1;
+    for (const std::string& why : device->skipped) std::printf("  rank %u skipped %s\n", r, why.c_str());
+    if (Status released = device->release(); !released.ok()) {
+      std::fprintf(stderr, "rank %u: %s\n", r, released.to_string().c_str());
+      return 1;
+    }
   }
   return 0;
 }
@@ -57,7 +61,13 @@ int run_rank(const Model& model, const ShardPlans& plans, const CooperativeLoadP
 int run_ranks(const char* model_path, const std::string& comm_config, const char* backend) {
   std::vector<std::unique_ptr<Communicator>> ranks;
   if (comm_config.rfind("local:", 0) == 0) {
-    auto made = make_local_communicators(static_cast<std::uint32_t>(std::stoul(comm_config.substr(6))));
+    // N: digits only, 1 to 4096 (make_local_communicators says so for 0 and above).
+    const std::string n = comm_config.substr(6);
+    if (n.empty() || n.size() > 4 || n.find_first_not_of("0123456789") != std::string::npos) {
+      std::fprintf(stderr, "COMM local:N needs N, 1 to 4096 ranks; got \"%s\"\n", comm_config.c_str());
+      return 2;
+    }
+    auto made = make_local_communicators(static_cast<std::uint32_t>(std::stoul(n)));
     if (!made.ok()) {
       std::fprintf(stderr, "%s\n", made.error().to_string().c_str());
       return 1;

@@ -8,10 +8,14 @@
  * returns a ballast_comm_plugin table. The core reads its frozen prefix
  * (struct_size, api_major, api_minor, name), refuses another major with
  * both versions named, and then only calls through the function pointers.
- * Every function returns 0 or an error code (the values of plugin_api.h:
- * BALLAST_UNAVAILABLE for a peer that failed or did not answer in time),
+ * Every function returns 0 or an error code, the values of ballast's
+ * ErrorCode (status.hpp; plugin_api.h names them): 1 invalid_argument,
+ * 10 unavailable (a peer that failed or did not answer in time), 11
+ * out_of_memory (also when `allocate` gave NULL), 12 device_error;
  * writing a message of at most `error_size` bytes, NUL-terminated, into
- * `error` first. No function lets a C++ exception leave it.
+ * `error` first. No function lets a C++ exception leave it. The file is
+ * named libballast_comm_<name>.so (underscores: a backend plugin's name,
+ * libballast-<name>.so, never matches it).
  *
  * One communicator is used from one thread at a time (each rank's load runs
  * on one thread). */

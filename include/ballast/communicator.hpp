@@ -3,7 +3,7 @@
 // shards that another rank read from storage, through a Communicator.
 //
 //   auto ranks = make_local_communicators(4);     // 4 ranks as threads of one process
-//   // thread r: cooperative_load(model, plans, *ranks[r], options)
+//   // thread r: cooperative_load(model, *plans, *load, *(*ranks)[r], options)
 //
 // The interface is the few operations the load needs, so that an MPI or
 // NCCL implementation, or an engine's own transport, is a small class:
@@ -71,7 +71,12 @@ class Communicator {
 // want MPI. invalid_argument for world 0 or above 4096.
 Result<std::vector<std::unique_ptr<Communicator>>> make_local_communicators(std::uint32_t world);
 
-// A communicator library picked by a config string, like a backend:
+// A communicator library picked by a config string, like a backend.
+// The mpi library initialises MPI (MPI_THREAD_SERIALIZED: one call at a
+// time, from any thread) unless the engine has, and finalises it at exit
+// only when it initialised it and no rank failed (a failed job's peers may
+// never reach MPI_Finalize). An engine that initialised MPI itself with
+// MPI_THREAD_FUNNELED must call the load from its main thread.
 //   "mpi"            libballast_comm_mpi.so (Open MPI; MPI_COMM_WORLD, duplicated),
 //                    initialising MPI if the engine has not
 //   "mpi?<options>"  the same, with the library's own options

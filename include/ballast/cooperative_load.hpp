@@ -134,8 +134,14 @@ struct RankShards {
 
 // Runs this rank's part of `load` (comm.rank(), in a world of comm.world(),
 // which must be plans' world). Every rank of the world calls it, with the
-// same model and plans. Returns when this rank holds all its shards and
-// every rank has reached the end (so a failure anywhere fails every rank).
+// same model and plans (ranks that are threads may share one Model,
+// ShardPlans and CooperativeLoadPlan: the load only reads them). Returns
+// when this rank holds all its shards and every rank has reached the end
+// (so a failure anywhere fails every rank). Host memory: the rank's
+// shards (its plan's device bytes, in one HostArena), the staging ring of
+// options.read, and the messages in flight (at most one chunk's bytes per
+// peer per chunk read, until the peer takes them). There is no cancel but
+// Communicator::fail from the rank's own thread and the timeout.
 Result<RankShards> cooperative_load(const Model& model, const ShardPlans& plans, const CooperativeLoadPlan& load,
                                     Communicator& comm, const CooperativeLoadOptions& options = {});
 
@@ -165,6 +171,9 @@ class RankDevice {
   std::uint64_t shard_bytes = 0;
   std::vector<RankDerivedValue> derived;   // in plan order
   std::uint64_t derived_bytes = 0;
+  // Held besides: the transposes quant_int8 of a MatMul B reads (a copy of
+  // the shard, [N, K]), until release().
+  std::uint64_t scratch_bytes = 0;
   std::vector<std::string> skipped;        // "<kind> of '<weight>': <why>" (plan_shard_derivations)
 
   Status release();
@@ -179,7 +188,9 @@ class RankDevice {
 // Puts a rank's shards (cooperative_load's) on `gpu`, then runs every
 // derivation of `plan` (the whole model's plan_derivations) cut to them
 // (plan_shard_derivations; skipped ones are listed, not errors), and
-// synchronizes. On failure everything it allocated is freed.
+// synchronizes. The shards are copied: `shards` may be freed once it
+// returns. Device memory: shard_bytes + derived_bytes + scratch_bytes. On
+// failure everything it allocated is freed.
 Result<RankDevice> place_rank(GpuBackend& gpu, const Model& model, const ShardPlan& rank, const RankShards& shards,
                               std::span<const PlannedDerivation> plan = {});
 

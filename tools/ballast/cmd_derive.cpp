@@ -135,6 +135,8 @@ void keep_only(std::vector<PlannedDerivation>& plan, std::string_view kinds) {
 int run_derive(const DeriveOptions& opt) {
   if (!opt.comm.empty()) {
     RanksOptions ranks;
+    ranks.command = "derive";
+    ranks.max_amplification = opt.max_amplification;
     ranks.model = opt.model;
     ranks.backend = opt.backend;
     ranks.comm = opt.comm;
@@ -213,7 +215,8 @@ const RegisterCommand kDerive{{
       sub.add_option("--backend", opt->backend, "backend config string, e.g. cpu, vulkan:0, cuda:GPU-<uuid>")
           ->capture_default_str();
       sub.add_option("--dump", opt->dump, "write every derived tensor to DIR as .npy (pairs as two files)");
-      sub.add_flag("--json", opt->json, "print the report as one JSON document (schema in docs/tools.md)");
+      sub.add_flag("--json", opt->json,
+                   "print the report as one JSON document (schema in docs/tools.md); with --comm, one per rank, a line each");
       sub.add_option("--max-amplification", opt->max_amplification,
                      "refuse a plan deriving more than R times the referenced bytes (0: no cap; docs/security.md)")
           ->type_name("R")
@@ -238,6 +241,9 @@ const RegisterCommand kDerive{{
                                   "tensor-parallel ranks: local (threads, with --world) or mpi (under mpirun): each "
                                   "rank loads its shards cooperatively and derives them (docs/distributed.md)");
       comm->excludes(residency);
+      comm->check(CLI::Validator(
+          [](const std::string& v) { return v.empty() ? std::string("--comm needs a communicator: local or mpi") : std::string(); },
+          "local|mpi", "communicator"));
       sub.add_option("--world", opt->world, "ranks (--comm local); checked against the job's with mpi")
           ->check(CLI::Range(1u, kMaxShardWorld))
           ->needs(comm);

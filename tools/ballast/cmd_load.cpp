@@ -62,6 +62,7 @@ struct LoadCommandOptions {
   bool json = false;
   // The cooperative load of tensor-parallel shards (load_ranks.hpp).
   std::string comm;
+  bool comm_given = false;
   std::uint32_t world = 0;
   std::string shard_rules;
   std::string dump;
@@ -231,8 +232,23 @@ int run_load(const LoadCommandOptions& opt) {
   lo.read.cache = opt.keep_cache || ro->strategy == ResidencyStrategy::paged ? CachePolicy::keep : CachePolicy::drop;
   lo.read_cached = opt.read_cached;
   lo.populate_threads = opt.populate_threads;
-  if (!opt.comm.empty()) {
-    RanksOptions ranks{opt.model, opt.backend, opt.comm, opt.world, opt.shard_rules, opt.dump, opt.json, opt.timeout_s, lo.read};
+  if (opt.comm_given) {
+    // The cooperative load has its own report: the single-process path's
+    // options would be ignored there, so they are refused.
+    if (opt.cold || opt.plan_only || opt.mmap || opt.anchor || opt.residency != "upload" || !opt.budget.empty() ||
+        opt.read_cached)
+      return ctx.fail("--comm takes none of --cold, --plan, --mmap, --anchor, --residency, --budget, --read-cached "
+                      "(the cooperative load reads cold by design: drop the page cache before it to measure one)");
+    RanksOptions ranks;
+    ranks.model = opt.model;
+    ranks.backend = opt.backend;
+    ranks.comm = opt.comm;
+    ranks.world = opt.world;
+    ranks.shard_rules = opt.shard_rules;
+    ranks.dump = opt.dump;
+    ranks.json = opt.json;
+    ranks.timeout_s = opt.timeout_s;
+    ranks.read = lo.read;
     return run_load_ranks(ranks);
   }
   if (!ctx.load_model(opt.model)) return ctx.exit_code();
@@ -341,7 +357,8 @@ const RegisterCommand kLoad{{
       sub.add_flag("--read-cached", opt->read_cached, "read what the page cache holds too (default: copy it from the mapping)");
       sub.add_flag("--keep-cache", opt->keep_cache, "leave what the read brought into the page cache (paged always does)");
       sub.add_flag("--plan", opt->plan_only, "print the read plan (files, ranges, bytes) and load nothing");
-      sub.add_flag("--json", opt->json, "print the report as one JSON document (schema in docs/tools.md)");
+      sub.add_flag("--json", opt->json,
+                   "print the report as one JSON document (schema in docs/tools.md); with --comm, one per rank, a line each");
       auto* comm = sub.add_option("--comm", opt->comm,
                                   "tensor-parallel ranks: local (threads, with --world) or mpi (under mpirun): "
                                   "each rank reads its part and gets its shards (docs/distributed.md)");
@@ -356,7 +373,13 @@ const RegisterCommand kLoad{{
           ->check(CLI::Range(1u, 86400u))
           ->capture_default_str()
           ->needs(comm);
-      return [opt] { return run_load(*opt); };
+      comm->check(CLI::Validator(
+          [](const std::string& v) { return v.empty() ? std::string("--comm needs a communicator: local or mpi") : std::string(); },
+          "local|mpi", "communicator"));
+      return [opt, comm] {
+        opt->comm_given = comm->count() > 0;
+        return run_load(*opt);
+      };
     },
 }};
 

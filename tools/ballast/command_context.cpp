@@ -14,6 +14,7 @@ void CommandContext::report(const Error& error) const { report_error(command_, e
 
 int CommandContext::fail(const Error& error, int code) {
   report(error);
+  last_error_ = error;
   exit_code_ = code;
   return code;
 }

@@ -47,6 +47,9 @@ class CommandContext {
   int fail(std::string_view message, int code = kExitBadInput);
   // kExitOk until a step or fail() failed; then that failure's code.
   int exit_code() const noexcept { return exit_code_; }
+  // The last library Error fail() reported (a step's), for passing on:
+  // the ranks of a cooperative load tell their peers why they stopped.
+  const std::optional<Error>& last_error() const noexcept { return last_error_; }
 
   // The steps. Each returns false once it has reported why (exit_code() is
   // then kExitBadInput); on success its result is held here.
@@ -73,6 +76,7 @@ class CommandContext {
  private:
   std::string command_;
   int exit_code_ = kExitOk;
+  std::optional<Error> last_error_;
   // Declared before the backend: the backend closes first, as when each
   // command declared the model before it.
   std::optional<Model> model_;

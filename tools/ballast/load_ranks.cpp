@@ -114,7 +114,7 @@ json rank_json(const CooperativeLoadReport& r, const Placed& placed, std::size_t
 }  // namespace
 
 int run_load_ranks(const RanksOptions& opt) {
-  CommandContext ctx("load");
+  CommandContext ctx(opt.command);
   // The ranks this process runs: all of them as threads, or its own.
   std::vector<std::unique_ptr<Communicator>> comms;
   std::uint32_t world = opt.world;
@@ -126,28 +126,43 @@ int run_load_ranks(const RanksOptions& opt) {
   } else {
     auto opened = open_communicator(opt.comm);
     if (!opened) return ctx.fail(opened.error());
-    if (world != 0 && world != (*opened)->world())
+    const std::uint32_t job = (*opened)->world();
+    if (world != 0 && world != job)
       return ctx.fail("--world " + std::to_string(world) + " but the " + (*opened)->name() + " job has " +
-                      std::to_string((*opened)->world()) + " ranks");
-    world = (*opened)->world();
+                      std::to_string(job) + (job == 1 ? " rank (was it started by mpirun -np " + std::to_string(world) + "?)"
+                                                      : " ranks"));
+    if (world == 0 && job == 1)
+      std::cerr << "ballast " << opt.command << ": note: the " << (*opened)->name()
+                << " job has 1 rank, which loads the whole model (start it with mpirun -np N, or give --world 1)\n";
+    world = job;
     comms.push_back(std::move(*opened));
   }
 
   // From here on a failure of this process is announced to the other
   // ranks, so theirs end at once instead of at their timeout.
-  const auto fail_all = [&](const Error& error) {
+  // An MPI rank's lines say which rank it is; local ranks' errors do already.
+  const std::string who = comms.size() == 1 && world > 1
+                              ? "rank " + std::to_string(comms[0]->rank()) + " of " + std::to_string(world)
+                              : "";
+  const auto fail_all = [&](Error error) {
+    if (!who.empty()) error.with_context(who);
     for (auto& c : comms) c->fail(Status(error));
     return ctx.fail(error);
   };
-  if (!ctx.load_model(opt.model)) {
-    for (auto& c : comms) c->fail(make_error(ErrorCode::unavailable, "its model did not open"));
+  // A step that reported its own error (the model, the backend): the
+  // peers hear that error, not a summary.
+  const auto failed_step = [&] {
+    const Error e = ctx.last_error() ? *ctx.last_error() : make_error(ErrorCode::unavailable, "failed");
+    for (auto& c : comms) c->fail(Status(who.empty() ? e : Error(e).with_context(who)));
     return ctx.exit_code();
-  }
+  };
+  if (!ctx.load_model(opt.model)) return failed_step();
   const Model& model = ctx.model();
   // derive --comm: the whole model's plan, cut to each rank's shards later.
   std::optional<std::vector<PlannedDerivation>> derivations;
   if (opt.derive) {
     PlanOptions planning;
+    planning.max_amplification = opt.max_amplification;
     if (!opt.rules.empty())
       if (Status s = read_rules_file(opt.rules, planning); !s.ok()) return fail_all(s.error());
     auto planned = plan_derivations(model, planning);
@@ -165,10 +180,7 @@ int run_load_ranks(const RanksOptions& opt) {
   if (!plans) return fail_all(plans.error());
   auto load = plan_cooperative_load(model, *plans);
   if (!load) return fail_all(load.error());
-  if (!ctx.open_backend(opt.backend)) {
-    for (auto& c : comms) c->fail(make_error(ErrorCode::unavailable, "its backend \"" + opt.backend + "\" did not open"));
-    return ctx.exit_code();
-  }
+  if (!ctx.open_backend(opt.backend)) return failed_step();
 
   CooperativeLoadOptions options;
   options.read = opt.read;
@@ -185,13 +197,13 @@ int run_load_ranks(const RanksOptions& opt) {
     const std::uint32_t rank = comms[i]->rank();
     Result<RankShards>& got = *results[i];
     if (!got) {
-      ctx.report(got.error());
+      ctx.report(got.error());  // the load's own context names the rank
       exit_code = kExitBadInput;
       continue;
     }
     auto placed = place(ctx.gpu(), model, plans->ranks[rank], *got, opt.dump, derivations ? &*derivations : nullptr);
     if (!placed) {
-      ctx.report(placed.error());
+      ctx.report(Error(placed.error()).with_context("rank " + std::to_string(rank) + " of " + std::to_string(world)));
       exit_code = kExitBadInput;
       continue;
     }

@@ -12,6 +12,7 @@
 // planned derivation cut to the rank's shards (plan_shard_derivations).
 #pragma once
 
+#include <ballast/derive.hpp>
 #include <ballast/read_plan.hpp>
 
 #include <cstdint>
@@ -34,6 +35,8 @@ struct RanksOptions {
   // DIR/rank<R>/ under the single-process dump's names.
   bool derive = false;
   std::string rules;
+  double max_amplification = kDefaultMaxAmplification;
+  std::string command = "load";  // in error lines: "ballast <command>: ..."
 };
 
 int run_load_ranks(const RanksOptions& opt);
