@@ -8,6 +8,7 @@
 // too (as one JSON document with --json; schema in docs/tools.md).
 #include "command.hpp"
 #include "command_context.hpp"
+#include "command_options.hpp"
 #include "derive_strategy.hpp"
 #include "load_ranks.hpp"
 #include "support/budget.hpp"
@@ -19,7 +20,6 @@
 
 #include <ballast/derive.hpp>
 #include <ballast/residency.hpp>
-#include <ballast/shard.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -48,10 +48,7 @@ struct DeriveOptions {
   std::string only;       // with --residency: empty (every kind) or "kind[,kind...]"
   std::string rules;      // --rules FILE: derivation rules (support/rules_file.hpp)
   // --comm local|mpi: each tensor-parallel rank derives its shards (load_ranks.hpp).
-  std::string comm;
-  std::uint32_t world = 0;
-  std::string shard_rules;
-  std::uint32_t timeout_s = 60;
+  CommOptions comm;
 };
 
 // Where each planned derivation came from ("graph", or the rule's name, read
@@ -133,18 +130,15 @@ void keep_only(std::vector<PlannedDerivation>& plan, std::string_view kinds) {
 }
 
 int run_derive(const DeriveOptions& opt) {
-  if (!opt.comm.empty()) {
+  if (!opt.comm.config.empty()) {  // --comm "" is refused by its check
     RanksOptions ranks;
     ranks.command = "derive";
     ranks.max_amplification = opt.max_amplification;
     ranks.model = opt.model;
     ranks.backend = opt.backend;
     ranks.comm = opt.comm;
-    ranks.world = opt.world;
-    ranks.shard_rules = opt.shard_rules;
     ranks.dump = opt.dump;
     ranks.json = opt.json;
-    ranks.timeout_s = opt.timeout_s;
     ranks.derive = true;
     ranks.rules = opt.rules;
     return run_load_ranks(ranks);
@@ -237,21 +231,7 @@ const RegisterCommand kDerive{{
       sub.add_option("--only", opt->only, "with --residency: only these derivations (KIND[,KIND...])")
           ->check(CLI::Validator(check_derivation_kinds, "KIND[,KIND...]", "derivation kinds"))
           ->needs(residency);
-      auto* comm = sub.add_option("--comm", opt->comm,
-                                  "tensor-parallel ranks: local (threads, with --world) or mpi (under mpirun): each "
-                                  "rank loads its shards cooperatively and derives them (docs/distributed.md)");
-      comm->excludes(residency);
-      comm->check(CLI::Validator(
-          [](const std::string& v) { return v.empty() ? std::string("--comm needs a communicator: local or mpi") : std::string(); },
-          "local|mpi", "communicator"));
-      sub.add_option("--world", opt->world, "ranks (--comm local); checked against the job's with mpi")
-          ->check(CLI::Range(1u, kMaxShardWorld))
-          ->needs(comm);
-      sub.add_option("--shard-rules", opt->shard_rules, "shard rules as JSON (docs/distributed.md)")->needs(comm);
-      sub.add_option("--timeout-s", opt->timeout_s, "the longest a rank waits for a peer")
-          ->check(CLI::Range(1u, 86400u))
-          ->capture_default_str()
-          ->needs(comm);
+      add_comm_options(sub, opt->comm, "loads its shards cooperatively and derives them")->excludes(residency);
       return [opt] { return run_derive(*opt); };
     },
 }};

@@ -20,7 +20,6 @@
 
 #include <ballast/read_plan.hpp>
 #include <ballast/residency.hpp>
-#include <ballast/shard.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -61,12 +60,9 @@ struct LoadCommandOptions {
   bool plan_only = false;
   bool json = false;
   // The cooperative load of tensor-parallel shards (load_ranks.hpp).
-  std::string comm;
+  CommOptions comm;
   bool comm_given = false;
-  std::uint32_t world = 0;
-  std::string shard_rules;
   std::string dump;
-  std::uint32_t timeout_s = 60;
 };
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -243,11 +239,8 @@ int run_load(const LoadCommandOptions& opt) {
     ranks.model = opt.model;
     ranks.backend = opt.backend;
     ranks.comm = opt.comm;
-    ranks.world = opt.world;
-    ranks.shard_rules = opt.shard_rules;
     ranks.dump = opt.dump;
     ranks.json = opt.json;
-    ranks.timeout_s = opt.timeout_s;
     ranks.read = lo.read;
     return run_load_ranks(ranks);
   }
@@ -359,23 +352,10 @@ const RegisterCommand kLoad{{
       sub.add_flag("--plan", opt->plan_only, "print the read plan (files, ranges, bytes) and load nothing");
       sub.add_flag("--json", opt->json,
                    "print the report as one JSON document (schema in docs/tools.md); with --comm, one per rank, a line each");
-      auto* comm = sub.add_option("--comm", opt->comm,
-                                  "tensor-parallel ranks: local (threads, with --world) or mpi (under mpirun): "
-                                  "each rank reads its part and gets its shards (docs/distributed.md)");
-      sub.add_option("--world", opt->world, "ranks (--comm local); checked against the job's with mpi")
-          ->check(CLI::Range(1u, kMaxShardWorld))
-          ->needs(comm);
-      sub.add_option("--shard-rules", opt->shard_rules, "shard rules as JSON (docs/distributed.md)")->needs(comm);
+      auto* comm = add_comm_options(sub, opt->comm, "reads its part and gets its shards");
       sub.add_option("--dump", opt->dump, "write each rank's shards, read back from the device, to DIR/rank<R>/")
           ->type_name("DIR")
           ->needs(comm);
-      sub.add_option("--timeout-s", opt->timeout_s, "the longest a rank waits for a peer")
-          ->check(CLI::Range(1u, 86400u))
-          ->capture_default_str()
-          ->needs(comm);
-      comm->check(CLI::Validator(
-          [](const std::string& v) { return v.empty() ? std::string("--comm needs a communicator: local or mpi") : std::string(); },
-          "local|mpi", "communicator"));
       return [opt, comm] {
         opt->comm_given = comm->count() > 0;
         return run_load(*opt);

@@ -1,11 +1,14 @@
 // The options every command that puts a model on a device takes, spelled
 // once: the model path, the backend's config string, the residency
 // strategy and the budget (load and replay; derive adds its own rules on
-// top of --residency).
+// top of --residency), and the tensor-parallel ranks (load and derive).
 #pragma once
 
+#include "load_ranks.hpp"
 #include "support/budget.hpp"
 #include "support/residency_report.hpp"
+
+#include <ballast/shard.hpp>
 
 #include <CLI/CLI.hpp>
 
@@ -24,6 +27,27 @@ inline void add_residency_options(CLI::App& sub, std::string& residency, std::st
       ->capture_default_str();
   sub.add_option("--budget", budget, "device byte budget: BYTES with an optional K/M/G/KiB/MiB/GiB suffix, or auto")
       ->check(CLI::Validator(check_budget, "BYTES|auto", "byte budget"));
+}
+
+// --comm, --world, --shard-rules and --timeout-s (load and derive: the
+// tensor-parallel ranks, load_ranks.hpp). `what` says what each rank does.
+// Returns --comm, for the options it excludes.
+inline CLI::Option* add_comm_options(CLI::App& sub, CommOptions& o, const std::string& what) {
+  auto* comm = sub.add_option("--comm", o.config,
+                              "tensor-parallel ranks: local (threads, with --world) or mpi (under mpirun): each rank " +
+                                  what + " (docs/distributed.md)");
+  comm->check(CLI::Validator(
+      [](const std::string& v) { return v.empty() ? std::string("--comm needs a communicator: local or mpi") : std::string(); },
+      "local|mpi", "communicator"));
+  sub.add_option("--world", o.world, "ranks (--comm local); checked against the job's with mpi")
+      ->check(CLI::Range(1u, kMaxShardWorld))
+      ->needs(comm);
+  sub.add_option("--shard-rules", o.shard_rules, "shard rules as JSON (docs/distributed.md)")->needs(comm);
+  sub.add_option("--timeout-s", o.timeout_s, "the longest a rank waits for a peer")
+      ->check(CLI::Range(1u, 86400u))
+      ->capture_default_str()
+      ->needs(comm);
+  return comm;
 }
 
 }  // namespace ballast::cli

@@ -20,15 +20,21 @@
 
 namespace ballast::cli {
 
+// What picks and shapes the ranks: the options load and derive share
+// (command_options.hpp adds them to a command).
+struct CommOptions {
+  std::string config;            // --comm: "local", "mpi", "mpi?..."
+  std::uint32_t world = 0;       // local: required; mpi: checked against the job's when given
+  std::string shard_rules;
+  std::uint32_t timeout_s = 60;  // the longest wait for a peer
+};
+
 struct RanksOptions {
   std::string model;
   std::string backend = "cpu";
-  std::string comm;              // "local", "mpi", "mpi?..."
-  std::uint32_t world = 0;       // local: required; mpi: checked against the job's when given
-  std::string shard_rules;
+  CommOptions comm;
   std::string dump;
   bool json = false;
-  std::uint32_t timeout_s = 60;  // the longest wait for a peer
   ReadOptions read;
   // derive --comm: every derivation of the whole model's plan (from the
   // graph, or --rules FILE) run on each rank's shards, --dump writing
