@@ -1,7 +1,10 @@
 // place_rank: a rank's shards on its device and the derivations of them
 // (cooperative_load.hpp). Derivations run as the kind table says, one
-// launch each (quant_int8 of a MatMul B after the transpose it reads).
+// launch each (quant_int8 of a MatMul B after the transpose it reads: the
+// plan's own when derived before it, else one of its own).
 #include <ballast/cooperative_load.hpp>
+
+#include <unordered_map>
 
 namespace ballast {
 
@@ -62,6 +65,9 @@ Result<RankDevice> place_rank(GpuBackend& gpu, const Model& model, const ShardPl
   if (plan.empty()) return out;
 
   BALLAST_ASSIGN_OR_RETURN(const std::vector<ShardDerivation> cut, plan_shard_derivations(model, rank, plan), context);
+  // Each shard's [N, K] transpose once derived (the plan's own, or a
+  // scratch one): what quant_int8 of a MatMul B reads, never built twice.
+  std::unordered_map<std::size_t, DevicePtr> transposed;
   for (const ShardDerivation& d : cut) {
     const PlannedDerivation& whole = plan[d.planned];
     const std::string name = std::string(derivation_name(whole.kind())) + " of '" + whole.weight + "'";
@@ -74,7 +80,11 @@ Result<RankDevice> place_rank(GpuBackend& gpu, const Model& model, const ShardPl
     launch.src = out.shards[d.source];
     if (d.scales) launch.scales = out.shards[*d.scales];
     if (d.zero_points) launch.zero_point = out.shards[*d.zero_points];
-    if (d.of_transposed) {
+    if (d.of_transposed && transposed.contains(d.source)) {
+      // Launches are not ordered on every backend: the transpose completes first.
+      BALLAST_RETURN_IF_ERROR(gpu.synchronize(), context + ": " + name);
+      launch.src = transposed.at(d.source);
+    } else if (d.of_transposed) {
       // quant_int8 of a MatMul B reads the [N, K] transpose of the [K, N] shard.
       DerivationLaunch t;
       t.kind = Derivation::transpose;
@@ -89,6 +99,7 @@ Result<RankDevice> place_rank(GpuBackend& gpu, const Model& model, const ShardPl
       // Launches are not ordered on every backend: the transpose completes first.
       BALLAST_RETURN_IF_ERROR(gpu.synchronize(), context + ": " + name);
       launch.src = t.dst;
+      transposed.emplace(d.source, t.dst);
     }
     BALLAST_ASSIGN_OR_RETURN(const DerivationSizes sizes, derivation_sizes(launch), context + ": " + name);
     BALLAST_ASSIGN_OR_RETURN(launch.dst, out.allocate(sizes.dst_bytes, name), context);
@@ -96,7 +107,8 @@ Result<RankDevice> place_rank(GpuBackend& gpu, const Model& model, const ShardPl
       BALLAST_ASSIGN_OR_RETURN(launch.dst2, out.allocate(sizes.dst2_bytes, name), context);
     }
     BALLAST_RETURN_IF_ERROR(gpu.launch(launch), context + ": " + name);
-    out.derived.push_back({d.planned, launch, sizes.dst_bytes, sizes.dst2_bytes});
+    if (whole.kind() == Derivation::transpose) transposed.emplace(d.source, launch.dst);
+    out.derived.push_back({d.planned, d.source, launch, sizes.dst_bytes, sizes.dst2_bytes});
     out.derived_bytes += sizes.dst_bytes + sizes.dst2_bytes;
   }
   BALLAST_RETURN_IF_ERROR(gpu.synchronize(), context);

@@ -151,6 +151,7 @@ Result<RankShards> cooperative_load(const Model& model, const ShardPlans& plans,
 // given, over the rank's shard (launch: the rank's, pointers filled).
 struct RankDerivedValue {
   std::size_t planned = 0;
+  std::size_t source = 0;    // its source's index in ShardPlan::weights (and RankDevice::shards)
   DerivationLaunch launch;   // dst: the value (a pair's first half); dst2: a pair's second
   std::uint64_t first_bytes = 0, second_bytes = 0;
 };
@@ -172,7 +173,8 @@ class RankDevice {
   std::vector<RankDerivedValue> derived;   // in plan order
   std::uint64_t derived_bytes = 0;
   // Held besides: the transposes quant_int8 of a MatMul B reads (a copy of
-  // the shard, [N, K]), until release().
+  // the shard, [N, K]) where the plan's own transpose of that shard was not
+  // derived before it, until release().
   std::uint64_t scratch_bytes = 0;
   std::vector<std::string> skipped;        // "<kind> of '<weight>': <why>" (plan_shard_derivations)
 

@@ -24,13 +24,6 @@ namespace {
 
 using json = nlohmann::ordered_json;
 
-// The index of weight `id` in a rank's plan (plan_shard_derivations found it there).
-std::size_t plan_index(const ShardPlan& plan, ValueId id) {
-  for (std::size_t i = 0; i < plan.weights.size(); ++i)
-    if (plan.weights[i].id == id) return i;
-  return 0;
-}
-
 // The element size a NumPy type string names ("<f4": 4).
 std::uint64_t descr_bytes(const std::string& descr) { return static_cast<std::uint64_t>(descr.back() - '0'); }
 
@@ -60,7 +53,7 @@ Result<Placed> place(GpuBackend& gpu, const Model& model, const ShardPlan& plan,
       for (const RankDerivedValue& v : device.derived) {
         PlannedDerivation mine = (*derivations)[v.planned];
         mine.launch = v.launch;
-        const WeightShard& source = plan.weights[plan_index(plan, mine.source)];
+        const WeightShard& source = plan.weights[v.source];
         BALLAST_RETURN_IF_ERROR(d.write(gpu, mine, stems[v.planned], source.dims, v.launch.dst, v.launch.dst2));
       }
     } else {
@@ -117,14 +110,14 @@ int run_load_ranks(const RanksOptions& opt) {
   CommandContext ctx(opt.command);
   // The ranks this process runs: all of them as threads, or its own.
   std::vector<std::unique_ptr<Communicator>> comms;
-  std::uint32_t world = opt.world;
-  if (opt.comm == "local") {
+  std::uint32_t world = opt.comm.world;
+  if (opt.comm.config == "local") {
     if (world == 0) return ctx.fail("--comm local needs --world N: the number of ranks to run as threads");
     auto made = make_local_communicators(world);
     if (!made) return ctx.fail(made.error());
     comms = std::move(*made);
   } else {
-    auto opened = open_communicator(opt.comm);
+    auto opened = open_communicator(opt.comm.config);
     if (!opened) return ctx.fail(opened.error());
     const std::uint32_t job = (*opened)->world();
     if (world != 0 && world != job)
@@ -171,8 +164,8 @@ int run_load_ranks(const RanksOptions& opt) {
   }
   ShardSpec spec;
   spec.world = world;
-  if (!opt.shard_rules.empty()) {
-    auto rules = read_shard_rules_file(opt.shard_rules);
+  if (!opt.comm.shard_rules.empty()) {
+    auto rules = read_shard_rules_file(opt.comm.shard_rules);
     if (!rules) return fail_all(rules.error());
     spec.rules = std::move(*rules);
   }
@@ -184,7 +177,7 @@ int run_load_ranks(const RanksOptions& opt) {
 
   CooperativeLoadOptions options;
   options.read = opt.read;
-  options.timeout = std::chrono::seconds(opt.timeout_s);
+  options.timeout = std::chrono::seconds(opt.comm.timeout_s);
   std::vector<std::optional<Result<RankShards>>> results(comms.size());
   {
     std::vector<std::thread> threads;
