@@ -3,6 +3,12 @@
 // communicator (or of MPI_COMM_WORLD), receives by probing with a
 // deadline, a failure announced to every peer on a tag of its own.
 //
+// Rounds (exchange): the sizes by MPI_Ialltoall, then one MPI_Isend and
+// one MPI_Irecv per peer on a tag of their own (MPI keeps the order of
+// messages between two ranks on one tag, so rounds cannot cross). Not
+// MPI_Ialltoallv: its counts and displacements are int, and a round of a
+// large world would pass 2 GiB of displacement at one rank.
+//
 // Why nonblocking and polled: a blocking MPI_Send of a large message waits
 // for its receiver, and two ranks sending to each other would wait
 // forever; a blocking receive could not give up at a deadline, and a dead
@@ -29,6 +35,7 @@ namespace {
 
 constexpr int kDataTag = 29001;
 constexpr int kFailTag = 29002;
+constexpr int kRoundTag = 29003;
 constexpr int kUnavailable = 10, kInvalid = 1, kOutOfMemory = 11, kDeviceError = 12;
 
 void say(char* error, std::size_t size, const std::string& text) {
@@ -273,9 +280,131 @@ void fail(ballast_comm* c, const char* why) {
   }
 }
 
+// Waits for `requests` (MPI_Testall), or a peer's failure, or `deadline`.
+// Not done: the receives among them are cancelled, so MPI never writes
+// into the caller's buffers after the call returns (sends read copies the
+// library keeps: ballast_comm::pending).
+int wait_all(ballast_comm* c, std::vector<MPI_Request>& requests, std::size_t receives, Clock::time_point deadline,
+             const char* what, char* error, std::size_t error_size) {
+  for (;;) {
+    int done = 0;
+    if (const int rc = MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
+        rc != MPI_SUCCESS) {
+      say(error, error_size, std::string(what) + ": " + mpi_text(rc));
+      break;
+    }
+    if (done) return 0;
+    if (c->heard_failure()) {
+      say(error, error_size, c->peer_failure);
+      break;
+    }
+    c->reap();
+    if (Clock::now() >= deadline) {
+      say(error, error_size, std::string(what) + ": not every rank of " + std::to_string(c->world) + " took part in time");
+      g_failure_seen = true;
+      break;
+    }
+    pause();
+  }
+  for (std::size_t i = 0; i < receives && i < requests.size(); ++i) {
+    if (requests[i] == MPI_REQUEST_NULL) continue;
+    MPI_Cancel(&requests[i]);
+    MPI_Wait(&requests[i], MPI_STATUS_IGNORE);
+  }
+  return kUnavailable;
+}
+
+int exchange(ballast_comm* c, const void* const* sends, const std::uint64_t* sizes,
+             void* (*deliver)(void*, std::uint32_t, std::uint64_t), void* context, std::int64_t timeout_ns, char* error,
+             std::size_t error_size) {
+  const auto deadline = deadline_of(timeout_ns);
+  const int n = c->world;
+  for (int r = 0; r < n; ++r)
+    if (sizes[r] > static_cast<std::uint64_t>(INT_MAX)) {
+      say(error, error_size, "a round's " + std::to_string(sizes[r]) + " bytes for rank " + std::to_string(r) +
+                                 " (at most 2 GiB a peer a round)");
+      return kInvalid;
+    }
+  if (c->heard_failure()) {
+    say(error, error_size, c->peer_failure);
+    return kUnavailable;
+  }
+  // The sizes. A collective cannot be cancelled: its buffers are the
+  // library's, and are left to MPI if the round does not end.
+  auto* counts = new (std::nothrow) std::vector<std::uint64_t>();
+  if (counts == nullptr) return say(error, error_size, "no memory for a round"), kOutOfMemory;
+  try {
+    counts->assign(sizes, sizes + n);
+    counts->resize(2 * static_cast<std::size_t>(n));
+  } catch (...) {
+    delete counts;
+    say(error, error_size, "no memory for a round");
+    return kOutOfMemory;
+  }
+  std::vector<MPI_Request> requests(1, MPI_REQUEST_NULL);
+  if (const int rc = MPI_Ialltoall(counts->data(), 1, MPI_UINT64_T, counts->data() + n, 1, MPI_UINT64_T, c->comm,
+                                   &requests[0]);
+      rc != MPI_SUCCESS) {
+    delete counts;
+    say(error, error_size, "MPI_Ialltoall: " + mpi_text(rc));
+    return kUnavailable;
+  }
+  if (const int rc = wait_all(c, requests, 0, deadline, "a round's sizes", error, error_size); rc != 0) return rc;
+  std::vector<std::uint64_t> theirs(counts->begin() + n, counts->end());
+  delete counts;
+
+  // Receives first, then sends (copies the library keeps until sent).
+  requests.clear();
+  std::string failed;
+  for (int r = 0; r < n && failed.empty(); ++r) {
+    const std::uint64_t size = r == c->rank ? sizes[r] : theirs[r];
+    void* into = deliver(context, static_cast<std::uint32_t>(r), size);
+    if (into == nullptr) {
+      failed = "no memory for " + std::to_string(size) + " bytes from rank " + std::to_string(r);
+      break;
+    }
+    if (r == c->rank) {
+      if (size > 0) std::memcpy(into, sends[r], size);
+      continue;
+    }
+    if (size == 0) continue;
+    requests.push_back(MPI_REQUEST_NULL);
+    if (const int rc = MPI_Irecv(into, static_cast<int>(size), MPI_BYTE, r, kRoundTag, c->comm, &requests.back());
+        rc != MPI_SUCCESS)
+      failed = "MPI_Irecv from rank " + std::to_string(r) + ": " + mpi_text(rc);
+  }
+  const std::size_t receives = requests.size();
+  for (int r = 0; r < n && failed.empty(); ++r) {
+    if (r == c->rank || sizes[r] == 0) continue;
+    try {
+      Pending p;
+      p.bytes.assign(static_cast<const char*>(sends[r]), static_cast<const char*>(sends[r]) + sizes[r]);
+      c->pending.push_back(std::move(p));
+    } catch (...) {
+      failed = "no memory to hold " + std::to_string(sizes[r]) + " bytes for rank " + std::to_string(r);
+      break;
+    }
+    Pending& p = c->pending.back();
+    if (const int rc = MPI_Isend(p.bytes.data(), static_cast<int>(sizes[r]), MPI_BYTE, r, kRoundTag, c->comm, &p.request);
+        rc != MPI_SUCCESS) {
+      c->pending.pop_back();
+      failed = "MPI_Isend to rank " + std::to_string(r) + ": " + mpi_text(rc);
+    }
+  }
+  if (!failed.empty()) {
+    for (std::size_t i = 0; i < receives; ++i) {
+      MPI_Cancel(&requests[i]);
+      MPI_Wait(&requests[i], MPI_STATUS_IGNORE);
+    }
+    say(error, error_size, failed);
+    return failed.rfind("no memory", 0) == 0 ? kOutOfMemory : kUnavailable;
+  }
+  return wait_all(c, requests, receives, deadline, "a round's bytes", error, error_size);
+}
+
 const ballast_comm_plugin kTable = {
     sizeof(ballast_comm_plugin), BALLAST_COMM_API_MAJOR, BALLAST_COMM_API_MINOR, "mpi", open, close, rank, world, send,
-    receive, barrier, fail,
+    receive, barrier, fail, exchange,
 };
 
 }  // namespace

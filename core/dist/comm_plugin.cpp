@@ -7,6 +7,7 @@
 #include "registry/plugin_loader.hpp"
 #include "registry/shared_library.hpp"
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -26,14 +27,20 @@ Status plugin_error(int code, const char* text, const std::string& what) {
 
 class PluginCommunicator final : public Communicator {
  public:
-  PluginCommunicator(const ballast_comm_plugin* table, ballast_comm* comm) : t_(table), c_(comm) {}
+  PluginCommunicator(const ballast_comm_plugin* table, ballast_comm* comm)
+      : t_(table), c_(comm),
+        exchange_(table->struct_size >= offsetof(ballast_comm_plugin, exchange) + sizeof table->exchange ? table->exchange
+                                                                                                         : nullptr) {}
   ~PluginCommunicator() override { t_->close(c_); }
 
   std::uint32_t rank() const noexcept override { return t_->rank(c_); }
   std::uint32_t world() const noexcept override { return t_->world(c_); }
   std::string name() const override { return t_->name; }
 
+  bool any_source() const noexcept override { return t_->send != nullptr && t_->receive != nullptr; }
+
   Status send(std::uint32_t to, std::vector<std::byte> bytes) override {
+    if (!any_source()) return rounds_only("send");
     if (to >= world() || to == rank())
       return make_error(ErrorCode::invalid_argument, "rank " + std::to_string(rank()) + " cannot send to rank " +
                                                          std::to_string(to) + " (world " + std::to_string(world()) + ")");
@@ -43,6 +50,7 @@ class PluginCommunicator final : public Communicator {
   }
 
   Result<std::optional<CommMessage>> receive(std::chrono::steady_clock::time_point deadline) override {
+    if (!any_source()) return rounds_only("receive");
     char error[kErrorSize] = {};
     std::uint32_t from = 0;
     std::uint64_t size = 0;
@@ -74,6 +82,43 @@ class PluginCommunicator final : public Communicator {
     return rc == 0 ? Status() : plugin_error(rc, error, name() + " barrier on rank " + std::to_string(rank()));
   }
 
+  Result<std::vector<std::vector<std::byte>>> exchange(std::vector<std::vector<std::byte>> to,
+                                                       std::chrono::steady_clock::time_point deadline) override {
+    if (exchange_ == nullptr) return Communicator::exchange(std::move(to), deadline);
+    const std::uint32_t n = world();
+    if (to.size() != n)
+      return make_error(ErrorCode::invalid_argument, "an exchange of " + std::to_string(to.size()) +
+                                                         " buffers in a world of " + std::to_string(n));
+    std::vector<const void*> sends(n);
+    std::vector<std::uint64_t> sizes(n);
+    for (std::uint32_t r = 0; r < n; ++r) {
+      sends[r] = to[r].empty() ? nullptr : to[r].data();
+      sizes[r] = to[r].size();
+    }
+    struct Target {
+      std::vector<std::vector<std::byte>> from;
+      std::vector<bool> delivered;
+    } target{std::vector<std::vector<std::byte>>(n), std::vector<bool>(n, false)};
+    auto deliver = [](void* context, std::uint32_t from, std::uint64_t size) -> void* {
+      try {
+        auto* t = static_cast<Target*>(context);
+        if (from >= t->from.size() || t->delivered[from]) return nullptr;
+        t->delivered[from] = true;
+        t->from[from].resize(size);
+        return size == 0 ? static_cast<void*>(t) : t->from[from].data();  // any non-null for nothing
+      } catch (...) {
+        return nullptr;
+      }
+    };
+    char error[kErrorSize] = {};
+    const int rc = exchange_(c_, sends.data(), sizes.data(), deliver, &target, timeout_ns(deadline), error, sizeof error);
+    if (rc != 0) return plugin_error(rc, error, name() + " exchange on rank " + std::to_string(rank()));
+    for (std::uint32_t r = 0; r < n; ++r)
+      if (!target.delivered[r])
+        return make_error(ErrorCode::internal, name() + " exchange returned without rank " + std::to_string(r) + "'s buffer");
+    return std::move(target.from);
+  }
+
   void fail(const Status& why) noexcept override {
     try {
       t_->fail(c_, why.ok() ? "failed" : why.to_string().c_str());
@@ -83,6 +128,10 @@ class PluginCommunicator final : public Communicator {
   }
 
  private:
+  Status rounds_only(const char* what) const {
+    return make_error(ErrorCode::unsupported, name() + " has no " + what + " (its library exchanges in rounds only)");
+  }
+
   static std::int64_t timeout_ns(std::chrono::steady_clock::time_point deadline) {
     const auto left = deadline - std::chrono::steady_clock::now();
     return left.count() <= 0 ? 0 : std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
@@ -90,6 +139,7 @@ class PluginCommunicator final : public Communicator {
 
   const ballast_comm_plugin* t_;
   ballast_comm* c_;
+  decltype(ballast_comm_plugin::exchange) exchange_;  // NULL in a 1.0 library
 };
 
 bool plain_name(std::string_view name) {
@@ -116,7 +166,7 @@ Result<registry::PluginCandidate> find_library(const std::string& name) {
     }
     return candidate;
   }
-  std::string message = "communicator library " + file + " for \"" + name + "\" (ballast's: local, mpi) not found; searched: " +
+  std::string message = "communicator library " + file + " for \"" + name + "\" (ballast's: local, mpi, nccl) not found; searched: " +
                         (searched.empty() ? "(no search folders)" : searched);
   if (!refusals.empty()) message += "; refused: " + refusals;
   return make_error(ErrorCode::not_found, message);
@@ -134,14 +184,17 @@ Result<const ballast_comm_plugin*> load_table(const std::string& name) {
   BALLAST_ASSIGN_OR_RETURN(auto lib, registry::open_checked_library(std::move(candidate)), "loading " + path);
   BALLAST_ASSIGN_OR_RETURN(void* entry, registry::find_symbol(lib, BALLAST_COMM_ENTRY_SYMBOL), "loading " + path);
   const ballast_comm_plugin* t = reinterpret_cast<ballast_comm_entry_fn>(entry)();
-  if (t == nullptr || t->struct_size < sizeof(ballast_comm_plugin))
+  if (t == nullptr || t->struct_size < BALLAST_COMM_PLUGIN_SIZE_1_0)
     return make_error(ErrorCode::abi_mismatch, path + ": its communicator table is missing or too short");
   if (t->api_major != BALLAST_COMM_API_MAJOR)
     return make_error(ErrorCode::abi_mismatch, path + ": communicator ABI " + std::to_string(t->api_major) + "." +
                                                    std::to_string(t->api_minor) + ", this ballast takes " +
                                                    std::to_string(BALLAST_COMM_API_MAJOR) + ".x");
-  if (t->name == nullptr || name != t->name || !t->open || !t->close || !t->rank || !t->world || !t->send ||
-      !t->receive || !t->barrier || !t->fail)
+  const bool has_exchange = t->struct_size >= offsetof(ballast_comm_plugin, exchange) + sizeof t->exchange && t->exchange;
+  // Messages (send and receive), or rounds only: never half of messages.
+  const bool messages = t->send && t->receive, neither = !t->send && !t->receive;
+  if (t->name == nullptr || name != t->name || !t->open || !t->close || !t->rank || !t->world || !t->barrier ||
+      !t->fail || !(messages || (neither && has_exchange)))
     return make_error(ErrorCode::abi_mismatch, path + ": its communicator table is not for \"" + name +
                                                    "\" or lacks a function");
   loaded.emplace(name, t);
@@ -170,7 +223,7 @@ Result<std::unique_ptr<Communicator>> open_communicator(std::string_view config,
         .with_context(context);
   if (!plain_name(name))
     return make_error(ErrorCode::invalid_argument, "a communicator is named by lower-case letters, digits and '_' "
-                                                   "(ballast's: local, mpi)")
+                                                   "(ballast's: local, mpi, nccl)")
         .with_context(context);
   BALLAST_ASSIGN_OR_RETURN(const ballast_comm_plugin* table, load_table(name), context);
   char error[kErrorSize] = {};

@@ -9,10 +9,18 @@
 // order, so the payload carries no per-piece description; a payload of
 // another size than its pieces take (ranks with different models or
 // plans) is refused, never placed.
+//
+// In rounds (a communicator without messages, or asked for), the same
+// messages are gathered per peer instead of sent, and traded when a rank
+// has gathered round_bytes, and after its reads until every rank's are
+// done: each round's buffer for a peer starts with a word saying whether
+// the sender has read everything, so every rank sees the same words and
+// stops after the same round.
 #include <ballast/cooperative_load.hpp>
 
 #include "dist/pieces.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <new>
@@ -30,6 +38,12 @@ struct Header {
   std::uint64_t length = 0;
 };
 static_assert(sizeof(Header) == 24);
+
+// A round's buffer opens with this: the sender's reads are all done.
+constexpr std::uint64_t kRoundDone = 1;
+// A message of a header only, with this mapping: "still reading".
+constexpr std::uint32_t kKeepAlive = UINT32_MAX;
+constexpr std::uint64_t kRoundMagic = 0x62616c6c72000000ull;  // "ballr" in the high bytes
 
 class Load {
  public:
@@ -68,11 +82,24 @@ class Load {
       }
     }
 
+    rounds_ = options_.exchange == ExchangeMode::rounds ||
+              (options_.exchange == ExchangeMode::automatic && !comm_.any_source());
+    if (!rounds_ && !comm_.any_source())
+      return make_error(ErrorCode::invalid_argument, comm_.name() + " has no messages: trade in rounds");
+    out_.report.rounds = rounds_;
+    outgoing_.resize(world_);
+
     const ReadPlan& portion = load_.reads[rank_];
     if (!portion.empty()) {
       BALLAST_ASSIGN_OR_RETURN(out_.report.read, read_plan(model_.store(), portion, options_.read,
                                                            [&](const ReadChunk& c) { return deliver(c); }));
       out_.report.read_bytes = out_.report.read.bytes;
+    }
+    if (rounds_) {
+      // Rounds until every rank has read everything and traded it.
+      do BALLAST_RETURN_IF_ERROR(round(true));
+      while (!all_done_);
+      if (Status owed = owed_after_rounds(); !owed.ok()) return owed;
     }
     // The rest of this rank's bytes, from whoever still owes them.
     for (;;) {
@@ -121,6 +148,7 @@ class Load {
   // One chunk of this rank's part: kept, and sent to every rank whose pieces it meets.
   Status deliver(const ReadChunk& c) {
     const std::uint64_t lo = c.offset, hi = c.offset + c.bytes.size();
+    bool sent_any = false;
     for (std::uint32_t q = 0; q < world_; ++q) {
       const auto file = pieces_[q].files.find(c.mapping);
       if (file == pieces_[q].files.end()) continue;
@@ -134,9 +162,11 @@ class Load {
       const std::uint64_t n = dist::bytes_in(file->second, lo, hi);
       if (n == 0) continue;
       // Built by appending, not sized first: a sized vector would be
-      // zero-filled before the bytes overwrite it.
-      std::vector<std::byte> message;
-      message.reserve(sizeof(Header) + n);
+      // zero-filled before the bytes overwrite it. In rounds, appended to
+      // what this peer's next round carries.
+      std::vector<std::byte> single;
+      std::vector<std::byte>& message = rounds_ ? outgoing_[q] : single;
+      message.reserve(message.size() + sizeof(Header) + n);
       const Header h{c.mapping, 0, lo, c.bytes.size()};
       const auto* header = reinterpret_cast<const std::byte*>(&h);
       message.insert(message.end(), header, header + sizeof h);
@@ -144,9 +174,26 @@ class Load {
         const std::byte* from = c.bytes.data() + (at - lo);
         message.insert(message.end(), from, from + length);
       });
-      BALLAST_RETURN_IF_ERROR(comm_.send(q, std::move(message)), "sending rank " + std::to_string(q) + " its bytes");
+      if (!rounds_)
+        BALLAST_RETURN_IF_ERROR(comm_.send(q, std::move(message)), "sending rank " + std::to_string(q) + " its bytes");
       out_.report.sent_bytes += n;
       ++out_.report.messages_sent;
+      gathered_ += sizeof(Header) + n;
+      sent_any = true;
+    }
+    // A rank reading a long stretch of its own shard sends nothing for a
+    // while: its peers must still hear from it before their timeout, so
+    // a round (or an empty message) goes out after a quarter of it.
+    const bool quiet = Clock::now() - last_out_ > options_.timeout / 4;
+    if (rounds_) return gathered_ >= options_.round_bytes || quiet ? round(false) : Status();
+    if (sent_any) {
+      last_out_ = Clock::now();
+    } else if (quiet) {
+      const Header alive{kKeepAlive, 0, 0, 0};
+      const auto* w = reinterpret_cast<const std::byte*>(&alive);
+      for (std::uint32_t q = 0; q < world_; ++q)
+        if (q != rank_) BALLAST_RETURN_IF_ERROR(comm_.send(q, std::vector<std::byte>(w, w + sizeof alive)), "telling rank " + std::to_string(q) + " this rank is reading");
+      last_out_ = Clock::now();
     }
     // Whatever has come meanwhile, without waiting.
     for (;;) {
@@ -156,34 +203,103 @@ class Load {
     }
   }
 
+  // One round: this rank's gathered messages out, its peers' in.
+  Status round(bool done) {
+    std::vector<std::vector<std::byte>> to(world_);
+    const std::uint64_t word = kRoundMagic | (done ? kRoundDone : 0);
+    for (std::uint32_t q = 0; q < world_; ++q) {
+      if (q == rank_) continue;
+      to[q].reserve(sizeof word + outgoing_[q].size());
+      const auto* w = reinterpret_cast<const std::byte*>(&word);
+      to[q].insert(to[q].end(), w, w + sizeof word);
+      to[q].insert(to[q].end(), outgoing_[q].begin(), outgoing_[q].end());
+      std::vector<std::byte>().swap(outgoing_[q]);
+    }
+    gathered_ = 0;
+    ++out_.report.round_count;
+    BALLAST_ASSIGN_OR_RETURN(auto from, comm_.exchange(std::move(to), Clock::now() + options_.timeout),
+                             "round " + std::to_string(out_.report.round_count));
+    last_out_ = Clock::now();
+    if (from.size() != world_)
+      return make_error(ErrorCode::internal, comm_.name() + " exchange gave " + std::to_string(from.size()) +
+                                                 " buffers in a world of " + std::to_string(world_));
+    bool everyone = done;
+    for (std::uint32_t p = 0; p < world_; ++p) {
+      if (p == rank_) continue;
+      const std::vector<std::byte>& b = from[p];
+      std::uint64_t w = 0;
+      if (b.size() >= sizeof w) std::memcpy(&w, b.data(), sizeof w);
+      if ((w & ~kRoundDone) != kRoundMagic)
+        return make_error(ErrorCode::malformed, "round " + std::to_string(out_.report.round_count) + ": " +
+                                                    std::to_string(b.size()) + " bytes from rank " + std::to_string(p) +
+                                                    " are not a cooperative load's round");
+      everyone = everyone && (w & kRoundDone) != 0;
+      // Messages one after another: a header, then what this rank's pieces take of its stretch.
+      std::uint64_t at = sizeof w;
+      while (at < b.size()) {
+        BALLAST_ASSIGN_OR_RETURN(const std::uint64_t used, accept(p, b.data() + at, b.size() - at, false));
+        at += used;
+        ++out_.report.messages_received;
+      }
+    }
+    all_done_ = everyone;
+    return {};
+  }
+
+  // After the last round every byte must have come: a peer that sent less
+  // than this rank's plan takes has another plan.
+  Status owed_after_rounds() const {
+    std::string who;
+    for (std::uint32_t p = 0; p < world_; ++p)
+      if (received_[p] < expected_[p])
+        who += (who.empty() ? "rank " : ", rank ") + std::to_string(p) + " (" +
+               std::to_string(expected_[p] - received_[p]) + " bytes short)";
+    if (who.empty()) return {};
+    return make_error(ErrorCode::malformed, "every rank has read everything, and " + who +
+                                                " sent less than this rank's plan takes: do the ranks have the same model and plan?");
+  }
+
   // A message from a peer: its payload placed by this rank's pieces.
   Status accept(const CommMessage& m) {
-    const std::string from = "rank " + std::to_string(m.from);
     Header h;
-    if (m.from >= world_ || m.from == rank_ || m.bytes.size() < sizeof h)
-      return make_error(ErrorCode::malformed, "a message of " + std::to_string(m.bytes.size()) + " bytes from " + from +
+    if (m.bytes.size() == sizeof h && (std::memcpy(&h, m.bytes.data(), sizeof h), h.mapping == kKeepAlive) &&
+        h.length == 0)
+      return {};  // a peer still reading
+    BALLAST_ASSIGN_OR_RETURN(const std::uint64_t used, accept(m.from, m.bytes.data(), m.bytes.size(), true));
+    (void)used;
+    ++out_.report.messages_received;
+    return {};
+  }
+
+  // One message at `bytes` from rank `sender`: a header and the payload it
+  // implies. `whole`: the message is all of `size` (messages), else it is
+  // followed by others (a round). Returns the bytes it took.
+  Result<std::uint64_t> accept(std::uint32_t sender, const std::byte* bytes, std::uint64_t size, bool whole) {
+    const std::string from = "rank " + std::to_string(sender);
+    Header h;
+    if (sender >= world_ || sender == rank_ || size < sizeof h)
+      return make_error(ErrorCode::malformed, "a message of " + std::to_string(size) + " bytes from " + from +
                                                   " is not a cooperative load's");
-    std::memcpy(&h, m.bytes.data(), sizeof h);
-    const std::uint64_t payload = m.bytes.size() - sizeof h;
+    std::memcpy(&h, bytes, sizeof h);
     const auto file = pieces_[rank_].files.find(h.mapping);
     const std::uint64_t takes = file == pieces_[rank_].files.end() || h.length > UINT64_MAX - h.offset
                                     ? 0
                                     : dist::bytes_in(file->second, h.offset, h.offset + h.length);
-    if (takes != payload || payload == 0 || payload > expected_[m.from] - received_[m.from])
+    const std::uint64_t payload = whole ? size - sizeof h : std::min(takes, size - sizeof h);
+    if (takes != payload || payload == 0 || payload > expected_[sender] - received_[sender])
       return make_error(ErrorCode::malformed,
                         from + " sent " + std::to_string(payload) + " bytes of " + file_name(h.mapping) +
                             " [" + std::to_string(h.offset) + ", +" + std::to_string(h.length) + "), where this rank's plan takes " +
-                            std::to_string(takes) + " (and " + std::to_string(expected_[m.from] - received_[m.from]) +
+                            std::to_string(takes) + " (and " + std::to_string(expected_[sender] - received_[sender]) +
                             " more from it in all): do the ranks have the same model and plan?");
-    const std::byte* at_payload = m.bytes.data() + sizeof h;
+    const std::byte* at_payload = bytes + sizeof h;
     dist::for_each_run(file->second, h.offset, h.offset + h.length, [&](const dist::Piece& p, std::uint64_t, std::uint64_t n, std::uint64_t dest) {
       std::memcpy(out_.shards[p.shard].data() + dest, at_payload, n);
       at_payload += n;
     });
-    received_[m.from] += payload;
+    received_[sender] += payload;
     out_.report.received_bytes += payload;
-    ++out_.report.messages_received;
-    return {};
+    return sizeof h + payload;
   }
 
   // A mapping as a person reads it: its path, or its number when the store has none of that number.
@@ -210,6 +326,13 @@ class Load {
   const std::uint32_t rank_, world_;
   std::vector<dist::RankPieces> pieces_;
   std::vector<std::uint64_t> expected_, received_;
+  // Rounds: what each peer's next round carries, its bytes, and whether
+  // the last round found every rank done.
+  bool rounds_ = false;
+  std::vector<std::vector<std::byte>> outgoing_;
+  std::uint64_t gathered_ = 0;
+  bool all_done_ = false;
+  Clock::time_point last_out_ = Clock::now();  // this rank's last message or round
   RankShards out_;
 };
 

@@ -18,7 +18,11 @@
  * libballast-<name>.so, never matches it).
  *
  * One communicator is used from one thread at a time (each rank's load runs
- * on one thread). */
+ * on one thread).
+ *
+ * Versions: 1.0 had the functions up to `fail`; 1.1 appends `exchange`.
+ * The core reads `exchange` only when struct_size covers it, so a 1.0
+ * library still loads (its rounds are built from send and receive). */
 #ifndef BALLAST_COMM_PLUGIN_H
 #define BALLAST_COMM_PLUGIN_H
 
@@ -26,7 +30,7 @@
 #include <stdint.h>
 
 #define BALLAST_COMM_API_MAJOR 1
-#define BALLAST_COMM_API_MINOR 0
+#define BALLAST_COMM_API_MINOR 1
 
 /* The one symbol a communicator library exports. */
 #define BALLAST_COMM_ENTRY_SYMBOL "ballast_comm_entry"
@@ -56,7 +60,9 @@ typedef struct ballast_comm_plugin {
   uint32_t (*world)(const ballast_comm* comm);
 
   /* Sends `size` bytes to rank `to`; the library copies or keeps them until
-   * they are sent (the caller may reuse `bytes` at once). */
+   * they are sent (the caller may reuse `bytes` at once). `send` and
+   * `receive` may both be NULL in a library that has only `exchange`
+   * (NCCL's: no receive from any rank). */
   int (*send)(ballast_comm* comm, uint32_t to, const void* bytes, uint64_t size, char* error, size_t error_size);
 
   /* Waits up to `timeout_ns` for the next message from any rank. None by
@@ -73,7 +79,23 @@ typedef struct ballast_comm_plugin {
   /* Tells every other rank that this one failed with `why` (best effort,
    * never blocks). */
   void (*fail)(ballast_comm* comm, const char* why);
+
+  /* 1.1. One round of a collective exchange (Communicator::exchange in
+   * communicator.hpp): every rank calls it, the same number of times.
+   * `sends[r]` (`sizes[r]` bytes, NULL when 0) goes to rank r, this rank's
+   * own included; the library copies them or keeps them until it returns.
+   * What rank r gave this one is copied into a buffer of
+   * deliver(context, r, size) (the caller's; NULL: no memory, return
+   * BALLAST_OUT_OF_MEMORY), once per rank, before it returns. A peer's
+   * announced failure or the timeout: BALLAST_UNAVAILABLE, naming the ranks.
+   * NULL: the core builds rounds from send and receive. */
+  int (*exchange)(ballast_comm* comm, const void* const* sends, const uint64_t* sizes,
+                  void* (*deliver)(void* context, uint32_t from, uint64_t size), void* context, int64_t timeout_ns,
+                  char* error, size_t error_size);
 } ballast_comm_plugin;
+
+/* The size of a 1.0 table: what the core requires at least. */
+#define BALLAST_COMM_PLUGIN_SIZE_1_0 (offsetof(ballast_comm_plugin, exchange))
 
 /* The entry point's type. */
 typedef const ballast_comm_plugin* (*ballast_comm_entry_fn)(void);

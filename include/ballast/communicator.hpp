@@ -11,6 +11,17 @@
 // received by B after every earlier message from A to B), a receive from
 // whichever rank sent first, and a way for a failing rank to make every
 // other rank's waits end with an error naming it, so that no rank hangs.
+//
+// Two ways to move bytes, because transports differ in what they can do:
+//   - messages (send, receive from any rank): MPI and threads. The load
+//     streams: each chunk goes out as soon as it is read.
+//   - rounds (exchange: every rank gives every rank a buffer, collectively):
+//     NCCL, which can only pair a send with a receive of a size both sides
+//     know, has no receive from any rank, and no way to probe. The load
+//     gathers what it read for its peers and trades it in bounded rounds.
+// A communicator that only has messages gets exchange() for free (the
+// default below, over send and receive); one that only has rounds answers
+// any_source() false and refuses send and receive (unsupported).
 #pragma once
 
 #include <ballast/export.hpp>
@@ -19,6 +30,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,6 +75,27 @@ class Communicator {
   // `why`. Best effort (a rank that died announces nothing: its peers'
   // deadlines catch it). Idempotent.
   virtual void fail(const Status& why) noexcept = 0;
+
+  // Whether send() and receive() work (false: rounds only, as NCCL).
+  virtual bool any_source() const noexcept { return true; }
+
+  // One round of a collective exchange: every rank of the world calls it,
+  // the same number of times and in the same order against barrier().
+  // `to` has one buffer per rank (to.size() == world(); empty for
+  // nothing): to[r] goes to rank r, to[rank()] comes back to this rank.
+  // Returns one buffer per rank: what rank r gave this one. The sizes are
+  // not agreed beforehand: a round carries them. A failure announced by
+  // any rank ends the wait with its error, naming the rank; `deadline` as
+  // receive(), an error naming the ranks not heard from. The default
+  // builds a round from send() and receive(), keeping a peer's next
+  // round's buffer if it comes early; it must not be mixed with messages
+  // of one's own in flight.
+  virtual Result<std::vector<std::vector<std::byte>>> exchange(std::vector<std::vector<std::byte>> to,
+                                                               std::chrono::steady_clock::time_point deadline);
+
+ private:
+  // The default exchange's buffers that came a round early, per rank.
+  std::vector<std::deque<std::vector<std::byte>>> early_;
 };
 
 // `world` ranks in this process, one communicator each, to be used from
@@ -80,8 +113,15 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_local_communicators(std:
 //   "mpi"            libballast_comm_mpi.so (Open MPI; MPI_COMM_WORLD, duplicated),
 //                    initialising MPI if the engine has not
 //   "mpi?<options>"  the same, with the library's own options
+//   "nccl[?device=N&id_file=PATH&timeout_s=S]"
+//                    libballast_comm_nccl.so (NVIDIA's NCCL; rounds only,
+//                    through device buffers on CUDA device N); rank and
+//                    world from the launcher's environment, the NCCL id
+//                    passed through PATH on a shared filesystem
+//                    (docs/distributed.md, "NCCL")
 // `native`: nullptr, or the engine's own communicator of that kind (for
-// "mpi" a pointer to its MPI_Comm, duplicated, never freed), so an engine
+// "mpi" a pointer to its MPI_Comm, duplicated, never freed; for "nccl" a
+// pointer to its ncclComm_t, used, never destroyed), so an engine
 // that already runs on MPI hands ballast its communicator. The library is
 // found and checked as backend plugins are (docs/plugins.md, "Which files
 // are loaded": BALLAST_PLUGIN_PATH, then beside libballast). "local" is
@@ -90,7 +130,7 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_local_communicators(std:
 // with the folders searched), abi_mismatch, and the library's own.
 Result<std::unique_ptr<Communicator>> open_communicator(std::string_view config, void* native = nullptr);
 
-// Where open_communicator would find the library for `name` ("mpi"),
+// Where open_communicator would find the library for `name` ("mpi", "nccl"),
 // found and checked but not loaded (`ballast backends` lists it):
 // not_found with the folders searched; invalid_argument for "local" and
 // names that cannot be a library's.

@@ -80,8 +80,20 @@ struct CooperativeLoadPlan {
 // the shard plans: nothing is read.
 Result<CooperativeLoadPlan> plan_cooperative_load(const Model& model, const ShardPlans& plans);
 
+// How the ranks trade the bytes they read (communicator.hpp, "Two ways").
+enum class ExchangeMode : std::uint8_t {
+  automatic,  // messages where the communicator has them (local, mpi), else rounds (nccl)
+  messages,   // each chunk's bytes sent to each peer as soon as it is read
+  rounds,     // gathered per peer, traded in collective rounds (Communicator::exchange)
+};
+
 struct CooperativeLoadOptions {
   ReadOptions read;  // the cold-read path's settings for this rank's part
+  ExchangeMode exchange = ExchangeMode::automatic;
+  // Rounds: a rank starts a round when what it gathered for its peers
+  // reaches this (and once its reads are done, until every rank's are).
+  // A round holds about this much to send plus what the peers send it.
+  std::uint64_t round_bytes = std::uint64_t{32} << 20;
   // The longest a rank waits for a peer's next bytes, or at the final
   // barrier: a peer that died is an error after this, not a hang.
   std::chrono::milliseconds timeout{60000};
@@ -96,6 +108,8 @@ struct CooperativeLoadReport {
   std::uint64_t inline_bytes = 0;
   std::uint64_t messages_sent = 0;
   std::uint64_t messages_received = 0;
+  bool rounds = false;                // traded in rounds (else messages)
+  std::uint64_t round_count = 0;      // rounds taken part in
   ReadStats read;                     // the cold read of its part
   double seconds = 0;                 // the whole load, barrier included
 };

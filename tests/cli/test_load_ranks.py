@@ -232,8 +232,14 @@ def main():
             doc = json.loads(out)
             plan, referenced = doc["shards"], doc["totals"]["referenced_bytes"]
             runs = [("local", [cli, "load", model, "--comm", "local", "--world", str(world)])]
+            if world > 1:
+                # Rounds (Communicator::exchange, NCCL's only way): the same shards, traded collectively.
+                runs.append(("local rounds", [cli, "load", model, "--comm", "local", "--world", str(world),
+                                              "--exchange", "rounds"]))
             if mpi and world > 1:
                 runs.append(("mpi", [mpirun, "-np", str(world), "--oversubscribe", cli, "load", model, "--comm", "mpi"]))
+                runs.append(("mpi rounds", [mpirun, "-np", str(world), "--oversubscribe", cli, "load", model, "--comm",
+                                            "mpi", "--exchange", "rounds"]))
             if vulkan and world > 1:
                 runs.append(("local on vulkan", [cli, "load", model, "--comm", "local", "--world", str(world),
                                                  "--backend", "vulkan"]))
@@ -249,6 +255,12 @@ def main():
                 if not expect(proc.returncode == 0, "%s: exits 0 (got %d: %s)" % (label, proc.returncode, proc.stderr.strip()[-400:])):
                     continue
                 check_reports(label, proc.stdout.splitlines(), plan, referenced, world)
+                for line in proc.stdout.splitlines():
+                    if line.startswith("{"):
+                        r = json.loads(line)
+                        want = "rounds" if "rounds" in how else "messages"
+                        expect(r["exchange"] == want and (r["rounds"] > 0) == (want == "rounds"),
+                               "%s: rank %d traded in %s (got %s, %d rounds)" % (label, r["rank"], want, r["exchange"], r["rounds"]))
                 check_dumps(label, dump, plan, arrays, world)
                 # derive --comm: each rank derives its shards; joined, they
                 # are the single-process derive's files.
@@ -291,8 +303,8 @@ def main():
     # Usage: local needs --world; --world must match an MPI job's.
     rc, _, err = run(cli, "load", models[1][1], "--comm", "local")
     expect(rc == 2 and "--world" in err, "local without --world is refused (got %d: %s)" % (rc, err.strip()))
-    rc, _, err = run(cli, "load", models[1][1], "--comm", "nccl?x")
-    expect(rc == 2 and "not_found" in err and "libballast_comm_nccl.so" in err,
+    rc, _, err = run(cli, "load", models[1][1], "--comm", "gloo?x")
+    expect(rc == 2 and "not_found" in err and "libballast_comm_gloo.so" in err,
            "a communicator library that is not there is not_found, naming it (got %d: %s)" % (rc, err.strip()[-300:]))
 
     if FAILURES:

@@ -29,20 +29,26 @@ inline void add_residency_options(CLI::App& sub, std::string& residency, std::st
       ->check(CLI::Validator(check_budget, "BYTES|auto", "byte budget"));
 }
 
-// --comm, --world, --shard-rules and --timeout-s (load and derive: the
+// --comm, --world, --shard-rules, --exchange and --timeout-s (load and derive: the
 // tensor-parallel ranks, load_ranks.hpp). `what` says what each rank does.
 // Returns --comm, for the options it excludes.
 inline CLI::Option* add_comm_options(CLI::App& sub, CommOptions& o, const std::string& what) {
   auto* comm = sub.add_option("--comm", o.config,
-                              "tensor-parallel ranks: local (threads, with --world) or mpi (under mpirun): each rank " +
+                              "tensor-parallel ranks: local (threads, with --world), mpi or nccl (under mpirun): each rank " +
                                   what + " (docs/distributed.md)");
   comm->check(CLI::Validator(
-      [](const std::string& v) { return v.empty() ? std::string("--comm needs a communicator: local or mpi") : std::string(); },
-      "local|mpi", "communicator"));
+      [](const std::string& v) { return v.empty() ? std::string("--comm needs a communicator: local, mpi or nccl") : std::string(); },
+      "local|mpi|nccl", "communicator"));
   sub.add_option("--world", o.world, "ranks (--comm local); checked against the job's with mpi")
       ->check(CLI::Range(1u, kMaxShardWorld))
       ->needs(comm);
   sub.add_option("--shard-rules", o.shard_rules, "shard rules as JSON (docs/distributed.md)")->needs(comm);
+  sub.add_option("--exchange", o.exchange,
+                 "how ranks trade bytes: messages (each chunk as it is read), rounds (collective, bounded), "
+                 "or auto (messages where the communicator has them)")
+      ->check(CLI::IsMember({"auto", "messages", "rounds"}))
+      ->capture_default_str()
+      ->needs(comm);
   sub.add_option("--timeout-s", o.timeout_s, "the longest a rank waits for a peer")
       ->check(CLI::Range(1u, 86400u))
       ->capture_default_str()

@@ -92,6 +92,8 @@ json rank_json(const CooperativeLoadReport& r, const Placed& placed, std::size_t
           {"inline_bytes", r.inline_bytes},
           {"messages_sent", r.messages_sent},
           {"messages_received", r.messages_received},
+          {"exchange", r.rounds ? "rounds" : "messages"},
+          {"rounds", r.round_count},
           {"shards", shards},
           {"device_bytes", placed.shard_bytes},
           {"read_engine", std::string(read_engine_name(r.read.engine))},
@@ -178,6 +180,9 @@ int run_load_ranks(const RanksOptions& opt) {
   CooperativeLoadOptions options;
   options.read = opt.read;
   options.timeout = std::chrono::seconds(opt.comm.timeout_s);
+  options.exchange = opt.comm.exchange == "rounds"     ? ExchangeMode::rounds
+                     : opt.comm.exchange == "messages" ? ExchangeMode::messages
+                                                       : ExchangeMode::automatic;
   std::vector<std::optional<Result<RankShards>>> results(comms.size());
   {
     std::vector<std::thread> threads;
@@ -205,10 +210,12 @@ int run_load_ranks(const RanksOptions& opt) {
       // One line per rank: ranks of an MPI job print theirs side by side.
       std::cout << rank_json(r, *placed, got->shards.size(), comms[i]->name(), world, opt.derive).dump() << std::endl;
     } else {
-      std::printf("rank %u of %u (%s): read %s from storage (kept %s), sent %s, received %s, inline %s; "
+      const std::string how =
+          r.rounds ? " in " + std::to_string(r.round_count) + (r.round_count == 1 ? " round" : " rounds") : "";
+      std::printf("rank %u of %u (%s): read %s from storage (kept %s), sent %s, received %s%s, inline %s; "
                   "%zu shards, %s on %s; %.3f s\n",
                   rank, world, comms[i]->name().c_str(), human_bytes(r.read_bytes).c_str(), human_bytes(r.kept_bytes).c_str(),
-                  human_bytes(r.sent_bytes).c_str(), human_bytes(r.received_bytes).c_str(),
+                  human_bytes(r.sent_bytes).c_str(), human_bytes(r.received_bytes).c_str(), how.c_str(),
                   human_bytes(r.inline_bytes).c_str(), got->shards.size(), human_bytes(placed->shard_bytes).c_str(),
                   ctx.gpu().info().backend.c_str(), r.seconds);
       if (opt.derive) {

@@ -27,6 +27,7 @@ struct CommOptions {
   std::uint32_t world = 0;       // local: required; mpi: checked against the job's when given
   std::string shard_rules;
   std::uint32_t timeout_s = 60;  // the longest wait for a peer
+  std::string exchange = "auto"; // --exchange: auto, messages or rounds
 };
 
 struct RanksOptions {

@@ -4,15 +4,21 @@
 // ranks read the union once between them, and what each sent and
 // received is what the plan said; a failure on one rank fails every rank,
 // naming it, and a rank that never comes is a timeout naming it, not a hang.
+// Each load runs twice: trading bytes as messages and in rounds
+// (Communicator::exchange), and a communicator with rounds only (as NCCL's)
+// is given rounds on its own.
 #include "unit/shard/models.hpp"
 
 #include <ballast/cooperative_load.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <thread>
+
+#include <unistd.h>
 
 using namespace ballast;
 using namespace ballast::testing;
@@ -37,6 +43,7 @@ std::vector<std::byte> gather(const Model& m, const WeightShard& s) {
 
 struct Run {
   std::vector<Result<RankShards>> results;
+  std::vector<double> rank_seconds;  // when each rank's load returned
   double seconds = 0;
 };
 
@@ -48,11 +55,15 @@ Run run_world(const Model& m, const ShardPlans& plans, const CooperativeLoadPlan
   REQUIRE(comms.ok());
   Run run;
   for (std::size_t r = 0; r < plans.ranks.size(); ++r) run.results.emplace_back(make_error(ErrorCode::internal, "did not run"));
+  run.rank_seconds.assign(plans.ranks.size(), 0);
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
   for (std::uint32_t r = 0; r < plans.ranks.size(); ++r) {
     if (r == absent) continue;
-    threads.emplace_back([&, r] { run.results[r] = cooperative_load(m, plans, load, *(*comms)[r], options_of(r)); });
+    threads.emplace_back([&, r] {
+      run.results[r] = cooperative_load(m, plans, load, *(*comms)[r], options_of(r));
+      run.rank_seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    });
   }
   for (std::thread& t : threads) t.join();
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -67,6 +78,9 @@ CooperativeLoadOptions small_chunks(std::uint32_t) {
   o.timeout = 20s;
   return o;
 }
+
+void check_mode(const Model& m, std::uint32_t world, const ShardPlans& plans, const CooperativeLoadPlan& load,
+                ExchangeMode mode);
 
 void check_load(const Model& m, std::uint32_t world, std::vector<ShardRule> rules = {}) {
   CAPTURE(world);
@@ -91,8 +105,23 @@ void check_load(const Model& m, std::uint32_t world, std::vector<ShardRule> rule
     CHECK(load->ranks[r].read_bytes >= own);
   }
 
-  const Run run = run_world(m, *plans, *load, small_chunks);
-  std::uint64_t sent = 0, received = 0, read_done = 0;
+  check_mode(m, world, *plans, *load, ExchangeMode::messages);
+  check_mode(m, world, *plans, *load, ExchangeMode::rounds);
+}
+
+void check_mode(const Model& m, std::uint32_t world, const ShardPlans& plans_, const CooperativeLoadPlan& load_,
+                ExchangeMode mode) {
+  const ShardPlans* plans = &plans_;
+  const CooperativeLoadPlan* load = &load_;
+  const bool rounds = mode == ExchangeMode::rounds;
+  CAPTURE(rounds);
+  const Run run = run_world(m, *plans, *load, [&](std::uint32_t r) {
+    CooperativeLoadOptions o = small_chunks(r);
+    o.exchange = mode;
+    o.round_bytes = 100;  // a round every few chunks: many rounds, and ranks done at different rounds
+    return o;
+  });
+  std::uint64_t sent = 0, received = 0, read_done = 0, round_count = 0;
   for (std::uint32_t r = 0; r < world; ++r) {
     CAPTURE(r);
     REQUIRE_MESSAGE(run.results[r].ok(), run.results[r].error().to_string());
@@ -115,7 +144,13 @@ void check_load(const Model& m, std::uint32_t world, std::vector<ShardRule> rule
     sent += got.report.sent_bytes;
     received += got.report.received_bytes;
     read_done += got.report.read_bytes;
+    CHECK(got.report.rounds == rounds);
+    // Every rank takes part in every round, so all count the same.
+    if (r > 0) CHECK(got.report.round_count == round_count);
+    round_count = got.report.round_count;
   }
+  if (rounds) CHECK(round_count >= (world > 1 ? 2u : 1u));
+  else CHECK(round_count == 0);
   CHECK(sent == received);
   CHECK(read_done == load->union_bytes);
   if (world > 1) CHECK(sent > 0);
@@ -214,6 +249,45 @@ TEST_CASE("cooperative load: a rank that never comes is a timeout naming it on t
   CHECK(run.seconds < 10);
 }
 
+TEST_CASE("cooperative load: a rank that stops mid-load without a word ends its peers' loads at their timeout, naming it") {
+  // Rank 1 reads two chunks (sending its peers their bytes), then its
+  // storage stops answering for 3 s: as good as dead, and it says nothing.
+  // Its peers end after their 300 ms timeout, not after its 3 s.
+  HfWorld w("dist-stops", 4);
+  for (ExchangeMode mode : {ExchangeMode::messages, ExchangeMode::rounds}) {
+    const bool rounds = mode == ExchangeMode::rounds;
+    CAPTURE(rounds);
+    auto calls = std::make_shared<std::atomic<int>>(0);
+    const Run run = run_world(w.model, w.plans, w.load, [&](std::uint32_t r) {
+      CooperativeLoadOptions o = small_chunks(r);
+      o.exchange = mode;
+      o.round_bytes = 100;
+      o.timeout = 300ms;
+      if (r == 1) {
+        o.read.staging_buffers = 1;
+        o.read.pread = [calls](int fd, std::span<std::byte> into, std::uint64_t at) -> std::int64_t {
+          if (++*calls > 2) {
+            std::this_thread::sleep_for(3s);
+            return -EIO;
+          }
+          const ssize_t n = ::pread(fd, into.data(), into.size(), static_cast<off_t>(at));
+          return n < 0 ? -errno : n;
+        };
+      }
+      return o;
+    });
+    for (std::uint32_t r = 0; r < 4; ++r) {
+      CAPTURE(r);
+      REQUIRE_FALSE(run.results[r].ok());
+      if (r == 1) continue;
+      const std::string text = run.results[r].error().to_string();
+      CHECK_MESSAGE(run.results[r].error().code == ErrorCode::unavailable, text);
+      CHECK_MESSAGE(text.find(rounds ? "rank(s) 1 in" : "rank 1 (") != std::string::npos, text);
+      CHECK(run.rank_seconds[r] < 2.5);
+    }
+  }
+}
+
 TEST_CASE("cooperative load: a message its plan does not take is refused, naming the sender") {
   HfWorld w("dist-bad", 2);
   const Model* m = &w.model;
@@ -250,6 +324,180 @@ TEST_CASE("cooperative load: plans of another world are refused before anything 
   CHECK(got.error().code == ErrorCode::invalid_argument);
   CHECK(make_local_communicators(0).error().code == ErrorCode::invalid_argument);
   CHECK_FALSE(plan_cooperative_load(*m, ShardPlans{}).ok());
+}
+
+// A communicator of rounds only, like NCCL's: no send or receive, its
+// exchange that of the local communicator it wraps. `slow_to`: this rank's
+// sends to that rank wait first (the default exchange's early buffers).
+class RoundsOnly final : public Communicator {
+ public:
+  explicit RoundsOnly(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+  std::uint32_t rank() const noexcept override { return inner_->rank(); }
+  std::uint32_t world() const noexcept override { return inner_->world(); }
+  std::string name() const override { return "rounds-only"; }
+  Status send(std::uint32_t, std::vector<std::byte>) override { return make_error(ErrorCode::unsupported, "no send"); }
+  Result<std::optional<CommMessage>> receive(std::chrono::steady_clock::time_point) override {
+    return make_error(ErrorCode::unsupported, "no receive");
+  }
+  Status barrier(std::chrono::steady_clock::time_point deadline) override { return inner_->barrier(deadline); }
+  void fail(const Status& why) noexcept override { inner_->fail(why); }
+  bool any_source() const noexcept override { return false; }
+  Result<std::vector<std::vector<std::byte>>> exchange(std::vector<std::vector<std::byte>> to,
+                                                       std::chrono::steady_clock::time_point deadline) override {
+    return inner_->exchange(std::move(to), deadline);
+  }
+
+ private:
+  std::unique_ptr<Communicator> inner_;
+};
+
+// The local communicator with one rank's sends to another held back.
+class Slow final : public Communicator {
+ public:
+  Slow(std::unique_ptr<Communicator> inner, std::uint32_t slow_to) : inner_(std::move(inner)), slow_to_(slow_to) {}
+  std::uint32_t rank() const noexcept override { return inner_->rank(); }
+  std::uint32_t world() const noexcept override { return inner_->world(); }
+  std::string name() const override { return "slow"; }
+  Status send(std::uint32_t to, std::vector<std::byte> bytes) override {
+    if (to == slow_to_) std::this_thread::sleep_for(150ms);
+    return inner_->send(to, std::move(bytes));
+  }
+  Result<std::optional<CommMessage>> receive(std::chrono::steady_clock::time_point deadline) override {
+    return inner_->receive(deadline);
+  }
+  Status barrier(std::chrono::steady_clock::time_point deadline) override { return inner_->barrier(deadline); }
+  void fail(const Status& why) noexcept override { inner_->fail(why); }
+
+ private:
+  std::unique_ptr<Communicator> inner_;
+  std::uint32_t slow_to_;
+};
+
+TEST_CASE("cooperative load: a communicator of rounds only is traded with in rounds; asking it for messages is refused") {
+  HfWorld w("dist-rounds-only", 4);
+  auto comms = make_local_communicators(4);
+  REQUIRE(comms.ok());
+  std::vector<std::unique_ptr<Communicator>> ranks;
+  for (auto& c : *comms) ranks.push_back(std::make_unique<RoundsOnly>(std::move(c)));
+  std::vector<Result<RankShards>> results;
+  for (int r = 0; r < 4; ++r) results.emplace_back(make_error(ErrorCode::internal, "did not run"));
+  std::vector<std::thread> threads;
+  for (std::uint32_t r = 0; r < 4; ++r)
+    threads.emplace_back([&, r] { results[r] = cooperative_load(w.model, w.plans, w.load, *ranks[r], small_chunks(r)); });
+  for (std::thread& t : threads) t.join();
+  for (std::uint32_t r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    REQUIRE_MESSAGE(results[r].ok(), results[r].error().to_string());
+    CHECK(results[r]->report.rounds);
+    CHECK(results[r]->report.received_bytes == w.load.ranks[r].received_bytes);
+    for (std::size_t i = 0; i < w.plans.ranks[r].weights.size(); ++i)
+      CHECK(std::ranges::equal(results[r]->shards[i], gather(w.model, w.plans.ranks[r].weights[i])));
+  }
+  CooperativeLoadOptions messages = small_chunks(0);
+  messages.exchange = ExchangeMode::messages;
+  auto refused = cooperative_load(w.model, w.plans, w.load, *ranks[0], messages);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == ErrorCode::invalid_argument);
+  CHECK_MESSAGE(refused.error().to_string().find("rounds-only has no messages") != std::string::npos,
+                refused.error().to_string());
+}
+
+TEST_CASE("cooperative load: a rank reading its own shard for longer than the timeout keeps its peers waiting, "
+          "as messages and in rounds") {
+  // Rank 0 reads one chunk at a time, 40 ms each: a stretch of its own
+  // shard takes longer than the peers' 300 ms timeout, and it sends them
+  // nothing meanwhile but a sign of life.
+  HfWorld w("dist-quiet", 2);
+  for (ExchangeMode mode : {ExchangeMode::messages, ExchangeMode::rounds}) {
+    const bool rounds = mode == ExchangeMode::rounds;
+    CAPTURE(rounds);
+    const Run run = run_world(w.model, w.plans, w.load, [&](std::uint32_t r) {
+      CooperativeLoadOptions o = small_chunks(r);
+      o.exchange = mode;
+      o.round_bytes = UINT64_MAX;  // rounds only when quiet, and at the end
+      o.timeout = 300ms;
+      if (r == 0) {
+        o.read.staging_buffers = 1;
+        o.read.pread = [](int fd, std::span<std::byte> into, std::uint64_t at) -> std::int64_t {
+          std::this_thread::sleep_for(40ms);
+          const ssize_t n = ::pread(fd, into.data(), into.size(), static_cast<off_t>(at));
+          return n < 0 ? -errno : n;
+        };
+      }
+      return o;
+    });
+    CHECK(run.seconds > 0.6);  // longer than two timeouts
+    for (std::uint32_t r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      REQUIRE_MESSAGE(run.results[r].ok(), run.results[r].error().to_string());
+      CHECK(run.results[r]->report.received_bytes == w.load.ranks[r].received_bytes);
+    }
+  }
+}
+
+TEST_CASE("cooperative load in rounds: a read failing on one rank fails every rank, naming it, in bounded time") {
+  HfWorld w("dist-rounds-fail", 4);
+  const Run run = run_world(w.model, w.plans, w.load, [](std::uint32_t r) {
+    CooperativeLoadOptions o = small_chunks(r);
+    o.exchange = ExchangeMode::rounds;
+    o.round_bytes = 100;
+    if (r == 2) o.read.pread = [](int, std::span<std::byte>, std::uint64_t) -> std::int64_t { return -EIO; };
+    return o;
+  });
+  CHECK(run.seconds < 15);
+  for (std::uint32_t r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    REQUIRE_FALSE(run.results[r].ok());
+    const std::string text = run.results[r].error().to_string();
+    if (r != 2) CHECK_MESSAGE(text.find("rank 2 failed") != std::string::npos, text);
+  }
+}
+
+TEST_CASE("exchange over messages: every rank gets each peer's buffer of each round, a round that came early kept") {
+  // Rank 0's buffers for rank 2 go late, so rank 1 finishes each round
+  // before rank 2 and sends rank 2 its next round's buffer early.
+  auto comms = make_local_communicators(3);
+  REQUIRE(comms.ok());
+  std::vector<std::unique_ptr<Communicator>> ranks;
+  for (std::uint32_t r = 0; r < 3; ++r)
+    ranks.push_back(std::make_unique<Slow>(std::move((*comms)[r]), r == 0 ? 2u : UINT32_MAX));
+  constexpr int kRounds = 4;
+  std::vector<std::vector<std::vector<std::vector<std::byte>>>> got(3);  // [rank][round][from]
+  std::vector<Status> status(3);
+  auto buffer = [](std::uint32_t from, std::uint32_t to, int round) {
+    // Sizes differ by sender, receiver and round (0 bytes included).
+    std::vector<std::byte> b((from * 7 + to * 3 + static_cast<std::uint32_t>(round)) % 5);
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::byte(from * 64 + to * 16 + static_cast<std::uint32_t>(round) * 4 + i);
+    return b;
+  };
+  std::vector<std::thread> threads;
+  for (std::uint32_t r = 0; r < 3; ++r)
+    threads.emplace_back([&, r] {
+      for (int k = 0; k < kRounds; ++k) {
+        std::vector<std::vector<std::byte>> to;
+        for (std::uint32_t q = 0; q < 3; ++q) to.push_back(buffer(r, q, k));
+        auto from = ranks[r]->exchange(std::move(to), std::chrono::steady_clock::now() + 10s);
+        if (!from.ok()) {
+          status[r] = from.status();
+          return;
+        }
+        got[r].push_back(std::move(*from));
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    REQUIRE_MESSAGE(status[r].ok(), status[r].to_string());
+    REQUIRE(got[r].size() == kRounds);
+    for (int k = 0; k < kRounds; ++k)
+      for (std::uint32_t p = 0; p < 3; ++p) CHECK(got[r][static_cast<std::size_t>(k)][p] == buffer(p, r, k));
+  }
+  // A round of the wrong size is refused; a lone rank's round times out naming the others.
+  CHECK(ranks[0]->exchange({}, std::chrono::steady_clock::now() + 10ms).error().code == ErrorCode::invalid_argument);
+  auto alone = make_local_communicators(2);
+  auto lonely = (*alone)[0]->exchange(std::vector<std::vector<std::byte>>(2), std::chrono::steady_clock::now() + 50ms);
+  REQUIRE_FALSE(lonely.ok());
+  CHECK_MESSAGE(lonely.error().to_string().find("from rank(s) 1") != std::string::npos, lonely.error().to_string());
 }
 
 TEST_CASE("local communicator: a failure ends a peer's pending receive and barrier at once, naming the rank") {
