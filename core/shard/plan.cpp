@@ -18,8 +18,19 @@ Status check_world(std::uint32_t world) {
   return {};
 }
 
+// The worlds among 2-16 and the powers of two to kMaxShardWorld that
+// split every weight of `model` under `rules`, as a sentence.
+std::string worlds_that_fit(const Model& model, const std::vector<ShardRule>& rules) {
+  std::string fit;
+  for (std::uint32_t w = 2; w <= kMaxShardWorld; w = w < 16 ? w + 1 : w * 2)
+    if (shard::resolve_shards(model, rules, w).ok()) fit += (fit.empty() ? "" : ", ") + std::to_string(w);
+  return fit.empty() ? "no world of 2-16 ranks or a power of two splits every weight under these rules"
+                     : "worlds (of 2-16 and the powers of two) that split every weight under these rules: " + fit;
+}
+
 struct Resolved {
   std::vector<shard::ResolvedWeight> weights;
+  std::vector<std::string> unmatched_rules;
   std::vector<ByteRange> extents;  // each weight's whole bytes
   std::uint64_t model_bytes = 0;
 };
@@ -27,8 +38,16 @@ struct Resolved {
 Result<Resolved> resolve(const Model& model, const ShardSpec& spec) {
   BALLAST_RETURN_IF_ERROR(check_world(spec.world));
   const std::vector<ShardRule> defaults = spec.rules.empty() ? default_shard_rules() : std::vector<ShardRule>{};
+  const std::vector<ShardRule>& rules = spec.rules.empty() ? defaults : spec.rules;
   Resolved r;
-  BALLAST_ASSIGN_OR_RETURN(r.weights, shard::resolve_shards(model, spec.rules.empty() ? defaults : spec.rules, spec.world));
+  auto weights = shard::resolve_shards(model, rules, spec.world, &r.unmatched_rules);
+  if (!weights) {
+    Error e = std::move(weights.error());
+    // A split this world cannot make: say which worlds can, when one can.
+    if (spec.world > 1 && shard::resolve_shards(model, rules, 1).ok()) e.message += "; " + worlds_that_fit(model, rules);
+    return e;
+  }
+  r.weights = std::move(*weights);
   // Every weight whole: the model's referenced bytes, counted as a rank's are.
   std::vector<WeightShard> whole;
   whole.reserve(r.weights.size());
@@ -48,6 +67,7 @@ Result<ShardPlan> plan_rank(const Resolved& r, std::uint32_t world, std::uint32_
   plan.world = world;
   plan.rank = rank;
   plan.model_bytes = r.model_bytes;
+  plan.unmatched_rules = r.unmatched_rules;
   plan.weights.reserve(r.weights.size());
   for (const shard::ResolvedWeight& w : r.weights) {
     plan.weights.push_back(shard::slice(w, world, rank));
@@ -81,6 +101,7 @@ Result<ShardPlans> plan_shards_all(const Model& model, const ShardSpec& spec) {
   BALLAST_ASSIGN_OR_RETURN(const Resolved r, resolve(model, spec), context);
   ShardPlans all;
   all.union_bytes = r.model_bytes;
+  all.unmatched_rules = r.unmatched_rules;
   all.ranks.reserve(spec.world);
   for (std::uint32_t rank = 0; rank < spec.world; ++rank) {
     BALLAST_ASSIGN_OR_RETURN(ShardPlan plan, plan_rank(r, spec.world, rank), context);

@@ -219,7 +219,7 @@ Status nbits_geometry(ResolvedWeight& r, const WeightRef& w, const Layout& l, co
 }  // namespace
 
 Result<std::vector<ResolvedWeight>> resolve_shards(const Model& model, const std::vector<ShardRule>& rules,
-                                                   std::uint32_t world) {
+                                                   std::uint32_t world, std::vector<std::string>* unmatched) {
   std::vector<derive::NamePattern> patterns;
   patterns.reserve(rules.size());
   for (const ShardRule& rule : rules) {
@@ -236,14 +236,19 @@ Result<std::vector<ResolvedWeight>> resolve_shards(const Model& model, const std
   }
   // The rule of each weight first: a MatMulNBits scales tensor follows its B's.
   std::unordered_map<ValueId, const ShardRule*> rule_of;
+  std::vector<bool> matched(rules.size(), false);
   for (ValueId id : model.weight_order()) {
     const std::string_view name = model.value_name(id);
     for (std::size_t i = 0; i < rules.size(); ++i)
       if (patterns[i].matches(name)) {
         rule_of.emplace(id, &rules[i]);
+        matched[i] = true;
         break;
       }
   }
+  if (unmatched != nullptr)
+    for (std::size_t i = 0; i < rules.size(); ++i)
+      if (!matched[i]) unmatched->push_back(rules[i].name);
   const Consumers consumers(model);
   std::vector<ResolvedWeight> out;
   out.reserve(model.weight_order().size());

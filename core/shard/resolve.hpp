@@ -36,8 +36,10 @@ struct ResolvedWeight {
   std::uint64_t length = 0;  // the weight's bytes
 };
 
-// Every weight of the model, in weight order. `world` is checked by the caller.
+// Every weight of the model, in weight order. `world` is checked by the
+// caller. `unmatched`, when given, receives the names of the rules that
+// matched no weight (in rule order).
 Result<std::vector<ResolvedWeight>> resolve_shards(const Model& model, const std::vector<ShardRule>& rules,
-                                                   std::uint32_t world);
+                                                   std::uint32_t world, std::vector<std::string>* unmatched = nullptr);
 
 }  // namespace ballast::shard

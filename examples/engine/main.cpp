@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
   if (argc == 5 && std::string(argv[1]) == "--ranks") return run_ranks(argv[2], argv[3], argv[4]);
   if (argc != 3 && argc != 4) {
     std::fprintf(stderr, "usage: %s MODEL.onnx BACKEND [LAYER_STEM] (e.g. cpu, vulkan:0, cuda:0)\n"
-                         "       %s --ranks MODEL COMM BACKEND (COMM: mpi under mpirun, or local:N)\n", argv[0], argv[0]);
+                         "       %s --ranks MODEL COMM BACKEND (COMM: mpi or nccl under mpirun, or local:N)\n", argv[0], argv[0]);
     return 2;
   }
   const std::string layer_stem = argc == 4 ? argv[3] : "layer";

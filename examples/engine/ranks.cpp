@@ -4,7 +4,8 @@
 // its device and derives them (the whole model's plan cut to its shards),
 // then gives the device back; the process checks its counters at the end.
 //
-//   engine --ranks MODEL COMM BACKEND    COMM: mpi (under mpirun -np N) or local:N (N ranks as threads)
+//   engine --ranks MODEL COMM BACKEND    COMM: mpi (under mpirun -np N), nccl[?...] (the same; rounds
+//                                        on a CUDA device), or local:N (N ranks as threads)
 //   e.g. mpirun -np 2 engine --ranks model.onnx mpi cpu
 #include <ballast/backend_registry.hpp>
 #include <ballast/communicator.hpp>

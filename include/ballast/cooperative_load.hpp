@@ -210,6 +210,39 @@ class RankDevice {
 Result<RankDevice> place_rank(GpuBackend& gpu, const Model& model, const ShardPlan& rank, const RankShards& shards,
                               std::span<const PlannedDerivation> plan = {});
 
+// ---- A rank's shards under Residency.
+
+// A rank's shards as a Model of their own, so that Residency works on
+// them as on any model: its memo, strategies (upload, zero_copy, paged),
+// budget, pins and prefetch, over this rank's shards only. Its auto budget
+// is then the rank's shard bytes plus its derivations, and its stats say
+// what the rank holds.
+//
+//   auto ranked = rank_model(model, plans->ranks[r], std::move(*mine), whole_plan);
+//   ResidencyOptions o;
+//   o.strategy = ResidencyStrategy::paged;
+//   o.derivations = ranked->derivations;        // the whole plan cut to the shards
+//   auto residency = Residency::create(gpu, ranked->model, o);
+//   auto value = (*residency)->pin(ranked->derivations[i]);
+struct RankModel {
+  // One weight per shard, in the shard plan's order, named as in the
+  // whole model, with the shard's dims and dtype; its bytes are the
+  // shards' host memory (inline weights, kept alive by the store). No
+  // graph: nodes() is empty, derivations come from `derivations`.
+  Model model;
+  // The plan given, cut to the shards (plan_shard_derivations), operands
+  // renamed to `model`'s ids; planned[i] is derivations[i]'s index in the
+  // plan given (for its names).
+  std::vector<PlannedDerivation> derivations;
+  std::vector<std::size_t> planned;
+  std::vector<std::string> skipped;  // "<kind> of '<weight>': <why>"
+};
+// Takes the shards (their memory moves into the model). Errors: a shard
+// set that is not the plan's (invalid_argument, size_mismatch), and
+// plan_shard_derivations'.
+Result<RankModel> rank_model(const Model& whole, const ShardPlan& rank, RankShards shards,
+                             std::span<const PlannedDerivation> plan = {});
+
 }  // namespace ballast
 
 BALLAST_API_END

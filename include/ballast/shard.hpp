@@ -45,6 +45,9 @@
 // world; a split that breaks a block (GGUF types, MatMulNBits k-blocks,
 // packed zero points, 4- and 6-bit elements), naming the sizes; world 0, a
 // rank outside the world, a world above kMaxShardWorld (invalid_argument).
+// A refusal this world causes (the same rules split every weight of a
+// world of 1) also lists the worlds, of 2-16 and the powers of two, that
+// would split every weight.
 #pragma once
 
 #include <ballast/export.hpp>
@@ -157,6 +160,11 @@ struct ShardPlan {
   // The model's referenced bytes (every weight whole, each byte once):
   // read_bytes + not_needed_bytes.
   std::uint64_t model_bytes = 0;
+  // The rules (by name, in rule order) that matched no weight of the
+  // model: a misspelt pattern would otherwise leave its weights replicated
+  // without a word (the defaults name every family's weights, so most of
+  // them match nothing in any one model).
+  std::vector<std::string> unmatched_rules;
 };
 
 Result<ShardPlan> plan_shards(const Model& model, const ShardSpec& spec);
@@ -170,6 +178,7 @@ struct ShardPlans {
   std::uint64_t union_bytes = 0;
   // What reading per rank costs: the sum of the ranks' read_bytes.
   std::uint64_t read_bytes_sum = 0;
+  std::vector<std::string> unmatched_rules;  // as ShardPlan's
 };
 Result<ShardPlans> plan_shards_all(const Model& model, const ShardSpec& spec);
 

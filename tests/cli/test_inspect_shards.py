@@ -168,8 +168,22 @@ def main():
         expect(shards["rules"] == rules and all(w["rule"] == "qkv" and w["parts"] == 3 for w in qkv),
                "--shard-rules: the file's rule splits the fused QKV in 3 parts")
 
+    # A rule of the file that matches nothing is said (once, on stderr);
+    # the file's matching rule and the built-in ones are not.
+    typo = os.path.join(a.work, "typo.json")
+    with open(typo, "w") as f:
+        json.dump({"rules": [{"name": "qkv", "pattern": "*.qkv_proj.weight", "split": "column", "parts": [16, 8, 8]},
+                             {"name": "typo", "pattern": "*.q_prj.weight", "split": "column"}]}, f)
+    rc, _, err = run(cli, "inspect", st, "--world", 2, "--shard-rules", typo)
+    notes = [l for l in err.splitlines() if "note:" in l]
+    expect(rc == 0 and len(notes) == 1 and "shard rule 'typo' matches no weight" in notes[0],
+           "--shard-rules: the one rule that matches nothing is noted (got %d: %s)" % (rc, err.strip()[-300:]))
+    rc, _, err = run(cli, "inspect", st, "--world", 2, "--shard-rules", rules)
+    expect(rc == 0 and "note:" not in err, "--shard-rules: no note when every file rule matches (got: %s)" % err.strip())
+
     for args, words, what in ((["--world", 0], ("invalid_argument", "world size 0"), "world 0"),
-                              (["--world", 3], ("unsupported", "not a multiple of the world size 3"), "world 3"),
+                              (["--world", 3], ("unsupported", "not a multiple of the world size 3",
+                                                "that split every weight under these rules: 2, 4"), "world 3"),
                               (["--world", 128], ("unsupported", "fewer than the ranks"), "world 128"),
                               (["--world", 2, "--shard-rules", os.path.join(a.work, "missing.json")], ("not_found",),
                                "a missing rules file")):

@@ -23,6 +23,7 @@ Exit 0 pass, 1 fail, 77 skip (python3-onnx or numpy missing).
 """
 
 import argparse
+import filecmp
 import glob
 import json
 import os
@@ -183,6 +184,45 @@ def check_reports(label, lines, plan, referenced, world):
            "%s: what each rank sent and received is what inspect --world planned" % label)
 
 
+def check_residency(label, dcmd, derived, work):
+    """derive --comm --residency S: each rank's derivations pinned through a
+    Residency over its own shards write the same files as the direct launches
+    (`derived`), on every strategy and on a paged budget half the auto one
+    (which evicts); each rank reports its residency, never above its budget,
+    and its auto budget is its shards plus its derivations."""
+    auto = None
+    for strategy, budget in (("upload", None), ("zero-copy", None), ("paged", None), ("paged", "half")):
+        what = "%s, --residency %s%s" % (label, strategy, " at half the auto budget" if budget else "")
+        out = os.path.join(work, "resident-%s-%s" % (strategy, budget or "auto"))
+        shutil.rmtree(out, ignore_errors=True)
+        cmd = dcmd + ["--residency", strategy, "--dump", out, "--json", "--timeout-s", "60"]
+        if budget:
+            if auto is None:
+                continue
+            cmd += ["--budget", str(auto // 2)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=MPI_ENV)
+        if not expect(proc.returncode == 0, "%s: exits 0 (got %d: %s)" % (what, proc.returncode, proc.stderr.strip()[-400:])):
+            continue
+        same = filecmp.dircmp(derived, out)
+        files = sorted(os.path.relpath(os.path.join(d, f), derived) for d, _, fs in os.walk(derived) for f in fs)
+        mine = sorted(os.path.relpath(os.path.join(d, f), out) for d, _, fs in os.walk(out) for f in fs)
+        differ = [f for f in files if f in mine and not filecmp.cmp(os.path.join(derived, f), os.path.join(out, f), shallow=False)]
+        expect(files == mine and not differ, "%s: the same files as the direct derive, byte for byte (missing or extra: %s; "
+               "differ: %s)" % (what, sorted(set(files) ^ set(mine))[:5], differ[:5]))
+        for r in (json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")):
+            res = r.get("residency") or {}
+            expect(res.get("strategy") == strategy and res["peak_device_bytes"] <= (res["budget_bytes"] or 2**64),
+                   "%s: rank %d reports its residency within its budget (got %s)" % (what, r["rank"], res))
+            if strategy == "paged" and not budget:
+                expect(res["budget_bytes"] == r["device_bytes"] + r["derived_bytes"],
+                       "%s: rank %d's auto budget is its shards plus its derivations (%s vs %d + %d)" %
+                       (what, r["rank"], res["budget_bytes"], r["device_bytes"], r["derived_bytes"]))
+                auto = res["budget_bytes"] if auto is None else min(auto, res["budget_bytes"])
+            if budget:
+                expect(res["derived_evictions"] + res["source_evictions"] > 0,
+                       "%s: rank %d evicts under half its auto budget (got %s)" % (what, r["rank"], res))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--ballast", required=True)
@@ -274,6 +314,8 @@ def main():
                     continue
                 reports = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
                 check_derived(label, singles[fmt], derived, plan, world, reports)
+                if world == 2 and how in ("local", "mpi", "local on vulkan"):
+                    check_residency(label, dcmd, derived, a.work)
 
     if mpi:
         model = models[1][1]

@@ -35,16 +35,21 @@ std::string devices_cell(const BackendListing& b) {
   return b.devices.empty() ? std::string("-") : std::to_string(b.devices.size());
 }
 
+// ballast's communicator libraries (comms/), in the order listed.
+constexpr const char* kCommunicatorLibraries[] = {"mpi", "nccl"};
+
 // The communicators `--comm` can pick: local is built in; a library is
 // found on the plugin path (not loaded: MPI would start) or not, with why.
 nlohmann::json communicators_json() {
   nlohmann::json list = nlohmann::json::array();
   list.push_back({{"name", "local"}, {"state", "built in"}, {"library", "built in"}, {"reason", ""}});
-  const auto mpi = find_communicator("mpi");
-  list.push_back({{"name", "mpi"},
-                  {"state", mpi.ok() ? "found" : "not found"},
-                  {"library", mpi.ok() ? *mpi : ""},
-                  {"reason", mpi.ok() ? "" : mpi.error().message}});
+  for (const char* name : kCommunicatorLibraries) {
+    const auto found = find_communicator(name);
+    list.push_back({{"name", name},
+                    {"state", found.ok() ? "found" : "not found"},
+                    {"library", found.ok() ? *found : ""},
+                    {"reason", found.ok() ? "" : found.error().message}});
+  }
   return list;
 }
 
@@ -91,8 +96,10 @@ int print_table(const std::vector<BackendListing>& listing, const std::vector<st
   out << "  GPUDirect Storage (cuFile): " << BALLAST_CUFILE_STATUS << '\n';
   out << "\ncommunicators (ballast load|derive --comm):\n";
   out << "  local: built in (ranks as threads of one process)\n";
-  const auto mpi = find_communicator("mpi");
-  out << "  mpi: " << (mpi.ok() ? "found: " + printable(*mpi) : printable(mpi.error().message)) << '\n';
+  for (const char* name : kCommunicatorLibraries) {
+    const auto found = find_communicator(name);
+    out << "  " << name << ": " << (found.ok() ? "found: " + printable(*found) : printable(found.error().message)) << '\n';
+  }
 
   out << "\nplugin search path (BALLAST_PLUGIN_PATH, then set_plugin_search_path(), then <libballast's folder>/ballast,"
          " then the build tree):\n";

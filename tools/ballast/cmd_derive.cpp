@@ -141,6 +141,8 @@ int run_derive(const DeriveOptions& opt) {
     ranks.json = opt.json;
     ranks.derive = true;
     ranks.rules = opt.rules;
+    ranks.residency = opt.residency;
+    ranks.budget = opt.budget;
     return run_load_ranks(ranks);
   }
   const auto start = std::chrono::steady_clock::now();  // --residency's time to first derivation counts opening
@@ -228,10 +230,12 @@ const RegisterCommand kDerive{{
                      "derivation rules: weight-name patterns -> derivations (JSON; docs/tools.md). Without it a "
                      "model with no graph (safetensors) is planned by the built-in Hugging Face rules")
           ->type_name("FILE");
-      sub.add_option("--only", opt->only, "with --residency: only these derivations (KIND[,KIND...])")
-          ->check(CLI::Validator(check_derivation_kinds, "KIND[,KIND...]", "derivation kinds"))
-          ->needs(residency);
-      add_comm_options(sub, opt->comm, "loads its shards cooperatively and derives them")->excludes(residency);
+      auto* only = sub.add_option("--only", opt->only, "with --residency: only these derivations (KIND[,KIND...])")
+                       ->check(CLI::Validator(check_derivation_kinds, "KIND[,KIND...]", "derivation kinds"))
+                       ->needs(residency);
+      // With --residency, each rank pins its derivations through a
+      // Residency over its own shards (rank_model); --only is single-process.
+      add_comm_options(sub, opt->comm, "loads its shards cooperatively and derives them")->excludes(only);
       return [opt] { return run_derive(*opt); };
     },
 }};

@@ -349,6 +349,7 @@ int run_inspect(const InspectOptions& opt) {
     }
     auto plans = plan_shards_all(model, spec);
     if (!plans) return ctx.fail(plans.error());
+    if (!opt.shard_rules.empty()) note_unmatched_file_rules(plans->unmatched_rules, "inspect");
     auto load = plan_cooperative_load(model, *plans);
     if (!load) return ctx.fail(load.error());
     shards.plans = std::move(*plans);

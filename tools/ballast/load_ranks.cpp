@@ -5,6 +5,7 @@
 #include "support/derived_dump.hpp"
 #include "support/format.hpp"
 #include "support/npy.hpp"
+#include "support/residency_report.hpp"
 #include "support/rules_file.hpp"
 #include "support/shard_rules_file.hpp"
 
@@ -33,6 +34,7 @@ struct Placed {
   std::uint64_t derived = 0;        // derivations run
   std::uint64_t derived_bytes = 0;  // their outputs
   std::vector<std::string> skipped; // "<kind> of '<weight>': <why>"
+  std::optional<ResidencyStats> residency;  // derive --comm --residency
 };
 
 // One rank's shards on the device (place_rank), then the dump: its shards
@@ -80,6 +82,48 @@ Result<Placed> place(GpuBackend& gpu, const Model& model, const ShardPlan& plan,
   return out;
 }
 
+// derive --comm --residency: the rank's shards as a model of their own
+// (rank_model), every derivation pinned through a Residency over it in
+// plan order (paged: evicting under the budget), dumped while pinned under
+// the names of place()'s dump.
+Result<Placed> place_resident(GpuBackend& gpu, const Model& model, const ShardPlan& plan, RankShards shards,
+                              const std::string& dump, const std::vector<PlannedDerivation>& derivations,
+                              ResidencyOptions options) {
+  Placed out;
+  for (const std::span<std::byte> s : shards.shards) out.shard_bytes += s.size();
+  BALLAST_ASSIGN_OR_RETURN(RankModel ranked, rank_model(model, plan, std::move(shards), derivations));
+  out.skipped = ranked.skipped;
+  options.derivations = ranked.derivations;
+  BALLAST_ASSIGN_OR_RETURN(auto residency, create_residency(gpu, ranked.model, options));
+  std::optional<DerivedDump> d;
+  if (!dump.empty()) {
+    auto opened = DerivedDump::open(std::filesystem::path(dump) / ("rank" + std::to_string(plan.rank)));
+    if (!opened) return opened.error();
+    d.emplace(std::move(*opened));
+  }
+  const std::vector<std::string> stems = dump_stems(derivations);
+  Status failed;
+  for (std::size_t i = 0; i < ranked.derivations.size() && failed.ok(); ++i) {
+    const PlannedDerivation& p = ranked.derivations[i];
+    auto pinned = residency->pin(p);
+    if (!pinned) {
+      failed = pinned.status();
+      break;
+    }
+    ++out.derived;
+    out.derived_bytes += pinned->bytes();
+    if (d) {
+      const Dims& dims = ranked.model.store().weights().at(p.source).dims;
+      failed = d->write(gpu, p, stems[ranked.planned[i]], dims, pinned->first(), pinned->second());
+    }
+  }
+  out.residency = residency->stats();
+  const Released released = residency->release(gpu);
+  BALLAST_RETURN_IF_ERROR(failed);
+  BALLAST_RETURN_IF_ERROR(released.status);
+  return out;
+}
+
 json rank_json(const CooperativeLoadReport& r, const Placed& placed, std::size_t shards, const std::string& comm,
                std::uint32_t world, bool derive) {
   json doc = {{"rank", r.rank},
@@ -103,6 +147,7 @@ json rank_json(const CooperativeLoadReport& r, const Placed& placed, std::size_t
     doc["derived_bytes"] = placed.derived_bytes;
     doc["skipped"] = placed.skipped;
   }
+  if (placed.residency) doc["residency"] = residency_stats_json(*placed.residency);
   return doc;
 }
 
@@ -173,8 +218,18 @@ int run_load_ranks(const RanksOptions& opt) {
   }
   auto plans = plan_shards_all(model, spec);
   if (!plans) return fail_all(plans.error());
+  // Said once per job: by rank 0's process.
+  if (!opt.comm.shard_rules.empty() && comms[0]->rank() == 0)
+    note_unmatched_file_rules(plans->unmatched_rules, opt.command);
   auto load = plan_cooperative_load(model, *plans);
   if (!load) return fail_all(load.error());
+  std::optional<ResidencyOptions> residency;
+  if (!opt.residency.empty()) {
+    auto parsed = residency_options(opt.residency, opt.budget);
+    if (!parsed) return fail_all(parsed.error());
+    residency = std::move(*parsed);
+    residency->max_amplification = opt.max_amplification;
+  }
   if (!ctx.open_backend(opt.backend)) return failed_step();
 
   CooperativeLoadOptions options;
@@ -199,16 +254,21 @@ int run_load_ranks(const RanksOptions& opt) {
       exit_code = kExitBadInput;
       continue;
     }
-    auto placed = place(ctx.gpu(), model, plans->ranks[rank], *got, opt.dump, derivations ? &*derivations : nullptr);
+    const CooperativeLoadReport report = got->report;
+    const std::size_t shard_count = got->shards.size();
+    auto placed = residency ? place_resident(ctx.gpu(), model, plans->ranks[rank], std::move(*got), opt.dump,
+                                             *derivations, *residency)
+                            : place(ctx.gpu(), model, plans->ranks[rank], *got, opt.dump,
+                                    derivations ? &*derivations : nullptr);
     if (!placed) {
       ctx.report(Error(placed.error()).with_context("rank " + std::to_string(rank) + " of " + std::to_string(world)));
       exit_code = kExitBadInput;
       continue;
     }
-    const CooperativeLoadReport& r = got->report;
+    const CooperativeLoadReport& r = report;
     if (opt.json) {
       // One line per rank: ranks of an MPI job print theirs side by side.
-      std::cout << rank_json(r, *placed, got->shards.size(), comms[i]->name(), world, opt.derive).dump() << std::endl;
+      std::cout << rank_json(r, *placed, shard_count, comms[i]->name(), world, opt.derive).dump() << std::endl;
     } else {
       const std::string how =
           r.rounds ? " in " + std::to_string(r.round_count) + (r.round_count == 1 ? " round" : " rounds") : "";
@@ -216,13 +276,18 @@ int run_load_ranks(const RanksOptions& opt) {
                   "%zu shards, %s on %s; %.3f s\n",
                   rank, world, comms[i]->name().c_str(), human_bytes(r.read_bytes).c_str(), human_bytes(r.kept_bytes).c_str(),
                   human_bytes(r.sent_bytes).c_str(), human_bytes(r.received_bytes).c_str(), how.c_str(),
-                  human_bytes(r.inline_bytes).c_str(), got->shards.size(), human_bytes(placed->shard_bytes).c_str(),
+                  human_bytes(r.inline_bytes).c_str(), shard_count, human_bytes(placed->shard_bytes).c_str(),
                   ctx.gpu().info().backend.c_str(), r.seconds);
       if (opt.derive) {
         std::printf("  derived %llu values of its shards (%s)", static_cast<unsigned long long>(placed->derived),
                     human_bytes(placed->derived_bytes).c_str());
         std::printf(placed->skipped.empty() ? "\n" : "; skipped %zu:\n", placed->skipped.size());
         for (const std::string& why : placed->skipped) std::printf("    %s\n", printable(why).c_str());
+        if (placed->residency) {
+          std::fflush(stdout);
+          print_residency_summary(std::cout, *placed->residency, "  ");
+          std::cout.flush();
+        }
       }
       std::fflush(stdout);
     }

@@ -43,6 +43,10 @@ struct RanksOptions {
   bool derive = false;
   std::string rules;
   double max_amplification = kDefaultMaxAmplification;
+  // derive --comm --residency S [--budget B]: each rank's derivations
+  // pinned through a Residency over its shards (rank_model), not launched
+  // directly; the same dump.
+  std::string residency, budget;
   std::string command = "load";  // in error lines: "ballast <command>: ..."
 };
 

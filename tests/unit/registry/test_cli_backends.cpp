@@ -58,20 +58,26 @@ TEST_CASE("ballast backends --json lists every backend with state, devices and c
   // GPUDirect Storage said, never silently absent.
   CHECK(doc.at("cold_reads").at("io_uring") == ballast::io_uring_available());
   CHECK(doc.at("cold_reads").at("gpudirect_storage").get<std::string>().find("libcufile") != std::string::npos);
-  // The communicators --comm can pick: local built in; mpi's library found
-  // on the plugin path (beside this build's libballast when it was built)
-  // or not found with the folders searched, never loaded by listing.
+  // The communicators --comm can pick: local built in; the mpi and nccl
+  // libraries found on the plugin path (beside this build's libballast
+  // when they were built) or not found with the folders searched, never
+  // loaded by listing.
   const auto& comms = doc.at("communicators");
-  REQUIRE(comms.size() == 2);
+  REQUIRE(comms.size() == 3);
   CHECK(comms[0]["name"] == "local");
   CHECK(comms[0]["state"] == "built in");
-  CHECK(comms[1]["name"] == "mpi");
-  if (comms[1]["state"] == "found") {
-    CHECK(comms[1]["library"].get<std::string>().ends_with("/libballast_comm_mpi.so"));
-  } else {
-    CHECK(comms[1]["state"] == "not found");
-    CHECK(comms[1]["reason"].get<std::string>().find("searched: " + kFakes + "/working/libballast_comm_mpi.so") !=
-          std::string::npos);
+  const char* libraries[] = {"mpi", "nccl"};
+  for (std::size_t i = 0; i < 2; ++i) {
+    const std::string name = libraries[i], file = "/libballast_comm_" + name + ".so";
+    CAPTURE(name);
+    const auto& c = comms[i + 1];
+    CHECK(c["name"] == name);
+    if (c["state"] == "found") {
+      CHECK(c["library"].get<std::string>().ends_with(file));
+    } else {
+      CHECK(c["state"] == "not found");
+      CHECK(c["reason"].get<std::string>().find("searched: " + kFakes + "/working" + file) != std::string::npos);
+    }
   }
 }
 

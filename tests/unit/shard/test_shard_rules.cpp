@@ -131,6 +131,28 @@ TEST_CASE("rules file: overrides before the built-in rules, parts for a fused we
   CHECK(cli::read_shard_rules_file(dir / "missing.json").code() == ErrorCode::not_found);
 }
 
+TEST_CASE("rules that match no weight are listed, in rule order, on every rank's plan and on all of them") {
+  ScratchDir dir("shard-unmatched");
+  auto m = hf_model(dir);
+  REQUIRE(m.ok());
+  std::vector<ShardRule> rules = {{"typo", "*.q_prj.weight", ShardSplit::column, {}, 0},
+                                  {"head", "lm_head.weight", ShardSplit::replicated, {}, 0},
+                                  {"also-typo", "model.layers.9.*", ShardSplit::row, {}, 0}};
+  auto plan = plan_shards(*m, ShardSpec{2, 1, rules});
+  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+  CHECK(plan->unmatched_rules == std::vector<std::string>{"typo", "also-typo"});
+  auto all = plan_shards_all(*m, ShardSpec{2, 0, rules});
+  REQUIRE(all.ok());
+  CHECK(all->unmatched_rules == std::vector<std::string>{"typo", "also-typo"});
+  for (const ShardPlan& p : all->ranks) CHECK(p.unmatched_rules == all->unmatched_rules);
+  // The defaults on a Hugging Face model: the GGUF and ONNX rules match nothing, the HF ones do.
+  auto defaults = plan_shards_all(*m, ShardSpec{2, 0, {}});
+  REQUIRE(defaults.ok());
+  CHECK_FALSE(defaults->unmatched_rules.empty());
+  CHECK(std::find(defaults->unmatched_rules.begin(), defaults->unmatched_rules.end(), "hf-embedding") ==
+        defaults->unmatched_rules.end());
+}
+
 TEST_CASE("refusals: world, rank, uneven and impossible splits, bad rules") {
   ScratchDir dir("shard-refusals");
   auto m = hf_model(dir);
@@ -150,10 +172,20 @@ TEST_CASE("refusals: world, rank, uneven and impossible splits, bad rules") {
   CHECK(uneven.code == ErrorCode::unsupported);
   CHECK(uneven.tensor == "model.embed_tokens.weight");
   CHECK_MESSAGE(uneven.to_string().find("16, not a multiple of the world size 3") != std::string::npos, uneven.to_string());
+  // ... and which worlds would split every weight: those whose plans
+  // succeed, asked one by one (2 and 4 here: a 4-row weight bounds them).
+  std::string fit;
+  for (std::uint32_t w = 2; w <= kMaxShardWorld; w = w < 16 ? w + 1 : w * 2)
+    if (plan_shards(*m, ShardSpec{w, 0, {}}).ok()) fit += (fit.empty() ? "" : ", ") + std::to_string(w);
+  CHECK(fit == "2, 4");
+  CHECK_MESSAGE(uneven.message.ends_with("worlds (of 2-16 and the powers of two) that split every weight under these rules: " + fit),
+                uneven.message);
   // World 32: more ranks than the 16 vocab rows.
   const Error wide = refused({32, 0, {}});
   CHECK(wide.code == ErrorCode::unsupported);
   CHECK_MESSAGE(wide.to_string().find("fewer than the ranks") != std::string::npos, wide.to_string());
+  // A refusal every world makes (a bad rule) lists no worlds.
+  CHECK(refused({2, 0, {{"both", "x", ShardSplit::column, {1}, 2}}}).message.find("worlds") == std::string::npos);
   // A fused part that does not split: gate_up as parts 10 + 14 over world 2 is
   // even (5, 7) but q/k/v of 8 + 5 + 3 is not.
   ShardRule qkv{"qkv", "*.qkv_proj.weight", ShardSplit::column, {8, 5, 3}, 0};

@@ -2,8 +2,12 @@
 
 #include "support/rules_file.hpp"
 
+#include <ballast/printable.hpp>
+
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <iostream>
 #include <limits>
 
 namespace ballast::cli {
@@ -60,6 +64,15 @@ Result<std::vector<ShardRule>> read_shard_rules_file(const std::filesystem::path
     for (ShardRule& r : default_shard_rules()) rules.push_back(std::move(r));
   if (rules.empty()) return bad("no rules, and \"defaults\" is false");
   return rules;
+}
+
+void note_unmatched_file_rules(const std::vector<std::string>& unmatched, const std::string& command) {
+  std::vector<std::string> builtin;
+  for (const ShardRule& r : default_shard_rules()) builtin.push_back(r.name);
+  for (const std::string& name : unmatched)
+    if (std::find(builtin.begin(), builtin.end(), name) == builtin.end())
+      std::cerr << "ballast " << command << ": note: shard rule '" << printable(name)
+                << "' matches no weight of this model (its weights, if any, stay replicated)\n";
 }
 
 }  // namespace ballast::cli

@@ -14,6 +14,7 @@
 #include <ballast/shard.hpp>
 
 #include <filesystem>
+#include <string>
 #include <vector>
 
 namespace ballast::cli {
@@ -21,5 +22,10 @@ namespace ballast::cli {
 // The rules to plan with: the file's, then (unless it says otherwise)
 // default_shard_rules(). Errors name the file and the rule (by index).
 Result<std::vector<ShardRule>> read_shard_rules_file(const std::filesystem::path& file);
+
+// Of a plan's unmatched rules, those the file gave (not the built-in ones
+// it appends, most of which match nothing in any one model): a note for
+// each, so a misspelt pattern does not leave its weights replicated silently.
+void note_unmatched_file_rules(const std::vector<std::string>& unmatched, const std::string& command);
 
 }  // namespace ballast::cli

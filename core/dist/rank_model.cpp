@@ -1,0 +1,77 @@
+// rank_model: a rank's shards as a Model of their own, so that Residency
+// (its memo, budget, strategies, pins and prefetch) works on the shards as
+// on any model (cooperative_load.hpp). The weights are inline in the
+// model's store, borrowed from the shards' host memory, which the store
+// keeps alive; the derivations are the whole model's plan cut to the
+// shards (plan_shard_derivations) with their operands renamed to the rank
+// model's ids.
+#include <ballast/cooperative_load.hpp>
+
+#include "onnx/model_impl.hpp"
+
+#include <memory>
+
+namespace ballast {
+
+Result<RankModel> rank_model(const Model& whole, const ShardPlan& rank, RankShards shards,
+                             std::span<const PlannedDerivation> plan) {
+  const std::string context =
+      "the model of rank " + std::to_string(rank.rank) + " of " + std::to_string(rank.world) + "'s shards";
+  if (shards.shards.size() != rank.weights.size())
+    return make_error(ErrorCode::invalid_argument, std::to_string(shards.shards.size()) + " shards for a plan of " +
+                                                       std::to_string(rank.weights.size()) + " weights")
+        .with_context(context);
+  RankModel out;
+  Model::Impl& impl = detail::ModelAccess::impl(out.model);
+  impl.format = whole.format();
+  impl.path = whole.path();
+  impl.metadata = whole.metadata();
+  // The shards' memory lives as long as the store (and so the model).
+  const auto memory = std::make_shared<RankShards>(std::move(shards));
+  impl.store.keep_alive(memory);
+  std::vector<ValueId> ids;
+  ids.reserve(rank.weights.size());
+  impl.weight_order.reserve(rank.weights.size());
+  for (std::size_t i = 0; i < rank.weights.size(); ++i) {
+    const WeightShard& s = rank.weights[i];
+    const auto found = whole.store().weights().find(s.id);
+    if (found == whole.store().weights().end())
+      return make_error(ErrorCode::not_found, "weight '" + s.weight + "' of the shard plan is not in the model")
+          .with_context(context);
+    if (memory->shards[i].size() != s.device_bytes)
+      return make_error(ErrorCode::size_mismatch, "the shard of '" + s.weight + "' holds " +
+                                                      std::to_string(memory->shards[i].size()) + " bytes, its plan " +
+                                                      std::to_string(s.device_bytes))
+          .with_context(context);
+    WeightRef w;
+    w.dtype = found->second.dtype;
+    w.dims = s.dims;
+    w.source = found->second.source;
+    w.storage = WeightRef::Storage::inline_borrowed;
+    w.inline_bytes = Bytes(memory->shards[i].data(), memory->shards[i].size());
+    const ValueId id = impl.intern(s.weight);
+    BALLAST_RETURN_IF_ERROR(impl.store.add(id, std::move(w)), context);
+    impl.weight_order.push_back(id);
+    ids.push_back(id);
+  }
+  if (plan.empty()) return out;
+  BALLAST_ASSIGN_OR_RETURN(const std::vector<ShardDerivation> cut, plan_shard_derivations(whole, rank, plan), context);
+  for (const ShardDerivation& d : cut) {
+    const PlannedDerivation& p = plan[d.planned];
+    if (!d.launch) {
+      out.skipped.push_back(std::string(derivation_name(p.kind())) + " of '" + p.weight + "': " + d.skipped);
+      continue;
+    }
+    PlannedDerivation q = p;
+    q.source = ids[d.source];
+    q.scales = d.scales ? std::optional<ValueId>(ids[*d.scales]) : std::nullopt;
+    q.zero_points = d.zero_points ? std::optional<ValueId>(ids[*d.zero_points]) : std::nullopt;
+    q.of_transposed = d.of_transposed;
+    q.launch = *d.launch;
+    out.derivations.push_back(std::move(q));
+    out.planned.push_back(d.planned);
+  }
+  return out;
+}
+
+}  // namespace ballast

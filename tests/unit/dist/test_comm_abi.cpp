@@ -1,0 +1,73 @@
+// The communicator ABI's versions (comm_plugin.h), with fake libraries in
+// C (fake_comm.c): a 1.0 library (no exchange) loads and gets rounds built
+// from its messages; a 1.1 library of rounds only loads, says so and
+// refuses send; another major is refused naming both versions; a library
+// with half of messages and no exchange is refused.
+#include <ballast/comm_plugin.h>
+#include <ballast/communicator.hpp>
+
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdlib>
+
+using namespace ballast;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct PluginPath {
+  PluginPath() { ::setenv("BALLAST_PLUGIN_PATH", FAKE_COMM_DIR, 1); }
+  ~PluginPath() { ::unsetenv("BALLAST_PLUGIN_PATH"); }
+};
+
+std::vector<std::vector<std::byte>> one(std::size_t size) {
+  std::vector<std::vector<std::byte>> to(1);
+  for (std::size_t i = 0; i < size; ++i) to[0].push_back(std::byte(i * 7));
+  return to;
+}
+
+}  // namespace
+
+TEST_CASE("communicator ABI 1.0: loads; its rounds are built from its messages") {
+  PluginPath path;
+  auto c = open_communicator("fakeold");
+  REQUIRE_MESSAGE(c.ok(), c.error().to_string());
+  CHECK((*c)->any_source());
+  CHECK((*c)->world() == 1);
+  auto round = (*c)->exchange(one(5), std::chrono::steady_clock::now() + 1s);
+  REQUIRE_MESSAGE(round.ok(), round.error().to_string());
+  CHECK((*round)[0] == one(5)[0]);
+  CHECK((*c)->barrier(std::chrono::steady_clock::now() + 1s).ok());
+}
+
+TEST_CASE("communicator ABI 1.1, rounds only: loads, answers any_source false, refuses send, exchanges") {
+  PluginPath path;
+  auto c = open_communicator("fakerounds");
+  REQUIRE_MESSAGE(c.ok(), c.error().to_string());
+  CHECK_FALSE((*c)->any_source());
+  const Status sent = (*c)->send(0, {});
+  CHECK(sent.code() == ErrorCode::unsupported);
+  CHECK((*c)->receive(std::chrono::steady_clock::now()).error().code == ErrorCode::unsupported);
+  auto round = (*c)->exchange(one(300), std::chrono::steady_clock::now() + 1s);
+  REQUIRE_MESSAGE(round.ok(), round.error().to_string());
+  CHECK((*round)[0] == one(300)[0]);
+  (*c)->fail(make_error(ErrorCode::io, "gone"));
+  auto after = (*c)->exchange(one(1), std::chrono::steady_clock::now() + 1s);
+  REQUIRE_FALSE(after.ok());
+  CHECK(after.error().code == ErrorCode::unavailable);
+}
+
+TEST_CASE("communicator ABI: another major is refused naming both versions; half of messages is refused") {
+  PluginPath path;
+  auto next = open_communicator("fakenext");
+  REQUIRE_FALSE(next.ok());
+  CHECK(next.error().code == ErrorCode::abi_mismatch);
+  const std::string text = next.error().to_string();
+  CHECK_MESSAGE(text.find("communicator ABI 2.0") != std::string::npos, text);
+  CHECK_MESSAGE(text.find("takes " + std::to_string(BALLAST_COMM_API_MAJOR) + ".x") != std::string::npos, text);
+  auto half = open_communicator("fakehalf");
+  REQUIRE_FALSE(half.ok());
+  CHECK(half.error().code == ErrorCode::abi_mismatch);
+  CHECK_MESSAGE(half.error().to_string().find("lacks a function") != std::string::npos, half.error().to_string());
+}
