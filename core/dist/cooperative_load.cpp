@@ -41,8 +41,10 @@ static_assert(sizeof(Header) == 24);
 
 // A round's buffer opens with this: the sender's reads are all done.
 constexpr std::uint64_t kRoundDone = 1;
-// A message of a header only, with this mapping: "still reading".
+// A message of a header only, with this mapping: "still reading", and
+// "read everything, sent everything" (messages; rounds carry it in their word).
 constexpr std::uint32_t kKeepAlive = UINT32_MAX;
+constexpr std::uint32_t kDone = UINT32_MAX - 1;
 constexpr std::uint64_t kRoundMagic = 0x62616c6c72000000ull;  // "ballr" in the high bytes
 
 class Load {
@@ -70,11 +72,13 @@ class Load {
     for (std::uint32_t q = 0; q < world_; ++q) pieces_.push_back(dist::pieces_of(plans_.ranks[q]));
     BALLAST_RETURN_IF_ERROR(copy_inline());
 
-    // What each peer owes this rank: its part's bytes of this rank's pieces.
+    // What each peer of its storage domain owes this rank: its part's bytes
+    // of this rank's pieces (ranks of other domains read their own).
     expected_.assign(world_, 0);
     received_.assign(world_, 0);
+    done_.assign(world_, false);
     for (std::uint32_t p = 0; p < world_; ++p) {
-      if (p == rank_) continue;
+      if (p == rank_ || !same_domain(p)) continue;
       for (const ReadPlanFile& f : load_.reads[p].files()) {
         const auto file = pieces_[rank_].files.find(f.mapping);
         if (file == pieces_[rank_].files.end()) continue;
@@ -101,14 +105,30 @@ class Load {
       while (!all_done_);
       if (Status owed = owed_after_rounds(); !owed.ok()) return owed;
     }
-    // The rest of this rank's bytes, from whoever still owes them.
-    for (;;) {
-      std::uint64_t owed = 0;
-      for (std::uint32_t p = 0; p < world_; ++p) owed += expected_[p] - received_[p];
-      if (owed == 0) break;
-      BALLAST_ASSIGN_OR_RETURN(auto message, comm_.receive(Clock::now() + options_.timeout));
-      if (!message) return owed_error();
-      BALLAST_RETURN_IF_ERROR(accept(*message));
+    if (!rounds_) {
+      // This rank has read everything: it says so, then takes the rest of
+      // its bytes until every peer has paid and said so too. A peer still
+      // reading sends signs of life meanwhile, so the wait for it is
+      // bounded by the timeout between messages, not by its whole read.
+      const Header done{kDone, 0, 0, 0};
+      const auto* w = reinterpret_cast<const std::byte*>(&done);
+      for (std::uint32_t q = 0; q < world_; ++q)
+        if (q != rank_)
+          BALLAST_RETURN_IF_ERROR(comm_.send(q, std::vector<std::byte>(w, w + sizeof done)),
+                                  "telling rank " + std::to_string(q) + " this rank has read its part");
+      done_[rank_] = true;
+      for (;;) {
+        std::uint64_t owed = 0;
+        bool everyone = true;
+        for (std::uint32_t p = 0; p < world_; ++p) {
+          owed += expected_[p] - received_[p];
+          everyone = everyone && done_[p];
+        }
+        if (owed == 0 && everyone) break;
+        BALLAST_ASSIGN_OR_RETURN(auto message, comm_.receive(Clock::now() + options_.timeout));
+        if (!message) return owed_error();
+        BALLAST_RETURN_IF_ERROR(accept(*message));
+      }
     }
     // Every rank holds its shards before any returns them: a failure
     // anywhere fails the load everywhere.
@@ -150,6 +170,7 @@ class Load {
     const std::uint64_t lo = c.offset, hi = c.offset + c.bytes.size();
     bool sent_any = false;
     for (std::uint32_t q = 0; q < world_; ++q) {
+      if (!same_domain(q)) continue;
       const auto file = pieces_[q].files.find(c.mapping);
       if (file == pieces_[q].files.end()) continue;
       if (q == rank_) {
@@ -262,9 +283,14 @@ class Load {
   // A message from a peer: its payload placed by this rank's pieces.
   Status accept(const CommMessage& m) {
     Header h;
-    if (m.bytes.size() == sizeof h && (std::memcpy(&h, m.bytes.data(), sizeof h), h.mapping == kKeepAlive) &&
-        h.length == 0)
-      return {};  // a peer still reading
+    if (m.bytes.size() == sizeof h && (std::memcpy(&h, m.bytes.data(), sizeof h), h.length == 0) &&
+        (h.mapping == kKeepAlive || h.mapping == kDone)) {
+      if (m.from >= world_ || m.from == rank_)
+        return make_error(ErrorCode::malformed, "a message from rank " + std::to_string(m.from) + " in a world of " +
+                                                    std::to_string(world_));
+      if (h.mapping == kDone) done_[m.from] = true;
+      return {};  // a peer still reading, or done
+    }
     BALLAST_ASSIGN_OR_RETURN(const std::uint64_t used, accept(m.from, m.bytes.data(), m.bytes.size(), true));
     (void)used;
     ++out_.report.messages_received;
@@ -302,6 +328,8 @@ class Load {
     return sizeof h + payload;
   }
 
+  bool same_domain(std::uint32_t q) const { return load_.ranks[q].domain == load_.ranks[rank_].domain; }
+
   // A mapping as a person reads it: its path, or its number when the store has none of that number.
   std::string file_name(std::uint32_t mapping) const {
     const auto path = model_.store().mapping_path(mapping);
@@ -314,8 +342,13 @@ class Load {
       if (received_[p] < expected_[p])
         who += (who.empty() ? "rank " : ", rank ") + std::to_string(p) + " (" +
                std::to_string(expected_[p] - received_[p]) + " bytes)";
-    return make_error(ErrorCode::unavailable, "nothing came for " + std::to_string(options_.timeout.count()) +
-                                                  " ms from the ranks that still owe this rank bytes: " + who);
+    std::string reading;
+    for (std::uint32_t p = 0; p < world_; ++p)
+      if (!done_[p] && received_[p] >= expected_[p]) reading += (reading.empty() ? "" : ", ") + std::to_string(p);
+    std::string message = "nothing came for " + std::to_string(options_.timeout.count()) + " ms from ";
+    if (!who.empty()) message += "the ranks that still owe this rank bytes: " + who;
+    if (!reading.empty()) message += (who.empty() ? "" : ", nor from ") + std::string("rank(s) ") + reading + " still reading";
+    return make_error(ErrorCode::unavailable, message);
   }
 
   const Model& model_;
@@ -326,6 +359,7 @@ class Load {
   const std::uint32_t rank_, world_;
   std::vector<dist::RankPieces> pieces_;
   std::vector<std::uint64_t> expected_, received_;
+  std::vector<bool> done_;  // messages: the ranks that said they read everything
   // Rounds: what each peer's next round carries, its bytes, and whether
   // the last round found every rank done.
   bool rounds_ = false;
@@ -343,7 +377,7 @@ Result<RankShards> cooperative_load(const Model& model, const ShardPlans& plans,
   const std::string context = "cooperative load on " + comm.name() + " rank " + std::to_string(comm.rank()) + " of " +
                               std::to_string(comm.world());
   if (comm.world() != plans.ranks.size() || comm.world() != load.world || load.reads.size() != load.world ||
-      comm.rank() >= comm.world()) {
+      load.ranks.size() != load.world || comm.rank() >= comm.world()) {
     Status bad = make_error(ErrorCode::invalid_argument,
                             "the communicator's world (" + std::to_string(comm.world()) + ") is not the plans' (" +
                                 std::to_string(plans.ranks.size()) + " shard plans, a load plan for " +

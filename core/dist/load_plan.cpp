@@ -12,16 +12,22 @@ namespace ballast {
 
 namespace {
 
-// Who reads each byte of the union (every byte by one rank):
+// Who reads each byte a storage domain's ranks need (every byte by one
+// rank of the domain; `members`, ascending):
 //  - a split weight's contiguous shards: the rank that holds each, so those
 //    bytes never cross the network;
-//  - a replicated weight, or an inner-axis (strided) split: `world` equal
-//    stretches of the weight, one per rank, sent on to the ranks that need
-//    them (reading a strided shard alone would be one small read per row);
+//  - a replicated weight, or an inner-axis (strided) split: one equal
+//    stretch of the weight per member, sent on to the members that need
+//    them (reading a strided shard alone would be one small read per row;
+//    a domain without every rank reads a strided weight whole, the other
+//    domains' columns too: fewer, larger reads);
 //  - bytes two weights share: the first assignment, in file order.
-// Per rank, per mapping: sorted, non-overlapping, touching ranges joined.
-std::vector<std::vector<ReadPlanFile>> assign_readers(const Model& model, const ShardPlans& plans) {
+// Per rank, per mapping: sorted, non-overlapping, touching ranges joined
+// (only the members' entries are filled).
+void assign_readers(const Model& model, const ShardPlans& plans, const std::vector<std::uint32_t>& members,
+                    std::vector<std::vector<ReadPlanFile>>& keep) {
   const auto world = static_cast<std::uint32_t>(plans.ranks.size());
+  const auto size = static_cast<std::uint32_t>(members.size());
   struct Candidate {
     MappingId mapping;
     std::uint64_t offset, length;
@@ -36,23 +42,22 @@ std::vector<std::vector<ReadPlanFile>> assign_readers(const Model& model, const 
     const auto where = model.store().external_mmap_provenance(ref->second);
     if (!where || where->length == 0) continue;
     if (world > 1 && first.split != ShardSplit::replicated && first.contiguous()) {
-      for (std::uint32_t r = 0; r < world; ++r)
+      for (std::uint32_t r : members)
         for (const ByteRange& range : plans.ranks[r].weights[i].ranges)
           if (range.length != 0) candidates.push_back({where->mapping, range.offset, range.length, r});
       continue;
     }
-    const std::uint64_t share = where->length / world, extra = where->length % world;
+    const std::uint64_t share = where->length / size, extra = where->length % size;
     std::uint64_t at = where->offset;
-    for (std::uint32_t r = 0; r < world; ++r) {
-      const std::uint64_t n = share + (r < extra ? 1 : 0);
-      if (n != 0) candidates.push_back({where->mapping, at, n, r});
+    for (std::uint32_t k = 0; k < size; ++k) {
+      const std::uint64_t n = share + (k < extra ? 1 : 0);
+      if (n != 0) candidates.push_back({where->mapping, at, n, members[k]});
       at += n;
     }
   }
   std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     return a.mapping != b.mapping ? a.mapping < b.mapping : a.offset < b.offset;
   });
-  std::vector<std::vector<ReadPlanFile>> keep(world);
   MappingId mapping = 0;
   std::uint64_t covered = 0;  // in `mapping`: bytes before this are assigned
   bool started = false;
@@ -73,12 +78,12 @@ std::vector<std::vector<ReadPlanFile>> assign_readers(const Model& model, const 
     else
       ranges.push_back({lo, hi - lo});
   }
-  return keep;
 }
 
 }  // namespace
 
-Result<CooperativeLoadPlan> plan_cooperative_load(const Model& model, const ShardPlans& plans) {
+Result<CooperativeLoadPlan> plan_cooperative_load(const Model& model, const ShardPlans& plans,
+                                                  std::uint32_t ranks_per_domain) {
   const auto world = static_cast<std::uint32_t>(plans.ranks.size());
   if (world == 0) return make_error(ErrorCode::invalid_argument, "planning a cooperative load: the shard plans have no rank");
   for (std::uint32_t r = 0; r < world; ++r)
@@ -88,6 +93,9 @@ Result<CooperativeLoadPlan> plan_cooperative_load(const Model& model, const Shar
                             " is not rank " + std::to_string(r) + " of the same world (use plan_shards_all)");
   CooperativeLoadPlan out;
   out.world = world;
+  // Storage domains: ranks r / ranks_per_domain read together (0: all).
+  const std::uint32_t per = ranks_per_domain == 0 || ranks_per_domain > world ? world : ranks_per_domain;
+  out.domains = (world + per - 1) / per;
   // The union: every weight's referenced bytes, each once (the shards of a
   // weight cover it exactly, so this is what the ranks need together).
   std::vector<ValueId> ids;
@@ -95,24 +103,29 @@ Result<CooperativeLoadPlan> plan_cooperative_load(const Model& model, const Shar
   for (const WeightShard& s : plans.ranks[0].weights)
     if (s.mapping) ids.push_back(s.id);
   const ReadPlan whole = ReadPlan::of(model.store(), ids);
-  out.union_bytes = whole.bytes();
   out.read_per_rank_bytes = plans.read_bytes_sum;
   out.read_everything_bytes = plans.union_bytes * world;
-  const std::vector<std::vector<ReadPlanFile>> keep = assign_readers(model, plans);
+  std::vector<std::vector<ReadPlanFile>> keep(world);
+  for (std::uint32_t d = 0; d < out.domains; ++d) {
+    std::vector<std::uint32_t> members;
+    for (std::uint32_t r = d * per; r < world && r < (d + 1) * per; ++r) members.push_back(r);
+    assign_readers(model, plans, members, keep);
+  }
   out.reads.reserve(world);
-  std::uint64_t assigned = 0;
   for (std::uint32_t r = 0; r < world; ++r) {
     out.reads.push_back(whole.only(keep[r]));
-    assigned += out.reads.back().bytes();
+    out.union_bytes += out.reads.back().bytes();
   }
-  if (assigned != out.union_bytes)
+  // One domain reads the union exactly (checked); several read each their own.
+  if (out.domains == 1 && out.union_bytes != whole.bytes())
     return make_error(ErrorCode::internal, "planning a cooperative load: the ranks' reads add up to " +
-                                               std::to_string(assigned) + " bytes, not the union's " +
-                                               std::to_string(out.union_bytes));
+                                               std::to_string(out.union_bytes) + " bytes, not the union's " +
+                                               std::to_string(whole.bytes()));
 
   out.ranks.resize(world);
   for (std::uint32_t r = 0; r < world; ++r) {
     out.ranks[r].rank = r;
+    out.ranks[r].domain = r / per;
     out.ranks[r].read_bytes = out.reads[r].bytes();
   }
   for (std::uint32_t q = 0; q < world; ++q) {
@@ -121,7 +134,8 @@ Result<CooperativeLoadPlan> plan_cooperative_load(const Model& model, const Shar
     receiver.shard_bytes = plan.totals.device_bytes;
     const dist::RankPieces pieces = dist::pieces_of(plan);
     for (std::uint32_t i : pieces.inline_shards) receiver.inline_bytes += plan.weights[i].device_bytes;
-    for (std::uint32_t p = 0; p < world; ++p)
+    for (std::uint32_t p = 0; p < world; ++p) {
+      if (out.ranks[p].domain != receiver.domain) continue;  // bytes cross no domain
       for (const ReadPlanFile& f : out.reads[p].files()) {
         const auto file = pieces.files.find(f.mapping);
         if (file == pieces.files.end()) continue;
@@ -135,8 +149,9 @@ Result<CooperativeLoadPlan> plan_cooperative_load(const Model& model, const Shar
           }
         }
       }
-    // Every piece lies in the union, and the readers' parts cover it once: a
-    // rank's shards are exactly what it keeps, receives and copies.
+    }
+    // Every piece lies in its domain's reads, and the readers' parts cover
+    // them once: a rank's shards are exactly what it keeps, receives and copies.
     if (receiver.kept_bytes + receiver.received_bytes + receiver.inline_bytes != receiver.shard_bytes)
       return make_error(ErrorCode::internal,
                         "planning a cooperative load: rank " + std::to_string(q) + " would get " +

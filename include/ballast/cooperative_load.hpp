@@ -59,6 +59,7 @@ namespace ballast {
 // One rank's part of the plan, in bytes.
 struct CooperativeRankPlan {
   std::uint32_t rank = 0;
+  std::uint32_t domain = 0;          // its storage domain: the ranks that read together
   std::uint64_t read_bytes = 0;      // from storage: its part of the union
   std::uint64_t kept_bytes = 0;      // of those, what its own shards take
   std::uint64_t sent_bytes = 0;      // to the other ranks (a byte two ranks need is sent to both)
@@ -69,16 +70,28 @@ struct CooperativeRankPlan {
 
 struct CooperativeLoadPlan {
   std::uint32_t world = 1;
-  std::vector<ReadPlan> reads;              // per rank: its part of the union
+  std::uint32_t domains = 1;                // storage domains (ranks that read together)
+  std::vector<ReadPlan> reads;              // per rank: its part of its domain's union
   std::vector<CooperativeRankPlan> ranks;   // per rank
-  std::uint64_t union_bytes = 0;            // bytes read from storage by all ranks together
+  std::uint64_t union_bytes = 0;            // bytes read from storage by all ranks together: the union once
+                                            // per domain
   std::uint64_t read_per_rank_bytes = 0;    // the alternative: each rank reading its own shards' bytes
   std::uint64_t read_everything_bytes = 0;  // the naive one: each rank reading the whole checkpoint
 };
 
 // The plan for `plans` (plan_shards_all of this model). Pure arithmetic on
 // the shard plans: nothing is read.
-Result<CooperativeLoadPlan> plan_cooperative_load(const Model& model, const ShardPlans& plans);
+//
+// Storage domains: the ranks that read the same storage at full speed and
+// share the work of reading it. `ranks_per_domain` 0 (the default): one
+// domain, every rank (one node, or a shared file system). N: ranks
+// r / N form a domain (consecutive ranks on a node, as launchers place
+// them: N = the ranks of a node whose copy of the checkpoint is local).
+// Each domain reads what its ranks need once (a domain without every rank
+// reads a replicated or strided weight whole, its contiguous shards only
+// where its ranks hold them), and bytes are sent only within a domain.
+Result<CooperativeLoadPlan> plan_cooperative_load(const Model& model, const ShardPlans& plans,
+                                                  std::uint32_t ranks_per_domain = 0);
 
 // How the ranks trade the bytes they read (communicator.hpp, "Two ways").
 enum class ExchangeMode : std::uint8_t {

@@ -39,6 +39,7 @@ struct InspectOptions {
   std::uint32_t world = 0;  // --world N: print the shard plan of N ranks (0 is refused by the plan)
   bool world_given = false;
   std::string shard_rules;             // --shard-rules FILE (support/shard_rules_file.hpp)
+  std::uint32_t ranks_per_domain = 0;  // --ranks-per-domain N (0: one storage domain)
 };
 
 // The shard plan --world asks for, and where its rules came from.
@@ -350,7 +351,7 @@ int run_inspect(const InspectOptions& opt) {
     auto plans = plan_shards_all(model, spec);
     if (!plans) return ctx.fail(plans.error());
     if (!opt.shard_rules.empty()) note_unmatched_file_rules(plans->unmatched_rules, "inspect");
-    auto load = plan_cooperative_load(model, *plans);
+    auto load = plan_cooperative_load(model, *plans, opt.ranks_per_domain);
     if (!load) return ctx.fail(load.error());
     shards.plans = std::move(*plans);
     shards.load = std::move(*load);
@@ -393,6 +394,10 @@ const RegisterCommand kInspect{{
                         ->type_name("N");
       sub.add_option("--shard-rules", opt->shard_rules, "shard rules as JSON, before the built-in ones")
           ->type_name("FILE")
+          ->needs(world);
+      sub.add_option("--ranks-per-domain", opt->ranks_per_domain,
+                     "ranks r/N read their own copy together (a node's ranks); 0: every rank reads one storage")
+          ->type_name("N")
           ->needs(world);
       return [opt, world] {
         opt->world_given = world->count() > 0;

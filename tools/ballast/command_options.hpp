@@ -29,7 +29,7 @@ inline void add_residency_options(CLI::App& sub, std::string& residency, std::st
       ->check(CLI::Validator(check_budget, "BYTES|auto", "byte budget"));
 }
 
-// --comm, --world, --shard-rules, --exchange and --timeout-s (load and derive: the
+// --comm, --world, --shard-rules, --exchange, --ranks-per-domain and --timeout-s (load and derive: the
 // tensor-parallel ranks, load_ranks.hpp). `what` says what each rank does.
 // Returns --comm, for the options it excludes.
 inline CLI::Option* add_comm_options(CLI::App& sub, CommOptions& o, const std::string& what) {
@@ -47,6 +47,12 @@ inline CLI::Option* add_comm_options(CLI::App& sub, CommOptions& o, const std::s
                  "how ranks trade bytes: messages (each chunk as it is read), rounds (collective, bounded), "
                  "or auto (messages where the communicator has them)")
       ->check(CLI::IsMember({"auto", "messages", "rounds"}))
+      ->capture_default_str()
+      ->needs(comm);
+  sub.add_option("--ranks-per-domain", o.ranks_per_domain,
+                 "ranks r/N share a storage domain (a node with its own copy) and read it together; "
+                 "0: every rank reads one storage")
+      ->type_name("N")
       ->capture_default_str()
       ->needs(comm);
   sub.add_option("--timeout-s", o.timeout_s, "the longest a rank waits for a peer")

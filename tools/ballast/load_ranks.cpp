@@ -221,7 +221,7 @@ int run_load_ranks(const RanksOptions& opt) {
   // Said once per job: by rank 0's process.
   if (!opt.comm.shard_rules.empty() && comms[0]->rank() == 0)
     note_unmatched_file_rules(plans->unmatched_rules, opt.command);
-  auto load = plan_cooperative_load(model, *plans);
+  auto load = plan_cooperative_load(model, *plans, opt.comm.ranks_per_domain);
   if (!load) return fail_all(load.error());
   std::optional<ResidencyOptions> residency;
   if (!opt.residency.empty()) {
@@ -293,9 +293,11 @@ int run_load_ranks(const RanksOptions& opt) {
     }
   }
   if (exit_code == kExitOk && comms.size() == world && !opt.json)
-    std::printf("the ranks read %s together (the referenced bytes, once); each reading its own shards: %s; "
+    std::printf("the ranks read %s together (%s); each reading its own shards: %s; "
                 "each reading everything: %s\n",
-                human_bytes(load->union_bytes).c_str(), human_bytes(load->read_per_rank_bytes).c_str(),
+                human_bytes(load->union_bytes).c_str(),
+                load->domains == 1 ? "the referenced bytes, once"
+                                   : ("once per storage domain, " + std::to_string(load->domains) + " domains").c_str(), human_bytes(load->read_per_rank_bytes).c_str(),
                 human_bytes(load->read_everything_bytes).c_str());
   return exit_code;
 }

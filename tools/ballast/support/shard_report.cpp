@@ -52,7 +52,8 @@ json shard_plans_json(const ShardPlans& plans, const CooperativeLoadPlan& load, 
   doc["rules"] = rules;
   doc["union_bytes"] = plans.union_bytes;
   doc["read_bytes_sum"] = plans.read_bytes_sum;
-  doc["cooperative"] = {{"union_bytes", load.union_bytes},
+  doc["cooperative"] = {{"domains", load.domains},
+                        {"union_bytes", load.union_bytes},
                         {"read_per_rank_bytes", load.read_per_rank_bytes},
                         {"read_everything_bytes", load.read_everything_bytes}};
   json ranks = json::array();
@@ -64,7 +65,8 @@ json shard_plans_json(const ShardPlans& plans, const CooperativeLoadPlan& load, 
                      {"gathered_bytes", p.totals.gathered_bytes},
                      {"not_needed_bytes", p.totals.not_needed_bytes},
                      {"cooperative",
-                      {{"read_bytes", c.read_bytes},
+                      {{"domain", c.domain},
+                       {"read_bytes", c.read_bytes},
                        {"kept_bytes", c.kept_bytes},
                        {"sent_bytes", c.sent_bytes},
                        {"received_bytes", c.received_bytes},
@@ -92,8 +94,10 @@ void print_shard_plans(std::ostream& out, const ShardPlans& plans, const Coopera
   }
   ranks.print(out, "  ");
   out << "  read by the ranks together: " << human_bytes(plans.read_bytes_sum) << " each reading its own; "
-      << human_bytes(load.union_bytes) << " cooperatively (each byte once); " << human_bytes(load.read_everything_bytes)
-      << " each reading everything\n";
+      << human_bytes(load.union_bytes) << " cooperatively ("
+      << (load.domains == 1 ? std::string("each byte once")
+                            : "each byte once per storage domain, " + std::to_string(load.domains) + " domains")
+      << "); " << human_bytes(load.read_everything_bytes) << " each reading everything\n";
   if (plans.ranks.empty()) return;
   out << '\n';
   Table weights({"NAME", "SPLIT", "AXIS", "PARTS", "SHARD", "BYTES/RANK", "READ AS", "RULE", "LAYOUT"},
