@@ -187,7 +187,12 @@ class Load {
       // what this peer's next round carries.
       std::vector<std::byte> single;
       std::vector<std::byte>& message = rounds_ ? outgoing_[q] : single;
-      message.reserve(message.size() + sizeof(Header) + n);
+      // A round's buffer opens with its word (written when the round
+      // starts), and grows geometrically: an exact reserve per message
+      // would copy the whole buffer at every append.
+      if (rounds_ && message.empty()) message.resize(sizeof(std::uint64_t));
+      const std::uint64_t need = message.size() + sizeof(Header) + n;
+      if (message.capacity() < need) message.reserve(std::max<std::uint64_t>(need, 2 * message.capacity()));
       const Header h{c.mapping, 0, lo, c.bytes.size()};
       const auto* header = reinterpret_cast<const std::byte*>(&h);
       message.insert(message.end(), header, header + sizeof h);
@@ -230,11 +235,11 @@ class Load {
     const std::uint64_t word = kRoundMagic | (done ? kRoundDone : 0);
     for (std::uint32_t q = 0; q < world_; ++q) {
       if (q == rank_) continue;
-      to[q].reserve(sizeof word + outgoing_[q].size());
-      const auto* w = reinterpret_cast<const std::byte*>(&word);
-      to[q].insert(to[q].end(), w, w + sizeof word);
-      to[q].insert(to[q].end(), outgoing_[q].begin(), outgoing_[q].end());
-      std::vector<std::byte>().swap(outgoing_[q]);
+      // The gathered messages move into the round, behind their word: no copy.
+      if (outgoing_[q].empty()) outgoing_[q].resize(sizeof word);
+      std::memcpy(outgoing_[q].data(), &word, sizeof word);
+      to[q] = std::move(outgoing_[q]);
+      outgoing_[q] = {};
     }
     gathered_ = 0;
     ++out_.report.round_count;

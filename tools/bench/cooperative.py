@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """cooperative.py BALLAST OUTDIR [--ranks 1,2,4] [--reps N] [--layers N] [--hidden H] [--ffn F] [--vocab V]
-                  [--no-mpi] [--table-only] [--json FILE]
+                  [--no-mpi] [--exchanges messages,rounds] [--table-only] [--json FILE]
 
 The cold start of a tensor-parallel load across ranks (tools/dev
 bench-ranks; docs/distributed.md#cold-start-across-ranks-a-model):
@@ -8,7 +8,8 @@ bench-ranks; docs/distributed.md#cold-start-across-ranks-a-model):
 1. Measured here: an LLM-shaped model of real, random bytes (written into
    OUTDIR once, as tools/bench/cold_start.py writes it) is loaded by
    `ballast load --comm local --world R` and under `mpirun -np R ... --comm
-   mpi`, for each R, from an empty page cache (every file of the model
+   mpi`, for each R and each way of trading bytes (--exchange messages,
+   and rounds: NCCL's only way), from an empty page cache (every file of the model
    dropped with POSIX_FADV_DONTNEED and, when permitted, the machine's
    clean pages through /proc/sys/vm/drop_caches) each time. Runs are
    interleaved in a shuffled order per repetition (fixed seed); each cell
@@ -60,11 +61,12 @@ def drop_cache(outdir):
         pass
 
 
-def run_ranks(ballast, model, ranks, how):
+def run_ranks(ballast, model, ranks, how, exchange="messages"):
     cmd = [ballast, "load", model, "--comm", "local", "--world", str(ranks), "--json"]
     if how == "mpi":
         cmd = [shutil.which("mpirun"), "-np", str(ranks), "--oversubscribe", ballast, "load", model, "--comm", "mpi",
                "--json"]
+    cmd += ["--exchange", exchange]
     start = time.monotonic()
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=MPI_ENV)
     wall = time.monotonic() - start
@@ -134,6 +136,7 @@ def main():
     ap.add_argument("--ffn", type=int, default=5632)
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--no-mpi", action="store_true")
+    ap.add_argument("--exchanges", default="messages,rounds", help="ways of trading bytes to measure")
     ap.add_argument("--table-only", action="store_true", help="print the model at scale only")
     ap.add_argument("--json", default="")
     a = ap.parse_args()
@@ -146,7 +149,9 @@ def main():
     model = generate(a.outdir, a.layers, a.hidden, a.ffn, a.vocab)
     modeldir = os.path.dirname(model)
     ranks = [int(r) for r in a.ranks.split(",")]
-    hows = ["local"] + ([] if a.no_mpi or not shutil.which("mpirun") else ["mpi"])
+    comms = ["local"] + ([] if a.no_mpi or not shutil.which("mpirun") else ["mpi"])
+    exchanges = a.exchanges.split(",")
+    hows = [(c, e) for c in comms for e in exchanges]
     cells = {(r, h): [] for r in ranks for h in hows}
     anchors, opens = [], []
     rng = random.Random(29)
@@ -158,21 +163,21 @@ def main():
         doc = json.loads(out.stdout)
         anchors.append(doc["referenced_bytes"] / doc["anchor"]["read_seconds"])
         # What a run costs besides reading: the same load with every byte in the page cache.
-        warm = run_ranks(a.ballast, model, 1, "local")
+        warm = run_ranks(a.ballast, model, 1, "local", exchanges[0])
         opens.append(warm["wall"] - warm["load"])  # process start, open, plan, placing on the device
         order = [(r, h) for r in ranks for h in hows]
         rng.shuffle(order)
         for r, h in order:
             drop_cache(modeldir)
-            cells[(r, h)].append(run_ranks(a.ballast, model, r, h))
+            cells[(r, h)].append(run_ranks(a.ballast, model, r, h[0], h[1]))
         print("repetition %d of %d done" % (rep + 1, a.reps), file=sys.stderr)
 
     rate = statistics.median(anchors)
     overhead = statistics.median(opens)
-    union = cells[(ranks[0], "local")][0]["read"]
+    union = cells[(ranks[0], hows[0])][0]["read"]
     print("model: %s, %.0f MB referenced; storage's parallel read (anchor, median of %d): %.2f GB/s; "
           "a warm run's time besides the load: %.2f s" % (model, union / 1e6, a.reps, rate / GB, overhead))
-    print("| ranks | communicator | cold, wall (median, range) | cold, the load itself | bytes read by all ranks | "
+    print("| ranks | communicator, exchange | cold, wall (median, range) | cold, the load itself | bytes read by all ranks | "
           "sent | predicted: start + union / B | measured / predicted |")
     print("|---:|---|---:|---:|---:|---:|---:|---:|")
     results = []
@@ -182,10 +187,10 @@ def main():
             wall = statistics.median(x["wall"] for x in runs)
             loadt = statistics.median(x["load"] for x in runs)
             predicted = overhead + runs[0]["read"] / rate
-            print("| %d | %s | %.2f s (%.2f-%.2f) | %.2f s | %.0f MB | %.0f MB | %.2f s | %.2f |" % (
-                r, h, wall, min(x["wall"] for x in runs), max(x["wall"] for x in runs), loadt, runs[0]["read"] / 1e6,
+            print("| %d | %s, %s | %.2f s (%.2f-%.2f) | %.2f s | %.0f MB | %.0f MB | %.2f s | %.2f |" % (
+                r, h[0], h[1], wall, min(x["wall"] for x in runs), max(x["wall"] for x in runs), loadt, runs[0]["read"] / 1e6,
                 runs[0]["sent"] / 1e6, predicted, wall / predicted))
-            results.append({"ranks": r, "comm": h, "wall": wall, "load": loadt, "read": runs[0]["read"],
+            results.append({"ranks": r, "comm": h[0], "exchange": h[1], "wall": wall, "load": loadt, "read": runs[0]["read"],
                             "sent": runs[0]["sent"], "predicted": predicted})
     print_scale(rows)
     if a.json:
