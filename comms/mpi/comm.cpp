@@ -3,11 +3,12 @@
 // communicator (or of MPI_COMM_WORLD), receives by probing with a
 // deadline, a failure announced to every peer on a tag of its own.
 //
-// Rounds (exchange): the sizes by MPI_Ialltoall, then one MPI_Isend and
+// Rounds (exchange): the sizes, then the bytes, each as one MPI_Isend and
 // one MPI_Irecv per peer on a tag of their own (MPI keeps the order of
 // messages between two ranks on one tag, so rounds cannot cross). Not
-// MPI_Ialltoallv: its counts and displacements are int, and a round of a
-// large world would pass 2 GiB of displacement at one rank.
+// collectives (MPI_Ialltoall, MPI_Ialltoallv): a collective that times out
+// cannot say which ranks did not come, nor be cancelled, and
+// MPI_Alltoallv's int displacements cap a rank's round at 2 GiB.
 //
 // Why nonblocking and polled: a blocking MPI_Send of a large message waits
 // for its receiver, and two ranks sending to each other would wait
@@ -36,7 +37,10 @@ namespace {
 constexpr int kDataTag = 29001;
 constexpr int kFailTag = 29002;
 constexpr int kRoundTag = 29003;
-constexpr int kUnavailable = 10, kInvalid = 1, kOutOfMemory = 11, kDeviceError = 12;
+constexpr int kSizeTag = 29004;
+// The ABI's error codes (plugin_api.h, through comm_plugin.h).
+constexpr int kUnavailable = BALLAST_UNAVAILABLE, kInvalid = BALLAST_INVALID_ARGUMENT,
+              kOutOfMemory = BALLAST_OUT_OF_MEMORY, kDeviceError = BALLAST_DEVICE_ERROR;
 
 void say(char* error, std::size_t size, const std::string& text) {
   if (size == 0) return;
@@ -245,6 +249,10 @@ int barrier(ballast_comm* c, std::int64_t timeout_ns, char* error, std::size_t e
     MPI_Test(&request, &done, MPI_STATUS_IGNORE);
     if (done) return 0;
     if (c->heard_failure()) {
+      // Every rank may have arrived before a peer failed right after it:
+      // a barrier that completed is not a failure.
+      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      if (done) return 0;
       say(error, error_size, c->peer_failure);
       return kUnavailable;
     }
@@ -284,8 +292,8 @@ void fail(ballast_comm* c, const char* why) {
 // Not done: the receives among them are cancelled, so MPI never writes
 // into the caller's buffers after the call returns (sends read copies the
 // library keeps: ballast_comm::pending).
-int wait_all(ballast_comm* c, std::vector<MPI_Request>& requests, std::size_t receives, Clock::time_point deadline,
-             const char* what, char* error, std::size_t error_size) {
+int wait_all(ballast_comm* c, std::vector<MPI_Request>& requests, const std::vector<int>& peers,
+             Clock::time_point deadline, const char* what, char* error, std::size_t error_size) {
   for (;;) {
     int done = 0;
     if (const int rc = MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
@@ -300,18 +308,42 @@ int wait_all(ballast_comm* c, std::vector<MPI_Request>& requests, std::size_t re
     }
     c->reap();
     if (Clock::now() >= deadline) {
-      say(error, error_size, std::string(what) + ": not every rank of " + std::to_string(c->world) + " took part in time");
+      // A receive still open names its peer: the ranks that did not come.
+      std::string who;
+      for (std::size_t i = 0; i < requests.size() && i < peers.size(); ++i)
+        if (requests[i] != MPI_REQUEST_NULL) who += (who.empty() ? "" : ", ") + std::to_string(peers[i]);
+      say(error, error_size, std::string(what) + ": nothing came in time from rank(s) " + who);
       g_failure_seen = true;
       break;
     }
     pause();
   }
-  for (std::size_t i = 0; i < receives && i < requests.size(); ++i) {
-    if (requests[i] == MPI_REQUEST_NULL) continue;
-    MPI_Cancel(&requests[i]);
-    MPI_Wait(&requests[i], MPI_STATUS_IGNORE);
+  // The receives are cancelled: MPI never writes into a buffer after the call.
+  for (MPI_Request& r : requests) {
+    if (r == MPI_REQUEST_NULL) continue;
+    MPI_Cancel(&r);
+    MPI_Wait(&r, MPI_STATUS_IGNORE);
   }
   return kUnavailable;
+}
+
+// Sends `size` bytes at `bytes` to `to` on `tag` from a copy the library
+// keeps until MPI has sent it (ballast_comm::pending). "" or why not.
+std::string send_kept(ballast_comm* c, int to, int tag, const void* bytes, std::uint64_t size) {
+  try {
+    Pending p;
+    p.bytes.assign(static_cast<const char*>(bytes), static_cast<const char*>(bytes) + size);
+    c->pending.push_back(std::move(p));
+  } catch (...) {
+    return "no memory to hold " + std::to_string(size) + " bytes for rank " + std::to_string(to);
+  }
+  Pending& p = c->pending.back();
+  if (const int rc = MPI_Isend(p.bytes.data(), static_cast<int>(size), MPI_BYTE, to, tag, c->comm, &p.request);
+      rc != MPI_SUCCESS) {
+    c->pending.pop_back();
+    return "MPI_Isend to rank " + std::to_string(to) + ": " + mpi_text(rc);
+  }
+  return "";
 }
 
 int exchange(ballast_comm* c, const void* const* sends, const std::uint64_t* sizes,
@@ -329,33 +361,38 @@ int exchange(ballast_comm* c, const void* const* sends, const std::uint64_t* siz
     say(error, error_size, c->peer_failure);
     return kUnavailable;
   }
-  // The sizes. A collective cannot be cancelled: its buffers are the
-  // library's, and are left to MPI if the round does not end.
-  auto* counts = new (std::nothrow) std::vector<std::uint64_t>();
-  if (counts == nullptr) return say(error, error_size, "no memory for a round"), kOutOfMemory;
-  try {
-    counts->assign(sizes, sizes + n);
-    counts->resize(2 * static_cast<std::size_t>(n));
-  } catch (...) {
-    delete counts;
-    say(error, error_size, "no memory for a round");
-    return kOutOfMemory;
-  }
-  std::vector<MPI_Request> requests(1, MPI_REQUEST_NULL);
-  if (const int rc = MPI_Ialltoall(counts->data(), 1, MPI_UINT64_T, counts->data() + n, 1, MPI_UINT64_T, c->comm,
-                                   &requests[0]);
-      rc != MPI_SUCCESS) {
-    delete counts;
-    say(error, error_size, "MPI_Ialltoall: " + mpi_text(rc));
-    return kUnavailable;
-  }
-  if (const int rc = wait_all(c, requests, 0, deadline, "a round's sizes", error, error_size); rc != 0) return rc;
-  std::vector<std::uint64_t> theirs(counts->begin() + n, counts->end());
-  delete counts;
-
-  // Receives first, then sends (copies the library keeps until sent).
-  requests.clear();
+  // The sizes: one uint64 each way per pair, point to point (not a
+  // collective, so that a timeout can name the ranks that did not come).
+  std::vector<std::uint64_t> theirs(static_cast<std::size_t>(n), 0);
+  std::vector<MPI_Request> requests;
+  std::vector<int> peers;
   std::string failed;
+  for (int r = 0; r < n && failed.empty(); ++r) {
+    if (r == c->rank) continue;
+    requests.push_back(MPI_REQUEST_NULL);
+    peers.push_back(r);
+    if (const int rc = MPI_Irecv(&theirs[static_cast<std::size_t>(r)], 1, MPI_UINT64_T, r, kSizeTag, c->comm,
+                                 &requests.back());
+        rc != MPI_SUCCESS)
+      failed = "MPI_Irecv from rank " + std::to_string(r) + ": " + mpi_text(rc);
+  }
+  for (int r = 0; r < n && failed.empty(); ++r)
+    if (r != c->rank) failed = send_kept(c, r, kSizeTag, &sizes[r], sizeof sizes[r]);
+  const auto give_up = [&](const std::string& why) {
+    for (MPI_Request& q : requests) {
+      if (q == MPI_REQUEST_NULL) continue;
+      MPI_Cancel(&q);
+      MPI_Wait(&q, MPI_STATUS_IGNORE);
+    }
+    say(error, error_size, why);
+    return why.rfind("no memory", 0) == 0 ? kOutOfMemory : kUnavailable;
+  };
+  if (!failed.empty()) return give_up(failed);
+  if (const int rc = wait_all(c, requests, peers, deadline, "a round's sizes", error, error_size); rc != 0) return rc;
+
+  // The bytes: receives first, then sends (copies the library keeps until sent).
+  requests.clear();
+  peers.clear();
   for (int r = 0; r < n && failed.empty(); ++r) {
     const std::uint64_t size = r == c->rank ? sizes[r] : theirs[r];
     void* into = deliver(context, static_cast<std::uint32_t>(r), size);
@@ -369,37 +406,15 @@ int exchange(ballast_comm* c, const void* const* sends, const std::uint64_t* siz
     }
     if (size == 0) continue;
     requests.push_back(MPI_REQUEST_NULL);
+    peers.push_back(r);
     if (const int rc = MPI_Irecv(into, static_cast<int>(size), MPI_BYTE, r, kRoundTag, c->comm, &requests.back());
         rc != MPI_SUCCESS)
       failed = "MPI_Irecv from rank " + std::to_string(r) + ": " + mpi_text(rc);
   }
-  const std::size_t receives = requests.size();
-  for (int r = 0; r < n && failed.empty(); ++r) {
-    if (r == c->rank || sizes[r] == 0) continue;
-    try {
-      Pending p;
-      p.bytes.assign(static_cast<const char*>(sends[r]), static_cast<const char*>(sends[r]) + sizes[r]);
-      c->pending.push_back(std::move(p));
-    } catch (...) {
-      failed = "no memory to hold " + std::to_string(sizes[r]) + " bytes for rank " + std::to_string(r);
-      break;
-    }
-    Pending& p = c->pending.back();
-    if (const int rc = MPI_Isend(p.bytes.data(), static_cast<int>(sizes[r]), MPI_BYTE, r, kRoundTag, c->comm, &p.request);
-        rc != MPI_SUCCESS) {
-      c->pending.pop_back();
-      failed = "MPI_Isend to rank " + std::to_string(r) + ": " + mpi_text(rc);
-    }
-  }
-  if (!failed.empty()) {
-    for (std::size_t i = 0; i < receives; ++i) {
-      MPI_Cancel(&requests[i]);
-      MPI_Wait(&requests[i], MPI_STATUS_IGNORE);
-    }
-    say(error, error_size, failed);
-    return failed.rfind("no memory", 0) == 0 ? kOutOfMemory : kUnavailable;
-  }
-  return wait_all(c, requests, receives, deadline, "a round's bytes", error, error_size);
+  for (int r = 0; r < n && failed.empty(); ++r)
+    if (r != c->rank && sizes[r] > 0) failed = send_kept(c, r, kRoundTag, sends[r], sizes[r]);
+  if (!failed.empty()) return give_up(failed);
+  return wait_all(c, requests, peers, deadline, "a round's bytes", error, error_size);
 }
 
 const ballast_comm_plugin kTable = {

@@ -41,7 +41,9 @@
 
 namespace {
 
-constexpr int kInvalid = 1, kUnavailable = 10, kOutOfMemory = 11, kDeviceError = 12;
+// The ABI's error codes (plugin_api.h, through comm_plugin.h).
+constexpr int kUnavailable = BALLAST_UNAVAILABLE, kInvalid = BALLAST_INVALID_ARGUMENT,
+              kOutOfMemory = BALLAST_OUT_OF_MEMORY, kDeviceError = BALLAST_DEVICE_ERROR;
 
 using Clock = std::chrono::steady_clock;
 
@@ -95,6 +97,10 @@ bool parse(const char* text, Options& o, std::string& why) {
       o.id_file = value;
       continue;
     }
+    if (key != "device" && key != "timeout_s") {
+      why = "unknown option \"" + key + "\" (the nccl communicator takes device, id_file and timeout_s)";
+      return false;
+    }
     char* e = nullptr;
     const long n = std::strtol(value.c_str(), &e, 10);
     if (*e != '\0' || n < 0 || (key == "timeout_s" && (n < 1 || n > 86400))) {
@@ -133,23 +139,32 @@ std::string nccl_text(ncclResult_t r, ncclComm_t comm) {
   return text;
 }
 
+// One look at the communicator: 0 while no call failed (*busy: one is
+// still in progress), kDeviceError once one did.
+int look(ballast_comm* c, const std::string& what, bool& busy, char* error, std::size_t error_size) {
+  ncclResult_t state = ncclSuccess;
+  if (const ncclResult_t r = ncclCommGetAsyncError(c->comm, &state); r != ncclSuccess) state = r;
+  busy = state == ncclInProgress;
+  if (state == ncclSuccess || busy) return 0;
+  c->failed = true;
+  say(error, error_size, what + ": " + nccl_text(state, c->comm));
+  return kDeviceError;
+}
+
+// The deadline passed with a peer still missing: this communicator gives up.
+int too_late(ballast_comm* c, const std::string& what, char* error, std::size_t error_size) {
+  c->failed = true;
+  say(error, error_size, what + ": not every rank of " + std::to_string(c->world) + " took part in time");
+  return kUnavailable;
+}
+
 // Waits until the communicator has no call in progress (a non-blocking
 // communicator returns ncclInProgress from calls that go on), or deadline.
 int settle(ballast_comm* c, Clock::time_point deadline, const std::string& what, char* error, std::size_t error_size) {
-  for (;;) {
-    ncclResult_t state = ncclSuccess;
-    if (const ncclResult_t r = ncclCommGetAsyncError(c->comm, &state); r != ncclSuccess) state = r;
-    if (state == ncclSuccess) return 0;
-    if (state != ncclInProgress) {
-      c->failed = true;
-      say(error, error_size, what + ": " + nccl_text(state, c->comm));
-      return kDeviceError;
-    }
-    if (Clock::now() >= deadline) {
-      c->failed = true;
-      say(error, error_size, what + ": not every rank of " + std::to_string(c->world) + " took part in time");
-      return kUnavailable;
-    }
+  for (bool busy = true;;) {
+    if (const int rc = look(c, what, busy, error, error_size); rc != 0) return rc;
+    if (!busy) return 0;
+    if (Clock::now() >= deadline) return too_late(c, what, error, error_size);
     pause();
   }
 }
@@ -157,7 +172,7 @@ int settle(ballast_comm* c, Clock::time_point deadline, const std::string& what,
 // Waits for the stream's work (the group's transfers and the copies).
 int drain(ballast_comm* c, Clock::time_point deadline, const std::string& what, char* error, std::size_t error_size) {
   if (const int rc = settle(c, deadline, what, error, error_size); rc != 0) return rc;
-  for (;;) {
+  for (bool busy = false;;) {
     const cudaError_t q = cudaStreamQuery(c->stream);
     if (q == cudaSuccess) return 0;
     if (q != cudaErrorNotReady) {
@@ -165,21 +180,31 @@ int drain(ballast_comm* c, Clock::time_point deadline, const std::string& what, 
       say(error, error_size, what + ": " + cudaGetErrorString(q));
       return kDeviceError;
     }
-    ncclResult_t state = ncclSuccess;
-    ncclCommGetAsyncError(c->comm, &state);
-    if (state != ncclSuccess && state != ncclInProgress) {
-      c->failed = true;
-      say(error, error_size, what + ": " + nccl_text(state, c->comm));
-      return kDeviceError;
-    }
-    if (Clock::now() >= deadline) {
-      c->failed = true;
-      say(error, error_size, what + ": not every rank of " + std::to_string(c->world) + " took part in time");
-      return kUnavailable;
-    }
+    if (const int rc = look(c, what, busy, error, error_size); rc != 0) return rc;
+    if (Clock::now() >= deadline) return too_late(c, what, error, error_size);
     pause();
   }
 }
+
+// `device` current on this thread for a scope, then the caller's own
+// again: the engine's threads keep the device they had.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    status_ = previous_ == device ? cudaSuccess : cudaSetDevice(device);
+  }
+  ~DeviceScope() {
+    if (previous_ >= 0 && status_ == cudaSuccess) cudaSetDevice(previous_);
+  }
+  cudaError_t status() const { return status_; }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;
+  cudaError_t status_ = cudaSuccess;
+};
 
 int cuda_check(ballast_comm* c, cudaError_t e, const std::string& what, char* error, std::size_t error_size) {
   if (e == cudaSuccess) return 0;
@@ -233,6 +258,7 @@ int share_id(const Options& o, int rank, ncclUniqueId& id, Clock::time_point dea
 }
 
 void destroy(ballast_comm* c) {
+  const DeviceScope on(c->device);
   if (c->staging != nullptr) cudaFree(c->staging);
   if (c->stream != nullptr) cudaStreamDestroy(c->stream);
   // A failed rank's peers may never finish with it: abort, never wait.
@@ -299,7 +325,8 @@ int open(const char* options, void* native, ballast_comm** out, char* error, std
     delete c;
     return kInvalid;
   }
-  if (const int rc = cuda_check(nullptr, cudaSetDevice(c->device), "cudaSetDevice(" + std::to_string(c->device) + ")", error, error_size); rc != 0) {
+  const DeviceScope on(c->device);
+  if (const int rc = cuda_check(nullptr, on.status(), "cudaSetDevice(" + std::to_string(c->device) + ")", error, error_size); rc != 0) {
     delete c;
     return rc;
   }
@@ -368,6 +395,8 @@ int exchange(ballast_comm* c, const void* const* sends, const std::uint64_t* siz
              std::size_t error_size) {
   if (c->failed) return refuse_after_failure(c, error, error_size);
   const auto deadline = Clock::now() + std::chrono::nanoseconds(std::max<std::int64_t>(timeout_ns, 0));
+  const DeviceScope on(c->device);
+  if (const int rc = cuda_check(c, on.status(), "cudaSetDevice", error, error_size); rc != 0) return rc;
   const std::size_t n = static_cast<std::size_t>(c->world);
   // Phase 1, the sizes: [n sent][n received] uint64 at the staging's start.
   if (const int rc = reserve(c, 2 * n * sizeof(std::uint64_t), error, error_size); rc != 0) return rc;
@@ -426,6 +455,8 @@ int exchange(ballast_comm* c, const void* const* sends, const std::uint64_t* siz
 int barrier(ballast_comm* c, std::int64_t timeout_ns, char* error, std::size_t error_size) {
   if (c->failed) return refuse_after_failure(c, error, error_size);
   const auto deadline = Clock::now() + std::chrono::nanoseconds(std::max<std::int64_t>(timeout_ns, 0));
+  const DeviceScope on(c->device);
+  if (const int rc = cuda_check(c, on.status(), "cudaSetDevice", error, error_size); rc != 0) return rc;
   if (const int rc = reserve(c, sizeof(int), error, error_size); rc != 0) return rc;
   if (const int rc = nccl_check(c, ncclAllReduce(c->staging, c->staging, 1, ncclInt32, ncclSum, c->comm, c->stream), "the barrier (ncclAllReduce)", error, error_size); rc != 0)
     return rc;

@@ -130,6 +130,14 @@ class Load {
         BALLAST_RETURN_IF_ERROR(accept(*message));
       }
     }
+    // Every byte of this rank's shards came, once: a load plan made from
+    // other shard plans leaves some uncovered, which must not pass as zeros.
+    const std::uint64_t got = out_.report.kept_bytes + out_.report.received_bytes + out_.report.inline_bytes;
+    if (got != plans_.ranks[rank_].totals.device_bytes)
+      return make_error(ErrorCode::malformed, "this rank's shards got " + std::to_string(got) + " of their " +
+                                                  std::to_string(plans_.ranks[rank_].totals.device_bytes) +
+                                                  " bytes: is the load plan made from these shard plans "
+                                                  "(plan_cooperative_load(model, plans))?");
     // Every rank holds its shards before any returns them: a failure
     // anywhere fails the load everywhere.
     BALLAST_RETURN_IF_ERROR(comm_.barrier(Clock::now() + options_.timeout));
@@ -275,11 +283,7 @@ class Load {
   // After the last round every byte must have come: a peer that sent less
   // than this rank's plan takes has another plan.
   Status owed_after_rounds() const {
-    std::string who;
-    for (std::uint32_t p = 0; p < world_; ++p)
-      if (received_[p] < expected_[p])
-        who += (who.empty() ? "rank " : ", rank ") + std::to_string(p) + " (" +
-               std::to_string(expected_[p] - received_[p]) + " bytes short)";
+    const std::string who = owing(" bytes short");
     if (who.empty()) return {};
     return make_error(ErrorCode::malformed, "every rank has read everything, and " + who +
                                                 " sent less than this rank's plan takes: do the ranks have the same model and plan?");
@@ -319,7 +323,7 @@ class Load {
     const std::uint64_t payload = whole ? size - sizeof h : std::min(takes, size - sizeof h);
     if (takes != payload || payload == 0 || payload > expected_[sender] - received_[sender])
       return make_error(ErrorCode::malformed,
-                        from + " sent " + std::to_string(payload) + " bytes of " + file_name(h.mapping) +
+                        from + " sent " + std::to_string(payload) + " bytes of this rank's " + file_name(h.mapping) +
                             " [" + std::to_string(h.offset) + ", +" + std::to_string(h.length) + "), where this rank's plan takes " +
                             std::to_string(takes) + " (and " + std::to_string(expected_[sender] - received_[sender]) +
                             " more from it in all): do the ranks have the same model and plan?");
@@ -341,12 +345,18 @@ class Load {
     return path ? "'" + path->string() + "'" : "file " + std::to_string(mapping);
   }
 
-  Status owed_error() const {
+  // "rank 1 (96 bytes<unit>), rank 3 (...)": the peers that still owe this rank bytes.
+  std::string owing(const char* unit) const {
     std::string who;
     for (std::uint32_t p = 0; p < world_; ++p)
       if (received_[p] < expected_[p])
         who += (who.empty() ? "rank " : ", rank ") + std::to_string(p) + " (" +
-               std::to_string(expected_[p] - received_[p]) + " bytes)";
+               std::to_string(expected_[p] - received_[p]) + " bytes" + unit + ")";
+    return who;
+  }
+
+  Status owed_error() const {
+    const std::string who = owing("");
     std::string reading;
     for (std::uint32_t p = 0; p < world_; ++p)
       if (!done_[p] && received_[p] >= expected_[p]) reading += (reading.empty() ? "" : ", ") + std::to_string(p);

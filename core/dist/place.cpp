@@ -25,6 +25,7 @@ Status RankDevice::release() {
   owned_.clear();
   shards.clear();
   derived.clear();
+  shard_bytes = derived_bytes = scratch_bytes = 0;  // it holds nothing now
   return first;
 }
 
@@ -42,6 +43,10 @@ Result<DevicePtr> RankDevice::allocate(std::uint64_t bytes, const std::string& w
 Result<RankDevice> place_rank(GpuBackend& gpu, const Model& model, const ShardPlan& rank, const RankShards& shards,
                               std::span<const PlannedDerivation> plan) {
   const std::string context = "placing rank " + std::to_string(rank.rank) + "'s shards";
+  if (shards.report.rank != rank.rank)
+    return make_error(ErrorCode::invalid_argument, "the shards of rank " + std::to_string(shards.report.rank) +
+                                                       " given with the plan of rank " + std::to_string(rank.rank))
+        .with_context(context);
   if (shards.shards.size() != rank.weights.size())
     return make_error(ErrorCode::invalid_argument, "the rank's shards are not its plan's (" +
                                                        std::to_string(shards.shards.size()) + " arrays for " +

@@ -17,6 +17,10 @@ Result<RankModel> rank_model(const Model& whole, const ShardPlan& rank, RankShar
                              std::span<const PlannedDerivation> plan) {
   const std::string context =
       "the model of rank " + std::to_string(rank.rank) + " of " + std::to_string(rank.world) + "'s shards";
+  if (shards.report.rank != rank.rank)
+    return make_error(ErrorCode::invalid_argument, "the shards of rank " + std::to_string(shards.report.rank) +
+                                                       " given with the plan of rank " + std::to_string(rank.rank))
+        .with_context(context);
   if (shards.shards.size() != rank.weights.size())
     return make_error(ErrorCode::invalid_argument, std::to_string(shards.shards.size()) + " shards for a plan of " +
                                                        std::to_string(rank.weights.size()) + " weights")

@@ -236,19 +236,16 @@ Result<std::vector<ResolvedWeight>> resolve_shards(const Model& model, const std
   }
   // The rule of each weight first: a MatMulNBits scales tensor follows its B's.
   std::unordered_map<ValueId, const ShardRule*> rule_of;
-  std::vector<bool> matched(rules.size(), false);
   for (ValueId id : model.weight_order()) {
     const std::string_view name = model.value_name(id);
     for (std::size_t i = 0; i < rules.size(); ++i)
       if (patterns[i].matches(name)) {
         rule_of.emplace(id, &rules[i]);
-        matched[i] = true;
         break;
       }
   }
-  if (unmatched != nullptr)
-    for (std::size_t i = 0; i < rules.size(); ++i)
-      if (!matched[i]) unmatched->push_back(rules[i].name);
+  // The rules that decide some weight's split (a companion's is its B's).
+  std::vector<bool> used(rules.size(), false);
   const Consumers consumers(model);
   std::vector<ResolvedWeight> out;
   out.reserve(model.weight_order().size());
@@ -261,6 +258,7 @@ Result<std::vector<ResolvedWeight>> resolve_shards(const Model& model, const std
     const bool companion = layout.role == Role::nbits_scales || layout.role == Role::nbits_zero_points;
     const auto found = rule_of.find(companion ? layout.nbits->b : id);
     const ShardRule* rule = found == rule_of.end() ? nullptr : found->second;
+    if (rule != nullptr) used[static_cast<std::size_t>(rule - rules.data())] = true;
     r.split = rule ? rule->split : ShardSplit::replicated;
     r.rule = rule ? rule->name : "";
     r.layout = layout.text;
@@ -303,6 +301,9 @@ Result<std::vector<ResolvedWeight>> resolve_shards(const Model& model, const std
     }
     out.push_back(std::move(r));
   }
+  if (unmatched != nullptr)
+    for (std::size_t i = 0; i < rules.size(); ++i)
+      if (!used[i]) unmatched->push_back(rules[i].name);
   return out;
 }
 

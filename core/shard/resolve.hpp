@@ -38,7 +38,8 @@ struct ResolvedWeight {
 
 // Every weight of the model, in weight order. `world` is checked by the
 // caller. `unmatched`, when given, receives the names of the rules that
-// matched no weight (in rule order).
+// decide no weight's split (in rule order): no name matches them before
+// an earlier rule, or only scales and zero points do (which follow their B).
 Result<std::vector<ResolvedWeight>> resolve_shards(const Model& model, const std::vector<ShardRule>& rules,
                                                    std::uint32_t world, std::vector<std::string>* unmatched = nullptr);
 

@@ -9,9 +9,10 @@
  * (struct_size, api_major, api_minor, name), refuses another major with
  * both versions named, and then only calls through the function pointers.
  * Every function returns 0 or an error code, the values of ballast's
- * ErrorCode (status.hpp; plugin_api.h names them): 1 invalid_argument,
- * 10 unavailable (a peer that failed or did not answer in time), 11
- * out_of_memory (also when `allocate` gave NULL), 12 device_error;
+ * ErrorCode (status.hpp), named by plugin_api.h (included here):
+ * BALLAST_INVALID_ARGUMENT, BALLAST_UNAVAILABLE (a peer that failed or did
+ * not answer in time), BALLAST_OUT_OF_MEMORY (also when `allocate` gave
+ * NULL), BALLAST_DEVICE_ERROR;
  * writing a message of at most `error_size` bytes, NUL-terminated, into
  * `error` first. No function lets a C++ exception leave it. The file is
  * named libballast_comm_<name>.so (underscores: a backend plugin's name,
@@ -25,6 +26,8 @@
  * library still loads (its rounds are built from send and receive). */
 #ifndef BALLAST_COMM_PLUGIN_H
 #define BALLAST_COMM_PLUGIN_H
+
+#include <ballast/plugin_api.h> /* the error codes */
 
 #include <stddef.h>
 #include <stdint.h>

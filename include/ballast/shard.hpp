@@ -160,10 +160,11 @@ struct ShardPlan {
   // The model's referenced bytes (every weight whole, each byte once):
   // read_bytes + not_needed_bytes.
   std::uint64_t model_bytes = 0;
-  // The rules (by name, in rule order) that matched no weight of the
-  // model: a misspelt pattern would otherwise leave its weights replicated
-  // without a word (the defaults name every family's weights, so most of
-  // them match nothing in any one model).
+  // The rules (by name, in rule order) that decide no weight's split: no
+  // weight's name matches them before an earlier rule does, or only
+  // MatMulNBits scales and zero points do (which follow their B's rule). A
+  // misspelt pattern would otherwise go unnoticed (the defaults name every
+  // family's weights, so most of them decide nothing in any one model).
   std::vector<std::string> unmatched_rules;
 };
 

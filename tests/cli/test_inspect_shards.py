@@ -176,7 +176,7 @@ def main():
                              {"name": "typo", "pattern": "*.q_prj.weight", "split": "column"}]}, f)
     rc, _, err = run(cli, "inspect", st, "--world", 2, "--shard-rules", typo)
     notes = [l for l in err.splitlines() if "note:" in l]
-    expect(rc == 0 and len(notes) == 1 and "shard rule 'typo' matches no weight" in notes[0],
+    expect(rc == 0 and len(notes) == 1 and "shard rule 'typo' decides no weight" in notes[0],
            "--shard-rules: the one rule that matches nothing is noted (got %d: %s)" % (rc, err.strip()[-300:]))
     rc, _, err = run(cli, "inspect", st, "--world", 2, "--shard-rules", rules)
     expect(rc == 0 and "note:" not in err, "--shard-rules: no note when every file rule matches (got: %s)" % err.strip())

@@ -207,7 +207,7 @@ const RegisterCommand kDerive{{
     "Run every derivation that applies to MODEL's weights on a backend, then tear down",
     [](CLI::App& sub) {
       auto opt = std::make_shared<DeriveOptions>();
-      sub.add_option("model", opt->model, "the model: .onnx, .safetensors, or a *.safetensors.index.json")->required();
+      sub.add_option("model", opt->model, "the model: .onnx, .safetensors, a *.safetensors.index.json, or .gguf")->required();
       sub.add_option("--backend", opt->backend, "backend config string, e.g. cpu, vulkan:0, cuda:GPU-<uuid>")
           ->capture_default_str();
       sub.add_option("--dump", opt->dump, "write every derived tensor to DIR as .npy (pairs as two files)");

@@ -232,9 +232,10 @@ int run_load(const LoadCommandOptions& opt) {
     // The cooperative load has its own report: the single-process path's
     // options would be ignored there, so they are refused.
     if (opt.cold || opt.plan_only || opt.mmap || opt.anchor || opt.residency != "upload" || !opt.budget.empty() ||
-        opt.read_cached)
-      return ctx.fail("--comm takes none of --cold, --plan, --mmap, --anchor, --residency, --budget, --read-cached "
-                      "(the cooperative load reads cold by design: drop the page cache before it to measure one)");
+        opt.read_cached || opt.populate_threads != ResidencyLoadOptions{}.populate_threads)
+      return ctx.fail("--comm takes none of --cold, --plan, --mmap, --anchor, --residency, --budget, --read-cached, "
+                      "--populate-threads (the cooperative load reads cold by design: drop the page cache before it "
+                      "to measure one)");
     RanksOptions ranks;
     ranks.model = opt.model;
     ranks.backend = opt.backend;

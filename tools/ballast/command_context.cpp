@@ -10,7 +10,9 @@
 
 namespace ballast::cli {
 
-void CommandContext::report(const Error& error) const { report_error(command_, error); }
+void CommandContext::report(const Error& error) const {
+  report_error(command_, who_.empty() ? error : Error(error).with_context(who_));
+}
 
 int CommandContext::fail(const Error& error, int code) {
   report(error);
@@ -21,7 +23,10 @@ int CommandContext::fail(const Error& error, int code) {
 
 int CommandContext::fail(std::string_view message, int code) {
   // One line, escaped as report_error escapes an Error's text.
-  std::cerr << "ballast " << printable(command_) << ": " << printable(message) << '\n';
+  const std::string line = "ballast " + printable(command_) + ": " + printable(message) +
+                           (who_.empty() ? "" : " (" + printable(who_) + ")") + '\n';
+  std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
+  std::cerr.flush();
   exit_code_ = code;
   return code;
 }

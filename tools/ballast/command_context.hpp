@@ -45,6 +45,9 @@ class CommandContext {
   int fail(const Error& error, int code = kExitBadInput);
   // The same for a failure that is no library Error (a message of the CLI's own).
   int fail(std::string_view message, int code = kExitBadInput);
+  // Every line reported from here on says `who` too ("while rank 1 of 2"):
+  // the processes of an MPI job print side by side.
+  void set_who(std::string who) { who_ = std::move(who); }
   // kExitOk until a step or fail() failed; then that failure's code.
   int exit_code() const noexcept { return exit_code_; }
   // The last library Error fail() reported (a step's), for passing on:
@@ -75,6 +78,7 @@ class CommandContext {
 
  private:
   std::string command_;
+  std::string who_;
   int exit_code_ = kExitOk;
   std::optional<Error> last_error_;
   // Declared before the backend: the backend closes first, as when each

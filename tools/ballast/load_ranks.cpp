@@ -125,9 +125,10 @@ Result<Placed> place_resident(GpuBackend& gpu, const Model& model, const ShardPl
 }
 
 json rank_json(const CooperativeLoadReport& r, const Placed& placed, std::size_t shards, const std::string& comm,
-               std::uint32_t world, bool derive) {
+               std::uint32_t world, std::uint32_t domain, bool derive) {
   json doc = {{"rank", r.rank},
           {"world", world},
+          {"domain", domain},
           {"comm", comm},
           {"read_bytes", r.read_bytes},
           {"kept_bytes", r.kept_bytes},
@@ -184,9 +185,11 @@ int run_load_ranks(const RanksOptions& opt) {
   const std::string who = comms.size() == 1 && world > 1
                               ? "rank " + std::to_string(comms[0]->rank()) + " of " + std::to_string(world)
                               : "";
+  // This process's own lines name its rank too (ctx), and so does what
+  // its peers hear.
+  ctx.set_who(who);
   const auto fail_all = [&](Error error) {
-    if (!who.empty()) error.with_context(who);
-    for (auto& c : comms) c->fail(Status(error));
+    for (auto& c : comms) c->fail(Status(who.empty() ? error : Error(error).with_context(who)));
     return ctx.fail(error);
   };
   // A step that reported its own error (the model, the backend): the
@@ -246,6 +249,7 @@ int run_load_ranks(const RanksOptions& opt) {
     for (std::thread& t : threads) t.join();
   }
   int exit_code = kExitOk;
+  ctx.set_who("");  // from here every error names its rank itself
   for (std::size_t i = 0; i < comms.size(); ++i) {
     const std::uint32_t rank = comms[i]->rank();
     Result<RankShards>& got = *results[i];
@@ -268,7 +272,7 @@ int run_load_ranks(const RanksOptions& opt) {
     const CooperativeLoadReport& r = report;
     if (opt.json) {
       // One line per rank: ranks of an MPI job print theirs side by side.
-      std::cout << rank_json(r, *placed, shard_count, comms[i]->name(), world, opt.derive).dump() << std::endl;
+      std::cout << rank_json(r, *placed, shard_count, comms[i]->name(), world, load->ranks[rank].domain, opt.derive).dump() << std::endl;
     } else {
       const std::string how =
           r.rounds ? " in " + std::to_string(r.round_count) + (r.round_count == 1 ? " round" : " rounds") : "";
@@ -296,8 +300,9 @@ int run_load_ranks(const RanksOptions& opt) {
     std::printf("the ranks read %s together (%s); each reading its own shards: %s; "
                 "each reading everything: %s\n",
                 human_bytes(load->union_bytes).c_str(),
-                load->domains == 1 ? "the referenced bytes, once"
-                                   : ("once per storage domain, " + std::to_string(load->domains) + " domains").c_str(), human_bytes(load->read_per_rank_bytes).c_str(),
+                load->union_bytes == 0 ? "no external data: inline weights are copied from each rank's model"
+                : load->domains == 1   ? "the referenced bytes, once"
+                                       : ("once per storage domain, " + std::to_string(load->domains) + " domains").c_str(), human_bytes(load->read_per_rank_bytes).c_str(),
                 human_bytes(load->read_everything_bytes).c_str());
   return exit_code;
 }

@@ -127,8 +127,8 @@ def print_scale(rows):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("ballast")
-    ap.add_argument("outdir")
+    ap.add_argument("ballast", nargs="?", help="the ballast CLI (not needed with --table-only)")
+    ap.add_argument("outdir", nargs="?", help="where the model is written (not needed with --table-only)")
     ap.add_argument("--ranks", default="1,2,4")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--layers", type=int, default=12)
@@ -144,6 +144,8 @@ def main():
     if a.table_only:
         print_scale(rows)
         return 0
+    if not a.ballast or not a.outdir:
+        ap.error("BALLAST and OUTDIR are needed unless --table-only")
 
     os.makedirs(a.outdir, exist_ok=True)
     model = generate(a.outdir, a.layers, a.hidden, a.ffn, a.vocab)

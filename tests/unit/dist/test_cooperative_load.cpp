@@ -375,6 +375,21 @@ TEST_CASE("cooperative load: a message its plan does not take is refused, naming
   CHECK(heard.error().to_string().find("rank 0 failed") != std::string::npos);
 }
 
+TEST_CASE("cooperative load: a load plan that leaves bytes of a shard unread fails, never passes zeros") {
+  HfWorld w("dist-uncovered", 2);
+  CooperativeLoadPlan broken = w.load;
+  broken.reads[1] = ReadPlan{};  // rank 1 reads nothing: its part of the union is nobody's
+  const Run run = run_world(w.model, w.plans, broken, small_chunks);
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    REQUIRE_FALSE(run.results[r].ok());
+    const std::string text = run.results[r].error().to_string();
+    const bool named = text.find("is the load plan made from these shard plans") != std::string::npos ||
+                       text.find("failed") != std::string::npos;
+    CHECK_MESSAGE(named, text);
+  }
+}
+
 TEST_CASE("cooperative load: plans of another world are refused before anything is read") {
   HfWorld w("dist-world", 2);
   const Model* m = &w.model;

@@ -142,4 +142,18 @@ TEST_CASE("rank_model: a shard set that is not the plan's is refused, naming the
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.error().code == ErrorCode::invalid_argument);
   CHECK_MESSAGE(bad.error().to_string().find("rank 1 of 2") != std::string::npos, bad.error().to_string());
+  // Rank 0's shards with rank 1's plan: the same sizes (even splits), refused by rank.
+  auto load = plan_cooperative_load(*m, *plans);
+  REQUIRE(load.ok());
+  auto loaded = load_all(*m, *plans, *load);
+  REQUIRE(loaded[0].ok());
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  auto placed = place_rank(**gpu, *m, plans->ranks[1], *loaded[0]);
+  REQUIRE_FALSE(placed.ok());
+  CHECK_MESSAGE(placed.error().to_string().find("the shards of rank 0 given with the plan of rank 1") != std::string::npos,
+                placed.error().to_string());
+  auto swapped = rank_model(*m, plans->ranks[1], std::move(*loaded[0]));
+  REQUIRE_FALSE(swapped.ok());
+  CHECK(swapped.error().code == ErrorCode::invalid_argument);
 }

@@ -145,6 +145,22 @@ TEST_CASE("rules that match no weight are listed, in rule order, on every rank's
   REQUIRE(all.ok());
   CHECK(all->unmatched_rules == std::vector<std::string>{"typo", "also-typo"});
   for (const ShardPlan& p : all->ranks) CHECK(p.unmatched_rules == all->unmatched_rules);
+  // A rule an earlier one shadows decides nothing either.
+  std::vector<ShardRule> shadowed = {{"first", "*.q_proj.weight", ShardSplit::column, {}, 0},
+                                     {"second", "*.q_proj.weight", ShardSplit::row, {}, 0}};
+  auto shadow = plan_shards(*m, ShardSpec{2, 0, shadowed});
+  REQUIRE(shadow.ok());
+  CHECK(shadow->unmatched_rules == std::vector<std::string>{"second"});
+  // A rule only MatMulNBits scales match decides nothing: scales follow their B.
+  ScratchDir onnx_dir("shard-unmatched-onnx");
+  auto onnx = llm_onnx().write(onnx_dir);
+  REQUIRE_MESSAGE(onnx.ok(), onnx.error().to_string());
+  std::vector<ShardRule> scales_rule = {{"scales", "*.scales", ShardSplit::replicated, {}, 0}};
+  for (ShardRule& r : default_shard_rules()) scales_rule.push_back(std::move(r));
+  auto with_scales = plan_shards(*onnx, ShardSpec{2, 0, scales_rule});
+  REQUIRE_MESSAGE(with_scales.ok(), with_scales.error().to_string());
+  REQUIRE_FALSE(with_scales->unmatched_rules.empty());
+  CHECK(with_scales->unmatched_rules.front() == "scales");
   // The defaults on a Hugging Face model: the GGUF and ONNX rules match nothing, the HF ones do.
   auto defaults = plan_shards_all(*m, ShardSpec{2, 0, {}});
   REQUIRE(defaults.ok());

@@ -9,7 +9,11 @@ namespace ballast::cli {
 void report_error(std::string_view command, const Error& error) {
   // One line that moves no cursor, whatever the message carries (names
   // and paths may hold newlines and escape sequences).
-  std::cerr << "ballast " << printable(command) << ": " << printable(error.to_string()) << '\n';
+  // Written whole, in one call: processes of an MPI job share the stream,
+  // and a line written in pieces would interleave with theirs.
+  const std::string line = "ballast " + printable(command) + ": " + printable(error.to_string()) + '\n';
+  std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
+  std::cerr.flush();
 }
 
 std::vector<FileAccounting> account_external_files(const WeightStore& store) {

@@ -52,6 +52,7 @@ json shard_plans_json(const ShardPlans& plans, const CooperativeLoadPlan& load, 
   doc["rules"] = rules;
   doc["union_bytes"] = plans.union_bytes;
   doc["read_bytes_sum"] = plans.read_bytes_sum;
+  doc["unmatched_rules"] = plans.unmatched_rules;
   doc["cooperative"] = {{"domains", load.domains},
                         {"union_bytes", load.union_bytes},
                         {"read_per_rank_bytes", load.read_per_rank_bytes},

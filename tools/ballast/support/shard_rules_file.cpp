@@ -72,7 +72,8 @@ void note_unmatched_file_rules(const std::vector<std::string>& unmatched, const 
   for (const std::string& name : unmatched)
     if (std::find(builtin.begin(), builtin.end(), name) == builtin.end())
       std::cerr << "ballast " << command << ": note: shard rule '" << printable(name)
-                << "' matches no weight of this model (its weights, if any, stay replicated)\n";
+                << "' decides no weight of this model (no name matches it before an earlier rule does, "
+                   "or only scales and zero points do, which follow their B)\n";
 }
 
 }  // namespace ballast::cli

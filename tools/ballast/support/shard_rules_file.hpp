@@ -23,9 +23,10 @@ namespace ballast::cli {
 // default_shard_rules(). Errors name the file and the rule (by index).
 Result<std::vector<ShardRule>> read_shard_rules_file(const std::filesystem::path& file);
 
-// Of a plan's unmatched rules, those the file gave (not the built-in ones
-// it appends, most of which match nothing in any one model): a note for
-// each, so a misspelt pattern does not leave its weights replicated silently.
+// Of the rules that decide no weight (ShardPlan::unmatched_rules), those
+// the file gave (not the built-in ones it appends, most of which decide
+// nothing in any one model): a note for each, so a misspelt or shadowed
+// rule is seen.
 void note_unmatched_file_rules(const std::vector<std::string>& unmatched, const std::string& command);
 
 }  // namespace ballast::cli
