@@ -302,7 +302,7 @@ int open(const char* options, void* native, ballast_comm** out, char* error, std
         env_number({"BALLAST_WORLD", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE"}, world);
     if (has_rank != has_world || world < 1 || rank >= world) {
       say(error, error_size, "the environment gives rank " + std::to_string(rank) + " of " + std::to_string(world) +
-                                 " (BALLAST_RANK and BALLAST_WORLD set both)");
+                                 ": set both BALLAST_RANK and BALLAST_WORLD (or a launcher's pair), or neither");
       delete c;
       return kInvalid;
     }

@@ -104,8 +104,7 @@ class Load {
       do BALLAST_RETURN_IF_ERROR(round(true));
       while (!all_done_);
       if (Status owed = owed_after_rounds(); !owed.ok()) return owed;
-    }
-    if (!rounds_) {
+    } else {
       // This rank has read everything: it says so, then takes the rest of
       // its bytes until every peer has paid and said so too. A peer still
       // reading sends signs of life meanwhile, so the wait for it is
