@@ -94,9 +94,9 @@ struct ballast_comm {
     MPI_Status status;
     if (MPI_Iprobe(MPI_ANY_SOURCE, kFailTag, comm, &flag, &status) != MPI_SUCCESS || !flag) return false;
     int count = 0;
-    MPI_Get_count(&status, MPI_CHAR, &count);
+    MPI_Get_count(&status, MPI_BYTE, &count);
     std::string why(static_cast<std::size_t>(std::max(count, 0)), '\0');
-    MPI_Recv(why.data(), count, MPI_CHAR, status.MPI_SOURCE, kFailTag, comm, MPI_STATUS_IGNORE);
+    MPI_Recv(why.data(), count, MPI_BYTE, status.MPI_SOURCE, kFailTag, comm, MPI_STATUS_IGNORE);
     peer_failure = "rank " + std::to_string(status.MPI_SOURCE) + " failed: " + why;
     g_failure_seen = true;
     return true;
@@ -167,6 +167,40 @@ void close(ballast_comm* c) {
 std::uint32_t rank(const ballast_comm* c) { return static_cast<std::uint32_t>(c->rank); }
 std::uint32_t world(const ballast_comm* c) { return static_cast<std::uint32_t>(c->world); }
 
+// Sends `size` bytes at `bytes` to `to` on `tag` from a copy the library
+// keeps until MPI has sent it (ballast_comm::pending, reaped as sends
+// complete): the caller's buffer may go at once. 0, or an error code with
+// its message in `error`.
+int send_kept(ballast_comm* c, int to, int tag, const void* bytes, std::uint64_t size, char* error,
+              std::size_t error_size) {
+  try {
+    Pending p;
+    p.bytes.assign(static_cast<const char*>(bytes), static_cast<const char*>(bytes) + size);
+    c->pending.push_back(std::move(p));
+  } catch (...) {
+    say(error, error_size, "no memory to hold " + std::to_string(size) + " bytes for rank " + std::to_string(to));
+    return kOutOfMemory;
+  }
+  Pending& p = c->pending.back();
+  if (const int rc = MPI_Isend(p.bytes.data(), static_cast<int>(size), MPI_BYTE, to, tag, c->comm, &p.request);
+      rc != MPI_SUCCESS) {
+    c->pending.pop_back();
+    say(error, error_size, "MPI_Isend to rank " + std::to_string(to) + ": " + mpi_text(rc));
+    return kUnavailable;
+  }
+  return 0;
+}
+
+// Cancels the receives still open, so MPI never writes into their buffers
+// after the call that posted them returns.
+void cancel_all(std::vector<MPI_Request>& requests) {
+  for (MPI_Request& r : requests) {
+    if (r == MPI_REQUEST_NULL) continue;
+    MPI_Cancel(&r);
+    MPI_Wait(&r, MPI_STATUS_IGNORE);
+  }
+}
+
 int send(ballast_comm* c, std::uint32_t to, const void* bytes, std::uint64_t size, char* error, std::size_t error_size) {
   if (to >= static_cast<std::uint32_t>(c->world) || size > static_cast<std::uint64_t>(INT_MAX)) {
     say(error, error_size, "a message of " + std::to_string(size) + " bytes to rank " + std::to_string(to) +
@@ -178,23 +212,7 @@ int send(ballast_comm* c, std::uint32_t to, const void* bytes, std::uint64_t siz
     return kUnavailable;
   }
   c->reap();
-  try {
-    Pending p;
-    p.bytes.assign(static_cast<const char*>(bytes), static_cast<const char*>(bytes) + size);
-    c->pending.push_back(std::move(p));
-  } catch (...) {
-    say(error, error_size, "no memory to hold a message of " + std::to_string(size) + " bytes");
-    return kOutOfMemory;
-  }
-  Pending& p = c->pending.back();
-  if (const int rc = MPI_Isend(p.bytes.data(), static_cast<int>(size), MPI_BYTE, static_cast<int>(to), kDataTag, c->comm,
-                               &p.request);
-      rc != MPI_SUCCESS) {
-    c->pending.pop_back();
-    say(error, error_size, "MPI_Isend to rank " + std::to_string(to) + ": " + mpi_text(rc));
-    return kUnavailable;
-  }
-  return 0;
+  return send_kept(c, static_cast<int>(to), kDataTag, bytes, size, error, error_size);
 }
 
 int receive(ballast_comm* c, std::int64_t timeout_ns, std::uint32_t* from, std::uint64_t* size,
@@ -273,16 +291,8 @@ void fail(ballast_comm* c, const char* why) {
   g_failure_seen = true;
   try {
     const std::string text = why != nullptr ? why : "failed";
-    for (int r = 0; r < c->world; ++r) {
-      if (r == c->rank) continue;
-      Pending p;
-      p.bytes.assign(text.begin(), text.end());
-      c->pending.push_back(std::move(p));
-      Pending& q = c->pending.back();
-      if (MPI_Isend(q.bytes.data(), static_cast<int>(q.bytes.size()), MPI_CHAR, r, kFailTag, c->comm, &q.request) !=
-          MPI_SUCCESS)
-        c->pending.pop_back();
-    }
+    for (int r = 0; r < c->world; ++r)
+      if (r != c->rank) send_kept(c, r, kFailTag, text.data(), text.size(), nullptr, 0);
   } catch (...) {
     // No memory: the peers' deadlines catch this rank instead.
   }
@@ -318,32 +328,8 @@ int wait_all(ballast_comm* c, std::vector<MPI_Request>& requests, const std::vec
     }
     pause();
   }
-  // The receives are cancelled: MPI never writes into a buffer after the call.
-  for (MPI_Request& r : requests) {
-    if (r == MPI_REQUEST_NULL) continue;
-    MPI_Cancel(&r);
-    MPI_Wait(&r, MPI_STATUS_IGNORE);
-  }
+  cancel_all(requests);
   return kUnavailable;
-}
-
-// Sends `size` bytes at `bytes` to `to` on `tag` from a copy the library
-// keeps until MPI has sent it (ballast_comm::pending). "" or why not.
-std::string send_kept(ballast_comm* c, int to, int tag, const void* bytes, std::uint64_t size) {
-  try {
-    Pending p;
-    p.bytes.assign(static_cast<const char*>(bytes), static_cast<const char*>(bytes) + size);
-    c->pending.push_back(std::move(p));
-  } catch (...) {
-    return "no memory to hold " + std::to_string(size) + " bytes for rank " + std::to_string(to);
-  }
-  Pending& p = c->pending.back();
-  if (const int rc = MPI_Isend(p.bytes.data(), static_cast<int>(size), MPI_BYTE, to, tag, c->comm, &p.request);
-      rc != MPI_SUCCESS) {
-    c->pending.pop_back();
-    return "MPI_Isend to rank " + std::to_string(to) + ": " + mpi_text(rc);
-  }
-  return "";
 }
 
 int exchange(ballast_comm* c, const void* const* sends, const std::uint64_t* sizes,
@@ -366,54 +352,47 @@ int exchange(ballast_comm* c, const void* const* sends, const std::uint64_t* siz
   std::vector<std::uint64_t> theirs(static_cast<std::size_t>(n), 0);
   std::vector<MPI_Request> requests;
   std::vector<int> peers;
-  std::string failed;
-  for (int r = 0; r < n && failed.empty(); ++r) {
-    if (r == c->rank) continue;
+  int rc = 0;
+  const auto receive_from = [&](int r, void* into, int count, MPI_Datatype type, int tag) {
     requests.push_back(MPI_REQUEST_NULL);
     peers.push_back(r);
-    if (const int rc = MPI_Irecv(&theirs[static_cast<std::size_t>(r)], 1, MPI_UINT64_T, r, kSizeTag, c->comm,
-                                 &requests.back());
-        rc != MPI_SUCCESS)
-      failed = "MPI_Irecv from rank " + std::to_string(r) + ": " + mpi_text(rc);
-  }
-  for (int r = 0; r < n && failed.empty(); ++r)
-    if (r != c->rank) failed = send_kept(c, r, kSizeTag, &sizes[r], sizeof sizes[r]);
-  const auto give_up = [&](const std::string& why) {
-    for (MPI_Request& q : requests) {
-      if (q == MPI_REQUEST_NULL) continue;
-      MPI_Cancel(&q);
-      MPI_Wait(&q, MPI_STATUS_IGNORE);
+    if (const int got = MPI_Irecv(into, count, type, r, tag, c->comm, &requests.back()); got != MPI_SUCCESS) {
+      say(error, error_size, "MPI_Irecv from rank " + std::to_string(r) + ": " + mpi_text(got));
+      rc = kUnavailable;
     }
-    say(error, error_size, why);
-    return why.rfind("no memory", 0) == 0 ? kOutOfMemory : kUnavailable;
   };
-  if (!failed.empty()) return give_up(failed);
-  if (const int rc = wait_all(c, requests, peers, deadline, "a round's sizes", error, error_size); rc != 0) return rc;
+  for (int r = 0; r < n && rc == 0; ++r)
+    if (r != c->rank) receive_from(r, &theirs[static_cast<std::size_t>(r)], 1, MPI_UINT64_T, kSizeTag);
+  for (int r = 0; r < n && rc == 0; ++r)
+    if (r != c->rank) rc = send_kept(c, r, kSizeTag, &sizes[r], sizeof sizes[r], error, error_size);
+  if (rc != 0) {
+    cancel_all(requests);
+    return rc;
+  }
+  if (const int waited = wait_all(c, requests, peers, deadline, "a round's sizes", error, error_size); waited != 0)
+    return waited;
 
   // The bytes: receives first, then sends (copies the library keeps until sent).
   requests.clear();
   peers.clear();
-  for (int r = 0; r < n && failed.empty(); ++r) {
+  for (int r = 0; r < n && rc == 0; ++r) {
     const std::uint64_t size = r == c->rank ? sizes[r] : theirs[r];
     void* into = deliver(context, static_cast<std::uint32_t>(r), size);
     if (into == nullptr) {
-      failed = "no memory for " + std::to_string(size) + " bytes from rank " + std::to_string(r);
-      break;
-    }
-    if (r == c->rank) {
+      say(error, error_size, "no memory for " + std::to_string(size) + " bytes from rank " + std::to_string(r));
+      rc = kOutOfMemory;
+    } else if (r == c->rank) {
       if (size > 0) std::memcpy(into, sends[r], size);
-      continue;
+    } else if (size > 0) {
+      receive_from(r, into, static_cast<int>(size), MPI_BYTE, kRoundTag);
     }
-    if (size == 0) continue;
-    requests.push_back(MPI_REQUEST_NULL);
-    peers.push_back(r);
-    if (const int rc = MPI_Irecv(into, static_cast<int>(size), MPI_BYTE, r, kRoundTag, c->comm, &requests.back());
-        rc != MPI_SUCCESS)
-      failed = "MPI_Irecv from rank " + std::to_string(r) + ": " + mpi_text(rc);
   }
-  for (int r = 0; r < n && failed.empty(); ++r)
-    if (r != c->rank && sizes[r] > 0) failed = send_kept(c, r, kRoundTag, sends[r], sizes[r]);
-  if (!failed.empty()) return give_up(failed);
+  for (int r = 0; r < n && rc == 0; ++r)
+    if (r != c->rank && sizes[r] > 0) rc = send_kept(c, r, kRoundTag, sends[r], sizes[r], error, error_size);
+  if (rc != 0) {
+    cancel_all(requests);
+    return rc;
+  }
   return wait_all(c, requests, peers, deadline, "a round's bytes", error, error_size);
 }
 

@@ -25,12 +25,16 @@ Status plugin_error(int code, const char* text, const std::string& what) {
   return make_error(c, what + ": " + std::string(text, strnlen(text, kErrorSize)));
 }
 
+// A table's exchange, or NULL where it has none or is older than 1.1
+// (its struct_size ends before the field: what lies past it is not the table's).
+decltype(ballast_comm_plugin::exchange) exchange_of(const ballast_comm_plugin* t) {
+  return t->struct_size >= offsetof(ballast_comm_plugin, exchange) + sizeof t->exchange ? t->exchange : nullptr;
+}
+
 class PluginCommunicator final : public Communicator {
  public:
   PluginCommunicator(const ballast_comm_plugin* table, ballast_comm* comm)
-      : t_(table), c_(comm),
-        exchange_(table->struct_size >= offsetof(ballast_comm_plugin, exchange) + sizeof table->exchange ? table->exchange
-                                                                                                         : nullptr) {}
+      : t_(table), c_(comm), exchange_(exchange_of(table)) {}
   ~PluginCommunicator() override { t_->close(c_); }
 
   std::uint32_t rank() const noexcept override { return t_->rank(c_); }
@@ -190,7 +194,7 @@ Result<const ballast_comm_plugin*> load_table(const std::string& name) {
     return make_error(ErrorCode::abi_mismatch, path + ": communicator ABI " + std::to_string(t->api_major) + "." +
                                                    std::to_string(t->api_minor) + ", this ballast takes " +
                                                    std::to_string(BALLAST_COMM_API_MAJOR) + ".x");
-  const bool has_exchange = t->struct_size >= offsetof(ballast_comm_plugin, exchange) + sizeof t->exchange && t->exchange;
+  const bool has_exchange = exchange_of(t) != nullptr;
   // Messages (send and receive), or rounds only: never half of messages.
   const bool messages = t->send && t->receive, neither = !t->send && !t->receive;
   if (t->name == nullptr || name != t->name || !t->open || !t->close || !t->rank || !t->world || !t->barrier ||

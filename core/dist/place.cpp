@@ -4,6 +4,8 @@
 // plan's own when derived before it, else one of its own).
 #include <ballast/cooperative_load.hpp>
 
+#include "dist/check_shards.hpp"
+
 #include <unordered_map>
 
 namespace ballast {
@@ -43,24 +45,11 @@ Result<DevicePtr> RankDevice::allocate(std::uint64_t bytes, const std::string& w
 Result<RankDevice> place_rank(GpuBackend& gpu, const Model& model, const ShardPlan& rank, const RankShards& shards,
                               std::span<const PlannedDerivation> plan) {
   const std::string context = "placing rank " + std::to_string(rank.rank) + "'s shards";
-  if (shards.report.rank != rank.rank)
-    return make_error(ErrorCode::invalid_argument, "the shards of rank " + std::to_string(shards.report.rank) +
-                                                       " given with the plan of rank " + std::to_string(rank.rank))
-        .with_context(context);
-  if (shards.shards.size() != rank.weights.size())
-    return make_error(ErrorCode::invalid_argument, "the rank's shards are not its plan's (" +
-                                                       std::to_string(shards.shards.size()) + " arrays for " +
-                                                       std::to_string(rank.weights.size()) + " weights)")
-        .with_context(context);
+  BALLAST_RETURN_IF_ERROR(dist::check_shards(rank, shards), context);
   RankDevice out(gpu);
   out.shards.assign(rank.weights.size(), 0);
   for (std::size_t i = 0; i < rank.weights.size(); ++i) {
     const std::span<const std::byte> bytes = shards.shards[i];
-    if (bytes.size() != rank.weights[i].device_bytes)
-      return make_error(ErrorCode::size_mismatch, "the shard of '" + rank.weights[i].weight + "' holds " +
-                                                      std::to_string(bytes.size()) + " bytes, its plan " +
-                                                      std::to_string(rank.weights[i].device_bytes))
-          .with_context(context);
     if (bytes.empty()) continue;
     const std::string what = "the shard of '" + rank.weights[i].weight + "'";
     BALLAST_ASSIGN_OR_RETURN(out.shards[i], out.allocate(bytes.size(), what), context);

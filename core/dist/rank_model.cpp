@@ -7,6 +7,7 @@
 // model's ids.
 #include <ballast/cooperative_load.hpp>
 
+#include "dist/check_shards.hpp"
 #include "onnx/model_impl.hpp"
 
 #include <memory>
@@ -17,14 +18,7 @@ Result<RankModel> rank_model(const Model& whole, const ShardPlan& rank, RankShar
                              std::span<const PlannedDerivation> plan) {
   const std::string context =
       "the model of rank " + std::to_string(rank.rank) + " of " + std::to_string(rank.world) + "'s shards";
-  if (shards.report.rank != rank.rank)
-    return make_error(ErrorCode::invalid_argument, "the shards of rank " + std::to_string(shards.report.rank) +
-                                                       " given with the plan of rank " + std::to_string(rank.rank))
-        .with_context(context);
-  if (shards.shards.size() != rank.weights.size())
-    return make_error(ErrorCode::invalid_argument, std::to_string(shards.shards.size()) + " shards for a plan of " +
-                                                       std::to_string(rank.weights.size()) + " weights")
-        .with_context(context);
+  BALLAST_RETURN_IF_ERROR(dist::check_shards(rank, shards), context);
   RankModel out;
   Model::Impl& impl = detail::ModelAccess::impl(out.model);
   impl.format = whole.format();
@@ -41,11 +35,6 @@ Result<RankModel> rank_model(const Model& whole, const ShardPlan& rank, RankShar
     const auto found = whole.store().weights().find(s.id);
     if (found == whole.store().weights().end())
       return make_error(ErrorCode::not_found, "weight '" + s.weight + "' of the shard plan is not in the model")
-          .with_context(context);
-    if (memory->shards[i].size() != s.device_bytes)
-      return make_error(ErrorCode::size_mismatch, "the shard of '" + s.weight + "' holds " +
-                                                      std::to_string(memory->shards[i].size()) + " bytes, its plan " +
-                                                      std::to_string(s.device_bytes))
           .with_context(context);
     WeightRef w;
     w.dtype = found->second.dtype;
