@@ -3,6 +3,7 @@
 #include <ballast/derive.hpp>
 
 #include "base/hex.hpp"
+#include "derive/build.hpp"
 #include "derive/transposed_source.hpp"
 #include "memo/memo_map.hpp"
 
@@ -103,19 +104,28 @@ Status release_outputs(GpuBackend& gpu, DerivationLaunch& l, Status failure) {
   return std::move(cleanup).finish(std::move(failure));
 }
 
-// Allocates the outputs of `l` and launches it; when it fails, it has freed
-// them (or says which it could not).
-Status allocate_and_launch(GpuBackend& gpu, DerivationLaunch& l, const DerivationSizes& sizes) {
-  BALLAST_ASSIGN_OR_RETURN(auto dst, gpu.allocate(sizes.dst_bytes));
-  l.dst = dst;
-  if (sizes.dst2_bytes != 0) {
-    auto second = gpu.allocate(sizes.dst2_bytes);
-    if (!second.ok()) return release_outputs(gpu, l, second.status());
-    l.dst2 = *second;
+// The memo's output blocks: plain allocations, freed on failure (or named
+// when the device refuses to free them).
+class Allocations final : public derive::OutputBlocks {
+ public:
+  explicit Allocations(GpuBackend& gpu) noexcept : gpu_(gpu) {}
+  Status obtain(DerivationLaunch& l, const DerivationSizes& sizes) override {
+    BALLAST_ASSIGN_OR_RETURN(auto dst, gpu_.allocate(sizes.dst_bytes));
+    l.dst = dst;
+    if (sizes.dst2_bytes != 0) {
+      auto second = gpu_.allocate(sizes.dst2_bytes);
+      if (!second.ok()) return release_outputs(gpu_, l, second.status());
+      l.dst2 = *second;
+    }
+    return Status();
   }
-  if (Status s = gpu.launch(l); !s.ok()) return release_outputs(gpu, l, std::move(s));
-  return Status();
-}
+  Status give_back(DerivationLaunch& l, const DerivationSizes&, Status failure) override {
+    return release_outputs(gpu_, l, std::move(failure));
+  }
+
+ private:
+  GpuBackend& gpu_;
+};
 
 template <class Derived>
 Derived value_of(const DerivationLaunch& l, const DerivationSizes& sizes) {
@@ -131,10 +141,11 @@ Derived value_of(const DerivationLaunch& l, const DerivationSizes& sizes) {
 template <class Derived>
 Result<Derived> build(const DeriveContext& ctx, const PlannedDerivation& p, DerivationLaunch l,
                       const DerivationSizes& sizes) {
-  GpuBackend& gpu = ctx.backend;
-  BALLAST_RETURN_IF_ERROR(allocate_and_launch(gpu, l, sizes));
-  if (Status s = gpu.synchronize(); !s.ok()) return release_outputs(gpu, l, std::move(s));
-  if (Status s = recheck_operands(ctx, source_operands(p)); !s.ok()) return release_outputs(gpu, l, std::move(s).with_context(where(p)));
+  Allocations blocks(ctx.backend);
+  BALLAST_RETURN_IF_ERROR(derive::build_one(ctx.backend, l, sizes, blocks, [&] {
+    Status s = recheck_operands(ctx, source_operands(p));
+    return s.ok() ? s : std::move(s).with_context(where(p));
+  }));
   return value_of<Derived>(l, sizes);
 }
 
@@ -250,7 +261,8 @@ class Wave {
       pending_[it->second].results.push_back(result_index);
       return Status();
     }
-    BALLAST_RETURN_IF_ERROR(allocate_and_launch(ctx_.backend, l, sizes));
+    Allocations blocks(ctx_.backend);
+    BALLAST_RETURN_IF_ERROR(derive::start(ctx_.backend, l, sizes, blocks));
     pending_.push_back(Pending{id, l, sizes, {result_index}, &origin, source_operands(p)});
     index_.emplace(id, pending_.size() - 1);
     return Status();
@@ -263,8 +275,12 @@ class Wave {
     // pinned on one of them: the error names them all (the first few), and
     // none is memoized (discard() frees them).
     if (Status s = ctx_.backend.synchronize(); !s.ok()) return std::move(s).with_context(waiting_for());
-    for (const Pending& p : pending_)
-      BALLAST_RETURN_IF_ERROR(recheck_operands(ctx_, p.operands), where(*p.origin));  // discard() frees them all
+    Allocations blocks(ctx_.backend);
+    for (Pending& p : pending_)  // a failure gives back its own blocks; discard() frees the rest
+      BALLAST_RETURN_IF_ERROR(derive::finish(p.launch, p.sizes, blocks, [&] {
+        Status s = recheck_operands(ctx_, p.operands);
+        return s.ok() ? s : std::move(s).with_context(where(*p.origin));
+      }));
     while (!pending_.empty()) {
       Pending& p = pending_.back();
       BALLAST_ASSIGN_OR_RETURN(auto value, insert(p));  // p stays pending: discard() frees it

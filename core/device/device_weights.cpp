@@ -14,6 +14,7 @@
 #include <mutex>
 #include <new>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <unistd.h>
@@ -49,6 +50,7 @@ struct DeviceWeights::Impl {
     bool in_place = false;  // inside a registered mapping: read from the file's pages
   };
   std::unordered_map<ValueId, Resolved> resolved;
+  std::unordered_set<ValueId> misaligned;  // counted in misaligned_uploads (resolve_in_place may see one twice)
   struct Upload {
     DevicePtr ptr = 0;
     std::uint64_t bytes = 0;
@@ -243,16 +245,24 @@ WeightResidency DeviceWeights::residency() const {
 }
 
 Result<DevicePtr> DeviceWeights::resolve(ValueId id) {
+  BALLAST_ASSIGN_OR_RETURN(auto ptr, locate(id, /*may_upload=*/true));
+  return *ptr;
+}
+
+Result<std::optional<DevicePtr>> DeviceWeights::resolve_in_place(ValueId id) { return locate(id, /*may_upload=*/false); }
+
+Result<std::optional<DevicePtr>> DeviceWeights::locate(ValueId id, bool may_upload) {
   Impl& m = *impl_;
   std::lock_guard lock(m.mutex);
   auto w = m.store->weights().find(id);
   if (auto it = m.resolved.find(id); it != m.resolved.end()) {
+    if (!may_upload && !it->second.in_place) return std::optional<DevicePtr>();
     // A weight read in place is read from its file's pages by whoever uses
     // the pointer: checked on every call (one fstat). An upload is already
     // on the device and no longer depends on the file.
     if (it->second.in_place && w != m.store->weights().end())
       if (Status s = m.store->check_unchanged(w->second); !s.ok()) return s.error();
-    return it->second.ptr;
+    return std::optional<DevicePtr>(it->second.ptr);
   }
   if (w == m.store->weights().end())
     return make_error(ErrorCode::not_found, "no weight with value id " + std::to_string(id.index));
@@ -280,8 +290,8 @@ Result<DevicePtr> DeviceWeights::resolve(ValueId id) {
         if (m.backend->capabilities().unaligned_operands || in_place % derivation_operand_alignment(ref.dtype) == 0) {
           ptr = in_place;
           read_in_place = true;
-        } else {
-          m.residency.misaligned_uploads += 1;
+        } else if (m.misaligned.insert(id).second) {
+          m.residency.misaligned_uploads += 1;  // counted once, whoever uploads it
         }
       }
     }
@@ -289,6 +299,7 @@ Result<DevicePtr> DeviceWeights::resolve(ValueId id) {
   // Truncated while it was registered: the backend may have read zeros.
   if (read_in_place)
     if (Status s = m.store->check_unchanged(ref); !s.ok()) return s.error();
+  if (ptr == 0 && !may_upload) return std::optional<DevicePtr>();  // the caller uploads it
   if (ptr == 0) {
     // Two names for one byte range (tied embeddings, a deduplicated blob)
     // are one upload, as they are one registration when read in place: the
@@ -304,7 +315,7 @@ Result<DevicePtr> DeviceWeights::resolve(ValueId id) {
     }
   }
   m.resolved.emplace(id, Impl::Resolved{ptr, read_in_place});
-  return ptr;
+  return std::optional<DevicePtr>(ptr);
 }
 
 Released DeviceWeights::release(GpuBackend& backend) {

@@ -50,7 +50,8 @@ std::string ResidencyLoadReport::to_string() const {
   return std::string(head) + "; " + std::to_string(sources_read) + " source(s) read, " +
          std::to_string(sources_cached) + " from the page cache (" + std::to_string(cached_bytes) + " B), " +
          std::to_string(inline_sources) + " inline, " + std::to_string(zero_copy_weights) + " zero-copy (" +
-         std::to_string(populated_bytes) + " B populated); " + std::to_string(derived_built) + " derived; " +
+         std::to_string(populated_bytes) + " B populated, " + std::to_string(zero_copy_uploads) +
+         " uploaded instead); " + std::to_string(derived_built) + " derived; " +
          std::to_string(already_resident) + " already resident; " + std::to_string(left_for_demand) +
          " left for demand (" + std::to_string(left_bytes) + " B)" + tail;
 }
@@ -206,6 +207,7 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
 
   // ---- 2. zero_copy: the pages faulted in by parallel populates, then
   // registered (resolve), so no driver takes the faults one at a time.
+  std::vector<ValueId> uploads_instead;  // zero_copy weights that cannot be read in place
   {
     std::map<MappingId, std::vector<ByteRange>> ranges;
     std::vector<ValueId> registered;
@@ -227,9 +229,10 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
       report.populated_bytes += *populated;
     }
     for (ValueId id : registered) {
-      auto ptr = m.registrations->resolve(id);
+      auto ptr = m.in_place(id);
       if (!ptr.ok()) return std::move(ptr.error()).with_context("registering '" + std::string(m.model.value_name(id)) + "'");
-      ++report.zero_copy_weights;
+      if (*ptr) ++report.zero_copy_weights;
+      else uploads_instead.push_back(id);  // an upload from now on: copied last (step 6)
     }
   }
 
@@ -435,6 +438,22 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
     return std::move(failed).with_context("loading " + m.label);
   }
   if (Status s = builder.finish(); !s.ok()) return std::move(s).with_context("loading " + m.label);
+
+  // ---- 6. zero_copy weights that cannot be read in place (misaligned, or
+  // their file not registrable): uploaded from the mapping under the
+  // budget, after the plan's values (a derivation that read one uploaded
+  // it already); one that does not fit is left for demand, as any other.
+  for (ValueId id : uploads_instead) {
+    auto pinned = m.pin_source(id, Impl::Use::pin);
+    if (pinned.ok()) {
+      ++report.zero_copy_uploads;
+    } else if (pinned.error().code == ErrorCode::out_of_memory) {
+      ++report.left_for_demand;
+      report.left_bytes += store.weights().at(id).byte_length();
+    } else {
+      return std::move(pinned.error()).with_context("loading " + m.label + ": '" + std::string(m.model.value_name(id)) + "'");
+    }
+  }
   report.derived_built = built.load();
   report.inline_sources = inline_pinned.load();
   report.seconds =

@@ -162,7 +162,7 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
     if (options.strategy == ResidencyStrategy::paged) {
       auto stays = [&](ValueId id) { return m->strategy_of(id) == ResidencyStrategy::upload; };
       for (const auto& [id, strategy] : m->overrides)
-        if (strategy == ResidencyStrategy::upload) kept = sum({kept, model.store().weights().at(id).byte_length()});
+        if (stays(id)) kept = sum({kept, model.store().weights().at(id).byte_length()});
       std::set<identity::Entry> counted;
       for (const PlannedDerivation& p : plan) {
         if (!stays(p.source) || !counted.insert(identity::of_derivation(model.store(), p)).second) continue;

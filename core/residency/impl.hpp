@@ -19,6 +19,7 @@
 #include <mutex>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace ballast {
@@ -83,7 +84,15 @@ struct Residency::Impl {
   std::mutex group_admission;
   residency::Prefetcher prefetcher;  // last: stopped before the rest goes
 
+  // The weight's strategy as it is carried out: a zero_copy weight that
+  // cannot be read in place (inline; misaligned or its file not
+  // registrable, once in_place() found so) is upload.
   ResidencyStrategy strategy_of(ValueId id) const noexcept;
+  // A zero_copy weight's pointer in its registration; nullopt (and upload
+  // from then on) when it cannot be read in place.
+  Result<std::optional<DevicePtr>> in_place(ValueId id);
+  mutable std::mutex uploaded_instead_mutex;  // never held while taking `mutex`
+  std::unordered_set<ValueId> uploaded_instead;
   // options.derivations (or plan_derivations(model)) under options.policy:
   // what create() sizes the budget with and load() loads.
   static Result<std::vector<PlannedDerivation>> make_plan(const Model& model, const ResidencyOptions& options);

@@ -3,6 +3,7 @@
 // its mapping, and building a derived value from pinned operands.
 #include "residency/impl.hpp"
 
+#include "derive/build.hpp"
 #include "derive/transposed_source.hpp"
 
 #include <algorithm>
@@ -223,25 +224,41 @@ Result<Residency::Impl::Loaded> Residency::Impl::build(const Entry& e, Requester
     l.zero_point = zero_points.first();
   }
   const PagingTimer timer(paging_ns);
-  const std::uint64_t sizes[] = {e.first_bytes, e.second_bytes};
-  const bool pair = e.second_bytes != 0 || derivation_yields_pair(p.kind());
-  BALLAST_ASSIGN_OR_RETURN(Blocks blocks, obtain(std::span(sizes, pair ? 2 : 1), e.name, "allocating " + e.name, who));
-  l.dst = blocks.ptr[0];
-  l.dst2 = blocks.ptr[1];
-  Status s = gpu.launch(l);
-  // Wait: an asynchronous kernel failure must never leave a resident value.
-  if (s.ok()) s = gpu.synchronize();
+  // Output blocks from the budget (the pool, eviction); a failure hands
+  // them back, freed, so nothing half-built stays held.
+  class Budgeted final : public derive::OutputBlocks {
+   public:
+    Budgeted(Impl& m, const Entry& e, Requester who) : m_(m), e_(e), who_(who) {}
+    Status obtain(DerivationLaunch& l, const DerivationSizes&) override {
+      const std::uint64_t sizes[] = {e_.first_bytes, e_.second_bytes};
+      const bool pair = e_.second_bytes != 0 || derivation_yields_pair(l.kind);
+      BALLAST_ASSIGN_OR_RETURN(Blocks b, m_.obtain(std::span(sizes, pair ? 2 : 1), e_.name, "allocating " + e_.name, who_));
+      l.dst = b.ptr[0];
+      l.dst2 = b.ptr[1];
+      return Status();
+    }
+    Status give_back(DerivationLaunch& l, const DerivationSizes&, Status failure) override {
+      m_.discard(l.dst, e_.first_bytes);
+      if (l.dst2 != 0) m_.discard(l.dst2, e_.second_bytes);
+      l.dst = l.dst2 = 0;
+      return std::move(failure).with_context("building " + e_.name);
+    }
+
+   private:
+    Impl& m_;
+    const Entry& e_;
+    Requester who_;
+  } blocks(*this, e, who);
+  const DerivationSizes sizes{.dst_bytes = e.first_bytes, .dst2_bytes = e.second_bytes};
   // The kernel read zero-copy operands from their files' pages: a
   // truncation meanwhile made it read zeros (the registration is armed),
   // and resolving again re-checks the file and the guard's poison.
-  for (const std::optional<ValueId>& id : source_operands(p))
-    if (s.ok() && id && strategy_of(*id) == ResidencyStrategy::zero_copy)
-      if (auto again = registrations->resolve(*id); !again.ok()) s = again.status();
-  if (!s.ok()) {
-    discard(l.dst, e.first_bytes);
-    if (l.dst2 != 0) discard(l.dst2, e.second_bytes);
-    return std::move(s).with_context("building " + e.name);
-  }
+  BALLAST_RETURN_IF_ERROR(derive::build_one(gpu, l, sizes, blocks, [&] {
+    for (const std::optional<ValueId>& id : source_operands(p))
+      if (id && strategy_of(*id) == ResidencyStrategy::zero_copy)
+        if (auto again = registrations->resolve(*id); !again.ok()) return again.status();
+    return Status();
+  }));
   return Loaded{l.dst, l.dst2};
 }
 

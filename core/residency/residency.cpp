@@ -97,7 +97,24 @@ std::string ResidencyStats::to_string() const {
 
 ResidencyStrategy Residency::Impl::strategy_of(ValueId id) const noexcept {
   auto it = overrides.find(id);
-  return it == overrides.end() ? options.strategy : it->second;
+  const ResidencyStrategy chosen = it == overrides.end() ? options.strategy : it->second;
+  if (chosen != ResidencyStrategy::zero_copy) return chosen;
+  // A zero_copy weight that cannot be read in place is uploaded, by this
+  // object and under its budget: an inline one always, another once its
+  // registration said so (pin_source).
+  auto w = store.weights().find(id);
+  if (w != store.weights().end() && !w->second.is_external()) return ResidencyStrategy::upload;
+  std::lock_guard lock(uploaded_instead_mutex);
+  return uploaded_instead.contains(id) ? ResidencyStrategy::upload : chosen;
+}
+
+Result<std::optional<DevicePtr>> Residency::Impl::in_place(ValueId id) {
+  BALLAST_ASSIGN_OR_RETURN(auto ptr, registrations->resolve_in_place(id));
+  if (!ptr) {
+    std::lock_guard lock(uploaded_instead_mutex);
+    uploaded_instead.insert(id);
+  }
+  return ptr;
 }
 
 Result<const WeightRef*> Residency::Impl::weight_ref(ValueId id) const {
@@ -158,9 +175,12 @@ Result<Pinned> Residency::Impl::pin_source(ValueId id, Use use) {
   if (strategy_of(id) == ResidencyStrategy::zero_copy) {
     // Registered for the model's life: nothing to pin.
     BALLAST_ASSIGN_OR_RETURN(const WeightRef* ref, weight_ref(id));
-    BALLAST_ASSIGN_OR_RETURN(auto ptr, registrations->resolve(id));
-    if (use == Use::prefetch) return Pinned();
-    return Pinned(self, nullptr, ptr, 0, ref->byte_length(), 0);
+    BALLAST_ASSIGN_OR_RETURN(auto ptr, in_place(id));
+    if (ptr) {
+      if (use == Use::prefetch) return Pinned();
+      return Pinned(self, nullptr, *ptr, 0, ref->byte_length(), 0);
+    }
+    // Not readable in place: from here on an upload entry like any other.
   }
   BALLAST_ASSIGN_OR_RETURN(Entry * e, source_entry(id));
   BALLAST_RETURN_IF_ERROR(acquire(*e, use));

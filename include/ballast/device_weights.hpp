@@ -37,6 +37,7 @@
 #include <ballast/weight_store.hpp>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 BALLAST_API_BEGIN
@@ -88,6 +89,12 @@ class DeviceWeights final : public ModelResource<GpuBackend> {
   // The device pointer of weight `id`: registered (zero-copy) or uploaded on
   // first use; the same pointer afterwards.
   Result<DevicePtr> resolve(ValueId id);
+  // The same when the weight can be read in place; nullopt when resolve()
+  // would upload it (inline, misaligned, or its file not registrable),
+  // leaving the copy to the caller: Residency uploads those itself, under
+  // its budget. The registration report counts them as it would (fallback
+  // files, misaligned weights) but not as uploads.
+  Result<std::optional<DevicePtr>> resolve_in_place(ValueId id);
 
   WeightResidency residency() const;
 
@@ -97,6 +104,7 @@ class DeviceWeights final : public ModelResource<GpuBackend> {
 
  private:
   struct BALLAST_HIDDEN Impl;
+  Result<std::optional<DevicePtr>> locate(ValueId id, bool may_upload);
   std::unique_ptr<Impl> impl_;
 };
 

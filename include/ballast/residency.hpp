@@ -4,7 +4,8 @@
 //
 //   upload     each referenced weight copied to device memory once, on first use
 //   zero_copy  each data file's referenced ranges registered read-only; a weight
-//              is read in place (inline weights are uploaded)
+//              is read in place (one that cannot be, such as an inline weight,
+//              is uploaded, under the budget)
 //   paged      weights (and their derivations) copied onto the device on first
 //              use, under a byte budget, evicted when cold, rebuilt when needed
 //
@@ -245,6 +246,8 @@ struct ResidencyLoadReport {
   std::uint64_t inline_sources = 0;   // source values copied from the model file's mapping (inline weights)
   std::uint64_t zero_copy_weights = 0;  // weights registered in place
   std::uint64_t populated_bytes = 0;  // their pages faulted in ahead (populate_mapping)
+  std::uint64_t zero_copy_uploads = 0;  // zero_copy weights not readable in place (misaligned, file not
+                                        // registrable), uploaded instead under the budget
   std::uint64_t derived_built = 0;    // derivation kernels run
   std::uint64_t already_resident = 0; // values load() found on the device and left alone
   std::uint64_t left_for_demand = 0;  // values that did not fit the budget beside the ones before them
@@ -381,6 +384,9 @@ class Residency final : public ModelResource<GpuBackend> {
 
   ResidencyStats stats() const;
   std::uint64_t budget() const noexcept;  // kUnlimitedBudget when none
+  // The weight's strategy as carried out: a zero_copy weight that cannot be
+  // read in place (inline; misaligned, or its file not registrable, once a
+  // pin or load found so) is upload, counted in device_bytes and the budget.
   ResidencyStrategy strategy_of(ValueId weight) const noexcept;
   // The zero_copy registrations (DeviceWeights' account of them).
   WeightResidency registrations() const;

@@ -206,6 +206,7 @@ json report_json(const ResidencyLoadReport& r) {
           {"inline_sources", r.inline_sources},
           {"zero_copy_weights", r.zero_copy_weights},
           {"populated_bytes", r.populated_bytes},
+          {"zero_copy_uploads", r.zero_copy_uploads},
           {"derived_built", r.derived_built},
           {"already_resident", r.already_resident},
           {"left_for_demand", r.left_for_demand},

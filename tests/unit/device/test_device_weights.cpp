@@ -6,7 +6,12 @@
 #include <ballast/backend_registry.hpp>
 #include <ballast/device_weights.hpp>
 #include <ballast/log.hpp>
+#include <ballast/onnx_loader.hpp>
+#include <ballast/residency.hpp>
 #include <doctest/doctest.h>
+
+#include "support/orphaned_prefix_model.hpp"
+#include "unit/store/scratch_dir.hpp"
 
 #include <cstring>
 #include <filesystem>
@@ -250,4 +255,106 @@ TEST_CASE("a registered file's weight at an offset its kernels cannot read in pl
   CHECK(r.misaligned_uploads == 1);
   CHECK(r.uploaded_weights == 1);
   CHECK(dw.release(**gpu).status.ok());
+}
+
+TEST_CASE("resolve_in_place: the in-place pointer, or nullopt where resolve() would upload, with nothing uploaded") {
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  Fixture f;
+  WeightRef odd = f.external(4096 + 2, 64);  // float32 at an offset that is not a multiple of 4
+  odd.dtype = DataType::float32;
+  odd.dims = {16};
+  REQUIRE(f.store.add(ValueId{7}, odd).ok());
+  DeviceWeights dw(**gpu, f.store);
+  const AllocationCounters before = (*gpu)->counters();
+  auto head = dw.resolve_in_place(f.head);
+  REQUIRE(head.ok());
+  REQUIRE(head->has_value());
+  for (int i = 0; i < 2; ++i) {  // asked twice, counted once
+    auto moved = dw.resolve_in_place(ValueId{7});
+    REQUIRE(moved.ok());
+    CHECK(!moved->has_value());
+  }
+  CHECK((*gpu)->counters().live_allocations == before.live_allocations);
+  CHECK(dw.residency().misaligned_uploads == 1);
+  CHECK(dw.residency().uploaded_weights == 0);
+  CHECK(**head == *dw.resolve(f.head));
+  // resolve() still uploads it; in place it still is not.
+  REQUIRE(dw.resolve(ValueId{7}).ok());
+  CHECK(dw.residency().misaligned_uploads == 1);
+  CHECK(dw.residency().uploaded_weights == 1);
+  auto again = dw.resolve_in_place(ValueId{7});
+  REQUIRE(again.ok());
+  CHECK(!again->has_value());
+  CHECK(dw.release(**gpu).status.ok());
+
+  // Without registration nothing is in place, and the fallback is reported.
+  Wrapper w(**gpu, Wrapper::Mode::no_capability);
+  DeviceWeights none(w, f.store);
+  auto straddle = none.resolve_in_place(f.straddle);
+  REQUIRE(straddle.ok());
+  CHECK(!straddle->has_value());
+  CHECK(none.residency().fallback_files == 1);
+  CHECK(none.residency().uploaded_weights == 0);
+  CHECK(none.release(w).status.ok());
+}
+
+TEST_CASE("Residency zero_copy: a weight the backend cannot register is uploaded under the budget, never beside it") {
+  using test_models::OrphanedPrefixModel;
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  Wrapper w(**gpu, Wrapper::Mode::no_capability);
+  testing::ScratchDir dir("zero-copy-fallback-budget");
+  const auto files = OrphanedPrefixModel::write(dir.path());
+  auto model = load_onnx(files.onnx);
+  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+  const AllocationCounters before = w.counters();
+  ResidencyOptions o;
+  o.strategy = ResidencyStrategy::zero_copy;
+  o.budget_bytes = OrphanedPrefixModel::kW0Bytes + OrphanedPrefixModel::kW1Bytes;
+  o.derivations = std::vector<PlannedDerivation>{};
+  auto r = Residency::create(w, *model, o);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  Residency& residency = **r;
+  const ValueId w0 = *model->value_id("w0");
+  CHECK(residency.strategy_of(w0) == ResidencyStrategy::zero_copy);  // not yet known
+  auto p0 = residency.pin("w0");
+  REQUIRE_MESSAGE(p0.ok(), p0.error().to_string());
+  CHECK(residency.strategy_of(w0) == ResidencyStrategy::upload);
+  CHECK(residency.stats().device_bytes == OrphanedPrefixModel::kW0Bytes);
+  auto p1 = residency.pin("w1");
+  REQUIRE(p1.ok());
+  // The budget is full of pins: the third is refused, never an overshoot.
+  auto p2 = residency.pin("w2");
+  REQUIRE(!p2.ok());
+  CHECK(p2.error().code == ErrorCode::out_of_memory);
+  const ResidencyStats s = residency.stats();
+  CHECK(s.device_bytes == o.budget_bytes);
+  CHECK(s.peak_device_bytes <= *o.budget_bytes);
+  CHECK(s.uploaded_bytes == *o.budget_bytes);
+  CHECK(residency.registrations().uploaded_weights == 0);
+  CHECK(residency.registrations().fallback_files == 1);
+  // Read back: the bytes of w0 as the file holds them.
+  std::vector<std::byte> got(OrphanedPrefixModel::kW0Bytes);
+  REQUIRE(w.copy_to_host(got, p0->first(), 0).ok());
+  auto want = model->store().bytes(model->store().weights().at(w0));
+  REQUIRE(want.has_value());
+  CHECK(std::memcmp(got.data(), want->data(), got.size()) == 0);
+  p0->reset();
+  p1->reset();
+  CHECK(residency.release(w).status.ok());
+  CHECK(w.counters().live_allocations == before.live_allocations);
+
+  // load() the same: what fits is uploaded, the rest left for demand.
+  auto again = Residency::create(w, *model, o);
+  REQUIRE(again.ok());
+  auto report = (*again)->load();
+  REQUIRE_MESSAGE(report.ok(), report.error().to_string());
+  CHECK(report->zero_copy_weights == 0);
+  CHECK(report->zero_copy_uploads == 2);
+  CHECK(report->left_for_demand == 1);
+  CHECK(report->left_bytes == OrphanedPrefixModel::kW2Bytes);
+  CHECK((*again)->stats().device_bytes == *o.budget_bytes);
+  CHECK((*again)->release(w).status.ok());
+  CHECK(w.counters().live_allocations == before.live_allocations);
 }

@@ -248,3 +248,39 @@ TEST_CASE("ResidencyStats::to_string writes every field on one line") {
         "skipped); host copies 9 B; paging 2.591 ms; pool 11 hit(s), 12 miss(es), 13 release(s), 14 B pooled");
   CHECK(s.to_string().find('\n') == std::string::npos);
 }
+
+TEST_CASE("zero_copy residency uploads inline weights itself: counted in device_bytes and held to the budget") {
+  const Model m = layered_model();
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  const ValueId embed = *m.value_id("embed.weight");     // 512 bytes, inline
+  const ValueId q0 = *m.value_id("model.layers.0.q.weight");  // 512 bytes, inline
+  ResidencyOptions o;
+  o.strategy = ResidencyStrategy::zero_copy;
+  o.derivations = std::vector<PlannedDerivation>{};
+  // Below the largest weight: refused at create(), as for upload.
+  o.budget_bytes = 511;
+  auto small = Residency::create(**gpu, m, o);
+  REQUIRE(!small.ok());
+  CHECK(small.error().code == ErrorCode::invalid_argument);
+  CHECK(small.error().message.find("weight '") != std::string::npos);
+
+  o.budget_bytes = 600;
+  auto r = Residency::create(**gpu, m, o);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  Residency& residency = **r;
+  CHECK(residency.strategy_of(embed) == ResidencyStrategy::upload);
+  auto a = residency.pin(embed);
+  REQUIRE_MESSAGE(a.ok(), a.error().to_string());
+  CHECK(residency.stats().device_bytes == 512);
+  CHECK(residency.stats().uploaded_bytes == 512);
+  CHECK(residency.registrations().uploaded_weights == 0);
+  auto b = residency.pin(q0);  // 512 more than 600 allows while `a` is pinned
+  REQUIRE(!b.ok());
+  CHECK(b.error().code == ErrorCode::out_of_memory);
+  CHECK(residency.stats().peak_device_bytes <= 600);
+  // Uploads stay for the model's life (never evicted), as upload's do.
+  a->reset();
+  CHECK(residency.pin(q0).code() == ErrorCode::out_of_memory);
+  CHECK(residency.release(**gpu).status.ok());
+}
