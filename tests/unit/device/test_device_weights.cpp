@@ -232,14 +232,19 @@ TEST_CASE("an unknown weight or an out-of-bounds range is an error, not a crash"
   CHECK(dw.release(**gpu).status.ok());
 }
 
+// A float32 weight at an offset that is not a multiple of 4.
+static void add_misaligned(Fixture& f, ValueId id) {
+  WeightRef odd = f.external(4096 + 2, 64);
+  odd.dtype = DataType::float32;
+  odd.dims = {16};
+  REQUIRE(f.store.add(id, odd).ok());
+}
+
 TEST_CASE("a registered file's weight at an offset its kernels cannot read in place is uploaded") {
   auto gpu = open_backend("cpu");
   REQUIRE(gpu.ok());
   Fixture f;
-  WeightRef odd = f.external(4096 + 2, 64);  // float32 at an offset that is not a multiple of 4
-  odd.dtype = DataType::float32;
-  odd.dims = {16};
-  REQUIRE(f.store.add(ValueId{7}, odd).ok());
+  add_misaligned(f, ValueId{7});
   DeviceWeights dw(**gpu, f.store);
   auto whole = f.store.mmap_full_bytes(f.mapping_id);
   REQUIRE(whole.has_value());
@@ -261,10 +266,7 @@ TEST_CASE("resolve_in_place: the in-place pointer, or nullopt where resolve() wo
   auto gpu = open_backend("cpu");
   REQUIRE(gpu.ok());
   Fixture f;
-  WeightRef odd = f.external(4096 + 2, 64);  // float32 at an offset that is not a multiple of 4
-  odd.dtype = DataType::float32;
-  odd.dims = {16};
-  REQUIRE(f.store.add(ValueId{7}, odd).ok());
+  add_misaligned(f, ValueId{7});
   DeviceWeights dw(**gpu, f.store);
   const AllocationCounters before = (*gpu)->counters();
   auto head = dw.resolve_in_place(f.head);
