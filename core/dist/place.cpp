@@ -4,6 +4,7 @@
 // plan's own when derived before it, else one of its own).
 #include <ballast/cooperative_load.hpp>
 
+#include "derive/build.hpp"
 #include "dist/check_shards.hpp"
 
 #include <unordered_map>
@@ -42,6 +43,29 @@ Result<DevicePtr> RankDevice::allocate(std::uint64_t bytes, const std::string& w
   return ptr;
 }
 
+namespace {
+
+// A rank's output blocks: owned by its RankDevice from the start, so a
+// failure leaves them to it (it frees all it holds when the load fails).
+// Shards are device memory: nothing read in place to check after the wait.
+class RankBlocks final : public derive::OutputBlocks {
+ public:
+  explicit RankBlocks(RankDevice& out) noexcept : out_(out) {}
+  Status obtain(DerivationLaunch& l, const DerivationSizes& sizes) override {
+    BALLAST_ASSIGN_OR_RETURN(l.dst, out_.allocate(sizes.dst_bytes, "allocating its output"));
+    if (sizes.dst2_bytes != 0) {
+      BALLAST_ASSIGN_OR_RETURN(l.dst2, out_.allocate(sizes.dst2_bytes, "allocating its second output"));
+    }
+    return Status();
+  }
+  Status give_back(DerivationLaunch&, const DerivationSizes&, Status failure) override { return failure; }
+
+ private:
+  RankDevice& out_;
+};
+
+}  // namespace
+
 Result<RankDevice> place_rank(GpuBackend& gpu, const Model& model, const ShardPlan& rank, const RankShards& shards,
                               std::span<const PlannedDerivation> plan) {
   const std::string context = "placing rank " + std::to_string(rank.rank) + "'s shards";
@@ -62,6 +86,7 @@ Result<RankDevice> place_rank(GpuBackend& gpu, const Model& model, const ShardPl
   // Each shard's [N, K] transpose once derived (the plan's own, or a
   // scratch one): what quant_int8 of a MatMul B reads, never built twice.
   std::unordered_map<std::size_t, DevicePtr> transposed;
+  RankBlocks blocks(out);
   for (const ShardDerivation& d : cut) {
     const PlannedDerivation& whole = plan[d.planned];
     const std::string name = std::string(derivation_name(whole.kind())) + " of '" + whole.weight + "'";
@@ -87,20 +112,15 @@ Result<RankDevice> place_rank(GpuBackend& gpu, const Model& model, const ShardPl
       t.cols = static_cast<std::uint64_t>(source.dims[1]);
       t.src = launch.src;
       BALLAST_ASSIGN_OR_RETURN(const DerivationSizes ts, derivation_sizes(t), context + ": " + name);
-      BALLAST_ASSIGN_OR_RETURN(t.dst, out.allocate(ts.dst_bytes, name), context);
+      BALLAST_RETURN_IF_ERROR(derive::start(gpu, t, ts, blocks), context + ": " + name);
       out.scratch_bytes += ts.dst_bytes;
-      BALLAST_RETURN_IF_ERROR(gpu.launch(t), context + ": " + name);
       // Launches are not ordered on every backend: the transpose completes first.
       BALLAST_RETURN_IF_ERROR(gpu.synchronize(), context + ": " + name);
       launch.src = t.dst;
       transposed.emplace(d.source, t.dst);
     }
     BALLAST_ASSIGN_OR_RETURN(const DerivationSizes sizes, derivation_sizes(launch), context + ": " + name);
-    BALLAST_ASSIGN_OR_RETURN(launch.dst, out.allocate(sizes.dst_bytes, name), context);
-    if (derivation_kind(whole.kind()).pair) {
-      BALLAST_ASSIGN_OR_RETURN(launch.dst2, out.allocate(sizes.dst2_bytes, name), context);
-    }
-    BALLAST_RETURN_IF_ERROR(gpu.launch(launch), context + ": " + name);
+    BALLAST_RETURN_IF_ERROR(derive::start(gpu, launch, sizes, blocks), context + ": " + name);
     if (whole.kind() == Derivation::transpose) transposed.emplace(d.source, launch.dst);
     out.derived.push_back({d.planned, d.source, launch, sizes.dst_bytes, sizes.dst2_bytes});
     out.derived_bytes += sizes.dst_bytes + sizes.dst2_bytes;
