@@ -5,8 +5,13 @@
 // dead process.
 #include "support/forwarding.hpp"
 #include <ballast/backend_registry.hpp>
+#include <ballast/derive.hpp>
 #include <ballast/device_weights.hpp>
+#include <ballast/onnx_loader.hpp>
+#include <ballast/residency.hpp>
 #include <doctest/doctest.h>
+
+#include "support/orphaned_prefix_model.hpp"
 
 #include "unit/store/file_change_helpers.hpp"
 #include "unit/store/scratch_dir.hpp"
@@ -256,4 +261,71 @@ TEST_CASE("a backend whose reads of registrations cannot be guarded gets uploads
   REQUIRE(dw.resolve(f.head).ok());
   CHECK(dw.residency().registered_files == 1);
   CHECK(dw.release(unguarded).status.ok());
+}
+
+namespace {
+
+// Truncates a file at its first launch, before the kernel reads: as a
+// writer truncating a model file while a derivation runs over its pages.
+class TruncatesAtLaunch final : public Forwarding {
+ public:
+  TruncatesAtLaunch(GpuBackend& inner, fs::path file) : Forwarding(inner), file_(std::move(file)) {}
+
+ private:
+  Status do_launch(const DerivationLaunch& l, const DerivationSizes& s, const LaunchOperands& o) override {
+    if (!done_) {
+      done_ = true;
+      truncate_file(file_, 0);
+    }
+    return Forwarding::do_launch(l, s, o);
+  }
+  fs::path file_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+TEST_CASE("cpu: a file truncated while a derivation reads it in place fails the build on every path, keeping nothing") {
+  using test_models::OrphanedPrefixModel;
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  enum class Path { one, batch, residency };
+  for (Path path : {Path::one, Path::batch, Path::residency}) {
+    CAPTURE(static_cast<int>(path));
+    ScratchDir dir("truncated-during-build");
+    const auto files = OrphanedPrefixModel::write(dir.path());
+    auto model = load_onnx(files.onnx);
+    REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+    auto planned = plan_derivation(*model, "w0", Derivation::transpose);
+    REQUIRE(planned.ok());
+    TruncatesAtLaunch gpu_(**gpu, files.data);
+    const AllocationCounters before = gpu_.counters();
+    Status failed;
+    if (path == Path::residency) {
+      auto r = Residency::create(gpu_, *model, {});  // zero_copy
+      REQUIRE(r.ok());
+      auto pinned = (*r)->pin(*planned);
+      failed = pinned.status();
+      CHECK((*r)->stats().device_bytes == 0);  // the output block went back
+      CHECK((*r)->stats().derived_builds == 0);
+      CHECK((*r)->release(gpu_).status.ok());
+    } else {
+      DeviceWeights sources(gpu_, model->store());
+      DerivedWeights memo;
+      const DeriveContext ctx{gpu_, *model, sources, memo};
+      if (path == Path::one) {
+        failed = derive_weight(ctx, *planned).status();
+      } else {
+        const PlannedDerivation plan[] = {*planned};
+        failed = derive_weights(ctx, plan).status();
+      }
+      CHECK(memo.is_empty());  // never memoized
+      CHECK(memo.release(gpu_).status.ok());
+      CHECK(sources.release(gpu_).status.ok());
+    }
+    REQUIRE_FALSE(failed.ok());
+    CHECK(failed.code() == ErrorCode::io);
+    CHECK_MESSAGE(contains(failed.to_string(), "changed since it was opened"), failed.to_string());
+    CHECK(gpu_.counters().live_allocations == before.live_allocations);
+  }
 }

@@ -218,6 +218,19 @@ TEST_CASE("index errors name both sides") {
     CHECK(r.error().message.find("'a.safetensors'") != std::string::npos);
   }
   SUBCASE("a tensor in two shards") {
+    // Whichever of the two opened shards the index names, the first or the
+    // second: readers that take the first or the last would disagree.
+    dir.write("d.safetensors", st_file({{"y", "U8", {4}, pattern(4)}, {"z", "U8", {4}, pattern(4)}}));
+    for (const char* named : {"d.safetensors", "a.safetensors"}) {
+      CAPTURE(std::string(named));
+      auto r = open_index(index_json({{"x", "a.safetensors"}, {"y", named}, {"z", "d.safetensors"}}));
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.error().code == ErrorCode::malformed);
+      CHECK(r.error().tensor == "y");
+      CHECK(r.error().message.find("readers disagree") != std::string::npos);
+      CHECK(r.error().message.find("'a.safetensors'") != std::string::npos);
+      CHECK(r.error().message.find("'d.safetensors'") != std::string::npos);
+    }
     auto r = open_index(index_json({{"x", "a.safetensors"}, {"y", "b.safetensors"}}));
     REQUIRE_FALSE(r.ok());
     CHECK(r.error().tensor == "y");
