@@ -264,6 +264,13 @@ def main():
         rc, _, err = run(cli, "derive", model, "--dump", singles[fmt])
         expect(rc == 0, "%s: the single-process derive (got %d: %s)" % (fmt, rc, err.strip()[-300:]))
 
+    # --round-bytes takes a byte count, not auto or zero.
+    for bad in ("auto", "0"):
+        rc, _, err = run(cli, "load", models[0][1], "--comm", "local", "--world", "2", "--round-bytes", bad)
+        expect(rc != 0 and "--round-bytes" in err, "--round-bytes %s is refused, naming the option (got %d: %s)"
+               % (bad, rc, err.strip()[-200:]))
+
+    round_counts = {}  # (format, world, how, rank) -> rounds traded
     for fmt, model, arrays in models:
         for world in (1, 2, 4):
             rc, out, err = run(cli, "inspect", model, "--world", world, "--json")
@@ -276,6 +283,11 @@ def main():
                 # Rounds (Communicator::exchange, NCCL's only way): the same shards, traded collectively.
                 runs.append(("local rounds", [cli, "load", model, "--comm", "local", "--world", str(world),
                                               "--exchange", "rounds"]))
+            if world == 2:
+                # Small rounds (--round-bytes): the same shards in more rounds.
+                small = "4K" if fmt == "onnx" else "256"  # the safetensors model trades about 1 KiB
+                runs.append(("local small rounds", [cli, "load", model, "--comm", "local", "--world", str(world),
+                                                    "--exchange", "rounds", "--round-bytes", small]))
             if mpi and world > 1:
                 runs.append(("mpi", [mpirun, "-np", str(world), "--oversubscribe", cli, "load", model, "--comm", "mpi"]))
                 runs.append(("mpi rounds", [mpirun, "-np", str(world), "--oversubscribe", cli, "load", model, "--comm",
@@ -301,6 +313,12 @@ def main():
                         want = "rounds" if "rounds" in how else "messages"
                         expect(r["exchange"] == want and (r["rounds"] > 0) == (want == "rounds"),
                                "%s: rank %d traded in %s (got %s, %d rounds)" % (label, r["rank"], want, r["exchange"], r["rounds"]))
+                        round_counts[(fmt, world, how, r["rank"])] = r["rounds"]
+                if how == "local small rounds":
+                    for rank in range(world):
+                        small, default = (round_counts.get((fmt, world, h, rank), 0) for h in (how, "local rounds"))
+                        expect(small > default > 0, "%s: rank %d traded in more rounds with a small --round-bytes (%d) "
+                               "than with the default (%d)" % (label, rank, small, default))
                 check_dumps(label, dump, plan, arrays, world)
                 # derive --comm: each rank derives its shards; joined, they
                 # are the single-process derive's files.

@@ -29,7 +29,7 @@ inline void add_residency_options(CLI::App& sub, std::string& residency, std::st
       ->check(CLI::Validator(check_budget, "BYTES|auto", "byte budget"));
 }
 
-// --comm, --world, --shard-rules, --exchange, --ranks-per-domain and --timeout-s (load and derive: the
+// --comm, --world, --shard-rules, --exchange, --round-bytes, --ranks-per-domain and --timeout-s (load and derive: the
 // tensor-parallel ranks, load_ranks.hpp). `what` says what each rank does.
 // Returns --comm, for the options it excludes.
 inline CLI::Option* add_comm_options(CLI::App& sub, CommOptions& o, const std::string& what) {
@@ -48,6 +48,17 @@ inline CLI::Option* add_comm_options(CLI::App& sub, CommOptions& o, const std::s
                  "or auto (messages where the communicator has them)")
       ->check(CLI::IsMember({"auto", "messages", "rounds"}))
       ->capture_default_str()
+      ->needs(comm);
+  sub.add_option("--round-bytes", o.round_bytes,
+                 "rounds: what a rank gathers for its peers before it trades (BYTES with an optional "
+                 "K/M/G/KiB/MiB/GiB suffix; default 32 MiB)")
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            std::optional<std::uint64_t> bytes;
+            std::string why = parse_budget(v, bytes);
+            return why.empty() && !bytes ? std::string("--round-bytes needs a byte count, not auto") : why;
+          },
+          "BYTES", "byte count"))
       ->needs(comm);
   sub.add_option("--ranks-per-domain", o.ranks_per_domain,
                  "ranks r/N share a storage domain (a node with its own copy) and read it together; "

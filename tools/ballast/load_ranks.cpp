@@ -2,6 +2,7 @@
 #include "load_ranks.hpp"
 
 #include "command_context.hpp"
+#include "support/budget.hpp"
 #include "support/derived_dump.hpp"
 #include "support/format.hpp"
 #include "support/npy.hpp"
@@ -241,6 +242,11 @@ int run_load_ranks(const RanksOptions& opt) {
   options.exchange = opt.comm.exchange == "rounds"     ? ExchangeMode::rounds
                      : opt.comm.exchange == "messages" ? ExchangeMode::messages
                                                        : ExchangeMode::automatic;
+  if (!opt.comm.round_bytes.empty()) {
+    std::optional<std::uint64_t> bytes;
+    static_cast<void>(parse_budget(opt.comm.round_bytes, bytes));  // checked when parsed
+    if (bytes) options.round_bytes = *bytes;
+  }
   std::vector<std::optional<Result<RankShards>>> results(comms.size());
   {
     std::vector<std::thread> threads;

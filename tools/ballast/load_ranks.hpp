@@ -28,6 +28,7 @@ struct CommOptions {
   std::string shard_rules;
   std::uint32_t timeout_s = 60;  // the longest wait for a peer
   std::string exchange = "auto"; // --exchange: auto, messages or rounds
+  std::string round_bytes;       // --round-bytes: a round's size (empty: CooperativeLoadOptions' default)
   std::uint32_t ranks_per_domain = 0;  // --ranks-per-domain: storage domains (0: one)
 };
 
