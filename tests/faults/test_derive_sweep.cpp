@@ -441,6 +441,10 @@ TEST_CASE("a failed batch synchronize names three pending derivations and counts
     CAPTURE(text);
     CHECK(contains(text, "waiting for " + std::to_string(n) + (n == 1 ? " derivation (" : " derivations (")));
     for (std::size_t i = 0; i < n && i < 3; ++i) CHECK(contains(text, "of '" + part[i].weight + "'"));
+    // The list reads as English: "a", "a, b and c", "a, b, c and 1 more".
+    auto named = [&](std::size_t i) { return std::string(derivation_name(part[i].kind())) + " of '" + part[i].weight + "'"; };
+    if (n == 3) CHECK(contains(text, "(" + named(0) + ", " + named(1) + " and " + named(2) + ")"));
+    if (n == 4) CHECK(contains(text, "(" + named(0) + ", " + named(1) + ", " + named(2) + " and 1 more)"));
     CHECK(contains(text, " more)") == (n > 3));
     if (n > 3) CHECK(contains(text, "and " + std::to_string(n - 3) + " more)"));
   }

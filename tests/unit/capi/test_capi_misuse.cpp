@@ -53,6 +53,12 @@ T* fake(uintptr_t v) {
 TEST_CASE("NULL handles and NULL outputs") {
   size_t n = 0;
   CAPI_FAILS(ballast_model_weight_count(nullptr, &n), BALLAST_E_INVALID_HANDLE);
+  // The message tells a NULL handle from a dead or foreign one.
+  const capi_test::Outcome null_model = capi_test::take(ballast_model_weight_count(nullptr, &n));
+  CHECK(null_model.message == "invalid_handle: the model is NULL");
+  int local = 0;
+  const capi_test::Outcome made_up = capi_test::take(ballast_model_weight_count(reinterpret_cast<ballast_model*>(&local), &n));
+  CHECK(made_up.message.find("not a live model handle") != std::string::npos);
   ballast_device_info d = BALLAST_INIT(ballast_device_info);
   CAPI_FAILS(ballast_backend_info(nullptr, &d), BALLAST_E_INVALID_HANDLE);
   CAPI_FAILS(ballast_plan_count(nullptr, &n), BALLAST_E_INVALID_HANDLE);

@@ -197,6 +197,7 @@ TEST_CASE("without registration every weight is uploaded, and the fallback says 
     const WeightResidency r = dw.residency();
     CHECK(r.registered_files == 0);
     CHECK(r.uploaded_weights == 2);
+    CHECK(r.host_copy_bytes == 0);  // sent to the backend straight from the mapping
     CHECK(r.fallback_files == 1);
     if (mode == Wrapper::Mode::no_capability) {
       CHECK(r.fallback_reason.find("test double without registration") != std::string::npos);

@@ -400,6 +400,19 @@ TEST_CASE("cooperative load: plans of another world are refused before anything 
   auto got = cooperative_load(*m, *plans, *load, *(*comms)[0]);
   REQUIRE_FALSE(got.ok());
   CHECK(got.error().code == ErrorCode::invalid_argument);
+  // A load plan of the right world that lacks one rank's plan, or one
+  // rank's reads: refused too, never read past.
+  auto two = make_local_communicators(2);
+  REQUIRE(two.ok());
+  for (bool ranks : {true, false}) {
+    CAPTURE(ranks);
+    CooperativeLoadPlan short_plan = *load;
+    if (ranks) short_plan.ranks.pop_back();
+    else short_plan.reads.pop_back();
+    auto refused = cooperative_load(*m, *plans, short_plan, *(*two)[0]);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().code == ErrorCode::invalid_argument);
+  }
   CHECK(make_local_communicators(0).error().code == ErrorCode::invalid_argument);
   CHECK_FALSE(plan_cooperative_load(*m, ShardPlans{}).ok());
 }

@@ -307,3 +307,23 @@ TEST_CASE("check_plugin_candidate: absent, a directory, an unreadable file, and 
   CHECK(by_fd.st_ino == by_name.st_ino);
   CHECK((::fcntl(admitted.file.get(), F_GETFD) & FD_CLOEXEC) != 0);
 }
+
+TEST_CASE("a plugin file that is not a shared object: dlopen's own reason is in the error") {
+  Folder dir;
+  const fs::path file = dir.path / "libballast-junk.so";
+  {
+    std::ofstream out(file, std::ios::binary);
+    out << "not an ELF file at all";
+  }
+  ::chmod(file.c_str(), 0755);
+  auto admitted = registry::check_plugin_candidate(dir.str(), "libballast-junk.so");
+  REQUIRE(admitted.verdict == PluginCandidate::Verdict::admitted);
+  auto opened = registry::open_checked_library(std::move(admitted));
+  REQUIRE_FALSE(opened.ok());
+  CHECK(opened.error().code == ErrorCode::io);
+  CHECK(opened.error().file == file.string());
+  const std::string message = opened.error().message;
+  CAPTURE(message);
+  CHECK(message.find("dlopen failed for " + file.string()) != std::string::npos);
+  CHECK(message.find("unknown reason") == std::string::npos);  // glibc says why ("invalid ELF header", ...)
+}
