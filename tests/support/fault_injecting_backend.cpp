@@ -149,6 +149,7 @@ std::vector<DevicePtr> FaultInjectingBackend::kept_registrations() const {
 }
 
 std::optional<Error> FaultInjectingBackend::count(FaultOp op, DevicePtr ptr, std::uint64_t bytes) {
+  if (before_call) before_call(op);
   std::lock_guard lock(mutex_);
   const std::uint64_t call = ++calls_[index_of(op)];
   if (!armed_) return std::nullopt;

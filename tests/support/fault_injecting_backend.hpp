@@ -58,6 +58,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -134,6 +135,12 @@ class FaultInjectingBackend final : public GpuBackend {
   std::vector<DevicePtr> kept_registrations() const;
 
   GpuBackend& inner() noexcept { return inner_; }
+
+  // Called before each call that reaches this backend is counted, outside
+  // any lock, on the caller's thread: a test may hold a call there (a copy
+  // kept in flight while another thread waits for it). Set it before the
+  // calls it should see, and not while calls are running.
+  std::function<void(FaultOp)> before_call;
 
  private:
   const DeviceInfo& do_info() const override;

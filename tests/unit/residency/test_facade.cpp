@@ -7,7 +7,13 @@
 #include <ballast/residency.hpp>
 #include <doctest/doctest.h>
 
+#include "support/fault_injecting_backend.hpp"
 #include "unit/onnx/load_helpers.hpp"
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 #include <string>
 #include <vector>
@@ -283,4 +289,58 @@ TEST_CASE("zero_copy residency uploads inline weights itself: counted in device_
   a->reset();
   CHECK(residency.pin(q0).code() == ErrorCode::out_of_memory);
   CHECK(residency.release(**gpu).status.ok());
+}
+
+TEST_CASE("a pin that waits for a load after an earlier failed one gets the value, not the old error") {
+  using testing::FaultInjectingBackend;
+  using testing::FaultOp;
+  const Model m = layered_model();
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  FaultInjectingBackend faulty(**gpu);
+  ResidencyOptions o;
+  o.strategy = ResidencyStrategy::upload;
+  o.derivations = std::vector<PlannedDerivation>{};
+  auto r = Residency::create(faulty, m, o);
+  REQUIRE(r.ok());
+  Residency& residency = **r;
+  const ValueId embed = *m.value_id("embed.weight");
+  // A demand load that fails: its error is kept for whoever waited on it.
+  faulty.fail_nth(FaultOp::copy_to_device, 1);
+  REQUIRE_FALSE(residency.pin(embed).ok());
+  faulty.disarm();
+  // The next load is held in its copy until the second pin waits on it.
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool copying = false, go = false;
+  faulty.before_call = [&](FaultOp op) {
+    if (op != FaultOp::copy_to_device) return;
+    std::unique_lock lock(mutex);
+    copying = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return go; });
+  };
+  Result<Pinned> loader = make_error(ErrorCode::internal, "not run");
+  Result<Pinned> waiter = make_error(ErrorCode::internal, "not run");
+  std::thread a([&] { loader = residency.pin(embed); });
+  {
+    std::unique_lock lock(mutex);
+    cv.wait(lock, [&] { return copying; });
+  }
+  std::thread b([&] { waiter = residency.pin(embed); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // b finds it loading and waits
+  {
+    std::lock_guard lock(mutex);
+    go = true;
+  }
+  cv.notify_all();
+  a.join();
+  b.join();
+  faulty.before_call = nullptr;
+  REQUIRE_MESSAGE(loader.ok(), loader.error().to_string());
+  REQUIRE_MESSAGE(waiter.ok(), waiter.error().to_string());
+  CHECK(waiter->first() == loader->first());
+  loader->reset();
+  waiter->reset();
+  CHECK(residency.release(faulty).status.ok());
 }
