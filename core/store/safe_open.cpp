@@ -47,6 +47,7 @@ const char* file_kind_name(mode_t mode) noexcept {
 namespace {
 
 std::atomic<bool> g_force_walk{false};
+std::atomic<void (*)(const struct stat&)> g_before_reopen{nullptr};
 
 constexpr int kReadFlags = O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY;
 constexpr std::uint64_t kResolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
@@ -83,6 +84,7 @@ Error changed_while_opening() {
 template <class OpenAgain>
 Result<OpenedFile> reopen_for_reading(const struct stat& probe_st, OpenAgain&& open_again) {
   if (!S_ISREG(probe_st.st_mode)) return not_regular(probe_st.st_mode);
+  if (auto hook = g_before_reopen.load(std::memory_order_relaxed)) hook(probe_st);
   const int fd = open_again();
   if (fd < 0) {
     if (errno == ENOENT || errno == ELOOP || errno == EXDEV || errno == ENXIO || errno == EAGAIN)
@@ -239,6 +241,7 @@ Result<OpenedFile> walk(std::span<const Root* const> roots, std::string_view loc
 }  // namespace
 
 void force_component_walk_for_testing(bool on) noexcept { g_force_walk.store(on); }
+void set_before_reopen_for_testing(void (*hook)(const struct stat&)) noexcept { g_before_reopen.store(hook); }
 
 Result<Root> open_root(const std::filesystem::path& dir) {
   const std::filesystem::path& p = dir.empty() ? std::filesystem::path(".") : dir;

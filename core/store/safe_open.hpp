@@ -92,6 +92,10 @@ std::filesystem::path path_of(int fd, const std::filesystem::path& fallback);
 // Tests: behave as if openat2 were missing (ENOSYS), so that the
 // per-component walk handles every location.
 void force_component_walk_for_testing(bool on) noexcept;
+// Tests: called with the probe's stat between the O_PATH probe of a file
+// and its reopen for reading (null: nothing), so a test can make that file
+// vanish or change there, as a racing writer would.
+void set_before_reopen_for_testing(void (*hook)(const struct stat& probe)) noexcept;
 
 // "a FIFO", "a directory", ... for a st_mode.
 const char* file_kind_name(mode_t mode) noexcept;

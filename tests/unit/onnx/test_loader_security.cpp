@@ -370,3 +370,32 @@ TEST_CASE("a data file that cannot be mapped (address space or vm.max_map_count 
   CHECK(WEXITSTATUS(status) == 0);
 #endif
 }
+
+namespace {
+// The file the reopen hook removes: the one whose inode the probe saw.
+fs::path g_vanishing;
+ino_t g_vanishing_inode = 0;
+void remove_probed(const struct stat& probe) {
+  if (probe.st_ino == g_vanishing_inode) fs::remove(g_vanishing);
+}
+}  // namespace
+
+TEST_CASE("a data file that vanishes between its probe and its reopen: 'changed while opening', nothing read") {
+  for (bool walk : {false, true}) {
+    CAPTURE(walk);
+    ResolverMode mode(walk);
+    ScratchDir dir("vanish-model");
+    dir.write("w.bin", filled(64, 0x11));
+    g_vanishing = dir / "w.bin";
+    struct stat st {};
+    REQUIRE(::stat(g_vanishing.c_str(), &st) == 0);
+    g_vanishing_inode = st.st_ino;
+    store::set_before_reopen_for_testing(&remove_probed);
+    auto model = load_written(dir, {external_tensor("w", 16, at("w.bin", 0, 64))});
+    store::set_before_reopen_for_testing(nullptr);
+    REQUIRE_FALSE(model.ok());
+    CHECK(model.error().code == ErrorCode::io);
+    CHECK_MESSAGE(model.error().message.find("changed while it was being opened") != std::string::npos,
+                  model.error().to_string());
+  }
+}
