@@ -36,6 +36,15 @@ TEST_CASE("bad launches are refused with the field named") {
   auto s = derivation_sizes(l);
   REQUIRE_FALSE(s.ok());
   CHECK(s.error().message.find("block_size") != std::string::npos);
+  // MatMulNBits block sizes are powers of two from 16: 8 and 0 are refused,
+  // 16 is the smallest taken.
+  for (std::uint32_t bs : {0u, 8u, 16u}) {
+    CAPTURE(bs);
+    l.block_size = bs;
+    auto b = derivation_sizes(l);
+    CHECK(b.ok() == (bs == 16));
+    if (!b.ok()) CHECK(b.error().message.find("block_size") != std::string::npos);
+  }
   l.kind = Derivation::transpose;
   l.src_type = DataType::int4;
   CHECK(derivation_sizes(l).code() == ErrorCode::unsupported);
