@@ -108,14 +108,14 @@ def build(targets, jobs):
     cmd = ["cmake", "--build", "--preset", PRESET, "-j", str(jobs)]
     if targets:
         cmd += ["--target", *targets]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, errors="replace")
 
 
 def run_tests(regex, timeout):
     cmd = ["ctest", "--preset", PRESET, "-R", regex, "--timeout", str(timeout), "--stop-on-failure",
            "--output-on-failure"]
     try:
-        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout * 4 + 60)
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, errors="replace", timeout=timeout * 4 + 60)
     except subprocess.TimeoutExpired:
         return False, "timed out"
     if "No tests were found" in p.stdout + p.stderr:
