@@ -206,7 +206,8 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
     if (store.weights().contains(id)) BALLAST_RETURN_IF_ERROR(take_source(id));
 
   // ---- 2. zero_copy: the pages faulted in by parallel populates, then
-  // registered (resolve), so no driver takes the faults one at a time.
+  // registered (in_place), so no driver takes the faults one at a time; a
+  // weight that cannot be read in place is an upload from here on.
   std::vector<ValueId> uploads_instead;  // zero_copy weights that cannot be read in place
   {
     std::map<MappingId, std::vector<ByteRange>> ranges;

@@ -101,7 +101,7 @@ ResidencyStrategy Residency::Impl::strategy_of(ValueId id) const noexcept {
   if (chosen != ResidencyStrategy::zero_copy) return chosen;
   // A zero_copy weight that cannot be read in place is uploaded, by this
   // object and under its budget: an inline one always, another once its
-  // registration said so (pin_source).
+  // registration said so (in_place(), from a pin or load()).
   auto w = store.weights().find(id);
   if (w != store.weights().end() && !w->second.is_external()) return ResidencyStrategy::upload;
   std::lock_guard lock(uploaded_instead_mutex);
