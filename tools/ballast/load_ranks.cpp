@@ -19,12 +19,20 @@
 
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 namespace ballast::cli {
 namespace {
 
 using json = nlohmann::ordered_json;
+
+// "1.234": seconds as the text reports print them.
+std::string fixed3(double seconds) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", seconds);
+  return text;
+}
 
 // The element size a NumPy type string names ("<f4": 4).
 std::uint64_t descr_bytes(const std::string& descr) { return static_cast<std::uint64_t>(descr.back() - '0'); }
@@ -256,6 +264,11 @@ int run_load_ranks(const RanksOptions& opt) {
   }
   int exit_code = kExitOk;
   ctx.set_who("");  // from here every error names its rank itself
+  // Each rank's report is one block of text (a JSON line, or its lines),
+  // printed whole: ranks of an MPI job share one stdout through the
+  // launcher, which forwards what each writes in pieces (a terminal's
+  // 1 KiB), so two ranks' lines written side by side could interleave.
+  std::vector<std::string> blocks(comms.size());
   for (std::size_t i = 0; i < comms.size(); ++i) {
     const std::uint32_t rank = comms[i]->rank();
     Result<RankShards>& got = *results[i];
@@ -276,32 +289,57 @@ int run_load_ranks(const RanksOptions& opt) {
       continue;
     }
     const CooperativeLoadReport& r = report;
+    std::ostringstream out;
     if (opt.json) {
-      // One line per rank: ranks of an MPI job print theirs side by side.
-      std::cout << rank_json(r, *placed, shard_count, comms[i]->name(), world, load->ranks[rank].domain, opt.derive).dump() << std::endl;
+      out << rank_json(r, *placed, shard_count, comms[i]->name(), world, load->ranks[rank].domain, opt.derive).dump()
+          << '\n';
     } else {
       const std::string how =
           r.rounds ? " in " + std::to_string(r.round_count) + (r.round_count == 1 ? " round" : " rounds") : "";
-      std::printf("rank %u of %u (%s): read %s from storage (kept %s), sent %s, received %s%s, inline %s; "
-                  "%zu shards, %s on %s; %.3f s\n",
-                  rank, world, comms[i]->name().c_str(), human_bytes(r.read_bytes).c_str(), human_bytes(r.kept_bytes).c_str(),
-                  human_bytes(r.sent_bytes).c_str(), human_bytes(r.received_bytes).c_str(), how.c_str(),
-                  human_bytes(r.inline_bytes).c_str(), shard_count, human_bytes(placed->shard_bytes).c_str(),
-                  ctx.gpu().info().backend.c_str(), r.seconds);
+      out << "rank " << rank << " of " << world << " (" << comms[i]->name() << "): read " << human_bytes(r.read_bytes)
+          << " from storage (kept " << human_bytes(r.kept_bytes) << "), sent " << human_bytes(r.sent_bytes)
+          << ", received " << human_bytes(r.received_bytes) << how << ", inline " << human_bytes(r.inline_bytes) << "; "
+          << shard_count << " shards, " << human_bytes(placed->shard_bytes) << " on " << ctx.gpu().info().backend
+          << "; " << fixed3(r.seconds) << " s\n";
       if (opt.derive) {
-        std::printf("  derived %llu values of its shards (%s)", static_cast<unsigned long long>(placed->derived),
-                    human_bytes(placed->derived_bytes).c_str());
-        std::printf(placed->skipped.empty() ? "\n" : "; skipped %zu:\n", placed->skipped.size());
-        for (const std::string& why : placed->skipped) std::printf("    %s\n", printable(why).c_str());
-        if (placed->residency) {
-          std::fflush(stdout);
-          print_residency_summary(std::cout, *placed->residency, "  ");
-          std::cout.flush();
-        }
+        out << "  derived " << placed->derived << " values of its shards (" << human_bytes(placed->derived_bytes) << ")";
+        if (placed->skipped.empty())
+          out << "\n";
+        else
+          out << "; skipped " << placed->skipped.size() << ":\n";
+        for (const std::string& why : placed->skipped) out << "    " << printable(why) << "\n";
+        if (placed->residency) print_residency_summary(out, *placed->residency, "  ");
       }
-      std::fflush(stdout);
     }
+    blocks[i] = std::move(out).str();
   }
+  if (comms.size() == 1 && world > 1) {
+    // One process per rank: rank 0 prints every rank's block in rank
+    // order (a rank that failed gives none; its error is on its stderr).
+    // If the gather fails (a peer failed or died), each rank prints its
+    // own block rather than lose it.
+    std::vector<std::vector<std::byte>> to(world);
+    const auto* bytes = reinterpret_cast<const std::byte*>(blocks[0].data());
+    to[0].assign(bytes, bytes + blocks[0].size());
+    const auto deadline = std::chrono::steady_clock::now() + options.timeout;
+    // A rank that failed takes part with nothing, so the others do not
+    // wait for it (after a failed load the exchange ends at once).
+    auto gathered = comms[0]->exchange(std::move(to), deadline);
+    if (!gathered) {
+      if (exit_code == kExitOk) {
+        ctx.report(Error(gathered.error()).with_context("rank " + std::to_string(comms[0]->rank()) + " of " +
+                                                        std::to_string(world) + ": gathering the ranks' reports"));
+        exit_code = kExitBadInput;
+      }
+      std::cout << blocks[0];
+    } else if (comms[0]->rank() == 0) {
+      for (const std::vector<std::byte>& b : *gathered)
+        std::cout.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+    }
+  } else {
+    for (const std::string& b : blocks) std::cout << b;
+  }
+  std::cout.flush();
   if (exit_code == kExitOk && comms.size() == world && !opt.json)
     std::printf("the ranks read %s together (%s); each reading its own shards: %s; "
                 "each reading everything: %s\n",
