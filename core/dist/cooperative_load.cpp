@@ -46,6 +46,8 @@ constexpr std::uint64_t kRoundDone = 1;
 constexpr std::uint32_t kKeepAlive = UINT32_MAX;
 constexpr std::uint32_t kDone = UINT32_MAX - 1;
 constexpr std::uint64_t kRoundMagic = 0x62616c6c72000000ull;  // "ballr" in the high bytes
+// The first round's word: each rank's exchange mode in its low bit.
+constexpr std::uint64_t kHelloMagic = 0x62616c6c68000000ull;  // "ballh"
 
 class Load {
  public:
@@ -92,6 +94,7 @@ class Load {
       return make_error(ErrorCode::invalid_argument, comm_.name() + " has no messages: trade in rounds");
     out_.report.rounds = rounds_;
     outgoing_.resize(world_);
+    if (world_ > 1) BALLAST_RETURN_IF_ERROR(agree_on_mode());
 
     const ReadPlan& portion = load_.reads[rank_];
     if (!portion.empty()) {
@@ -234,6 +237,40 @@ class Load {
       if (!message) return {};
       BALLAST_RETURN_IF_ERROR(accept(*message));
     }
+  }
+
+  // Before any bytes go, the ranks agree on how they trade: one round in
+  // which each tells every peer its mode, then a barrier, so that no
+  // load message reaches a rank still in that round. Ranks given
+  // different modes would otherwise never meet (a round waits for
+  // buffers that go out as messages) and fail at their timeout with a
+  // count of missing bytes; this way each fails at once, naming the
+  // mismatch.
+  Status agree_on_mode() {
+    const std::uint64_t word = kHelloMagic | (rounds_ ? 1 : 0);
+    const auto* w = reinterpret_cast<const std::byte*>(&word);
+    std::vector<std::vector<std::byte>> to(world_);
+    for (std::uint32_t q = 0; q < world_; ++q)
+      if (q != rank_) to[q].assign(w, w + sizeof word);
+    BALLAST_ASSIGN_OR_RETURN(auto from, comm_.exchange(std::move(to), Clock::now() + options_.timeout),
+                             "agreeing with the other ranks on how to trade bytes");
+    if (from.size() != world_)
+      return make_error(ErrorCode::internal, comm_.name() + " exchange gave " + std::to_string(from.size()) +
+                                                 " buffers in a world of " + std::to_string(world_));
+    for (std::uint32_t p = 0; p < world_; ++p) {
+      if (p == rank_) continue;
+      std::uint64_t theirs = 0;
+      if (from[p].size() == sizeof theirs) std::memcpy(&theirs, from[p].data(), sizeof theirs);
+      if ((theirs & ~std::uint64_t{1}) != kHelloMagic)
+        return make_error(ErrorCode::malformed, std::to_string(from[p].size()) + " bytes from rank " + std::to_string(p) +
+                                                    " are not a cooperative load's greeting");
+      if (theirs != word)
+        return make_error(ErrorCode::invalid_argument,
+                          std::string("rank ") + std::to_string(p) + " trades in " + (rounds_ ? "messages" : "rounds") +
+                              " and this rank in " + (rounds_ ? "rounds" : "messages") +
+                              ": every rank must be given the same exchange mode (--exchange)");
+    }
+    return comm_.barrier(Clock::now() + options_.timeout);
   }
 
   // One round: this rank's gathered messages out, its peers' in.

@@ -94,6 +94,8 @@ Result<CooperativeLoadPlan> plan_cooperative_load(const Model& model, const Shar
                                                   std::uint32_t ranks_per_domain = 0);
 
 // How the ranks trade the bytes they read (communicator.hpp, "Two ways").
+// Every rank must resolve to the same mode: the load's first round checks
+// it, and ranks that differ fail at once (invalid_argument, naming a peer).
 enum class ExchangeMode : std::uint8_t {
   automatic,  // messages where the communicator has them (local, mpi), else rounds (nccl)
   messages,   // each chunk's bytes sent to each peer as soon as it is read

@@ -361,6 +361,13 @@ def main():
         expect(proc.returncode != 0 and "do the ranks have the same model and plan" in proc.stderr and took < 15,
                "mpi: ranks with different plans fail, naming a rank, in %.1f s (got %d: %s)" %
                (took, proc.returncode, proc.stderr.strip()[-400:]))
+        # Ranks given different --exchange: the error says so, not that
+        # the plans differ.
+        proc, took = timed([mpirun] + rank0 + ["--exchange", "rounds", ":"] + rank0 + ["--exchange", "messages"])
+        expect(proc.returncode != 0 and "the same exchange mode (--exchange)" in proc.stderr and
+               "same model and plan" not in proc.stderr and took < 15,
+               "mpi: ranks given different --exchange fail, naming the mismatch, in %.1f s (got %d: %s)" %
+               (took, proc.returncode, proc.stderr.strip()[-400:]))
         # A rank whose model does not open tells the others at once.
         proc, took = timed([mpirun] + rank0 + [":", "-np", "1", cli, "load", model + ".missing", "--comm", "mpi",
                                                "--timeout-s", "20"])

@@ -303,7 +303,9 @@ TEST_CASE("cooperative load: a rank that never comes is a timeout naming it on t
   REQUIRE_FALSE(run.results[0].ok());
   const std::string text = run.results[0].error().to_string();
   CHECK_MESSAGE(run.results[0].error().code == ErrorCode::unavailable, text);
-  CHECK_MESSAGE(text.find("rank 1 (") != std::string::npos, text);
+  // Rank 1 never took part in the first round, where the ranks agree on
+  // how they trade.
+  CHECK_MESSAGE(text.find("rank(s) 1 in") != std::string::npos, text);
   CHECK(run.seconds < 10);
 }
 
@@ -358,14 +360,22 @@ TEST_CASE("cooperative load: a message its plan does not take is refused, naming
   const CooperativeLoadPlan* load = &w.load;
   auto comms = make_local_communicators(2);
   REQUIRE(comms.ok());
-  // Rank 1 is an impostor: it sends rank 0 bytes of a stretch rank 0 does
-  // not need from it, then waits.
-  std::vector<std::byte> bogus(24 + 5);
-  const std::uint64_t header[3] = {0, 0, 3};
-  std::memcpy(bogus.data(), header, sizeof header);
-  REQUIRE((*comms)[1]->send(0, bogus).ok());
+  // Rank 1 is an impostor: it greets rank 0 as a rank trading in messages
+  // would (the first round, then the barrier), sends it bytes of a stretch
+  // rank 0 does not need from it, then waits.
+  std::thread impostor([&] {
+    const std::uint64_t hello = 0x62616c6c68000000ull;
+    const auto* w = reinterpret_cast<const std::byte*>(&hello);
+    REQUIRE((*comms)[1]->send(0, std::vector<std::byte>(w, w + sizeof hello)).ok());
+    REQUIRE((*comms)[1]->barrier(std::chrono::steady_clock::now() + 10s).ok());
+    std::vector<std::byte> bogus(24 + 5);
+    const std::uint64_t header[3] = {0, 0, 3};
+    std::memcpy(bogus.data(), header, sizeof header);
+    REQUIRE((*comms)[1]->send(0, bogus).ok());
+  });
   CooperativeLoadOptions o = small_chunks(0);
   auto got = cooperative_load(*m, *plans, *load, *(*comms)[0], o);
+  impostor.join();
   REQUIRE_FALSE(got.ok());
   CHECK_MESSAGE(got.error().code == ErrorCode::malformed, got.error().to_string());
   CHECK_MESSAGE(got.error().to_string().find("rank 1 sent 5 bytes") != std::string::npos, got.error().to_string());
@@ -491,6 +501,29 @@ TEST_CASE("cooperative load: a communicator of rounds only is traded with in rou
   CHECK(refused.error().code == ErrorCode::invalid_argument);
   CHECK_MESSAGE(refused.error().to_string().find("rounds-only has no messages") != std::string::npos,
                 refused.error().to_string());
+}
+
+TEST_CASE("cooperative load: ranks given different exchange modes fail, each error naming the mismatch") {
+  HfWorld w("dist-mixed-modes", 2);
+  REQUIRE(w.load.ranks[0].received_bytes > 0);
+  REQUIRE(w.load.ranks[1].received_bytes > 0);
+  for (const std::uint32_t rounds_rank : {0u, 1u}) {
+    CAPTURE(rounds_rank);
+    const Run run = run_world(w.model, w.plans, w.load, [&](std::uint32_t r) {
+      CooperativeLoadOptions o = small_chunks(r);
+      o.exchange = r == rounds_rank ? ExchangeMode::rounds : ExchangeMode::messages;
+      o.timeout = 5s;
+      return o;
+    });
+    CHECK(run.seconds < 4);  // told at once, not at the timeout
+    for (std::uint32_t r = 0; r < 2; ++r) {
+      CAPTURE(r);
+      REQUIRE_FALSE(run.results[r].ok());
+      const std::string text = run.results[r].error().to_string();
+      CHECK_MESSAGE(text.find("the same exchange mode (--exchange)") != std::string::npos, text);
+      CHECK_MESSAGE(text.find("do the ranks have the same model and plan") == std::string::npos, text);
+    }
+  }
 }
 
 TEST_CASE("cooperative load: a rank reading its own shard for longer than the timeout keeps its peers waiting, "
