@@ -38,6 +38,7 @@ constexpr int kDataTag = 29001;
 constexpr int kFailTag = 29002;
 constexpr int kRoundTag = 29003;
 constexpr int kSizeTag = 29004;
+constexpr int kBarrierTag = 29005;
 // The ABI's error codes (plugin_api.h, through comm_plugin.h).
 constexpr int kUnavailable = BALLAST_UNAVAILABLE, kInvalid = BALLAST_INVALID_ARGUMENT,
               kOutOfMemory = BALLAST_OUT_OF_MEMORY, kDeviceError = BALLAST_DEVICE_ERROR;
@@ -255,35 +256,7 @@ int receive(ballast_comm* c, std::int64_t timeout_ns, std::uint32_t* from, std::
   }
 }
 
-int barrier(ballast_comm* c, std::int64_t timeout_ns, char* error, std::size_t error_size) {
-  const auto deadline = deadline_of(timeout_ns);
-  MPI_Request request = MPI_REQUEST_NULL;
-  if (const int rc = MPI_Ibarrier(c->comm, &request); rc != MPI_SUCCESS) {
-    say(error, error_size, "MPI_Ibarrier: " + mpi_text(rc));
-    return kUnavailable;
-  }
-  for (;;) {
-    int done = 0;
-    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (done) return 0;
-    if (c->heard_failure()) {
-      // Every rank may have arrived before a peer failed right after it:
-      // a barrier that completed is not a failure.
-      MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-      if (done) return 0;
-      say(error, error_size, c->peer_failure);
-      return kUnavailable;
-    }
-    c->reap();
-    if (Clock::now() >= deadline) {
-      // MPI cannot say which ranks are missing, nor cancel a barrier.
-      say(error, error_size, "not every rank of " + std::to_string(c->world) + " reached the barrier in time");
-      g_failure_seen = true;
-      return kUnavailable;
-    }
-    pause();
-  }
-}
+int barrier(ballast_comm* c, std::int64_t timeout_ns, char* error, std::size_t error_size);
 
 void fail(ballast_comm* c, const char* why) {
   if (c->announced) return;
@@ -319,9 +292,14 @@ int wait_all(ballast_comm* c, std::vector<MPI_Request>& requests, const std::vec
     c->reap();
     if (Clock::now() >= deadline) {
       // A receive still open names its peer: the ranks that did not come.
+      // Each is tested on its own: MPI_Testall that is not done leaves
+      // every request as it was, the completed ones too.
       std::string who;
-      for (std::size_t i = 0; i < requests.size() && i < peers.size(); ++i)
+      for (std::size_t i = 0; i < requests.size() && i < peers.size(); ++i) {
+        int one = 0;
+        if (requests[i] != MPI_REQUEST_NULL) MPI_Test(&requests[i], &one, MPI_STATUS_IGNORE);
         if (requests[i] != MPI_REQUEST_NULL) who += (who.empty() ? "" : ", ") + std::to_string(peers[i]);
+      }
       say(error, error_size, std::string(what) + ": nothing came in time from rank(s) " + who);
       g_failure_seen = true;
       break;
@@ -330,6 +308,46 @@ int wait_all(ballast_comm* c, std::vector<MPI_Request>& requests, const std::vec
   }
   cancel_all(requests);
   return kUnavailable;
+}
+
+// A token to every peer and one from every peer, point to point on a tag
+// of their own (MPI keeps their order per pair, so barriers cannot cross):
+// not MPI_Ibarrier, which at a timeout can neither say which ranks did not
+// come nor be cancelled. 2 (world - 1) requests a rank; the load calls it
+// twice. After a timeout the job is failed (a late token would meet the
+// next barrier), as after any of this library's timeouts.
+int barrier(ballast_comm* c, std::int64_t timeout_ns, char* error, std::size_t error_size) {
+  const auto deadline = deadline_of(timeout_ns);
+  if (c->heard_failure()) {
+    say(error, error_size, c->peer_failure);
+    return kUnavailable;
+  }
+  std::vector<MPI_Request> requests;
+  std::vector<int> peers;
+  try {
+    requests.reserve(static_cast<std::size_t>(c->world));
+    peers.reserve(static_cast<std::size_t>(c->world));
+  } catch (...) {
+    say(error, error_size, "no memory for a barrier of " + std::to_string(c->world) + " ranks");
+    return kOutOfMemory;
+  }
+  for (int r = 0; r < c->world; ++r) {
+    if (r == c->rank) continue;
+    requests.push_back(MPI_REQUEST_NULL);
+    peers.push_back(r);
+    if (const int got = MPI_Irecv(nullptr, 0, MPI_BYTE, r, kBarrierTag, c->comm, &requests.back()); got != MPI_SUCCESS) {
+      say(error, error_size, "MPI_Irecv from rank " + std::to_string(r) + ": " + mpi_text(got));
+      cancel_all(requests);
+      return kUnavailable;
+    }
+  }
+  for (int r = 0; r < c->world; ++r)
+    if (r != c->rank)
+      if (const int rc = send_kept(c, r, kBarrierTag, nullptr, 0, error, error_size); rc != 0) {
+        cancel_all(requests);
+        return rc;
+      }
+  return wait_all(c, requests, peers, deadline, "the barrier", error, error_size);
 }
 
 int exchange(ballast_comm* c, const void* const* sends, const std::uint64_t* sizes,

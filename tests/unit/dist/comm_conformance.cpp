@@ -1,4 +1,4 @@
-// comm_conformance CONFIG [--then-fail]: what the cooperative load asks of a
+// comm_conformance CONFIG [--then-fail | --late-rank]: what the cooperative load asks of a
 // communicator library, checked on a real one, every rank of a job
 // running it (mpirun -np N comm_conformance mpi; comm_conformance nccl at
 // world 1 on a GPU machine, tools/gpu-check). Exit 0: every check held;
@@ -11,11 +11,18 @@
 // (any_source); the barrier; with --then-fail, after fail(), a refusal,
 // not a hang (not for mpi: a failed MPI rank does not finalize, by design,
 // and mpirun calls that job failed).
+//
+// --late-rank: after the checks, the last rank stays away from a barrier
+// and an exchange round that the others enter with a 2 s deadline each:
+// they must fail both, naming that rank and no other ("the barrier names the late rank N"). The job then
+// counts as failed (its ranks do not finalize), so its test reads the
+// printed lines, not the exit code.
 #include <ballast/communicator.hpp>
 
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace ballast;
@@ -44,6 +51,7 @@ std::vector<std::byte> pattern(std::uint32_t from, std::uint32_t to, std::uint32
 int main(int argc, char** argv) {
   const std::string config = argc > 1 ? argv[1] : "mpi";
   const bool then_fail = argc > 2 && std::string(argv[2]) == "--then-fail";
+  const bool late_rank = argc > 2 && std::string(argv[2]) == "--late-rank";
   auto opened = open_communicator(config);
   if (!opened) {
     const ErrorCode code = opened.error().code;
@@ -96,6 +104,29 @@ int main(int argc, char** argv) {
     const Status after = comm.barrier(std::chrono::steady_clock::now() + 5s);
     check(!after.ok(), who + ": a barrier after fail() is refused");
     check(std::chrono::steady_clock::now() - started < 10s, who + ": ... within its deadline");
+  }
+
+  if (late_rank && n > 1) {
+    const std::uint32_t late = n - 1;
+    if (me == late) {
+      std::this_thread::sleep_for(6s);  // past the others' deadlines
+    } else {
+      // An exchange round first: it too names the late rank, and only it
+      // (the others' buffers came).
+      std::vector<std::vector<std::byte>> to(n);
+      auto round = comm.exchange(std::move(to), std::chrono::steady_clock::now() + 2s);
+      const std::string said = round.ok() ? "ok" : round.error().to_string();
+      const bool only_late = !round.ok() && said.find("rank(s) " + std::to_string(late)) != std::string::npos &&
+                             said.find("rank(s) " + std::to_string(late) + ",") == std::string::npos &&
+                             said.find(", " + std::to_string(late)) == std::string::npos;
+      check(only_late, who + ": an exchange rank " + std::to_string(late) + " stays away from fails naming it alone (got " +
+                           said + ")");
+      const Status missed = comm.barrier(std::chrono::steady_clock::now() + 2s);
+      const std::string text = missed.ok() ? "ok" : missed.error().to_string();
+      const bool named = !missed.ok() && text.find("rank(s) " + std::to_string(late)) != std::string::npos;
+      check(named, who + ": a barrier rank " + std::to_string(late) + " stays away from fails naming it (got " + text + ")");
+      if (named) std::printf("%s: the barrier names the late rank %u\n", who.c_str(), late);
+    }
   }
 
   std::printf("%s: %s\n", who.c_str(), failures == 0 ? "every check held" : "checks failed");
