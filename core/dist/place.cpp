@@ -11,6 +11,14 @@
 
 namespace ballast {
 
+// The one way into RankDevice's owned allocations (private: an engine
+// holding a RankDevice frees through release(), never adds to it).
+struct dist::RankDeviceAccess {
+  static Result<DevicePtr> allocate(RankDevice& device, std::uint64_t bytes, const std::string& what) {
+    return device.allocate(bytes, what);
+  }
+};
+
 RankDevice::RankDevice(RankDevice&& other) noexcept
     : shards(std::move(other.shards)), shard_bytes(other.shard_bytes), derived(std::move(other.derived)),
       derived_bytes(other.derived_bytes), scratch_bytes(other.scratch_bytes), skipped(std::move(other.skipped)),
@@ -52,9 +60,9 @@ class RankBlocks final : public derive::OutputBlocks {
  public:
   explicit RankBlocks(RankDevice& out) noexcept : out_(out) {}
   Status obtain(DerivationLaunch& l, const DerivationSizes& sizes) override {
-    BALLAST_ASSIGN_OR_RETURN(l.dst, out_.allocate(sizes.dst_bytes, "allocating its output"));
+    BALLAST_ASSIGN_OR_RETURN(l.dst, dist::RankDeviceAccess::allocate(out_, sizes.dst_bytes, "allocating its output"));
     if (sizes.dst2_bytes != 0) {
-      BALLAST_ASSIGN_OR_RETURN(l.dst2, out_.allocate(sizes.dst2_bytes, "allocating its second output"));
+      BALLAST_ASSIGN_OR_RETURN(l.dst2, dist::RankDeviceAccess::allocate(out_, sizes.dst2_bytes, "allocating its second output"));
     }
     return Status();
   }
@@ -76,7 +84,7 @@ Result<RankDevice> place_rank(GpuBackend& gpu, const Model& model, const ShardPl
     const std::span<const std::byte> bytes = shards.shards[i];
     if (bytes.empty()) continue;
     const std::string what = "the shard of '" + rank.weights[i].weight + "'";
-    BALLAST_ASSIGN_OR_RETURN(out.shards[i], out.allocate(bytes.size(), what), context);
+    BALLAST_ASSIGN_OR_RETURN(out.shards[i], dist::RankDeviceAccess::allocate(out, bytes.size(), what), context);
     BALLAST_RETURN_IF_ERROR(gpu.copy_to_device(out.shards[i], 0, bytes), context + ": " + what);
     out.shard_bytes += bytes.size();
   }

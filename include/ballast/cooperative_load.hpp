@@ -187,6 +187,10 @@ struct RankDerivedValue {
 
 // Owns what it put on the backend; frees it when destroyed (the backend
 // must outlive it) or by release(), which says what failed.
+namespace dist {
+struct RankDeviceAccess;
+}  // namespace dist
+
 class RankDevice {
  public:
   explicit RankDevice(GpuBackend& gpu) : gpu_(&gpu) {}
@@ -208,10 +212,12 @@ class RankDevice {
   std::vector<std::string> skipped;        // "<kind> of '<weight>': <why>" (plan_shard_derivations)
 
   Status release();
-  // Internal: an allocation it owns from here on.
-  Result<DevicePtr> allocate(std::uint64_t bytes, const std::string& what);
 
  private:
+  friend struct dist::RankDeviceAccess;  // place_rank's allocations (core/dist/place.cpp)
+  // An allocation it owns from here on.
+  Result<DevicePtr> allocate(std::uint64_t bytes, const std::string& what);
+
   GpuBackend* gpu_;
   std::vector<DevicePtr> owned_;
 };
