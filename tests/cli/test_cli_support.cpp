@@ -268,6 +268,11 @@ TEST_CASE("parse_budget: garbage, zero, overflow and SI suffixes are refused wit
   CHECK(budget_error("4MB").find("ambiguous") != std::string::npos);
   CHECK(budget_error("0").find("zero") != std::string::npos);
   CHECK(budget_error("18446744073709551616").find("64 bits") != std::string::npos);
+  // Another option's count names that count, not a budget.
+  std::optional<std::uint64_t> bytes;
+  const std::string round = cli::parse_budget("0", bytes, "round size");
+  CHECK_MESSAGE(round.rfind("round size '0' is zero", 0) == 0, round);
+  CHECK_MESSAGE(round.find("budget") == std::string::npos, round);
 }
 
 TEST_CASE("prefetch_window_end: the next steps within max(one step, the window), at most one token, never past the run") {

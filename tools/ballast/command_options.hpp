@@ -55,7 +55,7 @@ inline CLI::Option* add_comm_options(CLI::App& sub, CommOptions& o, const std::s
       ->check(CLI::Validator(
           [](const std::string& v) {
             std::optional<std::uint64_t> bytes;
-            std::string why = parse_budget(v, bytes);
+            std::string why = parse_budget(v, bytes, "round size");
             return why.empty() && !bytes ? std::string("--round-bytes needs a byte count, not auto") : why;
           },
           "BYTES", "byte count"))

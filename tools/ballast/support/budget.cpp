@@ -33,8 +33,8 @@ std::uint64_t multiplier(std::string_view suffix) {
 
 }  // namespace
 
-std::string parse_budget(std::string_view text, std::optional<std::uint64_t>& bytes) {
-  const std::string quoted = "'" + std::string(text) + "'";
+std::string parse_budget(std::string_view text, std::optional<std::uint64_t>& bytes, std::string_view what) {
+  const std::string quoted = std::string(what) + " '" + std::string(text) + "'";
   if (iequals(text, "auto")) {
     bytes.reset();
     return {};
@@ -43,7 +43,7 @@ std::string parse_budget(std::string_view text, std::optional<std::uint64_t>& by
   Wide whole = 0;
   while (at < text.size() && std::isdigit(static_cast<unsigned char>(text[at]))) {
     whole = whole * 10 + static_cast<unsigned>(text[at] - '0');
-    if (whole > ~std::uint64_t{0}) return "budget " + quoted + " does not fit in 64 bits";
+    if (whole > ~std::uint64_t{0}) return quoted + " does not fit in 64 bits";
     ++at;
   }
   const bool has_whole = at > 0;
@@ -59,24 +59,24 @@ std::string parse_budget(std::string_view text, std::optional<std::uint64_t>& by
       has_frac = true;
       ++at;
     }
-    if (!has_frac) return "budget " + quoted + " is not a byte count (a digit must follow the '.')";
+    if (!has_frac) return quoted + " is not a byte count (a digit must follow the '.')";
   }
   const char* const kUsage = " (expected a byte count such as 4194304, 512M, 1.5GiB, or auto)";
-  if (!has_whole && !has_frac) return "budget " + quoted + " is not a byte count" + kUsage;
+  if (!has_whole && !has_frac) return quoted + " is not a byte count" + kUsage;
   const std::string_view suffix = text.substr(at);
   const std::uint64_t mult = multiplier(suffix);
   if (mult == 0) {
     if (suffix.size() == 2 && (suffix[1] == 'B' || suffix[1] == 'b'))
-      return "budget " + quoted + ": SI suffix '" + std::string(suffix) + "' is ambiguous; use " +
+      return quoted + ": SI suffix '" + std::string(suffix) + "' is ambiguous; use " +
              std::string(1, static_cast<char>(std::toupper(static_cast<unsigned char>(suffix[0])))) +
              " or " + std::string(1, static_cast<char>(std::toupper(static_cast<unsigned char>(suffix[0])))) +
              "iB (powers of 1024)";
-    return "budget " + quoted + " has an unknown suffix '" + std::string(suffix) + "'" + kUsage;
+    return quoted + " has an unknown suffix '" + std::string(suffix) + "'" + kUsage;
   }
-  if (has_frac && mult == 1) return "budget " + quoted + " is a fraction of a byte" + kUsage;
+  if (has_frac && mult == 1) return quoted + " is a fraction of a byte" + kUsage;
   const Wide total = whole * mult + frac * mult / frac_scale;
-  if (total > ~std::uint64_t{0}) return "budget " + quoted + " does not fit in 64 bits";
-  if (total == 0) return "budget " + quoted + " is zero: a budget must be at least one byte";
+  if (total > ~std::uint64_t{0}) return quoted + " does not fit in 64 bits";
+  if (total == 0) return quoted + " is zero: at least one byte is needed";
   bytes = static_cast<std::uint64_t>(total);
   return {};
 }
