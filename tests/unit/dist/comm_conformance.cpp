@@ -12,10 +12,11 @@
 // not a hang (not for mpi: a failed MPI rank does not finalize, by design,
 // and mpirun calls that job failed).
 //
-// --late-rank: after the checks, the last rank stays away from a barrier
-// and an exchange round that the others enter with a 2 s deadline each:
-// they must fail both, naming that rank and no other ("the barrier names the late rank N"). The job then
-// counts as failed (its ranks do not finalize), so its test reads the
+// --late-rank: after the checks, the last rank stays away from an
+// exchange round and a barrier that the others enter with a 5 s deadline
+// each (wide: the others must not miss each other on a loaded machine);
+// they must fail both, naming that rank and no other ("the barrier names
+// the late rank N"). The job then counts as failed (its ranks do not finalize), so its test reads the
 // printed lines, not the exit code.
 #include <ballast/communicator.hpp>
 
@@ -109,19 +110,19 @@ int main(int argc, char** argv) {
   if (late_rank && n > 1) {
     const std::uint32_t late = n - 1;
     if (me == late) {
-      std::this_thread::sleep_for(6s);  // past the others' deadlines
+      std::this_thread::sleep_for(12s);  // past the others' deadlines (5 s + 5 s)
     } else {
       // An exchange round first: it too names the late rank, and only it
       // (the others' buffers came).
       std::vector<std::vector<std::byte>> to(n);
-      auto round = comm.exchange(std::move(to), std::chrono::steady_clock::now() + 2s);
+      auto round = comm.exchange(std::move(to), std::chrono::steady_clock::now() + 5s);
       const std::string said = round.ok() ? "ok" : round.error().to_string();
       const bool only_late = !round.ok() && said.find("rank(s) " + std::to_string(late)) != std::string::npos &&
                              said.find("rank(s) " + std::to_string(late) + ",") == std::string::npos &&
                              said.find(", " + std::to_string(late)) == std::string::npos;
       check(only_late, who + ": an exchange rank " + std::to_string(late) + " stays away from fails naming it alone (got " +
                            said + ")");
-      const Status missed = comm.barrier(std::chrono::steady_clock::now() + 2s);
+      const Status missed = comm.barrier(std::chrono::steady_clock::now() + 5s);
       const std::string text = missed.ok() ? "ok" : missed.error().to_string();
       const bool named = !missed.ok() && text.find("rank(s) " + std::to_string(late)) != std::string::npos;
       check(named, who + ": a barrier rank " + std::to_string(late) + " stays away from fails naming it (got " + text + ")");
