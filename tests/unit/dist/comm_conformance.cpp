@@ -16,8 +16,8 @@
 // exchange round and a barrier that the others enter with a 5 s deadline
 // each (wide: the others must not miss each other on a loaded machine);
 // they must fail both, naming that rank and no other ("the barrier names
-// the late rank N"). The job then counts as failed (its ranks do not finalize), so its test reads the
-// printed lines, not the exit code.
+// the late rank N"). The job then counts as failed (its ranks do not
+// finalize), so its test reads the printed lines, not the exit code.
 #include <ballast/communicator.hpp>
 
 #include <chrono>
