@@ -1,4 +1,5 @@
-// Splitting a launch over the pool.
+// The float and int4 kinds' run_ functions (splitting a launch over the
+// pool), and run_derivation's table of every kind's.
 #include "kernels.hpp"
 
 #include "thread_pool.hpp"
@@ -8,20 +9,13 @@
 
 namespace ballast::cpu {
 
-namespace {
-
-template <class T>
-T* as(DevicePtr p) {
-  return reinterpret_cast<T*>(static_cast<std::uintptr_t>(p));
-}
-
 // A few chunks per thread keep every core busy when one is slowed by other
 // load, without many hand-offs.
 std::uint64_t chunks_for(ThreadPool& pool, std::uint64_t rows) {
   return std::min<std::uint64_t>(rows, pool.threads() * 4ull);
 }
 
-void transpose(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {
+void run_transpose(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {
   const unsigned element_bytes = dtype_bits(l.src_type) / 8;
   const void* src = as<const void>(l.src);
   void* dst = as<void>(l.dst);
@@ -38,7 +32,7 @@ void transpose(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool&
   }, chunks_for(pool, steps));
 }
 
-void to_f16(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {
+void run_to_f16(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {
   auto* dst = as<std::uint16_t>(l.dst);
   const std::uint64_t count = l.rows * l.cols;
   // Split on 64-element boundaries so vector loops rarely need tails.
@@ -49,6 +43,8 @@ void to_f16(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& po
     else kernels.to_f16_from_bf16(as<const std::uint16_t>(l.src) + i0, dst + i0, i1 - i0);
   }, chunks_for(pool, groups));
 }
+
+namespace {
 
 void int4(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {  // dequant_int4 and repack_int4
   Int4Args a;
@@ -71,7 +67,12 @@ void int4(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool
   pool.parallel_for(a.n, [&](std::uint64_t r0, std::uint64_t r1) { rows(a, r0, r1); }, chunks_for(pool, a.n));
 }
 
-void quant_int8(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {
+}  // namespace
+
+void run_dequant_int4(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) { int4(l, kernels, pool); }
+void run_repack_int4(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) { int4(l, kernels, pool); }
+
+void run_quant_int8(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {
   Quant8Args a;
   a.src = as<const void>(l.src);
   a.f16_src = l.src_type == DataType::float16;
@@ -83,55 +84,17 @@ void quant_int8(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool
                     chunks_for(pool, a.n));
 }
 
-// The source side of a GGUF launch, its block geometry from the kind table's
-// block rows (derivation_layout checked src_type is one).
-GgufArgs gguf_args(const DerivationLaunch& l) {
-  const kinds::GgufBlock& block = *kinds::gguf_block(l.src_type);
-  GgufArgs a;
-  a.type = static_cast<std::uint32_t>(l.src_type);
-  a.block_elements = block.elements;
-  a.block_bytes = block.bytes;
-  a.src = as<const std::uint8_t>(l.src);
-  a.rows = l.rows;
-  a.cols = l.cols;
-  return a;
-}
+namespace {
 
-void dequant_gguf(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {
-  GgufArgs a = gguf_args(l);
-  a.to_f16 = kernels.to_f16_from_f32;
-  a.avx2 = &kernels == simd_kernels();  // that table exists only where the CPU has AVX2 and F16C
-  const bool f16 = l.kind == Derivation::dequant_gguf;
-  if (f16) a.f16_out = as<std::uint16_t>(l.dst);
-  else a.f32_out = as<float>(l.dst);
-  // Every block's output starts 64 bytes after the last (32 elements at
-  // least), so an aligned base keeps every streamed store aligned.
-  a.stream = a.rows * a.cols * (f16 ? 2 : 4) >= kStreamBytes && l.dst % 32 == 0;
-  pool.parallel_for(a.rows, [&](std::uint64_t r0, std::uint64_t r1) { dequant_gguf_rows(a, r0, r1); },
-                    chunks_for(pool, a.rows));
-}
-
-void repack_gguf(const DerivationLaunch& l, const RowKernels&, ThreadPool& pool) {
-  GgufArgs a = gguf_args(l);
-  a.words = as<std::uint32_t>(l.dst);
-  a.pairs = as<std::uint8_t>(l.dst2);
-  pool.parallel_for(a.rows, [&](std::uint64_t r0, std::uint64_t r1) { repack_gguf_int4_rows(a, r0, r1); },
-                    chunks_for(pool, a.rows));
-}
-
-// One row per derivation kind, in the kind table's order.
+// One row per derivation kind, in the kind table's order, from the list
+// the run_ functions are declared by (kernels.hpp).
 struct KernelRow {
   Derivation kind;
   void (*run)(const DerivationLaunch&, const RowKernels&, ThreadPool&);
 };
-constexpr KernelRow kKernels[] = {{Derivation::transpose, transpose},
-                                  {Derivation::to_f16, to_f16},
-                                  {Derivation::dequant_int4, int4},
-                                  {Derivation::repack_int4, int4},
-                                  {Derivation::quant_int8, quant_int8},
-                                  {Derivation::dequant_gguf, dequant_gguf},
-                                  {Derivation::dequant_gguf_f32, dequant_gguf},
-                                  {Derivation::repack_gguf_int4, repack_gguf}};
+#define BALLAST_CPU_KERNEL_ROW(name) KernelRow{Derivation::name, run_##name},
+constexpr KernelRow kKernels[] = {BALLAST_DERIVATION_KINDS(BALLAST_CPU_KERNEL_ROW)};
+#undef BALLAST_CPU_KERNEL_ROW
 static_assert(kinds::covers_every_kind(kKernels), "the CPU backend needs one kernel row per derivation kind");
 
 }  // namespace

@@ -36,27 +36,6 @@ struct Quant8Args {
   float* scales = nullptr;       // [N]
 };
 
-struct GgufArgs {
-  std::uint32_t type = 0;                // a kinds::kGgufBlocks type, as DataType numbers it
-  std::uint32_t block_elements = 0, block_bytes = 0;
-  const std::uint8_t* src = nullptr;     // [rows, cols / block_elements, block_bytes]
-  std::uint64_t rows = 0, cols = 0;
-  std::uint16_t* f16_out = nullptr;      // dequant_gguf: [rows, cols]
-  float* f32_out = nullptr;              // dequant_gguf_f32: [rows, cols]
-  // The table's f32 -> f16 rounding (F16C where the CPU has it).
-  void (*to_f16)(const float* src, std::uint16_t* dst, std::uint64_t count) = nullptr;
-  // The decoders built for AVX2 + F16C (x86-64 with the vectorised table).
-  bool avx2 = false;
-  // The AVX2 decoders write with non-temporal stores: set for outputs of at
-  // least kStreamBytes whose address is 32-byte aligned (kernels.cpp).
-  bool stream = false;
-  // repack_gguf_int4: [rows, cols / 8] words and [rows, blocks] pairs (each
-  // a 4-byte little-endian word of two f16; only 2-byte aligned, as
-  // repack_int4's: written with memcpy).
-  std::uint32_t* words = nullptr;
-  std::uint8_t* pairs = nullptr;
-};
-
 // A dequant_gguf(_f32) output this large streams past the cache
 // (non-temporal stores), as the C library's memcpy does for copies of this
 // size: nothing reads a derived weight back soon, and writing it through the
@@ -65,14 +44,6 @@ struct GgufArgs {
 // half the copy's bandwidth). Smaller outputs stay in the cache for whatever
 // reads them next.
 constexpr std::uint64_t kStreamBytes = 8ull << 20;
-
-// Rows of a repack_gguf_int4 launch (Q4_0 / Q4_1 into repack_int4's layout).
-void repack_gguf_int4_rows(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end);
-
-// Rows [row_begin, row_end) of a dequant_gguf(_f32) launch (kernels_gguf.cpp;
-// one decoder for every CPU, its loops vectorised by the compiler; the f16
-// rounding is the RowKernels table's).
-void dequant_gguf_rows(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end);
 
 struct RowKernels {
   const char* name;
@@ -94,5 +65,25 @@ const RowKernels* simd_kernels();
 
 // Runs a launch whose pointers have been validated; blocks until done.
 void run_derivation(const DerivationLaunch& launch, const RowKernels& kernels, ThreadPool& pool);
+
+// ---- One function per kind, `run_<kind>`: splits a launch of that kind
+// over the pool. Each is defined beside its kernel (kernels.cpp: the float
+// and int4 kinds; kernels_gguf.cpp: GGUF's), and run_derivation's table is
+// built from the same list (BALLAST_DERIVATION_KINDS), so a new kind is
+// its one function here and nothing in this header or kernels.cpp; a kind
+// without it fails to link.
+#define BALLAST_CPU_DECLARE_RUN(name) \
+  void run_##name(const DerivationLaunch& launch, const RowKernels& kernels, ThreadPool& pool);
+BALLAST_DERIVATION_KINDS(BALLAST_CPU_DECLARE_RUN)
+#undef BALLAST_CPU_DECLARE_RUN
+
+// What the run_ functions share: a launch's device address as a host
+// pointer (the CPU's device memory is host memory), and how many chunks to
+// split `rows` into on `pool`.
+template <class T>
+T* as(DevicePtr p) {
+  return reinterpret_cast<T*>(static_cast<std::uintptr_t>(p));
+}
+std::uint64_t chunks_for(ThreadPool& pool, std::uint64_t rows);
 
 }  // namespace ballast::cpu

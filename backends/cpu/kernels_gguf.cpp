@@ -1,4 +1,5 @@
-// dequant_gguf / dequant_gguf_f32 rows. Each block is decoded to f32 with
+// The GGUF kinds on the CPU: run_dequant_gguf, run_dequant_gguf_f32 and
+// run_repack_gguf_int4 (kernels.hpp), and their rows. Each block is decoded to f32 with
 // its scales read once per block or sub-block (common/gguf_blocks.hpp has
 // the field readers and the element-at-a-time form the GPU kernels use; the
 // values here are the same IEEE operations in the same order, which the
@@ -20,9 +21,33 @@
 #include <immintrin.h>
 #endif
 
+#include "thread_pool.hpp"
+
 namespace ballast::cpu {
 
 namespace {
+
+// One launch of a GGUF kind, as its row functions read it.
+struct GgufArgs {
+  std::uint32_t type = 0;                // a kinds::kGgufBlocks type, as DataType numbers it
+  std::uint32_t block_elements = 0, block_bytes = 0;
+  const std::uint8_t* src = nullptr;     // [rows, cols / block_elements, block_bytes]
+  std::uint64_t rows = 0, cols = 0;
+  std::uint16_t* f16_out = nullptr;      // dequant_gguf: [rows, cols]
+  float* f32_out = nullptr;              // dequant_gguf_f32: [rows, cols]
+  // The table's f32 -> f16 rounding (F16C where the CPU has it).
+  void (*to_f16)(const float* src, std::uint16_t* dst, std::uint64_t count) = nullptr;
+  // The decoders built for AVX2 + F16C (x86-64 with the vectorised table).
+  bool avx2 = false;
+  // The AVX2 decoders write with non-temporal stores: set for outputs of at
+  // least kStreamBytes whose address is 32-byte aligned (kernels.cpp).
+  bool stream = false;
+  // repack_gguf_int4: [rows, cols / 8] words and [rows, blocks] pairs (each
+  // a 4-byte little-endian word of two f16; only 2-byte aligned, as
+  // repack_int4's: written with memcpy).
+  std::uint32_t* words = nullptr;
+  std::uint8_t* pairs = nullptr;
+};
 
 namespace g = kmath::gguf;
 using g::add;
@@ -308,8 +333,7 @@ constexpr TypeRow kTypes[] = {row<g::kF32>(),  row<g::kF16>(),  row<g::kBF16>(),
 static_assert(sizeof(kTypes) / sizeof(kTypes[0]) == sizeof(kinds::kGgufBlocks) / sizeof(kinds::kGgufBlocks[0]),
               "one CPU row per GGUF type the kinds read");
 
-}  // namespace
-
+// Rows of a repack_gguf_int4 launch (Q4_0 / Q4_1 into repack_int4's layout).
 void repack_gguf_int4_rows(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end) {
   const std::uint64_t blocks = a.cols / a.block_elements;
   for (std::uint64_t r = row_begin; r < row_end; ++r) {
@@ -324,9 +348,54 @@ void repack_gguf_int4_rows(const GgufArgs& a, std::uint64_t row_begin, std::uint
   }
 }
 
+// Rows [row_begin, row_end) of a dequant_gguf(_f32) launch: one decoder
+// per type, the AVX2 one where the table is the vectorised one.
 void dequant_gguf_rows(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end) {
   for (const TypeRow& t : kTypes)
     if (t.type == a.type) return (a.avx2 ? t.rows_avx2 : t.rows)(a, row_begin, row_end);
+}
+
+// The source side of a GGUF launch, its block geometry from the kind table's
+// block rows (derivation_layout checked src_type is one).
+GgufArgs gguf_args(const DerivationLaunch& l) {
+  const kinds::GgufBlock& block = *kinds::gguf_block(l.src_type);
+  GgufArgs a;
+  a.type = static_cast<std::uint32_t>(l.src_type);
+  a.block_elements = block.elements;
+  a.block_bytes = block.bytes;
+  a.src = as<const std::uint8_t>(l.src);
+  a.rows = l.rows;
+  a.cols = l.cols;
+  return a;
+}
+
+void dequant(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {
+  GgufArgs a = gguf_args(l);
+  a.to_f16 = kernels.to_f16_from_f32;
+  a.avx2 = &kernels == simd_kernels();  // that table exists only where the CPU has AVX2 and F16C
+  const bool f16 = l.kind == Derivation::dequant_gguf;
+  if (f16) a.f16_out = as<std::uint16_t>(l.dst);
+  else a.f32_out = as<float>(l.dst);
+  // Every block's output starts 64 bytes after the last (32 elements at
+  // least), so an aligned base keeps every streamed store aligned.
+  a.stream = a.rows * a.cols * (f16 ? 2 : 4) >= kStreamBytes && l.dst % 32 == 0;
+  pool.parallel_for(a.rows, [&](std::uint64_t r0, std::uint64_t r1) { dequant_gguf_rows(a, r0, r1); },
+                    chunks_for(pool, a.rows));
+}
+
+}  // namespace
+
+void run_dequant_gguf(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) { dequant(l, kernels, pool); }
+void run_dequant_gguf_f32(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {
+  dequant(l, kernels, pool);
+}
+
+void run_repack_gguf_int4(const DerivationLaunch& l, const RowKernels&, ThreadPool& pool) {
+  GgufArgs a = gguf_args(l);
+  a.words = as<std::uint32_t>(l.dst);
+  a.pairs = as<std::uint8_t>(l.dst2);
+  pool.parallel_for(a.rows, [&](std::uint64_t r0, std::uint64_t r1) { repack_gguf_int4_rows(a, r0, r1); },
+                    chunks_for(pool, a.rows));
 }
 
 }  // namespace ballast::cpu

@@ -214,6 +214,30 @@ constexpr bool covers_every_kind(const Row (&rows)[N]) {
 }
 static_assert(covers_every_kind(kTable), "kinds::kTable needs one row per Derivation, in order");
 
+// Every kind's name, in the enum's order, for code that keeps one function
+// per kind: a backend's kernels, the tests' reference. It declares its
+// functions from this list and builds its dispatch table from the same
+// list, so each kind's function is defined beside its kernel, in any file,
+// and a kind without one fails to link. (The check below holds the list
+// to the enum.)
+#define BALLAST_DERIVATION_KINDS(X) \
+  X(transpose)                      \
+  X(to_f16)                         \
+  X(dequant_int4)                   \
+  X(repack_int4)                    \
+  X(quant_int8)                     \
+  X(dequant_gguf)                   \
+  X(dequant_gguf_f32)               \
+  X(repack_gguf_int4)
+
+struct ListedKind {
+  Derivation kind;
+};
+#define BALLAST_LISTED_KIND(name) ListedKind{Derivation::name},
+constexpr ListedKind kListedKinds[] = {BALLAST_DERIVATION_KINDS(BALLAST_LISTED_KIND)};
+#undef BALLAST_LISTED_KIND
+static_assert(covers_every_kind(kListedKinds), "BALLAST_DERIVATION_KINDS lists every Derivation, in order");
+
 constexpr bool is_output(Slot s) { return s == Slot::dst || s == Slot::dst2; }
 
 // Whether operand `o` of kind `k` takes part in a launch with these zero

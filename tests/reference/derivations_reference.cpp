@@ -1,6 +1,5 @@
 // The derivations (the GGUF kinds in gguf_reference.cpp), one element at a time, indexed exactly as the format
 // description reads (docs/derivations.md). Bytes are little-endian.
-#include <reference/gguf_reference.hpp>
 #include <reference/reference.hpp>
 
 #include <ballast/dtype.hpp>
@@ -151,6 +150,27 @@ void quant_int8(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
 
 }  // namespace
 
+void derive_transpose(const DerivationLaunch& s, const Inputs& in, Outputs& out) { transpose(s, in, out); }
+void derive_to_f16(const DerivationLaunch& s, const Inputs& in, Outputs& out) { to_f16(s, in, out); }
+void derive_dequant_int4(const DerivationLaunch& s, const Inputs& in, Outputs& out) { dequant_int4(s, in, out); }
+void derive_repack_int4(const DerivationLaunch& s, const Inputs& in, Outputs& out) { repack_int4(s, in, out); }
+void derive_quant_int8(const DerivationLaunch& s, const Inputs& in, Outputs& out) { quant_int8(s, in, out); }
+
+namespace {
+
+// Every kind's reference, in the kind table's order, from the list they
+// are declared by (reference.hpp).
+struct ReferenceRow {
+  Derivation kind;
+  void (*run)(const DerivationLaunch&, const Inputs&, Outputs&);
+};
+#define BALLAST_REFERENCE_ROW(name) ReferenceRow{Derivation::name, derive_##name},
+constexpr ReferenceRow kReferences[] = {BALLAST_DERIVATION_KINDS(BALLAST_REFERENCE_ROW)};
+#undef BALLAST_REFERENCE_ROW
+static_assert(kinds::covers_every_kind(kReferences), "the reference needs one function per derivation kind");
+
+}  // namespace
+
 Result<Outputs> derive(const DerivationLaunch& shape, const Inputs& in) {
   auto sizes = derivation_sizes(shape);
   if (!sizes) return std::move(sizes.error()).with_context("reference " + std::string(derivation_name(shape.kind)));
@@ -160,16 +180,7 @@ Result<Outputs> derive(const DerivationLaunch& shape, const Inputs& in) {
   Outputs out;
   out.dst.resize(sizes->dst_bytes);
   out.dst2.resize(sizes->dst2_bytes);
-  switch (shape.kind) {
-    case Derivation::transpose: transpose(shape, in, out); break;
-    case Derivation::to_f16: to_f16(shape, in, out); break;
-    case Derivation::dequant_int4: dequant_int4(shape, in, out); break;
-    case Derivation::repack_int4: repack_int4(shape, in, out); break;
-    case Derivation::quant_int8: quant_int8(shape, in, out); break;
-    case Derivation::dequant_gguf:
-    case Derivation::dequant_gguf_f32: dequant_gguf(shape, in, out); break;
-    case Derivation::repack_gguf_int4: repack_gguf_int4(shape, in, out); break;
-  }
+  kReferences[static_cast<int>(shape.kind)].run(shape, in, out);
   return out;
 }
 

@@ -1,10 +1,12 @@
-// dequant_gguf and dequant_gguf_f32, a whole block at a time, walking each
+// The GGUF kinds' references (derive_dequant_gguf, derive_dequant_gguf_f32,
+// derive_repack_gguf_int4: reference.hpp). dequant_gguf and
+// dequant_gguf_f32 go a whole block at a time, walking each
 // block in the order its format description lays it out (docs/derivations.md,
 // "GGUF block types"): per half, per shift, per sixteen; deliberately not the
 // element-indexed form of backends/common/gguf_blocks.hpp. Built with
 // -ffp-contract=off (CMakeLists.txt), so each product and sum is one IEEE f32
 // operation, as the description says.
-#include <reference/gguf_reference.hpp>
+#include <reference/reference.hpp>
 
 #include <ballast/derivation_kinds.hpp>
 
@@ -171,9 +173,7 @@ void block_values(DataType t, const u8* b, float* y) {
   }
 }
 
-}  // namespace
-
-void dequant_gguf(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
+void dequant(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
   const kinds::GgufBlock& blk = *kinds::gguf_block(s.src_type);
   const bool f32_out = s.kind == Derivation::dequant_gguf_f32;
   const auto* src = reinterpret_cast<const u8*>(in.src.data());
@@ -193,7 +193,12 @@ void dequant_gguf(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
   }
 }
 
-void repack_gguf_int4(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
+}  // namespace
+
+void derive_dequant_gguf(const DerivationLaunch& s, const Inputs& in, Outputs& out) { dequant(s, in, out); }
+void derive_dequant_gguf_f32(const DerivationLaunch& s, const Inputs& in, Outputs& out) { dequant(s, in, out); }
+
+void derive_repack_gguf_int4(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
   static constexpr unsigned kColumnOfNibble[8] = {0, 2, 4, 6, 1, 3, 5, 7};
   const kinds::GgufBlock& blk = *kinds::gguf_block(s.src_type);
   const bool q4_1 = s.src_type == DataType::q4_1;

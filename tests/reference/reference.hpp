@@ -1,4 +1,4 @@
-// Scalar references of the five derivations, written from the format
+// Scalar references of the derivation kinds, written from the format
 // description (docs/derivations.md) and deliberately independent of
 // backends/common/kernel_math.hpp: floating-point rounding is done by exact
 // comparison against a table of every f16 value (in double), not by bit
@@ -8,6 +8,7 @@
 #pragma once
 
 #include <ballast/derivation.hpp>
+#include <ballast/derivation_kinds.hpp>
 #include <ballast/status.hpp>
 
 #include <cstddef>
@@ -45,6 +46,16 @@ struct Outputs {
   std::vector<std::byte> dst;
   std::vector<std::byte> dst2;  // pair derivations only
 };
+
+// One function per kind, `derive_<kind>`: the kind's reference, into `out`
+// already sized for a launch derivation_sizes() accepted (derive() checks
+// that first). Each is defined beside its family's reference
+// (derivations_reference.cpp: the float and int4 kinds; gguf_reference.cpp:
+// GGUF's), and derive()'s table is built from the same list
+// (BALLAST_DERIVATION_KINDS): a new kind's reference is its one function.
+#define BALLAST_REFERENCE_DECLARE(name) void derive_##name(const DerivationLaunch& shape, const Inputs& in, Outputs& out);
+BALLAST_DERIVATION_KINDS(BALLAST_REFERENCE_DECLARE)
+#undef BALLAST_REFERENCE_DECLARE
 
 // Runs the derivation described by `shape` (its pointer fields are ignored)
 // on host bytes. Errors: the shape is invalid (derivation_sizes' error), or
