@@ -256,8 +256,6 @@ int receive(ballast_comm* c, std::int64_t timeout_ns, std::uint32_t* from, std::
   }
 }
 
-int barrier(ballast_comm* c, std::int64_t timeout_ns, char* error, std::size_t error_size);
-
 void fail(ballast_comm* c, const char* why) {
   if (c->announced) return;
   c->announced = true;
@@ -310,44 +308,67 @@ int wait_all(ballast_comm* c, std::vector<MPI_Request>& requests, const std::vec
   return kUnavailable;
 }
 
-// A token to every peer and one from every peer, point to point on a tag
-// of their own (MPI keeps their order per pair, so barriers cannot cross):
-// not MPI_Ibarrier, which at a timeout can neither say which ranks did not
-// come nor be cancelled. 2 (world - 1) requests a rank; the load calls it
-// twice. After a timeout the job is failed (a late token would meet the
-// next barrier), as after any of this library's timeouts.
-int barrier(ballast_comm* c, std::int64_t timeout_ns, char* error, std::size_t error_size) {
-  const auto deadline = deadline_of(timeout_ns);
-  if (c->heard_failure()) {
-    say(error, error_size, c->peer_failure);
+// Posts a receive of `count` `type`s from rank `r` on `tag` into `into`,
+// kept in `requests` with its peer in `peers` (wait_all names the peers
+// of the receives still open at a timeout).
+int post_receive(ballast_comm* c, int r, void* into, int count, MPI_Datatype type, int tag,
+                 std::vector<MPI_Request>& requests, std::vector<int>& peers, char* error, std::size_t error_size) {
+  requests.push_back(MPI_REQUEST_NULL);
+  peers.push_back(r);
+  if (const int got = MPI_Irecv(into, count, type, r, tag, c->comm, &requests.back()); got != MPI_SUCCESS) {
+    say(error, error_size, "MPI_Irecv from rank " + std::to_string(r) + ": " + mpi_text(got));
     return kUnavailable;
   }
+  return 0;
+}
+
+// One uint64 to and from every peer on `tag` (out[r] to rank r, in[r] from
+// it), point to point rather than a collective, so that a timeout can name
+// the ranks that did not come: the receives first, then the sends (copies
+// kept), then the wait. `what` opens a timeout's error.
+int trade_words(ballast_comm* c, int tag, const std::uint64_t* out, std::uint64_t* in, Clock::time_point deadline,
+                const char* what, char* error, std::size_t error_size) {
   std::vector<MPI_Request> requests;
   std::vector<int> peers;
   try {
     requests.reserve(static_cast<std::size_t>(c->world));
     peers.reserve(static_cast<std::size_t>(c->world));
   } catch (...) {
+    say(error, error_size, std::string("no memory for ") + what + " of " + std::to_string(c->world) + " ranks");
+    return kOutOfMemory;
+  }
+  int rc = 0;
+  for (int r = 0; r < c->world && rc == 0; ++r)
+    if (r != c->rank) rc = post_receive(c, r, &in[r], 1, MPI_UINT64_T, tag, requests, peers, error, error_size);
+  for (int r = 0; r < c->world && rc == 0; ++r)
+    if (r != c->rank) rc = send_kept(c, r, tag, &out[r], sizeof out[r], error, error_size);
+  if (rc != 0) {
+    cancel_all(requests);
+    return rc;
+  }
+  return wait_all(c, requests, peers, deadline, what, error, error_size);
+}
+
+// A word to every peer and one from every peer on a tag of their own (MPI
+// keeps their order per pair, so barriers cannot cross): not MPI_Ibarrier,
+// which at a timeout can neither say which ranks did not come nor be
+// cancelled. 2 (world - 1) requests a rank; the load calls it twice. After
+// a timeout the job is failed (a late word would meet the next barrier),
+// as after any of this library's timeouts.
+int barrier(ballast_comm* c, std::int64_t timeout_ns, char* error, std::size_t error_size) {
+  const auto deadline = deadline_of(timeout_ns);
+  if (c->heard_failure()) {
+    say(error, error_size, c->peer_failure);
+    return kUnavailable;
+  }
+  std::vector<std::uint64_t> words;
+  try {
+    words.assign(2 * static_cast<std::size_t>(c->world), 0);
+  } catch (...) {
     say(error, error_size, "no memory for a barrier of " + std::to_string(c->world) + " ranks");
     return kOutOfMemory;
   }
-  for (int r = 0; r < c->world; ++r) {
-    if (r == c->rank) continue;
-    requests.push_back(MPI_REQUEST_NULL);
-    peers.push_back(r);
-    if (const int got = MPI_Irecv(nullptr, 0, MPI_BYTE, r, kBarrierTag, c->comm, &requests.back()); got != MPI_SUCCESS) {
-      say(error, error_size, "MPI_Irecv from rank " + std::to_string(r) + ": " + mpi_text(got));
-      cancel_all(requests);
-      return kUnavailable;
-    }
-  }
-  for (int r = 0; r < c->world; ++r)
-    if (r != c->rank)
-      if (const int rc = send_kept(c, r, kBarrierTag, nullptr, 0, error, error_size); rc != 0) {
-        cancel_all(requests);
-        return rc;
-      }
-  return wait_all(c, requests, peers, deadline, "the barrier", error, error_size);
+  return trade_words(c, kBarrierTag, words.data(), words.data() + c->world, deadline, "the barrier", error, error_size);
 }
 
 int exchange(ballast_comm* c, const void* const* sends, const std::uint64_t* sizes,
@@ -365,34 +386,16 @@ int exchange(ballast_comm* c, const void* const* sends, const std::uint64_t* siz
     say(error, error_size, c->peer_failure);
     return kUnavailable;
   }
-  // The sizes: one uint64 each way per pair, point to point (not a
-  // collective, so that a timeout can name the ranks that did not come).
+  // The sizes: one uint64 each way per pair.
   std::vector<std::uint64_t> theirs(static_cast<std::size_t>(n), 0);
+  if (const int traded = trade_words(c, kSizeTag, sizes, theirs.data(), deadline, "a round's sizes", error, error_size);
+      traded != 0)
+    return traded;
+
+  // The bytes: receives first, then sends (copies the library keeps until sent).
   std::vector<MPI_Request> requests;
   std::vector<int> peers;
   int rc = 0;
-  const auto receive_from = [&](int r, void* into, int count, MPI_Datatype type, int tag) {
-    requests.push_back(MPI_REQUEST_NULL);
-    peers.push_back(r);
-    if (const int got = MPI_Irecv(into, count, type, r, tag, c->comm, &requests.back()); got != MPI_SUCCESS) {
-      say(error, error_size, "MPI_Irecv from rank " + std::to_string(r) + ": " + mpi_text(got));
-      rc = kUnavailable;
-    }
-  };
-  for (int r = 0; r < n && rc == 0; ++r)
-    if (r != c->rank) receive_from(r, &theirs[static_cast<std::size_t>(r)], 1, MPI_UINT64_T, kSizeTag);
-  for (int r = 0; r < n && rc == 0; ++r)
-    if (r != c->rank) rc = send_kept(c, r, kSizeTag, &sizes[r], sizeof sizes[r], error, error_size);
-  if (rc != 0) {
-    cancel_all(requests);
-    return rc;
-  }
-  if (const int waited = wait_all(c, requests, peers, deadline, "a round's sizes", error, error_size); waited != 0)
-    return waited;
-
-  // The bytes: receives first, then sends (copies the library keeps until sent).
-  requests.clear();
-  peers.clear();
   for (int r = 0; r < n && rc == 0; ++r) {
     const std::uint64_t size = r == c->rank ? sizes[r] : theirs[r];
     void* into = deliver(context, static_cast<std::uint32_t>(r), size);
@@ -402,7 +405,7 @@ int exchange(ballast_comm* c, const void* const* sends, const std::uint64_t* siz
     } else if (r == c->rank) {
       if (size > 0) std::memcpy(into, sends[r], size);
     } else if (size > 0) {
-      receive_from(r, into, static_cast<int>(size), MPI_BYTE, kRoundTag);
+      rc = post_receive(c, r, into, static_cast<int>(size), MPI_BYTE, kRoundTag, requests, peers, error, error_size);
     }
   }
   for (int r = 0; r < n && rc == 0; ++r)
