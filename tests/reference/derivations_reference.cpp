@@ -73,14 +73,16 @@ struct Int4View {
   }
 };
 
-void transpose(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
+}  // namespace
+
+void derive_transpose(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
   const std::uint64_t es = dtype_bits(s.src_type) / 8;
   for (std::uint64_t r = 0; r < s.rows; ++r)
     for (std::uint64_t c = 0; c < s.cols; ++c)
       std::memcpy(out.dst.data() + (c * s.rows + r) * es, in.src.data() + (r * s.cols + c) * es, es);
 }
 
-void to_f16(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
+void derive_to_f16(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
   const std::uint64_t n = s.rows * s.cols;
   for (std::uint64_t i = 0; i < n; ++i) {
     const double v = s.src_type == DataType::float32 ? static_cast<double>(load<float>(in.src, i))
@@ -89,7 +91,7 @@ void to_f16(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
   }
 }
 
-void dequant_int4(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
+void derive_dequant_int4(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
   const Int4View v{s, in, k_blocks(s.cols, s.block_size)};
   for (std::uint64_t n = 0; n < s.rows; ++n)
     for (std::uint64_t k = 0; k < s.cols; ++k) {
@@ -100,7 +102,7 @@ void dequant_int4(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
     }
 }
 
-void repack_int4(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
+void derive_repack_int4(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
   static constexpr unsigned kColumnOfNibble[8] = {0, 2, 4, 6, 1, 3, 5, 7};
   const Int4View v{s, in, k_blocks(s.cols, s.block_size)};
   const std::uint64_t words_per_row = (s.cols + 7) / 8;
@@ -123,7 +125,7 @@ void repack_int4(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
     }
 }
 
-void quant_int8(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
+void derive_quant_int8(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
   auto weight = [&](std::uint64_t i) {
     return s.src_type == DataType::float32 ? load<float>(in.src, i)
                                            : static_cast<float>(f16_value(load<std::uint16_t>(in.src, i)));
@@ -147,14 +149,6 @@ void quant_int8(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
     }
   }
 }
-
-}  // namespace
-
-void derive_transpose(const DerivationLaunch& s, const Inputs& in, Outputs& out) { transpose(s, in, out); }
-void derive_to_f16(const DerivationLaunch& s, const Inputs& in, Outputs& out) { to_f16(s, in, out); }
-void derive_dequant_int4(const DerivationLaunch& s, const Inputs& in, Outputs& out) { dequant_int4(s, in, out); }
-void derive_repack_int4(const DerivationLaunch& s, const Inputs& in, Outputs& out) { repack_int4(s, in, out); }
-void derive_quant_int8(const DerivationLaunch& s, const Inputs& in, Outputs& out) { quant_int8(s, in, out); }
 
 namespace {
 
