@@ -25,15 +25,17 @@ std::uint32_t word_count(DevicePtr ptr, std::uint64_t bytes) {
   return static_cast<std::uint32_t>(((ptr & 3) + bytes + 3) >> 2);
 }
 
+// The shader's VARIANT specialization constant. A kind not listed here
+// (every GGUF kind, and any kind added since) reads the launch's src_type
+// as its DataType number: gguf_common.glsl names the block types so.
 std::uint32_t variant_of(const DerivationLaunch& l) {
   switch (l.kind) {
     case Derivation::transpose: return dtype_bits(l.src_type) / 8;
     case Derivation::to_f16: return l.src_type == DataType::bfloat16 ? 1 : 0;
-    // The block type's number, as gguf_common.glsl and gguf_blocks.hpp name them.
-    case Derivation::dequant_gguf:
-    case Derivation::dequant_gguf_f32:
-    case Derivation::repack_gguf_int4: return static_cast<std::uint32_t>(l.src_type);
-    default: return l.src_type == DataType::float16 ? 1 : 0;
+    case Derivation::dequant_int4:
+    case Derivation::repack_int4:
+    case Derivation::quant_int8: return l.src_type == DataType::float16 ? 1 : 0;
+    default: return static_cast<std::uint32_t>(l.src_type);
   }
 }
 
@@ -147,9 +149,12 @@ void Kernels::split(std::vector<Dispatch>& out, VkPipeline pipeline, const PushC
 //  quant_int8    K a multiple of 16, src and dst 16-, dst2 4-byte aligned;
 //  transpose     src and dst 16-byte aligned, rows of both matrices whole
 //                packets (the tiled mode, moved as packets).
-// dequant_gguf, dequant_gguf_f32 and repack_gguf_int4 have no packet
-// pipeline: their blocks sit at 2-byte boundaries, and each word computes
-// its elements' scales (repack_gguf_int4: its word or pair).
+// Any other kind (the GGUF kinds, whose blocks sit at 2-byte boundaries,
+// and any kind added since) has the word pipeline only, dispatched the
+// one way that fits every kind: one invocation per 32-bit word of each
+// output, the first output with mode 0 and a pair's second with mode 1
+// (written through the shader's dst slot). So a new kind needs its shader
+// and nothing here, unless it wants packets or tiles.
 Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const DerivationSizes& sizes) {
   std::vector<Dispatch> out;
   const std::uint32_t zp = (l.kind == Derivation::dequant_int4 || l.kind == Derivation::repack_int4)
@@ -172,9 +177,7 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
     case Derivation::quant_int8:
       packets = l.cols % 16 == 0 && aligned(l.src, 16) && aligned(l.dst, 16) && aligned(l.dst2, 4);
       break;
-    case Derivation::dequant_gguf:
-    case Derivation::dequant_gguf_f32:
-    case Derivation::repack_gguf_int4: break;  // word pipeline only
+    default: break;  // word pipeline only
   }
   // Only the pipelines this launch dispatches are built: the word pipeline
   // without packets, or for to_f16's tail.
@@ -215,6 +218,17 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
     fast.div_shift = div.shift;
     split(out, packet_pipe, fast, 0, count, kWorkgroupSize);
   };
+  // The word pipeline's one geometry (above): each output in its own pass.
+  auto split_words = [&] {
+    split(out, word_pipe, p, 0, words, per_group);
+    if (!derivation_kind(l.kind).pair) return;
+    PushConstants second = p;
+    second.mode = 1;
+    set_address(second.dst, l.dst2);
+    second.shifts = (p.shifts & ~(3u << (2 * kDst))) | static_cast<std::uint32_t>((l.dst2 & 3) << (2 * kDst));
+    second.dst_bytes = static_cast<std::uint32_t>(sizes.dst2_bytes);
+    split(out, word_pipe, second, 0, word_count(l.dst2, sizes.dst2_bytes), per_group);
+  };
 
   switch (l.kind) {
     case Derivation::transpose: {
@@ -247,27 +261,16 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
       }
       break;
     case Derivation::repack_int4:
-    case Derivation::repack_gguf_int4: {
-      if (packets) {  // repack_int4 only
+      if (packets) {
         if (words != 0) split_packets(words / 4, 32);
         break;
       }
-      p.mode = 0;
-      split(out, word_pipe, p, 0, words, per_group);
-      // The pairs pass writes dst2 through the shader's dst slot.
-      PushConstants pairs = p;
-      pairs.mode = 1;
-      set_address(pairs.dst, l.dst2);
-      pairs.shifts = (p.shifts & ~(3u << (2 * kDst))) | static_cast<std::uint32_t>((l.dst2 & 3) << (2 * kDst));
-      pairs.dst_bytes = static_cast<std::uint32_t>(sizes.dst2_bytes);
-      split(out, word_pipe, pairs, 0, word_count(l.dst2, sizes.dst2_bytes), per_group);
+      split_words();
       break;
-    }
     case Derivation::quant_int8:
       if (l.rows != 0) split(out, packets ? packet_pipe : word_pipe, p, 0, static_cast<std::uint32_t>(l.rows), 1);
       break;
-    case Derivation::dequant_gguf:
-    case Derivation::dequant_gguf_f32: split(out, word_pipe, p, 0, words, per_group); break;
+    default: split_words(); break;
   }
   return out;
 }

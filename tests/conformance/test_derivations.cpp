@@ -98,24 +98,22 @@ TEST_CASE("derivations: quant_int8 from float and float16") {
   run_all(cases);
 }
 
-TEST_CASE("derivations: dequant_gguf and dequant_gguf_f32 of every GGUF type, repack_gguf_int4 of Q4_0 and Q4_1") {
+TEST_CASE("derivations: every GGUF kind with every block type it reads") {
   LeakCheck leaks;
   std::vector<DerivationCase> cases;
   std::uint64_t seed = 450;
-  for (const ballast::kinds::GgufBlock& b : ballast::kinds::kGgufBlocks) {
-    for (Derivation kind : {Derivation::dequant_gguf, Derivation::dequant_gguf_f32}) {
+  // The family's kinds and their types from the kind table (dequant_gguf and
+  // dequant_gguf_f32: every GGUF type; repack_gguf_int4: Q4_0 and Q4_1).
+  for (const ballast::kinds::Kind& k : ballast::kinds::kTable) {
+    if (!k.gguf_blocks) continue;
+    for (int i = 0; i < k.type_count; ++i) {
+      const ballast::kinds::GgufBlock& b = *ballast::kinds::gguf_block(k.types[i]);
       // One block; odd rows of a few blocks; a row of 8192 elements; and
       // 1x1 of a plain float type.
       for (Shape s : {Shape{1, 1}, Shape{7, 3}, Shape{2, std::uint64_t{8192} / b.elements}, Shape{33, 2}})
-        cases.push_back(gguf_case(kind, b.type, s.rows, s.cols, false, ++seed));
-      cases.push_back(gguf_case(kind, b.type, 5, 3, true, ++seed));
+        cases.push_back(gguf_case(k.kind, b.type, s.rows, s.cols, false, ++seed));
+      cases.push_back(gguf_case(k.kind, b.type, 5, 3, true, ++seed));
     }
-  }
-  // Q4_0 and Q4_1 repacked into repack_int4's layout.
-  for (DataType t : {DataType::q4_0, DataType::q4_1}) {
-    for (Shape s : {Shape{1, 1}, Shape{7, 3}, Shape{2, 256}, Shape{33, 2}})
-      cases.push_back(gguf_case(Derivation::repack_gguf_int4, t, s.rows, s.cols, false, ++seed));
-    cases.push_back(gguf_case(Derivation::repack_gguf_int4, t, 5, 3, true, ++seed));
   }
   run_all(cases);
 }

@@ -416,17 +416,19 @@ std::vector<DerivationCase> kernel_cases() {
       }
     }
   }
-  // GGUF: every type the kinds read, both outputs; one block, a few odd
-  // rows of several blocks, and rows wide enough for a kernel's fast path.
+  // GGUF: every kind of the family (read from the kind table, so a new one
+  // is covered as it is added) with every type it reads; one block, a few
+  // odd rows of several blocks, and rows wide enough for a kernel's fast
+  // path.
   std::uint64_t seed = 900;
-  for (const kinds::GgufBlock& b : kinds::kGgufBlocks)
-    for (Derivation kind : {Derivation::dequant_gguf, Derivation::dequant_gguf_f32})
+  for (const kinds::Kind& k : kinds::kTable) {
+    if (!k.gguf_blocks) continue;
+    for (int i = 0; i < k.type_count; ++i) {
+      const kinds::GgufBlock& b = *kinds::gguf_block(k.types[i]);
       for (auto [r, blocks] : {std::pair<std::uint64_t, std::uint64_t>{1, 1}, {3, 5}, {16, 4096 / b.elements}})
-        for (bool special : {false, true}) cases.push_back(gguf_case(kind, b.type, r, blocks, special, ++seed));
-  for (DataType t : {DataType::q4_0, DataType::q4_1})
-    for (auto [r, blocks] : {std::pair<std::uint64_t, std::uint64_t>{1, 1}, {3, 5}, {16, 128}})
-      for (bool special : {false, true})
-        cases.push_back(gguf_case(Derivation::repack_gguf_int4, t, r, blocks, special, ++seed));
+        for (bool special : {false, true}) cases.push_back(gguf_case(k.kind, b.type, r, blocks, special, ++seed));
+    }
+  }
   return cases;
 }
 

@@ -8,7 +8,12 @@
 // sources before issue 14 (checked out by `tools/kernel-report --rev`):
 // those sources had no per-unit functions, so their kernel bodies are
 // copied here, unit by unit.
+#ifdef BALLAST_PROBE_BASELINE
 #include "cuda_hip/device/derivation_elements.hpp"
+#else
+#define BALLAST_ELEMENTS_ONLY 1
+#include "cuda_hip/device/derivation_kernels.cuh"
+#endif
 #include <common/kernel_math.hpp>
 
 #include <cstdint>

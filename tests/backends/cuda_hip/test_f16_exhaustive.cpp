@@ -8,7 +8,7 @@
 // F16C it compares with the compiler's _Float16 conversion on a stratified
 // sample. BALLAST_F16_SAMPLE=1 forces the sample (every exponent, sign and
 // the mantissa boundaries, plus a random sample) for slow machines.
-#include "cuda_hip/device/derivation_elements.hpp"
+#include "cuda_hip/device/derivation_kernels.cuh"
 
 #include <doctest/doctest.h>
 
