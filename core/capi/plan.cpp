@@ -3,6 +3,7 @@
 // call that takes a plan and a model or residency checks they match.
 #include "capi/objects.hpp"
 
+#include <ballast/derivation_kinds.hpp>
 #include <ballast/dtype.hpp>
 #include <ballast/log.hpp>
 
@@ -80,6 +81,12 @@ ballast_status* ballast_plan_free(ballast_plan* plan) {
   return guarded([&]() -> ballast_status* {
     return remove_handle(plan, Kind::plan) ? nullptr : bad_handle(Kind::plan, plan);
   });
+}
+
+const char* ballast_derivation_kind_name(uint32_t kind) {
+  // The table's names are static strings, in the enum's order.
+  return ballast::is_known_derivation(kind) ? ballast::derivation_kind(static_cast<ballast::Derivation>(kind)).name
+                                            : nullptr;
 }
 
 ballast_status* ballast_plan_count(const ballast_plan* plan, size_t* out) {

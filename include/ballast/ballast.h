@@ -46,7 +46,7 @@
 #define BALLAST_C_API
 #endif
 
-#define BALLAST_C_API_VERSION 2u
+#define BALLAST_C_API_VERSION 3u
 /* type x = BALLAST_INIT(type);  sets x.size, zeroes the rest */
 #ifdef __cplusplus
 template <class T>
@@ -315,6 +315,13 @@ typedef struct ballast_value_layout {
 BALLAST_C_API ballast_status* ballast_plan_entry_layout(const ballast_plan* plan, size_t index, int half,
                                                         ballast_value_layout* out);
 
+/* ------------------------------------------------------------- version 3 */
+/* The name of derivation kind `kind` ("transpose", "to_f16", ...: the bit
+ * 1 << kind of ballast_residency_options.kinds, and ballast_derivation_info's
+ * `kind`), static; NULL when `kind` is past the last one this library has.
+ * Bindings list the kinds from it rather than keeping a copy. */
+BALLAST_C_API const char* ballast_derivation_kind_name(uint32_t kind);
+
 /* ---------------------------------------------------- the function table */
 /* Version 1: every function of version 1, in header order. Later versions append. */
 typedef struct ballast_api_v1 {
@@ -371,6 +378,12 @@ typedef struct ballast_api_v2 {
   ballast_status* (*model_weight_data)(const ballast_model*, size_t, const void**);
   ballast_status* (*plan_entry_layout)(const ballast_plan*, size_t, int, ballast_value_layout*);
 } ballast_api_v2;
+
+/* Version 3: version 2's table, then the version 3 functions. */
+typedef struct ballast_api_v3 {
+  ballast_api_v2 v2;
+  const char* (*derivation_kind_name)(uint32_t);
+} ballast_api_v3;
 
 /* The table for `version` (a pointer to static data, never freed; cast it to
  * that version's struct), or NULL when this library is older than `version`. */

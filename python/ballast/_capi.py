@@ -13,7 +13,7 @@ import os
 
 from .errors import BallastError
 
-API_VERSION = 2  # the C API version this module is written against
+API_VERSION = 3  # the C API version this module is written against
 
 c_status = ctypes.c_void_p  # ballast_status*
 c_handle = ctypes.c_void_p  # every opaque handle
@@ -102,7 +102,7 @@ PROGRESS_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_
 _P = ctypes.POINTER
 _S, _H, _Z, _U64, _I32 = c_status, c_handle, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_int32
 
-# ballast_api_v1's members, then version 2's, in header order: (name, result, arguments).
+# ballast_api_v1's members, then version 2's and 3's, in header order: (name, result, arguments).
 _TABLE = [
     ("status_code", ctypes.c_int, [_S]),
     ("status_message", ctypes.c_char_p, [_S]),
@@ -150,6 +150,8 @@ _TABLE = [
     ("model_retain", _S, [_H, _P(_H)]),
     ("model_weight_data", _S, [_H, _Z, _P(ctypes.c_void_p)]),
     ("plan_entry_layout", _S, [_H, _Z, ctypes.c_int, _P(ValueLayout)]),
+    # version 3
+    ("derivation_kind_name", ctypes.c_char_p, [ctypes.c_uint32]),
 ]
 
 

@@ -8,9 +8,20 @@ from .errors import BallastError, Code
 from .model import _Handle
 
 SOURCES = {"automatic": 0, "graph": 1, "rules": 2, "graph_and_rules": 3}
-# The kinds' order in docs/derivations.md (ballast::Derivation): bit 1 << i.
-KINDS = ("transpose", "to_f16", "dequant_int4", "repack_int4", "quant_int8", "dequant_gguf", "dequant_gguf_f32",
-         "repack_gguf_int4")
+
+
+def _kinds():
+    """The library's kinds, in its order (ballast::Derivation: bit 1 << i),
+    from the C API, so a kind added to the library is known here at once."""
+    names = []
+    while True:
+        name = api.derivation_kind_name(len(names))
+        if name is None:
+            return tuple(names)
+        names.append(name.decode())
+
+
+KINDS = _kinds()
 
 
 @dataclass(frozen=True)

@@ -66,12 +66,17 @@ TEST_CASE("derivations: to_f16 from float and bfloat16") {
   run_all(cases);
 }
 
-TEST_CASE("derivations: dequant_int4 and repack_int4, every scale type and zero-point form") {
+TEST_CASE("derivations: every int4 kind, every scale type and zero-point form") {
   LeakCheck leaks;
   std::vector<DerivationCase> cases;
   std::uint64_t seed = 300;
-  for (Derivation kind : {Derivation::dequant_int4, Derivation::repack_int4}) {
-    for (DataType scales : {DataType::float32, DataType::float16}) {
+  // The family's kinds (dequant_int4, repack_int4) and scale types from the
+  // kind table, so a kind added to it is run here as it is added.
+  for (const ballast::kinds::Kind& row : ballast::kinds::kTable) {
+    if (!row.blocked) continue;
+    const Derivation kind = row.kind;
+    for (int ti = 0; ti < row.type_count; ++ti) {
+      const DataType scales = row.types[ti];
       for (ZeroPoints zp : {ZeroPoints::absent, ZeroPoints::packed_u4, ZeroPoints::unpacked}) {
         for (const auto& s : kInt4Shapes) cases.push_back(int4_case(kind, scales, zp, s.n, s.k, s.block_size, false, ++seed));
         cases.push_back(int4_case(kind, scales, zp, 5, 77, 16, true, ++seed));

@@ -99,6 +99,16 @@ void compare_f32(Checker c, std::span<const std::byte> expected, std::span<const
   }
 }
 
+bool bf16_is_nan(std::uint16_t b) { return (b & 0x7f80u) == 0x7f80u && (b & 0x7fu) != 0; }
+
+void compare_bf16(Checker c, std::span<const std::byte> expected, std::span<const std::byte> got) {
+  for (std::uint64_t i = 0; i < expected.size() / 2; ++i) {
+    const auto e = load<std::uint16_t>(expected, i), g = load<std::uint16_t>(got, i);
+    if (e == g || (bf16_is_nan(e) && bf16_is_nan(g))) continue;
+    c.mismatch(i, hex(e, 4), hex(g, 4));
+  }
+}
+
 }  // namespace
 
 Comparison compare(const DerivationLaunch& shape, const Outputs& expected, std::span<const std::byte> dst,
@@ -128,9 +138,11 @@ Comparison compare(const DerivationLaunch& shape, const Outputs& expected, std::
       case kinds::Rounding::f16: compare_f16(c, out.expected, out.got, tol); break;
       case kinds::Rounding::int8_code: compare_codes(c, out.expected, out.got, tol); break;
       case kinds::Rounding::exact:
-        // A computed float (quant_int8's scales) may be any NaN where the
-        // reference's is; a copy of the source's elements is bit for bit.
+        // A computed float (quant_int8's scales, a dequantized f32 or bf16)
+        // may be any NaN where the reference's is; a copy of the source's
+        // elements is bit for bit.
         if (o.type == DataType::float32 && !o.row->launch_type) compare_f32(c, out.expected, out.got);
+        else if (o.type == DataType::bfloat16 && !o.row->launch_type) compare_bf16(c, out.expected, out.got);
         else compare_bytes(c, out.expected, out.got, dtype_bits(o.type) / 8);
         break;
     }

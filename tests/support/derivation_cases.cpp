@@ -377,9 +377,14 @@ std::vector<DerivationCase> kernel_cases() {
     std::uint32_t bs;
   } int4_dims[] = {{1, 1, 16},   {2, 16, 16},  {3, 37, 16},   {5, 100, 32}, {4, 200, 64}, {2, 300, 128},
                    {3, 256, 16}, {4, 512, 32}, {3, 448, 128}, {2, 264, 64}, {3, 96, 32}};
+  // Every kind of the family (the table's `blocked` rows) with every
+  // scale type its row takes.
   for (auto d : int4_dims) {
-    for (Derivation kind : {Derivation::dequant_int4, Derivation::repack_int4}) {
-      for (DataType scale_type : {DataType::float32, DataType::float16}) {
+    for (const kinds::Kind& row : kinds::kTable) {
+      if (!row.blocked) continue;
+      const Derivation kind = row.kind;
+      for (int ti = 0; ti < row.type_count; ++ti) {
+        const DataType scale_type = row.types[ti];
         for (ZeroPoints zp : {ZeroPoints::absent, ZeroPoints::packed_u4, ZeroPoints::unpacked}) {
           DerivationCase k;
           k.shape.kind = kind;

@@ -8,6 +8,7 @@
 #include "unit/safetensors/writer.hpp"
 #include "unit/store/scratch_dir.hpp"
 
+#include <ballast/derivation.hpp>
 #include <ballast/log.hpp>
 
 #include <cstddef>
@@ -457,6 +458,25 @@ TEST_CASE("the conformance suite from C: a child process, its counts and summary
   CAPI_FAILS(ballast_run_conformance("cpu", nullptr, &r, nullptr, 8, nullptr), BALLAST_E_INVALID_ARGUMENT);
   const auto* api = static_cast<const ballast_api_v1*>(ballast_get_api(1));
   CHECK((api->run_conformance == &ballast_run_conformance));
+}
+
+TEST_CASE("version 3: the kinds' names, in the kind table's order, NULL past the last") {
+  const auto* v2 = static_cast<const ballast_api_v2*>(ballast_get_api(2));
+  const auto* v3 = static_cast<const ballast_api_v3*>(ballast_get_api(3));
+  REQUIRE(v2 != nullptr);
+  REQUIRE(v3 != nullptr);
+  CHECK(static_cast<const void*>(v2) == static_cast<const void*>(&v3->v2));  // version 2's table is a prefix
+  CHECK((v3->derivation_kind_name == &ballast_derivation_kind_name));
+  CHECK(ballast_get_api(BALLAST_C_API_VERSION + 1) == nullptr);
+  CAPI_OK(ballast_check_version(3));
+  for (int k = 0; k < ballast::kDerivationCount; ++k) {
+    const char* name = ballast_derivation_kind_name(static_cast<uint32_t>(k));
+    REQUIRE(name != nullptr);
+    CHECK(std::string(name) == ballast::derivation_name(static_cast<ballast::Derivation>(k)));
+  }
+  CHECK(std::string(ballast_derivation_kind_name(0)) == "transpose");
+  CHECK(ballast_derivation_kind_name(static_cast<uint32_t>(ballast::kDerivationCount)) == nullptr);
+  CHECK(ballast_derivation_kind_name(UINT32_MAX) == nullptr);
 }
 
 TEST_CASE("version 2: the table's appended members, a weight's address, a second model handle, a value's layout") {
