@@ -28,9 +28,10 @@ void CpuDevice::copy(std::byte* d, const std::byte* s, std::uint64_t bytes) {
     std::memmove(d, s, bytes);  // a registered range may hold both
     return;
   }
+  const bool stream = bytes >= kStreamBytes;
   pool_.parallel_for((bytes + kCopyChunk - 1) / kCopyChunk, [&](std::uint64_t c0, std::uint64_t c1) {
     const std::uint64_t b0 = c0 * kCopyChunk, b1 = std::min(bytes, c1 * kCopyChunk);
-    std::memcpy(d + b0, s + b0, b1 - b0);
+    kernels_->copy(d + b0, s + b0, b1 - b0, stream);
   });
 }
 

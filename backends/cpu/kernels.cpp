@@ -37,10 +37,11 @@ void run_to_f16(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool
   const std::uint64_t count = l.rows * l.cols;
   // Split on 64-element boundaries so vector loops rarely need tails.
   const std::uint64_t groups = (count + 63) / 64;
+  const bool stream = count * 2 >= kStreamBytes;
   pool.parallel_for(groups, [&](std::uint64_t g0, std::uint64_t g1) {
     const std::uint64_t i0 = g0 * 64, i1 = std::min(count, g1 * 64);
-    if (l.src_type == DataType::float32) kernels.to_f16_from_f32(as<const float>(l.src) + i0, dst + i0, i1 - i0);
-    else kernels.to_f16_from_bf16(as<const std::uint16_t>(l.src) + i0, dst + i0, i1 - i0);
+    if (l.src_type == DataType::float32) kernels.to_f16_from_f32(as<const float>(l.src) + i0, dst + i0, i1 - i0, stream);
+    else kernels.to_f16_from_bf16(as<const std::uint16_t>(l.src) + i0, dst + i0, i1 - i0, stream);
   }, chunks_for(pool, groups));
 }
 
@@ -64,6 +65,8 @@ void int4(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool
     a.words = as<std::uint32_t>(l.dst);
     a.pairs = as<std::uint8_t>(l.dst2);
   }
+  // Output bytes: f16 [N, K], or words [N, K/8] (the pairs are a sixteenth of them).
+  a.stream = (l.kind == Derivation::dequant_int4 ? a.n * a.k * 2 : a.n * a.k / 2) >= kStreamBytes;
   pool.parallel_for(a.n, [&](std::uint64_t r0, std::uint64_t r1) { rows(a, r0, r1); }, chunks_for(pool, a.n));
 }
 
@@ -80,6 +83,7 @@ void run_quant_int8(const DerivationLaunch& l, const RowKernels& kernels, Thread
   a.k = l.cols;
   a.codes = as<std::int8_t>(l.dst);
   a.scales = as<float>(l.dst2);
+  a.stream = a.n * a.k >= kStreamBytes;
   pool.parallel_for(a.n, [&](std::uint64_t r0, std::uint64_t r1) { kernels.quant_int8_rows(a, r0, r1); },
                     chunks_for(pool, a.n));
 }

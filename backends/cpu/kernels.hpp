@@ -26,6 +26,7 @@ struct Int4Args {
   // little-endian word of two f16. dst2's elements are the f16 halves, so
   // it is only 2-byte aligned: written with store_pair, never as uint32_t.
   std::uint8_t* pairs = nullptr;
+  bool stream = false;  // outputs of kStreamBytes or more: non-temporal stores where aligned
 };
 
 struct Quant8Args {
@@ -34,9 +35,10 @@ struct Quant8Args {
   std::uint64_t n = 0, k = 0;
   std::int8_t* codes = nullptr;  // [N, K]
   float* scales = nullptr;       // [N]
+  bool stream = false;           // codes of kStreamBytes or more: non-temporal stores where aligned
 };
 
-// A dequant_gguf(_f32) output this large streams past the cache
+// An output this large streams past the cache
 // (non-temporal stores), as the C library's memcpy does for copies of this
 // size: nothing reads a derived weight back soon, and writing it through the
 // cache would both evict the engine's working set and cost a read of every
@@ -52,11 +54,18 @@ struct RowKernels {
   // the same numbers in the [cols, rows] transpose.
   void (*transpose_cols)(const void* src, void* dst, std::uint64_t rows, std::uint64_t cols, unsigned element_bytes,
                          std::uint64_t col_begin, std::uint64_t col_end);
-  void (*to_f16_from_f32)(const float* src, std::uint16_t* dst, std::uint64_t count);
-  void (*to_f16_from_bf16)(const std::uint16_t* src, std::uint16_t* dst, std::uint64_t count);
+  // `stream`: the piece of an output of kStreamBytes or more.
+  void (*to_f16_from_f32)(const float* src, std::uint16_t* dst, std::uint64_t count, bool stream);
+  void (*to_f16_from_bf16)(const std::uint16_t* src, std::uint16_t* dst, std::uint64_t count, bool stream);
   void (*dequant_int4_rows)(const Int4Args& a, std::uint64_t row_begin, std::uint64_t row_end);
   void (*repack_int4_rows)(const Int4Args& a, std::uint64_t row_begin, std::uint64_t row_end);
   void (*quant_int8_rows)(const Quant8Args& a, std::uint64_t row_begin, std::uint64_t row_end);
+  // A piece of a copy (copy_device, uploads, downloads); `stream`: the piece
+  // of a copy of kStreamBytes or more, whose stores go past the cache as the
+  // derivations' do, so the copy the benchmarks hold them against writes
+  // the same way (the C library's memcpy decides from the cache size it
+  // reads, which on some machines never streams a piece of this size).
+  void (*copy)(void* dst, const void* src, std::uint64_t bytes, bool stream);
 };
 
 const RowKernels& portable_kernels();

@@ -36,7 +36,7 @@ struct GgufArgs {
   std::uint16_t* f16_out = nullptr;      // dequant_gguf: [rows, cols]
   float* f32_out = nullptr;              // dequant_gguf_f32: [rows, cols]
   // The table's f32 -> f16 rounding (F16C where the CPU has it).
-  void (*to_f16)(const float* src, std::uint16_t* dst, std::uint64_t count) = nullptr;
+  void (*to_f16)(const float* src, std::uint16_t* dst, std::uint64_t count, bool stream) = nullptr;
   // The decoders built for AVX2 + F16C (x86-64 with the vectorised table).
   bool avx2 = false;
   // The AVX2 decoders write with non-temporal stores: set for outputs of at

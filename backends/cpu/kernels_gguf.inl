@@ -208,7 +208,7 @@ BALLAST_GGUF_TARGET void decoded_rows(const GgufArgs& a, std::uint64_t row_begin
         const std::uint8_t* blk = row + c / a.block_elements * a.block_bytes;
         for (std::uint32_t i = 0; i < n; i += a.block_elements, blk += a.block_bytes) decode<Type>(blk, y + i, 0);
       }
-      if (a.f32_out == nullptr) a.to_f16(values, a.f16_out + at, n);
+      if (a.f32_out == nullptr) a.to_f16(values, a.f16_out + at, n, false);
       c += n;
     }
   }

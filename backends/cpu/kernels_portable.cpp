@@ -39,11 +39,14 @@ void transpose_cols(const void* src, void* dst, std::uint64_t rows, std::uint64_
   }
 }
 
-void to_f16_from_f32(const float* src, std::uint16_t* dst, std::uint64_t count) {
+// The portable kernels store plainly: `stream` is a hint they do not take.
+void copy(void* dst, const void* src, std::uint64_t bytes, bool /*stream*/) { std::memcpy(dst, src, bytes); }
+
+void to_f16_from_f32(const float* src, std::uint16_t* dst, std::uint64_t count, bool /*stream*/) {
   for (std::uint64_t i = 0; i < count; ++i) dst[i] = kmath::f16_bits_from_f32(src[i]);
 }
 
-void to_f16_from_bf16(const std::uint16_t* src, std::uint16_t* dst, std::uint64_t count) {
+void to_f16_from_bf16(const std::uint16_t* src, std::uint16_t* dst, std::uint64_t count, bool /*stream*/) {
   for (std::uint64_t i = 0; i < count; ++i) dst[i] = kmath::f16_bits_from_bf16_bits(src[i]);
 }
 
@@ -107,7 +110,7 @@ void quant_int8_rows(const Quant8Args& a, std::uint64_t row_begin, std::uint64_t
 
 const RowKernels& portable_kernels() {
   static const RowKernels table{"portable", transpose_cols, to_f16_from_f32, to_f16_from_bf16, dequant_int4_rows, repack_int4_rows,
-                                quant_int8_rows};
+                                quant_int8_rows, copy};
   return table;
 }
 

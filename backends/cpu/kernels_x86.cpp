@@ -6,6 +6,7 @@
 // f32 arithmetic is the same IEEE operations in the same order.
 #include "int4_access.hpp"
 #include "kernels.hpp"
+#include "system_info.hpp"
 
 #include <common/kernel_math.hpp>
 
@@ -117,11 +118,52 @@ BALLAST_SIMD inline void block4x4_u64(const std::uint64_t* src, std::uint64_t sr
 }
 
 // 64 bytes, unaligned on either side.
-BALLAST_SIMD inline void store_line(void* dst, const void* src) {
+// Output stores. `stream` is set for outputs of kStreamBytes or more
+// (kernels.hpp: they go past the cache, as the C library's memcpy writes a
+// copy of that size, without a read of each line first); a store whose
+// address is not aligned for it, at an edge or in an unaligned output,
+// stays a plain one, so the bytes written are the same either way. A
+// kernel that streamed ends with done_streaming(): non-temporal stores are
+// weakly ordered, and the fence makes them visible before the thread
+// reports its part done.
+BALLAST_SIMD inline void put32(void* p, __m256i v, bool stream) {
+  if (stream && (reinterpret_cast<std::uintptr_t>(p) & 31) == 0) {
+    _mm256_stream_si256(static_cast<__m256i*>(p), v);
+  } else {
+    _mm256_storeu_si256(static_cast<__m256i*>(p), v);
+  }
+}
+BALLAST_SIMD inline void put16(void* p, __m128i v, bool stream) {
+  if (stream && (reinterpret_cast<std::uintptr_t>(p) & 15) == 0) {
+    _mm_stream_si128(static_cast<__m128i*>(p), v);
+  } else {
+    _mm_storeu_si128(static_cast<__m128i*>(p), v);
+  }
+}
+BALLAST_SIMD inline void done_streaming(bool stream) {
+  if (stream) _mm_sfence();
+}
+
+BALLAST_SIMD inline void store_line(void* dst, const void* src, bool stream) {
   const __m256i a = _mm256_loadu_si256(static_cast<const __m256i*>(src));
   const __m256i b = _mm256_loadu_si256(static_cast<const __m256i*>(src) + 1);
-  _mm256_storeu_si256(static_cast<__m256i*>(dst), a);
-  _mm256_storeu_si256(static_cast<__m256i*>(dst) + 1, b);
+  put32(dst, a, stream);
+  put32(static_cast<__m256i*>(dst) + 1, b, stream);
+}
+
+// The side of a transpose's super-tile, in elements of `element_bytes`: the
+// largest power of two S whose S x S source tile and S x S destination
+// tile (2 S^2 bytes of elements) fit in this core's L2, between 64 and
+// 1024. A 512 KiB L2 gives 256 for f32 and f16, the sizes first tuned by
+// hand on such a machine; a 2 MiB L2 gives 512. Unknown L2: 512 KiB.
+std::uint64_t super_tile(unsigned element_bytes) {
+  static const std::uint64_t l2 = [] {
+    const std::uint64_t b = cache_bytes(2);
+    return b != 0 ? b : std::uint64_t{512} << 10;
+  }();
+  std::uint64_t s = 64;
+  while (s < 1024 && 2 * (2 * s) * (2 * s) * element_bytes <= l2) s *= 2;
+  return s;
 }
 
 // Blocks of L x L elements, L = one 64-byte line of them: the block's L
@@ -141,10 +183,13 @@ BALLAST_SIMD void transpose_blocked(const void* src_bytes, void* dst_bytes, std:
   alignas(64) T staged[kStage ? L * L : 1];  // the source block, rows contiguous
   alignas(64) T buffer[L * L];  // its transpose
   // Super-tiles of kSuper x kSuper elements keep the pages and lines in
-  // flight within the TLB's and L2's reach.
-  constexpr std::uint64_t kSuper = 256;
+  // flight within the TLB's and L2's reach (super_tile()).
+  const std::uint64_t kSuper = super_tile(sizeof(T));
   const T* src = static_cast<const T*>(src_bytes);
   T* dst = static_cast<T*>(dst_bytes);
+  // The staged copies of the source stay plain stores: they are read back
+  // at once. Only the destination lines stream.
+  const bool stream = rows * cols * sizeof(T) >= kStreamBytes;
   for (std::uint64_t sc = col_begin; sc < col_end; sc += kSuper) {
     const std::uint64_t sc1 = std::min(col_end, sc + kSuper);
     for (std::uint64_t sr = 0; sr < rows; sr += kSuper) {
@@ -155,7 +200,7 @@ BALLAST_SIMD void transpose_blocked(const void* src_bytes, void* dst_bytes, std:
           const std::uint64_t c1 = std::min(sc1, c0 + L);
           if (c1 - c0 == L && r1 - r0 == L) {
             if constexpr (kStage) {
-              for (std::uint64_t i = 0; i < L; ++i) store_line(staged + i * L, src + (r0 + i) * cols + c0);
+              for (std::uint64_t i = 0; i < L; ++i) store_line(staged + i * L, src + (r0 + i) * cols + c0, false);
               for (std::uint64_t rg = 0; rg < L; rg += B)
                 for (std::uint64_t cg = 0; cg < L; cg += BC) Block(staged + rg * L + cg, L, buffer + cg * L + rg, L);
             } else {
@@ -163,7 +208,7 @@ BALLAST_SIMD void transpose_blocked(const void* src_bytes, void* dst_bytes, std:
                 for (std::uint64_t cg = 0; cg < L; cg += BC)
                   Block(src + (r0 + rg) * cols + c0 + cg, cols, buffer + cg * L + rg, L);
             }
-            for (std::uint64_t j = 0; j < L; ++j) store_line(dst + (c0 + j) * rows + r0, buffer + j * L);
+            for (std::uint64_t j = 0; j < L; ++j) store_line(dst + (c0 + j) * rows + r0, buffer + j * L, stream);
           } else {
             for (std::uint64_t c = c0; c < c1; ++c)
               for (std::uint64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
@@ -172,6 +217,7 @@ BALLAST_SIMD void transpose_blocked(const void* src_bytes, void* dst_bytes, std:
       }
     }
   }
+  done_streaming(stream);
 }
 
 BALLAST_SIMD void transpose_cols(const void* src, void* dst, std::uint64_t rows, std::uint64_t cols,
@@ -185,18 +231,45 @@ BALLAST_SIMD void transpose_cols(const void* src, void* dst, std::uint64_t rows,
 }
 
 
-BALLAST_SIMD void to_f16_from_f32(const float* src, std::uint16_t* dst, std::uint64_t count) {
+// memcpy, or with `stream` 128 bytes at a time through non-temporal stores
+// from the first 32-byte aligned destination byte (the head and the tail by
+// memcpy).
+BALLAST_SIMD void copy(void* dst_bytes, const void* src_bytes, std::uint64_t bytes, bool stream) {
+  auto* d = static_cast<std::uint8_t*>(dst_bytes);
+  const auto* s = static_cast<const std::uint8_t*>(src_bytes);
+  if (!stream || bytes < 256) {
+    std::memcpy(d, s, bytes);
+    return;
+  }
+  const std::uint64_t head = (32 - (reinterpret_cast<std::uintptr_t>(d) & 31)) & 31;
+  std::memcpy(d, s, head);
+  std::uint64_t i = head;
+  for (; i + 128 <= bytes; i += 128) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i));
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 32));
+    const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 64));
+    const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + i + 96));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i), a);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 32), b);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 64), c);
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d + i + 96), e);
+  }
+  std::memcpy(d + i, s + i, bytes - i);
+  _mm_sfence();
+}
+
+BALLAST_SIMD void to_f16_from_f32(const float* src, std::uint16_t* dst, std::uint64_t count, bool stream) {
   std::uint64_t i = 0;
   for (; i + 32 <= count; i += 32) {
     const __m256 a = _mm256_loadu_ps(src + i), b = _mm256_loadu_ps(src + i + 8);
     const __m256 c = _mm256_loadu_ps(src + i + 16), d = _mm256_loadu_ps(src + i + 24);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(a, kRne));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 8), _mm256_cvtps_ph(b, kRne));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 16), _mm256_cvtps_ph(c, kRne));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 24), _mm256_cvtps_ph(d, kRne));
+    put16(dst + i, _mm256_cvtps_ph(a, kRne), stream);
+    put16(dst + i + 8, _mm256_cvtps_ph(b, kRne), stream);
+    put16(dst + i + 16, _mm256_cvtps_ph(c, kRne), stream);
+    put16(dst + i + 24, _mm256_cvtps_ph(d, kRne), stream);
   }
-  for (; i + 8 <= count; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(src + i), kRne));
+  for (; i + 8 <= count; i += 8) put16(dst + i, _mm256_cvtps_ph(_mm256_loadu_ps(src + i), kRne), stream);
+  done_streaming(stream);
   for (; i < count; ++i) dst[i] = kmath::f16_bits_from_f32(src[i]);
 }
 
@@ -207,17 +280,18 @@ BALLAST_SIMD inline __m128i bf16x8_to_f16x8(const std::uint16_t* src) {
   return _mm256_cvtps_ph(_mm256_castsi256_ps(f), kRne);
 }
 
-BALLAST_SIMD void to_f16_from_bf16(const std::uint16_t* src, std::uint16_t* dst, std::uint64_t count) {
+BALLAST_SIMD void to_f16_from_bf16(const std::uint16_t* src, std::uint16_t* dst, std::uint64_t count, bool stream) {
   std::uint64_t i = 0;
   for (; i + 32 <= count; i += 32) {
     const __m128i a = bf16x8_to_f16x8(src + i), b = bf16x8_to_f16x8(src + i + 8);
     const __m128i c = bf16x8_to_f16x8(src + i + 16), d = bf16x8_to_f16x8(src + i + 24);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), a);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 8), b);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 16), c);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 24), d);
+    put16(dst + i, a, stream);
+    put16(dst + i + 8, b, stream);
+    put16(dst + i + 16, c, stream);
+    put16(dst + i + 24, d, stream);
   }
-  for (; i + 8 <= count; i += 8) _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), bf16x8_to_f16x8(src + i));
+  for (; i + 8 <= count; i += 8) put16(dst + i, bf16x8_to_f16x8(src + i), stream);
+  done_streaming(stream);
   for (; i < count; ++i) dst[i] = kmath::f16_bits_from_bf16_bits(src[i]);
 }
 
@@ -270,7 +344,8 @@ BALLAST_SIMD inline BlockTables block_tables(__m256 s, __m256 z) {
 // 64 columns from 32 bytes: the low 16 bytes' codes are looked up in the
 // low 128-bit lane of the tables, the high 16 bytes' in the high lane (the
 // same block's tables twice, or two consecutive 32-column blocks').
-BALLAST_SIMD inline void dequant_64(__m256i table_lo, __m256i table_hi, const std::uint8_t* bytes, std::uint16_t* o) {
+BALLAST_SIMD inline void dequant_64(__m256i table_lo, __m256i table_hi, const std::uint8_t* bytes, std::uint16_t* o,
+                                    bool stream) {
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
   const __m256i lo = _mm256_and_si256(v, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
@@ -279,21 +354,21 @@ BALLAST_SIMD inline void dequant_64(__m256i table_lo, __m256i table_hi, const st
   const __m256i l1 = _mm256_shuffle_epi8(table_lo, i1), g1 = _mm256_shuffle_epi8(table_hi, i1);
   const __m256i a = _mm256_unpacklo_epi8(l0, g0), b = _mm256_unpackhi_epi8(l0, g0);  // 0-7 | 32-39, 8-15 | 40-47
   const __m256i c = _mm256_unpacklo_epi8(l1, g1), d = _mm256_unpackhi_epi8(l1, g1);  // 16-23 | 48-55, 24-31 | 56-63
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o), _mm256_permute2x128_si256(a, b, 0x20));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 16), _mm256_permute2x128_si256(c, d, 0x20));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 32), _mm256_permute2x128_si256(a, b, 0x31));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + 48), _mm256_permute2x128_si256(c, d, 0x31));
+  put32(o, _mm256_permute2x128_si256(a, b, 0x20), stream);
+  put32(o + 16, _mm256_permute2x128_si256(c, d, 0x20), stream);
+  put32(o + 32, _mm256_permute2x128_si256(a, b, 0x31), stream);
+  put32(o + 48, _mm256_permute2x128_si256(c, d, 0x31), stream);
 }
 
 // One block of `cols` columns.
 BALLAST_SIMD inline void dequant_block(__m256 s, __m256 z, const std::uint8_t* bytes, std::uint16_t* o,
-                                       std::uint64_t cols) {
+                                       std::uint64_t cols, bool stream) {
   const BlockTables t = block_tables(s, z);
   const __m128i nibble = _mm_set1_epi8(0x0f);
   std::uint64_t c = 0;
   if (cols >= 64) {
     const __m256i table_lo = _mm256_broadcastsi128_si256(t.lo), table_hi = _mm256_broadcastsi128_si256(t.hi);
-    for (; c + 64 <= cols; c += 64) dequant_64(table_lo, table_hi, bytes + c / 2, o + c);
+    for (; c + 64 <= cols; c += 64) dequant_64(table_lo, table_hi, bytes + c / 2, o + c, stream);
   }
   for (; c + 32 <= cols; c += 32) {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + c / 2));
@@ -301,18 +376,18 @@ BALLAST_SIMD inline void dequant_block(__m256 s, __m256 z, const std::uint8_t* b
     const __m128i i0 = _mm_unpacklo_epi8(lo, hi), i1 = _mm_unpackhi_epi8(lo, hi);  // column order
     const __m128i l0 = _mm_shuffle_epi8(t.lo, i0), g0 = _mm_shuffle_epi8(t.hi, i0);
     const __m128i l1 = _mm_shuffle_epi8(t.lo, i1), g1 = _mm_shuffle_epi8(t.hi, i1);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c), _mm_unpacklo_epi8(l0, g0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c + 8), _mm_unpackhi_epi8(l0, g0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c + 16), _mm_unpacklo_epi8(l1, g1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c + 24), _mm_unpackhi_epi8(l1, g1));
+    put16(o + c, _mm_unpacklo_epi8(l0, g0), stream);
+    put16(o + c + 8, _mm_unpackhi_epi8(l0, g0), stream);
+    put16(o + c + 16, _mm_unpacklo_epi8(l1, g1), stream);
+    put16(o + c + 24, _mm_unpackhi_epi8(l1, g1), stream);
   }
   for (; c + 16 <= cols; c += 16) {
     const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes + c / 2));
     const __m128i lo = _mm_and_si128(v, nibble), hi = _mm_and_si128(_mm_srli_epi16(v, 4), nibble);
     const __m128i i0 = _mm_unpacklo_epi8(lo, hi);
     const __m128i l0 = _mm_shuffle_epi8(t.lo, i0), g0 = _mm_shuffle_epi8(t.hi, i0);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c), _mm_unpacklo_epi8(l0, g0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + c + 8), _mm_unpackhi_epi8(l0, g0));
+    put16(o + c, _mm_unpacklo_epi8(l0, g0), stream);
+    put16(o + c + 8, _mm_unpackhi_epi8(l0, g0), stream);
   }
   const float scale = _mm256_cvtss_f32(s), zp = _mm256_cvtss_f32(z);
   for (; c < cols; ++c) o[c] = kmath::dequant_f16_bits(kmath::int4_code(bytes, c), zp, scale);
@@ -337,20 +412,21 @@ BALLAST_SIMD void dequant_int4_rows(const Int4Args& a, std::uint64_t row_begin, 
               block_tables(_mm256_permutevar8x32_ps(s8, _mm256_set1_epi32(i + 1)), _mm256_permutevar8x32_ps(z8, _mm256_set1_epi32(i + 1)));
           const std::uint64_t b = block + static_cast<std::uint64_t>(i);
           dequant_64(_mm256_set_m128i(t1.lo, t0.lo), _mm256_set_m128i(t1.hi, t0.hi), row + b * block_bytes,
-                     out + b * a.block_size);
+                     out + b * a.block_size, a.stream);
         }
         continue;
       }
       for (int i = 0; i < 8; ++i) {
         const std::uint64_t b = block + static_cast<std::uint64_t>(i);
         dequant_block(_mm256_permutevar8x32_ps(s8, _mm256_set1_epi32(i)), _mm256_permutevar8x32_ps(z8, _mm256_set1_epi32(i)),
-                      row + b * block_bytes, out + b * a.block_size, cols_of(b));
+                      row + b * block_bytes, out + b * a.block_size, cols_of(b), a.stream);
       }
     }
     for (; block < a.k_blocks; ++block)
       dequant_block(_mm256_set1_ps(int4_scale(a, n, block)), _mm256_set1_ps(int4_zero_point(a, n, block)),
-                    row + block * block_bytes, out + block * a.block_size, cols_of(block));
+                    row + block * block_bytes, out + block * a.block_size, cols_of(block), a.stream);
   }
+  done_streaming(a.stream);
 }
 
 BALLAST_SIMD void repack_int4_rows(const Int4Args& a, std::uint64_t row_begin, std::uint64_t row_end) {
@@ -370,7 +446,7 @@ BALLAST_SIMD void repack_int4_rows(const Int4Args& a, std::uint64_t row_begin, s
       odd = _mm256_and_si256(_mm256_or_si256(odd, _mm256_srli_epi32(odd, 4)), bytes02);
       even = _mm256_and_si256(_mm256_or_si256(even, _mm256_srli_epi32(even, 8)), low_half);
       odd = _mm256_and_si256(_mm256_or_si256(odd, _mm256_srli_epi32(odd, 8)), low_half);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), _mm256_or_si256(even, _mm256_slli_epi32(odd, 16)));
+      put32(out + j, _mm256_or_si256(even, _mm256_slli_epi32(odd, 16)), a.stream);
     }
     for (; j < full_words; ++j) {
       std::uint32_t v;
@@ -385,12 +461,13 @@ BALLAST_SIMD void repack_int4_rows(const Int4Args& a, std::uint64_t row_begin, s
       const __m256 s = int4_scales8(a, n, b), z = int4_zero_points8(a, n, b);
       const __m128i hs = _mm256_cvtps_ph(s, kRne);
       const __m128i ho = _mm256_cvtps_ph(_mm256_xor_ps(_mm256_mul_ps(s, z), sign), kRne);  // -(s*z)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(pairs + 4 * b), _mm_unpacklo_epi16(hs, ho));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(pairs + 4 * (b + 4)), _mm_unpackhi_epi16(hs, ho));
+      put16(pairs + 4 * b, _mm_unpacklo_epi16(hs, ho), a.stream);
+      put16(pairs + 4 * (b + 4), _mm_unpackhi_epi16(hs, ho), a.stream);
     }
     for (; b < a.k_blocks; ++b)
       store_pair(pairs, b, kmath::repack_scale_pair(int4_scale(a, n, b), int4_zero_point(a, n, b)));
   }
+  done_streaming(a.stream);
 }
 
 // ---------------------------------------------------------------- int8
@@ -471,7 +548,7 @@ BALLAST_SIMD inline __m256i codes8(__m256 w, __m256 scale) {
 
 template <bool F16, bool kClamp>
 BALLAST_SIMD void code_row(const void* src, std::uint64_t base, std::uint64_t k, float scale, std::int8_t* codes,
-                           const char* next_row) {
+                           const char* next_row, bool stream) {
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const __m256 s = _mm256_set1_ps(scale);
   constexpr std::uint64_t kElementBytes = F16 ? 2 : 4;
@@ -485,7 +562,7 @@ BALLAST_SIMD void code_row(const void* src, std::uint64_t base, std::uint64_t k,
     const __m256i c2 = codes8<kClamp>(load8<F16>(src, base + i + 16), s);
     const __m256i c3 = codes8<kClamp>(load8<F16>(src, base + i + 24), s);
     const __m256i packed = _mm256_packs_epi16(_mm256_packs_epi32(c0, c1), _mm256_packs_epi32(c2, c3));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i), _mm256_permutevar8x32_epi32(packed, order));
+    put32(codes + i, _mm256_permutevar8x32_epi32(packed, order), stream);
   }
   for (; i < k; ++i) codes[i] = kmath::quant_int8_code(load1<F16>(src, base + i), scale);
 }
@@ -507,9 +584,10 @@ BALLAST_SIMD void quant_int8_rows_typed(const Quant8Args& a, std::uint64_t row_b
     // the next row in, so its max pass does not wait on memory.
     const char* next_row =
         n + 1 < row_end ? static_cast<const char*>(a.src) + (base + a.k) * (F16 ? 2 : 4) : nullptr;
-    if (scale >= 0x1p-126f && scale <= 0x1.fffffep127f) code_row<F16, false>(a.src, base, a.k, scale, codes, next_row);
-    else code_row<F16, true>(a.src, base, a.k, scale, codes, next_row);
+    if (scale >= 0x1p-126f && scale <= 0x1.fffffep127f) code_row<F16, false>(a.src, base, a.k, scale, codes, next_row, a.stream);
+    else code_row<F16, true>(a.src, base, a.k, scale, codes, next_row, a.stream);
   }
+  done_streaming(a.stream);
 }
 
 void quant_int8_rows(const Quant8Args& a, std::uint64_t row_begin, std::uint64_t row_end) {
@@ -534,7 +612,7 @@ bool cpu_has_avx2_and_f16c() {
 
 const RowKernels* simd_kernels() {
   static const RowKernels table{"avx2+f16c", transpose_cols, to_f16_from_f32, to_f16_from_bf16, dequant_int4_rows, repack_int4_rows,
-                                quant_int8_rows};
+                                quant_int8_rows, copy};
   static const bool supported = cpu_has_avx2_and_f16c();
   return supported ? &table : nullptr;
 }

@@ -75,6 +75,32 @@ std::string cpu_uuid() {
   return buf;
 }
 
+namespace {
+
+std::uint64_t read_cache_bytes(unsigned level) {
+  for (int i = 0; i < 16; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    const std::string lv = trim(first_line((dir + "level").c_str()));
+    if (lv.empty()) break;
+    if (lv != std::to_string(level) || trim(first_line((dir + "type").c_str())) == "Instruction") continue;
+    const std::string size = trim(first_line((dir + "size").c_str()));
+    unsigned long long n = 0;
+    char unit = 0;
+    if (std::sscanf(size.c_str(), "%llu%c", &n, &unit) < 1) continue;
+    return unit == 'K' ? n << 10 : unit == 'M' ? n << 20 : unit == 'G' ? n << 30 : n;
+  }
+  const int name = level == 1 ? _SC_LEVEL1_DCACHE_SIZE : level == 2 ? _SC_LEVEL2_CACHE_SIZE : _SC_LEVEL3_CACHE_SIZE;
+  const long bytes = level >= 1 && level <= 3 ? ::sysconf(name) : -1;
+  return bytes > 0 ? static_cast<std::uint64_t>(bytes) : 0;
+}
+
+}  // namespace
+
+std::uint64_t cache_bytes(unsigned level) {
+  static const std::uint64_t sizes[4] = {0, read_cache_bytes(1), read_cache_bytes(2), read_cache_bytes(3)};
+  return level >= 1 && level <= 3 ? sizes[level] : 0;
+}
+
 unsigned hardware_threads() {
   cpu_set_t set;
   if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return static_cast<unsigned>(CPU_COUNT(&set));

@@ -17,5 +17,10 @@ std::uint64_t physical_memory_bytes();
 std::string cpu_uuid();
 // Hardware threads available to this process (at least 1).
 unsigned hardware_threads();
+// The data (or unified) cache of `level` (1, 2, 3) that CPU 0 uses, in
+// bytes: sysfs first (the cache this core shares, where sysconf may report
+// a whole package's L3), sysconf where sysfs has none; 0 when unknown.
+// Read once per process (the kernels size their tiles from it).
+std::uint64_t cache_bytes(unsigned level);
 
 }  // namespace ballast::cpu

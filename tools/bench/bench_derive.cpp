@@ -4,7 +4,7 @@
 // each derivation's bandwidth to the copy's (the README figures; targets:
 // >= 0.7x, transpose >= 0.5x).
 //
-//   bench_derive [--backend CONFIG] [--register-mib N] [google benchmark flags]
+//   bench_derive [--backend CONFIG] [--register-mib N] [--llc-mib N] [google benchmark flags]
 //
 // --register-mib N also measures zero-copy registration after the
 // benchmarks: a file of N MiB is written and mapped read-only, registered
@@ -12,10 +12,22 @@
 // through the registration and checked against a host transpose, and the
 // mapping is unregistered.
 //
+// Each case runs at two sizes, named from the last-level cache this
+// process's first CPU shares (sysfs; at least 64 MiB for a backend other
+// than the CPU; `--llc-mib N` overrides): "past" moves
+// at least 4x that cache (read + written), so neither the kernel nor the
+// copy runs from it and the ratio compares memory bandwidth on any machine
+// (the targets are judged on it); "in" moves at most a quarter of it, so the
+// ratio shows what the kernel does when its operands are cached. One fixed
+// size would mean different things on a machine with a 32 MiB cache and
+// one with 480 MiB.
+//
 // CONFIG is an open_backend() string ("cpu", "cpu?threads=1", "vulkan:0"),
 // default "cpu". The "memcpy" rows use the backend's own copy_device, which
-// on the CPU spreads the copy over every thread just as the kernels do, so
-// both sides of the ratio use the same cores.
+// on the CPU spreads the copy over every thread just as the kernels do, and
+// from 8 MiB on writes past the cache as the kernels' outputs do (a copy of
+// read + write traffic, the physical limit of a derivation's), so both
+// sides of the ratio use the same cores and the same kind of stores.
 #include <ballast/backend_registry.hpp>
 #include <ballast/gpu_backend.hpp>
 
@@ -47,6 +59,59 @@ struct Case {
   double target;  // minimum ratio to the copy's bandwidth
 };
 
+// The largest data or unified cache of CPU 0, from sysfs: the one an
+// operand of this process competes for. (sysconf(_SC_LEVEL3_CACHE_SIZE)
+// may report a whole package's L3 where a core shares only part of it.)
+std::uint64_t last_level_cache_bytes() {
+  std::uint64_t best = 0;
+  for (int i = 0; i < 16; ++i) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    FILE* type = std::fopen((dir + "type").c_str(), "r");
+    if (type == nullptr) break;
+    char t[32] = {};
+    const bool read_type = std::fscanf(type, "%31s", t) == 1;
+    std::fclose(type);
+    if (!read_type || std::strcmp(t, "Instruction") == 0) continue;
+    FILE* size = std::fopen((dir + "size").c_str(), "r");
+    if (size == nullptr) continue;
+    unsigned long long n = 0;
+    char unit = 0;
+    if (std::fscanf(size, "%llu%c", &n, &unit) >= 1) {
+      const std::uint64_t bytes = unit == 'K' ? n << 10 : unit == 'M' ? n << 20 : unit == 'G' ? n << 30 : n;
+      best = std::max<std::uint64_t>(best, bytes);
+    }
+    std::fclose(size);
+  }
+  if (best == 0) {
+    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    best = static_cast<std::uint64_t>(std::max<long>({l3, l2, 0}));
+  }
+  return best != 0 ? best : std::uint64_t{32} << 20;  // unknown: the README machine's 32 MiB
+}
+
+std::uint64_t traffic_of(const DerivationLaunch& l) {
+  const auto s = derivation_sizes(l);
+  return s ? s->src_bytes + s->scales_bytes + s->zero_point_bytes + s->dst_bytes + s->dst2_bytes : 0;
+}
+
+// `c` with its rows scaled so the case moves about `bytes` (read +
+// written), in whole multiples of 64 rows (every kind's rows are free, and
+// 64 keeps the tiled transposes' and the GGUF rows' alignment as it was).
+Case scaled(const Case& c, std::uint64_t bytes, const char* label) {
+  Case out = c;
+  const std::uint64_t per_row = std::max<std::uint64_t>(1, traffic_of(c.shape) / c.shape.rows);
+  std::uint64_t rows = (bytes / per_row) / 64 * 64;
+  if (rows == 0) rows = std::min<std::uint64_t>(c.shape.rows, 64);
+  out.shape.rows = rows;
+  // "past/transpose/f32/16384x4096": the base name with its rows replaced.
+  std::string name = c.name;
+  const std::string from = "/" + std::to_string(c.shape.rows) + "x";
+  if (const auto at = name.find(from); at != std::string::npos)
+    name.replace(at, from.size(), "/" + std::to_string(rows) + "x");
+  out.name = std::string(label) + "/" + name;
+  return out;
+}
+
 DerivationLaunch make(Derivation kind, DataType type, std::uint64_t rows, std::uint64_t cols, std::uint32_t block = 0,
                       ZeroPoints zp = ZeroPoints::absent) {
   DerivationLaunch l;
@@ -62,10 +127,8 @@ DerivationLaunch make(Derivation kind, DataType type, std::uint64_t rows, std::u
 std::vector<Case> cases() {
   using D = Derivation;
   using T = DataType;
-  // Every case moves at least 96 MiB, three times the 32 MiB L3 of the
-  // machine the README figures come from, so neither side runs from cache
-  // there. (Some CI machines report far larger caches, e.g. 480 MiB: there
-  // the copy runs partly from cache, the kernels' streamed outputs never.)
+  // The base shapes; main() runs each with its rows scaled past and within
+  // the last-level cache.
   return {
       {"transpose/f32/4096x4096", make(D::transpose, T::float32, 4096, 4096), 0.5},
       {"transpose/f16/8192x4096", make(D::transpose, T::float16, 8192, 4096), 0.5},
@@ -202,9 +265,9 @@ class RecordingReporter : public benchmark::ConsoleReporter {
   }
 };
 
-// Removes "--backend X" and "--register-mib N" from argv before Google
+// Removes "--backend X", "--register-mib N" and "--llc-mib N" from argv before Google
 // Benchmark sees (and rejects) them.
-std::string take_flags(int& argc, char** argv, std::uint64_t& register_mib) {
+std::string take_flags(int& argc, char** argv, std::uint64_t& register_mib, std::uint64_t& llc_mib) {
   std::string config = "cpu";
   int out = 1;
   for (int i = 1; i < argc; ++i) {
@@ -215,6 +278,8 @@ std::string take_flags(int& argc, char** argv, std::uint64_t& register_mib) {
       config = a.substr(10);
     } else if (a == "--register-mib" && i + 1 < argc) {
       register_mib = std::strtoull(argv[++i], nullptr, 10);
+    } else if (a == "--llc-mib" && i + 1 < argc) {
+      llc_mib = std::strtoull(argv[++i], nullptr, 10);
     } else {
       argv[out++] = argv[i];
     }
@@ -324,8 +389,8 @@ bool measure_registration(std::uint64_t mib) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::uint64_t register_mib = 0;
-  const std::string config = take_flags(argc, argv, register_mib);
+  std::uint64_t register_mib = 0, llc_mib = 0;
+  const std::string config = take_flags(argc, argv, register_mib, llc_mib);
   auto opened = open_backend(config);
   if (!opened) {
     std::fprintf(stderr, "bench_derive: cannot open backend '%s': %s\n", config.c_str(), opened.error().to_string().c_str());
@@ -334,7 +399,20 @@ int main(int argc, char** argv) {
   g_backend = std::move(opened.value());
   std::printf("backend: %s (%s, %s)\n", config.c_str(), g_backend->info().name.c_str(), g_backend->info().uuid.c_str());
 
-  const std::vector<Case> all = cases();
+  // A GPU's own cache is not read here (a GPU's L2 is 40-60 MB on the
+  // NVIDIA parts this project meets): off the CPU backend, at least 64 MiB.
+  const bool on_cpu = config.rfind("cpu", 0) == 0;
+  const std::uint64_t llc = llc_mib != 0 ? llc_mib << 20
+                            : on_cpu      ? last_level_cache_bytes()
+                                          : std::max<std::uint64_t>(last_level_cache_bytes(), std::uint64_t{64} << 20);
+  std::printf("last-level cache: %.1f MiB%s; cases move >= %.0f MiB (past) and <= %.1f MiB (in)\n",
+              static_cast<double>(llc) / (1 << 20), llc_mib != 0 ? " (--llc-mib)" : "",
+              4.0 * static_cast<double>(llc) / (1 << 20), 0.25 * static_cast<double>(llc) / (1 << 20));
+  std::vector<Case> all;
+  for (const Case& c : cases()) {
+    all.push_back(scaled(c, 4 * llc + (8ull << 20), "past"));
+    all.push_back(scaled(c, llc / 4, "in"));
+  }
   for (const Case& c : all) {
     benchmark::RegisterBenchmark(("derive/" + c.name).c_str(), bench_derivation, c)->UseRealTime()->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(("memcpy/" + c.name).c_str(), bench_copy, c)->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -345,15 +423,18 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks(&reporter);
   g_buffers.release();
 
-  std::printf("\n%-52s %10s %10s %7s %7s\n", "derivation", "GB/s", "copy GB/s", "ratio", "target");
+  std::printf("\n%-60s %10s %10s %7s %7s\n", "derivation", "GB/s", "copy GB/s", "ratio", "target");
   bool all_met = true;
   for (const Case& c : all) {
     const double d = median(reporter.runs_of["derive/" + c.name]), m = median(reporter.runs_of["memcpy/" + c.name]);
     if (d <= 0 || m <= 0) continue;
     const double ratio = d / m;
-    all_met = all_met && ratio >= c.target;
-    std::printf("%-52s %10.2f %10.2f %7.2f %6.1fx%s\n", c.name.c_str(), d / 1e9, m / 1e9, ratio,
-                c.target, ratio >= c.target ? "" : "  BELOW TARGET");
+    // The targets are for memory-bound sizes: an in-cache copy may run at
+    // several times memory speed, and the ratio there is for reading only.
+    const bool judged = c.name.rfind("past/", 0) == 0;
+    if (judged) all_met = all_met && ratio >= c.target;
+    std::printf("%-60s %10.2f %10.2f %7.2f %6.1fx%s\n", c.name.c_str(), d / 1e9, m / 1e9, ratio, c.target,
+                !judged ? "  (in cache: not judged)" : ratio >= c.target ? "" : "  BELOW TARGET");
   }
   std::printf("%s\n", all_met ? "all ratios meet their targets" : "some ratios are below target");
   benchmark::Shutdown();

@@ -249,6 +249,57 @@ TEST_CASE("dequant_gguf outputs large enough to stream: the same bits, aligned (
   }
 }
 
+TEST_CASE("transpose, to_f16, int4 and int8 outputs large enough to stream: the same bits, aligned or not") {
+  // Outputs of kStreamBytes and more take non-temporal stores where the
+  // address allows (32-byte aligned output lines); 16 bytes further on the
+  // same launch stores some lines plainly and some streamed, and a row
+  // length that is not a whole number of lines mixes both within a row.
+  // Every way must equal the reference.
+  auto b = cpu_test::open_cpu({{"threads", "2"}, {"simd", "on"}});
+  constexpr std::uint64_t kM = ballast::cpu::kStreamBytes;
+  const std::vector<test_cases::DerivationCase> cases = {
+      test_cases::transpose_case(DataType::float32, 1024, kM / 4 / 1024, 61),       // 8 MiB out, rows of whole lines
+      test_cases::transpose_case(DataType::uint8, 4100, kM / 4100 + 1, 62),         // rows not whole lines
+      test_cases::transpose_case(DataType::float16, 2048, kM / 2 / 2048, 63),
+      test_cases::to_f16_case(DataType::float32, 64, kM / 2 / 64, false, 64),
+      test_cases::to_f16_case(DataType::bfloat16, 64, kM / 2 / 64 + 8, false, 65),
+      test_cases::int4_case(Derivation::dequant_int4, DataType::float16, ZeroPoints::packed_u4, 64, kM / 2 / 64, 32,
+                            false, 66),
+      test_cases::int4_case(Derivation::dequant_int4, DataType::float32, ZeroPoints::absent, 64, kM / 2 / 64 + 48, 128,
+                            false, 67),
+      test_cases::int4_case(Derivation::repack_int4, DataType::float16, ZeroPoints::unpacked, 64, kM * 2 / 64, 64, false,
+                            68),
+      test_cases::quant_int8_case(DataType::float32, 16, kM / 16, false, 69),
+      test_cases::quant_int8_case(DataType::float16, 16, kM / 16 + 40, false, 70),
+  };
+  for (const auto& c : cases) {
+    auto sizes = derivation_sizes(c.shape);
+    REQUIRE(sizes.ok());
+    auto expected = ref::derive(c.shape, c.inputs());
+    REQUIRE(expected.ok());
+    DerivationLaunch l = c.shape;
+    l.src = upload(*b, c.src);
+    if (!c.scales.empty()) l.scales = upload(*b, c.scales);
+    if (!c.zero_points.empty()) l.zero_point = upload(*b, c.zero_points);
+    const DevicePtr out = *b->allocate(sizes->dst_bytes + 16);
+    const DevicePtr out2 = sizes->dst2_bytes != 0 ? *b->allocate(sizes->dst2_bytes + 16) : DevicePtr{0};
+    REQUIRE(out % 32 == 0);
+    for (std::uint64_t offset : {0u, 16u}) {
+      l.dst = out + offset;
+      l.dst2 = out2 != 0 ? out2 + offset : 0;
+      REQUIRE(b->launch(l).ok());
+      REQUIRE(b->synchronize().ok());
+      const ref::Comparison cmp =
+          ref::compare(l, *expected, download(*b, l.dst, sizes->dst_bytes),
+                       out2 != 0 ? download(*b, l.dst2, sizes->dst2_bytes) : std::vector<std::byte>{}, {});
+      CHECK_MESSAGE(cmp.ok, c.label << " at offset " << offset << ": " << cmp.mismatches << " mismatches; first: "
+                                    << cmp.message);
+    }
+    for (DevicePtr p : {l.src, l.scales, l.zero_point, out, out2})
+      if (p != 0) CHECK(b->free(p).ok());
+  }
+}
+
 TEST_CASE("both kernel tables are in use where the CPU allows") {
   // simd=off must not change a single bit; simd=on must actually select the
   // vector table on a CPU that has it (otherwise the tests above compared

@@ -2,6 +2,9 @@
 // identity, read-only ranges are never written, and every range is checked.
 #include "cpu_test_support.hpp"
 
+#include "cpu/kernels.hpp"
+
+#include <algorithm>
 #include <numeric>
 
 using namespace ballast;
@@ -47,6 +50,36 @@ TEST_CASE("a large device copy uses the pool and copies every byte") {
   CHECK(download(*b, *dst, n) == data);
   CHECK(b->free(src).ok());
   CHECK(b->free(*dst).ok());
+}
+
+TEST_CASE("copies large enough to stream copy every byte, from and to any alignment, with either kernel table") {
+  // kStreamBytes and more: each 1 MiB piece streams from its first 32-byte
+  // aligned destination byte, the head and the tail copied plainly.
+  for (const char* simd : {"on", "off"}) {
+    auto b = open_cpu({{"threads", "2"}, {"simd", simd}});
+    const std::uint64_t n = cpu::kStreamBytes + (1u << 20) + 77;
+    std::vector<std::byte> data(n + 64);
+    for (std::uint64_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(i * 13 + (i >> 11));
+    const DevicePtr src = cpu_test::upload(*b, data);
+    auto dst = b->allocate(n + 64);
+    REQUIRE(dst.ok());
+    for (auto [to, from] : {std::pair<std::uint64_t, std::uint64_t>{0, 0}, {5, 0}, {31, 7}, {32, 33}}) {
+      REQUIRE(b->copy_device(*dst, to, src, from, n).ok());
+      const auto back = download(*b, *dst + to, n);
+      CHECK_MESSAGE(std::equal(back.begin(), back.end(), data.begin() + static_cast<std::ptrdiff_t>(from)),
+                    "simd " << simd << ", copy_device to +" << to << " from +" << from);
+      // The same through an upload and a download.
+      REQUIRE(b->copy_to_device(*dst, to, std::span(data).subspan(from, n)).ok());
+      std::vector<std::byte> host(n + 32);
+      REQUIRE(b->copy_to_host(std::span(host).subspan(to % 32, n), *dst, to).ok());
+      CHECK_MESSAGE(std::equal(host.begin() + static_cast<std::ptrdiff_t>(to % 32),
+                               host.begin() + static_cast<std::ptrdiff_t>(to % 32 + n),
+                               data.begin() + static_cast<std::ptrdiff_t>(from)),
+                    "simd " << simd << ", upload and download at +" << to << " from +" << from);
+    }
+    CHECK(b->free(src).ok());
+    CHECK(b->free(*dst).ok());
+  }
 }
 
 TEST_CASE("host registration is the identity and honours read-only") {
