@@ -215,46 +215,57 @@ TEST_CASE("quant_int8: exact ties of both parities and signs, and the clamp reac
   CHECK(code(k + 3) == 127);   // +128
 }
 
+namespace {
+
+// Runs case `c` with its outputs at a 32-byte aligned address (the
+// streamed stores where an output is kStreamBytes or more) and 16 bytes
+// further on (some or all stores plain), each against the reference.
+void check_streamed_and_not(GpuBackend& b, const test_cases::DerivationCase& c) {
+  auto sizes = derivation_sizes(c.shape);
+  REQUIRE(sizes.ok());
+  auto expected = ref::derive(c.shape, c.inputs());
+  REQUIRE(expected.ok());
+  DerivationLaunch l = c.shape;
+  l.src = upload(b, c.src);
+  if (!c.scales.empty()) l.scales = upload(b, c.scales);
+  if (!c.zero_points.empty()) l.zero_point = upload(b, c.zero_points);
+  const DevicePtr out = *b.allocate(sizes->dst_bytes + 16);
+  const DevicePtr out2 = sizes->dst2_bytes != 0 ? *b.allocate(sizes->dst2_bytes + 16) : DevicePtr{0};
+  REQUIRE(out % 32 == 0);
+  for (std::uint64_t offset : {0u, 16u}) {
+    l.dst = out + offset;
+    l.dst2 = out2 != 0 ? out2 + offset : 0;
+    REQUIRE(b.launch(l).ok());
+    REQUIRE(b.synchronize().ok());
+    const ref::Comparison cmp =
+        ref::compare(l, *expected, download(b, l.dst, sizes->dst_bytes),
+                     out2 != 0 ? download(b, l.dst2, sizes->dst2_bytes) : std::vector<std::byte>{}, {});
+    CHECK_MESSAGE(cmp.ok, c.label << " at offset " << offset << ": " << cmp.mismatches << " mismatches; first: "
+                                  << cmp.message);
+  }
+  for (DevicePtr p : {l.src, l.scales, l.zero_point, out, out2})
+    if (p != 0) CHECK(b.free(p).ok());
+}
+
+}  // namespace
+
 TEST_CASE("dequant_gguf outputs large enough to stream: the same bits, aligned (streamed) or not") {
-  // Outputs of kStreamBytes and more at a 32-byte aligned address take the
-  // non-temporal stores; 16 bytes further on, the same launch takes the
-  // plain ones. Both must equal the reference, for every quantized type's
-  // decoder and both outputs.
+  // Every quantized type's decoder and both outputs.
   auto b = cpu_test::open_cpu({{"threads", "2"}, {"simd", "on"}});
   std::uint64_t seed = 40;
   for (const kinds::GgufBlock& block : kinds::kGgufBlocks) {
     if (block.elements == 1) continue;  // the plain float types have no streamed path
     for (Derivation kind : {Derivation::dequant_gguf, Derivation::dequant_gguf_f32}) {
       const std::uint64_t rows = 16, cols = ballast::cpu::kStreamBytes / 2 / rows;  // f16: exactly the threshold
-      const auto c = test_cases::gguf_case(kind, block.type, rows, cols / block.elements, false, ++seed);
-      auto sizes = derivation_sizes(c.shape);
-      REQUIRE(sizes.ok());
-      auto expected = ref::derive(c.shape, c.inputs());
-      REQUIRE(expected.ok());
-      DerivationLaunch l = c.shape;
-      l.src = upload(*b, c.src);
-      const DevicePtr out = *b->allocate(sizes->dst_bytes + 16);
-      REQUIRE(out % 32 == 0);
-      for (std::uint64_t offset : {0u, 16u}) {
-        l.dst = out + offset;
-        REQUIRE(b->launch(l).ok());
-        REQUIRE(b->synchronize().ok());
-        const ref::Comparison cmp = ref::compare(l, *expected, download(*b, l.dst, sizes->dst_bytes), {}, {});
-        CHECK_MESSAGE(cmp.ok, c.label << " at offset " << offset << ": " << cmp.mismatches << " mismatches; first: "
-                                      << cmp.message);
-      }
-      CHECK(b->free(l.src).ok());
-      CHECK(b->free(out).ok());
+      check_streamed_and_not(*b, test_cases::gguf_case(kind, block.type, rows, cols / block.elements, false, ++seed));
     }
   }
 }
 
 TEST_CASE("transpose, to_f16, int4 and int8 outputs large enough to stream: the same bits, aligned or not") {
-  // Outputs of kStreamBytes and more take non-temporal stores where the
-  // address allows (32-byte aligned output lines); 16 bytes further on the
-  // same launch stores some lines plainly and some streamed, and a row
+  // Streamed where the address allows (32-byte aligned output lines): at
+  // offset 16 some lines are stored plainly and some streamed, and a row
   // length that is not a whole number of lines mixes both within a row.
-  // Every way must equal the reference.
   auto b = cpu_test::open_cpu({{"threads", "2"}, {"simd", "on"}});
   constexpr std::uint64_t kM = ballast::cpu::kStreamBytes;
   const std::vector<test_cases::DerivationCase> cases = {
@@ -272,32 +283,7 @@ TEST_CASE("transpose, to_f16, int4 and int8 outputs large enough to stream: the 
       test_cases::quant_int8_case(DataType::float32, 16, kM / 16, false, 69),
       test_cases::quant_int8_case(DataType::float16, 16, kM / 16 + 40, false, 70),
   };
-  for (const auto& c : cases) {
-    auto sizes = derivation_sizes(c.shape);
-    REQUIRE(sizes.ok());
-    auto expected = ref::derive(c.shape, c.inputs());
-    REQUIRE(expected.ok());
-    DerivationLaunch l = c.shape;
-    l.src = upload(*b, c.src);
-    if (!c.scales.empty()) l.scales = upload(*b, c.scales);
-    if (!c.zero_points.empty()) l.zero_point = upload(*b, c.zero_points);
-    const DevicePtr out = *b->allocate(sizes->dst_bytes + 16);
-    const DevicePtr out2 = sizes->dst2_bytes != 0 ? *b->allocate(sizes->dst2_bytes + 16) : DevicePtr{0};
-    REQUIRE(out % 32 == 0);
-    for (std::uint64_t offset : {0u, 16u}) {
-      l.dst = out + offset;
-      l.dst2 = out2 != 0 ? out2 + offset : 0;
-      REQUIRE(b->launch(l).ok());
-      REQUIRE(b->synchronize().ok());
-      const ref::Comparison cmp =
-          ref::compare(l, *expected, download(*b, l.dst, sizes->dst_bytes),
-                       out2 != 0 ? download(*b, l.dst2, sizes->dst2_bytes) : std::vector<std::byte>{}, {});
-      CHECK_MESSAGE(cmp.ok, c.label << " at offset " << offset << ": " << cmp.mismatches << " mismatches; first: "
-                                    << cmp.message);
-    }
-    for (DevicePtr p : {l.src, l.scales, l.zero_point, out, out2})
-      if (p != 0) CHECK(b->free(p).ok());
-  }
+  for (const auto& c : cases) check_streamed_and_not(*b, c);
 }
 
 TEST_CASE("both kernel tables are in use where the CPU allows") {
