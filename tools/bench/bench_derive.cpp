@@ -13,8 +13,8 @@
 // mapping is unregistered.
 //
 // Each case runs at two sizes, named from the last-level cache this
-// process's first CPU shares (sysfs; at least 64 MiB for a backend other
-// than the CPU; `--llc-mib N` overrides): "past" moves
+// process's first CPU shares (sysfs; at least 64 MiB for a device other
+// than the CPU and lavapipe; `--llc-mib N` overrides): "past" moves
 // at least 4x that cache (read + written), so neither the kernel nor the
 // copy runs from it and the ratio compares memory bandwidth on any machine
 // (the targets are judged on it); "in" moves at most a quarter of it, so the
@@ -401,7 +401,8 @@ int main(int argc, char** argv) {
 
   // A GPU's own cache is not read here (a GPU's L2 is 40-60 MB on the
   // NVIDIA parts this project meets): off the CPU backend, at least 64 MiB.
-  const bool on_cpu = config.rfind("cpu", 0) == 0;
+  // (lavapipe, Mesa's Vulkan on the CPU, shares the host's caches.)
+  const bool on_cpu = config.rfind("cpu", 0) == 0 || g_backend->info().name.rfind("llvmpipe", 0) == 0;
   const std::uint64_t llc = llc_mib != 0 ? llc_mib << 20
                             : on_cpu      ? last_level_cache_bytes()
                                           : std::max<std::uint64_t>(last_level_cache_bytes(), std::uint64_t{64} << 20);
