@@ -398,22 +398,32 @@ int exchange(ballast_comm* c, const void* const* sends, const std::uint64_t* siz
   const DeviceScope on(c->device);
   if (const int rc = cuda_check(c, on.status(), "cudaSetDevice", error, error_size); rc != 0) return rc;
   const std::size_t n = static_cast<std::size_t>(c->world);
+  // The rank's own share never goes through NCCL: it is a host copy below.
+  // (At world 1 on an H200, NCCL refused the round's self-send of its bytes
+  // as "send to self without a matching recv" although a receive of the
+  // size just exchanged was posted in the same group; a host copy needs no
+  // matching and no staging.)
+  const std::size_t self = static_cast<std::size_t>(c->rank);
   // Phase 1, the sizes: [n sent][n received] uint64 at the staging's start.
   if (const int rc = reserve(c, 2 * n * sizeof(std::uint64_t), error, error_size); rc != 0) return rc;
   auto* mine = static_cast<std::uint64_t*>(c->staging);
   std::uint64_t* theirs_dev = mine + n;
   if (const int rc = cuda_check(c, cudaMemcpyAsync(mine, sizes, n * sizeof(std::uint64_t), cudaMemcpyHostToDevice, c->stream), "copying a round's sizes", error, error_size); rc != 0)
     return rc;
-  ncclGroupStart();
-  for (std::size_t p = 0; p < n; ++p) {
-    ncclSend(mine + p, 1, ncclUint64, static_cast<int>(p), c->comm, c->stream);
-    ncclRecv(theirs_dev + p, 1, ncclUint64, static_cast<int>(p), c->comm, c->stream);
+  std::vector<std::uint64_t> theirs(n, 0);
+  if (n > 1) {
+    ncclGroupStart();
+    for (std::size_t p = 0; p < n; ++p) {
+      if (p == self) continue;
+      ncclSend(mine + p, 1, ncclUint64, static_cast<int>(p), c->comm, c->stream);
+      ncclRecv(theirs_dev + p, 1, ncclUint64, static_cast<int>(p), c->comm, c->stream);
+    }
+    if (const int rc = nccl_check(c, ncclGroupEnd(), "a round's sizes (ncclGroupEnd)", error, error_size); rc != 0) return rc;
+    if (const int rc = cuda_check(c, cudaMemcpyAsync(theirs.data(), theirs_dev, n * sizeof(std::uint64_t), cudaMemcpyDeviceToHost, c->stream), "copying a round's sizes back", error, error_size); rc != 0)
+      return rc;
+    if (const int rc = drain(c, deadline, "a round's sizes", error, error_size); rc != 0) return rc;
   }
-  if (const int rc = nccl_check(c, ncclGroupEnd(), "a round's sizes (ncclGroupEnd)", error, error_size); rc != 0) return rc;
-  std::vector<std::uint64_t> theirs(n);
-  if (const int rc = cuda_check(c, cudaMemcpyAsync(theirs.data(), theirs_dev, n * sizeof(std::uint64_t), cudaMemcpyDeviceToHost, c->stream), "copying a round's sizes back", error, error_size); rc != 0)
-    return rc;
-  if (const int rc = drain(c, deadline, "a round's sizes", error, error_size); rc != 0) return rc;
+  theirs[self] = sizes[self];
 
   // Phase 2, the bytes: everything sent, then everything received, one after another.
   std::vector<std::size_t> send_at(n), recv_at(n);
@@ -426,28 +436,39 @@ int exchange(ballast_comm* c, const void* const* sends, const std::uint64_t* siz
     recv_at[p] = total;
     total += (theirs[p] + 255) / 256 * 256;
   }
-  if (const int rc = reserve(c, total, error, error_size); rc != 0) return rc;
-  auto* base = static_cast<char*>(c->staging);
-  for (std::size_t p = 0; p < n; ++p)
-    if (sizes[p] > 0)
-      if (const int rc = cuda_check(c, cudaMemcpyAsync(base + send_at[p], sends[p], sizes[p], cudaMemcpyHostToDevice, c->stream), "staging a round's bytes", error, error_size); rc != 0)
-        return rc;
-  ncclGroupStart();
-  for (std::size_t p = 0; p < n; ++p) {
-    if (sizes[p] > 0) ncclSend(base + send_at[p], sizes[p], ncclUint8, static_cast<int>(p), c->comm, c->stream);
-    if (theirs[p] > 0) ncclRecv(base + recv_at[p], theirs[p], ncclUint8, static_cast<int>(p), c->comm, c->stream);
+  auto remote = [&](std::size_t p) { return p != self && (sizes[p] > 0 || theirs[p] > 0); };
+  bool any_remote = false;
+  for (std::size_t p = 0; p < n; ++p) any_remote = any_remote || remote(p);
+  if (any_remote) {
+    if (const int rc = reserve(c, total, error, error_size); rc != 0) return rc;
+    auto* base = static_cast<char*>(c->staging);
+    for (std::size_t p = 0; p < n; ++p)
+      if (p != self && sizes[p] > 0)
+        if (const int rc = cuda_check(c, cudaMemcpyAsync(base + send_at[p], sends[p], sizes[p], cudaMemcpyHostToDevice, c->stream), "staging a round's bytes", error, error_size); rc != 0)
+          return rc;
+    ncclGroupStart();
+    for (std::size_t p = 0; p < n; ++p) {
+      if (p == self) continue;
+      if (sizes[p] > 0) ncclSend(base + send_at[p], sizes[p], ncclUint8, static_cast<int>(p), c->comm, c->stream);
+      if (theirs[p] > 0) ncclRecv(base + recv_at[p], theirs[p], ncclUint8, static_cast<int>(p), c->comm, c->stream);
+    }
+    if (const int rc = nccl_check(c, ncclGroupEnd(), "a round's bytes (ncclGroupEnd)", error, error_size); rc != 0) return rc;
+    if (const int rc = drain(c, deadline, "a round's bytes", error, error_size); rc != 0) return rc;
   }
-  if (const int rc = nccl_check(c, ncclGroupEnd(), "a round's bytes (ncclGroupEnd)", error, error_size); rc != 0) return rc;
-  if (const int rc = drain(c, deadline, "a round's bytes", error, error_size); rc != 0) return rc;
   for (std::size_t p = 0; p < n; ++p) {
     void* into = deliver(context, static_cast<std::uint32_t>(p), theirs[p]);
     if (into == nullptr) {
       say(error, error_size, "no memory for " + std::to_string(theirs[p]) + " bytes from rank " + std::to_string(p));
       return kOutOfMemory;
     }
-    if (theirs[p] > 0)
-      if (const int rc = cuda_check(c, cudaMemcpy(into, base + recv_at[p], theirs[p], cudaMemcpyDeviceToHost), "copying a round's bytes back", error, error_size); rc != 0)
-        return rc;
+    if (theirs[p] == 0) continue;
+    if (p == self) {
+      std::memcpy(into, sends[p], theirs[p]);
+      continue;
+    }
+    const char* from = static_cast<const char*>(c->staging) + recv_at[p];
+    if (const int rc = cuda_check(c, cudaMemcpy(into, from, theirs[p], cudaMemcpyDeviceToHost), "copying a round's bytes back", error, error_size); rc != 0)
+      return rc;
   }
   return 0;
 }

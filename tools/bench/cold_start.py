@@ -42,7 +42,7 @@ def generate(outdir, layers, hidden, ffn, vocab, prefix=0):
     params = {"layers": layers, "hidden": hidden, "ffn": ffn, "vocab": vocab, "prefix": prefix}
     if os.path.exists(onnx_path) and os.path.exists(stamp) and json.load(open(stamp)) == params:
         return onnx_path
-    cmd = ["/usr/bin/python3", GEN, outdir, "--layers", str(layers), "--hidden", str(hidden), "--ffn", str(ffn),
+    cmd = [sys.executable, GEN, outdir, "--layers", str(layers), "--hidden", str(hidden), "--ffn", str(ffn),
            "--vocab", str(vocab), "--orphaned-prefix", str(prefix)]
     subprocess.run(cmd, check=True)
     json.dump(params, open(stamp, "w"))
