@@ -219,14 +219,12 @@ void bench_derivation(benchmark::State& state, const Case& c) {
   l.zero_point = take(sizes->zero_point_bytes);
   l.dst = take(sizes->dst_bytes);
   l.dst2 = take(sizes->dst2_bytes);
-  // One untimed launch first: a driver may build the pipeline or commit
-  // the fresh buffers' pages on first use, and a case past the cache runs
-  // only a few timed iterations, so that first launch would weigh on the
-  // figure.
-  const auto first = std::chrono::steady_clock::now();
+  // One untimed launch first. On NVIDIA's Vulkan driver the first launch
+  // on a case's fresh buffers took up to 54 ms where the next took 0.7
+  // (docs/gpu-runs/2026-12-04-h200.md); Google Benchmark then stopped after
+  // that one timed iteration and reported it as the kernel's speed.
   if (auto st = g_backend->launch(l); !st) return fail(state, "launch", st);
   if (auto st = g_backend->synchronize(); !st) return fail(state, "synchronize", st);
-  state.counters["first_ms"] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - first).count();
   for (auto _ : state) {
     if (auto st = g_backend->launch(l); !st) return fail(state, "launch", st);
     if (auto st = g_backend->synchronize(); !st) return fail(state, "synchronize", st);
@@ -247,11 +245,9 @@ void bench_copy(benchmark::State& state, const Case& c) {
     g_buffers.owner = owner;
   }
   // Untimed first, as for the derivation.
-  const auto first = std::chrono::steady_clock::now();
   if (auto st = g_backend->copy_device(g_buffers.ptrs[1], 0, g_buffers.ptrs[0], 0, bytes); !st)
     return fail(state, "copy_device", st);
   if (auto st = g_backend->synchronize(); !st) return fail(state, "synchronize", st);
-  state.counters["first_ms"] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - first).count();
   for (auto _ : state) {
     if (auto st = g_backend->copy_device(g_buffers.ptrs[1], 0, g_buffers.ptrs[0], 0, bytes); !st)
       return fail(state, "copy_device", st);
