@@ -123,8 +123,9 @@ void print_summary(const ReplayOptions& opt, const std::vector<ReplayToken>& tok
             << "; steady state (tokens 2-" << tokens.size() << ") " << ms(s.steady_seconds) << " per token\n";
   std::cout << "  paged in per steady token: "
             << (s.steady_paged_bytes ? human_bytes(static_cast<std::uint64_t>(*s.steady_paged_bytes)) : "-")
-            << "; minimum possible " << human_bytes(s.minimum) << " (touched " << human_bytes(walk.touched_bytes)
-            << " - budget, at least 0); ratio " << ratio_text(s.ratio) << "\n";
+            << "; minimum " << human_bytes(s.minimum) << " (touched " << human_bytes(walk.touched_bytes)
+            << " - budget, at least 0; rebuilding derived values from resident sources can page less); ratio "
+            << ratio_text(s.ratio) << "\n";
   std::cout << "  peak device bytes " << human_bytes(st.peak_device_bytes) << " <= budget "
             << budget_string(st.budget_bytes) << ": " << (st.peak_device_bytes <= st.budget_bytes ? "yes" : "NO")
             << "; host copies " << human_bytes(st.host_copy_bytes) << "; peak RSS " << human_bytes(peak_rss_bytes())
