@@ -404,14 +404,15 @@ int exchange(ballast_comm* c, const void* const* sends, const std::uint64_t* siz
   // size just exchanged was posted in the same group; a host copy needs no
   // matching and no staging.)
   const std::size_t self = static_cast<std::size_t>(c->rank);
-  // Phase 1, the sizes: [n sent][n received] uint64 at the staging's start.
-  if (const int rc = reserve(c, 2 * n * sizeof(std::uint64_t), error, error_size); rc != 0) return rc;
-  auto* mine = static_cast<std::uint64_t*>(c->staging);
-  std::uint64_t* theirs_dev = mine + n;
-  if (const int rc = cuda_check(c, cudaMemcpyAsync(mine, sizes, n * sizeof(std::uint64_t), cudaMemcpyHostToDevice, c->stream), "copying a round's sizes", error, error_size); rc != 0)
-    return rc;
+  // Phase 1, the sizes: [n sent][n received] uint64 at the staging's start
+  // (at world 1 there is no one else to ask).
   std::vector<std::uint64_t> theirs(n, 0);
   if (n > 1) {
+    if (const int rc = reserve(c, 2 * n * sizeof(std::uint64_t), error, error_size); rc != 0) return rc;
+    auto* mine = static_cast<std::uint64_t*>(c->staging);
+    std::uint64_t* theirs_dev = mine + n;
+    if (const int rc = cuda_check(c, cudaMemcpyAsync(mine, sizes, n * sizeof(std::uint64_t), cudaMemcpyHostToDevice, c->stream), "copying a round's sizes", error, error_size); rc != 0)
+      return rc;
     ncclGroupStart();
     for (std::size_t p = 0; p < n; ++p) {
       if (p == self) continue;
