@@ -426,21 +426,19 @@ int exchange(ballast_comm* c, const void* const* sends, const std::uint64_t* siz
   }
   theirs[self] = sizes[self];
 
-  // Phase 2, the bytes: everything sent, then everything received, one after another.
+  // Phase 2, the bytes to and from the other ranks: everything sent, then
+  // everything received, one after another (the own share takes no room).
   std::vector<std::size_t> send_at(n), recv_at(n);
   std::size_t total = 0;
   for (std::size_t p = 0; p < n; ++p) {
     send_at[p] = total;
-    total += (sizes[p] + 255) / 256 * 256;
+    if (p != self) total += (sizes[p] + 255) / 256 * 256;
   }
   for (std::size_t p = 0; p < n; ++p) {
     recv_at[p] = total;
-    total += (theirs[p] + 255) / 256 * 256;
+    if (p != self) total += (theirs[p] + 255) / 256 * 256;
   }
-  auto remote = [&](std::size_t p) { return p != self && (sizes[p] > 0 || theirs[p] > 0); };
-  bool any_remote = false;
-  for (std::size_t p = 0; p < n; ++p) any_remote = any_remote || remote(p);
-  if (any_remote) {
+  if (total > 0) {  // some byte goes to or comes from another rank
     if (const int rc = reserve(c, total, error, error_size); rc != 0) return rc;
     auto* base = static_cast<char*>(c->staging);
     for (std::size_t p = 0; p < n; ++p)
