@@ -213,6 +213,14 @@ inline constexpr float kInvInt8Max = 1.0f / 127.0f;
 
 BALLAST_HD inline float quant_int8_scale(float max_abs) { return max_abs * kInvInt8Max; }
 
+// quant_int8_given_max's row maximum from the value given: its magnitude,
+// a NaN taken as 0 (as the maximum of a row ignores NaNs), so any f32
+// given gives one defined scale on every backend.
+BALLAST_HD inline float given_row_max(float given) {
+  const float a = abs_f32(given);
+  return is_nan(a) ? 0.0f : a;
+}
+
 // code = clamp(round_half_even(w / scale), -127, 127). A zero scale (all-zero
 // row, or a max so small that scale underflowed) gives 0, as does NaN;
 // +-inf clamps to +-127.

@@ -84,8 +84,14 @@ void run_quant_int8(const DerivationLaunch& l, const RowKernels& kernels, Thread
   a.codes = as<std::int8_t>(l.dst);
   a.scales = as<float>(l.dst2);
   a.stream = a.n * a.k >= kStreamBytes;
+  if (l.kind == Derivation::quant_int8_given_max) a.given_max = as<const float>(l.scales);
   pool.parallel_for(a.n, [&](std::uint64_t r0, std::uint64_t r1) { kernels.quant_int8_rows(a, r0, r1); },
                     chunks_for(pool, a.n));
+}
+
+// The same row kernels, each row's maximum read from the scales operand.
+void run_quant_int8_given_max(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {
+  run_quant_int8(l, kernels, pool);
 }
 
 namespace {

@@ -35,6 +35,9 @@ struct Quant8Args {
   std::uint64_t n = 0, k = 0;
   std::int8_t* codes = nullptr;  // [N, K]
   float* scales = nullptr;       // [N]
+  // quant_int8_given_max: each row's maximum, given (kmath::given_row_max
+  // of it); nullptr: taken from the row.
+  const float* given_max = nullptr;
   bool stream = false;           // codes of kStreamBytes or more: non-temporal stores where aligned
 };
 

@@ -94,7 +94,8 @@ void quant_int8_rows_typed(const Quant8Args& a, std::uint64_t row_begin, std::ui
   for (std::uint64_t n = row_begin; n < row_end; ++n) {
     const std::uint64_t base = n * a.k;
     float max_abs = 0.0f;
-    for (std::uint64_t k = 0; k < a.k; ++k) max_abs = kmath::abs_max_step(max_abs, quant_source<F16>(a.src, base + k));
+    if (a.given_max != nullptr) max_abs = kmath::given_row_max(a.given_max[n]);
+    else for (std::uint64_t k = 0; k < a.k; ++k) max_abs = kmath::abs_max_step(max_abs, quant_source<F16>(a.src, base + k));
     const float scale = kmath::quant_int8_scale(max_abs);
     a.scales[n] = scale;
     for (std::uint64_t k = 0; k < a.k; ++k) a.codes[base + k] = kmath::quant_int8_code(quant_source<F16>(a.src, base + k), scale);

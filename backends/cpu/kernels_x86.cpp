@@ -571,7 +571,8 @@ template <bool F16>
 BALLAST_SIMD void quant_int8_rows_typed(const Quant8Args& a, std::uint64_t row_begin, std::uint64_t row_end) {
   for (std::uint64_t n = row_begin; n < row_end; ++n) {
     const std::uint64_t base = n * a.k;
-    const float scale = kmath::quant_int8_scale(row_abs_max<F16>(a.src, base, a.k));
+    const float scale = kmath::quant_int8_scale(a.given_max != nullptr ? kmath::given_row_max(a.given_max[n])
+                                                                       : row_abs_max<F16>(a.src, base, a.k));
     a.scales[n] = scale;
     std::int8_t* codes = a.codes + base;
     if (scale == 0.0f) {
@@ -584,7 +585,9 @@ BALLAST_SIMD void quant_int8_rows_typed(const Quant8Args& a, std::uint64_t row_b
     // the next row in, so its max pass does not wait on memory.
     const char* next_row =
         n + 1 < row_end ? static_cast<const char*>(a.src) + (base + a.k) * (F16 ? 2 : 4) : nullptr;
-    if (scale >= 0x1p-126f && scale <= 0x1.fffffep127f) code_row<F16, false>(a.src, base, a.k, scale, codes, next_row, a.stream);
+    // A given maximum may be below the row's own (a caller's value): its
+    // quotients can pass 127, so they are clamped.
+    if (a.given_max == nullptr && scale >= 0x1p-126f && scale <= 0x1.fffffep127f) code_row<F16, false>(a.src, base, a.k, scale, codes, next_row, a.stream);
     else code_row<F16, true>(a.src, base, a.k, scale, codes, next_row, a.stream);
   }
   done_streaming(a.stream);

@@ -34,7 +34,8 @@ std::uint32_t variant_of(const DerivationLaunch& l) {
     case Derivation::to_f16: return l.src_type == DataType::bfloat16 ? 1 : 0;
     case Derivation::dequant_int4:
     case Derivation::repack_int4:
-    case Derivation::quant_int8: return l.src_type == DataType::float16 ? 1 : 0;
+    case Derivation::quant_int8:
+    case Derivation::quant_int8_given_max: return l.src_type == DataType::float16 ? 1 : 0;
     default: return static_cast<std::uint32_t>(l.src_type);
   }
 }
@@ -146,7 +147,9 @@ void Kernels::split(std::vector<Dispatch>& out, VkPipeline pipeline, const PushC
 //  repack_int4   K a multiple of 32, src and dst 16-, dst2 4-byte aligned;
 //                for both, scales and unpacked zero points at their
 //                type's alignment (read as whole words or halves);
-//  quant_int8    K a multiple of 16, src and dst 16-, dst2 4-byte aligned;
+//  quant_int8    K a multiple of 16, src and dst 16-, dst2 4-byte aligned
+//                (quant_int8_given_max: the word pipeline, one workgroup
+//                per row, as quant_int8's);
 //  transpose     src and dst 16-byte aligned, rows of both matrices whole
 //                packets (the tiled mode, moved as packets).
 // Any other kind (the GGUF kinds, whose blocks sit at 2-byte boundaries,
@@ -268,6 +271,7 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
       split_words();
       break;
     case Derivation::quant_int8:
+    case Derivation::quant_int8_given_max:  // one workgroup per row; words only (its shader says why)
       if (l.rows != 0) split(out, packets ? packet_pipe : word_pipe, p, 0, static_cast<std::uint32_t>(l.rows), 1);
       break;
     default: split_words(); break;

@@ -263,6 +263,9 @@ Result<PlannedDerivation> plan_derivation(const Model& model, std::string_view w
     return fail(ErrorCode::invalid_argument, "needs a 2-D float32 or float16 weight (transpose: any whole-byte type)");
   if (kind == Derivation::to_f16 && w->dtype != DataType::float32)
     return fail(ErrorCode::invalid_argument, "to_f16 needs a float32 weight");
+  if (kind == Derivation::quant_int8_given_max)
+    return fail(ErrorCode::invalid_argument,
+                "quant_int8_given_max takes its rows' maxima from the ranks of a sharded derive; plan quant_int8");
   if (kind != Derivation::transpose && kind != Derivation::to_f16 && kind != Derivation::quant_int8)
     return fail(ErrorCode::invalid_argument, "int4 derivations are planned from their MatMulNBits node");
   PlannedDerivation p = dense(kind, std::string(weight), id, w->dtype, static_cast<std::uint64_t>(w->dims[0]),

@@ -70,11 +70,17 @@ Status plan_rules(const Model& model, std::span<const DerivationRule> rules, boo
   for (const DerivationRule& r : rules) {
     auto compiled = NamePattern::compile(r.pattern);
     if (!compiled) return std::move(compiled.error()).with_context("derivation rule '" + r.name + "'");
-    for (Derivation d : r.derivations)
+    for (Derivation d : r.derivations) {
       if (derivation_kind(d).blocked)
         return make_error(ErrorCode::invalid_argument,
                           "derivation rule '" + r.name + "': " + std::string(derivation_name(d)) +
                               " is planned from a graph (it needs scales), not from a weight's name");
+      // Its maxima come from the ranks of a tensor-parallel load, not from a file.
+      if (d == Derivation::quant_int8_given_max)
+        return make_error(ErrorCode::invalid_argument,
+                          "derivation rule '" + r.name + "': quant_int8_given_max takes its rows' maxima from the "
+                          "ranks of a sharded derive (plan_shard_derivations); a rule asks for quant_int8");
+    }
     patterns.push_back(std::move(*compiled));
   }
   std::vector<bool> matched(rules.size(), false);

@@ -1,7 +1,8 @@
 // place_rank: a rank's shards on its device and the derivations of them
 // (cooperative_load.hpp). Derivations run as the kind table says, one
 // launch each (quant_int8 of a MatMul B after the transpose it reads: the
-// plan's own when derived before it, else one of its own).
+// plan's own when derived before it, else one of its own; a row-parallel
+// one with its rows' maxima, share_row_maxima's, copied beside it).
 #include <ballast/cooperative_load.hpp>
 
 #include "derive/build.hpp"
@@ -104,6 +105,23 @@ Result<RankDevice> place_rank(GpuBackend& gpu, const Model& model, const ShardPl
     }
     DerivationLaunch launch = *d.launch;
     const WeightShard& source = rank.weights[d.source];
+    if (launch.kind == Derivation::quant_int8_given_max) {
+      // A row-parallel quant_int8: the whole rows' maxima, on the device beside it.
+      const RowMaxima* given = nullptr;
+      for (const RowMaxima& r : shards.row_maxima)
+        if (r.planned == d.planned && r.maxima.size() == launch.rows) given = &r;
+      if (given == nullptr) {
+        out.skipped.push_back(name + ": this rank holds part of each row, and the ranks' maxima of the rows were "
+                                     "not shared (share_row_maxima)");
+        continue;
+      }
+      const std::span<const std::byte> bytes = std::as_bytes(std::span<const float>(given->maxima));
+      BALLAST_ASSIGN_OR_RETURN(launch.scales,
+                               dist::RankDeviceAccess::allocate(out, bytes.size(), "the rows' maxima of " + name),
+                               context);
+      BALLAST_RETURN_IF_ERROR(gpu.copy_to_device(launch.scales, 0, bytes), context + ": the rows' maxima of " + name);
+      out.scratch_bytes += bytes.size();
+    }
     launch.src = out.shards[d.source];
     if (d.scales) launch.scales = out.shards[*d.scales];
     if (d.zero_points) launch.zero_point = out.shards[*d.zero_points];

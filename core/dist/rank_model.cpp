@@ -4,7 +4,8 @@
 // model's store, borrowed from the shards' host memory, which the store
 // keeps alive; the derivations are the whole model's plan cut to the
 // shards (plan_shard_derivations) with their operands renamed to the rank
-// model's ids.
+// model's ids; a row-parallel quant_int8's rows' maxima (share_row_maxima)
+// become a weight of the rank's model, its scales operand.
 #include <ballast/cooperative_load.hpp>
 
 #include "dist/check_shards.hpp"
@@ -58,6 +59,28 @@ Result<RankModel> rank_model(const Model& whole, const ShardPlan& rank, RankShar
     PlannedDerivation q = p;
     q.source = ids[d.source];
     q.scales = d.scales ? std::optional<ValueId>(ids[*d.scales]) : std::nullopt;
+    if (d.launch->kind == Derivation::quant_int8_given_max) {
+      // A row-parallel quant_int8: its rows' maxima are a weight of the
+      // rank's model (its scales operand), so Residency uploads, budgets
+      // and keys them as any operand (two maxima never share a value).
+      const RowMaxima* given = nullptr;
+      for (const RowMaxima& r : memory->row_maxima)
+        if (r.planned == d.planned && r.maxima.size() == d.launch->rows) given = &r;
+      if (given == nullptr) {
+        out.skipped.push_back(std::string(derivation_name(p.kind())) + " of '" + p.weight +
+                              "': this rank holds part of each row, and the ranks' maxima of the rows were not "
+                              "shared (share_row_maxima)");
+        continue;
+      }
+      WeightRef m;
+      m.dtype = DataType::float32;
+      m.dims = {static_cast<std::int64_t>(given->maxima.size())};
+      m.storage = WeightRef::Storage::inline_borrowed;
+      m.inline_bytes = Bytes(reinterpret_cast<const std::byte*>(given->maxima.data()), 4 * given->maxima.size());
+      const ValueId id = impl.intern(p.weight + "#row_maxima@" + std::to_string(d.planned));
+      BALLAST_RETURN_IF_ERROR(impl.store.add(id, std::move(m)), context);
+      q.scales = id;
+    }
     q.zero_points = d.zero_points ? std::optional<ValueId>(ids[*d.zero_points]) : std::nullopt;
     q.of_transposed = d.of_transposed;
     q.launch = *d.launch;

@@ -4,7 +4,10 @@
 //     dim but the innermost, cols the innermost;
 //   quant_int8 of a MatMul B [K, N] (of_transposed): rows N, cols K;
 //   dequant_int4, repack_int4: rows N, cols K, from B [N, k_blocks, blob].
-// The rank's launch is the same kind over its shard's [rows, cols].
+// The rank's launch is the same kind over its shard's [rows, cols], but
+// for quant_int8 of a shard holding part of each row (a row-parallel
+// weight): quant_int8_given_max, whose rows' maxima the ranks share
+// (share_row_maxima) so that each quantizes its part with the whole row's.
 #include <ballast/shard.hpp>
 
 #include <unordered_map>
@@ -95,11 +98,9 @@ Result<std::vector<ShardDerivation>> plan_shard_derivations(const Model& model, 
              "]) does not read the weight as stored ([" + std::to_string(rows) + ", " + std::to_string(cols) + "])");
         continue;
       }
-      if (kind == Derivation::quant_int8 && shard_cols != cols) {
-        skip("quant_int8 keeps one scale per row from the whole row's largest magnitude, and this rank holds " +
-             std::to_string(shard_cols) + " of each row's " + std::to_string(cols) + " elements");
-        continue;
-      }
+      // One scale per row from the whole row's largest magnitude, and this
+      // rank holds part of each row: the maxima come from every rank.
+      if (kind == Derivation::quant_int8 && shard_cols != cols) launch.kind = Derivation::quant_int8_given_max;
       launch.rows = shard_rows;
       launch.cols = shard_cols;
     }

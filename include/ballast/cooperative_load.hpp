@@ -152,6 +152,12 @@ class HostArena {
   std::uint64_t size_ = 0;
 };
 
+// The whole rows' maxima of one row-parallel quant_int8 (share_row_maxima).
+struct RowMaxima {
+  std::size_t planned = 0;    // the derivation's index in the plan given
+  std::vector<float> maxima;  // max |w| of each whole row (NaNs left out), one per row of its launch
+};
+
 struct RankShards {
   HostArena memory;  // holds every shard below
   // shards[i] holds plans.ranks[rank].weights[i]: device_bytes bytes, its
@@ -159,6 +165,9 @@ struct RankShards {
   // aligned in `memory`).
   std::vector<std::span<std::byte>> shards;
   CooperativeLoadReport report;
+  // Filled by share_row_maxima: what place_rank and rank_model quantize
+  // this rank's part of each row-parallel quant_int8 with.
+  std::vector<RowMaxima> row_maxima;
 };
 
 // Runs this rank's part of `load` (comm.rank(), in a world of comm.world(),
@@ -173,6 +182,27 @@ struct RankShards {
 // Communicator::fail from the rank's own thread and the timeout.
 Result<RankShards> cooperative_load(const Model& model, const ShardPlans& plans, const CooperativeLoadPlan& load,
                                     Communicator& comm, const CooperativeLoadOptions& options = {});
+
+// ---- The rows' maxima of row-parallel quant_int8.
+// quant_int8 keeps one scale per row, from the whole row's largest
+// magnitude; a rank holding part of each row (a row-parallel weight, split
+// on K) sees only its part. So each rank takes the maxima of its parts of
+// the rows from the shard bytes it holds (here, on the host), the ranks
+// combine them by max in one Communicator::exchange round (an all-reduce:
+// every rank gives every other its maxima), and each rank quantizes its
+// part with the whole rows' maxima (quant_int8_given_max): its codes are
+// the whole codes' columns and its scales the whole scales, bit for bit.
+//
+// Every rank calls it after cooperative_load, with the same plan, before
+// place_rank or rank_model; it fills shards.row_maxima (a rank with no
+// row-parallel quant_int8, as every rank then, exchanges nothing). Errors:
+// the exchange's (a peer that failed, named; one that did not answer
+// within `timeout`, named), announced to the others (Communicator::fail);
+// maxima of another count from a peer (another plan) are malformed. On
+// failure nothing is placed: the rank's derive fails.
+Status share_row_maxima(const Model& model, const ShardPlan& rank, RankShards& shards,
+                        std::span<const PlannedDerivation> plan, Communicator& comm,
+                        std::chrono::milliseconds timeout = std::chrono::milliseconds(60000));
 
 // ---- A rank's shards on its device, and their derivations.
 
@@ -207,7 +237,8 @@ class RankDevice {
   std::uint64_t derived_bytes = 0;
   // Held besides: the transposes quant_int8 of a MatMul B reads (a copy of
   // the shard, [N, K]) where the plan's own transpose of that shard was not
-  // derived before it, until release().
+  // derived before it, and the rows' maxima of row-parallel quant_int8
+  // (f32 [N] each), until release().
   std::uint64_t scratch_bytes = 0;
   std::vector<std::string> skipped;        // "<kind> of '<weight>': <why>" (plan_shard_derivations)
 
@@ -225,7 +256,9 @@ class RankDevice {
 // Puts a rank's shards (cooperative_load's) on `gpu`, then runs every
 // derivation of `plan` (the whole model's plan_derivations) cut to them
 // (plan_shard_derivations; skipped ones are listed, not errors), and
-// synchronizes. The shards are copied: `shards` may be freed once it
+// synchronizes. A row-parallel quant_int8 takes its rows' maxima from
+// shards.row_maxima (share_row_maxima; without them it is skipped, saying
+// so), copied to the device beside it (counted in scratch_bytes). The shards are copied: `shards` may be freed once it
 // returns. Device memory: shard_bytes + derived_bytes + scratch_bytes. On
 // failure everything it allocated is freed.
 Result<RankDevice> place_rank(GpuBackend& gpu, const Model& model, const ShardPlan& rank, const RankShards& shards,
@@ -253,7 +286,10 @@ struct RankModel {
   Model model;
   // The plan given, cut to the shards (plan_shard_derivations), operands
   // renamed to `model`'s ids; planned[i] is derivations[i]'s index in the
-  // plan given (for its names).
+  // plan given (for its names). A row-parallel quant_int8 is
+  // quant_int8_given_max here, its scales operand a weight of `model`
+  // (not in weight_order) holding its rows' maxima
+  // (shards.row_maxima): "<weight>#row_maxima@<planned>", f32 [N].
   std::vector<PlannedDerivation> derivations;
   std::vector<std::size_t> planned;
   std::vector<std::string> skipped;  // "<kind> of '<weight>': <why>"

@@ -26,8 +26,9 @@ enum class Derivation : std::uint8_t {
   dequant_gguf = 5,      // GGUF blocks -> f16, one pointer
   dequant_gguf_f32 = 6,  // GGUF blocks -> f32, one pointer
   repack_gguf_int4 = 7,  // GGUF Q4_0/Q4_1 -> repack_int4's pair (words, scale/offset pairs)
+  quant_int8_given_max = 8,  // quant_int8 with each row's max |w| given (scales operand) -> a pair (codes, scales)
 };
-inline constexpr int kDerivationCount = 8;
+inline constexpr int kDerivationCount = 9;
 
 // How MatMulNBits zero points are given.
 enum class ZeroPoints : std::uint8_t {
@@ -185,6 +186,17 @@ inline constexpr Kind kTable[] = {
       output(Slot::dst, kFixed, DataType::uint32, ".words", Rounding::exact, 2, E::rows, E::words),
       output(Slot::dst2, kFixed, DataType::float16, ".scale_offset", Rounding::f16, 3, E::rows, E::blocks, E::two)},
      true},
+    // quant_int8 whose rows' maxima are given (f32 [N] in the scales slot)
+    // instead of taken from the rows it reads: a rank holding part of each
+    // row quantizes it with the whole row's maximum (the ranks' maxima
+    // all-reduced), so its codes and scales are the whole derivation's.
+    // The same outputs as quant_int8, under the same suffixes.
+    {Derivation::quant_int8_given_max, "quant_int8_given_max", true, "source", 2,
+     {DataType::float32, DataType::float16}, false, false, 4,
+     {input(Slot::src, kLaunch, kAny, 2, E::rows, E::cols),
+      input(Slot::scales, kFixed, DataType::float32, 1, E::rows),
+      output(Slot::dst, kFixed, DataType::int8, ".codes", Rounding::int8_code, 2, E::rows, E::cols),
+      output(Slot::dst2, kFixed, DataType::float32, ".scales", Rounding::exact, 1, E::rows)}},
 };
 #undef BALLAST_INT4_INPUTS_
 #undef BALLAST_GGUF_TYPES_
@@ -228,7 +240,8 @@ static_assert(covers_every_kind(kTable), "kinds::kTable needs one row per Deriva
   X(quant_int8)                     \
   X(dequant_gguf)                   \
   X(dequant_gguf_f32)               \
-  X(repack_gguf_int4)
+  X(repack_gguf_int4)               \
+  X(quant_int8_given_max)
 
 struct ListedKind {
   Derivation kind;

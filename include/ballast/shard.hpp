@@ -188,14 +188,19 @@ Result<ShardPlans> plan_shards_all(const Model& model, const ShardSpec& spec);
 // one rank's shards: the same kind with the launch's rows and columns of
 // the rank's shard, so that its outputs are the rank's slice of the whole
 // model's outputs. Every kind shards exactly, along whichever axes the
-// split cut, except where a kind reduces along the cut axis:
+// split cut; where a kind reduces along the cut axis, the ranks combine:
 //   quant_int8 keeps one scale per row (per output channel), the largest
 //   magnitude of the whole row; a shard that holds part of each row (a
 //   row-parallel weight's per-channel quantization) cannot compute it
-//   alone, so that derivation is skipped with the reason (not derived
-//   differently: the ranks' outputs always equal the whole model's slices).
+//   alone, so its launch is quant_int8_given_max over the shard: each rank
+//   takes its part's maxima, the ranks combine them by max
+//   (share_row_maxima, cooperative_load.hpp), and each quantizes its part
+//   with the whole row's, so its codes are the whole codes' columns and its
+//   scales the whole scales, bit for bit.
 // A launch whose rows and columns do not match the weight as stored (a
-// layout this function does not know) is skipped the same way.
+// layout this function does not know) is skipped with the reason (not
+// derived differently: the ranks' outputs always equal the whole model's
+// slices).
 struct ShardDerivation {
   std::size_t planned = 0;                 // index in the plan given
   std::optional<DerivationLaunch> launch;  // the rank's launch (pointers zero); nullopt: skipped

@@ -14,8 +14,9 @@ fused part along the plan's axis. The ranks' reads add up to the model's
 referenced bytes (each byte read once between them), every byte sent is
 received, and each rank holds its plan's device bytes. Each rank's derived
 values, joined along their split axis, are the single-process derive's
-files, byte for byte (a derivation that cannot be cut, quant_int8 of a
-row-parallel weight, is skipped by every rank with its reason). Under MPI, ranks
+files, byte for byte (quant_int8 of a row-parallel weight too: the ranks
+all-reduce its rows' maxima, so each rank's codes are the whole codes'
+columns and its scales the whole scales; no rank skips it). Under MPI, ranks
 given different shard plans fail with errors naming the peer (no hang), and
 a rank that dies takes the job down in bounded time.
 
@@ -148,7 +149,9 @@ def check_derived(label, single, dump, plan, world, reports):
             print("  %s: only some ranks wrote %s" % (label, name))
             continue
         ys = [np.load(p) for p in paths]
-        if world == 1 or (w and w["split"] == "replicated"):
+        if all(y.tobytes() == x.tobytes() and y.shape == x.shape for y in ys):
+            ok = True  # whole on every rank: a replicated weight's, or a row-parallel quant_int8's scales
+        elif world == 1 or (w and w["split"] == "replicated"):
             ok = all(y.tobytes() == x.tobytes() and y.shape == x.shape for y in ys)
         else:
             parts = w["parts"] if w else 1
@@ -167,6 +170,9 @@ def check_derived(label, single, dump, plan, world, reports):
             print("  %s: the ranks' %s do not join into the single-process one" % (label, name))
     expect(good and joined > 0, "%s: every derived file is the ranks' pieces joined (%d joined, %d skipped by every rank "
                                 "with its reason)" % (label, joined, missing))
+    row_parallel = [s for s in skipped if s.startswith("quant_int8 ")]
+    expect(not row_parallel, "%s: no rank skips a quant_int8 (row-parallel ones take the ranks' maxima; got %s)" %
+           (label, row_parallel[:2]))
 
 
 def check_reports(label, lines, plan, referenced, world):
@@ -217,9 +223,10 @@ def check_residency(label, dcmd, derived, work):
             expect(res.get("strategy") == strategy and res["peak_device_bytes"] <= (res["budget_bytes"] or 2**64),
                    "%s: rank %d reports its residency within its budget (got %s)" % (what, r["rank"], res))
             if strategy == "paged" and not budget:
-                expect(res["budget_bytes"] == r["device_bytes"] + r["derived_bytes"],
-                       "%s: rank %d's auto budget is its shards plus its derivations (%s vs %d + %d)" %
-                       (what, r["rank"], res["budget_bytes"], r["device_bytes"], r["derived_bytes"]))
+                expect(res["budget_bytes"] == r["device_bytes"] + r["derived_bytes"] + r["row_maxima_bytes"],
+                       "%s: rank %d's auto budget is its shards plus its derivations and their rows' maxima "
+                       "(%s vs %d + %d + %d)" % (what, r["rank"], res["budget_bytes"], r["device_bytes"],
+                                                 r["derived_bytes"], r["row_maxima_bytes"]))
                 auto = res["budget_bytes"] if auto is None else min(auto, res["budget_bytes"])
             if budget:
                 expect(res["derived_evictions"] + res["source_evictions"] > 0,

@@ -103,6 +103,23 @@ TEST_CASE("derivations: quant_int8 from float and float16") {
   run_all(cases);
 }
 
+// The sharded derive's quant_int8 of a row-parallel weight: each row's
+// maximum given (the ranks' all-reduced maxima), the codes and scales
+// quant_int8's formula from it; maxima equal to, above and below the rows'
+// own, and negative, NaN, zero, infinite and subnormal ones.
+TEST_CASE("derivations: quant_int8_given_max from float and float16") {
+  LeakCheck leaks;
+  std::vector<DerivationCase> cases;
+  std::uint64_t seed = 700;
+  for (DataType t : {DataType::float32, DataType::float16}) {
+    for (Shape s : {Shape{1, 1}, Shape{2, 7}, Shape{5, 33}, Shape{17, 1000}, Shape{64, 4096}, Shape{3, 16}})
+      cases.push_back(ballast::test_cases::quant_int8_given_max_case(t, s.rows, s.cols, false, ++seed));
+    cases.push_back(ballast::test_cases::quant_int8_given_max_case(t, 8, 37, true, ++seed));
+    cases.push_back(ballast::test_cases::quant_int8_given_max_case(t, 16, 48, true, ++seed));
+  }
+  run_all(cases);
+}
+
 TEST_CASE("derivations: every GGUF kind with every block type it reads") {
   LeakCheck leaks;
   std::vector<DerivationCase> cases;

@@ -125,7 +125,11 @@ void derive_repack_int4(const DerivationLaunch& s, const Inputs& in, Outputs& ou
     }
 }
 
-void derive_quant_int8(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
+namespace {
+
+// quant_int8 of every row, its maximum from the row itself, or (given)
+// from the f32 [N] scales input: its magnitude, NaN read as 0.
+void quantize_rows(const DerivationLaunch& s, const Inputs& in, Outputs& out, bool given) {
   auto weight = [&](std::uint64_t i) {
     return s.src_type == DataType::float32 ? load<float>(in.src, i)
                                            : static_cast<float>(f16_value(load<std::uint16_t>(in.src, i)));
@@ -133,7 +137,11 @@ void derive_quant_int8(const DerivationLaunch& s, const Inputs& in, Outputs& out
   const float inverse_127 = 1.0f / 127.0f;
   for (std::uint64_t n = 0; n < s.rows; ++n) {
     float max_abs = 0.0f;
-    for (std::uint64_t k = 0; k < s.cols; ++k) {
+    if (given) {
+      const float m = load<float>(in.scales, n);
+      max_abs = std::isnan(m) ? 0.0f : std::fabs(m);
+    }
+    for (std::uint64_t k = 0; k < s.cols && !given; ++k) {
       const float w = weight(n * s.cols + k);
       if (!std::isnan(w) && std::fabs(w) > max_abs) max_abs = std::fabs(w);
     }
@@ -148,6 +156,14 @@ void derive_quant_int8(const DerivationLaunch& s, const Inputs& in, Outputs& out
       store<std::int8_t>(out.dst, n * s.cols + k, code);
     }
   }
+}
+
+}  // namespace
+
+void derive_quant_int8(const DerivationLaunch& s, const Inputs& in, Outputs& out) { quantize_rows(s, in, out, false); }
+
+void derive_quant_int8_given_max(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
+  quantize_rows(s, in, out, true);
 }
 
 namespace {

@@ -192,6 +192,49 @@ DerivationCase quant_int8_case(DataType source, std::uint64_t rows, std::uint64_
   return c;
 }
 
+DerivationCase quant_int8_given_max_case(DataType source, std::uint64_t rows, std::uint64_t cols, bool special,
+                                         std::uint64_t seed) {
+  DerivationCase c = quant_int8_case(source, rows, cols, special, seed);
+  c.label = "quant_int8_given_max" + c.label.substr(std::string("quant_int8").size());
+  c.shape.kind = Derivation::quant_int8_given_max;
+  const bool f32 = source == DataType::float32;
+  // Each row's own max |w| (NaN left out), as the source holds it.
+  auto own_max = [&](std::uint64_t r) {
+    float m = 0.0f;
+    for (std::uint64_t col = 0; col < cols; ++col) {
+      float w;
+      if (f32) {
+        std::memcpy(&w, c.src.data() + 4 * (r * cols + col), 4);
+      } else {
+        std::uint16_t h;
+        std::memcpy(&h, c.src.data() + 2 * (r * cols + col), 2);
+        w = static_cast<float>(reference::f16_value(h));
+      }
+      if (!std::isnan(w) && std::fabs(w) > m) m = std::fabs(w);
+    }
+    return m;
+  };
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  c.scales.resize(rows * 4);
+  std::mt19937_64 rng(seed + 7);
+  for (std::uint64_t r = 0; r < rows; ++r) {
+    const float m = own_max(r);
+    float given = m;
+    switch (rng() % 4) {
+      case 0: break;                               // the row's own: quant_int8's result
+      case 1: given = m * 3.0f; break;             // a whole row's, larger than this part's
+      case 2: given = m * 0.25f; break;            // below the row's own: codes clamp
+      default: given = m == 0.0f ? 1.0f : m; break;
+    }
+    if (special) {
+      const float specials[] = {-m, nan, 0.0f, inf, 1e-40f, -0.0f, -nan};
+      if (r % 2 == 1) given = specials[(r / 2) % 7];
+    }
+    put(c.scales, r, given);
+  }
+  return c;
+}
+
 DerivationCase int4_wide_range_case(std::mt19937& rng, const DerivationLaunch& shape) {
   DerivationCase c;
   c.shape = shape;
@@ -371,6 +414,12 @@ std::vector<DerivationCase> kernel_cases() {
     k.label = "quant_int8 half-integers 3x" + std::to_string(cols);
     cases.push_back(std::move(k));
   }
+  // quant_int8_given_max, on the same paths (the fast slabs and the
+  // element loop), with maxima at, above and below the rows' own.
+  std::uint64_t given_seed = 800;
+  for (auto [r, c] : {std::pair<std::uint64_t, std::uint64_t>{1, 1}, {3, 5}, {17, 33}, {8, 48}, {5, 4096 + 16}})
+    for (DataType t : {DataType::float32, DataType::float16})
+      for (bool special : {false, true}) cases.push_back(quant_int8_given_max_case(t, r, c, special, ++given_seed));
   // int4: N x K with block sizes where K is and is not a multiple.
   const struct {
     std::uint64_t n, k;

@@ -91,6 +91,12 @@ DerivationCase int4_case(Derivation kind, DataType scale_type, ZeroPoints zero_p
                          std::uint32_t block_size, bool special, std::uint64_t seed);
 DerivationCase quant_int8_case(DataType source, std::uint64_t rows, std::uint64_t cols, bool special,
                                std::uint64_t seed);
+// quant_int8_given_max: quant_int8_case's source, and each row's given
+// maximum (f32 [rows] in `scales`) drawn around the row's own: equal to it
+// (the sharded derive's case), above it, below it (codes clamp), and, with
+// `special`, negative, NaN, zero, infinite and subnormal ones.
+DerivationCase quant_int8_given_max_case(DataType source, std::uint64_t rows, std::uint64_t cols, bool special,
+                                         std::uint64_t seed);
 // dequant_gguf or dequant_gguf_f32 of `rows` x `blocks` blocks of a GGUF
 // type (kinds::kGgufBlocks): random bytes, so every code, sign and 6-bit
 // scale/min packing appears. Without `special` each block's f16/f32 scales

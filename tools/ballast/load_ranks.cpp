@@ -42,6 +42,7 @@ struct Placed {
   std::uint64_t shard_bytes = 0;    // its shards, on the device
   std::uint64_t derived = 0;        // derivations run
   std::uint64_t derived_bytes = 0;  // their outputs
+  std::uint64_t row_maxima_bytes = 0;  // row-parallel quant_int8's rows' maxima, on the device beside them
   std::vector<std::string> skipped; // "<kind> of '<weight>': <why>"
   std::optional<ResidencyStats> residency;  // derive --comm --residency
 };
@@ -55,7 +56,8 @@ Result<Placed> place(GpuBackend& gpu, const Model& model, const ShardPlan& plan,
                            place_rank(gpu, model, plan, shards,
                                       derivations ? std::span<const PlannedDerivation>(*derivations)
                                                   : std::span<const PlannedDerivation>()));
-  Placed out{device.shard_bytes, device.derived.size(), device.derived_bytes, device.skipped};
+  Placed out{device.shard_bytes, device.derived.size(), device.derived_bytes, 0, device.skipped};
+  for (const RowMaxima& r : shards.row_maxima) out.row_maxima_bytes += 4 * r.maxima.size();
   if (!dump.empty()) {
     const std::filesystem::path rank_dir = std::filesystem::path(dump) / ("rank" + std::to_string(plan.rank));
     if (derivations != nullptr) {
@@ -64,6 +66,9 @@ Result<Placed> place(GpuBackend& gpu, const Model& model, const ShardPlan& plan,
       for (const RankDerivedValue& v : device.derived) {
         PlannedDerivation mine = (*derivations)[v.planned];
         mine.launch = v.launch;
+        // A row-parallel quant_int8 ran as quant_int8_given_max: the same
+        // outputs, written under the plan's kind (the single-process names).
+        mine.launch.kind = mine.kind() == Derivation::quant_int8_given_max ? Derivation::quant_int8 : mine.launch.kind;
         const WeightShard& source = plan.weights[v.source];
         BALLAST_RETURN_IF_ERROR(d.write(gpu, mine, stems[v.planned], source.dims, v.launch.dst, v.launch.dst2));
       }
@@ -100,6 +105,7 @@ Result<Placed> place_resident(GpuBackend& gpu, const Model& model, const ShardPl
                               ResidencyOptions options) {
   Placed out;
   for (const std::span<std::byte> s : shards.shards) out.shard_bytes += s.size();
+  for (const RowMaxima& r : shards.row_maxima) out.row_maxima_bytes += 4 * r.maxima.size();
   BALLAST_ASSIGN_OR_RETURN(RankModel ranked, rank_model(model, plan, std::move(shards), derivations));
   out.skipped = ranked.skipped;
   options.derivations = ranked.derivations;
@@ -123,7 +129,9 @@ Result<Placed> place_resident(GpuBackend& gpu, const Model& model, const ShardPl
     out.derived_bytes += pinned->bytes();
     if (d) {
       const Dims& dims = ranked.model.store().weights().at(p.source).dims;
-      failed = d->write(gpu, p, stems[ranked.planned[i]], dims, pinned->first(), pinned->second());
+      PlannedDerivation named = p;  // a row-parallel quant_int8 under the plan's kind, as place() writes it
+      if (named.kind() == Derivation::quant_int8_given_max) named.launch.kind = Derivation::quant_int8;
+      failed = d->write(gpu, named, stems[ranked.planned[i]], dims, pinned->first(), pinned->second());
     }
   }
   out.residency = residency->stats();
@@ -155,6 +163,7 @@ json rank_json(const CooperativeLoadReport& r, const Placed& placed, std::size_t
   if (derive) {
     doc["derived"] = placed.derived;
     doc["derived_bytes"] = placed.derived_bytes;
+    doc["row_maxima_bytes"] = placed.row_maxima_bytes;
     doc["skipped"] = placed.skipped;
   }
   if (placed.residency) doc["residency"] = residency_stats_json(*placed.residency);
@@ -259,7 +268,17 @@ int run_load_ranks(const RanksOptions& opt) {
   {
     std::vector<std::thread> threads;
     for (std::size_t i = 0; i < comms.size(); ++i)
-      threads.emplace_back([&, i] { results[i] = cooperative_load(model, *plans, *load, *comms[i], options); });
+      threads.emplace_back([&, i] {
+        results[i] = cooperative_load(model, *plans, *load, *comms[i], options);
+        // derive --comm: the ranks' maxima of row-parallel quant_int8 rows,
+        // all-reduced here, where every rank runs at once (placing is one
+        // rank after another).
+        if (results[i]->ok() && derivations)
+          if (Status s = share_row_maxima(model, plans->ranks[comms[i]->rank()], **results[i], *derivations,
+                                          *comms[i], options.timeout);
+              !s.ok())
+            results[i] = s.error();
+      });
     for (std::thread& t : threads) t.join();
   }
   int exit_code = kExitOk;

@@ -1,4 +1,5 @@
-// The quant_int8 kernels on CUDA and HIP (quant_int8), written once
+// The quant_int8 kernels on CUDA and HIP (quant_int8 and
+// quant_int8_given_max, whose rows' maxima are read, not reduced), written once
 // for nvcc and hipcc. One file per kind family, in three parts:
 //   elem::   each thread's work between two barriers, plain functions
 //            compiled for host and device;
@@ -183,7 +184,7 @@ namespace {
 template <class S, unsigned THREADS, bool SLABS>
 __global__ void __launch_bounds__(THREADS, (sizeof(S) == 2 ? 1280 : 1024) / THREADS)
     quant_int8_kernel(const S* __restrict__ src, uint8_t* __restrict__ codes, uint8_t* __restrict__ scales,
-                      uint64_t rows, uint64_t cols) {
+                      uint64_t rows, uint64_t cols, const float* __restrict__ given) {
   constexpr bool slabs = SLABS;
   constexpr unsigned kGroups = THREADS / 32;
   __shared__ float partial[2][kGroups];
@@ -200,6 +201,9 @@ __global__ void __launch_bounds__(THREADS, (sizeof(S) == 2 ? 1280 : 1024) / THRE
     float row_max = partial[parity][0];
 #pragma unroll
     for (unsigned g = 1; g < kGroups; ++g) row_max = fmaxf(row_max, partial[parity][g]);
+    // quant_int8_given_max: the row's maximum as given (pass 1 still
+    // loads the thread's slabs for pass 2; its maximum is not used).
+    if (given != nullptr) row_max = kmath::given_row_max(given[n]);
     const elem::QuantScale scale = elem::quant_scale(row_max);
     if (threadIdx.x == 0) elem::store_f32_bytes(scales + 4 * n, scale.scale);
     elem::quant_pass2<S, THREADS>(row, cols, slabs, threadIdx.x, t, scale, codes + n * cols);
@@ -212,20 +216,21 @@ void enqueue_quant_int8(const KernelArgs& a, vendor::Stream stream) {
   const S* src = reinterpret_cast<const S*>(a.src);
   auto* codes = reinterpret_cast<uint8_t*>(a.dst);
   auto* scales = reinterpret_cast<uint8_t*>(a.dst2);
+  const auto* given = a.kind == Derivation::quant_int8_given_max ? reinterpret_cast<const float*>(a.scales) : nullptr;
   const bool slabs = elem::quant_slabs(a.src, a.dst, a.cols);
   // Short rows would leave most of a 256-thread block idle.
   // One path per kernel (a run-time flag would keep both paths' scalar
   // state live: HIP spilled scalar registers).
   if (a.cols >= 4096) {
     if (slabs) {
-      quant_int8_kernel<S, 256, true><<<grid, 256, 0, stream>>>(src, codes, scales, a.rows, a.cols);
+      quant_int8_kernel<S, 256, true><<<grid, 256, 0, stream>>>(src, codes, scales, a.rows, a.cols, given);
     } else {
-      quant_int8_kernel<S, 256, false><<<grid, 256, 0, stream>>>(src, codes, scales, a.rows, a.cols);
+      quant_int8_kernel<S, 256, false><<<grid, 256, 0, stream>>>(src, codes, scales, a.rows, a.cols, given);
     }
   } else if (slabs) {
-    quant_int8_kernel<S, 64, true><<<grid, 64, 0, stream>>>(src, codes, scales, a.rows, a.cols);
+    quant_int8_kernel<S, 64, true><<<grid, 64, 0, stream>>>(src, codes, scales, a.rows, a.cols, given);
   } else {
-    quant_int8_kernel<S, 64, false><<<grid, 64, 0, stream>>>(src, codes, scales, a.rows, a.cols);
+    quant_int8_kernel<S, 64, false><<<grid, 64, 0, stream>>>(src, codes, scales, a.rows, a.cols, given);
   }
 }
 
@@ -238,6 +243,11 @@ bool run_quant_int8(const KernelArgs& a, vendor::Stream stream) {
   }
   return true;
 }
+
+// The same kernel, each row's maximum read from a.scales. A given maximum
+// may be below the row's own: quant_code_fast sends quotients past 127 to
+// the exact division, which clamps.
+bool run_quant_int8_given_max(const KernelArgs& a, vendor::Stream stream) { return run_quant_int8(a, stream); }
 
 }  // namespace
 }  // namespace ballast::gpu
@@ -262,6 +272,8 @@ void quant_int8_on_host(const KernelArgs& a) {
       elem::quant_pass1<S, THREADS>(row, a.cols, slabs, t, threads[t]);
       row_max = elem::hw_abs_max(row_max, threads[t].max_abs);
     }
+    if (a.kind == Derivation::quant_int8_given_max)
+      row_max = kmath::given_row_max(reinterpret_cast<const float*>(a.scales)[n]);
     const elem::QuantScale scale = elem::quant_scale(row_max);
     elem::store_f32_bytes(scales + 4 * n, scale.scale);
     for (unsigned t = 0; t < THREADS; ++t)
@@ -277,6 +289,7 @@ inline void replay_quant_int8(const KernelArgs& a) {
     f16 ? quant_int8_on_host<uint16_t, 64>(a) : quant_int8_on_host<float, 64>(a);
   }
 }
+inline void replay_quant_int8_given_max(const KernelArgs& a) { replay_quant_int8(a); }
 
 }  // namespace ballast::gpu::testing
 #endif

@@ -246,7 +246,8 @@ Status RuntimeBackend::do_launch(const DerivationLaunch& l, const DerivationSize
   a.rows = l.rows;
   a.cols = l.cols;
   a.src = l.src;
-  a.scales = int4 ? l.scales : 0;
+  // The int4 kinds' scales, and quant_int8_given_max's row maxima.
+  a.scales = int4 || l.kind == Derivation::quant_int8_given_max ? l.scales : 0;
   a.zero_point = int4 && zero_points ? l.zero_point : 0;
   a.dst = l.dst;
   a.dst2 = l.dst2;

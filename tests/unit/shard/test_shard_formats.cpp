@@ -296,7 +296,8 @@ TEST_CASE("world 1: every weight whole, one range") {
   CHECK(plan->totals.read_bytes == plan->model_bytes);
 }
 
-TEST_CASE("derivations of shards: the launch over the rank's rows and columns; quant_int8 across a cut row skipped") {
+TEST_CASE("derivations of shards: the launch over the rank's rows and columns; quant_int8 across a cut row planned "
+          "with given maxima") {
   ScratchDir dir("shard-derive");
   auto m = llm_onnx().write(dir);
   REQUIRE_MESSAGE(m.ok(), m.error().to_string());
@@ -329,9 +330,16 @@ TEST_CASE("derivations of shards: the launch over the rank's rows and columns; q
       saw_gate = true;
     }
     if (whole.weight == "layers.0.attn.o_proj.weight" && whole.kind() == Derivation::quant_int8) {
-      // Row-parallel [K, N]: quantized per output channel over K, and the rank holds half of K.
-      CHECK_FALSE(d.launch);
-      CHECK_MESSAGE(d.skipped.find("holds 4 of each row's 8 elements") != std::string::npos, d.skipped);
+      // Row-parallel [K, N]: quantized per output channel over K, and the
+      // rank holds half of K: planned, not skipped, over the rank's [N, K/2]
+      // with the whole rows' maxima given (share_row_maxima).
+      REQUIRE_MESSAGE(d.launch, d.skipped);
+      CHECK(d.skipped.empty());
+      CHECK(d.launch->kind == Derivation::quant_int8_given_max);
+      CHECK(d.of_transposed);
+      CHECK(d.launch->rows == 8);
+      CHECK(d.launch->cols == 4);
+      CHECK(d.launch->src_type == DataType::float16);
       saw_o_quant = true;
     }
     if (whole.weight == "lm_head.weight" && whole.kind() == Derivation::transpose) {
