@@ -38,7 +38,10 @@ void CpuDevice::copy(std::byte* d, const std::byte* s, std::uint64_t bytes) {
 CpuDevice::CpuDevice(DeviceInfo info, Capabilities caps, const DeviceOptions& options)
     : info_(std::move(info)),
       caps_(std::move(caps)),
-      kernels_(options.simd && simd_kernels() ? simd_kernels() : &portable_kernels()),
+      kernels_(!options.simd                          ? &portable_kernels()
+               : options.avx512 && simd512_kernels() ? simd512_kernels()
+               : simd_kernels()                      ? simd_kernels()
+                                                     : &portable_kernels()),
       allocator_(caps_.max_single_allocation),
       pool_(options.threads) {}
 

@@ -12,6 +12,7 @@ namespace ballast::cpu {
 struct DeviceOptions {
   unsigned threads = 0;   // 0: every hardware thread this process may use
   bool simd = true;       // false: the portable kernels even where vector ones exist
+  bool avx512 = true;     // false: no AVX-512 forms even where the CPU has them (simd=avx2)
 };
 
 // An extension (GpuBackend::extension, plugin ABI 1.1): the name of the

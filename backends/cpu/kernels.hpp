@@ -74,6 +74,9 @@ struct RowKernels {
 const RowKernels& portable_kernels();
 // The vectorised table when this CPU supports it, else nullptr.
 const RowKernels* simd_kernels();
+// The table that adds AVX-512 (F, BW, VL, DQ) forms where they exist (the
+// GGUF decoders to f16; the others are simd_kernels()'s), else nullptr.
+const RowKernels* simd512_kernels();
 
 // Runs a launch whose pointers have been validated; blocks until done.
 void run_derivation(const DerivationLaunch& launch, const RowKernels& kernels, ThreadPool& pool);

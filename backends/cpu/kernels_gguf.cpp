@@ -8,7 +8,10 @@
 // table's to_f16_from_f32; on x86-64 with AVX2 + F16C the decoders below work
 // eight codes at a time and round with F16C (the same bits as
 // kmath::f16_bits_from_f32), and outputs of kStreamBytes or more are written
-// with non-temporal stores (kernels.hpp says why). (A pshufb table of a
+// with non-temporal stores (kernels.hpp says why). Where the CPU has
+// AVX-512 BW the quantized types most models use decode to f16 by a vpermw
+// lookup in a table of the block's possible f16 values (namespace avx512).
+// (A pshufb table of a
 // sub-block's 16 f16 values for the 4-bit types measured slower than this
 // once the stores stream: 10 against 18.5 GB/s for Q4_0, docs/benchmarks.md.)
 #include "kernels.hpp"
@@ -18,7 +21,16 @@
 #include <cstring>
 
 #if defined(__x86_64__)
+// GCC 12's AVX-512 headers initialise their "undefined" vectors from
+// themselves, which -Wmaybe-uninitialized reports wherever they inline.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 #endif
 
 #include "thread_pool.hpp"
@@ -37,8 +49,10 @@ struct GgufArgs {
   float* f32_out = nullptr;              // dequant_gguf_f32: [rows, cols]
   // The table's f32 -> f16 rounding (F16C where the CPU has it).
   void (*to_f16)(const float* src, std::uint16_t* dst, std::uint64_t count, bool stream) = nullptr;
-  // The decoders built for AVX2 + F16C (x86-64 with the vectorised table).
+  // The decoders built for AVX2 + F16C (x86-64 with the vectorised table),
+  // and for AVX-512 BW to f16 (the table that adds them, simd512_kernels).
   bool avx2 = false;
+  bool avx512 = false;
   // The AVX2 decoders write with non-temporal stores: set for outputs of at
   // least kStreamBytes whose address is 32-byte aligned (kernels.cpp).
   bool stream = false;
@@ -310,20 +324,221 @@ BALLAST_GGUF_AVX2(g::kQ6_K, q6_k)
 #undef BALLAST_GGUF_FAST_DECODE
 #undef BALLAST_GGUF_TARGET
 }  // namespace avx2
+
+// AVX-512 BW forms of the decoders to f16 (the f32 outputs keep AVX2's).
+// Every value a code can take in a block (or sub-block) is computed once,
+// in f32 by decode<Type>'s operations in its order, and rounded to f16 by
+// F16C: a table of 32 f16 words that vpermw indexes with 32 codes at a
+// time, one 64-byte output line per lookup. A table entry is the value
+// every element with that code gets, so the bits are decode<Type>'s.
+namespace avx512 {
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
+#define S T512 inline
+
+S float h16(const std::uint8_t* b, std::uint32_t at) { return _cvtsh_ss(static_cast<unsigned short>(g::u16_at(b, at))); }
+S __m256i f16x16(__m512 v) { return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+// Two sixteens of f16 as one table of 32.
+S __m512i table(__m512 low, __m512 high) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(f16x16(low)), f16x16(high), 1);
+}
+// 32 byte codes (each < 32) looked up in a table of 32 f16.
+S __m512i look(__m256i codes, __m512i t) { return _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(codes), t); }
+S __m256i u8x32(const std::uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+// (v >> shift) & mask in every byte.
+S __m256i bits(__m256i v, std::uint32_t shift, std::int8_t mask) {
+  return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(static_cast<int>(shift))), _mm256_set1_epi8(mask));
+}
+// Byte offsets into a table: `low` for the first 16 codes, `high` for the rest.
+S __m256i offsets(std::int8_t low, std::int8_t high) {
+  return _mm256_set_m128i(_mm_set1_epi8(high), _mm_set1_epi8(low));
+}
+S __m512 lanes(std::int32_t first) {  // first, first + 1, ... as f32
+  return _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_set1_epi32(first),
+                                             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)));
+}
+// One 64-byte line of 32 f16 at y; streamed as two 32-byte halves (a
+// streamed base is only 32-byte aligned, kernels.cpp).
+template <bool Stream>
+S void line(std::uint16_t* y, __m512i v) {
+  if constexpr (Stream) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(y), _mm512_castsi512_si256(v));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(y + 16), _mm512_extracti64x4_epi64(v, 1));
+  } else {
+    _mm512_storeu_si512(y, v);
+  }
+}
+
+// Q4_0: (q - 8) * d; Q4_1: q * d + m. Codes 0..15 low nibbles, then high.
+template <bool Offset, bool Stream>
+T512 void q4_01(const std::uint8_t* __restrict b, std::uint16_t* y) {
+  __m512 v = _mm512_mul_ps(lanes(Offset ? 0 : -8), _mm512_set1_ps(h16(b, 0)));
+  if (Offset) v = _mm512_add_ps(v, _mm512_set1_ps(h16(b, 2)));
+  const __m512i t = _mm512_castsi256_si512(f16x16(v));  // codes < 16 read only the low half
+  const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + (Offset ? 4 : 2)));
+  const __m128i nibble = _mm_set1_epi8(15);
+  line<Stream>(y, look(_mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), nibble), _mm_and_si128(qs, nibble)), t));
+}
+
+// Sixteen int8 codes at p, as f32, times d.
+S __m512 i8_times(const std::uint8_t* p, __m512 d) {
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))), d);
+}
+// Q2_K's values of sub-blocks 4v .. 4v + 3: lane e is (dl * q) - ml of
+// sub-block 4v + e / 4, q = e % 4.
+S __m512 q2k_values(__m512 dl, __m512 ml, std::int32_t v) {
+  const __m512 q = _mm512_cvtepi32_ps(_mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3));
+  const __m512i k = _mm512_add_epi32(_mm512_set1_epi32(4 * v), _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+  return _mm512_sub_ps(_mm512_mul_ps(_mm512_permutexvar_ps(k, dl), q), _mm512_permutexvar_ps(k, ml));
+}
+// Q3_K's values of sub-blocks 2 pair and 2 pair + 1: lane e is dl * (e % 8 - 4)
+// of sub-block 2 pair + e / 8.
+S __m512 q3k_values(__m512 dl, std::int32_t pair) {
+  const __m512 v = _mm512_cvtepi32_ps(_mm512_setr_epi32(-4, -3, -2, -1, 0, 1, 2, 3, -4, -3, -2, -1, 0, 1, 2, 3));
+  const __m512i k = _mm512_add_epi32(_mm512_set1_epi32(2 * pair), _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+  return _mm512_mul_ps(_mm512_permutexvar_ps(k, dl), v);
+}
+// Q4_K / Q5_K's values of sub-block s for q = first .. first + 15: (d1 * q) - m1,
+// d1 in lane s of dm and m1 in lane 8 + s.
+S __m512 k_values(__m512 dm, std::uint32_t s, std::int32_t first) {
+  const __m512 d1 = _mm512_permutexvar_ps(_mm512_set1_epi32(static_cast<int>(s)), dm);
+  const __m512 m1 = _mm512_permutexvar_ps(_mm512_set1_epi32(static_cast<int>(8 + s)), dm);
+  return _mm512_sub_ps(_mm512_mul_ps(d1, lanes(first)), m1);
+}
+
+// Q8_0: int8 * d, sixteen at a time (no table: 256 codes).
+template <bool Stream>
+T512 void q8_0(const std::uint8_t* __restrict b, std::uint16_t* y) {
+  const __m512 d = _mm512_set1_ps(h16(b, 0));
+  line<Stream>(y, table(i8_times(b + 2, d), i8_times(b + 18, d)));
+}
+
+// Q2_K: sub-block k (16 elements) takes (d * sc_k) * q - dmin * m_k, q = 0..3:
+// 64 values, two tables of eight sub-blocks (k = 8h + 2j + g).
+template <bool Stream>
+T512 void q2_k(const std::uint8_t* __restrict b, std::uint16_t* y) {
+  const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+  const __m512 dl = _mm512_mul_ps(_mm512_set1_ps(h16(b, 80)), _mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15))));
+  const __m512 ml = _mm512_mul_ps(_mm512_set1_ps(h16(b, 82)), _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4)));
+  const __m512i tables[2] = {table(q2k_values(dl, ml, 0), q2k_values(dl, ml, 1)),
+                             table(q2k_values(dl, ml, 2), q2k_values(dl, ml, 3))};
+  for (std::uint32_t h = 0; h < 2; ++h) {
+    const __m256i qs = u8x32(b + 16 + 32 * h);  // sub-blocks 8h + 2j (first 16) and 8h + 2j + 1
+    for (std::uint32_t j = 0; j < 4; ++j) {
+      const auto at = static_cast<std::int8_t>(8 * j);
+      line<Stream>(y + 16 * (8 * h + 2 * j), look(_mm256_add_epi8(bits(qs, 2 * j, 3), offsets(at, at + 4)), tables[h]));
+    }
+  }
+}
+
+// Q3_K: sub-block k takes (d * sc_k) * (idx - 4), idx = q + 4 * high = 0..7:
+// 128 values, four tables of four sub-blocks.
+template <bool Stream>
+T512 void q3_k(const std::uint8_t* __restrict b, std::uint16_t* y) {
+  // The 16 six-bit scales (g::q3k_scale) from the 12 bytes at 96: a masked
+  // load, which reads nothing past them (the block ends at 110).
+  const __m512i raw = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(0x0fff, b + 96));
+  const __m512i k = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i low4 = _mm512_and_si512(
+      _mm512_srlv_epi32(_mm512_permutexvar_epi32(_mm512_and_si512(k, _mm512_set1_epi32(7)), raw),
+                        _mm512_slli_epi32(_mm512_srli_epi32(k, 3), 2)),
+      _mm512_set1_epi32(15));
+  const __m512i high2 = _mm512_and_si512(
+      _mm512_srlv_epi32(_mm512_permutexvar_epi32(_mm512_add_epi32(_mm512_and_si512(k, _mm512_set1_epi32(3)), _mm512_set1_epi32(8)), raw),
+                        _mm512_slli_epi32(_mm512_srli_epi32(k, 2), 1)),
+      _mm512_set1_epi32(3));
+  const __m512i sc = _mm512_sub_epi32(_mm512_or_si512(low4, _mm512_slli_epi32(high2, 4)), _mm512_set1_epi32(32));
+  const __m512 dl = _mm512_mul_ps(_mm512_set1_ps(h16(b, 108)), _mm512_cvtepi32_ps(sc));
+  const __m256i hm = u8x32(b);  // sub-block 8h + 2j + half: bit 4h + j of byte 16 half + l
+  for (std::uint32_t h = 0; h < 2; ++h) {
+    const auto p = static_cast<std::int32_t>(4 * h);
+    const __m512i tables[2] = {table(q3k_values(dl, p), q3k_values(dl, p + 1)),
+                               table(q3k_values(dl, p + 2), q3k_values(dl, p + 3))};
+    const __m256i qs = u8x32(b + 32 + 32 * h);
+    for (std::uint32_t j = 0; j < 4; ++j) {
+      const __m256i idx = _mm256_or_si256(bits(qs, 2 * j, 3), _mm256_slli_epi16(bits(hm, 4 * h + j, 1), 2));
+      const auto at = static_cast<std::int8_t>(16 * (j & 1u));  // sub-block 2j + half of the table's four: 8 each
+      line<Stream>(y + 16 * (8 * h + 2 * j), look(_mm256_add_epi8(idx, offsets(at, at + 8)), tables[j >> 1]));
+    }
+  }
+}
+
+// Q4_K / Q5_K: sub-block s (32 elements) takes (d * sc_s) * q - dmin * m_s,
+// q = 0..15 (Q4_K: two sub-blocks to a table) or 0..31 (Q5_K: one).
+template <bool Five, bool Stream>
+T512 void q45k(const std::uint8_t* __restrict b, std::uint16_t* y) {
+  alignas(64) std::int32_t scale_min[16];  // scales of sub-blocks 0..7, then their mins
+  for (std::uint32_t s = 0; s < 8; ++s) {
+    scale_min[s] = static_cast<std::int32_t>(g::k_scale(b, 4, s));
+    scale_min[8 + s] = static_cast<std::int32_t>(g::k_min(b, 4, s));
+  }
+  // d * sc_s in lanes 0..7, dmin * m_s in 8..15
+  const __m512 dm = _mm512_mul_ps(_mm512_mask_blend_ps(0xff00, _mm512_set1_ps(h16(b, 0)), _mm512_set1_ps(h16(b, 2))),
+                                  _mm512_cvtepi32_ps(_mm512_load_si512(scale_min)));
+  const std::uint8_t* qs = b + (Five ? 48 : 16);
+  [[maybe_unused]] const __m256i qh = Five ? u8x32(b + 16) : _mm256_setzero_si256();
+  for (std::uint32_t c = 0; c < 4; ++c) {  // sub-blocks 2c (low nibbles) and 2c + 1 (high) share 32 bytes
+    const __m256i q = u8x32(qs + 32 * c);
+    const std::uint32_t s0 = 2 * c, s1 = 2 * c + 1;
+    if constexpr (Five) {
+      const __m256i c0 = _mm256_or_si256(bits(q, 0, 15), _mm256_slli_epi16(bits(qh, s0, 1), 4));
+      const __m256i c1 = _mm256_or_si256(bits(q, 4, 15), _mm256_slli_epi16(bits(qh, s1, 1), 4));
+      line<Stream>(y + 32 * s0, look(c0, table(k_values(dm, s0, 0), k_values(dm, s0, 16))));
+      line<Stream>(y + 32 * s1, look(c1, table(k_values(dm, s1, 0), k_values(dm, s1, 16))));
+    } else {
+      const __m512i t = table(k_values(dm, s0, 0), k_values(dm, s1, 0));  // codes of s1 read entries 16..31
+      line<Stream>(y + 32 * s0, look(bits(q, 0, 15), t));
+      line<Stream>(y + 32 * s1, look(_mm256_add_epi8(bits(q, 4, 15), _mm256_set1_epi8(16)), t));
+    }
+  }
+}
+
+// Rows of a quantized type to f16, block by block.
+template <std::uint32_t Type, bool Stream>
+T512 void block(const std::uint8_t* b, std::uint16_t* y) {
+  if constexpr (Type == g::kQ4_0) q4_01<false, Stream>(b, y);
+  else if constexpr (Type == g::kQ4_1) q4_01<true, Stream>(b, y);
+  else if constexpr (Type == g::kQ8_0) q8_0<Stream>(b, y);
+  else if constexpr (Type == g::kQ2_K) q2_k<Stream>(b, y);
+  else if constexpr (Type == g::kQ3_K) q3_k<Stream>(b, y);
+  else if constexpr (Type == g::kQ4_K) q45k<false, Stream>(b, y);
+  else q45k<true, Stream>(b, y);
+}
+template <std::uint32_t Type, bool Stream>
+T512 void rows(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end) {
+  const std::uint64_t blocks = a.cols / a.block_elements;
+  const std::uint8_t* blk = a.src + row_begin * blocks * a.block_bytes;
+  const std::uint64_t end = row_end * a.cols;
+  for (std::uint64_t at = row_begin * a.cols; at < end; at += a.block_elements, blk += a.block_bytes)
+    block<Type, Stream>(blk, a.f16_out + at);
+  if constexpr (Stream) _mm_sfence();  // the streamed lines reach memory before the launch completes
+}
+template <std::uint32_t Type>
+T512 void rows_of(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end) {
+  return a.stream ? rows<Type, true>(a, row_begin, row_end) : rows<Type, false>(a, row_begin, row_end);
+}
+#undef S
+#undef T512
+}  // namespace avx512
 #endif
 
 struct TypeRow {
   std::uint32_t type;
   void (*rows)(const GgufArgs&, std::uint64_t, std::uint64_t);
   void (*rows_avx2)(const GgufArgs&, std::uint64_t, std::uint64_t);
+  // To f16 with AVX-512 BW; nullptr: the AVX2 rows (the plain float types
+  // and the rarer quantized ones, whose AVX2 rows are at the copy's speed).
+  void (*rows_avx512_f16)(const GgufArgs&, std::uint64_t, std::uint64_t);
 };
 
 template <std::uint32_t T>
 constexpr TypeRow row() {
 #if defined(__x86_64__)
-  return {T, portable::rows_of<T>, avx2::rows_of<T>};
+  constexpr bool wide = T == g::kQ4_0 || T == g::kQ4_1 || T == g::kQ8_0 || T == g::kQ2_K || T == g::kQ3_K ||
+                        T == g::kQ4_K || T == g::kQ5_K;
+  if constexpr (wide) return {T, portable::rows_of<T>, avx2::rows_of<T>, avx512::rows_of<T>};
+  else return {T, portable::rows_of<T>, avx2::rows_of<T>, nullptr};
 #else
-  return {T, portable::rows_of<T>, portable::rows_of<T>};
+  return {T, portable::rows_of<T>, portable::rows_of<T>, nullptr};
 #endif
 }
 
@@ -351,8 +566,11 @@ void repack_gguf_int4_rows(const GgufArgs& a, std::uint64_t row_begin, std::uint
 // Rows [row_begin, row_end) of a dequant_gguf(_f32) launch: one decoder
 // per type, the AVX2 one where the table is the vectorised one.
 void dequant_gguf_rows(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end) {
-  for (const TypeRow& t : kTypes)
-    if (t.type == a.type) return (a.avx2 ? t.rows_avx2 : t.rows)(a, row_begin, row_end);
+  for (const TypeRow& t : kTypes) {
+    if (t.type != a.type) continue;
+    if (a.avx512 && a.f16_out != nullptr && t.rows_avx512_f16 != nullptr) return t.rows_avx512_f16(a, row_begin, row_end);
+    return (a.avx2 ? t.rows_avx2 : t.rows)(a, row_begin, row_end);
+  }
 }
 
 // The source side of a GGUF launch, its block geometry from the kind table's
@@ -372,7 +590,9 @@ GgufArgs gguf_args(const DerivationLaunch& l) {
 void dequant(const DerivationLaunch& l, const RowKernels& kernels, ThreadPool& pool) {
   GgufArgs a = gguf_args(l);
   a.to_f16 = kernels.to_f16_from_f32;
-  a.avx2 = &kernels == simd_kernels();  // that table exists only where the CPU has AVX2 and F16C
+  // Those tables exist only where the CPU has AVX2 and F16C (and AVX-512 BW).
+  a.avx512 = &kernels == simd512_kernels();
+  a.avx2 = a.avx512 || &kernels == simd_kernels();
   const bool f16 = l.kind == Derivation::dequant_gguf;
   if (f16) a.f16_out = as<std::uint16_t>(l.dst);
   else a.f32_out = as<float>(l.dst);

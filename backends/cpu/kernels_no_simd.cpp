@@ -5,5 +5,6 @@
 namespace ballast::cpu {
 
 const RowKernels* simd_kernels() { return nullptr; }
+const RowKernels* simd512_kernels() { return nullptr; }
 
 }  // namespace ballast::cpu

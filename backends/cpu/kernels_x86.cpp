@@ -611,12 +611,33 @@ bool cpu_has_avx2_and_f16c() {
   return b & (1u << 5);  // AVX2
 }
 
+// AVX-512 F, BW, VL and DQ, and an OS that saves the opmask and ZMM state.
+bool cpu_has_avx512bw() {
+  if (!cpu_has_avx2_and_f16c()) return false;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  unsigned xcr0_low = 0, xcr0_high = 0;
+  __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+  if ((xcr0_low & 0xe6u) != 0xe6u) return false;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const unsigned need = (1u << 16) | (1u << 17) | (1u << 30) | (1u << 31);  // F, DQ, BW, VL
+  return (b & need) == need;
+}
+
 }  // namespace
 
 const RowKernels* simd_kernels() {
   static const RowKernels table{"avx2+f16c", transpose_cols, to_f16_from_f32, to_f16_from_bf16, dequant_int4_rows, repack_int4_rows,
                                 quant_int8_rows, copy};
   static const bool supported = cpu_has_avx2_and_f16c();
+  return supported ? &table : nullptr;
+}
+
+// The same kernels but for the GGUF decoders to f16, which have AVX-512
+// forms (kernels_gguf.cpp tells the tables apart by address).
+const RowKernels* simd512_kernels() {
+  static const RowKernels table{"avx512bw+avx2+f16c", transpose_cols, to_f16_from_f32, to_f16_from_bf16, dequant_int4_rows,
+                                repack_int4_rows, quant_int8_rows, copy};
+  static const bool supported = cpu_has_avx512bw();
   return supported ? &table : nullptr;
 }
 

@@ -8,7 +8,8 @@
 // plugin_api.h. Config options (after '?'):
 //   threads=N   worker threads including the caller, 1..1024 (default: all
 //               hardware threads this process may run on)
-//   simd=on|off off forces the portable kernels (for comparison/debugging)
+//   simd=on|avx2|off  off forces the portable kernels, avx2 the AVX2 ones
+//               where the CPU also has AVX-512 (for comparison/debugging)
 #include "plugin.hpp"
 #include "backend.hpp"
 #include "system_info.hpp"
@@ -39,9 +40,10 @@ Result<DeviceOptions> parse_options(const BackendConfig& config) {
         return make_error(ErrorCode::invalid_argument, "cpu option threads=" + value + ": expected a whole number from 1 to 1024");
       o.threads = n;
     } else if (key == "simd") {
-      if (value != "on" && value != "off")
-        return make_error(ErrorCode::invalid_argument, "cpu option simd=" + value + ": expected on or off");
-      o.simd = value == "on";
+      if (value != "on" && value != "off" && value != "avx2")
+        return make_error(ErrorCode::invalid_argument, "cpu option simd=" + value + ": expected on, avx2 or off");
+      o.simd = value != "off";
+      o.avx512 = value == "on";
     } else {
       return make_error(ErrorCode::invalid_argument,
                         "unknown cpu option '" + key + "'; known keys: " + std::string(kKnownKeys));

@@ -28,6 +28,7 @@ const std::vector<std::map<std::string, std::string, std::less<>>> kConfigs = {
     {{"threads", "1"}, {"simd", "on"}},
     {{"threads", "2"}, {"simd", "off"}},
     {{"threads", "3"}, {"simd", "on"}},
+    {{"threads", "2"}, {"simd", "avx2"}},  // the AVX2 forms where the CPU also has AVX-512's
 };
 
 // Uploads the inputs, runs the launch on the backend and checks the outputs
@@ -249,6 +250,19 @@ void check_streamed_and_not(GpuBackend& b, const test_cases::DerivationCase& c) 
 
 }  // namespace
 
+TEST_CASE("every GGUF kind and block type on every kernel table: any scale bits, one block to rows of 4096") {
+  // simd=on takes the AVX-512 decoders to f16 where the CPU has them, and
+  // simd=avx2 the AVX2 ones: both must give the reference's bits.
+  for (const auto& config : kConfigs) {
+    auto b = cpu_test::open_cpu(config);
+    for (const test_cases::DerivationCase& c : test_cases::kernel_cases()) {
+      if (!derivation_kind(c.shape.kind).gguf_blocks) continue;
+      INFO(c.label << " simd=" << config.at("simd"));
+      check_against_reference(*b, c.shape, c.inputs());
+    }
+  }
+}
+
 TEST_CASE("dequant_gguf outputs large enough to stream: the same bits, aligned (streamed) or not") {
   // Every quantized type's decoder and both outputs.
   auto b = cpu_test::open_cpu({{"threads", "2"}, {"simd", "on"}});
@@ -295,15 +309,17 @@ TEST_CASE("both kernel tables are in use where the CPU allows") {
   for (auto& x : f) x = awkward_f32(rng);
   auto on = cpu_test::open_cpu({{"simd", "on"}});
   auto off = cpu_test::open_cpu({{"simd", "off"}});
-  const std::string vector_set = ballast::cpu::simd_kernels() ? ballast::cpu::simd_kernels()->name : "portable";
   // The kernel set is the CPU backend's extension (plugin ABI 1.1's get_proc_address).
   const auto kernel_set = [](ballast::GpuBackend& b) {
     const void* name = b.extension(ballast::cpu::kKernelSetExtension);
     REQUIRE(name != nullptr);
     return std::string(static_cast<const char*>(name));
   };
+  const std::string avx2_set = ballast::cpu::simd_kernels() ? ballast::cpu::simd_kernels()->name : "portable";
+  const std::string vector_set = ballast::cpu::simd512_kernels() ? ballast::cpu::simd512_kernels()->name : avx2_set;
   CHECK(kernel_set(*on) == vector_set);
   CHECK(kernel_set(*off) == "portable");
+  CHECK(kernel_set(*cpu_test::open_cpu({{"simd", "avx2"}})) == avx2_set);
   DerivationLaunch s;
   s.kind = Derivation::to_f16;
   s.src_type = DataType::float32;
