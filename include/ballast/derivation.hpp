@@ -26,7 +26,7 @@ bool derivation_yields_pair(Derivation d) noexcept;
 struct DerivationLaunch {
   Derivation kind = Derivation::transpose;
   // transpose: element type (size 1, 2, 4 or 8 bytes);
-  // to_f16: float32 or bfloat16; quant_int8: float32 or float16;
+  // to_f16: float32 or bfloat16; quant_int8 (and _given_max): float32 or float16;
   // dequant_int4 / repack_int4: type of the scales (float32 or float16).
   DataType src_type = DataType::undefined;
   // transpose: [rows, cols] -> [cols, rows]; to_f16: rows*cols elements;
@@ -37,7 +37,7 @@ struct DerivationLaunch {
   ZeroPoints zero_points = ZeroPoints::absent;
 
   DevicePtr src = 0;          // the weight (int4: B)
-  DevicePtr scales = 0;       // int4 only
+  DevicePtr scales = 0;       // int4; quant_int8_given_max: f32 [rows], each row's maximum
   DevicePtr zero_point = 0;   // int4 with zero points only
   DevicePtr dst = 0;          // first (or only) output
   DevicePtr dst2 = 0;         // second output of pair derivations

@@ -42,7 +42,7 @@ namespace ballast {
 struct PlannedDerivation {
   std::string weight;  // the source weight (int4: B)
   ValueId source{};
-  std::optional<ValueId> scales;       // int4 only
+  std::optional<ValueId> scales;       // int4; quant_int8_given_max: its rows' maxima (f32 [N])
   std::optional<ValueId> zero_points;  // int4 with zero points only
   // quant_int8 of a MatMul weight stored [K, N]: quantise per output
   // channel, i.e. the [N, K] transpose (itself a memoized derivation).

@@ -83,7 +83,7 @@ namespace ballast {
 // from a launch with of(); the derivation itself is the map it is used in.
 struct DerivationKey {
   DevicePtr source = 0;      // the weight (int4: B; quant_int8 of a transposed copy: that copy)
-  DevicePtr scales = 0;      // int4 only
+  DevicePtr scales = 0;      // int4, and quant_int8_given_max's rows' maxima
   DevicePtr zero_point = 0;  // int4 with zero points only
   std::uint64_t rows = 0;
   std::uint64_t cols = 0;
