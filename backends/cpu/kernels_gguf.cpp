@@ -492,6 +492,44 @@ T512 void q45k(const std::uint8_t* __restrict b, std::uint16_t* y) {
   }
 }
 
+// Q5_0: (q - 16) * d; Q5_1: q * d + m; q = nibble | bit e of qh << 4, the
+// 32 bits of qh made bytes by a mask move.
+template <bool Offset, bool Stream>
+T512 void q5_01(const std::uint8_t* __restrict b, std::uint16_t* y) {
+  const __m512 d = _mm512_set1_ps(h16(b, 0));
+  __m512 low = _mm512_mul_ps(lanes(Offset ? 0 : -16), d), high = _mm512_mul_ps(lanes(Offset ? 16 : 0), d);
+  if (Offset) {
+    const __m512 m = _mm512_set1_ps(h16(b, 2));
+    low = _mm512_add_ps(low, m), high = _mm512_add_ps(high, m);
+  }
+  const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + (Offset ? 8 : 6)));
+  const __m128i nibble = _mm_set1_epi8(15);
+  const __m256i codes = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), nibble), _mm_and_si128(qs, nibble));
+  const __m256i fifth = _mm256_and_si256(_mm256_movm_epi8(g::u32_at(b, Offset ? 4 : 2)), _mm256_set1_epi8(16));
+  line<Stream>(y, look(_mm256_or_si256(codes, fifth), table(low, high)));
+}
+
+// Q6_K: (d * sc_t) * (q - 32), sc_t per 16 elements; 64 codes, so no table:
+// sixteen at a time widened, converted and multiplied.
+template <bool Stream>
+T512 void q6_k(const std::uint8_t* __restrict b, std::uint16_t* y) {
+  const __m512 dl = i8_times(b + 192, _mm512_set1_ps(h16(b, 208)));  // lane t: d * sc_t
+  for (std::uint32_t h = 0; h < 2; ++h) {
+    const __m256i qh = u8x32(b + 128 + 32 * h);
+    for (std::uint32_t k = 0; k < 4; ++k) {  // elements 128h + 32k + l: one 64-byte line
+      const __m256i ql = u8x32(b + 64 * h + 32 * (k & 1u));
+      const __m256i q = _mm256_sub_epi8(_mm256_or_si256(bits(ql, 4 * (k >> 1), 15), _mm256_slli_epi16(bits(qh, 2 * k, 3), 4)),
+                                        _mm256_set1_epi8(32));
+      const auto t = static_cast<int>(8 * h + 2 * k);
+      const __m512 v0 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_set1_epi32(t), dl),
+                                      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q))));
+      const __m512 v1 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_set1_epi32(t + 1), dl),
+                                      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1))));
+      line<Stream>(y + 128 * h + 32 * k, table(v0, v1));
+    }
+  }
+}
+
 // Rows of a quantized type to f16, block by block.
 template <std::uint32_t Type, bool Stream>
 T512 void block(const std::uint8_t* b, std::uint16_t* y) {
@@ -501,7 +539,10 @@ T512 void block(const std::uint8_t* b, std::uint16_t* y) {
   else if constexpr (Type == g::kQ2_K) q2_k<Stream>(b, y);
   else if constexpr (Type == g::kQ3_K) q3_k<Stream>(b, y);
   else if constexpr (Type == g::kQ4_K) q45k<false, Stream>(b, y);
-  else q45k<true, Stream>(b, y);
+  else if constexpr (Type == g::kQ5_K) q45k<true, Stream>(b, y);
+  else if constexpr (Type == g::kQ5_0) q5_01<false, Stream>(b, y);
+  else if constexpr (Type == g::kQ5_1) q5_01<true, Stream>(b, y);
+  else q6_k<Stream>(b, y);
 }
 template <std::uint32_t Type, bool Stream>
 T512 void rows(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end) {
@@ -525,16 +566,16 @@ struct TypeRow {
   std::uint32_t type;
   void (*rows)(const GgufArgs&, std::uint64_t, std::uint64_t);
   void (*rows_avx2)(const GgufArgs&, std::uint64_t, std::uint64_t);
-  // To f16 with AVX-512 BW; nullptr: the AVX2 rows (the plain float types
-  // and the rarer quantized ones, whose AVX2 rows are at the copy's speed).
+  // To f16 with AVX-512 BW; nullptr: the AVX2 rows (the plain float types,
+  // and Q8_K, which models do not store).
   void (*rows_avx512_f16)(const GgufArgs&, std::uint64_t, std::uint64_t);
 };
 
 template <std::uint32_t T>
 constexpr TypeRow row() {
 #if defined(__x86_64__)
-  constexpr bool wide = T == g::kQ4_0 || T == g::kQ4_1 || T == g::kQ8_0 || T == g::kQ2_K || T == g::kQ3_K ||
-                        T == g::kQ4_K || T == g::kQ5_K;
+  constexpr bool wide = T == g::kQ4_0 || T == g::kQ4_1 || T == g::kQ5_0 || T == g::kQ5_1 || T == g::kQ8_0 ||
+                        T == g::kQ2_K || T == g::kQ3_K || T == g::kQ4_K || T == g::kQ5_K || T == g::kQ6_K;
   if constexpr (wide) return {T, portable::rows_of<T>, avx2::rows_of<T>, avx512::rows_of<T>};
   else return {T, portable::rows_of<T>, avx2::rows_of<T>, nullptr};
 #else
