@@ -397,12 +397,22 @@ S __m512 q3k_values(__m512 dl, std::int32_t pair) {
   const __m512i k = _mm512_add_epi32(_mm512_set1_epi32(2 * pair), _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
   return _mm512_mul_ps(_mm512_permutexvar_ps(k, dl), v);
 }
-// Q4_K / Q5_K's values of sub-block s for q = first .. first + 15: (d1 * q) - m1,
-// d1 in lane s of dm and m1 in lane 8 + s.
-S __m512 k_values(__m512 dm, std::uint32_t s, std::int32_t first) {
-  const __m512 d1 = _mm512_permutexvar_ps(_mm512_set1_epi32(static_cast<int>(s)), dm);
-  const __m512 m1 = _mm512_permutexvar_ps(_mm512_set1_epi32(static_cast<int>(8 + s)), dm);
-  return _mm512_sub_ps(_mm512_mul_ps(d1, lanes(first)), m1);
+// Q4_K / Q5_K's values of a sub-block for q = first .. first + 15: (d1 * q) - m1.
+S __m512 k_values(__m512 d1, __m512 m1, std::int32_t first) { return _mm512_sub_ps(_mm512_mul_ps(d1, lanes(first)), m1); }
+S __m512 lane_of(__m512 v, std::uint32_t i) { return _mm512_permutexvar_ps(_mm512_set1_epi32(static_cast<int>(i)), v); }
+// The 6-bit scales (lanes 0..7) and mins (8..15) of a Q4_K / Q5_K block,
+// g::k_scale and g::k_min, from the 12 bytes at 4 (a masked load: nothing
+// past them). Sub-block s < 4: byte s (scale) or 4 + s (min), & 63; s >= 4:
+// the low four bits from byte 4 + s (scale: & 15, min: >> 4), the top two
+// from byte s - 4 (scale) or s (min), >> 6.
+S __m512i k_scales_mins(const std::uint8_t* b) {
+  const __m512i raw = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(0x0fff, b + 4));
+  const __m512i low = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11), raw);
+  const __m512i top = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 0, 0, 0, 0, 1, 2, 3, 0, 0, 0, 0, 4, 5, 6, 7), raw);
+  const __m512i low_bits = _mm512_and_si512(_mm512_srlv_epi32(low, _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4)),
+                                            _mm512_setr_epi32(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+  const __m512i top_bits = _mm512_and_si512(_mm512_srli_epi32(top, 6), _mm512_setr_epi32(0, 0, 0, 0, 3, 3, 3, 3, 0, 0, 0, 0, 3, 3, 3, 3));
+  return _mm512_or_si512(low_bits, _mm512_slli_epi32(top_bits, 4));
 }
 
 // Q8_0: int8 * d, sixteen at a time (no table: 256 codes).
@@ -466,14 +476,9 @@ T512 void q3_k(const std::uint8_t* __restrict b, std::uint16_t* y) {
 // q = 0..15 (Q4_K: two sub-blocks to a table) or 0..31 (Q5_K: one).
 template <bool Five, bool Stream>
 T512 void q45k(const std::uint8_t* __restrict b, std::uint16_t* y) {
-  alignas(64) std::int32_t scale_min[16];  // scales of sub-blocks 0..7, then their mins
-  for (std::uint32_t s = 0; s < 8; ++s) {
-    scale_min[s] = static_cast<std::int32_t>(g::k_scale(b, 4, s));
-    scale_min[8 + s] = static_cast<std::int32_t>(g::k_min(b, 4, s));
-  }
   // d * sc_s in lanes 0..7, dmin * m_s in 8..15
   const __m512 dm = _mm512_mul_ps(_mm512_mask_blend_ps(0xff00, _mm512_set1_ps(h16(b, 0)), _mm512_set1_ps(h16(b, 2))),
-                                  _mm512_cvtepi32_ps(_mm512_load_si512(scale_min)));
+                                  _mm512_cvtepi32_ps(k_scales_mins(b)));
   const std::uint8_t* qs = b + (Five ? 48 : 16);
   [[maybe_unused]] const __m256i qh = Five ? u8x32(b + 16) : _mm256_setzero_si256();
   for (std::uint32_t c = 0; c < 4; ++c) {  // sub-blocks 2c (low nibbles) and 2c + 1 (high) share 32 bytes
@@ -482,10 +487,12 @@ T512 void q45k(const std::uint8_t* __restrict b, std::uint16_t* y) {
     if constexpr (Five) {
       const __m256i c0 = _mm256_or_si256(bits(q, 0, 15), _mm256_slli_epi16(bits(qh, s0, 1), 4));
       const __m256i c1 = _mm256_or_si256(bits(q, 4, 15), _mm256_slli_epi16(bits(qh, s1, 1), 4));
-      line<Stream>(y + 32 * s0, look(c0, table(k_values(dm, s0, 0), k_values(dm, s0, 16))));
-      line<Stream>(y + 32 * s1, look(c1, table(k_values(dm, s1, 0), k_values(dm, s1, 16))));
+      const __m512 d0 = lane_of(dm, s0), m0 = lane_of(dm, 8 + s0), d1 = lane_of(dm, s1), m1 = lane_of(dm, 8 + s1);
+      line<Stream>(y + 32 * s0, look(c0, table(k_values(d0, m0, 0), k_values(d0, m0, 16))));
+      line<Stream>(y + 32 * s1, look(c1, table(k_values(d1, m1, 0), k_values(d1, m1, 16))));
     } else {
-      const __m512i t = table(k_values(dm, s0, 0), k_values(dm, s1, 0));  // codes of s1 read entries 16..31
+      const __m512i t = table(k_values(lane_of(dm, s0), lane_of(dm, 8 + s0), 0),  // codes of s1 read entries 16..31
+                              k_values(lane_of(dm, s1), lane_of(dm, 8 + s1), 0));
       line<Stream>(y + 32 * s0, look(bits(q, 0, 15), t));
       line<Stream>(y + 32 * s1, look(_mm256_add_epi8(bits(q, 4, 15), _mm256_set1_epi8(16)), t));
     }
