@@ -86,13 +86,17 @@ Status share_row_maxima(const Model& model, const ShardPlan& rank, RankShards& s
                                    " bytes, not the " + std::to_string(l.rows * l.cols * element) + " of its [" +
                                    std::to_string(l.rows) + ", " + std::to_string(l.cols) + "] part"));
     // Row n's part: n * cols + k as stored; of a MatMul B [K, N] (its
-    // transpose quantized), k * N + n.
+    // transpose quantized), k * N + n. Either way the bytes are walked in
+    // storage order (a column walk of B would miss the cache at every
+    // element of a weight of many MiB).
     std::vector<std::uint32_t> top(l.rows, 0);
-    for (std::uint64_t n = 0; n < l.rows; ++n)
-      for (std::uint64_t k = 0; k < l.cols; ++k) {
-        const std::uint64_t i = d.of_transposed ? k * l.rows + n : n * l.cols + k;
-        const std::uint32_t a = magnitude_bits(bytes.data() + i * element, f16);
-        if (a > top[n]) top[n] = a;
+    const std::uint64_t outer = d.of_transposed ? l.cols : l.rows, inner = d.of_transposed ? l.rows : l.cols;
+    const std::byte* at = bytes.data();
+    for (std::uint64_t o = 0; o < outer; ++o)
+      for (std::uint64_t j = 0; j < inner; ++j, at += element) {
+        std::uint32_t& m = top[d.of_transposed ? j : o];
+        const std::uint32_t a = magnitude_bits(at, f16);
+        if (a > m) m = a;
       }
     RowMaxima r;
     r.planned = d.planned;
