@@ -177,19 +177,26 @@ BALLAST_HD inline float hw_rint(float x) {
 // hw_quant_code without a division per element. `inv` = 1 / scale (one
 // IEEE division per row). For a finite inv, r = w * inv is within
 // 2^-23 * |r| + 2^-24 * |r| < 2^-15 of the IEEE quotient w / scale when
-// |r| <= 128, which always holds here (|w| <= max|w| and scale is max|w|
-// * RN(1/127), so |w / scale| < 127.0001), and RNE rounding can only
+// |r| <= 128, which always holds for quant_int8 (|w| <= max|w| and scale is max|w|
+// * RN(1/127), so |w / scale| < 127.0001; a given maximum need not bound
+// the row, and larger r take the exact path), and RNE rounding can only
 // differ between the two when the quotient lies within that distance of a
 // half-integer. Those cases (|frac(r) - 0.5| < 2^-14), rows whose inv is
 // not finite and non-finite r take the exact division. Proven against
 // kmath::quant_int8_code in tests/backends/cuda_hip (test_f16_exhaustive).
 BALLAST_HD inline uint32_t quant_code_fast(float w, float inv, bool& exact) {
   const float r = w * inv;
+  // quant_int8_given_max's maximum may be below the row's own, so r can be
+  // past any int32 (the host's rounding and the cast would be undefined):
+  // |r| > 127, infinite and NaN r take the exact path, which clamps.
+  if (!(hw_abs(r) <= 127.0f)) {
+    exact = true;
+    return 0u;
+  }
   const float rounded = hw_rint(r);
   const float f = r - rounded;  // in [-0.5, 0.5], exact (Sterbenz)
-  // NaN and infinite r fail the comparisons too.
-  if (!(hw_abs(f) < 0.5f - 0x1p-14f && hw_abs(r) <= 127.0f)) exact = true;
-  return static_cast<uint32_t>(static_cast<int32_t>(rounded)) & 0xffu;  // |r| <= 127 when !exact
+  if (!(hw_abs(f) < 0.5f - 0x1p-14f)) exact = true;
+  return static_cast<uint32_t>(static_cast<int32_t>(rounded)) & 0xffu;
 }
 
 BALLAST_HD inline uint32_t quant_code_by_inverse(float w, float scale, float inv, bool inv_ok) {
