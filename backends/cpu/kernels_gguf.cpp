@@ -8,12 +8,12 @@
 // table's to_f16_from_f32; on x86-64 with AVX2 + F16C the decoders below work
 // eight codes at a time and round with F16C (the same bits as
 // kmath::f16_bits_from_f32), and outputs of kStreamBytes or more are written
-// with non-temporal stores (kernels.hpp says why). Where the CPU has
-// AVX-512 BW the quantized types most models use decode to f16 by a vpermw
-// lookup in a table of the block's possible f16 values (namespace avx512).
-// (A pshufb table of a
+// with non-temporal stores (kernels.hpp says why). (A pshufb table of a
 // sub-block's 16 f16 values for the 4-bit types measured slower than this
 // once the stores stream: 10 against 18.5 GB/s for Q4_0, docs/benchmarks.md.)
+// Where the CPU has AVX-512 BW, every quantized type but Q8_K decodes to f16
+// in namespace avx512: most by a vpermw lookup of 32 codes at a time in a
+// table of the block's possible f16 values, one output line per lookup.
 #include "kernels.hpp"
 
 #include <common/gguf_blocks.hpp>
