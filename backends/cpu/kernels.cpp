@@ -94,6 +94,19 @@ void run_quant_int8_given_max(const DerivationLaunch& l, const RowKernels& kerne
   run_quant_int8(l, kernels, pool);
 }
 
+// A strided shard gathered: each output row is one run of the source row,
+// so a row is one memcpy (the C library's, which streams a long one).
+void run_slice(const DerivationLaunch& l, const RowKernels&, ThreadPool& pool) {
+  const std::uint64_t element_bytes = dtype_bits(l.src_type) / 8;
+  const auto* src = as<const std::byte>(l.src);
+  auto* dst = as<std::byte>(l.dst);
+  const std::uint64_t run = l.cols * element_bytes, stride = l.src_cols * element_bytes,
+                      first = l.col_offset * element_bytes;
+  pool.parallel_for(l.rows, [&](std::uint64_t r0, std::uint64_t r1) {
+    for (std::uint64_t r = r0; r < r1; ++r) std::memcpy(dst + r * run, src + r * stride + first, run);
+  }, chunks_for(pool, l.rows));
+}
+
 namespace {
 
 // One row per derivation kind, in the kind table's order, from the list

@@ -30,7 +30,8 @@ std::uint32_t word_count(DevicePtr ptr, std::uint64_t bytes) {
 // as its DataType number: gguf_common.glsl names the block types so.
 std::uint32_t variant_of(const DerivationLaunch& l) {
   switch (l.kind) {
-    case Derivation::transpose: return dtype_bits(l.src_type) / 8;
+    case Derivation::transpose:
+    case Derivation::slice: return dtype_bits(l.src_type) / 8;
     case Derivation::to_f16: return l.src_type == DataType::bfloat16 ? 1 : 0;
     case Derivation::dequant_int4:
     case Derivation::repack_int4:
@@ -209,6 +210,8 @@ Result<std::vector<Dispatch>> Kernels::plan(const DerivationLaunch& l, const Der
   p.rows = static_cast<std::uint32_t>(l.rows);
   p.cols = static_cast<std::uint32_t>(l.cols);
   p.block_size = l.block_size;
+  p.src_cols = static_cast<std::uint32_t>(l.src_cols);
+  p.col_offset = static_cast<std::uint32_t>(l.col_offset);
   p.dst_bytes = static_cast<std::uint32_t>(sizes.dst_bytes);
   p.dst2_bytes = static_cast<std::uint32_t>(sizes.dst2_bytes);
   const std::uint32_t words = word_count(l.dst, sizes.dst_bytes);

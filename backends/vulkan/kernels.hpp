@@ -33,8 +33,10 @@ struct PushConstants {
   std::uint32_t mode;
   std::uint32_t div_mul;
   std::uint32_t div_shift;
+  std::uint32_t src_cols;    // slice
+  std::uint32_t col_offset;  // slice
 };
-static_assert(sizeof(PushConstants) == 84);
+static_assert(sizeof(PushConstants) == 92);  // within the 128 bytes every Vulkan device gives
 
 inline constexpr std::uint32_t kWorkgroupSize = 64;
 // WORDS_PER_INVOCATION in shaders/common.glsl.

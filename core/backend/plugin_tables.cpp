@@ -128,6 +128,12 @@ class TableBackend final : public GpuBackend {
   const DeviceInfo& do_info() const override { return info_; }
   const Capabilities& do_capabilities() const override { return caps_; }
 
+  // The kinds the plugin's launch() knows: ABI 1.2's kind_count, else the
+  // 9 of ABI 1.1 (its tables have no such field; copy_of zeroed it).
+  std::uint32_t kind_count() const noexcept {
+    return BALLAST_HAS_FIELD(ballast_backend, &table_, kind_count) ? table_.kind_count : 9u;
+  }
+
   Result<BackendRange> do_allocate(std::uint64_t bytes, std::uint64_t alignment) override {
     ErrorSlot e;
     BackendRange r;
@@ -167,6 +173,10 @@ class TableBackend final : public GpuBackend {
     return e.status(table_.unregister_host(table_.ctx, r.ptr, r.cookie, bytes, static_cast<int32_t>(access), &e.c));
   }
   Status do_launch(const DerivationLaunch& l, const DerivationSizes& s, const LaunchOperands& o) override {
+    if (static_cast<std::uint32_t>(l.kind) >= kind_count())
+      return make_error(ErrorCode::unsupported,
+                        std::string(derivation_name(l.kind)) + ": the " + info_.backend + " plugin knows " +
+                            std::to_string(kind_count()) + " derivation kinds, not this later one: rebuild it");
     ballast_launch c{};
     c.struct_size = sizeof c;
     c.kind = static_cast<int32_t>(l.kind);
@@ -180,6 +190,8 @@ class TableBackend final : public GpuBackend {
     c.zero_point = to_c(o.zero_point, s.zero_point_bytes);
     c.dst = to_c(o.dst, s.dst_bytes);
     c.dst2 = to_c(o.dst2, s.dst2_bytes);
+    c.src_cols = l.src_cols;
+    c.col_offset = l.col_offset;
     ErrorSlot e;
     return e.status(table_.launch(table_.ctx, &c, &e.c));
   }

@@ -53,6 +53,7 @@ std::uint64_t extent(kinds::Extent e, const DerivationLaunch& l) {
     case kinds::Extent::two: return 2;
     case kinds::Extent::blocks: return l.cols / kinds::gguf_block(l.src_type)->elements;
     case kinds::Extent::block_bytes: return kinds::gguf_block(l.src_type)->bytes;
+    case kinds::Extent::src_cols: return l.src_cols;
   }
   return 0;
 }
@@ -106,6 +107,13 @@ Result<DerivationLayout> derivation_layout(const DerivationLaunch& l) {
     if (l.cols % b->elements != 0)
       return bad("cols", "must be a whole number of " + std::string(dtype_name(l.src_type)) + " blocks (" +
                              std::to_string(b->elements) + " elements), got " + std::to_string(l.cols));
+  }
+  if (k.column_slice) {
+    if (l.col_offset > l.src_cols || l.cols > l.src_cols - l.col_offset)
+      return bad("cols", "columns " + std::to_string(l.col_offset) + " + " + std::to_string(l.cols) +
+                             " pass the source's " + std::to_string(l.src_cols));
+    std::uint64_t source = 0;
+    if (!mul(l.rows, l.src_cols, source)) return overflow("rows x src_cols");
   }
   if (k.blocked && l.zero_points != ZeroPoints::absent && l.zero_points != ZeroPoints::packed_u4 &&
       l.zero_points != ZeroPoints::unpacked)

@@ -20,11 +20,11 @@ Entry of_derivation(const WeightStore& store, const PlannedDerivation& p) {
   const DerivationLaunch& l = p.launch;
   return {static_cast<int>(p.kind()), of_bytes(store, p.source), of_bytes(store, p.scales),
           of_bytes(store, p.zero_points), p.of_transposed, l.rows, l.cols, l.block_size,
-          static_cast<int>(l.src_type), static_cast<int>(l.zero_points)};
+          static_cast<int>(l.src_type), static_cast<int>(l.zero_points), l.src_cols, l.col_offset};
 }
 
 Entry of_source(const WeightStore& store, ValueId id) {
-  return {-1, of_bytes(store, id), {}, {}, false, 0, 0, 0, 0, 0};
+  return {-1, of_bytes(store, id), {}, {}, false, 0, 0, 0, 0, 0, 0, 0};
 }
 
 }  // namespace ballast::identity

@@ -23,8 +23,9 @@ Bytes of_bytes(const WeightStore& store, std::optional<ValueId> id);
 
 // Every input a derived value depends on: its kind (-1 for a source weight
 // itself), its operands' bytes, whether it reads the transposed copy, and
-// the launch parameters.
-using Entry = std::tuple<int, Bytes, Bytes, Bytes, bool, std::uint64_t, std::uint64_t, std::uint32_t, int, int>;
+// the launch parameters (a slice's source row length and first column too).
+using Entry = std::tuple<int, Bytes, Bytes, Bytes, bool, std::uint64_t, std::uint64_t, std::uint32_t, int, int,
+                         std::uint64_t, std::uint64_t>;
 
 Entry of_derivation(const WeightStore& store, const PlannedDerivation& p);
 Entry of_source(const WeightStore& store, ValueId id);

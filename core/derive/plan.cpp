@@ -133,7 +133,7 @@ auto identity(const PlannedDerivation& p) {
   const DerivationLaunch& l = p.launch;
   return std::make_tuple(static_cast<int>(p.kind()), p.source.index, p.scales ? p.scales->index + 1 : 0,
                          p.zero_points ? p.zero_points->index + 1 : 0, p.of_transposed, l.rows, l.cols, l.block_size,
-                         static_cast<int>(l.src_type), static_cast<int>(l.zero_points));
+                         static_cast<int>(l.src_type), static_cast<int>(l.zero_points), l.src_cols, l.col_offset);
 }
 
 // Derived bytes against referenced source bytes (PlanOptions::max_amplification).
@@ -250,6 +250,9 @@ Result<PlannedDerivation> plan_derivation(const Model& model, std::string_view w
   const WeightRef* w = weight_of(model, weight, id);
   if (w == nullptr) return fail(ErrorCode::not_found, "the model has no weight of this name");
   if (derivation_kind(kind).gguf_blocks) return plan_gguf(kind, std::string(weight), id, *w, fail);
+  if (kind == Derivation::slice)
+    return fail(ErrorCode::invalid_argument,
+                "slice gathers a rank's strided shard, whose columns come from a shard plan: gather_launch");
   if (w->dtype == DataType::q8_0 && kind == Derivation::quant_int8)
     return fail(ErrorCode::unsupported,
                 "quant_int8 keeps one scale per row and q8_0 one per 32 elements, so its codes cannot be kept as "

@@ -80,6 +80,11 @@ Status plan_rules(const Model& model, std::span<const DerivationRule> rules, boo
         return make_error(ErrorCode::invalid_argument,
                           "derivation rule '" + r.name + "': quant_int8_given_max takes its rows' maxima from the "
                           "ranks of a sharded derive (plan_shard_derivations); a rule asks for quant_int8");
+      // Its columns come from a shard plan, not from a file.
+      if (d == Derivation::slice)
+        return make_error(ErrorCode::invalid_argument,
+                          "derivation rule '" + r.name + "': slice gathers a rank's strided shard, whose columns "
+                          "come from a shard plan (gather_launch), not from a rule");
     }
     patterns.push_back(std::move(*compiled));
   }

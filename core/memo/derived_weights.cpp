@@ -45,6 +45,7 @@ std::string DerivationKey::to_string() const {
   if (block_size != 0) out += " block " + std::to_string(block_size);
   if (scales != 0) out += " scales " + hex(scales);
   if (zero_point != 0) out += " zero points " + hex(zero_point);
+  if (src_cols != 0) out += " columns " + std::to_string(col_offset) + "+ of " + std::to_string(src_cols);
   return out;
 }
 

@@ -62,7 +62,7 @@ inline std::uint64_t hash_key(const DerivationKey& k) noexcept {
                               (std::uint64_t{static_cast<std::uint8_t>(k.zero_points)} << 48);
   return mix(k.source * 0x9e3779b97f4a7c15ull + k.scales * 0xc2b2ae3d27d4eb4full +
              k.zero_point * 0x165667b19e3779f9ull + k.rows * 0x27d4eb2f165667c5ull + k.cols * 0x94d049bb133111ebull +
-             small * 0xbf58476d1ce4e5b9ull);
+             small * 0xbf58476d1ce4e5b9ull + k.src_cols * 0x2545f4914f6cdd1dull + k.col_offset * 0x9fb21c651e98df25ull);
 }
 
 // An out_of_memory error whose message fits std::string's inline buffer:

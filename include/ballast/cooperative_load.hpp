@@ -25,7 +25,8 @@
 // shard is one dense host array of its WeightShard::dims and device_bytes,
 // ready to upload. (The bytes come to a rank in pieces over the network
 // anyway; placing them is the gather, so no device-side slice is needed
-// on this path: docs/distributed.md.)
+// on this path. A process that keeps weights in place gathers a strided
+// shard on the device instead: gather_launch, shard.hpp.)
 //
 // Inline weights (in the .onnx itself, which every rank has opened) are
 // copied from the rank's own model, not read or sent.

@@ -25,16 +25,20 @@ bool derivation_yields_pair(Derivation d) noexcept;
 // One kernel launch. Fields not used by `kind` stay zero.
 struct DerivationLaunch {
   Derivation kind = Derivation::transpose;
-  // transpose: element type (size 1, 2, 4 or 8 bytes);
+  // transpose and slice: element type (size 1, 2, 4 or 8 bytes);
   // to_f16: float32 or bfloat16; quant_int8 (and _given_max): float32 or float16;
   // dequant_int4 / repack_int4: type of the scales (float32 or float16).
   DataType src_type = DataType::undefined;
   // transpose: [rows, cols] -> [cols, rows]; to_f16: rows*cols elements;
-  // quant_int8 and int4: rows = N, cols = K.
+  // quant_int8 and int4: rows = N, cols = K; slice: the output's [rows, cols].
   std::uint64_t rows = 0;
   std::uint64_t cols = 0;
   std::uint32_t block_size = 0;  // int4 only: power of two >= 16
   ZeroPoints zero_points = ZeroPoints::absent;
+  // slice only: the source is [rows, src_cols] and the output takes its
+  // columns [col_offset, col_offset + cols).
+  std::uint64_t src_cols = 0;
+  std::uint64_t col_offset = 0;
 
   DevicePtr src = 0;          // the weight (int4: B)
   DevicePtr scales = 0;       // int4; quant_int8_given_max: f32 [rows], each row's maximum

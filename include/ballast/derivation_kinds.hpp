@@ -27,8 +27,9 @@ enum class Derivation : std::uint8_t {
   dequant_gguf_f32 = 6,  // GGUF blocks -> f32, one pointer
   repack_gguf_int4 = 7,  // GGUF Q4_0/Q4_1 -> repack_int4's pair (words, scale/offset pairs)
   quant_int8_given_max = 8,  // quant_int8 with each row's max |w| given (scales operand) -> a pair (codes, scales)
+  slice = 9,                 // columns [col_offset, col_offset + cols) of every row of [rows, src_cols] -> one pointer
 };
-inline constexpr int kDerivationCount = 9;
+inline constexpr int kDerivationCount = 10;
 
 // How MatMulNBits zero points are given.
 enum class ZeroPoints : std::uint8_t {
@@ -54,6 +55,7 @@ enum class Extent : std::uint8_t {
   two,              // 2: a (scale, offset) pair
   blocks,           // cols / the block type's elements per block (GGUF)
   block_bytes,      // the block type's bytes per block (GGUF)
+  src_cols,         // launch.src_cols: the source's row length (slice)
 };
 
 // When an operand is part of a launch.
@@ -98,6 +100,9 @@ struct Kind {
   // GGUF kinds: src_type is a row of kGgufBlocks and cols a whole number of
   // its blocks; block_size is not read.
   bool gguf_blocks = false;
+  // slice: reads src_cols and col_offset, and col_offset + cols must not
+  // pass src_cols.
+  bool column_slice = false;
 };
 
 inline constexpr Operand input(Slot s, bool launch_type, DataType t, std::uint8_t rank, Extent a, Extent b = {},
@@ -197,6 +202,14 @@ inline constexpr Kind kTable[] = {
       input(Slot::scales, kFixed, DataType::float32, 1, E::rows),
       output(Slot::dst, kFixed, DataType::int8, ".codes", Rounding::int8_code, 2, E::rows, E::cols),
       output(Slot::dst2, kFixed, DataType::float32, ".scales", Rounding::exact, 1, E::rows)}},
+    // A strided shard gathered on the device (issue 29): the source is the
+    // whole weight's rows in place (registered zero-copy), the output the
+    // rank's columns of each, dense. Any element of 1, 2, 4 or 8 bytes; a
+    // blocked type's shard is sliced as bytes (uint8, whole blocks).
+    {Derivation::slice, "slice", false, "element type", 0, {}, false, false, 2,
+     {input(Slot::src, kLaunch, kAny, 2, E::rows, E::src_cols),
+      output(Slot::dst, kLaunch, kAny, "", Rounding::exact, 2, E::rows, E::cols)},
+     false, true},
 };
 #undef BALLAST_INT4_INPUTS_
 #undef BALLAST_GGUF_TYPES_
@@ -241,7 +254,8 @@ static_assert(covers_every_kind(kTable), "kinds::kTable needs one row per Deriva
   X(dequant_gguf)                   \
   X(dequant_gguf_f32)               \
   X(repack_gguf_int4)               \
-  X(quant_int8_given_max)
+  X(quant_int8_given_max)           \
+  X(slice)
 
 struct ListedKind {
   Derivation kind;

@@ -90,11 +90,15 @@ struct DerivationKey {
   std::uint32_t block_size = 0;
   DataType src_type = DataType::undefined;
   ZeroPoints zero_points = ZeroPoints::absent;
+  std::uint64_t src_cols = 0;    // slice
+  std::uint64_t col_offset = 0;  // slice
 
   static DerivationKey of(const DerivationLaunch& l) noexcept {
-    return {l.src, l.scales, l.zero_point, l.rows, l.cols, l.block_size, l.src_type, l.zero_points};
+    return {l.src,        l.scales,      l.zero_point, l.rows, l.cols, l.block_size, l.src_type, l.zero_points,
+            l.src_cols, l.col_offset};
   }
-  // "source 0x7f.. [4096 x 1024] float16" plus the int4 operands when set.
+  // "source 0x7f.. [4096 x 1024] float16" plus the int4 operands and a
+  // slice's columns when set.
   std::string to_string() const;
   friend bool operator==(const DerivationKey&, const DerivationKey&) = default;
 };

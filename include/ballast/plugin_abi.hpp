@@ -150,11 +150,12 @@ BackendPlugin* plugin_from(Factory&& factory) {
 }
 
 // What the tables declare: with a target minor of 0, they end where 1.1
-// appended get_proc_address.
+// appended get_proc_address; with 1, where 1.2 appended kind_count.
 constexpr std::size_t kPluginTableSize =
     BALLAST_PLUGIN_API_TARGET_MINOR >= 1 ? sizeof(ballast_plugin) : offsetof(ballast_plugin, get_proc_address);
-constexpr std::size_t kBackendTableSize =
-    BALLAST_PLUGIN_API_TARGET_MINOR >= 1 ? sizeof(ballast_backend) : offsetof(ballast_backend, get_proc_address);
+constexpr std::size_t kBackendTableSize = BALLAST_PLUGIN_API_TARGET_MINOR >= 2   ? sizeof(ballast_backend)
+                                          : BALLAST_PLUGIN_API_TARGET_MINOR >= 1 ? offsetof(ballast_backend, kind_count)
+                                                                                 : offsetof(ballast_backend, get_proc_address);
 
 // "<context>: <message>": an Error's text without libballast's to_string,
 // so the adapter needs nothing of the core's binary.
@@ -247,7 +248,12 @@ struct DeviceBox {
     return guarded(e, [&] { return of(ctx).do_unregister_host({ptr, cookie}, bytes, static_cast<HostAccess>(access)); });
   }
   static int32_t launch(void* ctx, const ballast_launch* c, ballast_error* e) noexcept {
-    return guarded(e, [&] {
+    return guarded(e, [&]() -> Status {
+      // The core sends only kinds below kind_count; a core that did not
+      // (or a 1.0/1.1 table, which has no kind_count) is told, not obeyed.
+      if (c->kind < 0 || !is_known_derivation(static_cast<std::uint64_t>(c->kind)))
+        return Status(make_error(ErrorCode::unsupported, "derivation kind " + std::to_string(c->kind) +
+                                                             " is newer than this plugin: rebuild it"));
       DerivationLaunch l;
       l.kind = static_cast<Derivation>(c->kind);
       l.src_type = static_cast<DataType>(c->src_type);
@@ -260,6 +266,10 @@ struct DeviceBox {
       l.zero_point = c->zero_point.ptr;
       l.dst = c->dst.ptr;
       l.dst2 = c->dst2.ptr;
+      if (BALLAST_HAS_FIELD(ballast_launch, c, col_offset)) {
+        l.src_cols = c->src_cols;
+        l.col_offset = c->col_offset;
+      }
       const DerivationSizes sizes{c->src.bytes, c->scales.bytes, c->zero_point.bytes, c->dst.bytes, c->dst2.bytes};
       const LaunchOperands ops{operand(c->src), operand(c->scales), operand(c->zero_point), operand(c->dst),
                                operand(c->dst2)};
@@ -311,6 +321,7 @@ struct DeviceBox {
     t.launch = &DeviceBox::launch;
     t.synchronize = &DeviceBox::synchronize;
     if constexpr (BALLAST_PLUGIN_API_TARGET_MINOR >= 1) t.get_proc_address = &DeviceBox::get_proc_address;
+    if constexpr (BALLAST_PLUGIN_API_TARGET_MINOR >= 2) t.kind_count = static_cast<uint32_t>(kDerivationCount);
     return box.release();
   }
 };

@@ -32,7 +32,7 @@
 #include <stdint.h>
 
 #define BALLAST_PLUGIN_API_MAJOR 1
-#define BALLAST_PLUGIN_API_MINOR 1
+#define BALLAST_PLUGIN_API_MINOR 2
 
 /* The one symbol a plugin library exports. */
 #define BALLAST_PLUGIN_ENTRY_SYMBOL "ballast_plugin_entry"
@@ -126,7 +126,7 @@ typedef struct ballast_operand {
 
 /* DerivationLaunch with its sizes (derivation.hpp). kind, src_type and
  * zero_points are the values of ballast::Derivation, DataType and
- * ZeroPoints. */
+ * ZeroPoints. The core sends only kinds below the backend's kind_count. */
 typedef struct ballast_launch {
   size_t struct_size;
   int32_t kind;
@@ -140,6 +140,9 @@ typedef struct ballast_launch {
   ballast_operand zero_point;
   ballast_operand dst;
   ballast_operand dst2;
+  /* Since 1.2: slice's source row length and first column, in elements. */
+  uint64_t src_cols;
+  uint64_t col_offset;
 } ballast_launch;
 
 /* An opened device. Owned by the plugin until the core calls destroy(ctx)
@@ -178,6 +181,12 @@ typedef struct ballast_backend {
   /* Since 1.1, optional: a backend-specific extension by name (NULL: none).
    * What the pointer is, is the extension's own contract. */
   void* (*get_proc_address)(void* ctx, const char* name);
+  /* Since 1.2: how many derivation kinds launch() knows (kDerivationCount
+   * of the headers it was built with; kinds are only ever appended). The
+   * core refuses a launch of a later kind as unsupported, naming it, so a
+   * plugin built before a kind existed never sees it. A table without the
+   * field knows the 9 kinds of ABI 1.1 (transpose to quant_int8_given_max). */
+  uint32_t kind_count;
 } ballast_backend;
 
 /* What ballast_plugin_entry() returns: static data, never freed. The first

@@ -109,8 +109,8 @@ struct ShardSpec {
 };
 
 // An inner-axis shard: `rows` runs of `row_bytes` bytes, one every
-// `row_stride` bytes from `offset`. Read in place it is not one tensor; a
-// future `slice` derivation gathers it on the device (issue 29).
+// `row_stride` bytes from `offset`. Read in place it is not one tensor; the
+// `slice` derivation gathers it on the device (gather_launch, below).
 struct StridedView {
   std::uint64_t offset = 0;
   std::uint64_t row_bytes = 0;
@@ -213,6 +213,25 @@ struct ShardDerivation {
 };
 Result<std::vector<ShardDerivation>> plan_shard_derivations(const Model& model, const ShardPlan& rank,
                                                             std::span<const PlannedDerivation> plan);
+
+// ---- A strided shard gathered on the device.
+// A process that keeps its weights in place (the mapping registered
+// zero-copy, or the whole weight uploaded) gathers an inner-axis shard
+// with one `slice` launch per part: part `part` of `shard` (a strided
+// one), from the weight whose first byte is at device address `weight`.
+// The launch's src is the first source row of the part's view (so it
+// reads whole rows of the weight, inside it); dst is left 0 for the
+// caller, who places the parts one after another (each
+// StridedView::bytes() long): the shard's dense array, the bytes
+// cooperative_load would have gathered on the host. Its element is the
+// widest of 8, 4, 2 and 1 bytes dividing the run, the stride, the run's
+// first byte and the source address, so any type (a block type's whole
+// blocks too) moves as whole elements; dst must be aligned to it (an
+// allocation's start is, and each part's bytes are a multiple of it). Errors (Error::context names the weight): a part
+// the shard lacks (invalid_argument); rows that pass the weight's bytes
+// (out_of_bounds).
+Result<DerivationLaunch> gather_launch(const Model& model, const WeightShard& shard, std::size_t part,
+                                       DevicePtr weight);
 
 }  // namespace ballast
 

@@ -82,7 +82,7 @@ TEST_CASE("launch validation: bad shapes and bad pointers are errors and the bac
                    l.src_type = DataType::int8;
                  })});
   bad.push_back({"transpose of strings", with(transpose, [](auto& l) { l.src_type = DataType::string; })});
-  bad.push_back({"derivation kind 9", with(transpose, [](auto& l) { l.kind = static_cast<Derivation>(9); })});
+  bad.push_back({"derivation kind past the last", with(transpose, [](auto& l) { l.kind = static_cast<Derivation>(ballast::kDerivationCount); })});
   bad.push_back({"rows x cols overflows", with(transpose, [](auto& l) {
                    l.rows = 1ull << 33;
                    l.cols = 1ull << 33;

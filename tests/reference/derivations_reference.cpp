@@ -82,6 +82,14 @@ void derive_transpose(const DerivationLaunch& s, const Inputs& in, Outputs& out)
       std::memcpy(out.dst.data() + (c * s.rows + r) * es, in.src.data() + (r * s.cols + c) * es, es);
 }
 
+// Element by element, as the definition reads: out[r][c] = src[r][col_offset + c].
+void derive_slice(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
+  const std::uint64_t es = dtype_bits(s.src_type) / 8;
+  for (std::uint64_t r = 0; r < s.rows; ++r)
+    for (std::uint64_t c = 0; c < s.cols; ++c)
+      std::memcpy(out.dst.data() + (r * s.cols + c) * es, in.src.data() + (r * s.src_cols + s.col_offset + c) * es, es);
+}
+
 void derive_to_f16(const DerivationLaunch& s, const Inputs& in, Outputs& out) {
   const std::uint64_t n = s.rows * s.cols;
   for (std::uint64_t i = 0; i < n; ++i) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 namespace ballast::test_cases {
 namespace {
@@ -58,6 +59,21 @@ DerivationCase transpose_case(DataType element, std::uint64_t rows, std::uint64_
   c.shape.rows = rows;
   c.shape.cols = cols;
   c.src = random_bytes(rows * cols * (ballast::dtype_bits(element) / 8), seed);
+  return c;
+}
+
+DerivationCase slice_case(DataType element, std::uint64_t rows, std::uint64_t src_cols, std::uint64_t col_offset,
+                          std::uint64_t cols, std::uint64_t seed) {
+  DerivationCase c;
+  c.label = "slice " + std::string(ballast::dtype_name(element)) + " columns " + std::to_string(col_offset) + "+" +
+            std::to_string(cols) + " of " + shape_label(rows, src_cols);
+  c.shape.kind = Derivation::slice;
+  c.shape.src_type = element;
+  c.shape.rows = rows;
+  c.shape.cols = cols;
+  c.shape.src_cols = src_cols;
+  c.shape.col_offset = col_offset;
+  c.src = random_bytes(rows * src_cols * (ballast::dtype_bits(element) / 8), seed);
   return c;
 }
 
@@ -397,6 +413,15 @@ std::vector<DerivationCase> kernel_cases() {
       cases.push_back(std::move(k));
     }
   }
+  // slice: every element width, a rank's columns at the left edge, inside
+  // and at the right edge, one column, all of them, and odd offsets (no
+  // alignment of a run beyond its element).
+  std::uint64_t slice_seed = 900;
+  for (DataType t : {DataType::uint8, DataType::float16, DataType::float32, DataType::int64})
+    for (auto [rows, src_cols, offset, cols] : {std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint64_t>{1, 1, 0, 1},
+                                                {3, 10, 0, 5}, {3, 10, 5, 5}, {17, 33, 7, 13}, {64, 256, 192, 64},
+                                                {5, 4096 + 32, 1, 4096 + 31}, {9, 40, 39, 1}, {200, 3, 1, 2}})
+      cases.push_back(slice_case(t, rows, src_cols, offset, cols, ++slice_seed));
   // quant_int8 rows whose quotients lie on half-integers (max 127, so the
   // scale is ~1): the kernels' reciprocal path must fall back to the exact
   // division there.

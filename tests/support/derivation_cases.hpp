@@ -86,6 +86,9 @@ std::vector<float> quant_int8_awkward_rows(std::uint64_t k);
 // Seeded; `special` mixes in NaN, +-inf, +-0, subnormals and values that
 // overflow f16 at known positions.
 DerivationCase transpose_case(DataType element, std::uint64_t rows, std::uint64_t cols, std::uint64_t seed);
+// Columns [col_offset, col_offset + cols) of a random [rows, src_cols] source.
+DerivationCase slice_case(DataType element, std::uint64_t rows, std::uint64_t src_cols, std::uint64_t col_offset,
+                          std::uint64_t cols, std::uint64_t seed);
 DerivationCase to_f16_case(DataType source, std::uint64_t rows, std::uint64_t cols, bool special, std::uint64_t seed);
 DerivationCase int4_case(Derivation kind, DataType scale_type, ZeroPoints zero_points, std::uint64_t n, std::uint64_t k,
                          std::uint32_t block_size, bool special, std::uint64_t seed);

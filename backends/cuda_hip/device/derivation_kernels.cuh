@@ -20,6 +20,7 @@
 #include "cuda_hip/device/kinds_gguf.cuh"
 #include "cuda_hip/device/kinds_int4.cuh"
 #include "cuda_hip/device/kinds_quant_int8.cuh"
+#include "cuda_hip/device/kinds_slice.cuh"
 #include "cuda_hip/device/kinds_to_f16.cuh"
 #include "cuda_hip/device/kinds_transpose.cuh"
 

@@ -37,7 +37,7 @@ enum class KernelType : std::uint32_t {
 struct KernelArgs {
   Derivation kind = Derivation::transpose;
   KernelType src_type = KernelType::float32;  // to_f16 / quant_int8 source, int4 scales, GGUF block type
-  std::uint32_t element_bytes = 0;           // transpose: 1, 2, 4 or 8
+  std::uint32_t element_bytes = 0;           // transpose and slice: 1, 2, 4 or 8
   std::uint32_t block_size = 0;
   ZeroPoints zero_points = ZeroPoints::absent;
   std::uint64_t rows = 0;
@@ -47,6 +47,8 @@ struct KernelArgs {
   std::uint64_t zero_point = 0;
   std::uint64_t dst = 0;
   std::uint64_t dst2 = 0;
+  std::uint64_t src_cols = 0;    // slice
+  std::uint64_t col_offset = 0;  // slice
 };
 
 // Enqueues the kernels of one derivation on `stream` (a cudaStream_t or

@@ -251,6 +251,8 @@ Status RuntimeBackend::do_launch(const DerivationLaunch& l, const DerivationSize
   a.zero_point = int4 && zero_points ? l.zero_point : 0;
   a.dst = l.dst;
   a.dst2 = l.dst2;
+  a.src_cols = l.src_cols;
+  a.col_offset = l.col_offset;
   return check(api_.enqueue(a, stream_), op);
 }
 

@@ -43,6 +43,8 @@ layout(push_constant) uniform Params {
   uint mode;        // shader-specific (repack_int4: 0 words, 1 scale pairs)
   uint div_mul;     // packet pipelines: packet index / packets per row is
   uint div_shift;   // (index * div_mul) >> (32 + div_shift), or index >> div_shift when div_mul is 0
+  uint src_cols;    // slice: the source's row length, in elements
+  uint col_offset;  // slice: the first column taken
 } p;
 
 const uint OP_SRC = 0u, OP_SCALES = 1u, OP_ZP = 2u, OP_DST = 3u, OP_DST2 = 4u;

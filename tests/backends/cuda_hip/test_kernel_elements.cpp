@@ -44,6 +44,8 @@ TEST_CASE("kernel per-thread bodies match the scalar reference for every derivat
     a.zero_point = address(c.zero_points);
     a.dst = address(dst);
     a.dst2 = address(dst2);
+    a.src_cols = c.shape.src_cols;
+    a.col_offset = c.shape.col_offset;
     testing::run_on_host(a);
 
     const reference::Comparison cmp = reference::compare(c.shape, *expected, dst, dst2);
@@ -51,6 +53,42 @@ TEST_CASE("kernel per-thread bodies match the scalar reference for every derivat
     ++checked;
   }
   CHECK(checked > 100);
+}
+
+// slice moves units of 16, 8, 4, 2 or 1 bytes, the widest that the
+// addresses and the runs allow: each slice case again with its source and
+// its output 1, 2, 4 and 8 bytes past a 16-byte boundary.
+TEST_CASE("slice kernel walk: every unit width, from the operands' alignment") {
+  int checked = 0;
+  for (const test_cases::DerivationCase& c : test_cases::kernel_cases()) {
+    if (c.shape.kind != Derivation::slice) continue;
+    auto expected = reference::derive(c.shape, {c.src, c.scales, c.zero_points});
+    REQUIRE(expected.ok());
+    for (std::uint64_t shift : {1u, 2u, 4u, 8u}) {
+      CAPTURE(c.label);
+      CAPTURE(shift);
+      std::vector<std::byte> src_bytes(c.src.size() + 32), dst_bytes(expected->dst.size() + 32);
+      const auto past_boundary = [&](std::vector<std::byte>& v) {
+        return v.data() + (16 - reinterpret_cast<std::uintptr_t>(v.data()) % 16) % 16 + shift;
+      };
+      std::byte* const src = past_boundary(src_bytes);
+      std::byte* const dst = past_boundary(dst_bytes);
+      std::memcpy(src, c.src.data(), c.src.size());
+      KernelArgs a;
+      a.kind = Derivation::slice;
+      a.element_bytes = dtype_bits(c.shape.src_type) / 8;
+      a.rows = c.shape.rows;
+      a.cols = c.shape.cols;
+      a.src_cols = c.shape.src_cols;
+      a.col_offset = c.shape.col_offset;
+      a.src = reinterpret_cast<std::uintptr_t>(src);
+      a.dst = reinterpret_cast<std::uintptr_t>(dst);
+      testing::run_on_host(a);
+      CHECK(std::memcmp(dst, expected->dst.data(), expected->dst.size()) == 0);
+      ++checked;
+    }
+  }
+  CHECK(checked >= 4 * 32);
 }
 
 // kernel_cases() hands the kernels 16-byte aligned operands, so the GGUF

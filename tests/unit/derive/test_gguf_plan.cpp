@@ -233,3 +233,49 @@ TEST_CASE("GGUF on the cpu backend: a file truncated while open is an io error n
   }
   CHECK((*gpu)->counters().live_allocations == baseline.live_allocations);
 }
+
+TEST_CASE("slice: launches of one source that differ only in their columns are other memo keys and identities") {
+  ScratchDir dir("slice-alias");
+  auto m = open_model(dir.write("m.gguf", file_of({{"blk.0.attn_q.weight", {320}, kQ4_0, 180}})));
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  auto base = plan_derivation(*m, "blk.0.attn_q.weight", Derivation::dequant_gguf_f32);
+  REQUIRE(base.ok());
+  // The 180 bytes as [10, 18] (one q4_0 block a row), sliced as rank shards would be.
+  PlannedDerivation left = *base;
+  left.launch = DerivationLaunch{};
+  left.launch.kind = Derivation::slice;
+  left.launch.src_type = DataType::uint8;
+  left.launch.rows = 10;
+  left.launch.src_cols = 18;
+  left.launch.cols = 9;
+  left.launch.col_offset = 0;
+  REQUIRE(derivation_sizes(left.launch).ok());
+  PlannedDerivation right = left;
+  right.launch.col_offset = 9;
+  PlannedDerivation other_stride = left;  // the same 180 bytes as [20, 9]
+  other_stride.launch.rows = 20;
+  other_stride.launch.src_cols = 9;
+  REQUIRE(derivation_sizes(other_stride.launch)->src_bytes == 180);
+  const auto id = [&](const PlannedDerivation& p) { return identity::of_derivation(m->store(), p); };
+  CHECK(id(left) != id(right));
+  CHECK(id(left) != id(other_stride));
+  CHECK(id(left) == id(PlannedDerivation(left)));
+  CHECK_FALSE(DerivationKey::of(left.launch) == DerivationKey::of(right.launch));
+  CHECK_FALSE(DerivationKey::of(left.launch) == DerivationKey::of(other_stride.launch));
+  // Columns past the source's row are refused by the layout, by field.
+  PlannedDerivation past = left;
+  past.launch.col_offset = 10;
+  auto refused = derivation_sizes(past.launch);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.code() == ErrorCode::invalid_argument);
+  CHECK(refused.error().to_string().find("pass the source's 18") != std::string::npos);
+  // A slice is not planned from a weight's name or a rule: its columns come from a shard plan.
+  auto by_name = plan_derivation(*m, "blk.0.attn_q.weight", Derivation::slice);
+  REQUIRE_FALSE(by_name.ok());
+  CHECK(by_name.error().to_string().find("gather_launch") != std::string::npos);
+  PlanOptions given;
+  given.rules = {{"shards", "blk.*", {Derivation::slice}, {}, "", ""}};
+  auto by_rule = plan_derivations(*m, given);
+  REQUIRE_FALSE(by_rule.ok());
+  CHECK(by_rule.error().to_string().find("derivation rule 'shards': slice gathers") != std::string::npos);
+}

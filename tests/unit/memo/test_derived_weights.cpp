@@ -153,7 +153,7 @@ TEST_CASE("run-time kinds: the wrong form is a wrong_kind error, an unknown kind
   CHECK(bp.code() == ErrorCode::wrong_kind);
   CHECK(builds == 0);
   CHECK(memo.is_empty());
-  CHECK(memo.get_ptr(static_cast<Derivation>(9), key_of(1)).code() == ErrorCode::invalid_argument);
+  CHECK(memo.get_ptr(static_cast<Derivation>(kDerivationCount), key_of(1)).code() == ErrorCode::invalid_argument);
   CHECK(memo.get_pair(static_cast<Derivation>(200), key_of(1)).code() == ErrorCode::invalid_argument);
 
   // The right run-time form works and sees what the typed form stored.
