@@ -26,21 +26,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// A shard gathered straight from the weight's bytes: the reference.
-std::vector<std::byte> gather(const Model& m, const WeightShard& s) {
-  const WeightRef& w = m.store().weights().at(s.id);
-  const Bytes bytes = *m.store().bytes(w);
-  const std::uint64_t base = w.is_external() ? m.store().external_mmap_provenance(w)->offset : 0;
-  std::vector<std::byte> out;
-  for (const ByteRange& r : s.ranges) out.insert(out.end(), bytes.begin() + (r.offset - base), bytes.begin() + (r.offset - base + r.length));
-  for (const StridedView& v : s.strided)
-    for (std::uint64_t row = 0; row < v.rows; ++row) {
-      const std::uint64_t at = v.offset + row * v.row_stride - base;
-      out.insert(out.end(), bytes.begin() + at, bytes.begin() + at + v.row_bytes);
-    }
-  return out;
-}
-
 struct Run {
   std::vector<Result<RankShards>> results;
   std::vector<double> rank_seconds;  // when each rank's load returned

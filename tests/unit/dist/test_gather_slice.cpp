@@ -15,21 +15,6 @@ using namespace ballast::testing;
 
 namespace {
 
-// The shard gathered straight from the weight's bytes on the host.
-std::vector<std::byte> host_gather(const Model& m, const WeightShard& s) {
-  const WeightRef& w = m.store().weights().at(s.id);
-  const Bytes bytes = *m.store().bytes(w);
-  const std::uint64_t base = w.is_external() ? m.store().external_mmap_provenance(w)->offset : 0;
-  std::vector<std::byte> out;
-  for (const StridedView& v : s.strided)
-    for (std::uint64_t row = 0; row < v.rows; ++row) {
-      const std::uint64_t at = v.offset + row * v.row_stride - base;
-      out.insert(out.end(), bytes.begin() + static_cast<std::ptrdiff_t>(at),
-                 bytes.begin() + static_cast<std::ptrdiff_t>(at + v.row_bytes));
-    }
-  return out;
-}
-
 // Every strided shard of every rank gathered on `gpu`; returns how many.
 std::size_t check_model(GpuBackend& gpu, const Model& m, std::uint32_t world) {
   CAPTURE(world);
@@ -72,7 +57,7 @@ std::size_t check_model(GpuBackend& gpu, const Model& m, std::uint32_t world) {
       REQUIRE(gpu.synchronize().ok());
       std::vector<std::byte> back(s.device_bytes);
       REQUIRE(gpu.copy_to_host(back, *dst, 0).ok());
-      CHECK(back == host_gather(m, s));
+      CHECK(back == gather(m, s));
       CHECK(gpu.free(*dst).ok());
       CHECK((in_place ? gpu.unregister_host(weight) : gpu.free(weight)).ok());
       ++gathered;

@@ -179,6 +179,23 @@ inline OnnxWriter llm_onnx() {
 
 // ---- Checks shared by the tests.
 
+// A shard gathered straight from the weight's bytes on the host, ranges
+// and strided rows in order: the reference for any gather.
+inline std::vector<std::byte> gather(const Model& m, const WeightShard& s) {
+  const WeightRef& w = m.store().weights().at(s.id);
+  const Bytes bytes = *m.store().bytes(w);
+  const std::uint64_t base = w.is_external() ? m.store().external_mmap_provenance(w)->offset : 0;
+  std::vector<std::byte> out;
+  for (const ByteRange& r : s.ranges) out.insert(out.end(), bytes.begin() + (r.offset - base), bytes.begin() + (r.offset - base + r.length));
+  for (const StridedView& v : s.strided)
+    for (std::uint64_t row = 0; row < v.rows; ++row) {
+      const std::uint64_t at = v.offset + row * v.row_stride - base;
+      out.insert(out.end(), bytes.begin() + at, bytes.begin() + at + v.row_bytes);
+    }
+  return out;
+}
+
+
 inline const WeightShard& shard_of(const ShardPlan& plan, std::string_view weight) {
   auto it = std::find_if(plan.weights.begin(), plan.weights.end(), [&](const WeightShard& s) { return s.weight == weight; });
   REQUIRE_MESSAGE(it != plan.weights.end(), "no shard of " << weight);
