@@ -44,7 +44,11 @@ Slot* live_slot(Table& t, const void* handle, Kind kind) noexcept {
   if (handle == nullptr) return nullptr;
   const Decoded d = decode(handle);
   if (d.kind != static_cast<std::uint8_t>(kind) || d.slot >= t.slots.size()) return nullptr;
-  Slot& s = t.slots[d.slot];
+  // at(), not []: the bound above is what keeps a forged handle out, and
+  // were it off by one, at() would end the process (this is noexcept)
+  // where [] would read past the table unseen (unit_capi_misuse forges
+  // the handle one past the last slot).
+  Slot& s = t.slots.at(d.slot);
   if (!s.object || s.kind != kind || s.generation != d.generation) return nullptr;
   return &s;
 }

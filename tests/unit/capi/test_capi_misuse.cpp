@@ -7,6 +7,7 @@
 #include "support/orphaned_prefix_model.hpp"
 #include "unit/store/scratch_dir.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -143,6 +144,20 @@ TEST_CASE("a handle of another kind, and made-up handle values") {
   CAPI_FAILS(ballast_model_weight_count(fake<ballast_model>(0xA1), &n), BALLAST_E_INVALID_HANDLE);
   CAPI_FAILS(ballast_model_weight_count(fake<ballast_model>(~uintptr_t{0}), &n), BALLAST_E_INVALID_HANDLE);
   CAPI_FAILS(ballast_pin_free(fake<ballast_pin>(0xFFFFFF00A5u)), BALLAST_E_INVALID_HANDLE);
+  // One slot past the table: retains until the table has no free slot
+  // left (each new handle then takes a slot past every earlier one), then
+  // the handle a next slot would have (generation 1, as a fresh slot's).
+  std::vector<ballast_model*> held;
+  std::uintptr_t highest = 0;
+  for (int i = 0; i < 4096; ++i) {
+    ballast_model* r = nullptr;
+    CAPI_OK(ballast_model_retain(w.model, &r));
+    held.push_back(r);
+    highest = std::max<std::uintptr_t>(highest, (reinterpret_cast<std::uintptr_t>(r) >> 8) & 0xFFFFFFu);
+  }
+  const std::uintptr_t past = (std::uintptr_t{1} << 32) | ((highest + 1) << 8) | 0xA1u;
+  CAPI_FAILS(ballast_model_weight_count(fake<ballast_model>(past), &n), BALLAST_E_INVALID_HANDLE);
+  for (ballast_model* r : held) CAPI_OK(ballast_model_free(r));
 }
 
 TEST_CASE("a plan of another model") {
