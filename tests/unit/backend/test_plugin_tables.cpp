@@ -1,11 +1,15 @@
 // The core's checks of a plugin's C tables (core/backend/plugin_tables.cpp):
 // a backend table missing any required entry, its info or its capabilities
 // is refused (and destroyed), and a plugin table is checked against the
-// name it was loaded under only when one is expected.
+// name it was loaded under only when one is expected; a launch of a kind
+// past the table's kind_count (9 without the field) never reaches it.
 #include "backend/plugin_tables.hpp"
+
+#include <ballast/gpu_backend.hpp>
 
 #include <doctest/doctest.h>
 
+#include <cstddef>
 #include <string>
 
 using namespace ballast;
@@ -88,4 +92,78 @@ TEST_CASE("a plugin table's name is checked against the expected one only when o
   REQUIRE_FALSE(other.ok());
   CHECK(other.error().code == ErrorCode::abi_mismatch);
   CHECK(other.error().message.find("plugin names itself \"fakeone\", expected \"vulkan\"") != std::string::npos);
+}
+
+namespace {
+
+int g_launched = 0;
+
+// A backend table whose allocations are real ranges (so launches pass the
+// core's checks) and whose launch() counts the launches it is sent.
+ballast_backend counting_backend() {
+  ballast_backend t = complete_backend();
+  t.allocate = [](void*, uint64_t, uint64_t, uint64_t* ptr, uint64_t* cookie, ballast_error*) -> int32_t {
+    static uint64_t next = 0;
+    next += 0x100000;
+    *ptr = next;
+    *cookie = next;
+    return 0;
+  };
+  t.launch = [](void*, const ballast_launch*, ballast_error*) -> int32_t {
+    ++g_launched;
+    return 0;
+  };
+  return t;
+}
+
+// Whether a launch of `kind` over a 4x4 u8 source (2 columns for slice)
+// reaches the plugin; the core's error otherwise.
+Status launch_kind(GpuBackend& b, Derivation kind) {
+  auto src = b.allocate(16);
+  auto dst = b.allocate(16);
+  REQUIRE(src.ok());
+  REQUIRE(dst.ok());
+  DerivationLaunch l;
+  l.kind = kind;
+  l.src_type = DataType::uint8;
+  l.rows = 4;
+  l.cols = kind == Derivation::slice ? 2 : 4;
+  l.src_cols = kind == Derivation::slice ? 4 : 0;
+  l.col_offset = kind == Derivation::slice ? 1 : 0;
+  l.src = *src;
+  l.dst = *dst;
+  const Status s = b.launch(l);
+  CHECK(b.free(*src).ok());
+  CHECK(b.free(*dst).ok());
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("kinds past a backend table's kind_count never reach its launch(); a table without the field knows 9") {
+  struct Case {
+    std::size_t size;
+    std::uint32_t kind_count;
+    bool slice_reaches;
+  };
+  for (const Case c : {Case{sizeof(ballast_backend), 10, true}, Case{sizeof(ballast_backend), 9, false},
+                       Case{offsetof(ballast_backend, kind_count), 0, false}}) {
+    CAPTURE(c.size);
+    CAPTURE(c.kind_count);
+    ballast_backend t = counting_backend();
+    t.struct_size = c.size;
+    t.kind_count = c.kind_count;
+    auto adopted = detail::adopt_backend_table(&t);
+    REQUIRE_MESSAGE(adopted.ok(), adopted.error().to_string());
+    g_launched = 0;
+    CHECK(launch_kind(**adopted, Derivation::transpose).ok());
+    CHECK(g_launched == 1);
+    const Status slice = launch_kind(**adopted, Derivation::slice);
+    CHECK(slice.ok() == c.slice_reaches);
+    CHECK(g_launched == (c.slice_reaches ? 2 : 1));
+    if (!c.slice_reaches) {
+      CHECK(slice.code() == ErrorCode::unsupported);
+      CHECK(slice.to_string().find("knows 9 derivation kinds, not this later one") != std::string::npos);
+    }
+  }
 }
