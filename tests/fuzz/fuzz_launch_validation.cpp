@@ -29,7 +29,8 @@
 //     0 launch          u8 kind, u8 src_type (0xE0 + i: the GGUF block
 //                       type 2000 + i), count rows, count cols,
 //                       block size, u8 zero_points, pointer src, scales,
-//                       zero_point, dst, dst2
+//                       zero_point, dst, dst2; for kind 9 (slice) then
+//                       count src_cols, count col_offset
 //     1 copy_to_device  pointer dst, count offset, u16 length, u8 fill
 //     2 copy_to_host    pointer src, count offset, u16 length
 //     3 copy_device     pointer dst, count dst offset, pointer src,
@@ -504,6 +505,10 @@ void run(GpuBackend& gpu, Reader& in) {
         l.zero_point = world.pointer(in);
         l.dst = world.pointer(in);
         l.dst2 = world.pointer(in);
+        if (l.kind == Derivation::slice) {
+          l.src_cols = in.count();
+          l.col_offset = in.count();
+        }
         world.launch(l);
         break;
       }

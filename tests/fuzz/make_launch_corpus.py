@@ -32,6 +32,7 @@ KINDS = {name: int(value) for name, value in re.findall(r"(\w+)\s*=\s*(\d+)", _e
 TRANSPOSE, TO_F16, DEQUANT, REPACK, QUANT8 = (KINDS[k] for k in ("transpose", "to_f16", "dequant_int4",
                                                                    "repack_int4", "quant_int8"))
 DEQUANT_GGUF, DEQUANT_GGUF_F32 = KINDS["dequant_gguf"], KINDS["dequant_gguf_f32"]
+SLICE, QUANT8_GIVEN_MAX, REPACK_GGUF = KINDS["slice"], KINDS["quant_int8_given_max"], KINDS["repack_gguf_int4"]
 ABSENT, PACKED, UNPACKED = 0, 1, 2
 # GGUF block types: DataType 2000 + ggml id, written as 0xE0 + id.
 Q4_0, Q8_0, Q4_K, Q6_K, Q8_1, IQ2_XXS = (0xE0 + i for i in (2, 8, 12, 14, 9, 16))
@@ -74,10 +75,12 @@ def header(portable=False):
     return h + u8(7) + u16(1024) + u16(4096)  # fill seed; read-only registration [1024, +4096) of the arena
 
 
-def launch(kind, dtype, rows, cols, bs=0, zp=ABSENT, src=NULL, scales=NULL, zero_point=NULL, dst=NULL, dst2=NULL):
+def launch(kind, dtype, rows, cols, bs=0, zp=ABSENT, src=NULL, scales=NULL, zero_point=NULL, dst=NULL, dst2=NULL,
+           src_cols=0, col_offset=0):
     b = u8(0) + u8(kind) + u8(dtype) + count(rows) + count(cols)
     b += block(bs) if bs else u8(0)
-    return b + u8(zp) + src + scales + zero_point + dst + dst2
+    b += u8(zp) + src + scales + zero_point + dst + dst2
+    return b + (count(src_cols) + count(col_offset) if kind == SLICE else b"")
 
 
 def copy_to_device(dst, offset, length, seed=3):
@@ -133,6 +136,14 @@ valid = {
     "dequant_gguf_f32_q4_k": launch(DEQUANT_GGUF_F32, Q4_K, 2, 256, src=ptr(A0), dst=ptr(A1)),
     "dequant_gguf_q6_k": launch(DEQUANT_GGUF, Q6_K, 1, 256, src=ptr(A0, 2), dst=ptr(A1, 2)),
     "dequant_gguf_q8_0": launch(DEQUANT_GGUF_F32, Q8_0, 3, 32, src=ptr(A2, 6), dst=ptr(A1, 4)),
+    # quant_int8 with its rows' maxima given (f32 [rows] in scales).
+    "quant_int8_given_max_f32": launch(QUANT8_GIVEN_MAX, F32, 4, 16, src=ptr(A0), scales=ptr(A2), dst=ptr(A1),
+                                       dst2=ptr(A3)),
+    # Q4_0 codes moved into repack_int4's words and (scale, offset) pairs.
+    "repack_gguf_int4_q4_0": launch(REPACK_GGUF, Q4_0, 2, 64, src=ptr(A0), dst=ptr(A1), dst2=ptr(A1, 1024)),
+    # slice: a rank's middle columns; an odd byte run from the read-only registration.
+    "slice_f32": launch(SLICE, F32, 16, 8, src=ptr(A0), dst=ptr(A1), src_cols=32, col_offset=8),
+    "slice_u8_registration": launch(SLICE, U8, 40, 3, src=ptr(RO, 1), dst=ptr(A1, 5), src_cols=100, col_offset=97),
     "read_registration": launch(TRANSPOSE, F32, 8, 8, src=ptr(RO), dst=ptr(A1)),
     "write_registration": register(8192, 4096, True) + launch(TRANSPOSE, F16, 16, 16, src=ptr(A0), dst=ptr(RW)),
     "copies": copy_to_device(ptr(A2), 0, 100) + copy_to_host(ptr(A2), 50, 100) + copy_device(ptr(A1), 0, ptr(A0), 0, 512)
@@ -161,6 +172,9 @@ refused = {
     + launch(7, F32, 4, 4, src=ptr(A0), dst=ptr(A1)) + launch(TRANSPOSE, 8, 4, 4, src=ptr(A0), dst=ptr(A1))
     + launch(QUANT8, F32, 1 << 32, 1 << 32, src=ptr(A0), dst=ptr(A1), dst2=ptr(A2)),
     "bad_frees": free(ptr(A0, 64)) + free(ptr(RO)) + free(NULL) + unregister(ptr(A0)),
+    # columns past the source's row; a source of 2^64 bytes.
+    "slice_bad_columns": launch(SLICE, F32, 4, 8, src=ptr(A0), dst=ptr(A1), src_cols=10, col_offset=3)
+    + launch(SLICE, U8, 1 << 32, 1, src=ptr(A0), dst=ptr(A1), src_cols=1 << 32, col_offset=0),
 }
 
 # Inputs that found bugs, kept so every run replays them.

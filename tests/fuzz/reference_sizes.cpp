@@ -37,6 +37,9 @@ std::optional<Sizes> reference_sizes(const ballast::DerivationLaunch& l) {
   // GGUF kinds: cols a whole number of the type's blocks (kGgufBlocks).
   const ballast::kinds::GgufBlock* block = ballast::kinds::gguf_block(l.src_type);
   if (k.gguf_blocks && (block == nullptr || cols % block->elements != 0)) return std::nullopt;
+  // slice: the columns taken lie in the source's row.
+  const u128 src_cols = l.src_cols, col_offset = l.col_offset;
+  if (k.column_slice && col_offset + cols > src_cols) return std::nullopt;
   const auto extent = [&](ballast::kinds::Extent e) -> u128 {
     using ballast::kinds::Extent;
     switch (e) {
@@ -49,6 +52,7 @@ std::optional<Sizes> reference_sizes(const ballast::DerivationLaunch& l) {
       case Extent::two: return 2;
       case Extent::blocks: return cols / block->elements;
       case Extent::block_bytes: return block->bytes;
+      case Extent::src_cols: return src_cols;
     }
     return 0;
   };
