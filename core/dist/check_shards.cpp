@@ -2,7 +2,32 @@
 
 namespace ballast::dist {
 
-Status check_shards(const ShardPlan& rank, const RankShards& shards) {
+Result<InPlaceRange> in_place_range(const Model& whole, const WeightShard& shard) {
+  if (!shard.contiguous() || shard.ranges.size() != 1)
+    return make_error(ErrorCode::invalid_argument, "the shard of '" + shard.weight + "' is not one byte range of it");
+  const auto it = whole.store().weights().find(shard.id);
+  if (it == whole.store().weights().end())
+    return make_error(ErrorCode::not_found, "weight '" + shard.weight + "' of the shard plan is not in the model");
+  const WeightRef& w = it->second;
+  // The plan's ranges count from the mapping's start for a weight in a
+  // file, from the weight's own first byte for one inline in the .onnx.
+  std::uint64_t base = 0;
+  if (w.is_external()) {
+    const auto p = whole.store().external_mmap_provenance(w);
+    if (!p) return make_error(ErrorCode::not_found, "the file of weight '" + shard.weight + "' is not mapped");
+    base = p->offset;
+  }
+  const ByteRange& r = shard.ranges[0];
+  const std::uint64_t length = w.byte_length();
+  if (r.offset < base || r.offset - base > length || r.length > length - (r.offset - base))
+    return make_error(ErrorCode::out_of_bounds, "the shard of '" + shard.weight + "', bytes [" +
+                                                    std::to_string(r.offset) + ", +" + std::to_string(r.length) +
+                                                    "), is not inside the weight's " + std::to_string(length) +
+                                                    " bytes from " + std::to_string(base));
+  return InPlaceRange{&w, r.offset - base, r.length};
+}
+
+Status check_shards(const Model& whole, const ShardPlan& rank, const RankShards& shards) {
   if (shards.report.rank != rank.rank)
     return make_error(ErrorCode::invalid_argument, "the shards of rank " + std::to_string(shards.report.rank) +
                                                        " given with the plan of rank " + std::to_string(rank.rank));
@@ -10,12 +35,32 @@ Status check_shards(const ShardPlan& rank, const RankShards& shards) {
     return make_error(ErrorCode::invalid_argument, "the rank's shards are not its plan's (" +
                                                        std::to_string(shards.shards.size()) + " arrays for " +
                                                        std::to_string(rank.weights.size()) + " weights)");
-  for (std::size_t i = 0; i < rank.weights.size(); ++i)
+  if (!shards.in_place.empty() && shards.in_place.size() != shards.shards.size())
+    return make_error(ErrorCode::invalid_argument, "the rank's shards say of " + std::to_string(shards.in_place.size()) +
+                                                       " whether they are in place, not of its " +
+                                                       std::to_string(shards.shards.size()));
+  for (std::size_t i = 0; i < rank.weights.size(); ++i) {
     if (shards.shards[i].size() != rank.weights[i].device_bytes)
       return make_error(ErrorCode::size_mismatch, "the shard of '" + rank.weights[i].weight + "' holds " +
                                                       std::to_string(shards.shards[i].size()) + " bytes, its plan " +
                                                       std::to_string(rank.weights[i].device_bytes));
+    if (shards.in_place.empty() || !shards.in_place[i]) continue;
+    // In place: the very bytes of the whole model's weight, or it is read
+    // (and registered) as something it is not.
+    BALLAST_ASSIGN_OR_RETURN(const InPlaceRange r, in_place_range(whole, rank.weights[i]));
+    const auto bytes = whole.store().bytes(*r.weight);
+    if (!bytes || bytes->data() + r.offset != shards.shards[i].data())
+      return make_error(ErrorCode::invalid_argument, "the shard of '" + rank.weights[i].weight +
+                                                         "' is said to be in place, but is not the model's own bytes");
+  }
   return {};
+}
+
+Status read_shard(const Model& whole, const ShardPlan& rank, const RankShards& shards, std::size_t i,
+                  const std::function<Status(Bytes)>& sink) {
+  if (shards.in_place.empty() || !shards.in_place.at(i)) return sink(shards.shards.at(i));
+  BALLAST_ASSIGN_OR_RETURN(const InPlaceRange r, in_place_range(whole, rank.weights.at(i)));
+  return whole.store().transfer(*r.weight, r.offset, r.length, sink);
 }
 
 }  // namespace ballast::dist

@@ -78,16 +78,19 @@ class RankBlocks final : public derive::OutputBlocks {
 Result<RankDevice> place_rank(GpuBackend& gpu, const Model& model, const ShardPlan& rank, const RankShards& shards,
                               std::span<const PlannedDerivation> plan) {
   const std::string context = "placing rank " + std::to_string(rank.rank) + "'s shards";
-  BALLAST_RETURN_IF_ERROR(dist::check_shards(rank, shards), context);
+  BALLAST_RETURN_IF_ERROR(dist::check_shards(model, rank, shards), context);
   RankDevice out(gpu);
   out.shards.assign(rank.weights.size(), 0);
   for (std::size_t i = 0; i < rank.weights.size(); ++i) {
-    const std::span<const std::byte> bytes = shards.shards[i];
-    if (bytes.empty()) continue;
+    const std::uint64_t bytes = shards.shards[i].size();
+    if (bytes == 0) continue;
     const std::string what = "the shard of '" + rank.weights[i].weight + "'";
-    BALLAST_ASSIGN_OR_RETURN(out.shards[i], dist::RankDeviceAccess::allocate(out, bytes.size(), what), context);
-    BALLAST_RETURN_IF_ERROR(gpu.copy_to_device(out.shards[i], 0, bytes), context + ": " + what);
-    out.shard_bytes += bytes.size();
+    BALLAST_ASSIGN_OR_RETURN(out.shards[i], dist::RankDeviceAccess::allocate(out, bytes, what), context);
+    // An in-place shard is read from its file's mapping through the store.
+    BALLAST_RETURN_IF_ERROR(dist::read_shard(model, rank, shards, i,
+                                             [&](Bytes b) { return gpu.copy_to_device(out.shards[i], 0, b); }),
+                            context + ": " + what);
+    out.shard_bytes += bytes;
   }
   if (plan.empty()) return out;
 

@@ -10,6 +10,9 @@
 
 #include "dist/check_shards.hpp"
 #include "onnx/model_impl.hpp"
+#include "store/store_access.hpp"
+
+#include <algorithm>
 
 #include <memory>
 
@@ -19,7 +22,7 @@ Result<RankModel> rank_model(const Model& whole, const ShardPlan& rank, RankShar
                              std::span<const PlannedDerivation> plan) {
   const std::string context =
       "the model of rank " + std::to_string(rank.rank) + " of " + std::to_string(rank.world) + "'s shards";
-  BALLAST_RETURN_IF_ERROR(dist::check_shards(rank, shards), context);
+  BALLAST_RETURN_IF_ERROR(dist::check_shards(whole, rank, shards), context);
   RankModel out;
   Model::Impl& impl = detail::ModelAccess::impl(out.model);
   impl.format = whole.format();
@@ -28,6 +31,11 @@ Result<RankModel> rank_model(const Model& whole, const ShardPlan& rank, RankShar
   // The shards' memory lives as long as the store (and so the model).
   const auto memory = std::make_shared<RankShards>(std::move(shards));
   impl.store.keep_alive(memory);
+  // In-place shards are views of the whole model's files: the rank's store
+  // holds the same mappings (so it checks the same recorded file state,
+  // and accounts what of each file the rank references).
+  const bool any_in_place = std::find(memory->in_place.begin(), memory->in_place.end(), true) != memory->in_place.end();
+  if (any_in_place) BALLAST_RETURN_IF_ERROR(store::StoreAccess::share_files(impl.store, whole.store()), context);
   std::vector<ValueId> ids;
   ids.reserve(rank.weights.size());
   impl.weight_order.reserve(rank.weights.size());
@@ -38,11 +46,28 @@ Result<RankModel> rank_model(const Model& whole, const ShardPlan& rank, RankShar
       return make_error(ErrorCode::not_found, "weight '" + s.weight + "' of the shard plan is not in the model")
           .with_context(context);
     WeightRef w;
+    if (!memory->in_place.empty() && memory->in_place[i]) {
+      // Its range of the whole weight, where it lies: in the same file, or
+      // in the .onnx (inline weights; decoded ones keep their memory).
+      BALLAST_ASSIGN_OR_RETURN(const dist::InPlaceRange r, dist::in_place_range(whole, s), context);
+      w = found->second;
+      if (w.is_external()) {
+        ExternalLocation narrowed = *w.external;
+        narrowed.offset += r.offset;
+        narrowed.length = r.length;
+        narrowed.length_was_given = true;
+        narrowed.checksum.reset();  // the whole weight's, not its range's
+        w.external = std::move(narrowed);
+      } else {
+        w.inline_bytes = w.inline_bytes.subspan(r.offset, r.length);
+      }
+    } else {
+      w.source = found->second.source;
+      w.storage = WeightRef::Storage::inline_borrowed;
+      w.inline_bytes = Bytes(memory->shards[i].data(), memory->shards[i].size());
+    }
     w.dtype = found->second.dtype;
     w.dims = s.dims;
-    w.source = found->second.source;
-    w.storage = WeightRef::Storage::inline_borrowed;
-    w.inline_bytes = Bytes(memory->shards[i].data(), memory->shards[i].size());
     const ValueId id = impl.intern(s.weight);
     BALLAST_RETURN_IF_ERROR(impl.store.add(id, std::move(w)), context);
     impl.weight_order.push_back(id);

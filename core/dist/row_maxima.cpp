@@ -11,6 +11,8 @@
 // cut's order; a peer's of another count has another plan.
 #include <ballast/cooperative_load.hpp>
 
+#include "dist/check_shards.hpp"
+
 #include <cstring>
 
 namespace ballast {
@@ -79,10 +81,10 @@ Status share_row_maxima(const Model& model, const ShardPlan& rank, RankShards& s
                                                                 " (of '" + plan[d.planned].weight + "')"));
     const bool f16 = l.src_type == DataType::float16;
     const std::uint64_t element = f16 ? 2 : 4;
-    const std::span<const std::byte> bytes = shards.shards[d.source];
-    if (bytes.size() != l.rows * l.cols * element)
+    const std::span<const std::byte> held = shards.shards[d.source];
+    if (held.size() != l.rows * l.cols * element)
       return failed(make_error(ErrorCode::size_mismatch,
-                               "the shard of '" + plan[d.planned].weight + "' holds " + std::to_string(bytes.size()) +
+                               "the shard of '" + plan[d.planned].weight + "' holds " + std::to_string(held.size()) +
                                    " bytes, not the " + std::to_string(l.rows * l.cols * element) + " of its [" +
                                    std::to_string(l.rows) + ", " + std::to_string(l.cols) + "] part"));
     // Row n's part: n * cols + k as stored; of a MatMul B [K, N] (its
@@ -91,13 +93,18 @@ Status share_row_maxima(const Model& model, const ShardPlan& rank, RankShards& s
     // element of a weight of many MiB).
     std::vector<std::uint32_t> top(l.rows, 0);
     const std::uint64_t outer = d.of_transposed ? l.cols : l.rows, inner = d.of_transposed ? l.rows : l.cols;
-    const std::byte* at = bytes.data();
-    for (std::uint64_t o = 0; o < outer; ++o)
-      for (std::uint64_t j = 0; j < inner; ++j, at += element) {
-        std::uint32_t& m = top[d.of_transposed ? j : o];
-        const std::uint32_t a = magnitude_bits(at, f16);
-        if (a > m) m = a;
-      }
+    // An in-place shard is read from its file's mapping through the store.
+    const Status read = dist::read_shard(model, rank, shards, d.source, [&](Bytes bytes) -> Status {
+      const std::byte* at = bytes.data();
+      for (std::uint64_t o = 0; o < outer; ++o)
+        for (std::uint64_t j = 0; j < inner; ++j, at += element) {
+          std::uint32_t& m = top[d.of_transposed ? j : o];
+          const std::uint32_t a = magnitude_bits(at, f16);
+          if (a > m) m = a;
+        }
+      return {};
+    });
+    if (!read.ok()) return failed(read);
     RowMaxima r;
     r.planned = d.planned;
     r.maxima.reserve(l.rows);

@@ -23,6 +23,13 @@ struct StoreAccess {
   static void set_header_bytes(WeightStore& store, MappingId id, std::uint64_t bytes);
   // The mapping `id` (nullptr when there is none).
   static std::shared_ptr<const MappedFile> mapping(const WeightStore& store, MappingId id);
+  // Makes `into` (a new store, with no files of its own yet) hold the very
+  // mappings of `from`, under the same ids, with its .onnx mapping and what
+  // it keeps alive: a store of views into another's files (rank_model of
+  // in-place shards). The files were opened once; both stores check the
+  // same recorded size and time when asked whether a file changed. Refused
+  // (invalid_argument) when `into` maps a file already.
+  static Status share_files(WeightStore& into, const WeightStore& from);
   // The weights map, writable: the loader checks each weight's range as it
   // decodes it (and white-box tests build what add() would refuse).
   static std::unordered_map<ValueId, WeightRef>& weights(WeightStore& store) { return store.weights_; }

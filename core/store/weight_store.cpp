@@ -455,6 +455,22 @@ void StoreAccess::set_header_bytes(WeightStore& store, MappingId id, std::uint64
   if (id != 0 && id <= store.impl_->mappings.size()) store.impl_->mappings[id - 1].header_bytes = bytes;
 }
 
+Status StoreAccess::share_files(WeightStore& into, const WeightStore& from) {
+  if (!into.impl_) into.impl_ = std::make_unique<WeightStore::Impl>();
+  if (&into == &from || !from.impl_) return {};
+  std::shared_lock read(from.impl_->mutex);
+  std::unique_lock write(into.impl_->mutex);
+  WeightStore::Impl& in = *into.impl_;
+  if (!in.mappings.empty())
+    return make_error(ErrorCode::invalid_argument, "a store that maps files of its own cannot share another's");
+  in.mappings = from.impl_->mappings;
+  in.by_path = from.impl_->by_path;
+  in.by_identity = from.impl_->by_identity;
+  in.model_file = from.impl_->model_file;
+  in.anchors.insert(in.anchors.end(), from.impl_->anchors.begin(), from.impl_->anchors.end());
+  return {};
+}
+
 std::shared_ptr<const MappedFile> StoreAccess::model_file(const WeightStore& store) {
   if (!store.impl_) return nullptr;
   std::shared_lock lock(store.impl_->mutex);

@@ -169,7 +169,36 @@ struct RankShards {
   // Filled by share_row_maxima: what place_rank and rank_model quantize
   // this rank's part of each row-parallel quant_int8 with.
   std::vector<RowMaxima> row_maxima;
+  // shards_in_place's: in_place[i] says shards[i] is the whole model's own
+  // bytes (its file's mapping, or the .onnx itself), not a copy; empty:
+  // none is. Such a span is read through the model's store (checked,
+  // guarded: the file may change under its mapping), never directly, and
+  // the model must outlive these shards and what is made of them.
+  std::vector<bool> in_place;
 };
+
+// ---- A rank's shards without a load: in place.
+// A rank that has the whole checkpoint itself (one node's ranks over one
+// copy, threads of one process over one Model, a shared file system)
+// needs no cooperative load: it takes its shards from the model it opened.
+// A shard that is one byte range of its weight (an outer-axis split, a
+// replicated weight) is that range of the mapping: nothing is copied or
+// read here, and rank_model makes it a view of the same file, so Residency
+// registers those pages in place (zero_copy), or pages or uploads just
+// them from the file, and the rank's store accounts what of the file it
+// references. A shard in several pieces (an inner-axis split's rows, a
+// fused weight's parts) is gathered into host memory here, reading only
+// its own bytes (through the store: a file changed meanwhile is an io
+// error naming it, never SIGBUS). Bytes a rank reads from storage are
+// then its own shards' (ShardTotals::read_bytes), not the union once as a
+// cooperative load's: in place suits ranks that share a page cache, and
+// the cooperative load ranks that each would read from storage.
+// report.read_bytes: the gathered bytes; report.kept_bytes: the in-place
+// ones. place_rank, share_row_maxima and rank_model take these shards as
+// they take cooperative_load's. Errors: a plan of another model or another
+// file (not_found, out_of_bounds, naming the weight), a file changed since
+// it was opened (io), no host memory (out_of_memory).
+Result<RankShards> shards_in_place(const Model& whole, const ShardPlan& rank);
 
 // Runs this rank's part of `load` (comm.rank(), in a world of comm.world(),
 // which must be plans' world). Every rank of the world calls it, with the
