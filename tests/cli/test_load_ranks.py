@@ -12,7 +12,10 @@ weight's slice computed here with NumPy from the file itself (onnx's
 external-data reader, or the safetensors header): the rank's part of each
 fused part along the plan's axis. The ranks' reads add up to the model's
 referenced bytes (each byte read once between them), every byte sent is
-received, and each rank holds its plan's device bytes. Each rank's derived
+received, and each rank holds its plan's device bytes. With --in-place
+(no load: each rank takes its shards from the model it opened) the same
+shards and derived files come out, nothing is traded, and under
+--residency zero-copy the one-range shards are registered in the mapping. Each rank's derived
 values, joined along their split axis, are the single-process derive's
 files, byte for byte (quant_int8 of a row-parallel weight too: the ranks
 all-reduce its rows' maxima, so each rank's codes are the whole codes'
@@ -181,11 +184,23 @@ def check_reports(label, lines, plan, referenced, world):
     ranks = [json.loads(l) for l in lines if l.startswith("{")]
     if not expect([r["rank"] for r in ranks] == list(range(world)), "%s: one report per rank, in rank order" % label):
         return
+    want = {p["rank"]: p for p in plan["ranks"]}
+    if "in place" in label:
+        # No load: each rank's shards are its mapping's bytes (kept) or
+        # gathered from it (read); nothing crosses between ranks.
+        expect(all(r["in_place"] and r["exchange"] == "none" and r["sent_bytes"] == 0 and r["received_bytes"] == 0
+                   for r in ranks), "%s: every rank took its shards in place, trading nothing" % label)
+        expect(all(r["kept_bytes"] + r["read_bytes"] == want[r["rank"]]["device_bytes"] == r["device_bytes"]
+                   for r in ranks), "%s: each rank's shards in its mapping and gathered add up to its plan's "
+               "device bytes (got %s)" % (label, [(r["kept_bytes"], r["read_bytes"], r["device_bytes"]) for r in ranks]))
+        expect(world == 1 or all(r["kept_bytes"] > 0 for r in ranks),
+               "%s: every rank holds shards in its mapping, not copied" % label)
+        return
+    expect(not any(r["in_place"] for r in ranks), "%s: no rank says it is in place" % label)
     expect(sum(r["read_bytes"] for r in ranks) == referenced,
            "%s: the ranks read %d bytes together = the referenced bytes (%d), each once" %
            (label, sum(r["read_bytes"] for r in ranks), referenced))
     expect(sum(r["sent_bytes"] for r in ranks) == sum(r["received_bytes"] for r in ranks), "%s: every byte sent is received" % label)
-    want = {p["rank"]: p for p in plan["ranks"]}
     expect(all(r["device_bytes"] == want[r["rank"]]["device_bytes"] for r in ranks),
            "%s: each rank holds its plan's device bytes" % label)
     expect(all(r["received_bytes"] == want[r["rank"]]["cooperative"]["received_bytes"] and
@@ -222,6 +237,10 @@ def check_residency(label, dcmd, derived, work):
             res = r.get("residency") or {}
             expect(res.get("strategy") == strategy and res["peak_device_bytes"] <= (res["budget_bytes"] or 2**64),
                    "%s: rank %d reports its residency within its budget (got %s)" % (what, r["rank"], res))
+            if strategy == "zero-copy" and "in place" in label:
+                # Shards in place are views of the file: registered where they lie, not uploaded.
+                expect(res["registered_bytes"] > 0 and res["host_copy_bytes"] == 0,
+                       "%s: rank %d registers its in-place shards in the mapping (got %s)" % (what, r["rank"], res))
             if strategy == "paged" and not budget:
                 expect(res["budget_bytes"] == r["device_bytes"] + r["derived_bytes"] + r["row_maxima_bytes"],
                        "%s: rank %d's auto budget is its shards plus its derivations and their rows' maxima "
@@ -289,7 +308,12 @@ def main():
                 continue
             doc = json.loads(out)
             plan, referenced = doc["shards"], doc["totals"]["referenced_bytes"]
-            runs = [("local", [cli, "load", model, "--comm", "local", "--world", str(world)])]
+            runs = [("local", [cli, "load", model, "--comm", "local", "--world", str(world)]),
+                    # No load: each rank's shards from the model it opened (shards_in_place).
+                    ("local in place", [cli, "load", model, "--comm", "local", "--world", str(world), "--in-place"])]
+            if mpi and world == 2:
+                runs.append(("mpi in place", [mpirun, "-np", str(world), "--oversubscribe", cli, "load", model, "--comm",
+                                              "mpi", "--in-place"]))
             if world > 1:
                 # Rounds (Communicator::exchange, NCCL's only way): the same shards, traded collectively.
                 runs.append(("local rounds", [cli, "load", model, "--comm", "local", "--world", str(world),
@@ -321,7 +345,7 @@ def main():
                 for line in proc.stdout.splitlines():
                     if line.startswith("{"):
                         r = json.loads(line)
-                        want = "rounds" if "rounds" in how else "messages"
+                        want = "none" if "in place" in how else "rounds" if "rounds" in how else "messages"
                         expect(r["exchange"] == want and (r["rounds"] > 0) == (want == "rounds"),
                                "%s: rank %d traded in %s (got %s, %d rounds)" % (label, r["rank"], want, r["exchange"], r["rounds"]))
                         round_counts[(fmt, world, how, r["rank"])] = r["rounds"]
@@ -343,7 +367,7 @@ def main():
                     continue
                 reports = [json.loads(l) for l in proc.stdout.splitlines() if l.startswith("{")]
                 check_derived(label, singles[fmt], derived, plan, world, reports)
-                if world == 2 and how in ("local", "mpi", "local on vulkan"):
+                if world == 2 and how in ("local", "mpi", "local on vulkan", "local in place"):
                     check_residency(label, dcmd, derived, a.work)
                 if how == "mpi":
                     # The text report: each rank's block whole, in rank order.

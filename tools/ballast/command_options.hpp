@@ -29,7 +29,7 @@ inline void add_residency_options(CLI::App& sub, std::string& residency, std::st
       ->check(CLI::Validator(check_budget, "BYTES|auto", "byte budget"));
 }
 
-// --comm, --world, --shard-rules, --exchange, --round-bytes, --ranks-per-domain and --timeout-s (load and derive: the
+// --comm, --world, --shard-rules, --exchange, --round-bytes, --ranks-per-domain, --timeout-s and --in-place (load and derive: the
 // tensor-parallel ranks, load_ranks.hpp). `what` says what each rank does.
 // Returns --comm, for the options it excludes.
 inline CLI::Option* add_comm_options(CLI::App& sub, CommOptions& o, const std::string& what) {
@@ -43,13 +43,13 @@ inline CLI::Option* add_comm_options(CLI::App& sub, CommOptions& o, const std::s
       ->check(CLI::Range(1u, kMaxShardWorld))
       ->needs(comm);
   sub.add_option("--shard-rules", o.shard_rules, "shard rules as JSON (docs/distributed.md)")->needs(comm);
-  sub.add_option("--exchange", o.exchange,
+  auto* exchange = sub.add_option("--exchange", o.exchange,
                  "how ranks trade bytes: messages (each chunk as it is read), rounds (collective, bounded), "
                  "or auto (messages where the communicator has them)")
       ->check(CLI::IsMember({"auto", "messages", "rounds"}))
       ->capture_default_str()
       ->needs(comm);
-  sub.add_option("--round-bytes", o.round_bytes,
+  auto* round_bytes = sub.add_option("--round-bytes", o.round_bytes,
                  "rounds: what a rank gathers for its peers before it trades (BYTES with an optional "
                  "K/M/G/KiB/MiB/GiB suffix; default 32 MiB)")
       ->check(CLI::Validator(
@@ -60,7 +60,7 @@ inline CLI::Option* add_comm_options(CLI::App& sub, CommOptions& o, const std::s
           },
           "BYTES", "byte count"))
       ->needs(comm);
-  sub.add_option("--ranks-per-domain", o.ranks_per_domain,
+  auto* domains = sub.add_option("--ranks-per-domain", o.ranks_per_domain,
                  "ranks r/N share a storage domain (a node with its own copy) and read it together; "
                  "0: every rank reads one storage")
       ->type_name("N")
@@ -70,6 +70,14 @@ inline CLI::Option* add_comm_options(CLI::App& sub, CommOptions& o, const std::s
       ->check(CLI::Range(1u, 86400u))
       ->capture_default_str()
       ->needs(comm);
+  sub.add_flag("--in-place", o.in_place,
+               "no cooperative load: each rank takes its shards from the model it opened (one-range shards are "
+               "its mapping's bytes, the others gathered on the host): for ranks that share one copy of the "
+               "checkpoint")
+      ->needs(comm)
+      ->excludes(exchange)
+      ->excludes(round_bytes)
+      ->excludes(domains);
   return comm;
 }
 

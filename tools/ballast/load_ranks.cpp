@@ -142,9 +142,10 @@ Result<Placed> place_resident(GpuBackend& gpu, const Model& model, const ShardPl
 }
 
 json rank_json(const CooperativeLoadReport& r, const Placed& placed, std::size_t shards, const std::string& comm,
-               std::uint32_t world, std::uint32_t domain, bool derive) {
+               std::uint32_t world, std::uint32_t domain, bool derive, bool in_place) {
   json doc = {{"rank", r.rank},
           {"world", world},
+          {"in_place", in_place},
           {"domain", domain},
           {"comm", comm},
           {"read_bytes", r.read_bytes},
@@ -154,11 +155,11 @@ json rank_json(const CooperativeLoadReport& r, const Placed& placed, std::size_t
           {"inline_bytes", r.inline_bytes},
           {"messages_sent", r.messages_sent},
           {"messages_received", r.messages_received},
-          {"exchange", r.rounds ? "rounds" : "messages"},
+          {"exchange", in_place ? "none" : r.rounds ? "rounds" : "messages"},
           {"rounds", r.round_count},
           {"shards", shards},
           {"device_bytes", placed.shard_bytes},
-          {"read_engine", std::string(read_engine_name(r.read.engine))},
+          {"read_engine", in_place ? std::string("none") : std::string(read_engine_name(r.read.engine))},
           {"seconds", r.seconds}};
   if (derive) {
     doc["derived"] = placed.derived;
@@ -269,7 +270,8 @@ int run_load_ranks(const RanksOptions& opt) {
     std::vector<std::thread> threads;
     for (std::size_t i = 0; i < comms.size(); ++i)
       threads.emplace_back([&, i] {
-        results[i] = cooperative_load(model, *plans, *load, *comms[i], options);
+        results[i] = opt.comm.in_place ? shards_in_place(model, plans->ranks[comms[i]->rank()])
+                                       : cooperative_load(model, *plans, *load, *comms[i], options);
         // derive --comm: the ranks' maxima of row-parallel quant_int8 rows,
         // all-reduced here, where every rank runs at once (placing is one
         // rank after another).
@@ -310,8 +312,16 @@ int run_load_ranks(const RanksOptions& opt) {
     const CooperativeLoadReport& r = report;
     std::ostringstream out;
     if (opt.json) {
-      out << rank_json(r, *placed, shard_count, comms[i]->name(), world, load->ranks[rank].domain, opt.derive).dump()
+      out << rank_json(r, *placed, shard_count, comms[i]->name(), world, load->ranks[rank].domain, opt.derive,
+                       opt.comm.in_place)
+                 .dump()
           << '\n';
+    } else if (opt.comm.in_place) {
+      // kept: the shards that are their mapping's bytes; read: those gathered from it.
+      out << "rank " << rank << " of " << world << " (" << comms[i]->name() << "), in place: "
+          << human_bytes(r.kept_bytes) << " in its mapping, " << human_bytes(r.read_bytes) << " gathered on the host; "
+          << shard_count << " shards, " << human_bytes(placed->shard_bytes) << " on " << ctx.gpu().info().backend
+          << "; " << fixed3(r.seconds) << " s\n";
     } else {
       const std::string how =
           r.rounds ? " in " + std::to_string(r.round_count) + (r.round_count == 1 ? " round" : " rounds") : "";
@@ -320,6 +330,8 @@ int run_load_ranks(const RanksOptions& opt) {
           << ", received " << human_bytes(r.received_bytes) << how << ", inline " << human_bytes(r.inline_bytes) << "; "
           << shard_count << " shards, " << human_bytes(placed->shard_bytes) << " on " << ctx.gpu().info().backend
           << "; " << fixed3(r.seconds) << " s\n";
+    }
+    if (!opt.json) {
       if (opt.derive) {
         out << "  derived " << placed->derived << " values of its shards (" << human_bytes(placed->derived_bytes) << ")";
         if (placed->skipped.empty())
@@ -359,7 +371,11 @@ int run_load_ranks(const RanksOptions& opt) {
     for (const std::string& b : blocks) std::cout << b;
   }
   std::cout.flush();
-  if (exit_code == kExitOk && comms.size() == world && !opt.json)
+  if (exit_code == kExitOk && comms.size() == world && !opt.json && opt.comm.in_place)
+    std::printf("in place: each rank read its own shards' bytes from its mapping, %s in all (a cooperative load "
+                "reads %s together)\n",
+                human_bytes(load->read_per_rank_bytes).c_str(), human_bytes(load->union_bytes).c_str());
+  else if (exit_code == kExitOk && comms.size() == world && !opt.json)
     std::printf("the ranks read %s together (%s); each reading its own shards: %s; "
                 "each reading everything: %s\n",
                 human_bytes(load->union_bytes).c_str(),

@@ -10,6 +10,8 @@
 // per rank, one line each (ranks of an MPI job print their own).
 // `ballast derive MODEL --comm ...` is the same load followed by every
 // planned derivation cut to the rank's shards (plan_shard_derivations).
+// --in-place: no load; each rank takes its shards from the model it opened
+// (shards_in_place), so it reads its own shards, sends and receives nothing.
 #pragma once
 
 #include <ballast/derive.hpp>
@@ -30,6 +32,7 @@ struct CommOptions {
   std::string exchange = "auto"; // --exchange: auto, messages or rounds
   std::string round_bytes;       // --round-bytes: a round's size (empty: CooperativeLoadOptions' default)
   std::uint32_t ranks_per_domain = 0;  // --ranks-per-domain: storage domains (0: one)
+  bool in_place = false;               // --in-place: shards_in_place, no cooperative load
 };
 
 struct RanksOptions {
