@@ -6,6 +6,7 @@
 // rank_model under Residency; a failed or silent peer fails the exchange
 // naming it, with nothing shared; two launches that differ only in their
 // maxima never share a memo entry or an identity.
+#include "unit/dist/ranks.hpp"
 #include "unit/shard/models.hpp"
 
 #include "derive/identity.hpp"
@@ -24,36 +25,6 @@ using namespace ballast::testing;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::vector<std::byte> read_back(GpuBackend& gpu, DevicePtr at, std::uint64_t bytes) {
-  std::vector<std::byte> out(bytes);
-  REQUIRE(gpu.copy_to_host(out, at, 0).ok());
-  return out;
-}
-
-// Every rank's shards, loaded and their maxima shared, each rank a thread.
-std::vector<RankShards> load_and_share(const Model& m, const ShardPlans& plans, const CooperativeLoadPlan& load,
-                                       std::span<const PlannedDerivation> plan) {
-  const auto world = static_cast<std::uint32_t>(plans.ranks.size());
-  auto comms = make_local_communicators(world);
-  REQUIRE(comms.ok());
-  std::vector<std::optional<Result<RankShards>>> loaded(world);
-  std::vector<Status> shared(world);
-  std::vector<std::thread> threads;
-  for (std::uint32_t r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      loaded[r] = cooperative_load(m, plans, load, *(*comms)[r]);
-      if (loaded[r]->ok()) shared[r] = share_row_maxima(m, plans.ranks[r], **loaded[r], plan, *(*comms)[r]);
-    });
-  for (std::thread& t : threads) t.join();
-  std::vector<RankShards> out;
-  for (std::uint32_t r = 0; r < world; ++r) {
-    REQUIRE_MESSAGE(loaded[r]->ok(), loaded[r]->error().to_string());
-    REQUIRE_MESSAGE(shared[r].ok(), shared[r].error().to_string());
-    out.push_back(std::move(**loaded[r]));
-  }
-  return out;
-}
 
 // The single-process derive's outputs of plan[i]: codes then scales.
 std::pair<std::vector<std::byte>, std::vector<std::byte>> single(GpuBackend& gpu, const Model& m,
@@ -102,7 +73,7 @@ TEST_CASE("share_row_maxima: a row-parallel quant_int8's ranks joined are the si
     const std::uint64_t part = k / world;
     std::vector<std::byte> joined(n * k);   // the ranks' codes, each in its columns
     std::vector<std::byte> joined_resident(n * k);
-    std::vector<RankShards> shards = load_and_share(*m, *plans, *load, *plan);
+    std::vector<RankShards> shards = load_all(*m, *plans, *load, *plan);
     for (std::uint32_t r = 0; r < world; ++r) {
       CAPTURE(r);
       REQUIRE(shards[r].row_maxima.size() >= 1);
