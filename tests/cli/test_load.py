@@ -155,6 +155,25 @@ def main():
     rc, out, err = run(args.ballast, "load", model, "--plan")
     expect(rc == 0 and "llm.weights" in out and "range" in out, "--plan prints the files and ranges")
 
+    # paged keeps what it read in the page cache only when its budget
+    # cannot hold every value (evictions page in again from the mapping):
+    # at the auto budget it drops it, so the next load reads everything;
+    # at half of it, it keeps what it read, so the next load finds it cached.
+    rc, doc, err = load("--residency", "paged", "--cold")
+    expect(rc == 0 and doc.get("page_cache") == "drop", "paged at the auto budget drops the page cache (%s)" % err.strip())
+    rc, after, err = load()
+    expect(rc == 0 and after["load"]["cached_bytes"] == 0 and after["load"]["read"]["bytes"] == after["referenced_bytes"],
+           "after paged at the auto budget, nothing is cached (cached %s, read %s of %s; %s)"
+           % (after.get("load", {}).get("cached_bytes"), after.get("load", {}).get("read", {}).get("bytes"),
+              after.get("referenced_bytes"), err.strip()))
+    half = doc["stats"]["budget_bytes"] // 2 if rc == 0 else 1 << 20
+    rc, doc, err = load("--residency", "paged", "--budget", str(half), "--cold")
+    expect(rc == 0 and doc.get("page_cache") == "keep" and doc["load"]["read"]["bytes"] > 0,
+           "paged at half the auto budget keeps the page cache (%s)" % err.strip())
+    rc, after, err = load()
+    expect(rc == 0 and after["load"]["cached_bytes"] > 0,
+           "after paged at half the auto budget, what it read is cached (%s)" % err.strip())
+
     # Warm: copied from the mapping, nothing read. The file is read whole
     # first (the loads above drop what they read from the page cache).
     with open(os.path.join(model_dir, "llm.weights"), "rb") as f:
