@@ -12,11 +12,17 @@ Result<InPlaceRange> in_place_range(const Model& whole, const WeightShard& shard
   // The plan's ranges count from the mapping's start for a weight in a
   // file, from the weight's own first byte for one inline in the .onnx.
   std::uint64_t base = 0;
+  std::optional<MappingId> mapping;
   if (w.is_external()) {
     const auto p = whole.store().external_mmap_provenance(w);
     if (!p) return make_error(ErrorCode::not_found, "the file of weight '" + shard.weight + "' is not mapped");
     base = p->offset;
+    mapping = p->mapping;
   }
+  // The plan's file must be the weight's: a plan of another model names another.
+  if (shard.mapping != mapping)
+    return make_error(ErrorCode::invalid_argument, "the shard plan of '" + shard.weight +
+                                                       "' counts its bytes in another file than the model's weight");
   const ByteRange& r = shard.ranges[0];
   const std::uint64_t length = w.byte_length();
   if (r.offset < base || r.offset - base > length || r.length > length - (r.offset - base))
@@ -49,7 +55,7 @@ Status check_shards(const Model& whole, const ShardPlan& rank, const RankShards&
     // (and registered) as something it is not.
     BALLAST_ASSIGN_OR_RETURN(const InPlaceRange r, in_place_range(whole, rank.weights[i]));
     const auto bytes = whole.store().bytes(*r.weight);
-    if (!bytes || bytes->data() + r.offset != shards.shards[i].data())
+    if (!bytes || bytes->data() + r.offset != shards.shards[i].data() || r.length != shards.shards[i].size())
       return make_error(ErrorCode::invalid_argument, "the shard of '" + rank.weights[i].weight +
                                                          "' is said to be in place, but is not the model's own bytes");
   }
@@ -58,8 +64,14 @@ Status check_shards(const Model& whole, const ShardPlan& rank, const RankShards&
 
 Status read_shard(const Model& whole, const ShardPlan& rank, const RankShards& shards, std::size_t i,
                   const std::function<Status(Bytes)>& sink) {
-  if (shards.in_place.empty() || !shards.in_place.at(i)) return sink(shards.shards.at(i));
+  if (i >= shards.shards.size() || i >= rank.weights.size() || (!shards.in_place.empty() && i >= shards.in_place.size()))
+    return make_error(ErrorCode::invalid_argument, "the shard set has no shard " + std::to_string(i));
+  if (shards.in_place.empty() || !shards.in_place[i]) return sink(shards.shards[i]);
   BALLAST_ASSIGN_OR_RETURN(const InPlaceRange r, in_place_range(whole, rank.weights.at(i)));
+  if (r.length != shards.shards[i].size())
+    return make_error(ErrorCode::size_mismatch, "the shard of '" + rank.weights[i].weight + "' holds " +
+                                                    std::to_string(shards.shards[i].size()) + " bytes, its range " +
+                                                    std::to_string(r.length));
   return whole.store().transfer(*r.weight, r.offset, r.length, sink);
 }
 

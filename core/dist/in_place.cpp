@@ -32,7 +32,11 @@ Status gather(const WeightStore& store, const WeightRef& w, std::uint64_t base, 
     if (v.offset < base || v.row_bytes > v.row_stride || v.bytes() > dst.size() - at)
       return make_error(ErrorCode::out_of_bounds, "a view of the plan lies outside the weight or its shard");
     // One transfer over the rows' span: one check of the file, one armed
-    // range, and only the rows' own bytes copied.
+    // range, and only the rows' own bytes copied. (A public ShardPlan may
+    // be built by hand: the span's arithmetic is checked.)
+    if (v.row_stride != 0 && v.rows - 1 > (UINT64_MAX - v.row_bytes) / v.row_stride)
+      return make_error(ErrorCode::overflow, "a view of " + std::to_string(v.rows) + " rows " +
+                                                 std::to_string(v.row_stride) + " bytes apart");
     const std::uint64_t span = (v.rows - 1) * v.row_stride + v.row_bytes;
     std::byte* out = dst.data() + at;
     BALLAST_RETURN_IF_ERROR(store.transfer(w, v.offset - base, span, [&](Bytes in) -> Status {

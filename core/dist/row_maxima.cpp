@@ -69,6 +69,7 @@ Status share_row_maxima(const Model& model, const ShardPlan& rank, RankShards& s
   };
   shards.row_maxima.clear();
   if (plan.empty()) return {};
+  if (Status s = dist::check_shards(model, rank, shards); !s.ok()) return failed(s);
   auto cut = plan_shard_derivations(model, rank, plan);
   if (!cut.ok()) return failed(cut.status());
   std::vector<RowMaxima> mine;

@@ -194,8 +194,13 @@ struct RankShards {
 // cooperative load's: in place suits ranks that share a page cache, and
 // the cooperative load ranks that each would read from storage.
 // report.read_bytes: the gathered bytes; report.kept_bytes: the in-place
-// ones. place_rank, share_row_maxima and rank_model take these shards as
-// they take cooperative_load's. Errors: a plan of another model or another
+// ones (read later, as they are placed); report.seconds: the gather's.
+// place_rank, share_row_maxima and rank_model take these shards as they
+// take cooperative_load's. Ranks that share one page cache should load
+// their Residency with CachePolicy::keep (the default drop takes pages
+// from under a peer that needs them), and where host registration is per
+// process (CUDA, HIP), ranks that are threads of one process register
+// overlapping pages once only: the others upload (docs/distributed.md). Errors: a plan of another model or another
 // file (not_found, out_of_bounds, naming the weight), a file changed since
 // it was opened (io), no host memory (out_of_memory).
 Result<RankShards> shards_in_place(const Model& whole, const ShardPlan& rank);

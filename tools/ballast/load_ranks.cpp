@@ -270,8 +270,15 @@ int run_load_ranks(const RanksOptions& opt) {
     std::vector<std::thread> threads;
     for (std::size_t i = 0; i < comms.size(); ++i)
       threads.emplace_back([&, i] {
-        results[i] = opt.comm.in_place ? shards_in_place(model, plans->ranks[comms[i]->rank()])
-                                       : cooperative_load(model, *plans, *load, *comms[i], options);
+        if (opt.comm.in_place) {
+          results[i] = shards_in_place(model, plans->ranks[comms[i]->rank()]);
+          // The load announces its own failures; taking shards in place has
+          // no communicator, so the peers (waiting in share_row_maxima or the
+          // reports' gather) hear it here, not at their timeout.
+          if (!results[i]->ok()) comms[i]->fail(results[i]->status());
+        } else {
+          results[i] = cooperative_load(model, *plans, *load, *comms[i], options);
+        }
         // derive --comm: the ranks' maxima of row-parallel quant_int8 rows,
         // all-reduced here, where every rank runs at once (placing is one
         // rank after another).
@@ -317,11 +324,13 @@ int run_load_ranks(const RanksOptions& opt) {
                  .dump()
           << '\n';
     } else if (opt.comm.in_place) {
-      // kept: the shards that are their mapping's bytes; read: those gathered from it.
+      // kept: the shards that are their mapping's bytes, read from it as
+      // they are placed; read: those gathered from it on the host first (the
+      // seconds are that gather's: placing is not timed here).
       out << "rank " << rank << " of " << world << " (" << comms[i]->name() << "), in place: "
-          << human_bytes(r.kept_bytes) << " in its mapping, " << human_bytes(r.read_bytes) << " gathered on the host; "
-          << shard_count << " shards, " << human_bytes(placed->shard_bytes) << " on " << ctx.gpu().info().backend
-          << "; " << fixed3(r.seconds) << " s\n";
+          << human_bytes(r.kept_bytes) << " in its mapping, " << human_bytes(r.read_bytes) << " gathered on the host in "
+          << fixed3(r.seconds) << " s; " << shard_count << " shards, " << human_bytes(placed->shard_bytes) << " on "
+          << ctx.gpu().info().backend << "\n";
     } else {
       const std::string how =
           r.rounds ? " in " + std::to_string(r.round_count) + (r.round_count == 1 ? " round" : " rounds") : "";
@@ -372,8 +381,8 @@ int run_load_ranks(const RanksOptions& opt) {
   }
   std::cout.flush();
   if (exit_code == kExitOk && comms.size() == world && !opt.json && opt.comm.in_place)
-    std::printf("in place: each rank read its own shards' bytes from its mapping, %s in all (a cooperative load "
-                "reads %s together)\n",
+    std::printf("in place: the ranks' shards are %s in all, each rank's read from its own mapping as it places "
+                "them (a cooperative load reads %s from storage together)\n",
                 human_bytes(load->read_per_rank_bytes).c_str(), human_bytes(load->union_bytes).c_str());
   else if (exit_code == kExitOk && comms.size() == world && !opt.json)
     std::printf("the ranks read %s together (%s); each reading its own shards: %s; "

@@ -248,3 +248,50 @@ TEST_CASE("shards_in_place: shards that say they are in place and are not are re
   REQUIRE_FALSE(ranked.ok());
   CHECK(ranked.error().code == ErrorCode::invalid_argument);
 }
+
+TEST_CASE("shards_in_place: a plan of another file, or of an overflowing view, is refused, not read") {
+  ScratchDir dir("dist-in-place-hostile-plan");
+  auto m = open_model(dir.write("m.safetensors", st_file(hf_tensors())));
+  REQUIRE(m.ok());
+  auto plans = plan_shards_all(*m, ShardSpec{2, 0, {}});
+  REQUIRE(plans.ok());
+  // A one-range shard whose plan counts its bytes in another mapping.
+  ShardPlan other_file = plans->ranks[0];
+  std::size_t one = other_file.weights.size(), strided = one;
+  for (std::size_t i = 0; i < other_file.weights.size(); ++i) {
+    if (one_range(other_file.weights[i])) one = i;
+    if (!other_file.weights[i].strided.empty() && other_file.weights[i].strided[0].rows > 1) strided = i;
+  }
+  REQUIRE(one < other_file.weights.size());
+  REQUIRE(strided < other_file.weights.size());
+  other_file.weights[one].mapping = MappingId{99};
+  auto refused = shards_in_place(*m, other_file);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == ErrorCode::invalid_argument);
+  CHECK_MESSAGE(refused.error().to_string().find(other_file.weights[one].weight) != std::string::npos,
+                refused.error().to_string());
+  // A strided view whose rows' span overflows 64 bits.
+  ShardPlan huge = plans->ranks[0];
+  huge.weights[strided].strided[0].row_stride = std::uint64_t{1} << 62;
+  auto overflow = shards_in_place(*m, huge);
+  REQUIRE_FALSE(overflow.ok());
+  CHECK(overflow.error().code == ErrorCode::overflow);
+}
+
+TEST_CASE("share_row_maxima: in-place shards with a miscounted flag list are refused, not read") {
+  ScratchDir dir("dist-in-place-maxima");
+  auto m = llm_onnx().write(dir);
+  REQUIRE(m.ok());
+  auto plan = plan_derivations(*m);
+  REQUIRE(plan.ok());
+  auto plans = plan_shards_all(*m, ShardSpec{1, 0, {}});
+  REQUIRE(plans.ok());
+  auto shards = shards_in_place(*m, plans->ranks[0]);
+  REQUIRE(shards.ok());
+  shards->in_place.resize(1);  // a count that is not the shards'
+  auto comm = make_local_communicators(1);
+  REQUIRE(comm.ok());
+  const Status s = share_row_maxima(*m, plans->ranks[0], *shards, *plan, *(*comm)[0]);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.code() == ErrorCode::invalid_argument);
+}
