@@ -11,7 +11,16 @@
 #include <common/kernel_math.hpp>
 
 #include <cpuid.h>
+// GCC 12's AVX-512 headers initialise their "undefined" vectors from
+// themselves, which -Wmaybe-uninitialized reports wherever they inline.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -166,39 +175,31 @@ std::uint64_t super_tile(unsigned element_bytes) {
   return s;
 }
 
-// Blocks of up to 2L rows by L columns, L = one 64-byte line of elements:
-// the block's source lines are read whole (into a contiguous buffer where
-// B > 8), transposed into a second buffer, and written out as L
-// destination rows of two whole lines each. Working on the matrices
-// directly would touch each line a few bytes at a time while dozens of
-// others (a power-of-two stride apart, so in the same cache set) compete
-// for it. Two lines per destination row, not one, is what takes a
-// transpose past the cache to half the streamed copy's speed: measured
-// here (2-core AMD EPYC, f32 65280x4096), one line per row wrote 20-21
-// GB/s and two 34-37, as adjacent lines go to memory together. The next
-// block's source lines are prefetched as this one is transposed (27.8 to
-// 33.5 GB/s in the same measurement): the hardware's prefetchers do not
-// follow 2L streams a row apart. Rows left over (fewer than L at the
-// bottom of a super-tile) and columns that do not fill a block move one
-// element at a time.
-template <class T, std::uint64_t B, std::uint64_t BC, void (*Block)(const T*, std::uint64_t, T*, std::uint64_t)>
-BALLAST_SIMD void transpose_blocked(const void* src_bytes, void* dst_bytes, std::uint64_t rows, std::uint64_t cols,
-                                    std::uint64_t col_begin, std::uint64_t col_end) {
+// The walk every transpose shares. Super-tiles of kSuper x kSuper
+// elements keep the pages and lines in flight within the TLB's and L2's
+// reach (Blocks::super_side()); inside one, blocks of L columns (L = one 64-byte
+// line of elements) by h = 2L rows, or L where fewer are left, go to
+// Blocks::full, which writes each of the block's L destination rows as h
+// elements: whole lines. Working on the matrices element by element would
+// touch each line a few bytes at a time while dozens of others (a
+// power-of-two stride apart, so in the same cache set) compete for it.
+// Two lines per destination row, not one, is what takes a transpose past
+// the cache to half the streamed copy's speed: measured here (2-core AMD
+// EPYC, f32 65280x4096), one line per row wrote 20-21 GB/s and two 34-37,
+// as adjacent lines go to memory together. The next block's source lines
+// are prefetched as this one is transposed (27.8 to 33.5 GB/s in the same
+// measurement): the hardware's prefetchers do not follow 2L streams a row
+// apart. Rows left over (fewer than L at the bottom of a super-tile) and
+// columns that do not fill a block move one element at a time.
+// No target of its own: it is inlined into each table's transpose_cols.
+template <class T, class Blocks>
+[[gnu::always_inline]] inline void transpose_walk(const void* src_bytes, void* dst_bytes, std::uint64_t rows,
+                                                  std::uint64_t cols, std::uint64_t col_begin, std::uint64_t col_end) {
   constexpr std::uint64_t L = 64 / sizeof(T);
   constexpr std::uint64_t R = 2 * L;  // a full block's rows
-  // A block of B rows reads B source lines at once; more than 8 of them a
-  // power-of-two stride apart would not fit in one set of an 8-way L1, so
-  // those are first copied to a contiguous buffer.
-  constexpr bool kStage = B > 8;
-  alignas(64) T staged[kStage ? R * L : 1];  // the source block, rows contiguous
-  alignas(64) T buffer[L * R];  // its transpose: L rows of up to R elements
-  // Super-tiles of kSuper x kSuper elements keep the pages and lines in
-  // flight within the TLB's and L2's reach (super_tile()); a multiple of R.
-  const std::uint64_t kSuper = std::max(super_tile(sizeof(T)), R);
+  const std::uint64_t kSuper = Blocks::super_side();  // a multiple of R
   const T* src = static_cast<const T*>(src_bytes);
   T* dst = static_cast<T*>(dst_bytes);
-  // The staged copies of the source stay plain stores: they are read back
-  // at once. Only the destination lines stream.
   const bool stream = rows * cols * sizeof(T) >= kStreamBytes;
   for (std::uint64_t sc = col_begin; sc < col_end; sc += kSuper) {
     const std::uint64_t sc1 = std::min(col_end, sc + kSuper);
@@ -214,17 +215,7 @@ BALLAST_SIMD void transpose_blocked(const void* src_bytes, void* dst_bytes, std:
             if (c0 + 2 * L <= sc1)
               for (std::uint64_t i = 0; i < h; ++i)
                 _mm_prefetch(reinterpret_cast<const char*>(src + (r0 + i) * cols + c0 + L), _MM_HINT_T0);
-            if constexpr (kStage) {
-              for (std::uint64_t i = 0; i < h; ++i) store_line(staged + i * L, src + (r0 + i) * cols + c0, false);
-              for (std::uint64_t rg = 0; rg < h; rg += B)
-                for (std::uint64_t cg = 0; cg < L; cg += BC) Block(staged + rg * L + cg, L, buffer + cg * h + rg, h);
-            } else {
-              for (std::uint64_t rg = 0; rg < h; rg += B)
-                for (std::uint64_t cg = 0; cg < L; cg += BC)
-                  Block(src + (r0 + rg) * cols + c0 + cg, cols, buffer + cg * h + rg, h);
-            }
-            for (std::uint64_t j = 0; j < L; ++j)
-              for (std::uint64_t k = 0; k < h; k += L) store_line(dst + (c0 + j) * rows + r0 + k, buffer + j * h + k, stream);
+            Blocks::full(src + r0 * cols + c0, cols, dst + c0 * rows + r0, rows, h, stream);
           } else {
             for (std::uint64_t c = c0; c < c1; ++c)
               for (std::uint64_t r = r0; r < r0 + h; ++r) dst[c * rows + r] = src[r * cols + c];
@@ -234,17 +225,160 @@ BALLAST_SIMD void transpose_blocked(const void* src_bytes, void* dst_bytes, std:
       }
     }
   }
-  done_streaming(stream);
+  if (stream) _mm_sfence();  // done_streaming(), which this untargeted walk cannot inline
 }
+
+// One block for the AVX2 table: its source lines read whole (into a
+// contiguous buffer where B > 8), transposed by B x BC register blocks
+// into a second buffer, and written out as L destination rows of h
+// elements. The staged copies stay plain stores (they are read back at
+// once); only the destination lines stream.
+template <class T, std::uint64_t B, std::uint64_t BC, void (*Block)(const T*, std::uint64_t, T*, std::uint64_t)>
+struct StagedBlocks {
+  static std::uint64_t super_side() { return std::max<std::uint64_t>(super_tile(sizeof(T)), 128 / sizeof(T)); }
+  BALLAST_SIMD static void full(const T* src, std::uint64_t cols, T* dst, std::uint64_t rows, std::uint64_t h,
+                                bool stream) {
+    constexpr std::uint64_t L = 64 / sizeof(T);
+    constexpr std::uint64_t R = 2 * L;
+    // A block of B rows reads B source lines at once; more than 8 of them a
+    // power-of-two stride apart would not fit in one set of an 8-way L1, so
+    // those are first copied to a contiguous buffer.
+    constexpr bool kStage = B > 8;
+    alignas(64) T staged[kStage ? R * L : 1];  // the source block, rows contiguous
+    alignas(64) T buffer[L * R];               // its transpose: L rows of h elements
+    if constexpr (kStage) {
+      for (std::uint64_t i = 0; i < h; ++i) store_line(staged + i * L, src + i * cols, false);
+      for (std::uint64_t rg = 0; rg < h; rg += B)
+        for (std::uint64_t cg = 0; cg < L; cg += BC) Block(staged + rg * L + cg, L, buffer + cg * h + rg, h);
+    } else {
+      for (std::uint64_t rg = 0; rg < h; rg += B)
+        for (std::uint64_t cg = 0; cg < L; cg += BC) Block(src + rg * cols + cg, cols, buffer + cg * h + rg, h);
+    }
+    for (std::uint64_t j = 0; j < L; ++j)
+      for (std::uint64_t k = 0; k < h; k += L) store_line(dst + j * rows + k, buffer + j * h + k, stream);
+  }
+};
 
 BALLAST_SIMD void transpose_cols(const void* src, void* dst, std::uint64_t rows, std::uint64_t cols,
                                  unsigned element_bytes, std::uint64_t col_begin, std::uint64_t col_end) {
   switch (element_bytes) {
-    case 1: return transpose_blocked<std::uint8_t, 16, 32, block16x32_u8>(src, dst, rows, cols, col_begin, col_end);
-    case 2: return transpose_blocked<std::uint16_t, 8, 16, block8x16_u16>(src, dst, rows, cols, col_begin, col_end);
-    case 4: return transpose_blocked<std::uint32_t, 8, 8, block8x8_u32>(src, dst, rows, cols, col_begin, col_end);
-    case 8: return transpose_blocked<std::uint64_t, 4, 4, block4x4_u64>(src, dst, rows, cols, col_begin, col_end);
+    case 1:
+      return transpose_walk<std::uint8_t, StagedBlocks<std::uint8_t, 16, 32, block16x32_u8>>(src, dst, rows, cols,
+                                                                                           col_begin, col_end);
+    case 2:
+      return transpose_walk<std::uint16_t, StagedBlocks<std::uint16_t, 8, 16, block8x16_u16>>(src, dst, rows, cols,
+                                                                                             col_begin, col_end);
+    case 4:
+      return transpose_walk<std::uint32_t, StagedBlocks<std::uint32_t, 8, 8, block8x8_u32>>(src, dst, rows, cols,
+                                                                                           col_begin, col_end);
+    case 8:
+      return transpose_walk<std::uint64_t, StagedBlocks<std::uint64_t, 4, 4, block4x4_u64>>(src, dst, rows, cols,
+                                                                                           col_begin, col_end);
   }
+}
+
+// ------------------------------------------------ byte transpose, AVX-512
+// The AVX2 byte transpose above spends 64 unpacks, 16 extracts and 32
+// half-register stores on every 512 bytes, plus a staged copy of the
+// source: it ran at 15-19 GB/s past the cache here, against 30-40 for the
+// wider elements. This one works on whole 64-byte lines in two passes of
+// 512-bit unpacks and shuffles (768 per 8 KiB block, every load and store
+// a line, no staging): AVX-512 F and BW only, which every AVX-512 CPU has.
+
+#define BALLAST_SIMD512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,f16c")))
+
+// 8 source rows of 64 bytes to 64 columns of 8 bytes. Interleaving bytes,
+// then pairs, then quads of rows (three unpack steps within each 128-bit
+// lane) leaves in out[m] the columns 16l + 2m and 16l + 2m + 1 of lane l,
+// as its qwords 2l and 2l + 1 (each the 8 rows of one column).
+BALLAST_SIMD512 inline void columns8x64_u8(const std::uint8_t* src, std::uint64_t stride, __m512i* out) {
+  __m512i a[8], b[8], c[8];
+  for (int i = 0; i < 8; ++i) a[i] = _mm512_loadu_si512(src + i * stride);
+  for (int i = 0; i < 8; i += 2) {
+    b[i] = _mm512_unpacklo_epi8(a[i], a[i + 1]);  // columns 0-7 of each lane, rows i and i + 1
+    b[i + 1] = _mm512_unpackhi_epi8(a[i], a[i + 1]);  // columns 8-15
+  }
+  for (int j = 0; j < 8; j += 4) {  // rows j to j + 3, columns 0-3, 4-7, 8-11 and 12-15 of each lane
+    c[j] = _mm512_unpacklo_epi16(b[j], b[j + 2]);
+    c[j + 1] = _mm512_unpackhi_epi16(b[j], b[j + 2]);
+    c[j + 2] = _mm512_unpacklo_epi16(b[j + 1], b[j + 3]);
+    c[j + 3] = _mm512_unpackhi_epi16(b[j + 1], b[j + 3]);
+  }
+  for (int m = 0; m < 4; ++m) {  // all 8 rows of columns 4m, 4m + 1 (even) and 4m + 2, 4m + 3 (odd)
+    out[2 * m] = _mm512_unpacklo_epi32(c[m], c[m + 4]);
+    out[2 * m + 1] = _mm512_unpackhi_epi32(c[m], c[m + 4]);
+  }
+}
+
+// The transpose of 8 registers as an 8x8 matrix of qwords: y[q] holds
+// qword q of x[0], ..., x[7]. Pairs within each lane, then lanes gathered
+// by two shuffles of 128-bit lanes.
+BALLAST_SIMD512 inline void transpose8x8_u64(const __m512i* x, __m512i* y) {
+  __m512i t[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm512_unpacklo_epi64(x[i], x[i + 1]);  // lane l: qword 2l of x[i], x[i + 1]
+    t[i + 1] = _mm512_unpackhi_epi64(x[i], x[i + 1]);  // lane l: qword 2l + 1
+  }
+  for (int e = 0; e < 2; ++e) {
+    const __m512i u0 = _mm512_shuffle_i64x2(t[e], t[2 + e], _MM_SHUFFLE(2, 0, 2, 0));  // lanes 0, 2
+    const __m512i u1 = _mm512_shuffle_i64x2(t[e], t[2 + e], _MM_SHUFFLE(3, 1, 3, 1));  // lanes 1, 3
+    const __m512i u2 = _mm512_shuffle_i64x2(t[4 + e], t[6 + e], _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512i u3 = _mm512_shuffle_i64x2(t[4 + e], t[6 + e], _MM_SHUFFLE(3, 1, 3, 1));
+    y[0 + e] = _mm512_shuffle_i64x2(u0, u2, _MM_SHUFFLE(2, 0, 2, 0));
+    y[4 + e] = _mm512_shuffle_i64x2(u0, u2, _MM_SHUFFLE(3, 1, 3, 1));
+    y[2 + e] = _mm512_shuffle_i64x2(u1, u3, _MM_SHUFFLE(2, 0, 2, 0));
+    y[6 + e] = _mm512_shuffle_i64x2(u1, u3, _MM_SHUFFLE(3, 1, 3, 1));
+  }
+}
+
+BALLAST_SIMD512 inline void put64(void* p, __m512i v, bool stream) {
+  if (stream && (reinterpret_cast<std::uintptr_t>(p) & 63) == 0) {
+    _mm512_stream_si512(static_cast<__m512i*>(p), v);
+  } else {
+    _mm512_storeu_si512(p, v);
+  }
+}
+
+// One block of h = 64 or 128 rows by 64 columns. First pass: each group
+// of 8 rows becomes 8 registers of column pieces (columns8x64_u8), kept
+// in a buffer. Second pass: for each of those 8 register slots, the
+// pieces of 8 groups are one 8x8 qword transpose away from 8 whole
+// destination lines; with 128 rows both lines of a destination row are
+// written together.
+struct ByteBlocks512 {
+  // Nothing here is read twice (each source line is one load, each
+  // destination line one store), so the super-tile need not fit in L2: its
+  // side only sets how long a run of each row the walk reads and writes
+  // before it moves on. 1024 moved 26-28 GB/s past the cache here against
+  // 22-24 for L2's 512 (2-core AMD EPYC, 130560x8192, bench_derive).
+  static std::uint64_t super_side() { return 1024; }
+  BALLAST_SIMD512 static void full(const std::uint8_t* src, std::uint64_t cols, std::uint8_t* dst, std::uint64_t rows,
+                                   std::uint64_t h, bool stream) {
+    __m512i pieces[16][8];  // [group of 8 rows][slot m]
+    const std::uint64_t groups = h / 8, halves = h / 64;
+    for (std::uint64_t g = 0; g < groups; ++g) columns8x64_u8(src + 8 * g * cols, cols, pieces[g]);
+    for (int m = 0; m < 8; ++m) {
+      __m512i x[8], y[2][8];
+      for (std::uint64_t half = 0; half < halves; ++half) {
+        for (int g = 0; g < 8; ++g) x[g] = pieces[8 * half + g][m];
+        transpose8x8_u64(x, y[half]);
+      }
+      // y[half][q], q = 2l + e: the column 16l + 2m + e (out of 8 registers m).
+      for (int q = 0; q < 8; ++q) {
+        std::uint8_t* row = dst + (16 * (q >> 1) + 2 * m + (q & 1)) * rows;
+        for (std::uint64_t half = 0; half < halves; ++half) put64(row + 64 * half, y[half][q], stream);
+      }
+    }
+  }
+};
+
+// The AVX-512 table's transposes: its own byte blocks, the AVX2 blocks
+// for wider elements (already at the streamed copy's half).
+BALLAST_SIMD512 void transpose_cols512(const void* src, void* dst, std::uint64_t rows, std::uint64_t cols,
+                                       unsigned element_bytes, std::uint64_t col_begin, std::uint64_t col_end) {
+  if (element_bytes == 1)
+    return transpose_walk<std::uint8_t, ByteBlocks512>(src, dst, rows, cols, col_begin, col_end);
+  transpose_cols(src, dst, rows, cols, element_bytes, col_begin, col_end);
 }
 
 
@@ -649,10 +783,11 @@ const RowKernels* simd_kernels() {
   return supported ? &table : nullptr;
 }
 
-// The same kernels but for the GGUF decoders to f16, which have AVX-512
-// forms (kernels_gguf.cpp tells the tables apart by address).
+// The same kernels but for the byte transpose and the GGUF decoders to
+// f16, which have AVX-512 forms (kernels_gguf.cpp tells the tables apart
+// by address).
 const RowKernels* simd512_kernels() {
-  static const RowKernels table{"avx512bw+avx2+f16c", transpose_cols, to_f16_from_f32, to_f16_from_bf16, dequant_int4_rows,
+  static const RowKernels table{"avx512bw+avx2+f16c", transpose_cols512, to_f16_from_f32, to_f16_from_bf16, dequant_int4_rows,
                                 repack_int4_rows, quant_int8_rows, copy};
   static const bool supported = cpu_has_avx512bw();
   return supported ? &table : nullptr;
