@@ -1,26 +1,16 @@
 #include "dist/check_shards.hpp"
+#include "shard/shard_source.hpp"
 
 namespace ballast::dist {
 
 Result<InPlaceRange> in_place_range(const Model& whole, const WeightShard& shard) {
   if (!shard.contiguous() || shard.ranges.size() != 1)
     return make_error(ErrorCode::invalid_argument, "the shard of '" + shard.weight + "' is not one byte range of it");
-  const auto it = whole.store().weights().find(shard.id);
-  if (it == whole.store().weights().end())
-    return make_error(ErrorCode::not_found, "weight '" + shard.weight + "' of the shard plan is not in the model");
-  const WeightRef& w = it->second;
-  // The plan's ranges count from the mapping's start for a weight in a
-  // file, from the weight's own first byte for one inline in the .onnx.
-  std::uint64_t base = 0;
-  std::optional<MappingId> mapping;
-  if (w.is_external()) {
-    const auto p = whole.store().external_mmap_provenance(w);
-    if (!p) return make_error(ErrorCode::not_found, "the file of weight '" + shard.weight + "' is not mapped");
-    base = p->offset;
-    mapping = p->mapping;
-  }
+  BALLAST_ASSIGN_OR_RETURN(const shard::ShardSource source, shard::shard_source(whole, shard));
+  const WeightRef& w = *source.weight;
+  const std::uint64_t base = source.base;
   // The plan's file must be the weight's: a plan of another model names another.
-  if (shard.mapping != mapping)
+  if (shard.mapping != source.mapping)
     return make_error(ErrorCode::invalid_argument, "the shard plan of '" + shard.weight +
                                                        "' counts its bytes in another file than the model's weight");
   const ByteRange& r = shard.ranges[0];

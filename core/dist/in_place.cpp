@@ -6,6 +6,7 @@
 #include <ballast/cooperative_load.hpp>
 
 #include "dist/check_shards.hpp"
+#include "shard/shard_source.hpp"
 
 #include <chrono>
 #include <cstring>
@@ -95,17 +96,9 @@ Result<RankShards> shards_in_place(const Model& whole, const ShardPlan& rank) {
       out.report.kept_bytes += r.length;
       continue;
     }
-    const auto it = whole.store().weights().find(s.id);
-    if (it == whole.store().weights().end())
-      return make_error(ErrorCode::not_found, "the model has no such weight").with_context(what);
-    std::uint64_t base = 0;
-    if (it->second.is_external()) {
-      const auto p = whole.store().external_mmap_provenance(it->second);
-      if (!p) return make_error(ErrorCode::not_found, "the weight's file is not mapped").with_context(what);
-      base = p->offset;
-    }
+    BALLAST_ASSIGN_OR_RETURN(const shard::ShardSource source, shard::shard_source(whole, s), what);
     const std::span<std::byte> dst(out.memory.data() + at, s.device_bytes);
-    BALLAST_RETURN_IF_ERROR(gather(whole.store(), it->second, base, s, dst), what);
+    BALLAST_RETURN_IF_ERROR(gather(whole.store(), *source.weight, source.base, s, dst), what);
     out.shards[i] = dst;
     out.report.read_bytes += s.device_bytes;
     at += (s.device_bytes + kShardAlignment - 1) / kShardAlignment * kShardAlignment;

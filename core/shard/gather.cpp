@@ -1,6 +1,6 @@
 // gather_launch: the slice launch that gathers one part of a strided shard
 // on a device from its whole weight there (shard.hpp).
-#include <ballast/shard.hpp>
+#include "shard/shard_source.hpp"
 
 #include <algorithm>
 #include <string>
@@ -29,17 +29,10 @@ Result<DerivationLaunch> gather_launch(const Model& model, const WeightShard& sh
   if (part >= shard.strided.size())
     return fail(ErrorCode::invalid_argument, "part " + std::to_string(part) + " of a shard with " +
                                                  std::to_string(shard.strided.size()) + " strided parts");
-  const auto it = model.store().weights().find(shard.id);
-  if (it == model.store().weights().end()) return fail(ErrorCode::not_found, "the model has no such weight");
-  const WeightRef& w = it->second;
-  // Where the view's offsets count from: the weight's first byte in its
-  // mapping, or 0 for an inline weight.
-  std::uint64_t base = 0;
-  if (w.is_external()) {
-    const auto p = model.store().external_mmap_provenance(w);
-    if (!p) return fail(ErrorCode::not_found, "the weight's mapping is gone");
-    base = p->offset;
-  }
+  const auto source = shard::shard_source(model, shard);
+  if (!source) return Error(source.error()).with_context("gathering the shard of '" + shard.weight + "'");
+  const WeightRef& w = *source->weight;
+  const std::uint64_t base = source->base;
   const StridedView& v = shard.strided[part];
   const std::uint64_t length = w.byte_length();
   if (v.row_stride == 0 || v.row_bytes > v.row_stride || v.offset < base)
