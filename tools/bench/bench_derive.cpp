@@ -408,6 +408,11 @@ int main(int argc, char** argv) {
   }
   g_backend = std::move(opened.value());
   std::printf("backend: %s (%s, %s)\n", config.c_str(), g_backend->info().name.c_str(), g_backend->info().uuid.c_str());
+  // The CPU backend names the kernel table it chose (AVX-512, AVX2 or
+  // portable: backends/cpu/backend.hpp's kernel-set extension), so a
+  // figure says which path made it.
+  if (const void* set = g_backend->extension("ballast_cpu_kernel_set"))
+    std::printf("kernels: %s\n", static_cast<const char*>(set));
 
   // A GPU's own cache is not read here (a GPU's L2 is 40-60 MB on the
   // NVIDIA parts this project meets): off the CPU backend, at least 64 MiB.
