@@ -20,18 +20,7 @@
 
 #include <cstring>
 
-#if defined(__x86_64__)
-// GCC 12's AVX-512 headers initialise their "undefined" vectors from
-// themselves, which -Wmaybe-uninitialized reports wherever they inline.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-#endif
+#include "x86_intrinsics.hpp"
 
 #include "thread_pool.hpp"
 

@@ -7,20 +7,11 @@
 #include "int4_access.hpp"
 #include "kernels.hpp"
 #include "system_info.hpp"
+#include "x86_intrinsics.hpp"
 
 #include <common/kernel_math.hpp>
 
 #include <cpuid.h>
-// GCC 12's AVX-512 headers initialise their "undefined" vectors from
-// themselves, which -Wmaybe-uninitialized reports wherever they inline.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
 #include <algorithm>
 #include <cstring>
@@ -260,20 +251,13 @@ struct StagedBlocks {
 };
 
 BALLAST_SIMD void transpose_cols(const void* src, void* dst, std::uint64_t rows, std::uint64_t cols,
-                                 unsigned element_bytes, std::uint64_t col_begin, std::uint64_t col_end) {
+                                 unsigned element_bytes, std::uint64_t c0, std::uint64_t c1) {
+  using std::uint16_t, std::uint32_t, std::uint64_t, std::uint8_t;
   switch (element_bytes) {
-    case 1:
-      return transpose_walk<std::uint8_t, StagedBlocks<std::uint8_t, 16, 32, block16x32_u8>>(src, dst, rows, cols,
-                                                                                           col_begin, col_end);
-    case 2:
-      return transpose_walk<std::uint16_t, StagedBlocks<std::uint16_t, 8, 16, block8x16_u16>>(src, dst, rows, cols,
-                                                                                             col_begin, col_end);
-    case 4:
-      return transpose_walk<std::uint32_t, StagedBlocks<std::uint32_t, 8, 8, block8x8_u32>>(src, dst, rows, cols,
-                                                                                           col_begin, col_end);
-    case 8:
-      return transpose_walk<std::uint64_t, StagedBlocks<std::uint64_t, 4, 4, block4x4_u64>>(src, dst, rows, cols,
-                                                                                           col_begin, col_end);
+    case 1: return transpose_walk<uint8_t, StagedBlocks<uint8_t, 16, 32, block16x32_u8>>(src, dst, rows, cols, c0, c1);
+    case 2: return transpose_walk<uint16_t, StagedBlocks<uint16_t, 8, 16, block8x16_u16>>(src, dst, rows, cols, c0, c1);
+    case 4: return transpose_walk<uint32_t, StagedBlocks<uint32_t, 8, 8, block8x8_u32>>(src, dst, rows, cols, c0, c1);
+    case 8: return transpose_walk<uint64_t, StagedBlocks<uint64_t, 4, 4, block4x4_u64>>(src, dst, rows, cols, c0, c1);
   }
 }
 
