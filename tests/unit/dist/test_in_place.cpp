@@ -278,6 +278,40 @@ TEST_CASE("shards_in_place: a plan of another file, or of an overflowing view, i
   CHECK(overflow.error().code == ErrorCode::overflow);
 }
 
+TEST_CASE("a plan naming a weight the model lacks is not_found, naming it, on every reader of its offsets") {
+  // shard::shard_source is where gather_launch, in_place_range and the
+  // in-place gather find the weight and the base of its offsets: each
+  // refuses a shard whose id the model does not hold, by the shard's name.
+  ScratchDir dir("dist-in-place-no-weight");
+  auto m = open_model(dir.write("m.safetensors", st_file(hf_tensors())));
+  REQUIRE(m.ok());
+  auto plans = plan_shards_all(*m, ShardSpec{2, 0, {}});
+  REQUIRE(plans.ok());
+  const ValueId missing{0xfffffff0u};
+  REQUIRE(m->store().weights().find(missing) == m->store().weights().end());
+  bool one = false, strided = false;
+  for (std::size_t i = 0; i < plans->ranks[0].weights.size(); ++i) {
+    ShardPlan rank = plans->ranks[0];
+    WeightShard& s = rank.weights[i];
+    if (!one_range(s) && s.strided.empty()) continue;
+    CAPTURE(s.weight);
+    s.id = missing;
+    auto refused = shards_in_place(*m, rank);  // in_place_range or the gather
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().code == ErrorCode::not_found);
+    CHECK_MESSAGE(refused.error().to_string().find(s.weight) != std::string::npos, refused.error().to_string());
+    if (!s.strided.empty()) {
+      auto l = gather_launch(*m, s, 0, 0x1000);
+      REQUIRE_FALSE(l.ok());
+      CHECK(l.code() == ErrorCode::not_found);
+      CHECK_MESSAGE(l.error().to_string().find(s.weight) != std::string::npos, l.error().to_string());
+    }
+    (s.strided.empty() ? one : strided) = true;
+  }
+  CHECK(one);
+  CHECK(strided);
+}
+
 TEST_CASE("share_row_maxima: in-place shards with a miscounted flag list are refused, not read") {
   ScratchDir dir("dist-in-place-maxima");
   auto m = llm_onnx().write(dir);
