@@ -167,9 +167,10 @@ std::uint64_t super_tile(unsigned element_bytes) {
 }
 
 // The walk every transpose shares. Super-tiles of kSuper x kSuper
-// elements keep the pages and lines in flight within the TLB's and L2's
-// reach (Blocks::super_side()); inside one, blocks of L columns (L = one 64-byte
-// line of elements) by h = 2L rows, or L where fewer are left, go to
+// elements (Blocks::super_side(): L2's reach for blocks that re-read
+// their lines, longer runs for those that do not) bound the pages and
+// lines in flight; inside one, blocks of L columns (L = one 64-byte line
+// of elements) by h = 2L rows, or L where fewer are left, go to
 // Blocks::full, which writes each of the block's L destination rows as h
 // elements: whole lines. Working on the matrices element by element would
 // touch each line a few bytes at a time while dozens of others (a

@@ -200,9 +200,10 @@ struct RankShards {
 // their Residency with CachePolicy::keep (the default drop takes pages
 // from under a peer that needs them), and where host registration is per
 // process (CUDA, HIP), ranks that are threads of one process register
-// overlapping pages once only: the others upload (docs/distributed.md). Errors: a plan of another model or another
-// file (not_found, out_of_bounds, naming the weight), a file changed since
-// it was opened (io), no host memory (out_of_memory).
+// overlapping pages once only: the others upload (docs/distributed.md).
+// Errors: a plan of another model or another file (not_found,
+// out_of_bounds, naming the weight), a file changed since it was opened
+// (io), no host memory (out_of_memory).
 Result<RankShards> shards_in_place(const Model& whole, const ShardPlan& rank);
 
 // Runs this rank's part of `load` (comm.rank(), in a world of comm.world(),
