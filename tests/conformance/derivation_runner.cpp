@@ -39,6 +39,26 @@ std::string compare_rows(const DerivationCase& c, const ballast::DerivationLaunc
   return std::to_string(cmp.mismatches) + " mismatches" + where + "; first: " + cmp.message;
 }
 
+// Every output is allocated kGuardBytes longer, and those bytes are filled
+// with kFill before the launch and compared after it: a kernel or shader
+// that writes past its rows (a word too many at the end of a row, a
+// workgroup past the last) is caught though the bytes the reference
+// compares are right.
+constexpr std::uint64_t kGuardBytes = 256;
+constexpr std::byte kFill{0xa5};
+
+// "" when the kGuardBytes after output `p` of `bytes` still hold kFill.
+std::string check_guard(const char* name, DevicePtr p, std::uint64_t bytes) {
+  std::vector<std::byte> guard(kGuardBytes);
+  if (auto s = gpu().copy_to_host(guard, p, bytes); !s.ok()) return std::string("download the guard after ") + name + ": " + s.to_string();
+  std::uint64_t changed = 0, first = 0;
+  for (std::uint64_t i = kGuardBytes; i-- > 0;)
+    if (guard[i] != kFill) ++changed, first = i;
+  if (changed == 0) return {};
+  return std::string(name) + ": " + std::to_string(changed) + " bytes written past its " + std::to_string(bytes) +
+         ", the first at byte " + std::to_string(bytes + first);
+}
+
 }  // namespace
 
 std::string run_derivation_case(const DerivationCase& c) {
@@ -76,12 +96,22 @@ std::string run_derivation_case(const DerivationCase& c) {
   l.src = place(c.src, sizes->src_bytes);
   l.scales = place(c.scales, sizes->scales_bytes);
   l.zero_point = place(c.zero_points, sizes->zero_point_bytes);
-  l.dst = owned.take(sizes->dst_bytes);
-  if (sizes->dst2_bytes > 0) l.dst2 = owned.take(sizes->dst2_bytes);
+  auto output = [&](std::uint64_t bytes) -> DevicePtr {
+    const DevicePtr p = owned.take(bytes + kGuardBytes);
+    if (p == 0) return 0;
+    const std::vector<std::byte> fill(kGuardBytes, kFill);
+    if (auto s = g.copy_to_device(p, bytes, fill); !s.ok()) owned.error = "fill the guard: " + s.to_string();
+    return p;
+  };
+  l.dst = output(sizes->dst_bytes);
+  if (sizes->dst2_bytes > 0) l.dst2 = output(sizes->dst2_bytes);
   if (!owned.error.empty()) return owned.error;
 
   if (auto s = g.launch(l); !s.ok()) return "launch: " + s.to_string();
   if (auto s = g.synchronize(); !s.ok()) return "synchronize: " + s.to_string();
+  if (auto e = check_guard("dst", l.dst, sizes->dst_bytes); !e.empty()) return e;
+  if (l.dst2 != 0)
+    if (auto e = check_guard("dst2", l.dst2, sizes->dst2_bytes); !e.empty()) return e;
 
   std::vector<std::byte> dst(sizes->dst_bytes), dst2(sizes->dst2_bytes);
   if (auto s = g.copy_to_host(dst, l.dst, 0); !s.ok()) return "download dst: " + s.to_string();

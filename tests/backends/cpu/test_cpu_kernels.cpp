@@ -31,8 +31,32 @@ const std::vector<std::map<std::string, std::string, std::less<>>> kConfigs = {
     {{"threads", "2"}, {"simd", "avx2"}},  // the AVX2 forms where the CPU also has AVX-512's
 };
 
+// Every output is allocated kGuardBytes longer than the launch's and filled
+// with kFill first, and what lies past the launch's bytes must be kFill
+// after it: a kernel that writes past its rows (one word too many at the end
+// of a row, a line past the last) changes it, though the bytes the
+// reference compares are right.
+constexpr std::uint64_t kGuardBytes = 64;
+constexpr std::byte kFill{0xa5};
+
+DevicePtr guarded_output(GpuBackend& b, std::uint64_t bytes) {
+  return upload(b, std::vector<std::byte>(bytes + kGuardBytes, kFill));
+}
+
+// The bytes of the allocation `p` (of `allocated` bytes) from `from` on
+// are all still kFill.
+void check_untouched_after(GpuBackend& b, DevicePtr p, std::uint64_t from, std::uint64_t allocated, const char* what) {
+  const std::vector<std::byte> all = download(b, p, allocated);
+  std::uint64_t changed = 0, first = 0;
+  for (std::uint64_t i = allocated; i-- > from;)
+    if (all[i] != kFill) ++changed, first = i;
+  CHECK_MESSAGE(changed == 0, std::string(what) << ": " << changed << " bytes past the output written, the first at byte "
+                                                << first << " of the allocation");
+}
+
 // Uploads the inputs, runs the launch on the backend and checks the outputs
-// against the reference under the documented tolerances.
+// against the reference under the documented tolerances, and the bytes past
+// them untouched.
 void check_against_reference(GpuBackend& b, DerivationLaunch shape, const ref::Inputs& in) {
   auto sizes = derivation_sizes(shape);
   REQUIRE_MESSAGE(sizes.ok(), sizes.error().to_string());
@@ -44,11 +68,13 @@ void check_against_reference(GpuBackend& b, DerivationLaunch shape, const ref::I
   shape.src = put(in.src);
   shape.scales = put(in.scales);
   shape.zero_point = put(in.zero_points);
-  shape.dst = *b.allocate(sizes->dst_bytes);
-  shape.dst2 = sizes->dst2_bytes ? *b.allocate(sizes->dst2_bytes) : 0;
+  shape.dst = guarded_output(b, sizes->dst_bytes);
+  shape.dst2 = sizes->dst2_bytes ? guarded_output(b, sizes->dst2_bytes) : 0;
   const Status st = b.launch(shape);
   REQUIRE_MESSAGE(st.ok(), st.to_string());
   REQUIRE(b.synchronize().ok());
+  check_untouched_after(b, shape.dst, sizes->dst_bytes, sizes->dst_bytes + kGuardBytes, "dst");
+  if (shape.dst2) check_untouched_after(b, shape.dst2, sizes->dst2_bytes, sizes->dst2_bytes + kGuardBytes, "dst2");
   const auto dst = download(b, shape.dst, sizes->dst_bytes);
   const auto dst2 = download(b, shape.dst2, sizes->dst2_bytes);
   const ref::Comparison c = ref::compare(shape, *expected, dst, dst2, {});
@@ -234,8 +260,8 @@ void check_streamed_and_not(GpuBackend& b, const test_cases::DerivationCase& c) 
   l.src = upload(b, c.src);
   if (!c.scales.empty()) l.scales = upload(b, c.scales);
   if (!c.zero_points.empty()) l.zero_point = upload(b, c.zero_points);
-  const DevicePtr out = *b.allocate(sizes->dst_bytes + 16);
-  const DevicePtr out2 = sizes->dst2_bytes != 0 ? *b.allocate(sizes->dst2_bytes + 16) : DevicePtr{0};
+  const DevicePtr out = guarded_output(b, sizes->dst_bytes + 16);
+  const DevicePtr out2 = sizes->dst2_bytes != 0 ? guarded_output(b, sizes->dst2_bytes + 16) : DevicePtr{0};
   REQUIRE(out % 32 == 0);
   for (std::uint64_t offset : {0u, 16u}) {
     l.dst = out + offset;
@@ -247,6 +273,9 @@ void check_streamed_and_not(GpuBackend& b, const test_cases::DerivationCase& c) 
                      out2 != 0 ? download(b, l.dst2, sizes->dst2_bytes) : std::vector<std::byte>{}, {});
     CHECK_MESSAGE(cmp.ok, c.label << " at offset " << offset << ": " << cmp.mismatches << " mismatches; first: "
                                   << cmp.message);
+    INFO(c.label << " at offset " << offset);
+    check_untouched_after(b, out, offset + sizes->dst_bytes, sizes->dst_bytes + 16 + kGuardBytes, "dst");
+    if (out2 != 0) check_untouched_after(b, out2, offset + sizes->dst2_bytes, sizes->dst2_bytes + 16 + kGuardBytes, "dst2");
   }
   for (DevicePtr p : {l.src, l.scales, l.zero_point, out, out2})
     if (p != 0) CHECK(b.free(p).ok());
