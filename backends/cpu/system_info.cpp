@@ -40,6 +40,10 @@ std::uint64_t fnv1a(std::string_view text, std::uint64_t basis) {
 
 std::string cpu_model_name() {
   std::ifstream in("/proc/cpuinfo");
+  return model_name_in(in);
+}
+
+std::string model_name_in(std::istream& in) {
   std::string line;
   while (std::getline(in, line)) {
     if (line.rfind("model name", 0) != 0) continue;
@@ -59,13 +63,17 @@ std::uint64_t physical_memory_bytes() {
   return static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page);
 }
 
-std::string cpu_uuid() {
-  std::string machine = trim(first_line("/etc/machine-id"));
+std::string machine_identity(const char* machine_id_path) {
+  std::string machine = trim(first_line(machine_id_path));
   if (machine.empty()) {
     char host[256] = {};
     if (::gethostname(host, sizeof host - 1) == 0) machine = host;
   }
-  const std::string seed = "ballast-cpu\n" + machine + "\n" + cpu_model_name();
+  return machine;
+}
+
+std::string cpu_uuid() {
+  const std::string seed = "ballast-cpu\n" + machine_identity("/etc/machine-id") + "\n" + cpu_model_name();
   const std::uint64_t hi = fnv1a(seed, 0xcbf29ce484222325ull);
   const std::uint64_t lo = fnv1a(seed, 0x84222325cbf29ce4ull);
   char buf[48];
@@ -75,11 +83,9 @@ std::string cpu_uuid() {
   return buf;
 }
 
-namespace {
-
-std::uint64_t read_cache_bytes(unsigned level) {
+std::uint64_t cache_bytes_in(const std::string& cache_dir, unsigned level) {
   for (int i = 0; i < 16; ++i) {
-    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    const std::string dir = cache_dir + "/index" + std::to_string(i) + "/";
     const std::string lv = trim(first_line((dir + "level").c_str()));
     if (lv.empty()) break;
     if (lv != std::to_string(level) || trim(first_line((dir + "type").c_str())) == "Instruction") continue;
@@ -94,10 +100,9 @@ std::uint64_t read_cache_bytes(unsigned level) {
   return bytes > 0 ? static_cast<std::uint64_t>(bytes) : 0;
 }
 
-}  // namespace
-
 std::uint64_t cache_bytes(unsigned level) {
-  static const std::uint64_t sizes[4] = {0, read_cache_bytes(1), read_cache_bytes(2), read_cache_bytes(3)};
+  static constexpr const char* kCpu0 = "/sys/devices/system/cpu/cpu0/cache";
+  static const std::uint64_t sizes[4] = {0, cache_bytes_in(kCpu0, 1), cache_bytes_in(kCpu0, 2), cache_bytes_in(kCpu0, 3)};
   return level >= 1 && level <= 3 ? sizes[level] : 0;
 }
 

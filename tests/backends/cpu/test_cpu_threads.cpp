@@ -5,6 +5,8 @@
 #include <reference/reference.hpp>
 
 #include <atomic>
+#include <chrono>
+#include <filesystem>
 #include <thread>
 
 using namespace ballast;
@@ -54,4 +56,38 @@ TEST_CASE("concurrent launches give the same results as serial ones") {
   CHECK(c.live_allocations == 0);
   CHECK(c.live_bytes == 0);
   CHECK(c.live_registrations == 0);
+}
+
+namespace {
+// The threads of this process now (the entries of /proc/self/task).
+std::size_t process_threads() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+// The count once it settles at `expected` (a joined thread's task entry can
+// outlive the join by a moment), or the last count after two seconds.
+std::size_t threads_settled_at(std::size_t expected) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  std::size_t n = process_threads();
+  while (n != expected && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    n = process_threads();
+  }
+  return n;
+}
+}  // namespace
+
+TEST_CASE("threads=N runs N - 1 workers beside the calling thread, and none are left after close") {
+  // The caller takes chunks too, so an N-thread backend adds N - 1: one
+  // more would idle a thread per backend for its whole life.
+  const std::size_t before = process_threads();
+  for (unsigned n : {1u, 2u, 4u}) {
+    INFO("threads=" << n);
+    {
+      auto b = cpu_test::open_cpu({{"threads", std::to_string(n)}});
+      CHECK(threads_settled_at(before + (n - 1)) == before + (n - 1));
+    }
+    CHECK(threads_settled_at(before) == before);
+  }
 }
