@@ -79,3 +79,26 @@ TEST_CASE("every validation error names the backend and the operation") {
   CHECK(s.error().message.find("runs past the end of its allocation") != std::string::npos);
   CHECK(gpu.free(*p).ok());
 }
+
+TEST_CASE("a read-only registration on a device that cannot honour it is refused by name; read-write goes through") {
+  RecordingBackend gpu;
+  gpu.allow_registration(/*read_only=*/false);
+  std::byte host[256] = {};
+  auto ro = gpu.register_host(host, sizeof host, HostAccess::read_only);
+  REQUIRE_FALSE(ro.ok());
+  CHECK(ro.code() == ErrorCode::unsupported);
+  CHECK(ro.error().message.find("cannot register host memory read-only") != std::string::npos);
+  CHECK(ro.error().context.find(" read-only") != std::string::npos);
+  CHECK(gpu.registrations() == 0);  // refused before the device
+
+  auto rw = gpu.register_host(host, sizeof host, HostAccess::read_write);
+  REQUIRE_MESSAGE(rw.ok(), rw.error().to_string());
+  CHECK(gpu.registrations() == 1);
+  CHECK(gpu.unregister_host(*rw).ok());
+
+  gpu.allow_registration(/*read_only=*/true);
+  auto honoured = gpu.register_host(host, sizeof host, HostAccess::read_only);
+  REQUIRE_MESSAGE(honoured.ok(), honoured.error().to_string());
+  CHECK(gpu.registrations() == 2);
+  CHECK(gpu.unregister_host(*honoured).ok());
+}

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 
 using namespace ballast;
 
@@ -57,18 +58,33 @@ ballast_plugin plugin_named(const char* name) {
 
 }  // namespace
 
-TEST_CASE("a backend table without its info or its capabilities is refused, and destroyed") {
-  for (int missing : {0, 1}) {
-    CAPTURE(missing);
+TEST_CASE("a backend table without any one required entry, its info or its capabilities is refused, and destroyed") {
+  // Each entry on its own: a check that joins two of them wrongly accepts
+  // a table missing one.
+  const std::pair<const char*, void (*)(ballast_backend&)> entries[] = {
+      {"info", [](ballast_backend& t) { t.info = nullptr; }},
+      {"capabilities", [](ballast_backend& t) { t.capabilities = nullptr; }},
+      {"destroy", [](ballast_backend& t) { t.destroy = nullptr; }},
+      {"allocate", [](ballast_backend& t) { t.allocate = nullptr; }},
+      {"free", [](ballast_backend& t) { t.free = nullptr; }},
+      {"copy_to_device", [](ballast_backend& t) { t.copy_to_device = nullptr; }},
+      {"copy_to_host", [](ballast_backend& t) { t.copy_to_host = nullptr; }},
+      {"copy_device", [](ballast_backend& t) { t.copy_device = nullptr; }},
+      {"register_host", [](ballast_backend& t) { t.register_host = nullptr; }},
+      {"unregister_host", [](ballast_backend& t) { t.unregister_host = nullptr; }},
+      {"launch", [](ballast_backend& t) { t.launch = nullptr; }},
+      {"synchronize", [](ballast_backend& t) { t.synchronize = nullptr; }},
+  };
+  for (const auto& [name, clear] : entries) {
+    CAPTURE(name);
     ballast_backend t = complete_backend();
-    if (missing == 0) t.info = nullptr;
-    else t.capabilities = nullptr;
+    clear(t);
     g_destroyed = 0;
     auto adopted = detail::adopt_backend_table(&t);
     REQUIRE_FALSE(adopted.ok());
     CHECK(adopted.error().code == ErrorCode::abi_mismatch);
     CHECK(adopted.error().message.find("lacks a required function, its info or its capabilities") != std::string::npos);
-    CHECK(g_destroyed == 1);
+    CHECK(g_destroyed == (t.destroy != nullptr ? 1 : 0));  // destroyed where it can be
   }
   // The complete table is adopted, and destroyed with its backend.
   const ballast_backend t = complete_backend();
@@ -166,4 +182,36 @@ TEST_CASE("kinds past a backend table's kind_count never reach its launch(); a t
       CHECK(slice.to_string().find("knows 9 derivation kinds, not this later one") != std::string::npos);
     }
   }
+}
+
+namespace {
+int32_t g_code = 0;  // what the table's synchronize() sets and returns
+}  // namespace
+
+TEST_CASE("a plugin's error code arrives as its ErrorCode with its message as written; an unknown one as internal, named") {
+  ballast_backend t = complete_backend();
+  t.synchronize = [](void*, ballast_error* e) -> int32_t {
+    e->set(e, g_code, "the device said no", "NATIVE_NO");
+    return g_code;
+  };
+  auto adopted = detail::adopt_backend_table(&t);
+  REQUIRE_MESSAGE(adopted.ok(), adopted.error().to_string());
+  GpuBackend& gpu = **adopted;
+
+  g_code = BALLAST_OUT_OF_MEMORY;
+  Status s = gpu.synchronize();
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.code() == ErrorCode::out_of_memory);
+  CHECK(s.error().message == "the device said no");
+  CHECK(s.error().native == "NATIVE_NO");
+
+  g_code = BALLAST_INTERNAL;  // internal by name: no number added
+  s = gpu.synchronize();
+  CHECK(s.code() == ErrorCode::internal);
+  CHECK(s.error().message == "the device said no");
+
+  g_code = 999;  // no ErrorCode: internal, and the message says which code came
+  s = gpu.synchronize();
+  CHECK(s.code() == ErrorCode::internal);
+  CHECK(s.error().message == "(plugin error code 999) the device said no");
 }

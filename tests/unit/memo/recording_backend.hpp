@@ -65,6 +65,19 @@ class RecordingBackend final : public GpuBackend {
     return live_.count(ptr) != 0;
   }
 
+  // Gives the double host registration, honouring read-only or not (it
+  // has none until then): a registration that reaches it is counted and
+  // served at the host address.
+  void allow_registration(bool read_only) {
+    caps_.host_registration = true;
+    caps_.read_only_registration = read_only;
+    caps_.host_registration_note = read_only ? "" : "the recording double ignores access modes";
+  }
+  std::size_t registrations() const {
+    std::lock_guard lock(mutex_);
+    return registrations_;
+  }
+
  private:
   const DeviceInfo& do_info() const override { return info_; }
   const Capabilities& do_capabilities() const override { return caps_; }
@@ -92,8 +105,17 @@ class RecordingBackend final : public GpuBackend {
   Status do_copy_to_device(const ResolvedOperand&, std::span<const std::byte>) override { return unsupported(); }
   Status do_copy_to_host(std::span<std::byte>, const ResolvedOperand&) override { return unsupported(); }
   Status do_copy_device(const ResolvedOperand&, const ResolvedOperand&, std::uint64_t) override { return unsupported(); }
-  Result<BackendRange> do_register_host(const void*, std::uint64_t, HostAccess) override { return unsupported(); }
-  Status do_unregister_host(const BackendRange&, std::uint64_t, HostAccess) override { return unsupported(); }
+  Result<BackendRange> do_register_host(const void* host, std::uint64_t, HostAccess) override {
+    if (!caps_.host_registration) return unsupported();
+    std::lock_guard lock(mutex_);
+    registrations_ += 1;
+    const auto address = static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(host));
+    return BackendRange{address, address};
+  }
+  Status do_unregister_host(const BackendRange&, std::uint64_t, HostAccess) override {
+    if (!caps_.host_registration) return unsupported();
+    return {};
+  }
   Status do_launch(const DerivationLaunch&, const DerivationSizes&, const LaunchOperands&) override { return unsupported(); }
   Status do_synchronize() override { return {}; }
 
@@ -108,6 +130,7 @@ class RecordingBackend final : public GpuBackend {
   std::set<DevicePtr> refuse_once_;
   std::vector<DevicePtr> freed_;
   std::size_t bad_frees_ = 0;
+  std::size_t registrations_ = 0;
 };
 
 }  // namespace ballast::test

@@ -1,5 +1,6 @@
 #include <ballast/weight_store.hpp>
 
+#include "store/mapped_file.hpp"
 #include "store/store_access.hpp"
 #include "unit/store/scratch_dir.hpp"
 
@@ -323,4 +324,27 @@ TEST_CASE("mappings do not hold a file descriptor each: thousands of files map")
   auto first = store.mmap_full_bytes(1);
   REQUIRE(first.has_value());
   CHECK(std::to_integer<int>((*first)[7]) == 7);
+}
+
+TEST_CASE("the .onnx mapping is recorded on a fresh store and on one that maps files, which keeps its mappings") {
+  ScratchDir dir("store-model-file");
+  auto model = store::MappedFile::open(dir.write_pattern("model.onnx", 300));
+  REQUIRE(model.ok());
+
+  WeightStore fresh;
+  CHECK(store::StoreAccess::model_file(fresh) == nullptr);
+  store::StoreAccess::set_model_file(fresh, *model);
+  CHECK(store::StoreAccess::model_file(fresh) == *model);
+
+  // A store that already maps a data file (the loader records the .onnx
+  // mapping after resolving external data) keeps that mapping.
+  WeightStore mapped;
+  auto blob = dir.write_pattern("blob.bin", 1000);
+  auto id = mapped.map_external(blob);
+  REQUIRE(id.ok());
+  store::StoreAccess::set_model_file(mapped, *model);
+  CHECK(store::StoreAccess::model_file(mapped) == *model);
+  CHECK(mapped.mapping_count() == 1);
+  CHECK(mapped.mapping_for(blob) == *id);
+  CHECK(mapped.mapped_external_bytes() == 1000);
 }
