@@ -213,6 +213,15 @@ TEST_CASE("bad enum values, structs without their size, a released residency") {
   ballast_override bad_override[] = {{"w0", -1}};
   ballast_plan* plan = nullptr;
   CAPI_FAILS(ballast_plan_derivations(w.model, 9, &plan), BALLAST_E_INVALID_ARGUMENT);
+  // The enum's own ends: each of its values plans, one past either end does not.
+  CAPI_FAILS(ballast_plan_derivations(w.model, BALLAST_PLAN_AUTOMATIC - 1, &plan), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_plan_derivations(w.model, BALLAST_PLAN_GRAPH_AND_RULES + 1, &plan), BALLAST_E_INVALID_ARGUMENT);
+  for (int32_t source : {BALLAST_PLAN_AUTOMATIC, BALLAST_PLAN_GRAPH, BALLAST_PLAN_RULES, BALLAST_PLAN_GRAPH_AND_RULES}) {
+    CAPTURE(source);
+    ballast_plan* each = nullptr;
+    CAPI_OK(ballast_plan_derivations(w.model, source, &each));
+    CAPI_OK(ballast_plan_free(each));
+  }
   ballast_residency_options opt = BALLAST_INIT(ballast_residency_options);
   opt.strategy = 7;
   ballast_residency* r = nullptr;
