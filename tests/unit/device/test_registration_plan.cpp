@@ -144,6 +144,17 @@ TEST_CASE("plan: no range outgrows the backend's largest single allocation (spli
   }
 }
 
+TEST_CASE("plan: an empty range, or one at the end of the file, adds nothing; one past the end is clipped") {
+  // Each of these alone would drag the hull to its offset.
+  const auto plan = plan_registrations(
+      input({{100, 0}, {4096, 4096}, {16384, 4096}}, 16384, kRegistrationSplitGap));
+  REQUIRE(plan.size() == 1);
+  CHECK(plan[0] == ByteRange{4096, 4096});
+  const auto clipped = plan_registrations(input({{8192, 16384}}, 16384, kRegistrationSplitGap));
+  REQUIRE(clipped.size() == 1);
+  CHECK(clipped[0] == ByteRange{8192, 8192});
+}
+
 TEST_CASE("plan: no referenced bytes, nothing to register") { CHECK(plan_registrations(input({}, 4096, 0)).empty()); }
 
 TEST_CASE("DeviceWeights registers the orphaned-prefix model's live half only") {
