@@ -2,6 +2,7 @@
 // identity, so zero-copy is observable as pointer equality) and against
 // wrappers that lack or refuse registration (so the upload fallback is).
 #include "store/store_access.hpp"
+#include "support/fault_injecting_backend.hpp"
 #include "support/forwarding.hpp"
 #include <ballast/backend_registry.hpp>
 #include <ballast/device_weights.hpp>
@@ -175,6 +176,27 @@ TEST_CASE("external weights are registered once, referenced bytes only, and read
   }
   CHECK(g.counters().live_allocations == before.live_allocations);
   CHECK(g.counters().live_registrations == before.live_registrations);
+}
+
+TEST_CASE("a failed free of an inline weight's upload names the weight by its value id") {
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  testing::FaultInjectingBackend faulty(**gpu);
+  Fixture f;
+  {
+    DeviceWeights dw(faulty, f.store);
+    REQUIRE(dw.resolve(f.inline_id).ok());
+    faulty.fail_nth(testing::FaultOp::free, 1);
+    const Released r = dw.release(faulty);
+    REQUIRE_FALSE(r.status.ok());
+    CHECK(r.failed_frees == 1);
+    const std::string text = r.status.to_string();
+    CAPTURE(text);
+    CHECK(text.find("freeing the 96-byte upload of the inline weight with value id " +
+                    std::to_string(f.inline_id.index)) != std::string::npos);
+    faulty.disarm();
+    for (DevicePtr p : faulty.kept_allocations()) CHECK(faulty.free(p).ok());
+  }
 }
 
 TEST_CASE("without registration every weight is uploaded, and the fallback says why") {
