@@ -102,7 +102,8 @@ std::uint64_t cache_bytes_in(const std::string& cache_dir, unsigned level) {
 
 std::uint64_t cache_bytes(unsigned level) {
   static constexpr const char* kCpu0 = "/sys/devices/system/cpu/cpu0/cache";
-  static const std::uint64_t sizes[4] = {0, cache_bytes_in(kCpu0, 1), cache_bytes_in(kCpu0, 2), cache_bytes_in(kCpu0, 3)};
+  static const std::uint64_t sizes[4] = {0, cache_bytes_in(kCpu0, 1), cache_bytes_in(kCpu0, 2),
+                                         cache_bytes_in(kCpu0, 3)};
   return level >= 1 && level <= 3 ? sizes[level] : 0;
 }
 

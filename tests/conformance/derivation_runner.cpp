@@ -50,7 +50,8 @@ constexpr std::byte kFill{0xa5};
 // "" when the kGuardBytes after output `p` of `bytes` still hold kFill.
 std::string check_guard(const char* name, DevicePtr p, std::uint64_t bytes) {
   std::vector<std::byte> guard(kGuardBytes);
-  if (auto s = gpu().copy_to_host(guard, p, bytes); !s.ok()) return std::string("download the guard after ") + name + ": " + s.to_string();
+  if (auto s = gpu().copy_to_host(guard, p, bytes); !s.ok())
+    return std::string("download the guard after ") + name + ": " + s.to_string();
   std::uint64_t changed = 0, first = 0;
   for (std::uint64_t i = kGuardBytes; i-- > 0;)
     if (guard[i] != kFill) ++changed, first = i;

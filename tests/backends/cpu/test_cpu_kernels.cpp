@@ -50,8 +50,9 @@ void check_untouched_after(GpuBackend& b, DevicePtr p, std::uint64_t from, std::
   std::uint64_t changed = 0, first = 0;
   for (std::uint64_t i = allocated; i-- > from;)
     if (all[i] != kFill) ++changed, first = i;
-  CHECK_MESSAGE(changed == 0, std::string(what) << ": " << changed << " bytes past the output written, the first at byte "
-                                                << first << " of the allocation");
+  CHECK_MESSAGE(changed == 0, std::string(what)
+                                  << ": " << changed << " bytes past the output written, the first at byte " << first
+                                  << " of the allocation");
 }
 
 // Uploads the inputs, runs the launch on the backend and checks the outputs
@@ -275,7 +276,8 @@ void check_streamed_and_not(GpuBackend& b, const test_cases::DerivationCase& c) 
                                   << cmp.message);
     INFO(c.label << " at offset " << offset);
     check_untouched_after(b, out, offset + sizes->dst_bytes, sizes->dst_bytes + 16 + kGuardBytes, "dst");
-    if (out2 != 0) check_untouched_after(b, out2, offset + sizes->dst2_bytes, sizes->dst2_bytes + 16 + kGuardBytes, "dst2");
+    if (out2 != 0)
+      check_untouched_after(b, out2, offset + sizes->dst2_bytes, sizes->dst2_bytes + 16 + kGuardBytes, "dst2");
   }
   for (DevicePtr p : {l.src, l.scales, l.zero_point, out, out2})
     if (p != 0) CHECK(b.free(p).ok());

@@ -21,7 +21,8 @@ namespace {
 // A fresh directory under the test's temporary directory, removed with it.
 struct TempDir {
   fs::path path;
-  explicit TempDir(const std::string& name) : path(fs::temp_directory_path() / ("ballast_sysinfo_" + name + "_" + std::to_string(::getpid()))) {
+  explicit TempDir(const std::string& name)
+      : path(fs::temp_directory_path() / ("ballast_sysinfo_" + name + "_" + std::to_string(::getpid()))) {
     fs::remove_all(path);
     fs::create_directories(path);
   }
@@ -37,7 +38,8 @@ void write(const fs::path& p, const std::string& text) {
 }
 
 // One sysfs cache entry: index<i>/{level,type,size}.
-void cache_entry(const fs::path& dir, int i, const std::string& level, const std::string& type, const std::string& size) {
+void cache_entry(const fs::path& dir, int i, const std::string& level, const std::string& type,
+                 const std::string& size) {
   const fs::path d = dir / ("index" + std::to_string(i));
   write(d / "level", level + "\n");
   write(d / "type", type + "\n");
@@ -52,7 +54,8 @@ std::uint64_t sysconf_bytes(int name) {
 }  // namespace
 
 TEST_CASE("the model name is the first non-empty \"model name\" value, trimmed; \"CPU\" without one") {
-  std::istringstream amd("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t:  AMD EPYC 9B45 \t\nflags\t\t: fpu\n");
+  std::istringstream amd(
+      "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t:  AMD EPYC 9B45 \t\nflags\t\t: fpu\n");
   CHECK(model_name_in(amd) == "AMD EPYC 9B45");
   std::istringstream blank_first("model name\t:   \nmodel name\t: Intel(R) Xeon(R) Processor\n");
   CHECK(model_name_in(blank_first) == "Intel(R) Xeon(R) Processor");

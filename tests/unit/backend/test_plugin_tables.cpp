@@ -188,7 +188,8 @@ namespace {
 int32_t g_code = 0;  // what the table's synchronize() sets and returns
 }  // namespace
 
-TEST_CASE("a plugin's error code arrives as its ErrorCode with its message as written; an unknown one as internal, named") {
+TEST_CASE(
+    "a plugin's error code arrives as its ErrorCode with its message as written; an unknown one as internal, named") {
   ballast_backend t = complete_backend();
   t.synchronize = [](void*, ballast_error* e) -> int32_t {
     e->set(e, g_code, "the device said no", "NATIVE_NO");

@@ -216,7 +216,8 @@ TEST_CASE("bad enum values, structs without their size, a released residency") {
   // The enum's own ends: each of its values plans, one past either end does not.
   CAPI_FAILS(ballast_plan_derivations(w.model, BALLAST_PLAN_AUTOMATIC - 1, &plan), BALLAST_E_INVALID_ARGUMENT);
   CAPI_FAILS(ballast_plan_derivations(w.model, BALLAST_PLAN_GRAPH_AND_RULES + 1, &plan), BALLAST_E_INVALID_ARGUMENT);
-  for (int32_t source : {BALLAST_PLAN_AUTOMATIC, BALLAST_PLAN_GRAPH, BALLAST_PLAN_RULES, BALLAST_PLAN_GRAPH_AND_RULES}) {
+  for (int32_t source :
+       {BALLAST_PLAN_AUTOMATIC, BALLAST_PLAN_GRAPH, BALLAST_PLAN_RULES, BALLAST_PLAN_GRAPH_AND_RULES}) {
     CAPTURE(source);
     ballast_plan* each = nullptr;
     CAPI_OK(ballast_plan_derivations(w.model, source, &each));

@@ -146,8 +146,7 @@ TEST_CASE("plan: no range outgrows the backend's largest single allocation (spli
 
 TEST_CASE("plan: an empty range, or one at the end of the file, adds nothing; one past the end is clipped") {
   // Each of these alone would drag the hull to its offset.
-  const auto plan = plan_registrations(
-      input({{100, 0}, {4096, 4096}, {16384, 4096}}, 16384, kRegistrationSplitGap));
+  const auto plan = plan_registrations(input({{100, 0}, {4096, 4096}, {16384, 4096}}, 16384, kRegistrationSplitGap));
   REQUIRE(plan.size() == 1);
   CHECK(plan[0] == ByteRange{4096, 4096});
   const auto clipped = plan_registrations(input({{8192, 16384}}, 16384, kRegistrationSplitGap));

@@ -105,7 +105,7 @@ TEST_CASE("group_by_layer: stem, number and dot name the layer; any other weight
   CHECK(layers("model.layers.3.mlp.up.weight", "") == "model.layers.3.");
   CHECK(layers("model.layers.12.q.weight", "any node") == "model.layers.12.");
   CHECK(layers("model.layers.x.weight", "") == "model.layers.x.weight");  // no number
-  CHECK(layers("model.layers..weight", "") == "model.layers..weight");  // a dot but no number before it
+  CHECK(layers("model.layers..weight", "") == "model.layers..weight");    // a dot but no number before it
   CHECK(layers("model.layers.3", "") == "model.layers.3");                // no dot after it
   CHECK(layers("model.layers.", "") == "model.layers.");
   CHECK(layers("lm_head.weight", "lm_head") == "lm_head.weight");
