@@ -241,6 +241,29 @@ TEST_CASE("a plugin file owned by someone other than root or the running user is
   CHECK(loaded->library == (good.path / "libballast-vulkan.so").string());
 }
 
+TEST_CASE("a plugin file and folder owned by the running user, not root, are admitted") {
+  if (::geteuid() != 0) {
+    MESSAGE("skipped: running as another user needs root");
+    return;
+  }
+  // The owner rule admits root's files and the running user's: a child
+  // that runs as uid 4242 probes a folder and a file that uid owns.
+  Folder mine;
+  const std::string file = mine.plant("working");
+  REQUIRE(::chown(file.c_str(), 4242, 4242) == 0);
+  REQUIRE(::chown(mine.path.c_str(), 4242, 4242) == 0);
+  const int code = exit_code_within(
+      [&] {
+        if (::setegid(4242) != 0 || ::seteuid(4242) != 0) return 3;
+        const auto reports = PluginLoader({mine.str()}).probe("vulkan");
+        if (reports.size() != 1) return 2;
+        return reports[0].verdict == PluginCandidate::Verdict::admitted && reports[0].reason.empty() ? 0 : 1;
+      },
+      std::chrono::seconds(30));
+  CHECK(code == 0);  // 1: refused, 2: not found, 3: could not become uid 4242
+  REQUIRE(::chown(mine.path.c_str(), 0, 0) == 0);
+}
+
 TEST_CASE("a symlink named like a plugin is refused, even to a good plugin, and never hides a later one") {
   Folder links, good;
   const std::string good_path = good.plant("working");
