@@ -199,6 +199,42 @@ TEST_CASE("paging: a pinned entry is never evicted; a request that cannot fit be
   CHECK(paged->release(conformance::gpu()).status.ok());
 }
 
+TEST_CASE("paging: a source paged in only to build a value is evicted before the value it built") {
+  // w0 comes in as the transpose's dependency and nobody asked for it: it
+  // is the first victim when w2 needs room, not the transpose (the newer
+  // entry, and the one the engine asked for).
+  conformance::LeakCheck leaks;
+  Fixture f;
+  auto paged = f.open(ResidencyStrategy::paged, kLargestNeed);
+  const PlannedDerivation* transpose = nullptr;
+  for (const PlannedDerivation& d : f.plan)
+    if (d.weight == "w0" && d.kind() == Derivation::transpose) transpose = &d;
+  REQUIRE(transpose);
+  ValueId w2{};
+  for (ValueId id : f.model.weight_order())
+    if (f.model.value_name(id) == "w2") w2 = id;
+  {
+    auto t = paged->pin(*transpose);
+    REQUIRE_MESSAGE(t.ok(), t.status().to_string());
+  }
+  CHECK(paged->stats().device_bytes == 2 * Model_::kW0Bytes);  // w0 and its transpose: the whole budget
+  {
+    auto w = paged->pin(w2);
+    REQUIRE_MESSAGE(w.ok(), w.status().to_string());
+  }
+  const ResidencyStats s = paged->stats();
+  CHECK(s.source_evictions == 1);
+  CHECK(s.derived_evictions == 0);
+  // The transpose is still resident: pinning it again builds nothing.
+  const std::uint64_t builds = s.derived_builds;
+  {
+    auto t = paged->pin(*transpose);
+    REQUIRE(t.ok());
+  }
+  CHECK(paged->stats().derived_builds == builds);
+  CHECK(paged->release(conformance::gpu()).status.ok());
+}
+
 TEST_CASE("paging: a budget below the largest single need is refused at create") {
   Fixture f;
   ResidencyOptions o;
