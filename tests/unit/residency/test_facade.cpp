@@ -4,6 +4,7 @@
 // nodes; create() sizes `auto` from what the policy keeps and hands back
 // its plan and groups; ResidencyStats::to_string() writes every field.
 #include <ballast/backend_registry.hpp>
+#include <ballast/derive.hpp>
 #include <ballast/residency.hpp>
 #include <doctest/doctest.h>
 
@@ -290,6 +291,42 @@ TEST_CASE("zero_copy residency uploads inline weights itself: counted in device_
   a->reset();
   CHECK(residency.pin(q0).code() == ErrorCode::out_of_memory);
   CHECK(residency.release(**gpu).status.ok());
+}
+
+TEST_CASE("load() of a model whose weights are all inline reads nothing and places every value, right") {
+  // No weight has a file range: the cold read has nothing to fetch, and
+  // each source is copied from where the model holds it.
+  const Model m = layered_model();
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  for (ResidencyStrategy strategy : {ResidencyStrategy::upload, ResidencyStrategy::paged}) {
+    CAPTURE(static_cast<int>(strategy));
+    ResidencyOptions o;
+    o.strategy = strategy;
+    auto r = Residency::create(**gpu, m, o);
+    REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+    auto report = (*r)->load();
+    REQUIRE_MESSAGE(report.ok(), report.error().to_string());
+    INFO(report->to_string());
+    CHECK(report->planned_bytes == 0);
+    CHECK(report->read.bytes == 0);
+    CHECK(report->sources_read == 0);
+    CHECK(report->left_for_demand == 0);
+    CHECK(report->inline_sources == 7);  // every weight of the model
+    auto planned = plan_derivations(m);
+    REQUIRE(planned.ok());
+    CHECK(report->derived_built == planned->size());
+    // Every weight reads back as the model holds it.
+    for (const char* name : {"embed.weight", "model.layers.0.q.weight", "lm_head.weight"}) {
+      CAPTURE(name);
+      auto p = (*r)->pin(*m.value_id(name));
+      REQUIRE_MESSAGE(p.ok(), p.error().to_string());
+      std::vector<std::uint8_t> got(p->bytes());
+      REQUIRE((*gpu)->copy_to_host(std::as_writable_bytes(std::span(got)), p->first(), 0).ok());
+      CHECK(got == bytes_named(m, name));
+    }
+    CHECK((*r)->release(**gpu).status.ok());
+  }
 }
 
 TEST_CASE("a pin that waits for a load after an earlier failed one gets the value, not the old error") {
