@@ -4,7 +4,7 @@
 // each derivation's bandwidth to the copy's (the README figures; targets:
 // >= 0.7x, transpose >= 0.5x).
 //
-//   bench_derive [--backend CONFIG] [--register-mib N] [--llc-mib N] [google benchmark flags]
+//   bench_derive [--backend CONFIG] [--register-mib N] [--llc-mib N] [--paired N] [google benchmark flags]
 //
 // --register-mib N also measures zero-copy registration after the
 // benchmarks: a file of N MiB is written and mapped read-only, registered
@@ -28,6 +28,7 @@
 // from 8 MiB on writes past the cache as the kernels' outputs do (a copy of
 // read + write traffic, the physical limit of a derivation's), so both
 // sides of the ratio use the same cores and the same kind of stores.
+
 #include <ballast/backend_registry.hpp>
 #include <ballast/gpu_backend.hpp>
 
@@ -43,6 +44,7 @@
 #include <unistd.h>
 #include <map>
 #include <memory>
+#include <regex>
 #include <span>
 #include <string>
 #include <vector>
@@ -198,27 +200,34 @@ std::uint64_t traffic(const DerivationSizes& s) {
   return s.src_bytes + s.scales_bytes + s.zero_point_bytes + s.dst_bytes + s.dst2_bytes;
 }
 
+// Allocates the case's operands in `b` and points `l`'s at them.
+Status bind_operands(Buffers& b, const DerivationSizes& sizes, DerivationLaunch& l) {
+  Result<DevicePtr> ptrs[] = {b.add(sizes.src_bytes, 1), b.add(sizes.scales_bytes, 2), b.add(sizes.zero_point_bytes, 3),
+                              b.add(sizes.dst_bytes, 4), b.add(sizes.dst2_bytes, 5)};
+  for (auto& p : ptrs)
+    if (!p) return p.status();
+  // Operands in the order added above, skipping the empty ones.
+  std::size_t next = 0;
+  auto take = [&](std::uint64_t bytes) { return bytes ? b.ptrs[next++] : DevicePtr{0}; };
+  l.src = take(sizes.src_bytes);
+  l.scales = take(sizes.scales_bytes);
+  l.zero_point = take(sizes.zero_point_bytes);
+  l.dst = take(sizes.dst_bytes);
+  l.dst2 = take(sizes.dst2_bytes);
+  return {};
+}
+
 void bench_derivation(benchmark::State& state, const Case& c) {
   auto sizes = derivation_sizes(c.shape);
   if (!sizes) return fail(state, "shape", sizes.status());
-  DerivationLaunch l = c.shape;
+  static DerivationLaunch bound;  // the launch whose operands g_buffers holds
   if (g_buffers.owner != c.name) {
     g_buffers.release();
-    Result<DevicePtr> ptrs[] = {g_buffers.add(sizes->src_bytes, 1), g_buffers.add(sizes->scales_bytes, 2),
-                                g_buffers.add(sizes->zero_point_bytes, 3), g_buffers.add(sizes->dst_bytes, 4),
-                                g_buffers.add(sizes->dst2_bytes, 5)};
-    for (auto& p : ptrs)
-      if (!p) return fail(state, "allocate", p.status());
+    bound = c.shape;
+    if (auto st = bind_operands(g_buffers, *sizes, bound); !st) return fail(state, "allocate", st);
     g_buffers.owner = c.name;
   }
-  // Operands in the order added above, skipping the empty ones.
-  std::size_t next = 0;
-  auto take = [&](std::uint64_t bytes) { return bytes ? g_buffers.ptrs[next++] : DevicePtr{0}; };
-  l.src = take(sizes->src_bytes);
-  l.scales = take(sizes->scales_bytes);
-  l.zero_point = take(sizes->zero_point_bytes);
-  l.dst = take(sizes->dst_bytes);
-  l.dst2 = take(sizes->dst2_bytes);
+  const DerivationLaunch l = bound;
   // One untimed launch first. On NVIDIA's Vulkan driver the first launch
   // on a case's fresh buffers took up to 54 ms where the next took 0.7
   // (docs/gpu-runs/2026-12-04-h200.md); Google Benchmark then stopped after
@@ -256,6 +265,112 @@ void bench_copy(benchmark::State& state, const Case& c) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * bytes));
 }
 
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+// --paired N: each past case's derivation and its copy timed in turn, N
+// rounds, the two sides' order alternating; the ratio is the median of the
+// N rounds' ratios. A shared machine's memory bandwidth drifts over
+// seconds (this project's 2-core VM has streamed its copy at 45 to 112
+// GB/s within one run), and a ratio of two medians taken over a whole run
+// compares different moments; a round here lasts tens of milliseconds, so
+// both sides of each ratio see the same machine. The quartiles of the
+// rounds' ratios are printed beside it.
+struct Paired {
+  std::vector<double> kernel, copy, ratio;
+};
+
+// Bytes per second of `op` moving `bytes` per call, calls repeated for at
+// least 10 ms.
+template <class Op>
+Result<double> timed(Op&& op, std::uint64_t bytes) {
+  std::uint64_t calls = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  double ms = 0;
+  do {
+    BALLAST_RETURN_IF_ERROR(op());
+    ++calls;
+    ms = ms_since(t0);
+  } while (ms < 10);
+  return static_cast<double>(bytes * calls) / ms * 1e3;
+}
+
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+Result<Paired> paired(const Case& c, int rounds) {
+  auto sizes = derivation_sizes(c.shape);
+  if (!sizes) return sizes.status();
+  const std::uint64_t bytes = traffic(*sizes);
+  Buffers kernel_buffers, copy_buffers;
+  struct Release {
+    Buffers& a;
+    Buffers& b;
+    ~Release() { a.release(), b.release(); }
+  } release{kernel_buffers, copy_buffers};
+  DerivationLaunch l = c.shape;
+  BALLAST_RETURN_IF_ERROR(bind_operands(kernel_buffers, *sizes, l));
+  auto from = copy_buffers.add(bytes / 2, 6), to = copy_buffers.add(bytes / 2, 7);
+  if (!from) return from.status();
+  if (!to) return to.status();
+  auto derive = [&]() -> Status {
+    BALLAST_RETURN_IF_ERROR(g_backend->launch(l));
+    return g_backend->synchronize();
+  };
+  auto copy = [&]() -> Status {
+    BALLAST_RETURN_IF_ERROR(g_backend->copy_device(*to, 0, *from, 0, bytes / 2));
+    return g_backend->synchronize();
+  };
+  BALLAST_RETURN_IF_ERROR(derive());  // each once untimed: first touches, first launches
+  BALLAST_RETURN_IF_ERROR(copy());
+  Paired p;
+  for (int r = 0; r < rounds; ++r) {
+    double got[2] = {};
+    for (int k = 0; k < 2; ++k) {
+      const int side = (r + k) % 2;  // alternating, so neither side always runs first
+      auto gbs = side == 0 ? timed(derive, bytes) : timed(copy, bytes);
+      if (!gbs) return gbs.status();
+      got[side] = *gbs;
+    }
+    p.kernel.push_back(got[0]), p.copy.push_back(got[1]), p.ratio.push_back(got[0] / got[1]);
+  }
+  return p;
+}
+
+// The paired table; false if a case failed to run.
+bool run_paired(const std::vector<Case>& all, const std::string& filter, int rounds) {
+  const std::regex match(filter.empty() ? "." : filter);
+  std::printf("paired: %d rounds per case; ratio = median of the rounds' ratios [lower, upper quartile]\n\n", rounds);
+  std::printf("%-44s %8s %8s %18s %7s\n", "derivation", "GB/s", "copy", "ratio", "target");
+  bool ok = true, all_met = true;
+  for (const Case& c : all) {
+    if (c.name.rfind("past/", 0) != 0 || !std::regex_search(c.name, match)) continue;
+    auto p = paired(c, rounds);
+    if (!p) {
+      std::printf("%-44s failed: %s\n", c.name.c_str(), p.error().to_string().c_str());
+      ok = false;
+      continue;
+    }
+    const double ratio = median(p->ratio);
+    all_met = all_met && ratio >= c.target;
+    std::printf("%-44s %8.1f %8.1f %5.2f [%.2f, %.2f] %6.1fx%s\n", c.name.c_str(), median(p->kernel) / 1e9,
+                median(p->copy) / 1e9, ratio, quantile(p->ratio, 0.25), quantile(p->ratio, 0.75), c.target,
+                ratio >= c.target ? "" : "  BELOW TARGET");
+  }
+  std::printf("%s\n", all_met ? "all ratios meet their targets" : "some ratios are below target");
+  return ok;
+}
+
 // Prints as usual and remembers each case's bandwidths for the ratio
 // table, which takes each side's median: with --benchmark_repetitions=N
 // --benchmark_enable_random_interleaving=true (tools/dev bench passes them)
@@ -275,9 +390,11 @@ class RecordingReporter : public benchmark::ConsoleReporter {
   }
 };
 
-// Removes "--backend X", "--register-mib N" and "--llc-mib N" from argv before Google
-// Benchmark sees (and rejects) them.
-std::string take_flags(int& argc, char** argv, std::uint64_t& register_mib, std::uint64_t& llc_mib) {
+// Removes "--backend X", "--register-mib N", "--llc-mib N" and "--paired N"
+// from argv before Google Benchmark sees (and rejects) them, and notes the
+// --benchmark_filter it will see (the paired table uses it too).
+std::string take_flags(int& argc, char** argv, std::uint64_t& register_mib, std::uint64_t& llc_mib, int& paired_rounds,
+                       std::string& filter) {
   std::string config = "cpu";
   int out = 1;
   for (int i = 1; i < argc; ++i) {
@@ -290,22 +407,15 @@ std::string take_flags(int& argc, char** argv, std::uint64_t& register_mib, std:
       register_mib = std::strtoull(argv[++i], nullptr, 10);
     } else if (a == "--llc-mib" && i + 1 < argc) {
       llc_mib = std::strtoull(argv[++i], nullptr, 10);
+    } else if (a == "--paired" && i + 1 < argc) {
+      paired_rounds = std::max(1, std::atoi(argv[++i]));
     } else {
+      if (a.rfind("--benchmark_filter=", 0) == 0) filter = a.substr(19);
       argv[out++] = argv[i];
     }
   }
   argc = out;
   return config;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
-
-double ms_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
 // Zero-copy registration of a whole read-only file mapping, then a kernel
@@ -400,7 +510,9 @@ bool measure_registration(std::uint64_t mib) {
 
 int main(int argc, char** argv) {
   std::uint64_t register_mib = 0, llc_mib = 0;
-  const std::string config = take_flags(argc, argv, register_mib, llc_mib);
+  int paired_rounds = 0;
+  std::string filter;
+  const std::string config = take_flags(argc, argv, register_mib, llc_mib, paired_rounds, filter);
   auto opened = open_backend(config);
   if (!opened) {
     std::fprintf(stderr, "bench_derive: cannot open backend '%s': %s\n", config.c_str(), opened.error().to_string().c_str());
@@ -428,6 +540,11 @@ int main(int argc, char** argv) {
   for (const Case& c : cases()) {
     all.push_back(scaled(c, 4 * llc + (8ull << 20), "past"));
     all.push_back(scaled(c, llc / 4, "in"));
+  }
+  if (paired_rounds > 0) {
+    const bool ran = run_paired(all, filter, paired_rounds);
+    g_backend.reset();
+    return ran ? 0 : 1;
   }
   for (const Case& c : all) {
     benchmark::RegisterBenchmark(("derive/" + c.name).c_str(), bench_derivation, c)->UseRealTime()->Unit(benchmark::kMillisecond);

@@ -207,22 +207,30 @@ TEST_CASE("quant_int8: exact ties of both parities and signs, and the clamp reac
   // through x.5 ties, x even and odd, negative and positive. Row 1: the
   // largest magnitude is a negative f32 subnormal (190 units of 2^-149), the
   // scale rounds down to one unit and w / scale passes +-127.5: only the
-  // clamp to [-127, 127] keeps the codes in range. 40 columns: the vector
-  // path's 32 and a scalar tail.
+  // clamp to [-127, 127] keeps the codes in range. 40 columns: AVX2's 32 and
+  // a scalar tail, AVX-512's two sixteens and the tail; 152: AVX-512's two
+  // 64s, a sixteen and a tail of 8 (AVX2's four 32s and 24).
+  for (const std::uint64_t k : {std::uint64_t{40}, std::uint64_t{152}}) {
+    std::vector<float> w(2 * k);
+    for (std::uint64_t c = 0; c < k; ++c) {
+      w[c] = test_cases::quant_int8_ties_row_value(c);
+      w[k + c] = test_cases::quant_int8_clamp_row_value(c);
+    }
+    for (const auto& config : kConfigs) {
+      auto b = cpu_test::open_cpu(config);
+      DerivationLaunch s;
+      s.kind = Derivation::quant_int8;
+      s.src_type = DataType::float32;
+      s.rows = 2;
+      s.cols = k;
+      check_against_reference(*b, s, {bytes_of(w)});
+    }
+  }
   const std::uint64_t k = 40;
   std::vector<float> w(2 * k);
   for (std::uint64_t c = 0; c < k; ++c) {
     w[c] = test_cases::quant_int8_ties_row_value(c);
     w[k + c] = test_cases::quant_int8_clamp_row_value(c);
-  }
-  for (const auto& config : kConfigs) {
-    auto b = cpu_test::open_cpu(config);
-    DerivationLaunch s;
-    s.kind = Derivation::quant_int8;
-    s.src_type = DataType::float32;
-    s.rows = 2;
-    s.cols = k;
-    check_against_reference(*b, s, {bytes_of(w)});
   }
   // The reference itself, by hand: ties to even, and the clamp.
   DerivationLaunch s;
@@ -318,8 +326,8 @@ TEST_CASE("transpose, to_f16, int4 and int8 outputs large enough to stream: the 
   auto b = cpu_test::open_cpu({{"threads", "2"}, {"simd", "on"}});
   constexpr std::uint64_t kM = ballast::cpu::kStreamBytes;
   const std::vector<test_cases::DerivationCase> cases = {
-      test_cases::transpose_case(DataType::float32, 1024, kM / 4 / 1024, 61),       // 8 MiB out, rows of whole lines
-      test_cases::transpose_case(DataType::uint8, 4100, kM / 4100 + 1, 62),         // rows not whole lines
+      test_cases::transpose_case(DataType::float32, 1024, kM / 4 / 1024, 61),  // 8 MiB out, rows of whole lines
+      test_cases::transpose_case(DataType::uint8, 4100, kM / 4100 + 1, 62),    // rows not whole lines
       test_cases::transpose_case(DataType::float16, 2048, kM / 2 / 2048, 63),
       test_cases::to_f16_case(DataType::float32, 64, kM / 2 / 64, false, 64),
       test_cases::to_f16_case(DataType::bfloat16, 64, kM / 2 / 64 + 8, false, 65),
@@ -327,10 +335,13 @@ TEST_CASE("transpose, to_f16, int4 and int8 outputs large enough to stream: the 
                             false, 66),
       test_cases::int4_case(Derivation::dequant_int4, DataType::float32, ZeroPoints::absent, 64, kM / 2 / 64 + 48, 128,
                             false, 67),
-      test_cases::int4_case(Derivation::repack_int4, DataType::float16, ZeroPoints::unpacked, 64, kM * 2 / 64, 64, false,
-                            68),
+      test_cases::int4_case(Derivation::repack_int4, DataType::float16, ZeroPoints::unpacked, 64, kM * 2 / 64, 64,
+                            false, 68),
       test_cases::quant_int8_case(DataType::float32, 16, kM / 16, false, 69),
       test_cases::quant_int8_case(DataType::float16, 16, kM / 16 + 40, false, 70),
+      // rows of whole 64-byte lines (AVX-512's), and rows that are not
+      test_cases::quant_int8_case(DataType::float32, 256, kM / 256, false, 71),
+      test_cases::quant_int8_case(DataType::float16, 200, kM / 200 + 3, false, 72),
   };
   for (const auto& c : cases) check_streamed_and_not(*b, c);
 }
