@@ -703,6 +703,85 @@ BALLAST_SIMD void code_row(const void* src, std::uint64_t base, std::uint64_t k,
   for (; i < k; ++i) codes[i] = kmath::quant_int8_code(load1<F16>(src, base + i), scale);
 }
 
+// The AVX-512 dequant_int4, for block sizes that are multiples of 32: a
+// block's 16 possible results (q - zp) * scale, computed by the AVX2
+// form's operations and rounded by F16C, are a table of 16 f16 words that
+// vpermw indexes with 32 codes at a time, one 64-byte output line per
+// lookup (the GGUF decoders' scheme). A last block cut short by K, and
+// other block sizes, take the AVX2 form.
+template <bool Stream>
+BALLAST_SIMD512 inline void dequant_line(__m512i table, const std::uint8_t* bytes, std::uint16_t* o) {
+  const __m128i nibble = _mm_set1_epi8(0x0f);
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes));
+  const __m128i lo = _mm_and_si128(v, nibble), hi = _mm_and_si128(_mm_srli_epi16(v, 4), nibble);
+  // column order: byte j holds columns 2j (low nibble) and 2j + 1
+  const __m256i codes = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+  const __m512i line = _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(codes), table);
+  if constexpr (Stream) {  // two halves: a streamed output is 32-byte aligned (dequant_int4_rows512 checks)
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(o), _mm512_castsi512_si256(line));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(o + 16), _mm512_extracti64x4_epi64(line, 1));
+  } else {
+    _mm512_storeu_si512(o, line);
+  }
+}
+
+// Block b of a row (its bytes at `row`, its output at `out`); `scale` and
+// `zp` hold the block's in every lane.
+template <bool Stream>
+BALLAST_SIMD512 inline void dequant_block512(const Int4Args& a, const std::uint8_t* row, std::uint16_t* out,
+                                             std::uint64_t b, __m512 scale, __m512 zp) {
+  const std::uint8_t* bytes = row + b * (a.block_size / 2);
+  std::uint16_t* o = out + b * a.block_size;
+  const std::uint64_t cols = std::min<std::uint64_t>(a.block_size, a.k - b * a.block_size);
+  if (cols != a.block_size)
+    return dequant_block(_mm512_castps512_ps256(scale), _mm512_castps512_ps256(zp), bytes, o, cols, Stream);
+  const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i table = _mm512_castsi256_si512(_mm512_cvtps_ph(_mm512_mul_ps(_mm512_sub_ps(q, zp), scale), kRne));
+  for (std::uint64_t c = 0; c < cols; c += 32) dequant_line<Stream>(table, bytes + c / 2, o + c);
+}
+
+template <bool Stream>
+BALLAST_SIMD512 void dequant_int4_rows512_as(const Int4Args& a, std::uint64_t row_begin, std::uint64_t row_end) {
+  const std::uint64_t block_bytes = a.block_size / 2, full_blocks = a.k / a.block_size;
+  const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (std::uint64_t n = row_begin; n < row_end; ++n) {
+    const std::uint8_t* row = a.b + n * int4_row_bytes(a);
+    std::uint16_t* out = a.f16_out + n * a.k;
+    std::uint64_t block = 0;
+    // Eight whole blocks at a time, their scales and zero points read as the
+    // AVX2 form reads them and broadcast from their lanes in registers.
+    const std::uint8_t* bytes = row;
+    std::uint16_t* o = out;
+    for (; block + 8 <= full_blocks; block += 8) {
+      const __m512 s8 = _mm512_castps256_ps512(int4_scales8(a, n, block));
+      const __m512 z8 = _mm512_castps256_ps512(int4_zero_points8(a, n, block));
+      for (int i = 0; i < 8; ++i, bytes += block_bytes, o += a.block_size) {
+        const __m512i lane = _mm512_set1_epi32(i);
+        const __m512 v =
+            _mm512_mul_ps(_mm512_sub_ps(q, _mm512_permutexvar_ps(lane, z8)), _mm512_permutexvar_ps(lane, s8));
+        const __m512i table = _mm512_castsi256_si512(_mm512_cvtps_ph(v, kRne));
+        for (std::uint64_t c = 0; c < a.block_size; c += 32) dequant_line<Stream>(table, bytes + c / 2, o + c);
+      }
+    }
+    for (; block < a.k_blocks; ++block)
+      dequant_block512<Stream>(a, row, out, block, _mm512_set1_ps(int4_scale(a, n, block)),
+                               _mm512_set1_ps(int4_zero_point(a, n, block)));
+  }
+  if constexpr (Stream) _mm_sfence();
+}
+
+void dequant_int4_rows512(const Int4Args& a, std::uint64_t row_begin, std::uint64_t row_end) {
+  if (a.block_size % 32 != 0) return dequant_int4_rows(a, row_begin, row_end);
+  // Every block's output starts a multiple of 64 bytes after the row's, and
+  // every row's a multiple of 64 after the first when K is a multiple of 32;
+  // otherwise (or at an unaligned base) the lines are stored plainly.
+  const bool stream = a.stream && reinterpret_cast<std::uintptr_t>(a.f16_out) % 32 == 0 && a.k % 32 == 0;
+  if (stream)
+    dequant_int4_rows512_as<true>(a, row_begin, row_end);
+  else
+    dequant_int4_rows512_as<false>(a, row_begin, row_end);
+}
+
 // The row driver of both forms: each row's scale from its maximum, then
 // its codes. Untargeted: it only calls the per-row functions (AbsMax, and
 // Code with or without the clamp), which carry their instruction set.
@@ -881,7 +960,7 @@ const RowKernels* simd_kernels() {
 // by address).
 const RowKernels* simd512_kernels() {
   static const RowKernels table{"avx512bw+avx2+f16c", transpose_cols512, to_f16_from_f32,    to_f16_from_bf16,
-                                dequant_int4_rows,    repack_int4_rows,  quant_int8_rows512, copy};
+                                dequant_int4_rows512, repack_int4_rows,  quant_int8_rows512, copy};
   static const bool supported = cpu_has_avx512bw();
   return supported ? &table : nullptr;
 }

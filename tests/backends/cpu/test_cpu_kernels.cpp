@@ -147,9 +147,24 @@ struct Int4Case {
   std::uint32_t block_size;
 };
 
-const Int4Case kInt4Cases[] = {{1, 1, 16},   {1, 16, 16},  {3, 17, 16},  {2, 8, 16},   {5, 100, 32},
-                               {4, 200, 64}, {7, 40, 16},  {2, 1000, 128}, {9, 4096, 32}, {3, 257, 256},
-                               {6, 33, 16},  {33, 96, 16}, {2, 250, 16}};
+const Int4Case kInt4Cases[] = {{1, 1, 16},
+                               {1, 16, 16},
+                               {3, 17, 16},
+                               {2, 8, 16},
+                               {5, 100, 32},
+                               {4, 200, 64},
+                               {7, 40, 16},
+                               {2, 1000, 128},
+                               {9, 4096, 32},
+                               {3, 257, 256},
+                               {6, 33, 16},
+                               {33, 96, 16},
+                               {2, 250, 16},
+                               // eight whole blocks at a time, more than one line each (AVX-512's
+                               // dequant_int4), then a whole block, or one cut short, after them
+                               {3, 1024, 128},
+                               {2, 1088, 64},
+                               {2, 2088, 256}};
 
 }  // namespace
 
