@@ -349,21 +349,27 @@ Result<Paired> paired(const Case& c, int rounds) {
 
 // The paired table; false if a case failed to run.
 bool run_paired(const std::vector<Case>& all, const std::string& filter, int rounds) {
-  const std::regex match(filter.empty() ? "." : filter);
+  std::regex match;
+  try {
+    match = std::regex(filter.empty() ? "." : filter);
+  } catch (const std::regex_error& e) {
+    std::printf("paired: --benchmark_filter=%s is not a regular expression: %s\n", filter.c_str(), e.what());
+    return false;
+  }
   std::printf("paired: %d rounds per case; ratio = median of the rounds' ratios [lower, upper quartile]\n\n", rounds);
-  std::printf("%-44s %8s %8s %18s %7s\n", "derivation", "GB/s", "copy", "ratio", "target");
+  std::printf("%-56s %8s %8s %18s %7s\n", "derivation", "GB/s", "copy", "ratio", "target");
   bool ok = true, all_met = true;
   for (const Case& c : all) {
     if (c.name.rfind("past/", 0) != 0 || !std::regex_search(c.name, match)) continue;
     auto p = paired(c, rounds);
     if (!p) {
-      std::printf("%-44s failed: %s\n", c.name.c_str(), p.error().to_string().c_str());
+      std::printf("%-56s failed: %s\n", c.name.c_str(), p.error().to_string().c_str());
       ok = false;
       continue;
     }
     const double ratio = median(p->ratio);
     all_met = all_met && ratio >= c.target;
-    std::printf("%-44s %8.1f %8.1f %5.2f [%.2f, %.2f] %6.1fx%s\n", c.name.c_str(), median(p->kernel) / 1e9,
+    std::printf("%-56s %8.1f %8.1f %5.2f [%.2f, %.2f] %6.1fx%s\n", c.name.c_str(), median(p->kernel) / 1e9,
                 median(p->copy) / 1e9, ratio, quantile(p->ratio, 0.25), quantile(p->ratio, 0.75), c.target,
                 ratio >= c.target ? "" : "  BELOW TARGET");
   }
