@@ -3,6 +3,7 @@
 #include "conformance/conformance.hpp"
 
 #include <reference/reference.hpp>
+#include <support/output_guard.hpp>
 
 #include <ballast/dtype.hpp>
 
@@ -11,6 +12,9 @@
 
 namespace conformance {
 namespace {
+
+using test_support::check_guard;
+using test_support::kGuardBytes;
 
 std::span<const std::byte> rows_of(const std::vector<std::byte>& bytes, std::uint64_t total_bytes,
                                    std::uint64_t total_rows, std::uint64_t first, std::uint64_t count) {
@@ -37,27 +41,6 @@ std::string compare_rows(const DerivationCase& c, const ballast::DerivationLaunc
   if (cmp.ok) return {};
   const std::string where = count == rows ? "" : " (in the band of rows from " + std::to_string(first) + ")";
   return std::to_string(cmp.mismatches) + " mismatches" + where + "; first: " + cmp.message;
-}
-
-// Every output is allocated kGuardBytes longer, and those bytes are filled
-// with kFill before the launch and compared after it: a kernel or shader
-// that writes past its rows (a word too many at the end of a row, a
-// workgroup past the last) is caught though the bytes the reference
-// compares are right.
-constexpr std::uint64_t kGuardBytes = 256;
-constexpr std::byte kFill{0xa5};
-
-// "" when the kGuardBytes after output `p` of `bytes` still hold kFill.
-std::string check_guard(const char* name, DevicePtr p, std::uint64_t bytes) {
-  std::vector<std::byte> guard(kGuardBytes);
-  if (auto s = gpu().copy_to_host(guard, p, bytes); !s.ok())
-    return std::string("download the guard after ") + name + ": " + s.to_string();
-  std::uint64_t changed = 0, first = 0;
-  for (std::uint64_t i = kGuardBytes; i-- > 0;)
-    if (guard[i] != kFill) ++changed, first = i;
-  if (changed == 0) return {};
-  return std::string(name) + ": " + std::to_string(changed) + " bytes written past its " + std::to_string(bytes) +
-         ", the first at byte " + std::to_string(bytes + first);
 }
 
 }  // namespace
@@ -100,7 +83,7 @@ std::string run_derivation_case(const DerivationCase& c) {
   auto output = [&](std::uint64_t bytes) -> DevicePtr {
     const DevicePtr p = owned.take(bytes + kGuardBytes);
     if (p == 0) return 0;
-    const std::vector<std::byte> fill(kGuardBytes, kFill);
+    const std::vector<std::byte> fill(kGuardBytes, test_support::kGuardFill);
     if (auto s = g.copy_to_device(p, bytes, fill); !s.ok()) owned.error = "fill the guard: " + s.to_string();
     return p;
   };
@@ -110,9 +93,9 @@ std::string run_derivation_case(const DerivationCase& c) {
 
   if (auto s = g.launch(l); !s.ok()) return "launch: " + s.to_string();
   if (auto s = g.synchronize(); !s.ok()) return "synchronize: " + s.to_string();
-  if (auto e = check_guard("dst", l.dst, sizes->dst_bytes); !e.empty()) return e;
+  if (auto e = check_guard(g, "dst", l.dst, sizes->dst_bytes); !e.empty()) return e;
   if (l.dst2 != 0)
-    if (auto e = check_guard("dst2", l.dst2, sizes->dst2_bytes); !e.empty()) return e;
+    if (auto e = check_guard(g, "dst2", l.dst2, sizes->dst2_bytes); !e.empty()) return e;
 
   std::vector<std::byte> dst(sizes->dst_bytes), dst2(sizes->dst2_bytes);
   if (auto s = g.copy_to_host(dst, l.dst, 0); !s.ok()) return "download dst: " + s.to_string();

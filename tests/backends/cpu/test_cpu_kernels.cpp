@@ -7,6 +7,7 @@
 
 #include <reference/reference.hpp>
 #include <support/derivation_cases.hpp>
+#include <support/output_guard.hpp>
 
 #include "cpu/backend.hpp"
 
@@ -31,28 +32,17 @@ const std::vector<std::map<std::string, std::string, std::less<>>> kConfigs = {
     {{"threads", "2"}, {"simd", "avx2"}},  // the AVX2 forms where the CPU also has AVX-512's
 };
 
-// Every output is allocated kGuardBytes longer than the launch's and filled
-// with kFill first, and what lies past the launch's bytes must be kFill
-// after it: a kernel that writes past its rows (one word too many at the end
-// of a row, a line past the last) changes it, though the bytes the
-// reference compares are right.
-constexpr std::uint64_t kGuardBytes = 64;
-constexpr std::byte kFill{0xa5};
+using test_support::kGuardBytes;
 
 DevicePtr guarded_output(GpuBackend& b, std::uint64_t bytes) {
-  return upload(b, std::vector<std::byte>(bytes + kGuardBytes, kFill));
+  return upload(b, std::vector<std::byte>(bytes + kGuardBytes, test_support::kGuardFill));
 }
 
-// The bytes of the allocation `p` (of `allocated` bytes) from `from` on
-// are all still kFill.
-void check_untouched_after(GpuBackend& b, DevicePtr p, std::uint64_t from, std::uint64_t allocated, const char* what) {
-  const std::vector<std::byte> all = download(b, p, allocated);
-  std::uint64_t changed = 0, first = 0;
-  for (std::uint64_t i = allocated; i-- > from;)
-    if (all[i] != kFill) ++changed, first = i;
-  CHECK_MESSAGE(changed == 0, std::string(what)
-                                  << ": " << changed << " bytes past the output written, the first at byte " << first
-                                  << " of the allocation");
+// The guard bytes from byte `from` of the allocation `p` are untouched
+// (support/output_guard.hpp).
+void check_untouched_after(GpuBackend& b, DevicePtr p, std::uint64_t from, const char* what) {
+  const std::string written = test_support::check_guard(b, what, p, from);
+  CHECK_MESSAGE(written.empty(), written);
 }
 
 // Uploads the inputs, runs the launch on the backend and checks the outputs
@@ -74,8 +64,8 @@ void check_against_reference(GpuBackend& b, DerivationLaunch shape, const ref::I
   const Status st = b.launch(shape);
   REQUIRE_MESSAGE(st.ok(), st.to_string());
   REQUIRE(b.synchronize().ok());
-  check_untouched_after(b, shape.dst, sizes->dst_bytes, sizes->dst_bytes + kGuardBytes, "dst");
-  if (shape.dst2) check_untouched_after(b, shape.dst2, sizes->dst2_bytes, sizes->dst2_bytes + kGuardBytes, "dst2");
+  check_untouched_after(b, shape.dst, sizes->dst_bytes, "dst");
+  if (shape.dst2) check_untouched_after(b, shape.dst2, sizes->dst2_bytes, "dst2");
   const auto dst = download(b, shape.dst, sizes->dst_bytes);
   const auto dst2 = download(b, shape.dst2, sizes->dst2_bytes);
   const ref::Comparison c = ref::compare(shape, *expected, dst, dst2, {});
@@ -298,9 +288,8 @@ void check_streamed_and_not(GpuBackend& b, const test_cases::DerivationCase& c) 
     CHECK_MESSAGE(cmp.ok, c.label << " at offset " << offset << ": " << cmp.mismatches << " mismatches; first: "
                                   << cmp.message);
     INFO(c.label << " at offset " << offset);
-    check_untouched_after(b, out, offset + sizes->dst_bytes, sizes->dst_bytes + 16 + kGuardBytes, "dst");
-    if (out2 != 0)
-      check_untouched_after(b, out2, offset + sizes->dst2_bytes, sizes->dst2_bytes + 16 + kGuardBytes, "dst2");
+    check_untouched_after(b, out, offset + sizes->dst_bytes, "dst");
+    if (out2 != 0) check_untouched_after(b, out2, offset + sizes->dst2_bytes, "dst2");
   }
   for (DevicePtr p : {l.src, l.scales, l.zero_point, out, out2})
     if (p != 0) CHECK(b.free(p).ok());
