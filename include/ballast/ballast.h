@@ -284,8 +284,10 @@ typedef struct ballast_conformance_result {
  * test-case names, doctest wildcards ("device weights*"). `json`: its JSON
  * summary, NUL-terminated, cut to `json_capacity` (may be NULL with
  * capacity 0); `json_length` (may be NULL) gets the summary's full length.
- * UNAVAILABLE when the runner is not installed, DEVICE_ERROR when it died of
- * a signal. A failing suite is not an error status: read exit_code. */
+ * UNAVAILABLE when the runner is not installed, IO when it cannot be started,
+ * DEVICE_ERROR when it died of a signal, INVALID_ARGUMENT when it exits
+ * non-zero with no summary (it refused its arguments; its message is on
+ * stderr). A failing suite is not an error status: read exit_code. */
 BALLAST_C_API ballast_status* ballast_run_conformance(const char* backend_config, const char* filter,
                                                       ballast_conformance_result* out, char* json,
                                                       size_t json_capacity, size_t* json_length);
