@@ -28,7 +28,10 @@
 // from 8 MiB on writes past the cache as the kernels' outputs do (a copy of
 // read + write traffic, the physical limit of a derivation's), so both
 // sides of the ratio use the same cores and the same kind of stores.
-
+//
+// --paired N prints, instead of Google Benchmark's run, a table of the
+// past cases the --benchmark_filter regex matches, each ratio the median
+// of N rounds that time kernel and copy in turn (run_paired says why).
 #include <ballast/backend_registry.hpp>
 #include <ballast/gpu_backend.hpp>
 
