@@ -75,7 +75,9 @@ const RowKernels& portable_kernels();
 // The vectorised table when this CPU supports it, else nullptr.
 const RowKernels* simd_kernels();
 // The table that adds AVX-512 (F, BW, VL, DQ) forms where they exist (the
-// GGUF decoders to f16; the others are simd_kernels()'s), else nullptr.
+// byte transpose, dequant_int4 at block sizes that are multiples of 32,
+// quant_int8 and the GGUF decoders to f16; the others are
+// simd_kernels()'s), else nullptr.
 const RowKernels* simd512_kernels();
 
 // Runs a launch whose pointers have been validated; blocks until done.

@@ -955,9 +955,9 @@ const RowKernels* simd_kernels() {
   return supported ? &table : nullptr;
 }
 
-// The same kernels but for the byte transpose, quant_int8 and the GGUF
-// decoders to f16, which have AVX-512 forms (kernels_gguf.cpp tells the tables apart
-// by address).
+// The same kernels but for the byte transpose, dequant_int4, quant_int8
+// and the GGUF decoders to f16, which have AVX-512 forms (kernels_gguf.cpp
+// tells the tables apart by address).
 const RowKernels* simd512_kernels() {
   static const RowKernels table{"avx512bw+avx2+f16c", transpose_cols512, to_f16_from_f32,    to_f16_from_bf16,
                                 dequant_int4_rows512, repack_int4_rows,  quant_int8_rows512, copy};
