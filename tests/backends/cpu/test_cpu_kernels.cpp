@@ -215,34 +215,33 @@ TEST_CASE("quant_int8: exact ties of both parities and signs, and the clamp reac
   // clamp to [-127, 127] keeps the codes in range. 40 columns: AVX2's 32 and
   // a scalar tail, AVX-512's two sixteens and the tail; 152: AVX-512's two
   // 64s, a sixteen and a tail of 8 (AVX2's four 32s and 24).
-  for (const std::uint64_t k : {std::uint64_t{40}, std::uint64_t{152}}) {
+  auto rows = [](std::uint64_t k) {  // the ties row, then the clamp row
     std::vector<float> w(2 * k);
     for (std::uint64_t c = 0; c < k; ++c) {
       w[c] = test_cases::quant_int8_ties_row_value(c);
       w[k + c] = test_cases::quant_int8_clamp_row_value(c);
     }
+    return w;
+  };
+  auto shape = [](std::uint64_t k) {
+    DerivationLaunch s;
+    s.kind = Derivation::quant_int8;
+    s.src_type = DataType::float32;
+    s.rows = 2;
+    s.cols = k;
+    return s;
+  };
+  for (const std::uint64_t k : {std::uint64_t{40}, std::uint64_t{152}}) {
+    const std::vector<float> w = rows(k);
     for (const auto& config : kConfigs) {
       auto b = cpu_test::open_cpu(config);
-      DerivationLaunch s;
-      s.kind = Derivation::quant_int8;
-      s.src_type = DataType::float32;
-      s.rows = 2;
-      s.cols = k;
-      check_against_reference(*b, s, {bytes_of(w)});
+      check_against_reference(*b, shape(k), {bytes_of(w)});
     }
   }
-  const std::uint64_t k = 40;
-  std::vector<float> w(2 * k);
-  for (std::uint64_t c = 0; c < k; ++c) {
-    w[c] = test_cases::quant_int8_ties_row_value(c);
-    w[k + c] = test_cases::quant_int8_clamp_row_value(c);
-  }
   // The reference itself, by hand: ties to even, and the clamp.
-  DerivationLaunch s;
-  s.kind = Derivation::quant_int8;
-  s.src_type = DataType::float32;
-  s.rows = 2;
-  s.cols = k;
+  const std::uint64_t k = 40;
+  const std::vector<float> w = rows(k);
+  const DerivationLaunch s = shape(k);
   const auto want = ref::derive(s, {std::as_bytes(std::span<const float>(w))});
   REQUIRE(want.ok());
   auto code = [&](std::uint64_t i) { return static_cast<int>(static_cast<std::int8_t>(want->dst[i])); };
