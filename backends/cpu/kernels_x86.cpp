@@ -628,6 +628,19 @@ BALLAST_SIMD inline __m256i f16_abs_max_step(__m256i m, const std::uint16_t* src
   return _mm256_max_epu16(m, _mm256_andnot_si256(_mm256_cmpgt_epi16(a, _mm256_set1_epi16(0x7c00)), a));
 }
 
+// The end of both f16 maxima (AVX2 and AVX-512): the largest of `n` lane
+// maxima and of |src[i]| for the tail [i, k), NaN patterns left out, as f32.
+inline float f16_abs_max_end(const std::uint16_t* lanes, std::uint64_t n, const std::uint16_t* src, std::uint64_t i,
+                             std::uint64_t k) {
+  std::uint16_t best = 0;
+  for (std::uint64_t l = 0; l < n; ++l) best = lanes[l] > best ? lanes[l] : best;
+  for (; i < k; ++i) {
+    const std::uint16_t a = src[i] & 0x7fff;
+    if (a <= 0x7c00 && a > best) best = a;
+  }
+  return kmath::f32_from_f16_bits(best);
+}
+
 BALLAST_SIMD inline float row_abs_max_f16(const std::uint16_t* src, std::uint64_t k) {
   __m256i m0 = _mm256_setzero_si256(), m1 = m0;
   std::uint64_t i = 0;
@@ -638,13 +651,7 @@ BALLAST_SIMD inline float row_abs_max_f16(const std::uint16_t* src, std::uint64_
   for (; i + 16 <= k; i += 16) m0 = f16_abs_max_step(m0, src + i);
   alignas(32) std::uint16_t lanes[16];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_max_epu16(m0, m1));
-  std::uint16_t best = 0;
-  for (std::uint16_t lane : lanes) best = lane > best ? lane : best;
-  for (; i < k; ++i) {
-    const std::uint16_t a = src[i] & 0x7fff;
-    if (a <= 0x7c00 && a > best) best = a;
-  }
-  return kmath::f32_from_f16_bits(best);
+  return f16_abs_max_end(lanes, 16, src, i, k);
 }
 
 // maxps(a, m) returns m when a is NaN, exactly kmath::abs_max_step.
@@ -725,6 +732,13 @@ BALLAST_SIMD512 inline void dequant_line(__m512i table, const std::uint8_t* byte
   }
 }
 
+// A block's table: (q - zp) * scale for q = 0..15, rounded to f16 (the
+// AVX2 form's block_tables operations); `scale` and `zp` in every lane.
+BALLAST_SIMD512 inline __m512i int4_table512(__m512 scale, __m512 zp) {
+  const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  return _mm512_castsi256_si512(_mm512_cvtps_ph(_mm512_mul_ps(_mm512_sub_ps(q, zp), scale), kRne));
+}
+
 // Block b of a row (its bytes at `row`, its output at `out`); `scale` and
 // `zp` hold the block's in every lane.
 template <bool Stream>
@@ -735,15 +749,13 @@ BALLAST_SIMD512 inline void dequant_block512(const Int4Args& a, const std::uint8
   const std::uint64_t cols = std::min<std::uint64_t>(a.block_size, a.k - b * a.block_size);
   if (cols != a.block_size)
     return dequant_block(_mm512_castps512_ps256(scale), _mm512_castps512_ps256(zp), bytes, o, cols, Stream);
-  const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i table = _mm512_castsi256_si512(_mm512_cvtps_ph(_mm512_mul_ps(_mm512_sub_ps(q, zp), scale), kRne));
+  const __m512i table = int4_table512(scale, zp);
   for (std::uint64_t c = 0; c < cols; c += 32) dequant_line<Stream>(table, bytes + c / 2, o + c);
 }
 
 template <bool Stream>
 BALLAST_SIMD512 void dequant_int4_rows512_as(const Int4Args& a, std::uint64_t row_begin, std::uint64_t row_end) {
   const std::uint64_t block_bytes = a.block_size / 2, full_blocks = a.k / a.block_size;
-  const __m512 q = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   for (std::uint64_t n = row_begin; n < row_end; ++n) {
     const std::uint8_t* row = a.b + n * int4_row_bytes(a);
     std::uint16_t* out = a.f16_out + n * a.k;
@@ -757,9 +769,7 @@ BALLAST_SIMD512 void dequant_int4_rows512_as(const Int4Args& a, std::uint64_t ro
       const __m512 z8 = _mm512_castps256_ps512(int4_zero_points8(a, n, block));
       for (int i = 0; i < 8; ++i, bytes += block_bytes, o += a.block_size) {
         const __m512i lane = _mm512_set1_epi32(i);
-        const __m512 v =
-            _mm512_mul_ps(_mm512_sub_ps(q, _mm512_permutexvar_ps(lane, z8)), _mm512_permutexvar_ps(lane, s8));
-        const __m512i table = _mm512_castsi256_si512(_mm512_cvtps_ph(v, kRne));
+        const __m512i table = int4_table512(_mm512_permutexvar_ps(lane, s8), _mm512_permutexvar_ps(lane, z8));
         for (std::uint64_t c = 0; c < a.block_size; c += 32) dequant_line<Stream>(table, bytes + c / 2, o + c);
       }
     }
@@ -826,8 +836,7 @@ void quant_int8_rows(const Quant8Args& a, std::uint64_t row_begin, std::uint64_t
 
 // The AVX-512 form: sixteen lanes where AVX2 has eight, the same
 // operations (a quotient rounded half to even, NaN to 0, the clamp where
-// kClamp), so the same codes. The maximum of f16 rows on the bits, as
-// row_abs_max_f16; of f32 rows by maxps(|a|, m), m where a is NaN.
+// kClamp), so the same codes.
 template <bool F16>
 BALLAST_SIMD512 inline __m512 load16(const void* src, std::uint64_t i) {
   if constexpr (F16)
@@ -837,46 +846,22 @@ BALLAST_SIMD512 inline __m512 load16(const void* src, std::uint64_t i) {
     return _mm512_loadu_ps(static_cast<const float*>(src) + i);
 }
 
-template <bool F16>
-BALLAST_SIMD512 float row_abs_max512(const void* src, std::uint64_t base, std::uint64_t k) {
+// The maximum of an f16 row on the bits, 64 at a time, as row_abs_max_f16.
+// (f32 rows keep the AVX2 maximum: a 512-bit one measured no faster.)
+BALLAST_SIMD512 float row_abs_max512_f16(const void* src, std::uint64_t base, std::uint64_t k) {
+  const auto* h = static_cast<const std::uint16_t*>(src) + base;
+  const __m512i sign_off = _mm512_set1_epi16(0x7fff), inf = _mm512_set1_epi16(0x7c00);
+  __m512i m0 = _mm512_setzero_si512(), m1 = m0;
   std::uint64_t i = 0;
-  if constexpr (F16) {
-    const auto* h = static_cast<const std::uint16_t*>(src) + base;
-    const __m512i sign_off = _mm512_set1_epi16(0x7fff), inf = _mm512_set1_epi16(0x7c00);
-    __m512i m0 = _mm512_setzero_si512(), m1 = m0;
-    for (; i + 64 <= k; i += 64) {
-      const __m512i a0 = _mm512_and_si512(_mm512_loadu_si512(h + i), sign_off);
-      const __m512i a1 = _mm512_and_si512(_mm512_loadu_si512(h + i + 32), sign_off);
-      m0 = _mm512_max_epu16(m0, _mm512_maskz_mov_epi16(_mm512_cmple_epu16_mask(a0, inf), a0));
-      m1 = _mm512_max_epu16(m1, _mm512_maskz_mov_epi16(_mm512_cmple_epu16_mask(a1, inf), a1));
-    }
-    const __m512i m = _mm512_max_epu16(m0, m1);
-    const __m256i m16 = _mm256_max_epu16(_mm512_castsi512_si256(m), _mm512_extracti64x4_epi64(m, 1));
-    alignas(32) std::uint16_t lanes[16];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), m16);
-    std::uint16_t best = 0;
-    for (std::uint16_t lane : lanes) best = lane > best ? lane : best;
-    for (; i < k; ++i) {
-      const std::uint16_t a = h[i] & 0x7fff;
-      if (a <= 0x7c00 && a > best) best = a;
-    }
-    return kmath::f32_from_f16_bits(best);
-  } else {
-    const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-    __m512 m0 = _mm512_setzero_ps(), m1 = m0, m2 = m0, m3 = m0;
-    for (; i + 64 <= k; i += 64) {
-      m0 = _mm512_max_ps(_mm512_and_ps(load16<false>(src, base + i), abs_mask), m0);
-      m1 = _mm512_max_ps(_mm512_and_ps(load16<false>(src, base + i + 16), abs_mask), m1);
-      m2 = _mm512_max_ps(_mm512_and_ps(load16<false>(src, base + i + 32), abs_mask), m2);
-      m3 = _mm512_max_ps(_mm512_and_ps(load16<false>(src, base + i + 48), abs_mask), m3);
-    }
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, _mm512_max_ps(_mm512_max_ps(m0, m1), _mm512_max_ps(m2, m3)));
-    float m = 0.0f;
-    for (float lane : lanes) m = kmath::abs_max_step(m, lane);
-    for (; i < k; ++i) m = kmath::abs_max_step(m, load1<false>(src, base + i));
-    return m;
+  for (; i + 64 <= k; i += 64) {
+    const __m512i a0 = _mm512_and_si512(_mm512_loadu_si512(h + i), sign_off);
+    const __m512i a1 = _mm512_and_si512(_mm512_loadu_si512(h + i + 32), sign_off);
+    m0 = _mm512_max_epu16(m0, _mm512_maskz_mov_epi16(_mm512_cmple_epu16_mask(a0, inf), a0));
+    m1 = _mm512_max_epu16(m1, _mm512_maskz_mov_epi16(_mm512_cmple_epu16_mask(a1, inf), a1));
   }
+  alignas(64) std::uint16_t lanes[32];
+  _mm512_store_si512(lanes, _mm512_max_epu16(m0, m1));
+  return f16_abs_max_end(lanes, 32, h, i, k);
 }
 
 template <bool kClamp>
@@ -914,10 +899,10 @@ BALLAST_SIMD512 void code_row512(const void* src, std::uint64_t base, std::uint6
 
 void quant_int8_rows512(const Quant8Args& a, std::uint64_t row_begin, std::uint64_t row_end) {
   if (a.f16_src)
-    quant_int8_rows_with<true, row_abs_max512<true>, code_row512<true, false>, code_row512<true, true>>(a, row_begin,
+    quant_int8_rows_with<true, row_abs_max512_f16, code_row512<true, false>, code_row512<true, true>>(a, row_begin,
                                                                                                         row_end);
   else
-    quant_int8_rows_with<false, row_abs_max512<false>, code_row512<false, false>, code_row512<false, true>>(
+    quant_int8_rows_with<false, row_abs_max<false>, code_row512<false, false>, code_row512<false, true>>(
         a, row_begin, row_end);
 }
 
