@@ -169,6 +169,7 @@ void fail(benchmark::State& state, const std::string& what, const Status& st) {
 struct Buffers {
   std::string owner;
   std::vector<DevicePtr> ptrs;
+  DerivationLaunch launch;  // a derivation case's, its operands pointed at ptrs (bind_operands)
   void release() {
     for (DevicePtr p : ptrs) (void)g_backend->free(p);
     ptrs.clear();
@@ -223,14 +224,13 @@ Status bind_operands(Buffers& b, const DerivationSizes& sizes, DerivationLaunch&
 void bench_derivation(benchmark::State& state, const Case& c) {
   auto sizes = derivation_sizes(c.shape);
   if (!sizes) return fail(state, "shape", sizes.status());
-  static DerivationLaunch bound;  // the launch whose operands g_buffers holds
   if (g_buffers.owner != c.name) {
     g_buffers.release();
-    bound = c.shape;
-    if (auto st = bind_operands(g_buffers, *sizes, bound); !st) return fail(state, "allocate", st);
+    g_buffers.launch = c.shape;
+    if (auto st = bind_operands(g_buffers, *sizes, g_buffers.launch); !st) return fail(state, "allocate", st);
     g_buffers.owner = c.name;
   }
-  const DerivationLaunch l = bound;
+  const DerivationLaunch l = g_buffers.launch;
   // One untimed launch first. On NVIDIA's Vulkan driver the first launch
   // on a case's fresh buffers took up to 54 ms where the next took 0.7
   // (docs/gpu-runs/2026-12-04-h200.md); Google Benchmark then stopped after
