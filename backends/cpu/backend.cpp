@@ -38,11 +38,11 @@ void CpuDevice::copy(std::byte* d, const std::byte* s, std::uint64_t bytes) {
 CpuDevice::CpuDevice(DeviceInfo info, Capabilities caps, const DeviceOptions& options)
     : info_(std::move(info)),
       caps_(std::move(caps)),
-      kernels_(!options.simd                          ? &portable_kernels()
+      kernels_(!options.simd                         ? &portable_kernels()
                : options.avx512 && simd512_kernels() ? simd512_kernels()
                : simd_kernels()                      ? simd_kernels()
                                                      : &portable_kernels()),
-      allocator_(caps_.max_single_allocation),
+      allocator_(caps_.max_single_allocation, options.retain_bytes.value_or(0)),
       pool_(options.threads) {}
 
 Result<BackendRange> CpuDevice::do_allocate(std::uint64_t bytes, std::uint64_t alignment) {

@@ -7,12 +7,18 @@
 
 #include <ballast/plugin_abi.hpp>
 
+#include <cstdint>
+#include <optional>
+
 namespace ballast::cpu {
 
 struct DeviceOptions {
   unsigned threads = 0;   // 0: every hardware thread this process may use
   bool simd = true;       // false: the portable kernels even where vector ones exist
   bool avx512 = true;     // false: no AVX-512 forms even where the CPU has them (simd=avx2)
+  // Bytes of freed large blocks kept mapped for reuse (allocator.hpp says
+  // why); unset: the plugin's default, 1 GiB or 1/16 of memory if less.
+  std::optional<std::uint64_t> retain_bytes;
 };
 
 // An extension (GpuBackend::extension, plugin ABI 1.1): the name of the

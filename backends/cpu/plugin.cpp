@@ -10,10 +10,14 @@
 //               hardware threads this process may run on)
 //   simd=on|avx2|off  off forces the portable kernels, avx2 the AVX2 ones
 //               where the CPU also has AVX-512 (for comparison/debugging)
+//   retain_mib=N  MiB of freed large blocks kept mapped for the next
+//               allocations, 0..1048576 (default: 1024, or 1/16 of
+//               physical memory if that is less; allocator.hpp says why)
 #include "plugin.hpp"
 #include "backend.hpp"
 #include "system_info.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <string>
 
@@ -28,7 +32,9 @@ namespace ballast::cpu {
 namespace {
 
 constexpr const char* kName = BALLAST_CPU_NAME_;
-constexpr const char* kKnownKeys = "threads, simd";
+constexpr const char* kKnownKeys = "threads, simd, retain_mib";
+
+std::uint64_t default_retain_bytes(std::uint64_t memory) { return std::min<std::uint64_t>(1ull << 30, memory / 16); }
 
 Result<DeviceOptions> parse_options(const BackendConfig& config) {
   DeviceOptions o;
@@ -44,6 +50,13 @@ Result<DeviceOptions> parse_options(const BackendConfig& config) {
         return make_error(ErrorCode::invalid_argument, "cpu option simd=" + value + ": expected on, avx2 or off");
       o.simd = value != "off";
       o.avx512 = value == "on";
+    } else if (key == "retain_mib") {
+      std::uint64_t mib = 0;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), mib);
+      if (ec != std::errc() || end != value.data() + value.size() || mib > (1ull << 20))
+        return make_error(ErrorCode::invalid_argument,
+                          "cpu option retain_mib=" + value + ": expected a whole number from 0 to 1048576");
+      o.retain_bytes = mib << 20;
     } else {
       return make_error(ErrorCode::invalid_argument,
                         "unknown cpu option '" + key + "'; known keys: " + std::string(kKnownKeys));
@@ -82,6 +95,7 @@ class CpuPlugin final : public BackendPlugin {
     auto options = parse_options(config);
     if (!options) return options.error();
     if (options->threads == 0) options->threads = hardware_threads();
+    if (!options->retain_bytes) options->retain_bytes = default_retain_bytes(info_.memory_bytes);
     try {
       return std::unique_ptr<BackendDevice>(std::make_unique<CpuDevice>(info_, caps_, *options));
     } catch (const std::exception& e) {  // thread creation or memory: never across the boundary

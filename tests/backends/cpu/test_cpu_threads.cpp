@@ -91,3 +91,37 @@ TEST_CASE("threads=N runs N - 1 workers beside the calling thread, and none are 
     CHECK(threads_settled_at(before) == before);
   }
 }
+
+TEST_CASE("large blocks allocated and freed from several threads never share pages") {
+  // Large blocks are mapped and their freed pages retained and moved
+  // (cpu/allocator.hpp); a small bound makes threads both reuse and unmap.
+  auto b = cpu_test::open_cpu({{"threads", "2"}, {"retain_mib", "12"}});
+  constexpr std::uint64_t kMiB = 1ull << 20;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int iter = 0; iter < 12; ++iter) {
+        const std::uint64_t bytes = (2 + (t + iter) % 4) * 2 * kMiB + static_cast<std::uint64_t>(iter);
+        auto p = b->allocate(bytes);
+        if (!p.ok()) {
+          ++failures;
+          return;
+        }
+        auto* bytes_at = reinterpret_cast<unsigned char*>(static_cast<std::uintptr_t>(*p));
+        const auto mark = static_cast<unsigned char>(16 * t + iter);
+        std::memset(bytes_at, mark, bytes);
+        std::this_thread::yield();
+        for (std::uint64_t i = 0; i < bytes; i += 4096)  // nobody else wrote here meanwhile
+          if (bytes_at[i] != mark || bytes_at[bytes - 1] != mark) {
+            ++failures;
+            break;
+          }
+        if (!b->free(*p).ok()) ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(failures.load() == 0);
+  CHECK(b->counters().live_allocations == 0);
+}
