@@ -208,6 +208,29 @@ TEST_CASE("a freed large block serves the next one of its size, pages and all") 
   CHECK(a.stats().retained_bytes == 4 * kMiB);
 }
 
+TEST_CASE("which blocks are mapped: from 2 MiB up to the largest allocation less 2 MiB") {
+  cpu::Allocator a(64 * kMiB, 64 * kMiB);  // a 64 MiB "machine"
+  const BackendRange small = take(a, 2 * kMiB - 1);
+  CHECK(small.cookie != 0);  // operator new's: its alignment
+  CHECK(a.stats().fresh_bytes == 0);
+  const BackendRange edge = take(a, 62 * kMiB);  // rounded to whole huge pages, still within the largest
+  CHECK(a.stats().fresh_bytes == 62 * kMiB);
+  a.free(edge);
+  a.free(small);
+  const BackendRange past = take(a, 62 * kMiB + 1);  // would round past it: operator new's
+  CHECK(past.cookie != 0);
+  CHECK(a.stats().fresh_bytes == 62 * kMiB);
+  CHECK(a.stats().retained_bytes == 62 * kMiB);
+  a.free(past);
+  const BackendRange whole = take(a, 64 * kMiB);  // exactly the largest is allowed
+  a.free(whole);
+  CHECK(a.allocate(64 * kMiB + 1, 64).code() == ErrorCode::out_of_memory);
+  const BackendRange widest = take(a, 16, 1ull << 30);  // the largest alignment is allowed
+  CHECK(widest.ptr % (1ull << 30) == 0);
+  a.free(widest);
+  CHECK(a.allocate(16, 1ull << 31).code() == ErrorCode::invalid_argument);
+}
+
 TEST_CASE("the smallest retained range that holds a block is the one taken, its rest kept") {
   cpu::Allocator a(1ull << 40, 64 * kMiB);
   const BackendRange big = take(a, 8 * kMiB), spacer = take(a, 2 * kMiB), small = take(a, 4 * kMiB);
