@@ -36,22 +36,14 @@ void ask_huge(std::uintptr_t start, std::uint64_t bytes) {
 #endif
 }
 
-// `size` bytes of fresh anonymous memory on a 2 MiB boundary; 0 if refused.
-std::uintptr_t map_fresh(std::uint64_t size) {
-  void* p = ::mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return 0;
-  const auto raw = reinterpret_cast<std::uintptr_t>(p);
-  const std::uintptr_t start = (raw + kHugePage - 1) & ~(kHugePage - 1), end = start + size;
-  if (start > raw) ::munmap(p, start - raw);
-  if (raw + size + kHugePage > end) ::munmap(at(end), raw + size + kHugePage - end);
-  ask_huge(start, size);
-  return start;
+void* map(void* address, std::size_t bytes, int prot, int flags, int fd, long offset) {
+  return ::mmap(address, bytes, prot, flags, fd, offset);
 }
 
 }  // namespace
 
 Allocator::Allocator(std::uint64_t max_single_allocation, std::uint64_t retain_bytes)
-    : max_single_(max_single_allocation), retain_cap_(retain_bytes / kHugePage * kHugePage), remap_(remap) {}
+    : max_single_(max_single_allocation), retain_cap_(retain_bytes / kHugePage * kHugePage), map_(map), remap_(remap) {}
 
 Allocator::~Allocator() {
   for (const auto& [bytes, start] : retained_) ::munmap(at(start), bytes);
@@ -77,10 +69,35 @@ Result<BackendRange> Allocator::allocate(std::uint64_t bytes, std::uint64_t alig
   std::uint64_t reserve = bytes == 0 ? 1 : bytes;
   if (huge) reserve = pages;
   void* p = ::operator new(static_cast<std::size_t>(reserve), std::align_val_t(align), std::nothrow);
+  if (p == nullptr) {  // what this allocator holds beyond its blocks goes back first
+    std::lock_guard lock(mutex_);
+    if (drop_retained()) p = ::operator new(static_cast<std::size_t>(reserve), std::align_val_t(align), std::nothrow);
+  }
   if (p == nullptr)
     return make_error(ErrorCode::out_of_memory, "the system refused " + std::to_string(bytes) + " bytes");
   if (huge) ask_huge(reinterpret_cast<std::uintptr_t>(p), reserve);
   return BackendRange{static_cast<DevicePtr>(reinterpret_cast<std::uintptr_t>(p)), align};
+}
+
+bool Allocator::drop_retained() noexcept {
+  if (retained_.empty()) return false;
+  for (const auto& [bytes, start] : retained_) ::munmap(at(start), bytes);
+  retained_.clear();
+  stats_.retained_bytes = 0;
+  return true;
+}
+
+std::uintptr_t Allocator::map_fresh(std::uint64_t size) {
+  void* p = map_(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED && drop_retained())
+    p = map_(nullptr, size + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return 0;
+  const auto raw = reinterpret_cast<std::uintptr_t>(p);
+  const std::uintptr_t start = (raw + kHugePage - 1) & ~(kHugePage - 1), end = start + size;
+  if (start > raw) ::munmap(p, start - raw);
+  if (raw + size + kHugePage > end) ::munmap(at(end), raw + size + kHugePage - end);
+  ask_huge(start, size);
+  return start;
 }
 
 Allocator::Extent Allocator::take_retained(Retained::iterator it, std::uint64_t bytes) noexcept {
@@ -135,7 +152,7 @@ Result<BackendRange> Allocator::allocate_mapped(std::uint64_t size) {
           // The source is as it was; the destination may have lost its
           // pages (mremap unmaps it first), so it is mapped afresh.
           retain(from);
-          if (::mmap(at(to), size - reused, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
+          if (map_(at(to), size - reused, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) ==
               MAP_FAILED) {
             for (const Extent& e : parts) ::munmap(at(e.start), e.bytes);
             ::munmap(at(to), size - reused);

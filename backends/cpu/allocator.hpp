@@ -52,8 +52,12 @@ class Allocator {
   };
   Stats stats() const;
 
-  // Tests replace mremap(2) to make it fail (the fallback to fresh pages).
+  // Tests replace mmap(2) and mremap(2) to make them fail: a refused
+  // mapping gives every retained page back and tries once more; a failed
+  // move leaves the rest of the block to fresh pages.
+  using Map = void* (*)(void* address, std::size_t bytes, int prot, int flags, int fd, long offset);
   using Remap = void* (*)(void* old_address, std::size_t old_size, std::size_t new_size, int flags, void* new_address);
+  void set_map_for_testing(Map map) { map_ = map; }
   void set_remap_for_testing(Remap remap) { remap_ = remap; }
 
  private:
@@ -66,6 +70,12 @@ class Allocator {
   Result<BackendRange> allocate_mapped(std::uint64_t size);
   // With mutex_ held: keeps `e` (what passes the bound goes to the kernel).
   void retain(const Extent& e) noexcept;
+  // With mutex_ held: `size` bytes of fresh pages on a 2 MiB boundary, or
+  // 0. Refused, and if any pages are retained, it unmaps them all (they
+  // are what the process holds beyond its blocks) and asks once more.
+  std::uintptr_t map_fresh(std::uint64_t size);
+  // With mutex_ held: unmaps every retained range; false if there was none.
+  bool drop_retained() noexcept;
   // With mutex_ held: the first `bytes` of a retained range, its rest kept.
   Extent take_retained(Retained::iterator it, std::uint64_t bytes) noexcept;
 
@@ -75,6 +85,7 @@ class Allocator {
   Retained retained_;
   std::map<std::uintptr_t, std::vector<Extent>> extents_;  // a live mapped block's start -> its extents
   Stats stats_;
+  Map map_;
   Remap remap_;
 };
 

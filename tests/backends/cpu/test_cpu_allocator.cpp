@@ -370,3 +370,47 @@ TEST_CASE("large blocks through the backend: aligned, writable, reused after a f
   }
   CHECK(b->counters().live_allocations == 0);
 }
+
+TEST_CASE("a refused mapping gives the retained pages back and asks again; refused again, an error") {
+  cpu::Allocator a(1ull << 40, 64 * kMiB);
+  const BackendRange x = take(a, 4 * kMiB), y = take(a, 2 * kMiB);
+  std::memset(bytes_at(x.ptr), 0x21, 4 * kMiB);
+  std::memset(bytes_at(y.ptr), 0x21, 2 * kMiB);
+  a.free(x);
+  a.free(y);
+  REQUIRE(a.stats().retained_bytes == 6 * kMiB);
+  static int calls = 0, refusals = 0;
+  calls = 0;
+  refusals = 1;  // the first fresh mapping is refused
+  a.set_map_for_testing([](void* address, std::size_t bytes, int prot, int flags, int fd, long offset) -> void* {
+    ++calls;
+    if (refusals > 0) {
+      --refusals;
+      errno = ENOMEM;
+      return MAP_FAILED;
+    }
+    return ::mmap(address, bytes, prot, flags, fd, offset);
+  });
+  const BackendRange block = take(a, 8 * kMiB);  // no retained range holds it: a fresh range first
+  CHECK(calls == 2);
+  CHECK(a.stats().retained_bytes == 0);  // given back, not moved
+  CHECK(a.stats().reused_bytes == 0);
+  CHECK(count(bytes_at(block.ptr), 8 * kMiB, std::byte{0}) == 8 * kMiB);  // fresh pages only
+  std::memset(bytes_at(block.ptr), 0x12, 8 * kMiB);
+  a.free(block);
+  CHECK(a.stats().retained_bytes == 8 * kMiB);
+
+  // Refused twice: out_of_memory, nothing retained, nothing handed out.
+  calls = 0;
+  refusals = 2;
+  auto refused = a.allocate(10 * kMiB, 64);
+  CHECK(refused.code() == ErrorCode::out_of_memory);
+  CHECK(calls == 2);
+  CHECK(a.stats().retained_bytes == 0);
+  // With nothing retained there is no second try.
+  calls = 0;
+  refusals = 1;
+  CHECK(a.allocate(10 * kMiB, 64).code() == ErrorCode::out_of_memory);
+  CHECK(calls == 1);
+  CHECK(take(a, 10 * kMiB).ptr != 0);  // and the allocator still works
+}
