@@ -11,7 +11,8 @@
 // -ffp-contract=off, the GPU kernels use explicitly rounded intrinsics), so
 // every backend gives the same bits.
 // Blocks are read byte by byte, little-endian: a block of 18, 22 or 34 bytes
-// sits at any 2-byte boundary, so no wider access is assumed.
+// sits at any 2-byte boundary, so no wider access is assumed, except by
+// k_group when its caller states the block's alignment.
 #pragma once
 
 #include <common/kernel_math.hpp>
@@ -187,6 +188,98 @@ BALLAST_HD inline float block_value(std::uint32_t type, const std::uint8_t* b, s
       return mul(dl, static_cast<float>(q));
     }
     default: return 0.0f;  // not reached: the kind table accepts only the types above
+  }
+}
+
+// Eight bytes at p as two little-endian words, read A bytes at a time:
+// A is the alignment the caller knows p has (1, 2 or 4).
+template <std::uint32_t A>
+struct Bytes8 {
+  std::uint32_t w[2];
+  BALLAST_HD explicit Bytes8(const std::uint8_t* p) {
+    if constexpr (A >= 4) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+      w[0] = reinterpret_cast<const std::uint32_t*>(p)[0];
+      w[1] = reinterpret_cast<const std::uint32_t*>(p)[1];
+#else
+      __builtin_memcpy(w, p, 8);  // little-endian hosts only (x86-64, AArch64), as the GPUs
+#endif
+    } else if constexpr (A == 2) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+      const auto* h = reinterpret_cast<const std::uint16_t*>(p);
+      w[0] = h[0] | (static_cast<std::uint32_t>(h[1]) << 16);
+      w[1] = h[2] | (static_cast<std::uint32_t>(h[3]) << 16);
+#else
+      w[0] = u32_at(p, 0), w[1] = u32_at(p, 4);
+#endif
+    } else {
+      w[0] = u32_at(p, 0), w[1] = u32_at(p, 4);
+    }
+  }
+  // Byte j (0..7) shifted right by `shift` (< 8): the compiler makes one
+  // bit-field extract of it once j is a constant.
+  BALLAST_HD std::uint32_t at(std::uint32_t j, std::uint32_t shift) const {
+    return w[j >> 2] >> (8u * (j & 3u) + shift);
+  }
+};
+
+// The eight values of elements i0 .. i0 + 7 (i0 % 8 == 0) of a K-quant
+// block (Q2_K .. Q6_K): block_value's for each, by the same operations in
+// the same order, with what the eight share read and computed once: the
+// sub-block's scale (and min) products, and the code bytes, as two words
+// (A: the alignment the block is known to have; every run of eight bytes
+// read sits at a multiple of 8 from its start). The GPU kernels decode a
+// group per thread (cuda_hip kinds_gguf.cuh); eight calls of block_value
+// left three f32 multiplies and two byte loads per element
+// (tools/kernel-report). Returns false for any other type (v untouched).
+template <std::uint32_t A>
+BALLAST_HD inline bool k_group(std::uint32_t type, const std::uint8_t* b, std::uint32_t i0, float (&v)[8]) {
+  const std::uint32_t h = i0 >> 7, quarter = (i0 >> 5) & 3u, l0 = i0 & 31u;
+  switch (type) {
+    case kQ2_K: {
+      const std::uint32_t s = b[i0 >> 4];
+      const float dl = mul(f16_at(b, 80), static_cast<float>(s & 15u));
+      const float ml = mul(f16_at(b, 82), static_cast<float>(s >> 4));
+      const Bytes8<A> codes(b + 16u + 32u * h + l0);
+      for (std::uint32_t j = 0; j < 8u; ++j)
+        v[j] = sub(mul(dl, static_cast<float>(codes.at(j, 2u * quarter) & 3u)), ml);
+      return true;
+    }
+    case kQ3_K: {
+      const float dl = mul(f16_at(b, 108), static_cast<float>(q3k_scale(b, 96, i0 >> 4)));
+      const Bytes8<A> codes(b + 32u + 32u * h + l0), highs(b + l0);
+      for (std::uint32_t j = 0; j < 8u; ++j) {
+        const bool high = highs.at(j, 0) >> (4u * h + quarter) & 1u;
+        const std::int32_t q = static_cast<std::int32_t>(codes.at(j, 2u * quarter) & 3u) - (high ? 0 : 4);
+        v[j] = mul(dl, static_cast<float>(q));
+      }
+      return true;
+    }
+    case kQ4_K:
+    case kQ5_K: {
+      const bool five = type == kQ5_K;
+      const std::uint32_t sb = i0 >> 5;
+      const float d1 = mul(f16_at(b, 0), static_cast<float>(k_scale(b, 4, sb)));
+      const float m1 = mul(f16_at(b, 2), static_cast<float>(k_min(b, 4, sb)));
+      const Bytes8<A> codes(b + (five ? 48u : 16u) + (i0 >> 6) * 32u + l0), fifths(b + 16u + l0);
+      const std::uint32_t shift = (i0 & 32u) ? 4u : 0u;
+      for (std::uint32_t j = 0; j < 8u; ++j) {
+        std::uint32_t q = codes.at(j, shift) & 15u;
+        if (five) q |= (fifths.at(j, 0) >> sb & 1u) << 4;
+        v[j] = sub(mul(d1, static_cast<float>(q)), m1);
+      }
+      return true;
+    }
+    case kQ6_K: {
+      const float dl = mul(f16_at(b, 208), static_cast<float>(static_cast<std::int8_t>(b[192u + (i0 >> 4)])));
+      const Bytes8<A> low(b + 64u * h + 32u * (quarter & 1u) + l0), high(b + 128u + 32u * h + l0);
+      for (std::uint32_t j = 0; j < 8u; ++j) {
+        const std::uint32_t q = (low.at(j, 4u * (quarter >> 1)) & 15u) | ((high.at(j, 2u * quarter) & 3u) << 4);
+        v[j] = mul(dl, static_cast<float>(static_cast<std::int32_t>(q) - 32));
+      }
+      return true;
+    }
+    default: return false;
   }
 }
 

@@ -107,16 +107,16 @@ QUANT_PROBE(uint16_t, probe_quant_int8_f16)
 // aligned, cols % 8 == 0) and, for the plain float types, the source
 // aligned (16-byte loads), as in the bench cases. Block types run the
 // first half-block's branch: a warp runs one of the two (gguf_group_of_item).
-#define GGUF_PROBE(T, OUT, name)                                                                          \
-  extern "C" __global__ void name(const uint8_t* __restrict__ src, OUT* __restrict__ dst,                \
-                                  elem::GgufShape launch, uint64_t n, uint64_t group) {                   \
-    using G = elem::GgufGeometry<KernelType::T>;                                                          \
-    elem::GgufShape shape = launch;                                                                       \
-    shape.wide = true;                                                                                    \
-    shape.packets = G::kElements == 1; /* aligned source */                                               \
-    const uint64_t c0 = 8 * elem::gguf_group_of_item<KernelType::T>(shape, group + threadIdx.x);          \
-    elem::gguf_store_group<KernelType::T, OUT, G::kElements == 1 ? -1 : 0>(                               \
-        shape, src + n * shape.row_bytes, c0, dst + n * shape.cols + c0);                                 \
+#define GGUF_PROBE(T, OUT, name)                                                                                  \
+  extern "C" __global__ void name(const uint8_t* __restrict__ src, OUT* __restrict__ dst, elem::GgufShape launch, \
+                                  uint64_t n, uint64_t group) {                                                   \
+    using G = elem::GgufGeometry<KernelType::T>;                                                                  \
+    elem::GgufShape shape = launch;                                                                               \
+    shape.wide = true;                                                                                            \
+    shape.packets = true; /* aligned source */                                                                    \
+    const uint64_t c0 = 8 * elem::gguf_group_of_item<KernelType::T>(shape, group + threadIdx.x);                  \
+    elem::gguf_store_group<KernelType::T, OUT, G::kElements == 1 ? -1 : 0>(shape, src + n * shape.row_bytes, c0,  \
+                                                                           dst + n * shape.cols + c0);            \
   }
 PROBE_BYTES(probe_dequant_gguf_f32, 16)
 GGUF_PROBE(float32, uint16_t, probe_dequant_gguf_f32)

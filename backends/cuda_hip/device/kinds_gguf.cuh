@@ -49,7 +49,8 @@ struct GgufGeometry {
 struct GgufShape {
   uint64_t rows, cols, groups_per_row, row_bytes;
   bool wide;     // dst 16-byte aligned and cols % 8 == 0: whole groups, 16-byte stores
-  bool packets;  // wide, a plain float type and src 16-byte aligned: the group's bytes in 16-byte loads
+  bool packets;  // wide and src 16-byte aligned: a plain float type's group in 16-byte loads, a K-quant's code bytes in
+                 // words
 };
 
 template <KernelType T>
@@ -62,8 +63,10 @@ inline GgufShape gguf_shape(uint64_t rows, uint64_t cols, uint64_t src, uint64_t
   s.row_bytes = cols / G::kElements * G::kBytes;  // cols is whole blocks (derivation_sizes checked it)
   s.wide = dst % 16 == 0 && cols % 8 == 0;
   // Plain types: a group is 16 or 32 bytes of the source, and rows of
-  // cols % 8 == 0 elements keep every group 16-byte aligned.
-  s.packets = s.wide && G::kElements == 1 && src % 16 == 0;
+  // cols % 8 == 0 elements keep every group 16-byte aligned. K-quants: every
+  // block then starts at a multiple of 4 (Q2_K, Q4_K, Q5_K) or 2 (Q3_K,
+  // Q6_K) bytes, and k_group reads its code bytes in words of that size.
+  s.packets = s.wide && src % 16 == 0;
   return s;
 }
 
@@ -143,6 +146,18 @@ BALLAST_UNROLL
       }
       return;
     }
+  }
+  if constexpr (G::kElements == 256) {  // the K-quants: each shared scale once (k_group)
+    const uint8_t* block = row + c0 / G::kElements * G::kBytes;
+    uint32_t i0 = static_cast<uint32_t>(c0 % G::kElements) & ~7u;
+    if constexpr (HALF == 0) i0 &= G::kElements / 2 - 1;
+    if constexpr (HALF == 1) i0 |= G::kElements / 2;
+    // Blocks of a multiple of 4 bytes from a 16-byte aligned source are
+    // 4-byte aligned; the rest (Q3_K 110, Q6_K 210) 2-byte aligned.
+    constexpr uint32_t kAligned = G::kBytes % 4 == 0 ? 4 : 2;
+    const bool done = s.packets ? kmath::gguf::k_group<kAligned>(static_cast<uint32_t>(T), block, i0, v)
+                                : kmath::gguf::k_group<1>(static_cast<uint32_t>(T), block, i0, v);
+    if (done) return;
   }
 BALLAST_UNROLL
   for (uint32_t j = 0; j < 8; ++j) v[j] = gguf_value<T, HALF>(row, c0, j);

@@ -1,12 +1,14 @@
 // backends/common/kernel_math.hpp (shared by the CPU, CUDA, HIP and Vulkan
 // kernels) against the independent scalar references: exhaustive over every
 // 16-bit input, a strided sweep of f32 plus every f16 rounding boundary.
+#include <common/gguf_blocks.hpp>
 #include <common/kernel_math.hpp>
 #include <reference/reference.hpp>
 
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <ios>
 #include <random>
@@ -182,4 +184,54 @@ TEST_CASE("int8 quantisation arithmetic") {
     const double r = ref::round_half_even(static_cast<double>(w / scale));
     REQUIRE(km::quant_int8_code(w, scale) == static_cast<int>(std::fmax(-127.0, std::fmin(127.0, r))));
   }
+}
+
+// k_group (gguf_blocks.hpp, the GPU kernels' group decode) against
+// block_value element by element, for every group of every K-quant, on
+// random blocks whose scales are finite f16 (so equal values mean equal
+// bits), at each alignment the kernels use: byte, 2-byte and word reads.
+TEST_CASE("k_group gives block_value's bits for every group of every K-quant") {
+  namespace g = km::gguf;
+  struct KType {
+    std::uint32_t type, bytes;
+    std::initializer_list<std::uint32_t> f16_at;  // offsets of the f16 scales
+  };
+  const KType types[] = {{g::kQ2_K, 84, {80, 82}},
+                         {g::kQ3_K, 110, {108}},
+                         {g::kQ4_K, 144, {0, 2}},
+                         {g::kQ5_K, 176, {0, 2}},
+                         {g::kQ6_K, 210, {208}}};
+  std::mt19937 rng(20261205);
+  for (const KType& t : types) {
+    for (int trial = 0; trial < 64; ++trial) {
+      alignas(16) std::uint8_t block[224] = {};
+      for (std::uint32_t i = 0; i < t.bytes; ++i) block[i] = static_cast<std::uint8_t>(rng());
+      for (std::uint32_t at : t.f16_at) {  // normal f16 scales: no NaN, so equal bits are the test
+        const std::uint16_t bits =
+            static_cast<std::uint16_t>(((rng() & 1u) << 15) | ((1u + rng() % 30u) << 10) | (rng() & 1023u));
+        std::memcpy(block + at, &bits, 2);
+      }
+      for (std::uint32_t i0 = 0; i0 < 256; i0 += 8) {
+        float w1[8], w2[8], w4[8];
+        REQUIRE(g::k_group<1>(t.type, block, i0, w1));
+        REQUIRE(g::k_group<2>(t.type, block, i0, w2));
+        REQUIRE(g::k_group<4>(t.type, block, i0, w4));
+        for (std::uint32_t j = 0; j < 8; ++j) {
+          const float want = g::block_value(t.type, block, i0 + j);
+          const auto bits = [](float f) {
+            std::uint32_t u;
+            std::memcpy(&u, &f, 4);
+            return u;
+          };
+          if (bits(w1[j]) != bits(want) || bits(w2[j]) != bits(want) || bits(w4[j]) != bits(want))
+            FAIL_CHECK("type " << t.type << " element " << i0 + j << ": " << w1[j] << " / " << w2[j] << " / " << w4[j]
+                               << ", block_value " << want);
+        }
+      }
+    }
+  }
+  float untouched[8] = {7, 7, 7, 7, 7, 7, 7, 7};
+  const std::uint8_t none[32] = {};
+  CHECK_FALSE(g::k_group<4>(g::kQ4_0, none, 0, untouched));
+  CHECK(untouched[3] == 7.0f);
 }
