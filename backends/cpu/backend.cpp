@@ -29,10 +29,14 @@ void CpuDevice::copy(std::byte* d, const std::byte* s, std::uint64_t bytes) {
     return;
   }
   const bool stream = bytes >= kStreamBytes;
-  pool_.parallel_for((bytes + kCopyChunk - 1) / kCopyChunk, [&](std::uint64_t c0, std::uint64_t c1) {
-    const std::uint64_t b0 = c0 * kCopyChunk, b1 = std::min(bytes, c1 * kCopyChunk);
-    kernels_->copy(d + b0, s + b0, b1 - b0, stream);
-  });
+  const std::uint64_t chunks = (bytes + kCopyChunk - 1) / kCopyChunk;
+  pool_.parallel_for(
+      chunks,
+      [&](std::uint64_t c0, std::uint64_t c1) {
+        const std::uint64_t b0 = c0 * kCopyChunk, b1 = std::min(bytes, c1 * kCopyChunk);
+        kernels_->copy(d + b0, s + b0, b1 - b0, stream);
+      },
+      chunks);
 }
 
 CpuDevice::CpuDevice(DeviceInfo info, Capabilities caps, const DeviceOptions& options)

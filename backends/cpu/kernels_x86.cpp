@@ -394,6 +394,35 @@ BALLAST_SIMD void copy(void* dst_bytes, const void* src_bytes, std::uint64_t byt
   _mm_sfence();
 }
 
+// The same with 64-byte registers: every non-temporal store a whole line.
+// On the Intel Xeon of docs/benchmarks.md it streams 17% more than the
+// AVX2 loop above (two 32-byte stores per line), 20.2 GB/s against 17.3
+// on two threads, and that faster copy is both the page-in path and the
+// anchor bench_derive measures the kernels against.
+BALLAST_SIMD512 void copy512(void* dst_bytes, const void* src_bytes, std::uint64_t bytes, bool stream) {
+  auto* d = static_cast<std::uint8_t*>(dst_bytes);
+  const auto* s = static_cast<const std::uint8_t*>(src_bytes);
+  if (!stream || bytes < 512) {
+    std::memcpy(d, s, bytes);
+    return;
+  }
+  const std::uint64_t head = (64 - (reinterpret_cast<std::uintptr_t>(d) & 63)) & 63;
+  std::memcpy(d, s, head);
+  std::uint64_t i = head;
+  for (; i + 256 <= bytes; i += 256) {
+    const __m512i a = _mm512_loadu_si512(s + i);
+    const __m512i b = _mm512_loadu_si512(s + i + 64);
+    const __m512i c = _mm512_loadu_si512(s + i + 128);
+    const __m512i e = _mm512_loadu_si512(s + i + 192);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(d + i), a);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(d + i + 64), b);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(d + i + 128), c);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(d + i + 192), e);
+  }
+  std::memcpy(d + i, s + i, bytes - i);
+  _mm_sfence();
+}
+
 BALLAST_SIMD void to_f16_from_f32(const float* src, std::uint16_t* dst, std::uint64_t count, bool stream) {
   std::uint64_t i = 0;
   for (; i + 32 <= count; i += 32) {
@@ -874,9 +903,55 @@ BALLAST_SIMD512 inline __m128i codes16(__m512 w, __m512 scale) {
   return _mm512_cvtsepi32_epi8(i);  // every lane is within [-127, 127]: the saturation never acts
 }
 
+// Without the clamp, and where 1 / scale is a normal number: q = w * RN(1 /
+// scale) is within 2^-16 of w / scale (two roundings of 2^-24 each, |w /
+// scale| <= 128), and RN(w / scale) within 2^-18 of it, so wherever q lies
+// 2^-14 or more from every half-integer the two round to the same integer.
+// A vector with a lane nearer than that (or a NaN) takes the division
+// (NumPy finds such lanes at exact ties and within 2^-18 of one; the bound
+// leaves room). The division was what bounded the row on an Intel core; a
+// multiply and a few compares are not. On the Xeon of docs/benchmarks.md, one thread in cache, f16 rows
+// went from 12.7 to 15.2 GB/s and f32 from 18.4 to 23.4; past the cache,
+// two threads, f16 from 24.5-25.1 to 27.5-27.7 but f32 from 29.3-30.1 down
+// to 26.6-27.2 (it reads twice the bytes per code and was not bound by the
+// division there), so only f16 rows take this path.
+BALLAST_SIMD512 inline __m128i codes16_by_inverse(__m512 w, __m512 scale, __m512 inverse) {
+  const __m512 q = _mm512_mul_ps(w, inverse);
+  const __m512 n = _mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 from_half = _mm512_abs_ps(_mm512_sub_ps(_mm512_abs_ps(_mm512_sub_ps(q, n)), _mm512_set1_ps(0.5f)));
+  if (_mm512_cmp_ps_mask(from_half, _mm512_set1_ps(0x1p-14f), _CMP_GE_OQ) != 0xffff) return codes16<false>(w, scale);
+  return _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(n));  // n is a whole number within [-128, 128]
+}
+
+// An f16 row's scale lies within [2^-126, 65504 / 127] here (the caller
+// divides rows with a smaller one with the clamp), so 1 / scale is normal.
+BALLAST_SIMD512 void code_row512_by_inverse(const void* src, std::uint64_t base, std::uint64_t k, float scale,
+                                            std::int8_t* codes, const char* next_row, bool stream) {
+  constexpr bool F16 = true;
+  const __m512 s = _mm512_set1_ps(scale), inverse = _mm512_set1_ps(1.0f / scale);
+  constexpr std::uint64_t kElementBytes = 2;
+  std::uint64_t i = 0;
+  for (; i + 64 <= k; i += 64) {
+    if (next_row != nullptr)
+      for (std::uint64_t line = 0; line < 64 * kElementBytes; line += 64)
+        _mm_prefetch(next_row + i * kElementBytes + line, _MM_HINT_T0);
+    const __m512i c = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_set_m128i(codes16_by_inverse(load16<F16>(src, base + i + 16), s, inverse),
+                                                codes16_by_inverse(load16<F16>(src, base + i), s, inverse))),
+        _mm256_set_m128i(codes16_by_inverse(load16<F16>(src, base + i + 48), s, inverse),
+                         codes16_by_inverse(load16<F16>(src, base + i + 32), s, inverse)),
+        1);
+    put64(codes + i, c, stream);
+  }
+  for (; i + 16 <= k; i += 16)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), codes16_by_inverse(load16<F16>(src, base + i), s, inverse));
+  for (; i < k; ++i) codes[i] = kmath::quant_int8_code(load1<F16>(src, base + i), scale);
+}
+
 template <bool F16, bool kClamp>
 BALLAST_SIMD512 void code_row512(const void* src, std::uint64_t base, std::uint64_t k, float scale, std::int8_t* codes,
                                  const char* next_row, bool stream) {
+  if constexpr (F16 && !kClamp) return code_row512_by_inverse(src, base, k, scale, codes, next_row, stream);
   const __m512 s = _mm512_set1_ps(scale);
   constexpr std::uint64_t kElementBytes = F16 ? 2 : 4;
   std::uint64_t i = 0;
@@ -940,12 +1015,12 @@ const RowKernels* simd_kernels() {
   return supported ? &table : nullptr;
 }
 
-// The same kernels but for the byte transpose, dequant_int4, quant_int8
-// and the GGUF decoders to f16, which have AVX-512 forms (kernels_gguf.cpp
+// The same kernels but for the byte transpose, dequant_int4, quant_int8,
+// the copy and the GGUF decoders to f16, which have AVX-512 forms (kernels_gguf.cpp
 // tells the tables apart by address).
 const RowKernels* simd512_kernels() {
   static const RowKernels table{"avx512bw+avx2+f16c", transpose_cols512, to_f16_from_f32,    to_f16_from_bf16,
-                                dequant_int4_rows512, repack_int4_rows,  quant_int8_rows512, copy};
+                                dequant_int4_rows512, repack_int4_rows,  quant_int8_rows512, copy512};
   static const bool supported = cpu_has_avx512bw();
   return supported ? &table : nullptr;
 }

@@ -207,6 +207,33 @@ TEST_CASE("quant_int8 from f32 and f16: zero rows, NaN, inf, subnormals") {
   }
 }
 
+TEST_CASE("quant_int8 from f16: every f16 value under 217 row maxima, where a multiply by 1 / scale may round apart") {
+  // The AVX-512 f16 rows code by w * RN(1 / scale) wherever that lies far
+  // enough from a half-integer, and divide otherwise. Each row holds every
+  // f16 value from 0 to its maximum (1.0 to 251.9, 37 bit patterns apart),
+  // positive then negative: 50 of those quotients round to another code by
+  // the multiply than by the division (found by NumPy: exact ties, and
+  // lanes within 2^-18 of one), so a guard that lets them through fails.
+  constexpr std::uint16_t kFirst = 0x3c00, kLast = 0x5bf0, kStep = 37;
+  constexpr std::uint64_t k = kLast + 1;
+  std::vector<std::uint16_t> h;
+  std::uint64_t rows = 0;
+  for (std::uint32_t max_bits = kFirst; max_bits < kLast; max_bits += kStep, ++rows)
+    for (std::uint64_t c = 0; c < k; ++c) {
+      const auto bits = static_cast<std::uint16_t>(c % (max_bits + 1));
+      h.push_back(static_cast<std::uint16_t>((c / (max_bits + 1)) % 2 == 0 ? bits : bits | 0x8000u));
+    }
+  DerivationLaunch s;
+  s.kind = Derivation::quant_int8;
+  s.src_type = DataType::float16;
+  s.rows = rows;
+  s.cols = k;
+  for (const auto& config : kConfigs) {
+    auto b = cpu_test::open_cpu(config);
+    check_against_reference(*b, s, {bytes_of(h)});
+  }
+}
+
 TEST_CASE("quant_int8: exact ties of both parities and signs, and the clamp reached from both sides") {
   // Row 0: max |w| = 127 held by a negative value (scale 1): w / scale runs
   // through x.5 ties, x even and odd, negative and positive. Row 1: the
