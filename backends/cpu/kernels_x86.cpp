@@ -594,44 +594,50 @@ BALLAST_SIMD void dequant_int4_rows(const Int4Args& a, std::uint64_t row_begin, 
   done_streaming(a.stream);
 }
 
-BALLAST_SIMD void repack_int4_rows(const Int4Args& a, std::uint64_t row_begin, std::uint64_t row_end) {
-  const std::uint64_t words = (a.k + 7) / 8, full_words = a.k / 8;
+// The steps of int4_repack_bytes on eight words at once.
+BALLAST_SIMD inline __m256i repack_words8(__m256i v) {
   const __m256i nibbles = _mm256_set1_epi32(0x0f0f0f0f), bytes02 = _mm256_set1_epi32(0x00ff00ff);
   const __m256i low_half = _mm256_set1_epi32(0x0000ffff);
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  for (std::uint64_t n = row_begin; n < row_end; ++n) {
-    const std::uint8_t* row = a.b + n * int4_row_bytes(a);
-    std::uint32_t* out = a.words + n * words;
-    std::uint64_t j = 0;
-    for (; j + 8 <= full_words; j += 8) {  // the steps of int4_repack_bytes, eight words at a time
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 4 * j));
-      __m256i even = _mm256_and_si256(v, nibbles);
-      __m256i odd = _mm256_and_si256(_mm256_srli_epi32(v, 4), nibbles);
-      even = _mm256_and_si256(_mm256_or_si256(even, _mm256_srli_epi32(even, 4)), bytes02);
-      odd = _mm256_and_si256(_mm256_or_si256(odd, _mm256_srli_epi32(odd, 4)), bytes02);
-      even = _mm256_and_si256(_mm256_or_si256(even, _mm256_srli_epi32(even, 8)), low_half);
-      odd = _mm256_and_si256(_mm256_or_si256(odd, _mm256_srli_epi32(odd, 8)), low_half);
-      put32(out + j, _mm256_or_si256(even, _mm256_slli_epi32(odd, 16)), a.stream);
-    }
-    for (; j < full_words; ++j) {
-      std::uint32_t v;
-      std::memcpy(&v, row + 4 * j, 4);
-      out[j] = int4_repack_bytes(v);
-    }
-    if (full_words < words) out[full_words] = int4_partial_word(a, n, full_words);
+  __m256i even = _mm256_and_si256(v, nibbles);
+  __m256i odd = _mm256_and_si256(_mm256_srli_epi32(v, 4), nibbles);
+  even = _mm256_and_si256(_mm256_or_si256(even, _mm256_srli_epi32(even, 4)), bytes02);
+  odd = _mm256_and_si256(_mm256_or_si256(odd, _mm256_srli_epi32(odd, 4)), bytes02);
+  even = _mm256_and_si256(_mm256_or_si256(even, _mm256_srli_epi32(even, 8)), low_half);
+  odd = _mm256_and_si256(_mm256_or_si256(odd, _mm256_srli_epi32(odd, 8)), low_half);
+  return _mm256_or_si256(even, _mm256_slli_epi32(odd, 16));
+}
 
-    std::uint8_t* pairs = a.pairs + 4 * n * a.k_blocks;
-    std::uint64_t b = 0;
-    for (; b + 8 <= a.k_blocks; b += 8) {
-      const __m256 s = int4_scales8(a, n, b), z = int4_zero_points8(a, n, b);
-      const __m128i hs = _mm256_cvtps_ph(s, kRne);
-      const __m128i ho = _mm256_cvtps_ph(_mm256_xor_ps(_mm256_mul_ps(s, z), sign), kRne);  // -(s*z)
-      put16(pairs + 4 * b, _mm_unpacklo_epi16(hs, ho), a.stream);
-      put16(pairs + 4 * (b + 4), _mm_unpackhi_epi16(hs, ho), a.stream);
-    }
-    for (; b < a.k_blocks; ++b)
-      store_pair(pairs, b, kmath::repack_scale_pair(int4_scale(a, n, b), int4_zero_point(a, n, b)));
+// Row n of a repack from word j on (the words eight at a time, the rest
+// one by one, a partial last word), then its scale pairs.
+BALLAST_SIMD void repack_int4_row_from(const Int4Args& a, std::uint64_t n, std::uint64_t j) {
+  const std::uint64_t words = (a.k + 7) / 8, full_words = a.k / 8;
+  const std::uint8_t* row = a.b + n * int4_row_bytes(a);
+  std::uint32_t* out = a.words + n * words;
+  for (; j + 8 <= full_words; j += 8)
+    put32(out + j, repack_words8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 4 * j))), a.stream);
+  for (; j < full_words; ++j) {
+    std::uint32_t v;
+    std::memcpy(&v, row + 4 * j, 4);
+    out[j] = int4_repack_bytes(v);
   }
+  if (full_words < words) out[full_words] = int4_partial_word(a, n, full_words);
+
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  std::uint8_t* pairs = a.pairs + 4 * n * a.k_blocks;
+  std::uint64_t b = 0;
+  for (; b + 8 <= a.k_blocks; b += 8) {
+    const __m256 s = int4_scales8(a, n, b), z = int4_zero_points8(a, n, b);
+    const __m128i hs = _mm256_cvtps_ph(s, kRne);
+    const __m128i ho = _mm256_cvtps_ph(_mm256_xor_ps(_mm256_mul_ps(s, z), sign), kRne);  // -(s*z)
+    put16(pairs + 4 * b, _mm_unpacklo_epi16(hs, ho), a.stream);
+    put16(pairs + 4 * (b + 4), _mm_unpackhi_epi16(hs, ho), a.stream);
+  }
+  for (; b < a.k_blocks; ++b)
+    store_pair(pairs, b, kmath::repack_scale_pair(int4_scale(a, n, b), int4_zero_point(a, n, b)));
+}
+
+BALLAST_SIMD void repack_int4_rows(const Int4Args& a, std::uint64_t row_begin, std::uint64_t row_end) {
+  for (std::uint64_t n = row_begin; n < row_end; ++n) repack_int4_row_from(a, n, 0);
   done_streaming(a.stream);
 }
 
@@ -821,6 +827,34 @@ void dequant_int4_rows512(const Int4Args& a, std::uint64_t row_begin, std::uint6
     dequant_int4_rows512_as<false>(a, row_begin, row_end);
 }
 
+// The AVX-512 form: sixteen words (one 64-byte line) at a time by the
+// same steps, then the AVX2 form for the rest of the row and its pairs.
+// On the Xeon of docs/benchmarks.md (paired runs past the cache) it moves
+// 28.9-31.0 GB/s where the AVX2 form moved 26.2-27.9: the stores of
+// whole lines, as in copy512.
+BALLAST_SIMD512 void repack_int4_rows512(const Int4Args& a, std::uint64_t row_begin, std::uint64_t row_end) {
+  const __m512i nibbles = _mm512_set1_epi32(0x0f0f0f0f), bytes02 = _mm512_set1_epi32(0x00ff00ff);
+  const __m512i low_half = _mm512_set1_epi32(0x0000ffff);
+  const std::uint64_t words = (a.k + 7) / 8, full_words = a.k / 8;
+  for (std::uint64_t n = row_begin; n < row_end; ++n) {
+    const std::uint8_t* row = a.b + n * int4_row_bytes(a);
+    std::uint32_t* out = a.words + n * words;
+    std::uint64_t j = 0;
+    for (; j + 16 <= full_words; j += 16) {
+      const __m512i v = _mm512_loadu_si512(row + 4 * j);
+      __m512i even = _mm512_and_si512(v, nibbles);
+      __m512i odd = _mm512_and_si512(_mm512_srli_epi32(v, 4), nibbles);
+      even = _mm512_and_si512(_mm512_or_si512(even, _mm512_srli_epi32(even, 4)), bytes02);
+      odd = _mm512_and_si512(_mm512_or_si512(odd, _mm512_srli_epi32(odd, 4)), bytes02);
+      even = _mm512_and_si512(_mm512_or_si512(even, _mm512_srli_epi32(even, 8)), low_half);
+      odd = _mm512_and_si512(_mm512_or_si512(odd, _mm512_srli_epi32(odd, 8)), low_half);
+      put64(out + j, _mm512_or_si512(even, _mm512_slli_epi32(odd, 16)), a.stream);
+    }
+    repack_int4_row_from(a, n, j);
+  }
+  if (a.stream) _mm_sfence();
+}
+
 // The row driver of both forms: each row's scale from its maximum, then
 // its codes. Untargeted: it only calls the per-row functions (AbsMax, and
 // Code with or without the clamp), which carry their instruction set.
@@ -910,42 +944,61 @@ BALLAST_SIMD512 inline __m128i codes16(__m512 w, __m512 scale) {
 // A vector with a lane nearer than that (or a NaN) takes the division
 // (NumPy finds such lanes at exact ties and within 2^-18 of one; the bound
 // leaves room). The division was what bounded the row on an Intel core; a
-// multiply and a few compares are not. On the Xeon of docs/benchmarks.md, one thread in cache, f16 rows
-// went from 12.7 to 15.2 GB/s and f32 from 18.4 to 23.4; past the cache,
-// two threads, f16 from 24.5-25.1 to 27.5-27.7 but f32 from 29.3-30.1 down
-// to 26.6-27.2 (it reads twice the bytes per code and was not bound by the
-// division there), so only f16 rows take this path.
+// multiply and a few compares are not. On the Xeon of docs/benchmarks.md,
+// f16 rows on one thread in cache went from 12.7 GB/s (division) to 19.4
+// (this, with codes64_by_inverse's packing), and past the cache on two
+// threads from 24.5-25.1 to 27.5-28.2. f32 rows keep the division: by the
+// multiply they measured slower past the cache (26.6-27.2 against
+// 29.3-30.1; they read twice the bytes per code and were not bound by it).
 BALLAST_SIMD512 inline __m128i codes16_by_inverse(__m512 w, __m512 scale, __m512 inverse) {
   const __m512 q = _mm512_mul_ps(w, inverse);
   const __m512 n = _mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 from_half = _mm512_abs_ps(_mm512_sub_ps(_mm512_abs_ps(_mm512_sub_ps(q, n)), _mm512_set1_ps(0.5f)));
-  if (_mm512_cmp_ps_mask(from_half, _mm512_set1_ps(0x1p-14f), _CMP_GE_OQ) != 0xffff) return codes16<false>(w, scale);
+  // |q - n| <= 1/2; far from a half-integer means below 1/2 - 2^-14 (a NaN compares false).
+  const __m512 off = _mm512_abs_ps(_mm512_sub_ps(q, n));
+  if (_mm512_cmp_ps_mask(off, _mm512_set1_ps(0.5f - 0x1p-14f), _CMP_LT_OQ) != 0xffff) return codes16<false>(w, scale);
   return _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(n));  // n is a whole number within [-128, 128]
+}
+
+// 64 codes: four sixteens by the multiply, packed to bytes in two steps and
+// one permute (fewer shuffles than four narrowing conversions), or all four
+// by codes16_by_inverse where any lane lies near a half-integer.
+BALLAST_SIMD512 inline __m512i codes64_by_inverse(const void* src, std::uint64_t i, __m512 scale, __m512 inverse) {
+  __m512 w[4], n[4];
+  __mmask16 far = 0xffff;
+  for (int p = 0; p < 4; ++p) {
+    w[p] = load16<true>(src, i + 16 * static_cast<std::uint64_t>(p));
+    const __m512 q = _mm512_mul_ps(w[p], inverse);
+    n[p] = _mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    far &= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(q, n[p])), _mm512_set1_ps(0.5f - 0x1p-14f), _CMP_LT_OQ);
+  }
+  if (far != 0xffff)
+    return _mm512_inserti64x4(
+        _mm512_castsi256_si512(
+            _mm256_set_m128i(codes16_by_inverse(w[1], scale, inverse), codes16_by_inverse(w[0], scale, inverse))),
+        _mm256_set_m128i(codes16_by_inverse(w[3], scale, inverse), codes16_by_inverse(w[2], scale, inverse)), 1);
+  // packs works within 128-bit lanes: lane L of the bytes holds quad L of
+  // each sixteen in turn, so dword d of the result is dword (d % 4) * 4 + d / 4.
+  const __m512i p01 = _mm512_packs_epi32(_mm512_cvtps_epi32(n[0]), _mm512_cvtps_epi32(n[1]));
+  const __m512i p23 = _mm512_packs_epi32(_mm512_cvtps_epi32(n[2]), _mm512_cvtps_epi32(n[3]));
+  const __m512i order = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
+  return _mm512_permutexvar_epi32(order, _mm512_packs_epi16(p01, p23));
 }
 
 // An f16 row's scale lies within [2^-126, 65504 / 127] here (the caller
 // divides rows with a smaller one with the clamp), so 1 / scale is normal.
 BALLAST_SIMD512 void code_row512_by_inverse(const void* src, std::uint64_t base, std::uint64_t k, float scale,
                                             std::int8_t* codes, const char* next_row, bool stream) {
-  constexpr bool F16 = true;
   const __m512 s = _mm512_set1_ps(scale), inverse = _mm512_set1_ps(1.0f / scale);
-  constexpr std::uint64_t kElementBytes = 2;
   std::uint64_t i = 0;
   for (; i + 64 <= k; i += 64) {
     if (next_row != nullptr)
-      for (std::uint64_t line = 0; line < 64 * kElementBytes; line += 64)
-        _mm_prefetch(next_row + i * kElementBytes + line, _MM_HINT_T0);
-    const __m512i c = _mm512_inserti64x4(
-        _mm512_castsi256_si512(_mm256_set_m128i(codes16_by_inverse(load16<F16>(src, base + i + 16), s, inverse),
-                                                codes16_by_inverse(load16<F16>(src, base + i), s, inverse))),
-        _mm256_set_m128i(codes16_by_inverse(load16<F16>(src, base + i + 48), s, inverse),
-                         codes16_by_inverse(load16<F16>(src, base + i + 32), s, inverse)),
-        1);
-    put64(codes + i, c, stream);
+      for (std::uint64_t line = 0; line < 128; line += 64) _mm_prefetch(next_row + i * 2 + line, _MM_HINT_T0);
+    put64(codes + i, codes64_by_inverse(src, base + i, s, inverse), stream);
   }
   for (; i + 16 <= k; i += 16)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), codes16_by_inverse(load16<F16>(src, base + i), s, inverse));
-  for (; i < k; ++i) codes[i] = kmath::quant_int8_code(load1<F16>(src, base + i), scale);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i),
+                     codes16_by_inverse(load16<true>(src, base + i), s, inverse));
+  for (; i < k; ++i) codes[i] = kmath::quant_int8_code(load1<true>(src, base + i), scale);
 }
 
 template <bool F16, bool kClamp>
@@ -1019,8 +1072,8 @@ const RowKernels* simd_kernels() {
 // the copy and the GGUF decoders to f16, which have AVX-512 forms (kernels_gguf.cpp
 // tells the tables apart by address).
 const RowKernels* simd512_kernels() {
-  static const RowKernels table{"avx512bw+avx2+f16c", transpose_cols512, to_f16_from_f32,    to_f16_from_bf16,
-                                dequant_int4_rows512, repack_int4_rows,  quant_int8_rows512, copy512};
+  static const RowKernels table{"avx512bw+avx2+f16c", transpose_cols512,   to_f16_from_f32,    to_f16_from_bf16,
+                                dequant_int4_rows512, repack_int4_rows512, quant_int8_rows512, copy512};
   static const bool supported = cpu_has_avx512bw();
   return supported ? &table : nullptr;
 }
