@@ -855,6 +855,50 @@ BALLAST_SIMD512 void repack_int4_rows512(const Int4Args& a, std::uint64_t row_be
   if (a.stream) _mm_sfence();
 }
 
+// to_f16 in AVX-512: 32 values, one 64-byte output line, per step, from
+// the first line-aligned output element on (the head and tail by the
+// scalar rounding), so streamed outputs are whole-line non-temporal stores
+// as in copy512. vcvtps2ph rounds as F16C's 256-bit form does: the same
+// bits. From::sixteen(i) gives values i..i+15 as f32, From::one(i) value i
+// as f16.
+template <typename From>
+BALLAST_SIMD512 inline void to_f16_lines(From from, std::uint16_t* dst, std::uint64_t count, bool stream) {
+  const std::uint64_t misaligned = reinterpret_cast<std::uintptr_t>(dst) % 64;
+  const std::uint64_t head = std::min<std::uint64_t>(count, (64 - misaligned) % 64 / 2);
+  std::uint64_t i = 0;
+  for (; i < head; ++i) dst[i] = from.one(i);
+  for (; i + 32 <= count; i += 32) {
+    const __m256i lo = _mm512_cvtps_ph(from.sixteen(i), kRne), hi = _mm512_cvtps_ph(from.sixteen(i + 16), kRne);
+    put64(dst + i, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), stream);
+  }
+  if (stream) _mm_sfence();
+  for (; i < count; ++i) dst[i] = from.one(i);
+}
+
+struct FromF32 {
+  const float* src;
+  BALLAST_SIMD512 __m512 sixteen(std::uint64_t i) const { return _mm512_loadu_ps(src + i); }
+  std::uint16_t one(std::uint64_t i) const { return kmath::f16_bits_from_f32(src[i]); }
+};
+
+struct FromBf16 {  // bf16 is the top half of an f32: widen, shift, convert
+  const std::uint16_t* src;
+  BALLAST_SIMD512 __m512 sixteen(std::uint64_t i) const {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));
+  }
+  std::uint16_t one(std::uint64_t i) const { return kmath::f16_bits_from_bf16_bits(src[i]); }
+};
+
+BALLAST_SIMD512 void to_f16_from_f32_512(const float* src, std::uint16_t* dst, std::uint64_t count, bool stream) {
+  to_f16_lines(FromF32{src}, dst, count, stream);
+}
+
+BALLAST_SIMD512 void to_f16_from_bf16_512(const std::uint16_t* src, std::uint16_t* dst, std::uint64_t count,
+                                          bool stream) {
+  to_f16_lines(FromBf16{src}, dst, count, stream);
+}
+
 // The row driver of both forms: each row's scale from its maximum, then
 // its codes. Untargeted: it only calls the per-row functions (AbsMax, and
 // Code with or without the clamp), which carry their instruction set.
@@ -1072,8 +1116,8 @@ const RowKernels* simd_kernels() {
 // the copy and the GGUF decoders to f16, which have AVX-512 forms (kernels_gguf.cpp
 // tells the tables apart by address).
 const RowKernels* simd512_kernels() {
-  static const RowKernels table{"avx512bw+avx2+f16c", transpose_cols512,   to_f16_from_f32,    to_f16_from_bf16,
-                                dequant_int4_rows512, repack_int4_rows512, quant_int8_rows512, copy512};
+  static const RowKernels table{"avx512bw+avx2+f16c", transpose_cols512,   to_f16_from_f32_512, to_f16_from_bf16_512,
+                                dequant_int4_rows512, repack_int4_rows512, quant_int8_rows512,  copy512};
   static const bool supported = cpu_has_avx512bw();
   return supported ? &table : nullptr;
 }
