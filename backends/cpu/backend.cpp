@@ -13,7 +13,9 @@ void* host(DevicePtr p) { return reinterpret_cast<void*>(static_cast<std::uintpt
 // Copies of at least two chunks go to every thread: one core alone cannot
 // saturate memory (a warm page-in from a mapped file moves about half of
 // what two threads do), and a 1 MiB chunk is long enough that handing it
-// out costs nothing beside the copy.
+// out costs nothing beside the copy. The chunks are handed out one at a
+// time, not as one half per thread: a thread that wakes late then costs a
+// chunk, not half the copy (warm paging on the Xeon of docs/benchmarks.md).
 constexpr std::uint64_t kCopyChunk = 1ull << 20;
 
 bool overlap(const std::byte* a, const std::byte* b, std::uint64_t bytes) {
