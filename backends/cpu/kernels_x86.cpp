@@ -170,7 +170,7 @@ std::uint64_t super_tile(unsigned element_bytes) {
 // elements (Blocks::super_side(): L2's reach for blocks that re-read
 // their lines, longer runs for those that do not) bound the pages and
 // lines in flight; inside one, blocks of L columns (L = one 64-byte line
-// of elements) by h = 2L rows, or L where fewer are left, go to
+// of elements) by h = 2L rows (L for bytes, see R below), or L where fewer are left, go to
 // Blocks::full, which writes each of the block's L destination rows as h
 // elements: whole lines. Working on the matrices element by element would
 // touch each line a few bytes at a time while dozens of others (a
@@ -188,7 +188,14 @@ template <class T, class Blocks>
 [[gnu::always_inline]] inline void transpose_walk(const void* src_bytes, void* dst_bytes, std::uint64_t rows,
                                                   std::uint64_t cols, std::uint64_t col_begin, std::uint64_t col_end) {
   constexpr std::uint64_t L = 64 / sizeof(T);
-  constexpr std::uint64_t R = 2 * L;  // a full block's rows
+  // A full block's rows: 2L, but for bytes L. A block reads one line from
+  // each of its rows, and 128 streams at once were more than the Intel
+  // Xeon of docs/benchmarks.md keeps in flight: its byte transpose moved
+  // 19.2-19.7 GB/s past the cache with 128-row blocks and 27.0-27.3 with
+  // 64 (AVX-512; the AVX2 blocks 18.1-18.2 and 19.1-23.9). f32 and f16
+  // were faster with 2L (37.5-38.1 and 28.6-29.0 against 32.9-34.3 and
+  // 26.0-26.2 with L).
+  constexpr std::uint64_t R = sizeof(T) == 1 ? L : 2 * L;
   const std::uint64_t kSuper = Blocks::super_side();  // a multiple of R
   const T* src = static_cast<const T*>(src_bytes);
   T* dst = static_cast<T*>(dst_bytes);
@@ -329,7 +336,7 @@ BALLAST_SIMD512 inline void put64(void* p, __m512i v, bool stream) {
 // in a buffer. Second pass: for each of those 8 register slots, the
 // pieces of 8 groups are one 8x8 qword transpose away from 8 whole
 // destination lines; with 128 rows both lines of a destination row are
-// written together.
+// written together. (The walk now gives bytes 64-row blocks: see R there.)
 struct ByteBlocks512 {
   // Nothing here is read twice (each source line is one load, each
   // destination line one store), so the super-tile need not fit in L2: its
