@@ -331,12 +331,11 @@ BALLAST_SIMD512 inline void put64(void* p, __m512i v, bool stream) {
   }
 }
 
-// One block of h = 64 or 128 rows by 64 columns. First pass: each group
-// of 8 rows becomes 8 registers of column pieces (columns8x64_u8), kept
-// in a buffer. Second pass: for each of those 8 register slots, the
-// pieces of 8 groups are one 8x8 qword transpose away from 8 whole
-// destination lines; with 128 rows both lines of a destination row are
-// written together. (The walk now gives bytes 64-row blocks: see R there.)
+// One block of 64 rows by 64 columns (the walk's full byte block, see R
+// there). First pass: each group of 8 rows becomes 8 registers of column
+// pieces (columns8x64_u8). Second pass: for each of those 8 register
+// slots, the pieces of the 8 groups are one 8x8 qword transpose away from
+// 8 whole destination lines.
 struct ByteBlocks512 {
   // Nothing here is read twice (each source line is one load, each
   // destination line one store), so the super-tile need not fit in L2: its
@@ -345,21 +344,15 @@ struct ByteBlocks512 {
   // 22-24 for L2's 512 (2-core AMD EPYC, 130560x8192, bench_derive).
   static std::uint64_t super_side() { return 1024; }
   BALLAST_SIMD512 static void full(const std::uint8_t* src, std::uint64_t cols, std::uint8_t* dst, std::uint64_t rows,
-                                   std::uint64_t h, bool stream) {
-    __m512i pieces[16][8];  // [group of 8 rows][slot m]
-    const std::uint64_t groups = h / 8, halves = h / 64;
-    for (std::uint64_t g = 0; g < groups; ++g) columns8x64_u8(src + 8 * g * cols, cols, pieces[g]);
+                                   std::uint64_t /*h: always 64*/, bool stream) {
+    __m512i pieces[8][8];  // [group of 8 rows][slot m]
+    for (std::uint64_t g = 0; g < 8; ++g) columns8x64_u8(src + 8 * g * cols, cols, pieces[g]);
     for (int m = 0; m < 8; ++m) {
-      __m512i x[8], y[2][8];
-      for (std::uint64_t half = 0; half < halves; ++half) {
-        for (int g = 0; g < 8; ++g) x[g] = pieces[8 * half + g][m];
-        transpose8x8_u64(x, y[half]);
-      }
-      // y[half][q], q = 2l + e: the column 16l + 2m + e (out of 8 registers m).
-      for (int q = 0; q < 8; ++q) {
-        std::uint8_t* row = dst + (16 * (q >> 1) + 2 * m + (q & 1)) * rows;
-        for (std::uint64_t half = 0; half < halves; ++half) put64(row + 64 * half, y[half][q], stream);
-      }
+      __m512i x[8], y[8];
+      for (int g = 0; g < 8; ++g) x[g] = pieces[g][m];
+      transpose8x8_u64(x, y);
+      // y[q], q = 2l + e: the column 16l + 2m + e (out of 8 registers m).
+      for (int q = 0; q < 8; ++q) put64(dst + (16 * (q >> 1) + 2 * m + (q & 1)) * rows, y[q], stream);
     }
   }
 };
@@ -838,7 +831,8 @@ void dequant_int4_rows512(const Int4Args& a, std::uint64_t row_begin, std::uint6
 // same steps, then the AVX2 form for the rest of the row and its pairs.
 // On the Xeon of docs/benchmarks.md (paired runs past the cache) it moves
 // 28.9-31.0 GB/s where the AVX2 form moved 26.2-27.9: the stores of
-// whole lines, as in copy512.
+// whole lines, as in copy512. (Two repack_words8 halves stored as one
+// line measured 27.5-28.8: the 512-bit steps are worth their copy.)
 BALLAST_SIMD512 void repack_int4_rows512(const Int4Args& a, std::uint64_t row_begin, std::uint64_t row_end) {
   const __m512i nibbles = _mm512_set1_epi32(0x0f0f0f0f), bytes02 = _mm512_set1_epi32(0x00ff00ff);
   const __m512i low_half = _mm512_set1_epi32(0x0000ffff);
