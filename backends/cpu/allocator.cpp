@@ -24,6 +24,9 @@ constexpr std::uint64_t kHugePage = 2ull << 20;
 // alignment (at least kMinAlignment), which the matching delete needs.
 constexpr std::uint64_t kMapped = 0;
 
+void* allocate_small(std::size_t bytes, std::align_val_t alignment) {
+  return ::operator new(bytes, alignment, std::nothrow);
+}
 void* remap(void* old_address, std::size_t old_size, std::size_t new_size, int flags, void* new_address) {
   return ::mremap(old_address, old_size, new_size, flags, new_address);
 }
@@ -43,7 +46,11 @@ void* map(void* address, std::size_t bytes, int prot, int flags, int fd, long of
 }  // namespace
 
 Allocator::Allocator(std::uint64_t max_single_allocation, std::uint64_t retain_bytes)
-    : max_single_(max_single_allocation), retain_cap_(retain_bytes / kHugePage * kHugePage), map_(map), remap_(remap) {}
+    : max_single_(max_single_allocation),
+      retain_cap_(retain_bytes / kHugePage * kHugePage),
+      map_(map),
+      remap_(remap),
+      new_(allocate_small) {}
 
 Allocator::~Allocator() {
   for (const auto& [bytes, start] : retained_) ::munmap(at(start), bytes);
@@ -68,10 +75,10 @@ Result<BackendRange> Allocator::allocate(std::uint64_t bytes, std::uint64_t alig
   std::uint64_t align = std::max(alignment, kMinAlignment);
   std::uint64_t reserve = bytes == 0 ? 1 : bytes;
   if (huge) reserve = pages;
-  void* p = ::operator new(static_cast<std::size_t>(reserve), std::align_val_t(align), std::nothrow);
+  void* p = new_(static_cast<std::size_t>(reserve), std::align_val_t(align));
   if (p == nullptr) {  // what this allocator holds beyond its blocks goes back first
     std::lock_guard lock(mutex_);
-    if (drop_retained()) p = ::operator new(static_cast<std::size_t>(reserve), std::align_val_t(align), std::nothrow);
+    if (drop_retained()) p = new_(static_cast<std::size_t>(reserve), std::align_val_t(align));
   }
   if (p == nullptr)
     return make_error(ErrorCode::out_of_memory, "the system refused " + std::to_string(bytes) + " bytes");

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <new>
 #include <vector>
 
 namespace ballast::cpu {
@@ -52,13 +53,16 @@ class Allocator {
   };
   Stats stats() const;
 
-  // Tests replace mmap(2) and mremap(2) to make them fail: a refused
-  // mapping gives every retained page back and tries once more; a failed
-  // move leaves the rest of the block to fresh pages.
+  // Tests replace mmap(2), mremap(2) and the small blocks' operator new
+  // to make them fail: a refused mapping or small block gives every
+  // retained page back and tries once more; a failed move leaves the rest
+  // of the block to fresh pages.
   using Map = void* (*)(void* address, std::size_t bytes, int prot, int flags, int fd, long offset);
   using Remap = void* (*)(void* old_address, std::size_t old_size, std::size_t new_size, int flags, void* new_address);
+  using New = void* (*)(std::size_t bytes, std::align_val_t alignment);  // nullptr when refused
   void set_map_for_testing(Map map) { map_ = map; }
   void set_remap_for_testing(Remap remap) { remap_ = remap; }
+  void set_new_for_testing(New allocate) { new_ = allocate; }
 
  private:
   // A range of pages inside one mapping (one VMA: what mremap moves whole).
@@ -87,6 +91,7 @@ class Allocator {
   Stats stats_;
   Map map_;
   Remap remap_;
+  New new_;
 };
 
 }  // namespace ballast::cpu

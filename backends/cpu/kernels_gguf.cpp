@@ -19,6 +19,7 @@
 #include <common/gguf_blocks.hpp>
 
 #include <cstring>
+#include <type_traits>
 
 #include "x86_intrinsics.hpp"
 
@@ -88,6 +89,10 @@ S float h16(const std::uint8_t* b, std::uint32_t at) {
 // (v >> shift) & mask in every lane, the shift the same for all.
 S __m256i field(__m256i v, std::uint32_t shift, std::int32_t mask) {
   return _mm256_and_si256(_mm256_srl_epi32(v, _mm_cvtsi32_si128(static_cast<int>(shift))), _mm256_set1_epi32(mask));
+}
+// (v >> shift) & mask in every 16-bit lane.
+S __m256i field16(__m256i v, std::uint32_t shift, std::int16_t mask) {
+  return _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(static_cast<int>(shift))), _mm256_set1_epi16(mask));
 }
 S __m128i f16x8(__m256 v) { return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 // Eight values to f32, or rounded to f16 by F16C (the same bits as
@@ -176,8 +181,103 @@ BALLAST_GGUF_TARGET void q8_k(const std::uint8_t* __restrict b, Y y) {
   for (std::uint32_t j = 0; j < 256; j += 16) store2(y + j, value(i8x8(b + 4 + j), d), value(i8x8(b + 12 + j), d));
 }
 
+// Whether a destination takes f16 (plain or streamed).
+template <class Y>
+constexpr bool kToF16 = std::is_same_v<Y, std::uint16_t*> || std::is_same_v<Y, Streamed<std::uint16_t>>;
+
+// The decoders to f16 of Q2_K and Q3_K look their values up: a sub-block's
+// possible values, computed in f32 by the operations below and rounded by
+// F16C, are at most eight f16 (16 bytes, one pshufb table, the same in both
+// 128-bit lanes), and its 16 codes, widened to words, become the byte pairs
+// (2c, 2c + 1) of each word's entry. One pshufb gives 16 f16 where the f32
+// form takes two vpermps and two conversions (on the Xeon of
+// docs/benchmarks.md these two types were the AVX2 table's slowest).
+// Word c of `codes` (each < 8) as the byte indices of f16 entry c + first.
+S __m256i entry_bytes(__m256i codes, std::int16_t first) {
+  return _mm256_add_epi16(_mm256_mullo_epi16(codes, _mm256_set1_epi16(0x0202)),
+                          _mm256_set1_epi16(static_cast<std::int16_t>(0x0100 + 0x0202 * first)));
+}
+// Sixteen f16 entries of `table` (the same 16 bytes in both lanes) at y.
+template <class Y>
+S void look16(Y y, __m256i table, __m256i bytes) {
+  store16(y, _mm256_shuffle_epi8(table, bytes));
+}
+// Eight f32 values as f16 in both 128-bit lanes.
+S __m256i both_lanes(__m256 v) {
+  const __m128i h = f16x8(v);
+  return _mm256_set_m128i(h, h);
+}
+S __m256i u8x16_words(const std::uint8_t* p) { return _mm256_cvtepu8_epi16(u8x16(p)); }
+
+// Q2_K to f16: the values q * (d * sc_k) - dmin * m_k of sub-blocks k and
+// k + 1 (q = 0..3) are one table of eight; k = 8h + 2j + g reads code bits
+// 2j of the 16 bytes at 16 + 32h + 16g.
+template <class Y>
+BALLAST_GGUF_TARGET void q2_k_f16(const std::uint8_t* __restrict b, Y y) {
+  const float d = h16(b, 80), dmin = h16(b, 82);
+  const __m256 q = _mm256_cvtepi32_ps(_mm256_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3));
+  __m256 dl[2], ml[2];
+  for (std::uint32_t i = 0; i < 2; ++i) {
+    const __m256i sc = u8x8(b + 8 * i);
+    dl[i] = _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(_mm256_and_si256(sc, _mm256_set1_epi32(15))));
+    ml[i] = _mm256_mul_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(_mm256_srli_epi32(sc, 4)));
+  }
+  for (std::uint32_t h = 0; h < 2; ++h) {
+    const __m256i codes[2] = {u8x16_words(b + 16 + 32 * h), u8x16_words(b + 32 + 32 * h)};
+    for (std::uint32_t j = 0; j < 4; ++j) {
+      const std::uint32_t k = 8 * h + 2 * j;  // within dl[h]: lanes 2j and 2j + 1
+      const __m256i pick = _mm256_setr_epi32(2 * j, 2 * j, 2 * j, 2 * j, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1);
+      const __m256i table = both_lanes(_mm256_sub_ps(_mm256_mul_ps(_mm256_permutevar8x32_ps(dl[h], pick), q),
+                                                     _mm256_permutevar8x32_ps(ml[h], pick)));
+      for (std::uint32_t g = 0; g < 2; ++g)
+        look16(y + 16 * (k + g), table, entry_bytes(field16(codes[g], 2 * j, 3), static_cast<std::int16_t>(4 * g)));
+    }
+  }
+}
+
+// Q3_K to f16: sub-block k's values (d * sc_k) * (idx - 4), idx = q + 4 *
+// high = 0..7, are one table; k = 8h + 2j + half reads code bits 2j of the
+// 16 bytes at 32 + 32h + 16 half and high bit 4h + j of those at 16 half.
+// The sixteen scales are found eight at a time (g::q3k_scale's fields: for
+// k and k + 8, low nibble and high nibble of byte 96 + k; bits 2 (k >> 2)
+// of byte 104 + (k & 3)), and the tables go through memory: a broadcast
+// load takes no shuffle port, which the lookups need.
+template <class Y>
+BALLAST_GGUF_TARGET void q3_k_f16(const std::uint8_t* __restrict b, Y y) {
+  const __m256i low = u8x8(b + 96);
+  const __m256i high = _mm256_cvtepu8_epi32(_mm_set1_epi32(static_cast<int>(g::u32_at(b, 104))));
+  const __m256 d = _mm256_set1_ps(h16(b, 108));
+  alignas(32) float dl[16];
+  for (std::uint32_t i = 0; i < 2; ++i) {
+    const __m256i low4 = i == 0 ? _mm256_and_si256(low, _mm256_set1_epi32(15)) : _mm256_srli_epi32(low, 4);
+    const __m256i high2 =
+        _mm256_and_si256(_mm256_srlv_epi32(high, _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(4 * i)),
+                                                                  _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2))),
+                         _mm256_set1_epi32(3));
+    const __m256i sc = _mm256_sub_epi32(_mm256_or_si256(low4, _mm256_slli_epi32(high2, 4)), _mm256_set1_epi32(32));
+    _mm256_store_ps(dl + 8 * i, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc)));
+  }
+  const __m256 v = _mm256_cvtepi32_ps(_mm256_setr_epi32(-4, -3, -2, -1, 0, 1, 2, 3));
+  alignas(16) std::uint16_t tables[16][8];
+  for (std::uint32_t k = 0; k < 16; ++k)
+    _mm_store_si128(reinterpret_cast<__m128i*>(tables[k]), f16x8(_mm256_mul_ps(_mm256_broadcast_ss(dl + k), v)));
+  const __m256i highs[2] = {u8x16_words(b), u8x16_words(b + 16)};
+  for (std::uint32_t h = 0; h < 2; ++h) {
+    const __m256i codes[2] = {u8x16_words(b + 32 + 32 * h), u8x16_words(b + 48 + 32 * h)};
+    for (std::uint32_t j = 0; j < 4; ++j)
+      for (std::uint32_t half = 0; half < 2; ++half) {
+        const std::uint32_t k = 8 * h + 2 * j + half;
+        const __m256i idx =
+            _mm256_or_si256(field16(codes[half], 2 * j, 3), _mm256_slli_epi16(field16(highs[half], 4 * h + j, 1), 2));
+        const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(tables[k])));
+        look16(y + 16 * k, table, entry_bytes(idx, 0));
+      }
+  }
+}
+
 template <class Y>
 BALLAST_GGUF_TARGET void q2_k(const std::uint8_t* __restrict b, Y y) {
+  if constexpr (kToF16<Y>) return q2_k_f16(b, y);
   // Each sub-block's four values (d * sc) * q - dmin * mn, q = 0..3, as a
   // table the codes index with vpermps (computed by the same operations as
   // element by element, so the same bits).
@@ -203,6 +303,7 @@ BALLAST_GGUF_TARGET void q2_k(const std::uint8_t* __restrict b, Y y) {
 
 template <class Y>
 BALLAST_GGUF_TARGET void q3_k(const std::uint8_t* __restrict b, Y y) {
+  if constexpr (kToF16<Y>) return q3_k_f16(b, y);
   // Each sub-block's eight values (d * sc) * v, v = q - 4 * !high = idx - 4
   // with idx = q + 4 * high, as a table idx indexes with vpermps.
   __m256 table[16];

@@ -414,3 +414,47 @@ TEST_CASE("a refused mapping gives the retained pages back and asks again; refus
   CHECK(calls == 1);
   CHECK(take(a, 10 * kMiB).ptr != 0);  // and the allocator still works
 }
+
+TEST_CASE("a refused small block gives the retained pages back and asks again; refused again, an error") {
+  cpu::Allocator a(1ull << 40, 64 * kMiB);
+  const BackendRange x = take(a, 4 * kMiB);
+  std::memset(bytes_at(x.ptr), 0x21, 4 * kMiB);
+  a.free(x);
+  REQUIRE(a.stats().retained_bytes == 4 * kMiB);
+  static int calls = 0, refusals = 0;
+  calls = 0;
+  refusals = 1;  // the first small block is refused
+  a.set_new_for_testing([](std::size_t bytes, std::align_val_t alignment) -> void* {
+    ++calls;
+    if (refusals > 0) {
+      --refusals;
+      return nullptr;
+    }
+    return ::operator new(bytes, alignment, std::nothrow);
+  });
+  const BackendRange small = take(a, 4096);
+  CHECK(calls == 2);
+  CHECK(a.stats().retained_bytes == 0);  // given back before the second try
+  CHECK(small.ptr % 64 == 0);
+  std::memset(bytes_at(small.ptr), 0x12, 4096);
+  a.free(small);
+
+  // Refused twice: out_of_memory, nothing retained, nothing handed out.
+  const BackendRange y = take(a, 2 * kMiB);
+  a.free(y);
+  REQUIRE(a.stats().retained_bytes == 2 * kMiB);
+  calls = 0;
+  refusals = 2;
+  auto refused = a.allocate(100, 256);
+  CHECK(refused.code() == ErrorCode::out_of_memory);
+  CHECK(calls == 2);
+  CHECK(a.stats().retained_bytes == 0);
+  // With nothing retained there is no second try.
+  calls = 0;
+  refusals = 1;
+  CHECK(a.allocate(100, 256).code() == ErrorCode::out_of_memory);
+  CHECK(calls == 1);
+  const BackendRange after = take(a, 100);  // and the allocator still works
+  CHECK(after.ptr != 0);
+  a.free(after);
+}
