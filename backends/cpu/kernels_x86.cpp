@@ -867,7 +867,9 @@ BALLAST_SIMD512 void repack_int4_rows512(const Int4Args& a, std::uint64_t row_be
 // scalar rounding), so streamed outputs are whole-line non-temporal stores
 // as in copy512. vcvtps2ph rounds as F16C's 256-bit form does: the same
 // bits. From::sixteen(i) gives values i..i+15 as f32, From::one(i) value i
-// as f16.
+// as f16. The source is prefetched 2 KiB ahead, as in repack_int4_rows512:
+// past the cache on the second Xeon of the benchmarks, bf16 went from
+// 0.73-0.78 of the line copy to 0.92-0.97 (f32 0.75-0.91 to 0.85).
 template <typename From>
 BALLAST_SIMD512 inline void to_f16_lines(From from, std::uint16_t* dst, std::uint64_t count, bool stream) {
   const std::uint64_t misaligned = reinterpret_cast<std::uintptr_t>(dst) % 64;
@@ -875,6 +877,8 @@ BALLAST_SIMD512 inline void to_f16_lines(From from, std::uint16_t* dst, std::uin
   std::uint64_t i = 0;
   for (; i < head; ++i) dst[i] = from.one(i);
   for (; i + 32 <= count; i += 32) {
+    for (std::uint64_t line = 0; line < 32 * sizeof(*from.src); line += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(from.src + i) + 2048 + line, _MM_HINT_T0);
     const __m256i lo = _mm512_cvtps_ph(from.sixteen(i), kRne), hi = _mm512_cvtps_ph(from.sixteen(i + 16), kRne);
     put64(dst + i, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), stream);
   }
@@ -998,9 +1002,11 @@ BALLAST_SIMD512 inline __m128i codes16(__m512 w, __m512 scale) {
 // multiply and a few compares are not. On the Xeon of docs/benchmarks.md,
 // f16 rows on one thread in cache went from 12.7 GB/s (division) to 19.4
 // (this, with codes64_by_inverse's packing), and past the cache on two
-// threads from 24.5-25.1 to 27.5-28.2. f32 rows keep the division: by the
-// multiply they measured slower past the cache (26.6-27.2 against
-// 29.3-30.1; they read twice the bytes per code and were not bound by it).
+// threads from 24.5-25.1 to 27.5-28.2. f32 rows take it too since the step
+// of 64 inlines (codes64_by_inverse): on the second Xeon of the benchmarks,
+// in cache on two threads, 25-26 GB/s by the division against 32-33; past
+// the cache both read at the memory's pace (21-22). (With the step called
+// out of line, the multiply had measured slower on f32 rows.)
 BALLAST_SIMD512 inline __m128i codes16_by_inverse(__m512 w, __m512 scale, __m512 inverse) {
   const __m512 q = _mm512_mul_ps(w, inverse);
   const __m512 n = _mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -1010,23 +1016,31 @@ BALLAST_SIMD512 inline __m128i codes16_by_inverse(__m512 w, __m512 scale, __m512
   return _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(n));  // n is a whole number within [-128, 128]
 }
 
+// The rare step of 64 with a lane near a half-integer (or a NaN): all four
+// sixteens by the division. Out of line and cold, so that the step it
+// leaves inlines into the row loop (with it inline, GCC called the whole
+// step per 64 codes and reloaded its constants each time).
+BALLAST_SIMD512 __attribute__((noinline, cold)) __m512i codes64_by_division(const __m512* w, __m512 scale) {
+  return _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_set_m128i(codes16<false>(w[1], scale), codes16<false>(w[0], scale))),
+      _mm256_set_m128i(codes16<false>(w[3], scale), codes16<false>(w[2], scale)), 1);
+}
+
 // 64 codes: four sixteens by the multiply, packed to bytes in two steps and
 // one permute (fewer shuffles than four narrowing conversions), or all four
-// by codes16_by_inverse where any lane lies near a half-integer.
-BALLAST_SIMD512 inline __m512i codes64_by_inverse(const void* src, std::uint64_t i, __m512 scale, __m512 inverse) {
+// by the division where any lane lies near a half-integer.
+template <bool F16>
+BALLAST_SIMD512 __attribute__((always_inline)) inline __m512i codes64_by_inverse(const void* src, std::uint64_t i,
+                                                                                 __m512 scale, __m512 inverse) {
   __m512 w[4], n[4];
   __mmask16 far = 0xffff;
   for (int p = 0; p < 4; ++p) {
-    w[p] = load16<true>(src, i + 16 * static_cast<std::uint64_t>(p));
+    w[p] = load16<F16>(src, i + 16 * static_cast<std::uint64_t>(p));
     const __m512 q = _mm512_mul_ps(w[p], inverse);
     n[p] = _mm512_roundscale_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     far &= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(q, n[p])), _mm512_set1_ps(0.5f - 0x1p-14f), _CMP_LT_OQ);
   }
-  if (far != 0xffff)
-    return _mm512_inserti64x4(
-        _mm512_castsi256_si512(
-            _mm256_set_m128i(codes16_by_inverse(w[1], scale, inverse), codes16_by_inverse(w[0], scale, inverse))),
-        _mm256_set_m128i(codes16_by_inverse(w[3], scale, inverse), codes16_by_inverse(w[2], scale, inverse)), 1);
+  if (__builtin_expect(far != 0xffff, 0)) return codes64_by_division(w, scale);
   // packs works within 128-bit lanes: lane L of the bytes holds quad L of
   // each sixteen in turn, so dword d of the result is dword (d % 4) * 4 + d / 4.
   const __m512i p01 = _mm512_packs_epi32(_mm512_cvtps_epi32(n[0]), _mm512_cvtps_epi32(n[1]));
@@ -1035,27 +1049,30 @@ BALLAST_SIMD512 inline __m512i codes64_by_inverse(const void* src, std::uint64_t
   return _mm512_permutexvar_epi32(order, _mm512_packs_epi16(p01, p23));
 }
 
-// An f16 row's scale lies within [2^-126, 65504 / 127] here (the caller
-// divides rows with a smaller one with the clamp), so 1 / scale is normal.
+// A row whose scale is normal (the caller divides rows with a smaller one
+// with the clamp). Then 1 / scale is normal too: a scale is at most
+// FLT_MAX * RN(1 / 127), below 2^122.
+template <bool F16>
 BALLAST_SIMD512 void code_row512_by_inverse(const void* src, std::uint64_t base, std::uint64_t k, float scale,
                                             std::int8_t* codes, const char* next_row, bool stream) {
+  constexpr std::uint64_t kElementBytes = F16 ? 2 : 4;
   const __m512 s = _mm512_set1_ps(scale), inverse = _mm512_set1_ps(1.0f / scale);
   std::uint64_t i = 0;
   for (; i + 64 <= k; i += 64) {
     if (next_row != nullptr)
-      for (std::uint64_t line = 0; line < 128; line += 64) _mm_prefetch(next_row + i * 2 + line, _MM_HINT_T0);
-    put64(codes + i, codes64_by_inverse(src, base + i, s, inverse), stream);
+      for (std::uint64_t line = 0; line < 64 * kElementBytes; line += 64)
+        _mm_prefetch(next_row + i * kElementBytes + line, _MM_HINT_T0);
+    put64(codes + i, codes64_by_inverse<F16>(src, base + i, s, inverse), stream);
   }
   for (; i + 16 <= k; i += 16)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i),
-                     codes16_by_inverse(load16<true>(src, base + i), s, inverse));
-  for (; i < k; ++i) codes[i] = kmath::quant_int8_code(load1<true>(src, base + i), scale);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), codes16_by_inverse(load16<F16>(src, base + i), s, inverse));
+  for (; i < k; ++i) codes[i] = kmath::quant_int8_code(load1<F16>(src, base + i), scale);
 }
 
 template <bool F16, bool kClamp>
 BALLAST_SIMD512 void code_row512(const void* src, std::uint64_t base, std::uint64_t k, float scale, std::int8_t* codes,
                                  const char* next_row, bool stream) {
-  if constexpr (F16 && !kClamp) return code_row512_by_inverse(src, base, k, scale, codes, next_row, stream);
+  if constexpr (!kClamp) return code_row512_by_inverse<F16>(src, base, k, scale, codes, next_row, stream);
   const __m512 s = _mm512_set1_ps(scale);
   constexpr std::uint64_t kElementBytes = F16 ? 2 : 4;
   std::uint64_t i = 0;

@@ -207,13 +207,16 @@ TEST_CASE("quant_int8 from f32 and f16: zero rows, NaN, inf, subnormals") {
   }
 }
 
-TEST_CASE("quant_int8 from f16: every f16 value under 217 row maxima, where a multiply by 1 / scale may round apart") {
-  // The AVX-512 f16 rows code by w * RN(1 / scale) wherever that lies far
+TEST_CASE(
+    "quant_int8 from f16 and f32: every f16 value under 217 row maxima, where a multiply by 1 / scale may round "
+    "apart") {
+  // The AVX-512 rows code by w * RN(1 / scale) wherever that lies far
   // enough from a half-integer, and divide otherwise. Each row holds every
   // f16 value from 0 to its maximum (1.0 to 251.9, 37 bit patterns apart),
   // positive then negative: 50 of those quotients round to another code by
   // the multiply than by the division (found by NumPy: exact ties, and
   // lanes within 2^-18 of one), so a guard that lets them through fails.
+  // The same values as f32 rows give the same scales and quotients.
   constexpr std::uint16_t kFirst = 0x3c00, kLast = 0x5bf0, kStep = 37;
   constexpr std::uint64_t k = kLast + 1;
   std::vector<std::uint16_t> h;
@@ -228,9 +231,14 @@ TEST_CASE("quant_int8 from f16: every f16 value under 217 row maxima, where a mu
   s.src_type = DataType::float16;
   s.rows = rows;
   s.cols = k;
+  std::vector<float> w(h.size());
+  for (std::size_t i = 0; i < h.size(); ++i) w[i] = static_cast<float>(ref::f16_value(h[i]));
   for (const auto& config : kConfigs) {
     auto b = cpu_test::open_cpu(config);
+    s.src_type = DataType::float16;
     check_against_reference(*b, s, {bytes_of(h)});
+    s.src_type = DataType::float32;
+    check_against_reference(*b, s, {bytes_of(w)});
   }
 }
 
