@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 
 using namespace ballast;
@@ -239,6 +240,45 @@ TEST_CASE(
     check_against_reference(*b, s, {bytes_of(h)});
     s.src_type = DataType::float32;
     check_against_reference(*b, s, {bytes_of(w)});
+  }
+}
+
+TEST_CASE("quant_int8: a row's maximum taken while the row before it is coded, NaN and inf at every position") {
+  // The AVX-512 rows take each row's maximum in the loop that codes the
+  // row before it (where that row's scale is normal). Rows alternate: an
+  // ordinary row, then one with a NaN, +-inf or its largest magnitude at
+  // the first element, the last of a 64-element step, the first of the
+  // next, or in the tail, so the next row's maximum meets each where the
+  // fused loop and its tail would see it.
+  constexpr std::uint64_t k = 200;  // three steps of 64 and a tail of 8
+  const std::uint64_t positions[] = {0, 63, 64, 197};
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), -60000.0f};
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> d(-3.0f, 3.0f);
+  std::vector<float> w;
+  for (const std::uint64_t at : positions)
+    for (const float special : specials)
+      for (int row = 0; row < 2; ++row)
+        for (std::uint64_t c = 0; c < k; ++c) w.push_back(row == 1 && c == at ? special : d(rng));
+  // And a row whose largest magnitude (element 70) has a NaN in its lane
+  // one step later (element 134): a maximum that let the NaN replace the
+  // lane's running value would lose it.
+  for (int row = 0; row < 2; ++row)
+    for (std::uint64_t c = 0; c < k; ++c)
+      w.push_back(row == 0 ? d(rng) : c == 70 ? 50000.0f : c == 134 ? std::numeric_limits<float>::quiet_NaN() : d(rng));
+  std::vector<std::uint16_t> h(w.size());
+  for (std::size_t i = 0; i < w.size(); ++i) h[i] = ref::f16_from_f32(w[i]);
+  DerivationLaunch s;
+  s.kind = Derivation::quant_int8;
+  s.rows = w.size() / k;
+  s.cols = k;
+  for (const auto& config : kConfigs) {
+    auto b = cpu_test::open_cpu(config);
+    s.src_type = DataType::float32;
+    check_against_reference(*b, s, {bytes_of(w)});
+    s.src_type = DataType::float16;
+    check_against_reference(*b, s, {bytes_of(h)});
   }
 }
 
