@@ -954,7 +954,7 @@ void quant_int8_rows(const Quant8Args& a, std::uint64_t row_begin, std::uint64_t
 
 // The AVX-512 form: sixteen lanes where AVX2 has eight, the same
 // operations (a quotient rounded half to even, NaN to 0, the clamp where
-// kClamp), so the same codes.
+// kClamp), so the same codes where it divides.
 template <bool F16>
 BALLAST_SIMD512 inline __m512 load16(const void* src, std::uint64_t i) {
   if constexpr (F16)
@@ -964,22 +964,66 @@ BALLAST_SIMD512 inline __m512 load16(const void* src, std::uint64_t i) {
     return _mm512_loadu_ps(static_cast<const float*>(src) + i);
 }
 
-// The maximum of an f16 row on the bits, 64 at a time, as row_abs_max_f16.
-// (f32 rows keep the AVX2 maximum: a 512-bit one measured no faster.)
+// A running maximum of |w| over a row, 64 elements at a time, NaN left out
+// as kmath::abs_max_step leaves it out: for f32 by maxps (which keeps the
+// running value where the element is NaN); for f16 on the bits, as
+// row_abs_max_f16 (with the sign cleared, f16 patterns order like their
+// values, and NaN patterns, above 0x7c00, are zeroed).
+template <bool F16>
+struct RowMax512 {
+  __m512 f32[4];
+  __m512i f16[2];
+};
+
+template <bool F16>
+BALLAST_SIMD512 inline void row_max_start(RowMax512<F16>& m) {
+  for (auto& v : m.f32) v = _mm512_setzero_ps();
+  for (auto& v : m.f16) v = _mm512_setzero_si512();
+}
+
+template <bool F16>
+BALLAST_SIMD512 inline void row_max_step(RowMax512<F16>& m, const void* row, std::uint64_t i) {
+  if constexpr (F16) {
+    const auto* h = static_cast<const std::uint16_t*>(row) + i;
+    const __m512i sign_off = _mm512_set1_epi16(0x7fff), inf = _mm512_set1_epi16(0x7c00);
+    for (int p = 0; p < 2; ++p) {
+      const __m512i a = _mm512_and_si512(_mm512_loadu_si512(h + 32 * p), sign_off);
+      m.f16[p] = _mm512_max_epu16(m.f16[p], _mm512_maskz_mov_epi16(_mm512_cmple_epu16_mask(a, inf), a));
+    }
+  } else {
+    const auto* w = static_cast<const float*>(row) + i;
+    const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    for (int p = 0; p < 4; ++p)
+      m.f32[p] = _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(w + 16 * p), abs_mask), m.f32[p]);
+  }
+}
+
+// The maximum, with elements [i, k) of the row taken one at a time.
+template <bool F16>
+BALLAST_SIMD512 inline float row_max_end(const RowMax512<F16>& m, const void* row, std::uint64_t i, std::uint64_t k) {
+  if constexpr (F16) {
+    alignas(64) std::uint16_t lanes[32];
+    _mm512_store_si512(lanes, _mm512_max_epu16(m.f16[0], m.f16[1]));
+    return f16_abs_max_end(lanes, 32, static_cast<const std::uint16_t*>(row), i, k);
+  } else {
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, _mm512_max_ps(_mm512_max_ps(m.f32[0], m.f32[1]), _mm512_max_ps(m.f32[2], m.f32[3])));
+    float r = 0.0f;
+    for (float lane : lanes) r = kmath::abs_max_step(r, lane);
+    for (; i < k; ++i) r = kmath::abs_max_step(r, static_cast<const float*>(row)[i]);
+    return r;
+  }
+}
+
+// The maximum of an f16 row, 64 at a time. (f32 rows keep the AVX2
+// maximum: a 512-bit one measured no faster.)
 BALLAST_SIMD512 float row_abs_max512_f16(const void* src, std::uint64_t base, std::uint64_t k) {
   const auto* h = static_cast<const std::uint16_t*>(src) + base;
-  const __m512i sign_off = _mm512_set1_epi16(0x7fff), inf = _mm512_set1_epi16(0x7c00);
-  __m512i m0 = _mm512_setzero_si512(), m1 = m0;
+  RowMax512<true> max;
+  row_max_start(max);
   std::uint64_t i = 0;
-  for (; i + 64 <= k; i += 64) {
-    const __m512i a0 = _mm512_and_si512(_mm512_loadu_si512(h + i), sign_off);
-    const __m512i a1 = _mm512_and_si512(_mm512_loadu_si512(h + i + 32), sign_off);
-    m0 = _mm512_max_epu16(m0, _mm512_maskz_mov_epi16(_mm512_cmple_epu16_mask(a0, inf), a0));
-    m1 = _mm512_max_epu16(m1, _mm512_maskz_mov_epi16(_mm512_cmple_epu16_mask(a1, inf), a1));
-  }
-  alignas(64) std::uint16_t lanes[32];
-  _mm512_store_si512(lanes, _mm512_max_epu16(m0, m1));
-  return f16_abs_max_end(lanes, 32, h, i, k);
+  for (; i + 64 <= k; i += 64) row_max_step(max, h, i);
+  return row_max_end(max, h, i, k);
 }
 
 template <bool kClamp>
@@ -1049,7 +1093,10 @@ BALLAST_SIMD512 __attribute__((always_inline)) inline __m512i codes64_by_inverse
   return _mm512_permutexvar_epi32(order, _mm512_packs_epi16(p01, p23));
 }
 
-template <bool F16, bool kClamp>
+// A row by the division with the clamp: rows with a given maximum, and
+// those whose scale is subnormal or infinite (rows with their own normal
+// scale take code_row512_and_next_max).
+template <bool F16>
 BALLAST_SIMD512 void code_row512(const void* src, std::uint64_t base, std::uint64_t k, float scale, std::int8_t* codes,
                                  const char* next_row, bool stream) {
   const __m512 s = _mm512_set1_ps(scale);
@@ -1060,67 +1107,16 @@ BALLAST_SIMD512 void code_row512(const void* src, std::uint64_t base, std::uint6
       for (std::uint64_t line = 0; line < 64 * kElementBytes; line += 64)
         _mm_prefetch(next_row + i * kElementBytes + line, _MM_HINT_T0);
     const __m512i c =
-        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(codes16<kClamp>(load16<F16>(src, base + i + 16), s),
-                                                                   codes16<kClamp>(load16<F16>(src, base + i), s))),
-                           _mm256_set_m128i(codes16<kClamp>(load16<F16>(src, base + i + 48), s),
-                                            codes16<kClamp>(load16<F16>(src, base + i + 32), s)),
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(codes16<true>(load16<F16>(src, base + i + 16), s),
+                                                                   codes16<true>(load16<F16>(src, base + i), s))),
+                           _mm256_set_m128i(codes16<true>(load16<F16>(src, base + i + 48), s),
+                                            codes16<true>(load16<F16>(src, base + i + 32), s)),
                            1);
     put64(codes + i, c, stream);
   }
   for (; i + 16 <= k; i += 16)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), codes16<kClamp>(load16<F16>(src, base + i), s));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), codes16<true>(load16<F16>(src, base + i), s));
   for (; i < k; ++i) codes[i] = kmath::quant_int8_code(load1<F16>(src, base + i), scale);
-}
-
-// The running maximum of |w| over the next row, 64 elements at a time,
-// NaN left out as in the rows' own maximum passes: for f32 by maxps (which
-// keeps the running value where the element is NaN), for f16 on the bits
-// (row_abs_max512_f16's rule).
-template <bool F16>
-struct NextRowMax {
-  __m512 f32[4];
-  __m512i f16[2];
-};
-
-template <bool F16>
-BALLAST_SIMD512 inline void next_max_start(NextRowMax<F16>& m) {
-  for (auto& v : m.f32) v = _mm512_setzero_ps();
-  for (auto& v : m.f16) v = _mm512_setzero_si512();
-}
-
-template <bool F16>
-BALLAST_SIMD512 inline void next_max_step(NextRowMax<F16>& m, const void* next, std::uint64_t i) {
-  if constexpr (F16) {
-    const auto* h = static_cast<const std::uint16_t*>(next) + i;
-    const __m512i sign_off = _mm512_set1_epi16(0x7fff), inf = _mm512_set1_epi16(0x7c00);
-    for (int p = 0; p < 2; ++p) {
-      const __m512i a = _mm512_and_si512(_mm512_loadu_si512(h + 32 * p), sign_off);
-      m.f16[p] = _mm512_max_epu16(m.f16[p], _mm512_maskz_mov_epi16(_mm512_cmple_epu16_mask(a, inf), a));
-    }
-  } else {
-    const auto* w = static_cast<const float*>(next) + i;
-    const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-    for (int p = 0; p < 4; ++p)
-      m.f32[p] = _mm512_max_ps(_mm512_and_ps(_mm512_loadu_ps(w + 16 * p), abs_mask), m.f32[p]);
-  }
-}
-
-// The maximum, with elements [i, k) of the row taken one at a time.
-template <bool F16>
-BALLAST_SIMD512 inline float next_max_end(const NextRowMax<F16>& m, const void* next, std::uint64_t i,
-                                          std::uint64_t k) {
-  if constexpr (F16) {
-    alignas(64) std::uint16_t lanes[32];
-    _mm512_store_si512(lanes, _mm512_max_epu16(m.f16[0], m.f16[1]));
-    return f16_abs_max_end(lanes, 32, static_cast<const std::uint16_t*>(next), i, k);
-  } else {
-    alignas(64) float lanes[16];
-    _mm512_store_ps(lanes, _mm512_max_ps(_mm512_max_ps(m.f32[0], m.f32[1]), _mm512_max_ps(m.f32[2], m.f32[3])));
-    float r = 0.0f;
-    for (float lane : lanes) r = kmath::abs_max_step(r, lane);
-    for (; i < k; ++i) r = kmath::abs_max_step(r, static_cast<const float*>(next)[i]);
-    return r;
-  }
 }
 
 // A row by the multiply (codes16_by_inverse's rule) while the next
@@ -1133,14 +1129,14 @@ BALLAST_SIMD512 float code_row512_and_next_max(const void* src, std::uint64_t ba
                                                std::int8_t* codes, const void* next, bool stream) {
   constexpr std::uint64_t kElementBytes = F16 ? 2 : 4;
   const __m512 s = _mm512_set1_ps(scale), inverse = _mm512_set1_ps(1.0f / scale);
-  NextRowMax<F16> max;
-  next_max_start(max);
+  RowMax512<F16> max;
+  row_max_start(max);
   std::uint64_t i = 0;
   for (; i + 64 <= k; i += 64) {
     if (next != nullptr) {
       for (std::uint64_t line = 0; line < 64 * kElementBytes; line += 64)
         _mm_prefetch(static_cast<const char*>(next) + i * kElementBytes + 2048 + line, _MM_HINT_T0);
-      next_max_step(max, next, i);
+      row_max_step(max, next, i);
     }
     put64(codes + i, codes64_by_inverse<F16>(src, base + i, s, inverse), stream);
   }
@@ -1148,7 +1144,7 @@ BALLAST_SIMD512 float code_row512_and_next_max(const void* src, std::uint64_t ba
   for (; i + 16 <= k; i += 16)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), codes16_by_inverse(load16<F16>(src, base + i), s, inverse));
   for (; i < k; ++i) codes[i] = kmath::quant_int8_code(load1<F16>(src, base + i), scale);
-  return next != nullptr ? next_max_end(max, next, whole, k) : 0.0f;
+  return next != nullptr ? row_max_end(max, next, whole, k) : 0.0f;
 }
 
 // Rows with their own maxima (no given_max): each row's maximum comes from
@@ -1177,7 +1173,7 @@ void quant_int8_rows512_fused(const Quant8Args& a, std::uint64_t row_begin, std:
     if (scale == 0.0f) {
       if (a.k != 0) std::memset(codes, 0, a.k);  // (K = 0: the codes operand may be null)
     } else {
-      code_row512<F16, true>(a.src, base, a.k, scale, codes, nullptr, a.stream);
+      code_row512<F16>(a.src, base, a.k, scale, codes, nullptr, a.stream);
     }
     max = next != nullptr ? AbsMax(a.src, base + a.k, a.k) : 0.0f;
   }
@@ -1191,11 +1187,9 @@ void quant_int8_rows512(const Quant8Args& a, std::uint64_t row_begin, std::uint6
   }
   // A given maximum may be below the row's own: every row takes the clamp.
   if (a.f16_src)
-    quant_int8_rows_with<true, row_abs_max512_f16, code_row512<true, true>, code_row512<true, true>>(a, row_begin,
-                                                                                                     row_end);
+    quant_int8_rows_with<true, row_abs_max512_f16, code_row512<true>, code_row512<true>>(a, row_begin, row_end);
   else
-    quant_int8_rows_with<false, row_abs_max<false>, code_row512<false, true>, code_row512<false, true>>(a, row_begin,
-                                                                                                        row_end);
+    quant_int8_rows_with<false, row_abs_max<false>, code_row512<false>, code_row512<false>>(a, row_begin, row_end);
 }
 
 // CPUID and XGETBV directly: clang's __builtin_cpu_supports knows no "f16c".
