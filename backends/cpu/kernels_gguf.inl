@@ -166,20 +166,24 @@ BALLAST_GGUF_TARGET inline auto destination(T* p) {
   else return p;
 }
 
-// Rows of a quantized type, block by block straight into the output.
-template <std::uint32_t Type, bool Stream>
-BALLAST_GGUF_TARGET void fast_rows(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end) {
+// Rows of a quantized type, block by block straight into `out` (f32 or
+// f16), the source prefetched (kernels_gguf.cpp's Prefetch says why).
+template <std::uint32_t Type, bool Stream, class T>
+BALLAST_GGUF_TARGET void fast_rows_to(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end, T* out) {
   const std::uint64_t blocks = a.cols / a.block_elements;
   const std::uint8_t* blk = a.src + row_begin * blocks * a.block_bytes;
   const std::uint64_t end = row_end * a.cols;
-  if (a.f32_out != nullptr) {
-    for (std::uint64_t at = row_begin * a.cols; at < end; at += a.block_elements, blk += a.block_bytes)
-      Fast<Type>::block(blk, destination<Stream>(a.f32_out + at));
-  } else {
-    for (std::uint64_t at = row_begin * a.cols; at < end; at += a.block_elements, blk += a.block_bytes)
-      Fast<Type>::block(blk, destination<Stream>(a.f16_out + at));
+  Prefetch ahead(blk);
+  for (std::uint64_t at = row_begin * a.cols; at < end; at += a.block_elements, blk += a.block_bytes) {
+    ahead.through(blk, a.block_bytes);
+    Fast<Type>::block(blk, destination<Stream>(out + at));
   }
   if constexpr (Stream) _mm_sfence();  // the streamed lines reach memory before the launch completes
+}
+template <std::uint32_t Type, bool Stream>
+BALLAST_GGUF_TARGET void fast_rows(const GgufArgs& a, std::uint64_t row_begin, std::uint64_t row_end) {
+  if (a.f32_out != nullptr) return fast_rows_to<Type, Stream>(a, row_begin, row_end, a.f32_out);
+  fast_rows_to<Type, Stream>(a, row_begin, row_end, a.f16_out);
 }
 #endif
 

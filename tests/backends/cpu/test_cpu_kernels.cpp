@@ -244,12 +244,13 @@ TEST_CASE(
 }
 
 TEST_CASE("quant_int8: a row's maximum taken while the row before it is coded, NaN and inf at every position") {
-  // The AVX-512 rows take each row's maximum in the loop that codes the
-  // row before it (where that row's scale is normal). Rows alternate: an
-  // ordinary row, then one with a NaN, +-inf or its largest magnitude at
-  // the first element, the last of a 64-element step, the first of the
-  // next, or in the tail, so the next row's maximum meets each where the
-  // fused loop and its tail would see it.
+  // The AVX2 and AVX-512 rows take each row's maximum in the loop that
+  // codes the row before it (where that row's scale is normal). Rows
+  // alternate: an ordinary row, then one with a NaN, +-inf or its largest
+  // magnitude at the first element, the last of a 64-element step (and of
+  // a 32-element one), the first of the next, or in the tail (of both), so
+  // the next row's maximum meets each where the fused loop and its tail
+  // would see it.
   constexpr std::uint64_t k = 200;  // three steps of 64 and a tail of 8
   const std::uint64_t positions[] = {0, 63, 64, 197};
   const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
