@@ -4,6 +4,8 @@
 // ResidencyOptions, zero meaning the C++ default.
 #include "capi/objects.hpp"
 
+#include <ballast/derivation_kinds.hpp>
+
 #include <chrono>
 #include <mutex>
 
@@ -33,6 +35,11 @@ ballast_status* to_options(const ballast_residency_options& in, const ModelObjec
   if (in.no_derivations != 0) {
     out.policy = DerivationPolicy::none();
   } else if (in.kinds != 0) {
+    constexpr std::uint32_t kKnown = (std::uint32_t{1} << kDerivationCount) - 1;
+    if ((in.kinds & ~kKnown) != 0)
+      return invalid_argument("invalid_argument: options.kinds " + std::to_string(in.kinds) + " sets bits past the " +
+                              std::to_string(kDerivationCount) +
+                              " derivation kinds this library has (ballast_derivation_kind_name() names them)");
     out.policy.kinds = in.kinds;
   }
   if (in.group_by_layer != nullptr) out.group_by = group_by_layer(in.group_by_layer);

@@ -19,6 +19,11 @@ ballast_status* ballast_check_version(uint32_t version) {
   // Version N's symbols and struct fields are all present in every later
   // version (only appended), so any version up to ours is served.
   if (version >= 1 && version <= BALLAST_C_API_VERSION) return nullptr;
+  if (version == 0)  // not a version any header defines: a caller that passed an unset value
+    return capi::make_status(BALLAST_E_INVALID_ARGUMENT,
+                             "invalid_argument: C API version 0 is no version; pass BALLAST_C_API_VERSION, the "
+                             "version of the ballast.h the caller was built with (this libballast provides 1 to " +
+                                 std::to_string(BALLAST_C_API_VERSION) + ")");
   return capi::make_status(BALLAST_E_ABI_MISMATCH, "abi_mismatch: this libballast provides C API version " +
                                                        std::to_string(BALLAST_C_API_VERSION) + ", the caller needs " +
                                                        std::to_string(version));

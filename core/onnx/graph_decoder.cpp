@@ -464,7 +464,7 @@ void build_node_table(Model::Impl& model) {
     node.int_attributes = all_attributes.subspan(at.attributes_begin, at.attributes_count);
   }
   std::vector<std::string> generated;
-  name_unnamed_nodes(nodes, generated);
+  name_nodes(nodes, generated);
   model.nodes.swap(nodes);
   model.generated_node_names.swap(generated);
   model.node_values.swap(values);

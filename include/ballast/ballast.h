@@ -199,7 +199,8 @@ typedef struct ballast_residency_options {
   int32_t strategy;               /* ballast_strategy */
   uint64_t budget_bytes;          /* 0: auto for paged, unlimited otherwise */
   const ballast_plan* plan;       /* what the engine will pin (NULL: every planned derivation) */
-  uint32_t kinds;                 /* bit 1 << kind (the kinds' order in docs/derivations.md); 0: every kind */
+  uint32_t kinds; /* bit 1 << kind (the kinds' order in docs/derivations.md); 0: every kind; a bit past the last kind:
+                     INVALID_ARGUMENT */
   int32_t no_derivations;         /* 1: source weights only */
   const char* group_by_layer;     /* e.g. "model.layers."; NULL: no groups */
   const ballast_override* overrides;

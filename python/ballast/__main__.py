@@ -1,6 +1,12 @@
-"""python3 -m ballast inspect MODEL [--json]: the weights and the accounting."""
+"""python3 -m ballast inspect MODEL [--json]: the weights and the accounting.
+
+Exit codes and errors as the `ballast` command line's (docs/tools.md):
+0 ok, 2 bad input or usage (a model that cannot be opened, a wrong flag,
+output that cannot be written), each error one line on stderr,
+`ballast <command>: <code>: <message> [where]`."""
 import argparse
 import json
+import os
 import sys
 
 from . import BallastError, library_path, open_model
@@ -38,12 +44,22 @@ def main(argv=None):
     p = sub.add_parser("inspect", help="print a model's weights and accounting")
     p.add_argument("model")
     p.add_argument("--json", action="store_true")
-    a = ap.parse_args(argv)
+    a = ap.parse_args(argv)  # usage errors: argparse's message, exit 2
     try:
         _inspect(a.model, a.json)
+        sys.stdout.flush()
     except BallastError as e:
-        print("ballast: %s" % e.message, file=sys.stderr)
-        return 1
+        print("ballast %s: %s" % (a.command, e.message), file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # The reader stopped reading (`| head`): as the CLI, no error. Later
+        # writes, and the flush at exit, go nowhere instead of failing.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except OSError as e:  # stdout cannot be written (a full disk)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print("ballast %s: io: writing the output: %s" % (a.command, e.strerror or e), file=sys.stderr)
+        return 2
     return 0
 
 

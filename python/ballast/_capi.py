@@ -8,7 +8,9 @@ field; every struct is made with `new(T)`, which sets `size` as
 BALLAST_INIT does.
 """
 import ctypes
+import functools
 import glob
+import operator
 import os
 
 from .errors import BallastError
@@ -206,6 +208,49 @@ def check(status):
         message = api.status_message(status).decode("utf-8", "replace")
         api.status_free(status)
         raise BallastError(code, message)
+
+
+# The ranges of the C fields and arguments Python integers go into. ctypes
+# wraps an int outside a field's range silently (-1 becomes 2**64 - 1,
+# 2**64 becomes 0) and truncates nothing it is not told to, so every
+# integer argument is checked by integer() before it reaches one.
+U32 = (0, 2 ** 32 - 1)
+U64 = (0, 2 ** 64 - 1)
+SIZE = (0, 2 ** (8 * ctypes.sizeof(ctypes.c_size_t)) - 1)
+
+
+def integer(value, name, bounds, note=""):
+    """`value` as a Python int inside `bounds` (lo, hi), the range of the C
+    field or argument it goes into. An int, or an integer type with
+    __index__ (a NumPy integer); bool and float are refused (TypeError),
+    and so is anything outside the range (ValueError), each naming the
+    argument and the range, so nothing wraps on its way into ctypes."""
+    lo, hi = bounds
+    if isinstance(value, bool) or (type(value).__name__ == "bool_" and type(value).__module__ == "numpy") \
+            or not hasattr(type(value), "__index__"):
+        raise TypeError("%s must be an int in [%d, %d]%s, not %s %r" % (name, lo, hi, note, type(value).__name__,
+                                                                      value))
+    v = operator.index(value)
+    if not lo <= v <= hi:
+        raise ValueError("%s must be an int in [%d, %d]%s, not %d" % (name, lo, hi, note, v))
+    return v
+
+
+@functools.lru_cache(maxsize=64)
+def array_of(ctype, n):
+    """ctype * n, made once per (ctype, n): a ctypes type is a cycle that
+    only the cyclic collector frees, so none is made per call."""
+    return ctype * n
+
+
+def read_buffer(length):
+    """(buffer, dst) for a C call that copies `length` bytes into caller
+    memory: a zeroed bytearray (at least 1 byte) and a pointer to it;
+    bytes(memoryview(buffer)[:length]) is the copy. Not
+    create_string_buffer, which makes a ctypes type per size: a type is a
+    cycle only the cyclic collector frees."""
+    buf = bytearray(max(length, 1))
+    return buf, ctypes.byref(ctypes.c_char.from_buffer(buf))
 
 
 def text(b):

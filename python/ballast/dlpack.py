@@ -13,6 +13,7 @@ import ctypes
 import itertools
 import threading
 
+from ._capi import array_of
 from .errors import BallastError, Code
 
 # DLDeviceType (dlpack.h)
@@ -82,12 +83,12 @@ class _Export:
     def __init__(self, key, data, device, dtype, shape, release):
         self.release = release
         n = len(shape)
-        self.shape = (ctypes.c_int64 * max(n, 1))(*shape)
+        self.shape = array_of(ctypes.c_int64, max(n, 1))(*shape)
         strides, step = [0] * n, 1
         for i in reversed(range(n)):
             strides[i] = step
             step *= shape[i]
-        self.strides = (ctypes.c_int64 * max(n, 1))(*strides)
+        self.strides = array_of(ctypes.c_int64, max(n, 1))(*strides)
         m = self.managed = DLManagedTensor()
         m.dl_tensor.data = data
         m.dl_tensor.device = DLDevice(*device)

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from . import _capi, dlpack
 from ._capi import api, check, text
+from .errors import BallastError, Code
 
 
 @dataclass(frozen=True)
@@ -79,11 +80,16 @@ class Weight(dlpack.Exportable):
         return "Weight(%r, %s%s, %d bytes)" % (self.name, self.dtype, list(self.dims), self.bytes)
 
     def read(self, offset=0, length=None):
-        """A copy of bytes [offset, offset + length) as stored."""
-        length = self.bytes - offset if length is None else length
-        buf = ctypes.create_string_buffer(max(length, 1))
-        check(api.model_read_weight(self.model._h, self.index, offset, buf, length, length))
-        return buf.raw[:length]
+        """A copy of bytes [offset, offset + length) as stored; length None:
+        to the end."""
+        offset = _capi.integer(offset, "offset", _capi.U64)
+        length = _capi.integer(max(self.bytes - offset, 0) if length is None else length, "length", _capi.SIZE)
+        if offset + length > self.bytes:  # refused before a buffer of `length` bytes is allocated for nothing
+            raise BallastError(Code.OUT_OF_BOUNDS, "out_of_bounds: copying [%d, +%d) of a %d-byte weight"
+                               % (offset, length, self.bytes))
+        buf, dst = _capi.read_buffer(length)
+        check(api.model_read_weight(self.model._h, self.index, offset, dst, length, length))
+        return bytes(memoryview(buf)[:length])
 
     def _dlpack_device(self):
         return (dlpack.CPU, 0)

@@ -74,10 +74,14 @@ class Plan(_Handle):
         return Layout(text(lay.dtype), _capi.dims(lay.dims, lay.ndims), int(lay.bytes))
 
     def __getitem__(self, index):
-        if not isinstance(index, int):
-            raise TypeError("a plan is indexed by int")
+        # An int (negative from the end) that a size_t holds; ctypes would
+        # wrap 2**64 to entry 0.
+        index = _capi.integer(index, "plan index", (-_capi.SIZE[1] - 1, _capi.SIZE[1]))
         if index < 0:
-            index += len(self)
+            n = len(self)
+            if index < -n:  # as past the end: the C call's own code for a missing entry
+                raise BallastError(Code.OUT_OF_BOUNDS, "out_of_bounds: plan index %d of %d entries" % (index, n))
+            index += n
         d = _capi.new(_capi.DerivationInfo)
         check(api.plan_entry(self._h, index, ctypes.byref(d)))
         second = self._layout(index, 1) if d.second_bytes else None

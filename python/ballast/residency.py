@@ -43,6 +43,30 @@ def _strategy(name):
     return STRATEGIES[name]
 
 
+def _kinds_mask(kinds):
+    """ballast_residency_options.kinds: bit 1 << i of each named kind, a
+    uint32_t. None: 0, which the C API reads as every kind; an empty
+    list would read the same, so it is refused rather than turned into
+    its opposite (derivations=False pins no derived value)."""
+    if kinds is None:
+        return 0
+    if isinstance(kinds, (str, bytes)):
+        kinds = [kinds]
+    kinds = list(kinds)
+    if not kinds:
+        raise ValueError("kinds must name at least one derivation kind (None: every kind; derivations=False: none)")
+    mask = 0
+    for k in kinds:
+        if k not in KINDS:
+            raise BallastError(Code.INVALID_ARGUMENT, "invalid_argument: no derivation kind %r" % (k,))
+        bit = KINDS.index(k)
+        if bit >= 32:  # the library names more kinds than the C field has bits
+            raise BallastError(Code.UNSUPPORTED, "unsupported: derivation kind %r is bit %d, past the 32 bits of "
+                               "ballast_residency_options.kinds" % (k, bit))
+        mask |= 1 << bit
+    return mask
+
+
 class Residency(_Handle):
     """ballast_residency_create(backend, model, options). strategy:
     "zero_copy" (registered in place), "upload" or "paged" (under `budget`
@@ -56,19 +80,16 @@ class Residency(_Handle):
                  derivations=True, group_by_layer=None, overrides=None):
         o = _capi.new(_capi.ResidencyOptions)
         o.strategy = _strategy(strategy)
-        o.budget_bytes = int(budget or 0)
+        o.budget_bytes = 0 if budget is None else _capi.integer(budget, "budget", _capi.U64,
+                                                                " (bytes; 0 or None: auto)")
         o.plan = plan._h if plan is not None else None
-        o.kinds = 0
-        for k in kinds or ():
-            if k not in KINDS:
-                raise BallastError(Code.INVALID_ARGUMENT, "invalid_argument: no derivation kind %r" % (k,))
-            o.kinds |= 1 << KINDS.index(k)
+        o.kinds = _kinds_mask(kinds)
         o.no_derivations = 0 if derivations else 1
         stem = group_by_layer.encode() if group_by_layer else None
         o.group_by_layer = stem
         items = list((overrides or {}).items())
         names = [w.encode() for w, _ in items]
-        table = (_capi.Override * max(len(items), 1))()
+        table = _capi.array_of(_capi.Override, max(len(items), 1))()
         for i, (w, s) in enumerate(items):
             table[i].weight = names[i]
             table[i].strategy = _strategy(s)
@@ -117,19 +138,26 @@ class Residency(_Handle):
         def report(_user, done, total):
             try:
                 progress(done, total)
-            except BaseException as e:  # re-raised once the C call returns
-                raised.append(e)
+            except BaseException as e:  # the first is re-raised once the C call returns
+                if not raised:
+                    raised.append(e)
 
         fn = _capi.PROGRESS_FN(report) if progress is not None else _capi.PROGRESS_FN()
         check(api.residency_derive_all(self._h, plan._h, fn, None))
         if raised:
-            raise raised[0]
+            # Only the first is kept, and it is popped, not raised from the
+            # list: its traceback holds this frame (and each callback's frame
+            # its caller, this one), so an exception this frame still named
+            # would make a cycle keeping the residency and the plan until the
+            # cyclic collector ran.
+            raise raised.pop()
         return plan
 
     def _pin_handle(self, target):
         h = _capi.c_handle()
         if isinstance(target, Derivation):
-            check(api.residency_pin_derivation(self._h, target.plan._h, target.index, ctypes.byref(h)))
+            index = _capi.integer(target.index, "derivation index", _capi.SIZE)
+            check(api.residency_pin_derivation(self._h, target.plan._h, index, ctypes.byref(h)))
         else:
             check(api.residency_pin_weight(self._h, target.encode(), ctypes.byref(h)))
         return h
@@ -148,15 +176,18 @@ class Residency(_Handle):
 
     def pin_group(self, index, wait_ms=5000):
         """Every member of group `index` or none (a Pin; read() its members)."""
+        index = _capi.integer(index, "index", _capi.SIZE)
+        wait_ms = _capi.integer(wait_ms, "wait_ms", _capi.U32, " (milliseconds)")
         h = _capi.c_handle()
         check(api.residency_pin_group(self._h, index, wait_ms, ctypes.byref(h)))
         return Pin(h, self)
 
     def prefetch(self, derivation):
-        check(api.residency_prefetch(self._h, derivation.plan._h, derivation.index))
+        index = _capi.integer(derivation.index, "derivation index", _capi.SIZE)
+        check(api.residency_prefetch(self._h, derivation.plan._h, index))
 
     def prefetch_group(self, index):
-        check(api.residency_prefetch_group(self._h, index))
+        check(api.residency_prefetch_group(self._h, _capi.integer(index, "index", _capi.SIZE)))
 
     def wait_prefetches(self):
         check(api.residency_wait_prefetches(self._h))
@@ -189,23 +220,37 @@ class Pin(_Handle):
 
     def value(self, member=0):
         """(first, second, first_bytes, second_bytes): device pointers and sizes."""
+        member = _capi.integer(member, "member", _capi.SIZE)
         v = _capi.new(_capi.Value)
         check(api.pin_value(self._h, member, ctypes.byref(v)))
         return int(v.first), int(v.second), int(v.first_bytes), int(v.second_bytes)
 
     def read(self, member=0, half=0, offset=0, length=None):
-        """A copy of the member's half on the host (any backend)."""
+        """A copy of bytes [offset, offset + length) of the member's half
+        (0: first, 1: second) on the host (any backend); length None: to
+        the end."""
+        member = _capi.integer(member, "member", _capi.SIZE)
+        half = _capi.integer(half, "half", (0, 1), " (0: first, 1: second)")
+        offset = _capi.integer(offset, "offset", _capi.U64)
+        size = self.value(member)[2 + half]
         if length is None:
-            length = self.value(member)[2 + half] - offset
-        buf = ctypes.create_string_buffer(max(length, 1))
-        check(api.pin_read(self._h, member, half, offset, buf, length, length))
-        return buf.raw[:length]
+            length = max(size - offset, 0)
+        length = _capi.integer(length, "length", _capi.SIZE)
+        if offset + length > size:  # refused before a buffer of `length` bytes is allocated for nothing
+            raise BallastError(Code.OUT_OF_BOUNDS, "out_of_bounds: bytes [%d, +%d) are not inside the value's %d bytes"
+                               % (offset, length, size))
+        buf, dst = _capi.read_buffer(length)
+        check(api.pin_read(self._h, member, half, offset, dst, length, length))
+        return bytes(memoryview(buf)[:length])
 
 
 class Half(dlpack.Exportable):
     """One device tensor of a Value: `layout` (dtype, dims, bytes). Exports
     where the backend's memory is host-visible (cpu); a CUDA or HIP value
-    exports as a device tensor (kDLCUDA / kDLROCM)."""
+    exports as a device tensor (kDLCUDA / kDLROCM). A Half keeps its Value
+    (and so its pin) while it lives; the Value keeps no Half (Value.halves
+    makes them when asked), so the two never form a cycle that only the
+    cyclic collector would free."""
 
     def __init__(self, value, half, layout):
         self._value, self.half, self.layout = value, half, layout
@@ -259,15 +304,22 @@ class Value(Pin, dlpack.Exportable):
         self._target = target
         super().__init__(residency._pin_handle(target), residency)
         self._device = residency.device
-        self.halves = [Half(self, i, lay) for i, lay in enumerate(layouts)]
+        self._layouts = tuple(layouts)
+
+    # No attribute of a Value may point back at it (a Half does): reference
+    # counting alone must free a dropped Value, and its pin with it.
+    @property
+    def halves(self):
+        """[first] or [first, second]: a new list of Half each time."""
+        return [Half(self, i, lay) for i, lay in enumerate(self._layouts)]
 
     @property
     def first(self):
-        return self.halves[0]
+        return Half(self, 0, self._layouts[0])
 
     @property
     def second(self):
-        return self.halves[1] if len(self.halves) > 1 else None
+        return Half(self, 1, self._layouts[1]) if len(self._layouts) > 1 else None
 
     def __repr__(self):
         return "Value(%r, %s)" % (self._target if isinstance(self._target, str) else self._target.kind + " of " +
@@ -284,4 +336,4 @@ class Value(Pin, dlpack.Exportable):
 
     @property
     def dtype(self):
-        return self.first.dtype
+        return self._layouts[0].dtype

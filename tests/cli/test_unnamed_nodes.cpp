@@ -1,7 +1,7 @@
-// Models whose nodes have no names (NodeProto.name is optional): every
-// consumer of the node table's names (the plan's node fields and errors,
-// derive --dump's file stems, replay's step labels) sees the generated
-// "<op_type>#<index>" names, unique per node.
+// Models whose nodes have no names (NodeProto.name is optional), or share
+// one: every consumer of the node table's names (the plan's node fields and
+// errors, derive --dump's file stems, replay's step labels) sees the made
+// "<op_type>#<index>" or "<name>#2" names, unique per node.
 #include "support/derived_dump.hpp"
 #include "support/replay_walk.hpp"
 
@@ -29,20 +29,22 @@ std::vector<std::uint8_t> f32(std::size_t n, float scale) {
   return out;
 }
 
-Proto nbits_node(std::string_view scales, std::string_view out, bool with_k = true) {
+Proto nbits_node(std::string_view scales, std::string_view out, bool with_k = true, std::string_view name = "") {
   if (!with_k)
-    return named_node("", "MatMulNBits", {"X", "B", scales}, {out},
+    return named_node(name, "MatMulNBits", {"X", "B", scales}, {out},
                       {attribute_int("N", 4), attribute_int("bits", 4), attribute_int("block_size", 32)},
                       "com.microsoft");
-  return named_node("", "MatMulNBits", {"X", "B", scales}, {out},
-                    {attribute_int("K", 64), attribute_int("N", 4), attribute_int("bits", 4),
-                     attribute_int("block_size", 32)},
-                    "com.microsoft");
+  return named_node(
+      name, "MatMulNBits", {"X", "B", scales}, {out},
+      {attribute_int("K", 64), attribute_int("N", 4), attribute_int("bits", 4), attribute_int("block_size", 32)},
+      "com.microsoft");
 }
 
 // Node 0: Relu; 1: MatMul on W; 2 and 3: MatMulNBits on one B under two
-// scales. No node has a name. `with_k` false drops node 3's K.
-Proto unnamed_model(bool with_k = true) {
+// scales. No node has a name (or, with `same_name`, both MatMulNBits nodes
+// are "dup": ONNX does not require names to be unique). `with_k` false drops
+// node 3's K.
+Proto unnamed_model(bool with_k = true, std::string_view same_name = "") {
   Proto w = tensor("W", 1, {8, 16});
   raw_data(w, f32(8 * 16, 0.25f));
   Proto b = tensor("B", 2, {4, 2, 16});
@@ -52,7 +54,7 @@ Proto unnamed_model(bool with_k = true) {
   Proto sb = tensor("scales_b", 1, {8});
   raw_data(sb, f32(8, 0.5f));
   return model(graph({named_node("", "Relu", {"X0"}, {"X"}), named_node("", "MatMul", {"X", "W"}, {"Y"}),
-                      nbits_node("scales_a", "Q1"), nbits_node("scales_b", "Q2", with_k)},
+                      nbits_node("scales_a", "Q1", true, same_name), nbits_node("scales_b", "Q2", with_k, same_name)},
                      {w, b, sa, sb}));
 }
 
@@ -114,4 +116,18 @@ TEST_CASE("a planner error on an unnamed node names it by the generated name, ne
   CHECK_MESSAGE(text.find("MatMulNBits node 'MatMulNBits#3'") != std::string::npos, text);
   CHECK(text.find("''") == std::string::npos);
   CHECK(plan.error().tensor == "MatMulNBits#3");
+}
+
+TEST_CASE("two consumers of one B that share a node name get unique plan nodes and dump stems") {
+  const Proto bytes = unnamed_model(/*with_k=*/true, "dup");
+  auto m = load_proto(bytes);
+  REQUIRE(m.ok());
+  auto plan = plan_derivations(*m);
+  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+  const std::vector<std::string> stems = ballast::cli::dump_stems(*plan);
+  std::set<std::string> b_stems, b_nodes;
+  for (std::size_t i = 0; i < stems.size(); ++i)
+    if ((*plan)[i].weight == "B") b_stems.insert(stems[i]), b_nodes.insert((*plan)[i].node);
+  CHECK(b_nodes == std::set<std::string>{"dup", "dup#2"});
+  CHECK(b_stems == std::set<std::string>{"B@dup", "B@dup#2"});
 }

@@ -101,9 +101,12 @@ int main(int argc, char** argv) {
     }
     std::fprintf(stderr, "ballast-conformance: cannot open backend: %s\n", opened.error().to_string().c_str());
     summary.open_error = opened.error().to_string();
-    summary.exit_code = 1;
+    // A config string that does not parse or names no backend is a usage
+    // error (2, as every ballast command); a backend that is there but
+    // fails to open is a failed run (1).
+    summary.exit_code = opened.code() == ballast::ErrorCode::invalid_argument ? kExitUsage : 1;
     conformance::print_summary(summary, json, stdout);
-    return 1;
+    return summary.exit_code;
   }
   conformance::g_backend = std::move(*opened);
   // A backend that cannot allocate at all (the skeleton template) fails

@@ -4,14 +4,19 @@
 MOVED/lib/python3/dist-packages on sys.path and no BALLAST_* variable, so
 the module must find its libballast from where the moved prefix lies.
 
-Steps: numpy, torch (each against `ballast derive --dump` on cpu), release,
-misuse (and the CUDA/HIP export path on a stand-in device), conformance,
-vulkan. Exit 0 passed, 1 failed, 77 skipped.
+Steps: numpy, torch (each against `ballast derive --dump` on cpu), release
+(and, with the cyclic collector off, that reference counting alone frees
+what is dropped), misuse (and the CUDA/HIP export path on a stand-in
+device, integer arguments checked before ctypes could wrap them,
+`python3 -m ballast`'s exit codes and error line against the CLI's, and
+the command lines of tools/gen), conformance, vulkan. Exit 0 passed, 1
+failed, 77 skipped.
 """
 import gc
 import os
 import subprocess
 import sys
+import weakref
 
 step, moved, model_path, work = sys.argv[1:5]
 
@@ -229,6 +234,96 @@ elif step == "release":
     gc.collect()
     expect(not mapped(data_file), "the last weight array gone: the file unmapped")
     expect(ballast.live_exports() == 0, "no export left")
+
+    # Reference counting alone frees what a program drops: the cyclic
+    # collector is off, so an object that points back at its owner (a Value
+    # and its halves did) would keep its pin, or its residency, for good.
+    gc.collect()
+    gc.disable()
+    model = ballast.open_model(model_path)
+    backend = ballast.open_backend("cpu")
+    paged = ballast.Residency(backend, model, strategy="paged", budget=2 << 20)
+    x = paged.pin("layer0.weight")
+    pinned = paged.stats.pinned_bytes
+    del x
+    expect(pinned == 524288 and paged.stats.pinned_bytes == 0, "gc off: a dropped Value unpins at once (%d bytes "
+           "pinned, %d after del)" % (pinned, paged.stats.pinned_bytes))
+    plan = paged.plan
+    try:
+        read = 0
+        for d in plan:  # every value of the plan, under a 2 MiB budget: each pin must go with its Value
+            data = paged.pin(d).read()
+            read += len(data)
+        expect(read > 2 << 20 and paged.stats.pinned_bytes == 0, "gc off: paged.pin(d).read() over the whole "
+               "plan, %d bytes through a 2 MiB budget, nothing left pinned" % read)
+    except ballast.BallastError as e:
+        expect(False, "gc off: paged.pin(d).read() over the whole plan: %s" % e.message)
+    half = paged.pin(plan[0]).first  # a Half keeps its Value, and the pin, while it lives
+    held = paged.stats.pinned_bytes
+    arr = half.numpy()
+    del half
+    expect(held > 0 and paged.stats.pinned_bytes == held, "gc off: a Half holds its Value's pin; the array holds "
+           "its own after the Half went (%d bytes)" % paged.stats.pinned_bytes)
+    del arr
+    expect(paged.stats.pinned_bytes == 0 and ballast.live_exports() == 0, "gc off: the array gone, nothing pinned")
+    calls = []
+
+    def stop(done_, total):
+        calls.append(done_)
+        raise RuntimeError("stop at %d" % done_)
+
+    derived = ballast.Residency(backend, model, strategy="upload")
+    gone = weakref.ref(derived)
+    try:
+        derived.derive(progress=stop)
+        expect(False, "a raising progress callback: derive() returned")
+    except RuntimeError as e:
+        expect(str(e) == "stop at 1" and len(calls) == len(plan), "the first of %d callback exceptions re-raised: "
+               "%s" % (len(calls), e))
+    del derived
+    expect(gone() is None, "gc off: a residency whose derive() re-raised a callback's exception is freed when "
+           "dropped")
+    del paged, plan, d, data
+    # Every class in use, then dropped: the collector finds no ballast
+    # object in a cycle (each would hold its C handle until it ran).
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    gc.collect()
+    gc.garbage.clear()
+
+    def every_class():
+        w = model.weight("layer0.weight")
+        held = [model.weights, model.accounting, w.numpy(), w.read(0, 4), backend.info, backend.counters]
+        r = ballast.Residency(backend, model, strategy="paged", group_by_layer="layer",
+                              overrides={"layer1.weight": "upload"}, kinds=["transpose", "quant_int8"])
+        p = r.derive(progress=lambda d, t: None)
+        held += [r.budget_plan, r.group_count, r.stats]
+        for d in p:
+            v = r.pin(d)
+            hs = v.halves
+            held += [h.numpy() for h in hs] + [v.read(), hs[-1].read(), repr(v)]
+            r.prefetch(d)
+        r.wait_prefetches()
+        r.prefetch_group(0)
+        with r.pin_group(0) as g:
+            g.read(0)
+        try:
+            model.weight("no.such.weight")
+        except ballast.BallastError:
+            pass
+        del held, v, hs  # every array and Value gone: release() finds nothing pinned
+        return r.release()
+
+    try:
+        every_class()
+    except ballast.BallastError as e:  # release() with pins the dropped objects still hold
+        expect(False, "gc off: every class used and dropped: %s" % e.message)
+    gc.collect()
+    cyclic = sorted({type(o).__name__ for o in gc.garbage if type(o).__module__.startswith("ballast")})
+    expect(not cyclic, "gc off: no ballast object in a reference cycle after use%s"
+           % (" (found: %s)" % ", ".join(cyclic) if cyclic else ""))
+    gc.set_debug(0)
+    gc.garbage.clear()
+    gc.enable()
     done()
 
 elif step == "misuse":
@@ -328,6 +423,142 @@ elif step == "misuse":
                "a residency pins and exports after its backend's handle went")
     raises(lambda: backend.info, ballast.Code.INVALID_HANDLE, "a freed backend's info")
     raises(lambda: ballast.Residency(backend, other), ballast.Code.INVALID_HANDLE, "a residency on a freed backend")
+
+    # Integer arguments: an int inside the range of the C field it goes
+    # into, else ValueError (out of range) or TypeError (bool, float, str),
+    # naming the argument and the range; ctypes would wrap them silently
+    # (budget=-1 was unlimited, 2**64 auto, plan[2**64] entry 0).
+    import ctypes
+    u64 = "[0, %d]" % (2 ** 64 - 1)
+    size = "[0, %d]" % (2 ** (8 * ctypes.sizeof(ctypes.c_size_t)) - 1)
+
+    def refused(fn, error, name, bounds, what):
+        try:
+            fn()
+        except error as e:
+            return expect(name in str(e) and bounds in str(e), "%s: %s (%s)" % (what, error.__name__, e))
+        except Exception as e:  # noqa: BLE001
+            return expect(False, "%s: %s (%s), not %s" % (what, type(e).__name__, e, error.__name__))
+        return expect(False, "%s: accepted, not %s" % (what, error.__name__))
+
+    model = ballast.open_model(model_path)
+    backend = ballast.open_backend("cpu")
+    for bad, error in ((-1, ValueError), (2 ** 64, ValueError), (10 ** 30, ValueError), (1.5e6, TypeError),
+                       (True, TypeError), ("4096", TypeError)):
+        refused(lambda: ballast.Residency(backend, model, strategy="paged", budget=bad), error, "budget", u64,
+                "budget=%r" % (bad,))
+    sized = ballast.Residency(backend, model, strategy="paged", budget=numpy.int64(2 << 20))
+    expect(sized.stats.budget_bytes == 2 << 20, "budget=numpy.int64(2 << 20) taken: %d" % sized.stats.budget_bytes)
+    refused(lambda: ballast.Residency(backend, model, kinds=[]), ValueError, "kinds", "", "kinds=[] (would be 0: "
+            "every kind)")
+    def works(fn, what):
+        try:
+            return expect(fn(), what)
+        except Exception as e:  # noqa: BLE001
+            return expect(False, "%s: %s (%s)" % (what, type(e).__name__, e))
+
+    works(lambda: ballast.Residency(backend, model, kinds="transpose"), "kinds='transpose': one kind")
+    grouped = ballast.Residency(backend, model, strategy="paged", group_by_layer="layer")
+    for args, error, name, bounds in (((-1,), ValueError, "index", size), ((2 ** 64,), ValueError, "index", size),
+                                      ((0.0,), TypeError, "index", size),
+                                      ((0, -1), ValueError, "wait_ms", "[0, 4294967295]"),
+                                      ((0, 2 ** 32), ValueError, "wait_ms", "[0, 4294967295]"),
+                                      ((0, 1.5), TypeError, "wait_ms", "[0, 4294967295]")):
+        refused(lambda: grouped.pin_group(*args), error, name, bounds, "pin_group%r" % (args,))
+    refused(lambda: grouped.prefetch_group(-1), ValueError, "index", size, "prefetch_group(-1)")
+    refused(lambda: grouped.prefetch_group(True), TypeError, "index", size, "prefetch_group(True)")
+    plan = model.plan()
+    n = len(plan)
+    refused(lambda: plan[2 ** 64], ValueError, "plan index", "", "plan[2**64] (was plan[0])")
+    refused(lambda: plan[True], TypeError, "plan index", "", "plan[True]")
+    refused(lambda: plan[1.0], TypeError, "plan index", "", "plan[1.0]")
+    raises(lambda: plan[-n - 1], ballast.Code.OUT_OF_BOUNDS, "plan[-len - 1]")
+    works(lambda: plan[numpy.int64(1)] == plan[1] and plan[-1] == plan[n - 1], "plan[numpy.int64(1)] and plan[-1]")
+    import dataclasses
+    stray = dataclasses.replace(plan[0], index=-1)
+    refused(lambda: grouped.pin(stray), ValueError, "derivation index", size, "pin(a Derivation with index -1)")
+    refused(lambda: grouped.prefetch(stray), ValueError, "derivation index", size, "prefetch(a Derivation with "
+            "index -1)")
+    weight_bytes = model.weight("layer0.weight").read()
+    with grouped.pin("layer0.weight") as v:
+        nbytes = v.value()[2]
+        for kwargs, error, name, bounds in (({"half": 2}, ValueError, "half", "[0, 1]"),
+                                            ({"half": -1}, ValueError, "half", "[0, 1]"),
+                                            ({"half": True}, TypeError, "half", "[0, 1]"),
+                                            ({"offset": -1}, ValueError, "offset", u64),
+                                            ({"offset": 1.0}, TypeError, "offset", u64),
+                                            ({"length": -1}, ValueError, "length", size),
+                                            ({"length": 2 ** 64}, ValueError, "length", size)):
+            refused(lambda: v.read(**kwargs), error, name, bounds, "Value.read(%s)" % kwargs)
+        refused(lambda: v.value(-1), ValueError, "member", size, "Value.value(-1)")
+        refused(lambda: ballast.Pin.read(v, 2 ** 64), ValueError, "member", size, "Pin.read(member=2**64)")
+        raises(lambda: v.read(length=2 ** 62), ballast.Code.OUT_OF_BOUNDS, "Value.read(length=2**62), nothing "
+               "allocated")
+        raises(lambda: v.read(offset=nbytes + 1), ballast.Code.OUT_OF_BOUNDS, "Value.read(offset past the end)")
+        works(lambda: v.read(offset=8, length=4) == weight_bytes[8:12], "Value.read(offset=8, length=4): the "
+              "weight's bytes 8..12")
+    w = model.weight("layer0.weight")
+    for args, error, name, bounds in (((-1,), ValueError, "offset", u64), ((2 ** 64,), ValueError, "offset", u64),
+                                      ((0, -5), ValueError, "length", size), ((0, 2.0), TypeError, "length", size)):
+        refused(lambda: w.read(*args), error, name, bounds, "Weight.read%r" % (args,))
+    raises(lambda: w.read(0, 2 ** 62), ballast.Code.OUT_OF_BOUNDS, "Weight.read(0, 2**62), nothing allocated")
+    works(lambda: w.read(w.bytes) == b"" and w.read(4, 4) == weight_bytes[4:8], "Weight.read at the end and (4, 4)")
+    del sized, grouped, v, plan, stray
+
+    # python3 -m ballast inspect: the CLI's exit codes (0 ok, 2 bad input
+    # or usage) and its one error line, `ballast inspect: <code>: ...`.
+    def inspect(*args, stdout=subprocess.PIPE):
+        return subprocess.run([sys.executable, "-m", "ballast", "inspect", *args], stdout=stdout,
+                              stderr=subprocess.PIPE, text=True, cwd="/")
+
+    def cli_inspect(*args):
+        return subprocess.run([os.path.join(moved, "bin", "ballast"), "inspect", *args], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True, cwd="/")
+
+    garbage = os.path.join(work, "python-not-a-model.onnx")
+    with open(garbage, "w") as f:
+        f.write("not a model\n")
+    for label, path, code in (("a missing model", os.path.join(work, "python-no-such.onnx"), "not_found"),
+                              ("not a model", garbage, "unsupported"), ("a directory", work, "io")):
+        r, c = inspect(path), cli_inspect(path)
+        lines = r.stderr.splitlines()
+        expect(r.returncode == 2 == c.returncode and len(lines) == 1
+               and lines[0].startswith("ballast inspect: %s: " % code) and path in lines[0]
+               and lines[0].split(": ")[:2] == c.stderr.splitlines()[0].split(": ")[:2],
+               "python -m ballast inspect, %s: exit %d (CLI %d), %r" % (label, r.returncode, c.returncode, r.stderr))
+    r = inspect(model_path)
+    expect(r.returncode == 0 and r.stdout.startswith("model: "), "python -m ballast inspect: exit %d" % r.returncode)
+    for args in ((), (model_path, "--no-such-flag")):
+        r = inspect(*args)
+        expect(r.returncode == 2, "python -m ballast inspect %r: a usage error, exit %d" % (args, r.returncode))
+    with open("/dev/full", "w") as full:
+        r = inspect(model_path, "--json", stdout=full)
+    expect(r.returncode == 2 and r.stderr.startswith("ballast inspect: io: ") and len(r.stderr.splitlines()) == 1,
+           "python -m ballast inspect into a full disk: exit %d, %r" % (r.returncode, r.stderr))
+
+    # Every command-line script of tools/gen: --help prints its usage,
+    # anything else that is not its command line is refused (exit 2), and
+    # neither makes a folder (one named "--help" was made).
+    gen = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "gen"))
+    scratch = os.path.join(work, "python-gen-args")
+    subprocess.run(["rm", "-rf", scratch], check=True)
+    os.makedirs(scratch)
+    scripts = sorted(f for f in os.listdir(gen)
+                     if f.endswith(".py") and "__main__" in open(os.path.join(gen, f)).read())
+    expect(len(scripts) >= 7, "tools/gen scripts with a command line: %s" % ", ".join(scripts))
+    for script in scripts:
+        def run(*args):
+            return subprocess.run([sys.executable, os.path.join(gen, script), *args], cwd=scratch,
+                                  capture_output=True, text=True)
+        h, bad, alone, none = run("--help"), run("out", "--no-such-option"), run("--no-such-option"), run()
+        made = os.listdir(scratch)
+        expect(h.returncode == 0 and h.stdout.startswith("usage: ") and bad.returncode == alone.returncode == 2
+               and "--no-such-option" in bad.stderr + alone.stderr and none.returncode == 2 and not made,
+               "%s: --help exit %d (%s), an unknown option exit %d and alone %d, no folder exit %d, made %s"
+               % (script, h.returncode, "usage" if h.stdout.startswith("usage: ") else "no usage", bad.returncode,
+                  alone.returncode, none.returncode, made or "nothing"))
+        subprocess.run(["rm", "-rf", scratch], check=True)
+        os.makedirs(scratch)
     done()
 
 elif step == "conformance":
@@ -337,8 +568,8 @@ elif step == "conformance":
     expect(isinstance(r.summary, dict) and r.summary.get("result") == "passed" and r.summary.get("passed") == r.passed,
            "the JSON summary agrees: %s" % ((r.summary or {}).get("result"),))
     bad = ballast.run_conformance("nosuch")
-    expect(bad.exit_code == 1 and bad.passed + bad.failed + bad.skipped == 0, "an unknown backend fails the suite, "
-           "not the call: %s" % (bad,))
+    expect(bad.exit_code == 2 and bad.passed + bad.failed + bad.skipped == 0, "an unknown backend is the suite's "
+           "usage error (exit 2), not the call's: %s" % (bad,))
     done()
 
 elif step == "vulkan":

@@ -279,6 +279,10 @@ Status copy_weights(const WeightStore& store, const SourceFile& file, Outputs& o
       return Status();
     });
     if (!s.ok()) {
+      // pwrite reads the source pages in the kernel, where a page the
+      // source file lost is EFAULT rather than a fault transfer() answers:
+      // the input changed, which is what to say, not the output's failure.
+      if (Status changed = store.check_unchanged(*w.ref); !changed.ok()) s = std::move(changed);
       if (s.error().tensor.empty()) s.error().tensor = std::string(w.name);
       return s;
     }

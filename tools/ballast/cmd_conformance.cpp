@@ -2,7 +2,8 @@
 // the conformance suite on this machine's device. The suite is its own
 // program (ballast-conformance, installed next to `ballast`); this command
 // finds it there and hands over, so the output and exit code are the
-// suite's own: 0 passed, 1 failed, 77 the backend is not on this machine.
+// suite's own: 0 passed, 1 failed, 2 a bad config string, 77 the backend
+// is not on this machine.
 #include "command.hpp"
 #include "command_context.hpp"
 

@@ -213,11 +213,8 @@ const RegisterCommand kDerive{{
       sub.add_option("--dump", opt->dump, "write every derived tensor to DIR as .npy (pairs as two files)");
       sub.add_flag("--json", opt->json,
                    "print the report as one JSON document (schema in docs/tools.md); with --comm, one per rank, a line each");
-      sub.add_option("--max-amplification", opt->max_amplification,
-                     "refuse a plan deriving more than R times the referenced bytes (0: no cap; docs/security.md)")
-          ->type_name("R")
-          ->check(CLI::NonNegativeNumber)
-          ->capture_default_str();
+      add_amplification_option(sub, opt->max_amplification,
+                               "refuse a plan deriving more than R times the referenced bytes");
       auto* residency = sub.add_option("--residency", opt->residency,
                                        "pin every derivation through a Residency (upload, zero-copy, paged), read it "
                                        "back and hash it (with --dump, also write it: the same files as without)")

@@ -5,6 +5,7 @@
 // shard plan of every rank (docs/distributed.md).
 #include "command.hpp"
 #include "command_context.hpp"
+#include "command_options.hpp"
 #include "support/format.hpp"
 #include "support/hash.hpp"
 #include "support/model.hpp"
@@ -89,15 +90,17 @@ Totals totals_of(const std::vector<NamedWeight>& weights, const std::vector<File
 // available (a range the store refuses). The bytes are hashed inside
 // WeightStore::transfer, so a file truncated meanwhile is an io error for
 // that weight (its pages read as zeros, never SIGBUS), not a dead process.
+// The first such error ends the hashing (`failure`): the file is no longer
+// the one opened, and the error is reported once, not once per weight left.
 std::vector<std::optional<std::string>> hash_weights(const WeightStore& store, const std::vector<NamedWeight>& weights,
-                                                     std::vector<Error>& failures) {
+                                                     std::optional<Error>& failure) {
   std::uint64_t total = 0;
   for (const auto& w : weights) total += w.ref->byte_length();
   ProgressBar bar("hashing", total);
   std::vector<std::optional<std::string>> out;
   out.reserve(weights.size());
   for (const auto& w : weights) {
-    if (!store.bytes(*w.ref)) {
+    if (failure || !store.bytes(*w.ref)) {
       out.emplace_back();
       continue;
     }
@@ -107,9 +110,8 @@ std::vector<std::optional<std::string>> hash_weights(const WeightStore& store, c
       return Status();
     });
     if (!s.ok()) {
-      Error e = s.error();
-      e.tensor = std::string(w.name);
-      failures.push_back(std::move(e));
+      failure = s.error();
+      failure->tensor = std::string(w.name);
       out.emplace_back();
       continue;
     }
@@ -335,8 +337,8 @@ int run_inspect(const InspectOptions& opt) {
   const std::vector<FileAccounting> files = account_external_files(model.store());
   const Totals totals = totals_of(weights, files);
   std::vector<std::optional<std::string>> hashes;
-  std::vector<Error> hash_failures;
-  if (opt.hash) hashes = hash_weights(model.store(), weights, hash_failures);
+  std::optional<Error> hash_failure;
+  if (opt.hash) hashes = hash_weights(model.store(), weights, hash_failure);
   const Result<AutoBudget> budget = auto_budget(model, opt.max_amplification);
   Shards shards;
   if (opt.world_given) {
@@ -365,9 +367,9 @@ int run_inspect(const InspectOptions& opt) {
                                : print_table(model, weights, hashes, files, totals, budget, shards);
   // A file that changed while it was read (hashed, or the .onnx while its
   // nodes were read): what was printed for it is not the file's.
-  for (const Error& e : hash_failures) ctx.report(e);
+  if (hash_failure) return ctx.fail(*hash_failure);
   if (Status s = model.check_unchanged(); !s.ok()) return ctx.fail(s.error());
-  return hash_failures.empty() ? printed : kExitBadInput;
+  return printed;
 }
 
 const RegisterCommand kInspect{{
@@ -384,11 +386,7 @@ const RegisterCommand kInspect{{
                    "open a safetensors file whose byte buffer has bytes no tensor covers (reported as dead)");
       sub.add_flag("--allow-model-real-dir,--allow-external-outside-model-dir", opt->load.allow_model_real_dir,
                    "also accept external data beneath the folder of the model file's real path (symlinked caches)");
-      sub.add_option("--max-amplification", opt->max_amplification,
-                     "refuse an auto budget above R times the referenced bytes (0: no cap; docs/security.md)")
-          ->type_name("R")
-          ->check(CLI::NonNegativeNumber)
-          ->capture_default_str();
+      add_amplification_option(sub, opt->max_amplification, "refuse an auto budget above R times the referenced bytes");
       auto* world = sub.add_option("--world", opt->world,
                                    "print the tensor-parallel shard plan of N ranks (docs/distributed.md)")
                         ->type_name("N");

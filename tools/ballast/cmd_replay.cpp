@@ -16,6 +16,7 @@
 #include "support/replay_report.hpp"
 #include "support/replay_walk.hpp"
 #include "support/residency_report.hpp"
+#include "support/rules_file.hpp"
 
 #include <ballast/model_resource.hpp>
 #include <ballast/residency.hpp>
@@ -162,7 +163,16 @@ int run_replay(const ReplayOptions& opt) {
   if (!ctx.load_model(opt.model)) return ctx.exit_code();
   const Model& model = ctx.model();
   const DerivedMode mode = opt.derived == "all" ? DerivedMode::all : opt.derived == "none" ? DerivedMode::none : DerivedMode::first;
-  auto walk = build_walk(model, mode);  // plans the derivations itself: the walk pins what it picks of them
+  PlanOptions planning;
+  if (!opt.rules.empty()) {
+    // The walk of a graph follows its nodes, which rules do not name: refused, not ignored.
+    if (!model.nodes().empty())
+      return ctx.fail(make_error(ErrorCode::invalid_argument,
+                                 "--rules plans a model without a graph; this one has a graph, whose nodes the walk "
+                                 "follows (derive --rules adds rules to a graph's plan)"));
+    if (Status s = read_rules_file(opt.rules, planning); !s.ok()) return ctx.fail(s.error());
+  }
+  auto walk = build_walk(model, mode, planning);  // plans the derivations itself: the walk pins what it picks of them
   if (!walk.ok()) return ctx.fail(walk.error());
   // auto (and the largest-entry check) counts the derivations the walk pins, no others.
   options->derivations.emplace();
@@ -219,6 +229,10 @@ const RegisterCommand kReplay{{
       sub.add_option("--derived", opt->derived, "pin each consumer's first derivation, all of them, or the source")
           ->check(CLI::IsMember({"first", "all", "none"}))
           ->capture_default_str();
+      sub.add_option("--rules", opt->rules,
+                     "derivation rules for a model with no graph (safetensors, GGUF): weight-name patterns -> "
+                     "derivations (JSON; docs/tools.md). Without it the built-in rules plan them")
+          ->type_name("FILE");
       sub.add_flag("--json", opt->json, "print the report as one JSON document (schema in docs/tools.md)");
       sub.add_flag("--anchor", opt->anchor, "after the run, time a plain memcpy of the paged bytes out of the mapped files");
       return [opt] { return run_replay(*opt); };

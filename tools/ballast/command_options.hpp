@@ -12,6 +12,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cmath>
+#include <cstdlib>
 #include <string>
 
 namespace ballast::cli {
@@ -27,6 +29,24 @@ inline void add_residency_options(CLI::App& sub, std::string& residency, std::st
       ->capture_default_str();
   sub.add_option("--budget", budget, "device byte budget: BYTES with an optional K/M/G/KiB/MiB/GiB suffix, or auto")
       ->check(CLI::Validator(check_budget, "BYTES|auto", "byte budget"));
+}
+
+// --max-amplification (derive, inspect): a finite number >= 0, 0 for no cap.
+// (CLI11's NonNegativeNumber let "nan" through, to fail later as "above the
+// cap of nanx", and answered -1 with a range bound of 300 digits.)
+inline void add_amplification_option(CLI::App& sub, double& cap, const std::string& what) {
+  sub.add_option("--max-amplification", cap, what + " (0: no cap; docs/security.md)")
+      ->type_name("R")
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            char* end = nullptr;
+            const double r = std::strtod(v.c_str(), &end);
+            if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(r) || r < 0)
+              return "'" + v + "' is not a finite number >= 0 (0: no cap)";
+            return std::string();
+          },
+          "R", "amplification cap"))
+      ->capture_default_str();
 }
 
 // --comm, --world, --shard-rules, --exchange, --round-bytes, --ranks-per-domain, --timeout-s and --in-place (load and derive: the

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <string>
 
 namespace ballast::cli {
 std::vector<Command>& commands() {
@@ -30,11 +31,24 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(c.name, c.summary);
     runners[sub] = c.setup(*sub);
   }
+  // `ballast bogus`: CLI11 would say a subcommand is required; name it instead.
+  if (argc > 1 && argv[1][0] != '-' &&
+      std::none_of(all.begin(), all.end(), [&](const Command& c) { return c.name == argv[1]; })) {
+    std::string names;
+    for (const Command& c : all) names += (names.empty() ? "" : ", ") + c.name;
+    std::cerr << "ballast: invalid_argument: unknown command '" << argv[1] << "' (commands: " << names << ")\n";
+    return kExitBadInput;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? kExitOk : kExitBadInput;
+    if (e.get_exit_code() == 0) return app.exit(e), kExitOk;  // --help, --version: printed, success
+    // A usage error is one line in the format of every other error
+    // (docs/tools.md): the command, the code, what is wrong.
+    std::string command = "ballast";
+    for (const CLI::App* sub : app.get_subcommands()) command += " " + sub->get_name();
+    std::cerr << command << ": invalid_argument: " << e.what() << " (" << command << " --help lists the options)\n";
+    return kExitBadInput;
   }
   for (auto& [sub, run] : runners) {
     if (sub->parsed()) return run();

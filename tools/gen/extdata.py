@@ -258,12 +258,6 @@ class Blob:
         self.f.close()
 
 
-def take_unnamed_flag(argv):
-    """argv without "--unnamed", and whether it was there (the generators'
-    option to leave every node unnamed)."""
-    return [a for a in argv if a != "--unnamed"], "--unnamed" in argv
-
-
 def strip_node_names(nodes):
     """Clears every node's name, as onnx.helper (without name=) and many
     exporters leave them: NodeProto.name is optional. ballast then names a

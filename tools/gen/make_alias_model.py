@@ -18,6 +18,7 @@ exporters do): the two MatMulNBits consumers of shared.qweight then differ
 only by their place in the graph.
 """
 
+import argparse
 import os
 import sys
 
@@ -30,11 +31,13 @@ import extdata  # noqa: E402
 
 
 def main(argv):
-    argv, unnamed = extdata.take_unnamed_flag(argv)
-    if len(argv) != 2:
-        extdata.log("usage: make_alias_model.py OUTDIR [--unnamed]")
-        return 2
-    outdir = os.path.abspath(argv[1])
+    ap = argparse.ArgumentParser(prog=os.path.basename(argv[0]), description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("outdir", help="the folder to write into (made if missing)")
+    ap.add_argument("--unnamed", action="store_true", help="leave every node without a name")
+    args = ap.parse_args(argv[1:])  # --help, and a usage error (exit 2) for anything else
+    unnamed = args.unnamed
+    outdir = os.path.abspath(args.outdir)
     os.makedirs(outdir, exist_ok=True)
     rng = np.random.default_rng(7)
     blob = extdata.Blob(os.path.join(outdir, "alias.weights"), "wb")

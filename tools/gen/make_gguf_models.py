@@ -28,6 +28,7 @@ gguf_io.dequant() knows, <file>.<tensor>.f32.npy with its float32 values.
 Deterministic (one fixed seed).
 """
 
+import argparse
 import hashlib
 import json
 import os
@@ -219,10 +220,11 @@ MODELS = [("llama.gguf", ["llama.gguf"]), ("types.gguf", ["types.gguf"]), ("v2.g
 
 
 def main(argv):
-    if len(argv) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    out = argv[1]
+    ap = argparse.ArgumentParser(prog=os.path.basename(argv[0]), description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("outdir", help="the folder to write into (made if missing)")
+    args = ap.parse_args(argv[1:])  # --help, and a usage error (exit 2) for anything else
+    out = args.outdir
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(20261202)
     metadata, tensors = llama_model(rng)

@@ -63,8 +63,8 @@ def nbits(rng, k, n, block, scale_type, zero_points, sparse=False):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("outdir")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("outdir", help="the folder to write into (made if missing)")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--hidden", type=int, default=1024)
     ap.add_argument("--ffn", type=int, default=2816)

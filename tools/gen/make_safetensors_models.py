@@ -15,6 +15,7 @@ safetensors files for the tests, written with numpy (safetensors_io.py):
                               (refused unless --allow-holes)
 """
 
+import argparse
 import json
 import os
 import struct
@@ -74,10 +75,11 @@ def holes_file(path):
 
 
 def main(argv):
-    if len(argv) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    out = argv[1]
+    ap = argparse.ArgumentParser(prog=os.path.basename(argv[0]), description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("outdir", help="the folder to write into (made if missing)")
+    args = ap.parse_args(argv[1:])  # --help, and a usage error (exit 2) for anything else
+    out = args.outdir
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(20261202)
     st.write_safetensors(os.path.join(out, "dtypes.safetensors"), dtype_tensors(rng),

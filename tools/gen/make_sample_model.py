@@ -24,6 +24,7 @@ goes to stderr. Deterministic and idempotent; stdout stays empty.
 exporters do); the weights and their bytes are the same.
 """
 
+import argparse
 import os
 import sys
 
@@ -118,11 +119,13 @@ def export_blob(blob, weights, checksum_every):
 
 
 def main(argv):
-    argv, unnamed = extdata.take_unnamed_flag(argv)
-    if len(argv) != 2:
-        extdata.log("usage: make_sample_model.py OUTDIR [--unnamed]")
-        return 2
-    outdir = os.path.abspath(argv[1])
+    ap = argparse.ArgumentParser(prog=os.path.basename(argv[0]), description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("outdir", help="the folder to write into (made if missing)")
+    ap.add_argument("--unnamed", action="store_true", help="leave every node without a name")
+    args = ap.parse_args(argv[1:])  # --help, and a usage error (exit 2) for anything else
+    unnamed = args.unnamed
+    outdir = os.path.abspath(args.outdir)
     os.makedirs(outdir, exist_ok=True)
     weights_file = "sample.weights"
     blob_path = os.path.join(outdir, weights_file)

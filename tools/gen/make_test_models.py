@@ -15,6 +15,7 @@ appends to an existing external-data file (the orphaned-prefix failure,
 reproduced on purpose in `onnx_reexport_append`).
 """
 
+import argparse
 import json
 import os
 import shutil
@@ -463,10 +464,11 @@ def external_keys(c):
 
 
 def main(argv):
-    if len(argv) != 2:
-        log("usage: make_test_models.py OUTDIR")
-        return 2
-    outdir = os.path.abspath(argv[1])
+    ap = argparse.ArgumentParser(prog=os.path.basename(argv[0]), description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("outdir", help="the folder to write into (made if missing)")
+    args = ap.parse_args(argv[1:])  # --help, and a usage error (exit 2) for anything else
+    outdir = os.path.abspath(args.outdir)
     os.makedirs(outdir, exist_ok=True)
     log("test models (onnx %s, numpy %s) in %s" % (onnx.__version__, np.__version__, outdir))
     c = Corpus(outdir)

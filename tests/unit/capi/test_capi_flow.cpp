@@ -51,7 +51,7 @@ TEST_CASE("version: the query, the check, the table") {
   CHECK(std::string(ballast_library_version()) == "0.1.0");
   CAPI_OK(ballast_check_version(1));
   CAPI_FAILS(ballast_check_version(BALLAST_C_API_VERSION + 1), BALLAST_E_ABI_MISMATCH);
-  CAPI_FAILS(ballast_check_version(0), BALLAST_E_ABI_MISMATCH);
+  CAPI_FAILS(ballast_check_version(0), BALLAST_E_INVALID_ARGUMENT);  // no header defines version 0
   const auto* api = static_cast<const ballast_api_v1*>(ballast_get_api(1));
   REQUIRE(api != nullptr);
   CHECK(api->version == BALLAST_C_API_VERSION);
@@ -331,9 +331,17 @@ TEST_CASE("paged residency with layers: groups, pin a group, prefetch, a budget 
   CAPI_OK(ballast_backend_open("cpu", &o.backend));
   ballast_residency_options opt = BALLAST_INIT(ballast_residency_options);
   opt.strategy = BALLAST_PAGED;
-  opt.kinds = 1u << 0;  // transpose only
   opt.group_by_layer = "w";  // "w0" is not "w<N>.": each weight its own group
   ballast_residency* res = nullptr;
+  // A kinds mask with a bit past the last kind is refused, not ignored.
+  std::uint32_t kinds = 0;
+  while (ballast_derivation_kind_name(kinds) != nullptr) ++kinds;
+  opt.kinds = (1u << 0) | (1u << kinds);
+  CAPI_FAILS(ballast_residency_create(o.backend, o.model, &opt, &res), BALLAST_E_INVALID_ARGUMENT);
+  CHECK(res == nullptr);
+  opt.kinds = 0xffffffffu;
+  CAPI_FAILS(ballast_residency_create(o.backend, o.model, &opt, &res), BALLAST_E_INVALID_ARGUMENT);
+  opt.kinds = 1u << 0;  // transpose only
   CAPI_OK(ballast_residency_create(o.backend, o.model, &opt, &res));
   ballast_plan* plan = nullptr;
   CAPI_OK(ballast_residency_plan(res, &plan));
@@ -446,11 +454,11 @@ TEST_CASE("the conformance suite from C: a child process, its counts and summary
   CHECK(std::strlen(small) == sizeof small - 1);
   CHECK(std::string(small) == summary.substr(0, sizeof small - 1));
 
-  // A backend the runner cannot open: the suite fails (exit 1), it is not
-  // an error of the call, and the summary says why.
+  // A backend name the runner does not know: a usage error of the suite
+  // (exit 2), not an error of the call, and the summary says why.
   ballast_conformance_result bad = BALLAST_INIT(ballast_conformance_result);
   CAPI_OK(ballast_run_conformance("nosuch", nullptr, &bad, json.data(), json.size(), nullptr));
-  CHECK(bad.exit_code == 1);
+  CHECK(bad.exit_code == 2);
   CHECK(bad.passed + bad.failed + bad.skipped == 0);
   CHECK(std::string(json.data()).find("unknown backend") != std::string::npos);
   CAPI_FAILS(ballast_run_conformance(nullptr, nullptr, &r, nullptr, 0, nullptr), BALLAST_E_INVALID_ARGUMENT);

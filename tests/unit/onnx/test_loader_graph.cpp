@@ -321,6 +321,27 @@ TEST_CASE("a generated name that a given name already holds gets a #2 suffix") {
   CHECK(r->nodes()[2].name == "MatMul#1#2");
 }
 
+// Names need not be unique in ONNX either: the first node keeps a repeated
+// name, later ones take "#2", "#3", ... past every name in use.
+TEST_CASE("a name the file gives twice stays with its first node; the others get #2, #3 suffixes") {
+  Proto m = model(graph({named_node("dup", "MatMul", {"x", "w"}, {"y"}), named_node("dup", "MatMul", {"y", "w"}, {"z"}),
+                         named_node("dup#2", "Relu", {"z"}, {"r"}), named_node("dup", "Relu", {"r"}, {"s"}),
+                         named_node("", "Relu", {"s"}, {"t"}), named_node("Relu#4", "Relu", {"t"}, {"u"})},
+                        {}));
+  auto r = load_proto(m);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  const auto& nodes = r->nodes();
+  CHECK(nodes[0].name == "dup");
+  CHECK(nodes[1].name == "dup#3");  // #2 is a name the file gives node 2
+  CHECK(nodes[2].name == "dup#2");
+  CHECK(nodes[3].name == "dup#4");
+  CHECK(nodes[4].name == "Relu#4#2");  // the rule's "Relu#4" is node 5's given name
+  CHECK(nodes[5].name == "Relu#4");
+  std::set<std::string_view> distinct;
+  for (const NodeInfo& n : nodes) distinct.insert(n.name);
+  CHECK(distinct.size() == nodes.size());
+}
+
 TEST_CASE("errors inside the subgraph of an unnamed node name it by the same rule") {
   Proto bad = tensor("bad_w", 1, {2});
   raw_data(bad, {1, 2, 3});

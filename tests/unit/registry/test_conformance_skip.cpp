@@ -40,11 +40,11 @@ TEST_CASE("a plugin that is there but broken fails rather than skips") {
   }
 }
 
-TEST_CASE("a device that does not exist, an unknown backend and a bad config fail") {
+TEST_CASE("a device that does not exist fails; an unknown backend and a bad config are usage errors") {
   CHECK(conformance(kFakes + "/working", "vulkan:5").exit_code == 1);
   CHECK(conformance(kFakes + "/working", "cpu:7").exit_code == 1);
-  CHECK(conformance(kFakes + "/working", "opencl").exit_code == 1);
-  CHECK(conformance(kFakes + "/working", "cpu?").exit_code == 1);
+  CHECK(conformance(kFakes + "/working", "opencl").exit_code == 2);
+  CHECK(conformance(kFakes + "/working", "cpu?").exit_code == 2);
 }
 
 TEST_CASE("a backend that opens runs the tests it is asked for") {

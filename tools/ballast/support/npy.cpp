@@ -152,8 +152,14 @@ Result<std::filesystem::path> DumpDirectory::write_npy(std::string_view weight, 
     e.tensor = std::string(weight);
     return e;
   };
-  if (written_.count(name) != 0)
-    return refuse("two dumped tensors would share this file name; the second is not written");
+  if (written_.count(name) != 0) {
+    // Labels are unique (node names are made unique when the model opens,
+    // docs/derivations.md) and a sanitized one carries its label's hash, so
+    // this is a broken invariant, not the file system's refusal.
+    Error e = refuse("two dumped tensors would share this file name; the second is not written");
+    e.code = ErrorCode::internal;
+    return e;
+  }
   constexpr int kCreate = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
   int fd = ::openat(fd_, name.c_str(), kCreate, 0644);
   if (fd < 0 && errno == EEXIST) {

@@ -25,6 +25,7 @@ struct ReplayOptions {
   int tokens = 4;
   std::string prefetch = "off";
   std::string derived = "first";
+  std::string rules;  // --rules FILE: a model without a graph's derivation rules (support/rules_file.hpp)
   bool json = false;
   bool anchor = false;
 };

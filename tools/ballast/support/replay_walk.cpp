@@ -15,21 +15,24 @@ namespace ballast::cli {
 namespace {
 
 // What makes two derived steps the same value (the memo's view: kind,
-// operands, shape and types).
+// operands, shape, types and a slice's columns; plan_derivations() tells
+// entries apart by the same tuple).
 auto identity(const PlannedDerivation& p) {
   const DerivationLaunch& l = p.launch;
   return std::make_tuple(static_cast<int>(p.kind()), p.source.index, p.scales ? p.scales->index + 1 : 0,
                          p.zero_points ? p.zero_points->index + 1 : 0, p.of_transposed, l.rows, l.cols, l.block_size,
-                         static_cast<int>(l.src_type), static_cast<int>(l.zero_points));
+                         static_cast<int>(l.src_type), static_cast<int>(l.zero_points), l.src_cols, l.col_offset);
 }
 
 class WalkBuilder {
  public:
   explicit WalkBuilder(const Model& model) : model_(model) {}
 
-  Status add_derived(const NodeInfo& node, const PlannedDerivation& p) {
+  // `node` empty: a model without a graph (the label is the value's alone).
+  Status add_derived(std::string_view node, const PlannedDerivation& p) {
     WalkStep s;
-    s.label = std::string(node.name) + ": " + std::string(derivation_name(p.kind())) + " of " + p.weight;
+    s.label =
+        (node.empty() ? "" : std::string(node) + ": ") + std::string(derivation_name(p.kind())) + " of " + p.weight;
     s.derived = true;
     s.planned = p;
     s.planned.launch.kind = p.kind();
@@ -47,9 +50,9 @@ class WalkBuilder {
     return Status();
   }
 
-  void add_source_step(const NodeInfo& node, std::string_view name, ValueId id) {
+  void add_source_step(std::string_view node, std::string_view name, ValueId id) {
     WalkStep s;
-    s.label = std::string(node.name) + ": " + std::string(name);
+    s.label = (node.empty() ? "" : std::string(node) + ": ") + std::string(name);
     s.weight = id;
     s.first_bytes = model_.store().weights().at(id).byte_length();
     const auto [it, fresh] = pinned_sources_.emplace(id, walk_.entry_bytes.size());
@@ -83,7 +86,37 @@ class WalkBuilder {
 
 }  // namespace
 
-Result<Walk> build_walk(const Model& model, DerivedMode mode) {
+namespace {
+
+// A model without a graph (safetensors, GGUF): its weights in the order the
+// file lists them (ValueId order), each with the derivations the rules plan
+// for it, or pinned as stored when they plan none (a norm, a bias).
+Result<Walk> build_rules_walk(const Model& model, DerivedMode mode, const PlanOptions& planning) {
+  std::vector<PlanSkip> skipped;  // rules that match nothing are not the walk's concern
+  PlanOptions options = planning;
+  options.skipped = &skipped;
+  BALLAST_ASSIGN_OR_RETURN(std::vector<PlannedDerivation> plan, plan_derivations(model, options));
+  std::vector<ValueId> ids;
+  for (const auto& [id, weight] : model.store().weights()) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  WalkBuilder b(model);
+  for (ValueId id : ids) {
+    bool covered = false;
+    if (mode != DerivedMode::none)
+      for (const PlannedDerivation& p : plan) {
+        if (p.source != id || (covered && mode == DerivedMode::first)) continue;
+        BALLAST_RETURN_IF_ERROR(b.add_derived("", p));
+        covered = true;
+      }
+    if (!covered) b.add_source_step("", model.value_name(id), id);
+  }
+  return b.take();
+}
+
+}  // namespace
+
+Result<Walk> build_walk(const Model& model, DerivedMode mode, const PlanOptions& planning) {
+  if (model.nodes().empty()) return build_rules_walk(model, mode, planning);
   // Validates every node once: after this, plan_derivation() failing for a
   // node and kind only means the kind does not apply there.
   BALLAST_RETURN_IF_ERROR(plan_derivations(model));
@@ -109,13 +142,13 @@ Result<Walk> build_walk(const Model& model, DerivedMode mode) {
       bool covered = false;
       for (const PlannedDerivation& p : mine) {
         if (p.source == *id) {
-          if (!covered || mode == DerivedMode::all) BALLAST_RETURN_IF_ERROR(b.add_derived(node, p));
+          if (!covered || mode == DerivedMode::all) BALLAST_RETURN_IF_ERROR(b.add_derived(node.name, p));
           covered = true;
         } else if (p.scales == *id || p.zero_points == *id) {
           covered = true;  // an operand of the node's derivations, read when they are built
         }
       }
-      if (!covered) b.add_source_step(node, input, *id);
+      if (!covered) b.add_source_step(node.name, input, *id);
     }
   }
   return b.take();

@@ -46,15 +46,20 @@ struct Walk {
   std::uint64_t source_bytes = 0;
 };
 
-// For each node in graph order, for each distinct input that is a stored
-// weight: with `first`/`all`, the derivation(s) planned for that node with
+// For a model with a graph: for each node in graph order, for each
+// distinct input that is a stored weight: with `first`/`all`, the derivation(s) planned for that node with
 // that weight as their source, one step each; an input that is only an
 // operand of those derivations (MatMulNBits scales and zero points) needs no
 // step of its own; any other weight input (a bias, a weight nothing is
 // derived from) is pinned as a source. With `none`, every weight input is a
-// source step. Errors: plan_derivations()'s (a node that does not fit its
-// operator), or a planned launch derivation_sizes() refuses.
-Result<Walk> build_walk(const Model& model, DerivedMode mode);
+// source step. For a model without a graph (safetensors, GGUF): each
+// weight in the order the file lists them, with the derivations
+// `planning`'s rules (the built-in ones when it has none) plan for it, one
+// step for `first`, one each for `all`; a weight they plan nothing for, and
+// every weight with `none`, is a source step. Errors: plan_derivations()'s
+// (a node that does not fit its operator), or a planned launch
+// derivation_sizes() refuses.
+Result<Walk> build_walk(const Model& model, DerivedMode mode, const PlanOptions& planning = {});
 
 // The prefetch window before step `next - 1` is pinned: steps [next, end)
 // of the walk repeated (step g is walk.steps[g % n]), never past `limit`
