@@ -3,6 +3,7 @@
 #include <ballast/derive.hpp>
 
 #include "base/hex.hpp"
+#include "derive/check_planned.hpp"
 #include "derive/build.hpp"
 #include "derive/transposed_source.hpp"
 #include "memo/memo_map.hpp"
@@ -142,14 +143,15 @@ template <class Derived>
 Result<Derived> build(const DeriveContext& ctx, const PlannedDerivation& p, DerivationLaunch l,
                       const DerivationSizes& sizes) {
   Allocations blocks(ctx.backend);
-  BALLAST_RETURN_IF_ERROR(derive::build_one(ctx.backend, l, sizes, blocks, [&] {
-    Status s = recheck_operands(ctx, source_operands(p));
-    return s.ok() ? s : std::move(s).with_context(where(p));
-  }));
+  // (No context of its own: derive_weight() adds where(p) outside the memo's.)
+  BALLAST_RETURN_IF_ERROR(
+      derive::build_one(ctx.backend, l, sizes, blocks, [&] { return recheck_operands(ctx, source_operands(p)); }));
   return value_of<Derived>(l, sizes);
 }
 
 Result<DerivedValue> derive_unwrapped(const DeriveContext& ctx, const PlannedDerivation& p) {
+  BALLAST_RETURN_IF_ERROR(ctx.memo.bind_sources(ctx.sources.epoch()));
+  BALLAST_RETURN_IF_ERROR(derive::check_planned(ctx.model, p));
   DerivationLaunch l = p.launch;
   BALLAST_ASSIGN_OR_RETURN(auto sizes, derivation_sizes(l));
   if (p.of_transposed) {
@@ -380,6 +382,8 @@ Status settle(Wave& wave, Status added, const char* finishing) {
 
 Result<std::vector<DerivedValue>> derive_all_unwrapped(const DeriveContext& ctx, std::span<const PlannedDerivation> plan,
                                                        const DeriveProgressFn& report) {
+  BALLAST_RETURN_IF_ERROR(ctx.memo.bind_sources(ctx.sources.epoch()));
+  for (const PlannedDerivation& p : plan) BALLAST_RETURN_IF_ERROR(derive::check_planned(ctx.model, p));
   std::vector<DerivedValue> results(plan.size());
   DeriveProgress progress;
   progress.total = plan.size();

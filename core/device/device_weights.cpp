@@ -6,6 +6,7 @@
 #include "store/store_access.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <tuple>
 #include <cstdio>
@@ -21,7 +22,17 @@
 
 namespace ballast {
 
+namespace {
+// DeviceWeights::epoch(): one sequence for the whole process, so two
+// DeviceWeights (or one before and after release()) never share a value.
+std::uint64_t next_epoch() noexcept {
+  static std::atomic<std::uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
 struct DeviceWeights::Impl {
+  std::atomic<std::uint64_t> epoch{next_epoch()};
   GpuBackend* backend = nullptr;
   const WeightStore* store = nullptr;
   std::string label;
@@ -239,6 +250,8 @@ DeviceWeights::~DeviceWeights() {
 
 std::string DeviceWeights::label() const { return impl_->label; }
 
+std::uint64_t DeviceWeights::epoch() const noexcept { return impl_->epoch.load(std::memory_order_acquire); }
+
 WeightResidency DeviceWeights::residency() const {
   std::lock_guard lock(impl_->mutex);
   return impl_->residency;
@@ -380,6 +393,8 @@ Released DeviceWeights::release(GpuBackend& backend) {
   m.referenced.reset();
   m.resolved.clear();
   m.residency = {};
+  // Pointers resolved from now on are new ones, whatever their addresses.
+  m.epoch.store(next_epoch(), std::memory_order_release);
   return out;
 }
 

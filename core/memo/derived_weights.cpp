@@ -3,8 +3,10 @@
 #include "memo/memo_map.hpp"
 #include "base/hex.hpp"
 
+#include <atomic>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
 
 namespace ballast {
@@ -14,6 +16,9 @@ namespace ballast {
 // all kinds is exactly where a single pointer would be read as a pair.
 struct DerivedWeights::Impl {
   memo::HitCounters counters;
+  // bind_sources(): the epoch the keys' pointers belong to (0: none yet).
+  std::atomic<std::uint64_t> sources_epoch{0};
+  std::mutex bind_mutex;
   std::unique_ptr<memo::MemoMap<DerivedPtr>> singles[kDerivationCount];
   std::unique_ptr<memo::MemoMap<DerivedPair>> pairs[kDerivationCount];
 
@@ -118,6 +123,22 @@ Result<DevicePair> DerivedWeights::build_pair(Derivation kind, const DerivationK
   }
 }
 
+Status DerivedWeights::bind_sources(std::uint64_t epoch) {
+  Impl& m = *impl_;
+  if (m.sources_epoch.load(std::memory_order_acquire) == epoch) return {};  // every call after the first
+  std::lock_guard lock(m.bind_mutex);
+  const std::uint64_t bound = m.sources_epoch.load(std::memory_order_relaxed);
+  if (bound != 0 && bound != epoch && len() != 0)
+    return make_error(ErrorCode::invalid_argument,
+                      "memo '" + label_ + "' holds " + std::to_string(len()) +
+                          " values keyed by the device pointers of sources released since (epoch " +
+                          std::to_string(bound) + ", now " + std::to_string(epoch) +
+                          "): new uploads may reuse those addresses, so a lookup could return another weight's "
+                          "value; release the memo with its sources (a TeardownHost does), or derive into a fresh one");
+  m.sources_epoch.store(epoch, std::memory_order_release);
+  return {};
+}
+
 std::size_t DerivedWeights::len() const noexcept {
   std::size_t n = 0;
   impl_->each([&](const auto& map) { n += map.len(); });
@@ -194,6 +215,10 @@ Released DerivedWeights::release(GpuBackend& backend) {
       freer.free_value(map->kind(), key, value.first, " first");
       freer.free_value(map->kind(), key, value.second, " second");
     }
+  {
+    std::lock_guard lock(m.bind_mutex);
+    m.sources_epoch.store(0, std::memory_order_release);  // empty: free to serve any sources
+  }
   return std::move(freer).finish();
 }
 

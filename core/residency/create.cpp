@@ -2,6 +2,7 @@
 // engine's policy) and grouped, the budget settled (auto from the
 // accounting), and a budget too small for the largest single entry, or
 // the largest group, refused up front rather than at the first unlucky pin.
+#include "derive/check_planned.hpp"
 #include "residency/impl.hpp"
 
 #include "derive/transposed_source.hpp"
@@ -93,7 +94,11 @@ Result<Need> need_of(const WeightStore& store, const StrategyOf& strategy_of, co
 }  // namespace
 
 Result<std::vector<PlannedDerivation>> Residency::Impl::make_plan(const Model& model, const ResidencyOptions& options) {
-  if (options.derivations) return apply_policy(*options.derivations, options.policy);
+  if (options.derivations) {
+    for (const PlannedDerivation& p : *options.derivations)
+      BALLAST_RETURN_IF_ERROR(derive::check_planned(model, p), "ResidencyOptions::derivations");
+    return apply_policy(*options.derivations, options.policy);
+  }
   PlanOptions planning;
   planning.max_amplification = options.max_amplification;
   // What the rules skip is not derived, so it is not budgeted either
@@ -112,7 +117,10 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
     if (!model.store().weights().contains(id))
       return make_error(ErrorCode::invalid_argument,
                         "residency override names '" + std::string(model.value_name(id)) + "', which is not a weight");
-    m->overrides[id] = strategy;
+    // Twice is a caller's mistake whichever way it goes: which one was meant?
+    if (!m->overrides.emplace(id, strategy).second)
+      return make_error(ErrorCode::invalid_argument,
+                        "residency overrides name '" + std::string(model.value_name(id)) + "' twice");
   }
   bool any_zero_copy = options.strategy == ResidencyStrategy::zero_copy;
   for (const auto& [id, strategy] : m->overrides) any_zero_copy |= strategy == ResidencyStrategy::zero_copy;

@@ -2,6 +2,7 @@
 // stats and release. Device work is in loading.cpp; the eviction policy in
 // eviction.cpp.
 #include "residency/impl.hpp"
+#include "derive/check_planned.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -147,6 +148,7 @@ Result<Entry*> Residency::Impl::source_entry(ValueId id) {
 }
 
 Result<Entry*> Residency::Impl::derived_entry(const PlannedDerivation& p) {
+  BALLAST_RETURN_IF_ERROR(derive::check_planned(model, p));  // an entry from outside: this model's, as planned
   const identity::Entry key = identity::of_derivation(store, p);
   std::lock_guard lock(mutex);
   if (auto it = entries.find(key); it != entries.end()) return it->second.get();
@@ -197,6 +199,9 @@ Result<Pinned> Residency::Impl::pin_derived(const PlannedDerivation& p, Use use)
 
 Status Residency::Impl::acquire(Entry& e, Use use) {
   std::unique_lock lock(mutex);
+  // As load(): after release() nothing is placed again (a pin would
+  // allocate behind a teardown that reported the device clean).
+  if (released) return make_error(ErrorCode::invalid_argument, label + ": pin after release()");
   if ((use == Use::pin || use == Use::prefetch) && !e.requested) {
     e.requested = true;
     ++clock.distinct_entries;

@@ -5,8 +5,6 @@ namespace ballast::shard {
 
 namespace {
 
-std::string in_quotes(std::string_view s) { return "'" + std::string(s) + "'"; }
-
 // A weight whose layout no node tells: a Linear's [..., out, in], which is
 // what safetensors (Hugging Face) and GGUF (ne[0] = in, innermost) store.
 Layout convention(const Model& model, const WeightRef& w) {

@@ -10,9 +10,13 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 namespace ballast::shard {
+
+// A name in error text: 'name'.
+inline std::string in_quotes(std::string_view s) { return "'" + std::string(s) + "'"; }
 
 // A MatMulNBits node's shape, which B, its scales and its zero points share.
 struct NbitsShape {

@@ -14,8 +14,6 @@ namespace ballast::shard {
 
 namespace {
 
-std::string in_quotes(std::string_view s) { return "'" + std::string(s) + "'"; }
-
 std::string dims_text(std::span<const std::uint64_t> dims) {
   std::string out = "[";
   for (std::size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::to_string(dims[i]);

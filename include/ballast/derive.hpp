@@ -38,7 +38,9 @@ namespace ballast {
 
 // One derivation a model needs: which weight, for which consumer, with
 // which shape. Pointers in `launch` are zero: derive_weight() fills them.
-// Its kind lives in one place, `launch.kind`; kind() reads it.
+// Its kind lives in one place, `launch.kind`; kind() reads it. Whatever
+// takes one checks it against its model first: an entry of another model,
+// or edited out of its weight's type or size, is invalid_argument.
 struct PlannedDerivation {
   std::string weight;  // the source weight (int4: B)
   ValueId source{};
@@ -163,6 +165,9 @@ struct DerivedValue {
 };
 
 // Looks up, and on a miss builds once (single-flight across threads).
+// The memo is tied to ctx.sources' epoch (DerivedWeights::bind_sources):
+// invalid_argument while it holds values derived from sources released
+// since.
 Result<DerivedValue> derive_weight(const DeriveContext& ctx, const PlannedDerivation& planned);
 // plan_derivation() then derive_weight().
 Result<DerivedValue> derive_weight(const DeriveContext& ctx, const NodeInfo& node, Derivation kind);

@@ -250,6 +250,16 @@ class DerivedWeights final : public ModelResource<GpuBackend> {
     return build_pair(kind, key, detail::BuildRef<DerivedPair>(build));
   }
 
+  // --- the sources the keys point at ---------------------------------------
+  // Keys hold the sources' device pointers, which name the same bytes only
+  // while those allocations live. Ties the memo to the sources of `epoch`
+  // (DeviceWeights::epoch()): ok while the memo is empty or tied to it
+  // already; invalid_argument while it holds values keyed by the pointers
+  // of sources released since (new uploads may reuse their addresses, and
+  // a lookup would return another weight's value). derive_weight() and
+  // derive_weights() call it; release() unties the memo.
+  Status bind_sources(std::uint64_t epoch);
+
   // --- accounting ----------------------------------------------------------
   std::size_t len() const noexcept;  // memoized entries, every kind (builds in flight excluded)
   bool is_empty() const noexcept { return len() == 0; }

@@ -36,6 +36,7 @@
 #include <ballast/model_resource.hpp>
 #include <ballast/weight_store.hpp>
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -97,6 +98,14 @@ class DeviceWeights final : public ModelResource<GpuBackend> {
   Result<std::optional<DevicePtr>> resolve_in_place(ValueId id);
 
   WeightResidency residency() const;
+
+  // Names the device pointers resolve() hands out: process-unique, fresh
+  // at construction and at every release(), after which resolve() uploads
+  // and registers anew, and new allocations may reuse the old addresses.
+  // A memo keyed by those pointers is right within one epoch only:
+  // derive_weight() and derive_weights() tie their memo to it
+  // (DerivedWeights::bind_sources).
+  std::uint64_t epoch() const noexcept;
 
   std::string label() const override;
   // Frees the uploads and unregisters the registrations. Idempotent.

@@ -171,7 +171,8 @@ struct ResidencyOptions {
   // When set, create() splits plan() into groups (Residency::groups()) and
   // refuses a budget below what the largest group needs pinned at once.
   GroupKey group_by;
-  // Per-weight strategy, overriding `strategy` for the weights named.
+  // Per-weight strategy, overriding `strategy` for the weights named (each
+  // at most once: a weight named twice is invalid_argument).
   std::vector<std::pair<ValueId, ResidencyStrategy>> overrides;
   // zero_copy: a dead gap this long splits a file's registration.
   std::uint64_t split_gap_bytes = kRegistrationSplitGap;

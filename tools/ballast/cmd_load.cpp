@@ -137,13 +137,13 @@ Result<Run> run_once(const LoadCommandOptions& opt, GpuBackend& gpu, const Resid
 }
 
 // The best of 1..16 threads of 8 MiB preads of `plan` into fresh memory.
-struct Anchor {
+struct ReadAnchor {
   double seconds = 0;
   std::uint32_t threads = 0;
   std::vector<std::pair<std::uint32_t, double>> trials;
 };
 
-Result<Anchor> measure_anchor(const LoadCommandOptions& opt, const ReadPlan& plan) {
+Result<ReadAnchor> measure_read_anchor(const LoadCommandOptions& opt, const ReadPlan& plan) {
   constexpr std::uint64_t kPiece = 8ull << 20;
   struct Piece {
     std::string path;
@@ -154,7 +154,7 @@ Result<Anchor> measure_anchor(const LoadCommandOptions& opt, const ReadPlan& pla
     for (const ReadRange& r : f.ranges)
       for (std::uint64_t at = 0; at < r.length; at += kPiece)
         pieces.push_back({f.path.string(), r.offset + at, std::min(kPiece, r.length - at)});
-  Anchor best;
+  ReadAnchor best;
   for (std::uint32_t threads : {1u, 2u, 4u, 8u, 16u}) {
     if (opt.cold) {
       auto model = open_model(opt.model);
@@ -289,10 +289,10 @@ int run_load(const LoadCommandOptions& opt) {
   std::string cold_how;
   auto run = run_once(opt, gpu, *ro, lo, opt.mmap, opt.cold ? &cold_how : nullptr);
   if (!run.ok()) return ctx.fail(run.error());
-  std::optional<Anchor> anchor;
+  std::optional<ReadAnchor> anchor;
   std::optional<double> hot;
   if (opt.anchor) {
-    auto a = measure_anchor(opt, whole);
+    auto a = measure_read_anchor(opt, whole);
     if (!a.ok()) return ctx.fail(a.error());
     anchor = *a;
     // The last anchor trial left every byte in the page cache: the mmap

@@ -193,3 +193,111 @@ TEST_CASE("derive on the cpu backend: a data file truncated after load is an io 
   }
   CHECK((*gpu)->counters().live_allocations == baseline.live_allocations);
 }
+
+// The memo's keys are the sources' device pointers: once DeviceWeights
+// releases them, a new upload may take an old address and a lookup would
+// hand back another weight's value. So a memo is tied to its sources'
+// epoch, and refuses to derive from later ones until it is released too.
+TEST_CASE("a memo whose sources were released refuses to derive until it is released as well") {
+  Model m = model();
+  auto plan = plan_derivations(m);
+  REQUIRE(plan.ok());
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  const auto baseline = (*gpu)->counters();
+  {
+    DeviceWeights sources(**gpu, m.store());
+    DerivedWeights memo;
+    DeriveContext ctx{**gpu, m, sources, memo};
+    REQUIRE(derive_weights(ctx, *plan).ok());
+    const std::uint64_t first = sources.epoch();
+    REQUIRE(sources.release(**gpu).status.ok());
+    CHECK(sources.epoch() != first);
+    auto one = derive_weight(ctx, (*plan)[0]);
+    REQUIRE(one.code() == ErrorCode::invalid_argument);
+    CHECK_MESSAGE(one.error().to_string().find("released since") != std::string::npos, one.error().to_string());
+    CHECK(derive_weights(ctx, *plan).code() == ErrorCode::invalid_argument);
+    {  // a fresh DeviceWeights over the same store: new pointers all the same
+      DeviceWeights fresh(**gpu, m.store());
+      CHECK(fresh.epoch() != sources.epoch());
+      DeriveContext other{**gpu, m, fresh, memo};
+      CHECK(derive_weight(other, (*plan)[0]).code() == ErrorCode::invalid_argument);
+      REQUIRE(fresh.release(**gpu).status.ok());
+    }
+    // Released together (as a TeardownHost does): the memo serves any sources.
+    REQUIRE(memo.release(**gpu).status.ok());
+    auto again = derive_weights(ctx, *plan);
+    REQUIRE_MESSAGE(again.ok(), again.error().to_string());
+    // And the values are the weights' own: W's transpose read back.
+    const auto& t = (*again)[0];
+    REQUIRE((*plan)[0].kind() == Derivation::transpose);
+    std::vector<float> got(8 * 16), w(8 * 16);
+    REQUIRE((*gpu)->copy_to_host(std::as_writable_bytes(std::span(got)), t.first, 0).ok());
+    const auto src = floats(8 * 16, 0.25f);
+    std::memcpy(w.data(), src.data(), src.size());
+    bool same = true;
+    for (int r = 0; r < 8; ++r)
+      for (int c = 0; c < 16; ++c) same = same && got[c * 8 + r] == w[r * 16 + c];
+    CHECK(same);
+    REQUIRE(memo.release(**gpu).status.ok());
+    REQUIRE(sources.release(**gpu).status.ok());
+  }
+  CHECK((*gpu)->counters().live_allocations == baseline.live_allocations);
+}
+
+// A PlannedDerivation is a plain struct: one from another model, or edited,
+// is refused before anything reads its operands.
+TEST_CASE("a plan entry from another model, or edited out of its weight's type and size, is refused") {
+  Model m = model();
+  auto plan = plan_derivations(m);
+  REQUIRE(plan.ok());
+  // Another model whose W is float16 [16, 16]: its ValueId 0-based numbering
+  // need not match, and its transpose reads other bytes as another type.
+  using namespace onnx_proto;
+  Proto w16 = tensor("W", 10, {16, 16});
+  raw_data(w16, pattern(16 * 16 * 2, 5));
+  static const Proto other_bytes = onnx_proto::model(graph({node("MatMul", {"X", "W"}, {"Y"})}, {w16}));
+  auto other = load_proto(other_bytes);
+  REQUIRE(other.ok());
+  auto other_plan = plan_derivations(*other);
+  REQUIRE(other_plan.ok());
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  DeviceWeights sources(**gpu, m.store());
+  DerivedWeights memo;
+  TeardownHost<GpuBackend> host(**gpu);
+  host.add(sources);
+  host.add(memo);
+  DeriveContext ctx{**gpu, m, sources, memo};
+  for (const PlannedDerivation& p : *other_plan) {
+    auto r = derive_weight(ctx, p);
+    CHECK_MESSAGE(r.code() == ErrorCode::invalid_argument, derivation_name(p.kind()));
+  }
+  CHECK(derive_weights(ctx, *other_plan).code() == ErrorCode::invalid_argument);
+
+  const PlannedDerivation& transpose = (*plan)[0];
+  REQUIRE(transpose.kind() == Derivation::transpose);
+  PlannedDerivation edited = transpose;
+  edited.launch.src_type = DataType::float16;  // the same weight read as another type
+  CHECK(derive_weight(ctx, edited).code() == ErrorCode::invalid_argument);
+  edited = transpose;
+  edited.launch.rows *= 2;  // past the weight's bytes
+  auto past = derive_weight(ctx, edited);
+  CHECK(past.code() == ErrorCode::invalid_argument);
+  CHECK(past.error().to_string().find("holds 512 bytes, the launch reads 1024") != std::string::npos);
+  edited = transpose;
+  edited.weight = "scales_a";  // a name this model gives another value
+  CHECK(derive_weight(ctx, edited).code() == ErrorCode::invalid_argument);
+  const auto nbits =
+      std::find_if(plan->begin(), plan->end(), [](auto& p) { return p.kind() == Derivation::dequant_int4; });
+  REQUIRE(nbits != plan->end());
+  edited = *nbits;
+  edited.scales.reset();  // the kind reads scales
+  CHECK(derive_weight(ctx, edited).code() == ErrorCode::invalid_argument);
+  edited = *nbits;
+  edited.scales = transpose.source;  // a weight of another size and role
+  CHECK(derive_weight(ctx, edited).code() == ErrorCode::invalid_argument);
+  CHECK(memo.is_empty());
+  // The model's own entries still derive.
+  CHECK(derive_weights(ctx, *plan).ok());
+}

@@ -159,7 +159,9 @@ TEST_CASE("GGUF: an unsupported block type is a listed skip by name; block types
   CHECK(by_rule->front().launch.src_type == DataType::float32);
 }
 
-TEST_CASE("GGUF: one byte range read as two block types is two memo entries and two residency identities") {
+TEST_CASE(
+    "GGUF: one byte range read as two block types is two memo keys and two residency identities; derive refuses the "
+    "retyped entry") {
   ScratchDir dir("gguf-plan-alias");
   // 180 bytes: ten q4_0 blocks (320 elements) or nine q4_1 blocks (288).
   auto m = open_model(dir.write("m.gguf", file_of({{"blk.0.attn_q.weight", {320}, kQ4_0, 180}})));
@@ -173,6 +175,11 @@ TEST_CASE("GGUF: one byte range read as two block types is two memo entries and 
 
   CHECK(identity::of_derivation(m->store(), *as_q4_0) != identity::of_derivation(m->store(), as_q4_1));
 
+  // The memo keys the two launches apart on one source pointer.
+  DerivationLaunch l0 = as_q4_0->launch, l1 = as_q4_1.launch;
+  l0.src = l1.src = 0x1000;
+  CHECK_FALSE(DerivationKey::of(l0) == DerivationKey::of(l1));
+
   auto gpu = open_backend("cpu");
   REQUIRE(gpu.ok());
   {
@@ -182,20 +189,18 @@ TEST_CASE("GGUF: one byte range read as two block types is two memo entries and 
     host.add(sources);
     host.add(memo);
     const DeriveContext ctx{**gpu, *m, sources, memo};
-    const std::vector<PlannedDerivation> plan = {*as_q4_0, as_q4_1, *as_q4_0};
-    auto values = derive_weights(ctx, plan);
-    REQUIRE_MESSAGE(values.ok(), values.error().to_string());
-    CHECK(memo.len() == 2);
-    CHECK((*values)[0].first != (*values)[1].first);
-    CHECK((*values)[0].first == (*values)[2].first);
-    CHECK((*values)[0].key.src_type == DataType::q4_0);
-    CHECK((*values)[1].key.src_type == DataType::q4_1);
-    CHECK((*values)[1].key.cols == 288);
-    // Read as the other type, the same bytes are other values.
-    std::vector<std::byte> a(288 * 4), b(288 * 4);
-    REQUIRE((*gpu)->copy_to_host(a, (*values)[0].first, 0).ok());
-    REQUIRE((*gpu)->copy_to_host(b, (*values)[1].first, 0).ok());
-    CHECK(a != b);
+    // Through derive, an entry that reads the q4_0 tensor as q4_1 is an
+    // edited one: refused (check_planned), never a value of other bytes.
+    const std::vector<PlannedDerivation> plan = {*as_q4_0, as_q4_1};
+    auto refused = derive_weights(ctx, plan);
+    REQUIRE(refused.code() == ErrorCode::invalid_argument);
+    CHECK_MESSAGE(refused.error().to_string().find("is q4_0, the launch reads q4_1") != std::string::npos,
+                  refused.error().to_string());
+    CHECK(memo.is_empty());
+    auto value = derive_weight(ctx, *as_q4_0);
+    REQUIRE_MESSAGE(value.ok(), value.error().to_string());
+    CHECK(value->key.src_type == DataType::q4_0);
+    CHECK(memo.len() == 1);
     CHECK(host.teardown(**gpu).ok());
   }
 }

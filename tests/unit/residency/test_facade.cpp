@@ -382,3 +382,49 @@ TEST_CASE("a pin that waits for a load after an earlier failed one gets the valu
   waiter->reset();
   CHECK(residency.release(faulty).status.ok());
 }
+
+// Entries from outside are checked against the model once, where they come
+// in; a weight overridden twice is a caller's mistake, not "the last wins".
+TEST_CASE(
+    "create() and pin() refuse another model's plan entries; overrides name a weight once; no pin after release()") {
+  const Model m = layered_model();
+  using namespace onnx_proto;
+  Proto w16 = tensor("lm_head.weight", 10, {16, 16});
+  raw_data(w16, bytes_of(16 * 16 * 2, 7));
+  static const Proto other_bytes = onnx_proto::model(graph({node("MatMul", {"x", "lm_head.weight"}, {"y"})}, {w16}));
+  auto other = load_proto(other_bytes);
+  REQUIRE(other.ok());
+  auto foreign = plan_derivations(*other);
+  REQUIRE(foreign.ok());
+  REQUIRE_FALSE(foreign->empty());
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+
+  ResidencyOptions o;
+  o.strategy = ResidencyStrategy::paged;
+  o.derivations = *foreign;
+  auto refused = Residency::create(**gpu, m, o);
+  REQUIRE(refused.code() == ErrorCode::invalid_argument);
+  CHECK(refused.status().to_string().find("ResidencyOptions::derivations") != std::string::npos);
+
+  o.derivations.reset();
+  auto r = Residency::create(**gpu, m, o);
+  REQUIRE(r.ok());
+  auto pinned = (*r)->pin((*foreign)[0]);
+  CHECK(pinned.code() == ErrorCode::invalid_argument);
+  CHECK((*r)->stats().device_bytes == 0);
+  CHECK((*r)->release(**gpu).status.ok());
+  // After release(), nothing is placed again: a pin is refused, not an
+  // allocation behind a teardown that reported the device clean.
+  const auto live = (*gpu)->counters().live_allocations;
+  auto late = (*r)->pin("model.layers.0.norm.weight");
+  CHECK(late.code() == ErrorCode::invalid_argument);
+  CHECK_FALSE((*r)->pin((*r)->plan().front()).ok());
+  CHECK((*gpu)->counters().live_allocations == live);
+
+  const ValueId norm = *m.value_id("model.layers.0.norm.weight");
+  o.overrides = {{norm, ResidencyStrategy::upload}, {norm, ResidencyStrategy::paged}};
+  auto twice = Residency::create(**gpu, m, o);
+  REQUIRE(twice.code() == ErrorCode::invalid_argument);
+  CHECK(twice.status().to_string().find("twice") != std::string::npos);
+}
