@@ -163,29 +163,55 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
       BALLAST_ASSIGN_OR_RETURN(Need n, need_of(model.store(), strategy_of, g));
       if (n.bytes > largest.bytes) largest = std::move(n);
     }
-    // In a paged model, weights overridden to upload (and their derived
-    // values, which follow them) stay for good: the paged rest must still
-    // fit beside them.
-    std::uint64_t kept = 0;
-    if (options.strategy == ResidencyStrategy::paged) {
-      auto stays = [&](ValueId id) { return m->strategy_of(id) == ResidencyStrategy::upload; };
-      for (const auto& [id, strategy] : m->overrides)
-        if (stays(id)) kept = sum({kept, model.store().weights().at(id).byte_length()});
-      std::set<identity::Entry> counted;
-      for (const PlannedDerivation& p : plan) {
-        if (!stays(p.source) || !counted.insert(identity::of_derivation(model.store(), p)).second) continue;
-        BALLAST_ASSIGN_OR_RETURN(auto out, outputs(p));
-        kept = sum({kept, out});
+    // What stays for good once placed: weights that are not paged and
+    // take device memory (uploaded, or zero_copy ones the backend cannot
+    // read in place), and every derived value of a weight that is not
+    // paged. In a paged model the paged rest must fit beside it; in a model
+    // with nothing paged it is the whole footprint, which a pin would
+    // otherwise find too large one value at a time, far into a run.
+    const Capabilities& caps = backend.capabilities();
+    const bool registers = caps.host_registration && (caps.guarded_host_reads || options.register_unguarded);
+    auto device_copy = [&](ValueId id, const WeightRef& w) {
+      switch (m->strategy_of(id)) {
+        case ResidencyStrategy::paged: return false;
+        case ResidencyStrategy::upload: return true;
+        case ResidencyStrategy::zero_copy: break;
       }
+      // DeviceWeights uploads these in place of registering them.
+      if (!w.is_external() || !registers) return true;
+      return !caps.unaligned_operands && w.external->offset % derivation_operand_alignment(w.dtype) != 0;
+    };
+    std::uint64_t kept = 0;
+    std::set<identity::Bytes> counted_weights;  // tied names: one copy
+    for (const auto& [id, w] : model.store().weights())
+      if (device_copy(id, w) && counted_weights.insert(identity::of_bytes(model.store(), id)).second)
+        kept = sum({kept, w.byte_length()});
+    std::set<identity::Entry> counted;
+    for (const PlannedDerivation& p : plan) {
+      if (m->strategy_of(p.source) == ResidencyStrategy::paged ||
+          !counted.insert(identity::of_derivation(model.store(), p)).second)
+        continue;
+      BALLAST_ASSIGN_OR_RETURN(auto out, outputs(p));
+      kept = sum({kept, out});
     }
-    if (sum({largest.bytes, kept}) > m->budget)
+    // Beside what stays, the largest pin of a paged value; with nothing
+    // paged, what stays covers every pin (the largest is part of it).
+    const std::uint64_t needed = any_paged ? sum({largest.bytes, kept}) : std::max(largest.bytes, kept);
+    if (needed > m->budget) {
+      const std::string kept_text = std::to_string(kept) +
+                                    " bytes that stay on the device once placed (weights that are not paged, "
+                                    "uploaded or copied where they cannot be read in place, and their derived "
+                                    "values, which are never evicted)";
+      if (!any_paged && kept >= largest.bytes)
+        return make_error(ErrorCode::invalid_argument, "a budget of " + std::to_string(m->budget) +
+                                                           " bytes is below the " + kept_text +
+                                                           ": nothing is paged, so everything placed stays");
       return make_error(ErrorCode::invalid_argument,
                         "a budget of " + std::to_string(m->budget) + " bytes is below the " +
                             std::to_string(largest.bytes) + " bytes that " + largest.what +
                             " needs on the device at once (with the operands it is built from)" +
-                            (kept == 0 ? std::string()
-                                       : " beside the " + std::to_string(kept) +
-                                             " bytes of the weights kept uploaded and their derived values"));
+                            (kept == 0 ? std::string() : " beside the " + kept_text));
+    }
   }
   return std::unique_ptr<Residency>(new Residency(std::move(m)));
 }

@@ -311,9 +311,13 @@ struct PinnedSet {
 // to call from several threads at once (docs/residency.md, "Threads").
 class Residency final : public ModelResource<GpuBackend> {
  public:
-  // `backend` and `model` must outlive the object. invalid_argument for a
-  // budget below the largest single entry the model can need, or (with
-  // group_by) below what the largest group needs pinned at once, naming it.
+  // `backend` and `model` must outlive the object (and not move).
+  // invalid_argument for a budget below the largest single entry the model
+  // can need, or (with group_by) below what the largest group needs pinned
+  // at once, naming it; counted beside what stays on the device once
+  // placed (weights that are not paged and take device memory, and their
+  // derived values, never evicted), which with nothing paged is the whole
+  // footprint.
   static Result<std::unique_ptr<Residency>> create(GpuBackend& backend, const Model& model,
                                                    const ResidencyOptions& options = {},
                                                    std::string label = "residency");

@@ -354,7 +354,7 @@ TEST_CASE("paging: per-weight strategies: an uploaded weight in a paged model is
     tight.budget_bytes = kLargestNeed + 4096;
     auto refused = Residency::create(conformance::gpu(), f.model, tight);
     REQUIRE_FALSE(refused.ok());
-    CHECK_MESSAGE(refused.status().to_string().find("beside the 10368 bytes of the weights kept uploaded") !=
+    CHECK_MESSAGE(refused.status().to_string().find("beside the 10368 bytes that stay on the device once placed") !=
                       std::string::npos,
                   refused.status().to_string());
   }

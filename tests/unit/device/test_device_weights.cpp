@@ -324,11 +324,41 @@ TEST_CASE("resolve_in_place: the in-place pointer, or nullopt where resolve() wo
   CHECK(none.release(w).status.ok());
 }
 
-TEST_CASE("Residency zero_copy: a weight the backend cannot register is uploaded under the budget, never beside it") {
+TEST_CASE("Residency zero_copy: a backend known not to register is refused a budget below the uploads at create()") {
   using test_models::OrphanedPrefixModel;
   auto gpu = open_backend("cpu");
   REQUIRE(gpu.ok());
   Wrapper w(**gpu, Wrapper::Mode::no_capability);
+  testing::ScratchDir dir("zero-copy-no-capability-budget");
+  const auto files = OrphanedPrefixModel::write(dir.path());
+  auto model = load_onnx(files.onnx);
+  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+  ResidencyOptions o;
+  o.strategy = ResidencyStrategy::zero_copy;
+  o.budget_bytes = OrphanedPrefixModel::kW0Bytes + OrphanedPrefixModel::kW1Bytes;
+  o.derivations = std::vector<PlannedDerivation>{};
+  // Every weight will be uploaded and none is ever evicted: the budget
+  // must hold them all, known before the first pin.
+  auto refused = Residency::create(w, *model, o);
+  REQUIRE(refused.code() == ErrorCode::invalid_argument);
+  CHECK_MESSAGE(refused.error().message.find("stay on the device once placed") != std::string::npos,
+                refused.error().to_string());
+  std::uint64_t all = 0;
+  for (const auto& [id, weight] : model->store().weights()) all += weight.byte_length();
+  o.budget_bytes = all;
+  auto r = Residency::create(w, *model, o);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  for (const auto& [id, weight] : model->store().weights()) CHECK((*r)->pin(id).ok());
+  CHECK((*r)->stats().peak_device_bytes <= all);
+  CHECK((*r)->release(w).status.ok());
+}
+
+TEST_CASE(
+    "Residency zero_copy: a weight the backend refuses to register is uploaded under the budget, never beside it") {
+  using test_models::OrphanedPrefixModel;
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  Wrapper w(**gpu, Wrapper::Mode::refuse);  // says it registers, then refuses: found only at the first pin
   testing::ScratchDir dir("zero-copy-fallback-budget");
   const auto files = OrphanedPrefixModel::write(dir.path());
   auto model = load_onnx(files.onnx);
