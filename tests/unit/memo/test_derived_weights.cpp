@@ -383,3 +383,40 @@ TEST_CASE("the memo accepts const and move-only build callables") {
   // A build returning the value directly converts to Result.
   CHECK(memo.get_or_build_ptr(derive::dequant_int4, key_of(3), [] { return DerivedPtr{0x800, 8}; }).value() == 0x800);
 }
+
+// The memo's keys are device pointers of sources, so a memo is tied to the
+// sources' epoch (DeviceWeights::epoch()). These are the memo's own rules,
+// checked here without a DeviceWeights (unit_derive_api checks them end to end).
+TEST_CASE(
+    "bind_sources: any epoch while empty or never tied, the same one again, another refused while values remain") {
+  RecordingBackend gpu;
+  const DevicePtr key = alloc(gpu, 64);
+  {  // values inserted before any tie: the first tie takes them
+    DerivedWeights memo;
+    REQUIRE(memo.insert_ptr(derive::transpose, key_of(key), derived(gpu, 64)).ok());
+    CHECK(memo.bind_sources(7).ok());
+    CHECK(memo.bind_sources(7).ok());
+    static_cast<void>(memo.release(gpu));
+  }
+  DerivedWeights memo("bound memo");
+  CHECK(memo.bind_sources(5).ok());  // empty: any epoch
+  CHECK(memo.bind_sources(6).ok());  // still empty: tied to 6 now
+  REQUIRE(memo.insert_ptr(derive::transpose, key_of(key), derived(gpu, 64)).ok());
+  CHECK(memo.bind_sources(6).ok());                // the same sources: always
+  for (int attempt = 0; attempt < 2; ++attempt) {  // a refusal ties nothing: refused again
+    Status s = memo.bind_sources(5);
+    REQUIRE(s.code() == ErrorCode::invalid_argument);
+    const std::string text = s.error().to_string();
+    CHECK_MESSAGE(text.find("memo 'bound memo' holds 1 values") != std::string::npos, text);
+    CHECK_MESSAGE(text.find("(epoch 6, now 5)") != std::string::npos, text);
+  }
+  CHECK(memo.bind_sources(6).ok());  // and the memo's own epoch still is
+  CHECK(memo.get_ptr(derive::transpose, key_of(key)).has_value());
+  // Released, the memo is untied and empty: the next sources take it.
+  REQUIRE(memo.release(gpu).status.ok());
+  CHECK(memo.bind_sources(9).ok());
+  REQUIRE(memo.insert_ptr(derive::transpose, key_of(key), derived(gpu, 64)).ok());
+  CHECK(memo.bind_sources(6).code() == ErrorCode::invalid_argument);
+  CHECK(memo.bind_sources(9).ok());
+  static_cast<void>(memo.release(gpu));
+}
