@@ -60,7 +60,7 @@ void build(const WeightStore& store, Chosen&& chosen, std::vector<ReadPlanFile>&
 std::string mib(std::uint64_t bytes) {
   char text[32];
   if (bytes >= (1u << 20))
-    std::snprintf(text, sizeof text, "%.0f MiB", static_cast<double>(bytes) / (1u << 20));
+    std::snprintf(text, sizeof text, "%.2f MiB", static_cast<double>(bytes) / (1u << 20));
   else
     std::snprintf(text, sizeof text, "%llu bytes", static_cast<unsigned long long>(bytes));
   return text;

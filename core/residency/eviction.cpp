@@ -60,7 +60,10 @@ Entry* choose_victim(std::span<Entry* const> resident, const EvictionClock& cloc
 #include <tuple>
 
 namespace ballast::residency {
-namespace {
+// Named, not anonymous: EvictionIndex::Sets, a class with linkage, holds
+// these types (GCC's -Wsubobject-linkage, where a unity build includes
+// this file).
+namespace eviction_sets {
 
 // The sets an entry may be filed in: one at a time.
 enum : int { kNone = 0, kUnrequested = 1, kPrefetched = 2, kRequested = 3 };
@@ -146,13 +149,14 @@ Entry* newest(const SizeTree& tree, std::uint64_t limit, bool at_most) noexcept 
   }
 }
 
-}  // namespace
+}  // namespace eviction_sets
 
 struct EvictionIndex::Sets {
-  std::set<UseKey> unrequested;              // class 1: by last_use
-  std::set<LoadedKey, NewestFirst> prefetched;  // class 4 of the header (5 in class_of): newest first
-  std::set<UseKey> requested_by_use;         // the rest: staleness (class 2) by last_use...
-  SizeTree requested_by_size;                // ...and classes 3/4 by size, newest first
+  std::set<eviction_sets::UseKey> unrequested;  // class 1: by last_use
+  std::set<eviction_sets::LoadedKey, eviction_sets::NewestFirst>
+      prefetched;                                    // class 4 of the header (5 in class_of): newest first
+  std::set<eviction_sets::UseKey> requested_by_use;  // the rest: staleness (class 2) by last_use...
+  eviction_sets::SizeTree requested_by_size;         // ...and classes 3/4 by size, newest first
 };
 
 EvictionIndex::EvictionIndex() : sets_(std::make_unique<Sets>()) {}
@@ -165,15 +169,15 @@ std::size_t EvictionIndex::size() const noexcept {
 void EvictionIndex::erase(Entry& e) noexcept {
   Sets& s = *sets_;
   switch (e.filed_in) {
-    case kUnrequested: s.unrequested.erase({e.filed_use, e.seq, &e}); break;
-    case kPrefetched: s.prefetched.erase({e.filed_loaded, e.seq, &e}); break;
-    case kRequested:
+    case eviction_sets::kUnrequested: s.unrequested.erase({e.filed_use, e.seq, &e}); break;
+    case eviction_sets::kPrefetched: s.prefetched.erase({e.filed_loaded, e.seq, &e}); break;
+    case eviction_sets::kRequested:
       s.requested_by_use.erase({e.filed_use, e.seq, &e});
       s.requested_by_size.erase({e.filed_bytes, e.filed_loaded, e.seq, &e});
       break;
     default: break;
   }
-  e.filed_in = kNone;
+  e.filed_in = eviction_sets::kNone;
 }
 
 void EvictionIndex::update(Entry& e) {
@@ -184,10 +188,10 @@ void EvictionIndex::update(Entry& e) {
   // entry unfiled (and not half in two sets).
   if (!e.requested) {
     s.unrequested.insert({e.last_use, e.seq, &e});
-    e.filed_in = kUnrequested;
+    e.filed_in = eviction_sets::kUnrequested;
   } else if (e.awaiting_use) {
     s.prefetched.insert({e.loaded_at, e.seq, &e});
-    e.filed_in = kPrefetched;
+    e.filed_in = eviction_sets::kPrefetched;
   } else {
     s.requested_by_use.insert({e.last_use, e.seq, &e});
     try {
@@ -196,7 +200,7 @@ void EvictionIndex::update(Entry& e) {
       s.requested_by_use.erase({e.last_use, e.seq, &e});
       throw;
     }
-    e.filed_in = kRequested;
+    e.filed_in = eviction_sets::kRequested;
   }
   e.filed_use = e.last_use;
   e.filed_loaded = e.loaded_at;
@@ -211,8 +215,8 @@ Entry* EvictionIndex::choose(const EvictionClock& clock, Requester who, std::uin
     // stale, none is.
     Entry* oldest = std::get<2>(*s.requested_by_use.begin());
     if (class_of(*oldest, clock, request_bytes) == 2) return oldest;
-    if (Entry* e = newest(s.requested_by_size, request_bytes, true)) return e;
-    if (Entry* e = newest(s.requested_by_size, request_bytes, false)) return e;
+    if (Entry* e = eviction_sets::newest(s.requested_by_size, request_bytes, true)) return e;
+    if (Entry* e = eviction_sets::newest(s.requested_by_size, request_bytes, false)) return e;
   }
   if (who == Requester::demand && !s.prefetched.empty()) return std::get<2>(*s.prefetched.begin());
   return nullptr;

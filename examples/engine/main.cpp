@@ -1,4 +1,5 @@
-// A minimal engine on ballast: open a model, open a backend chosen by a
+// A minimal engine on ballast: open a model (ONNX, safetensors or GGUF:
+// open_model tells them apart), open a backend chosen by a
 // config string, make the source weights visible to it, derive everything
 // its MatMul, Gemm and MatMulNBits nodes want in one batch (launched
 // together, synchronized once, then memoized), print what happened, tear
@@ -10,8 +11,8 @@
 // or the least above that every layer fits in (evicting as it goes):
 // every value must read back as the batch made it.
 //
-//   engine MODEL.onnx BACKEND [LAYER_STEM]   e.g. engine sample.onnx vulkan:0
-//                                            LAYER_STEM: "layer" (default), "model.layers." ...
+//   engine MODEL BACKEND [LAYER_STEM]        e.g. engine sample.onnx vulkan:0
+//                                            LAYER_STEM: "layer" (default), "model.layers.", "blk." ...
 //   engine --ranks MODEL COMM BACKEND        tensor-parallel ranks (ranks.cpp): COMM mpi
 //                                            (under mpirun -np N) or local:N
 // Exit: 0 ok, 1 a step failed or the device counters did not return to
@@ -21,7 +22,7 @@
 #include <ballast/derived_weights.hpp>
 #include <ballast/device_weights.hpp>
 #include <ballast/model_resource.hpp>
-#include <ballast/onnx_loader.hpp>
+#include <ballast/model.hpp>
 #include <ballast/residency.hpp>
 
 #include <algorithm>
@@ -70,12 +71,14 @@ int run_ranks(const char* model_path, const std::string& comm_config, const char
 int main(int argc, char** argv) {
   if (argc == 5 && std::string(argv[1]) == "--ranks") return run_ranks(argv[2], argv[3], argv[4]);
   if (argc != 3 && argc != 4) {
-    std::fprintf(stderr, "usage: %s MODEL.onnx BACKEND [LAYER_STEM] (e.g. cpu, vulkan:0, cuda:0)\n"
-                         "       %s --ranks MODEL COMM BACKEND (COMM: mpi or nccl under mpirun, or local:N)\n", argv[0], argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s MODEL BACKEND [LAYER_STEM] (e.g. cpu, vulkan:0, cuda:0)\n"
+                 "       %s --ranks MODEL COMM BACKEND (COMM: mpi or nccl under mpirun, or local:N)\n",
+                 argv[0], argv[0]);
     return 2;
   }
   const std::string layer_stem = argc == 4 ? argv[3] : "layer";
-  auto model = load_onnx(argv[1]);
+  auto model = open_model(argv[1]);  // .onnx, .safetensors (or its index), .gguf
   if (!model.ok()) return fail(model.error());
   auto opened = open_backend(argv[2]);
   if (!opened.ok()) return fail(opened.error());

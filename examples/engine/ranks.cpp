@@ -1,8 +1,11 @@
 // The engine's --ranks mode: a tensor-parallel engine's load. Every rank
 // opens the model, takes its shard plan, reads its part of the checkpoint
-// cooperatively (the ranks read it once between them), puts its shards on
-// its device and derives them (the whole model's plan cut to its shards),
-// then gives the device back; the process checks its counters at the end.
+// cooperatively (the ranks read it once between them), shares the rows'
+// maxima its row-parallel int8 quantization needs with the other ranks,
+// puts its shards on its device and derives them (the whole model's plan
+// cut to its shards), then gives the device back; the process checks its
+// counters at the end. A derivation a rank had to skip fails the run: an
+// engine would miss that value.
 //
 //   engine --ranks MODEL COMM BACKEND    COMM: mpi (under mpirun -np N), nccl[?...] (the same; rounds
 //                                        on a CUDA device), or local:N (N ranks as threads)
@@ -34,6 +37,13 @@ int run_rank(const Model& model, const ShardPlans& plans, const CooperativeLoadP
     std::fprintf(stderr, "rank %u: %s\n", r, mine.error().to_string().c_str());
     return 1;
   }
+  // quant_int8 scales each row by its largest magnitude; a rank holding part
+  // of each row (a row-parallel weight) needs the others' parts' maxima.
+  // Every rank calls this, before placing.
+  if (Status s = share_row_maxima(model, plans.ranks[r], *mine, plan, comm); !s.ok()) {
+    std::fprintf(stderr, "rank %u: %s\n", r, s.to_string().c_str());
+    return 1;
+  }
   {
     auto device = place_rank(gpu, model, plans.ranks[r], *mine, plan);
     if (!device.ok()) {
@@ -48,11 +58,12 @@ int run_rank(const Model& model, const ShardPlans& plans, const CooperativeLoadP
                 device->shards.size(), static_cast<unsigned long long>(device->shard_bytes), device->derived.size(),
                 static_cast<unsigned long long>(device->derived_bytes), gpu.info().backend.c_str(),
                 device->skipped.size());
-    for (const std::string& why : device->skipped) std::printf("  rank %u skipped %s\n", r, why.c_str());
+    for (const std::string& why : device->skipped) std::fprintf(stderr, "rank %u skipped %s\n", r, why.c_str());
     if (Status released = device->release(); !released.ok()) {
       std::fprintf(stderr, "rank %u: %s\n", r, released.to_string().c_str());
       return 1;
     }
+    if (!device->skipped.empty()) return 1;
   }
   return 0;
 }

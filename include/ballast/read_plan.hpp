@@ -83,7 +83,7 @@ class ReadPlan {
   std::uint64_t bytes() const noexcept { return bytes_; }                  // to read, every file
   std::uint64_t range_count() const noexcept;
   bool empty() const noexcept { return bytes_ == 0; }
-  // "3 files, 17 ranges, 2814 MiB to read" and one line per file.
+  // "3 files, 17 ranges, 2814.25 MiB to read" and one line per file.
   std::string to_string() const;
 
  private:

@@ -192,6 +192,12 @@ def main():
                % (what, words, rc, err.strip()[-300:]))
     rc, _, _ = run(cli, "inspect", st, "--shard-rules", rules)
     expect(rc == 2, "--shard-rules without --world: a usage error (got %d)" % rc)
+    zero = os.path.join(a.work, "equal_parts_0.json")
+    with open(zero, "w") as f:
+        json.dump({"rules": [{"pattern": "*.q_proj.weight", "split": "column", "equal_parts": 0}]}, f)
+    rc, _, err = run(cli, "inspect", st, "--world", 2, "--shard-rules", zero)
+    expect(rc == 2 and one_line(err, "invalid_argument", "\"equal_parts\" is 0"),
+           "--shard-rules: equal_parts 0 is refused, not read as one part (got %d: %s)" % (rc, err.strip()[-300:]))
 
     gg = os.path.join(a.work, "llama.gguf")
     write_gguf(gg, GGUF)

@@ -199,6 +199,13 @@ def main():
     for bad in (("--engine", "aio"), ("--residency", "somewhere"), ("--chunk-mib", "0")):
         rc, out, err = run(args.ballast, "load", model, "--backend", args.backend, *bad)
         expect(rc == 2, "%s: exit 2 (%d)" % (" ".join(bad), rc))
+    # Flags that contradict each other, or that --plan (which loads nothing)
+    # would ignore: refused, one line with the code, never the last one winning.
+    for bad in (("--direct-io", "--buffered"), ("--buffered", "--direct-io"), ("--plan", "--cold"),
+                ("--plan", "--mmap"), ("--plan", "--anchor")):
+        rc, out, err = run(args.ballast, "load", model, "--backend", args.backend, *bad)
+        expect(rc == 2 and one_line(err, "invalid_argument", bad[0], bad[1]),
+               "%s: refused, one line naming both (%d: %s)" % (" ".join(bad), rc, err.strip()))
     # The data file cut short after the model was written: an io error naming it.
     with open(os.path.join(model_dir, "llm.weights"), "r+b") as f:
         f.truncate(os.path.getsize(os.path.join(model_dir, "llm.weights")) - 4096)

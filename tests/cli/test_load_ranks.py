@@ -414,7 +414,12 @@ def main():
 
     # Usage: local needs --world; --world must match an MPI job's.
     rc, _, err = run(cli, "load", models[1][1], "--comm", "local")
-    expect(rc == 2 and "--world" in err, "local without --world is refused (got %d: %s)" % (rc, err.strip()))
+    expect(rc == 2 and err.startswith("ballast load: invalid_argument: --comm local needs --world N")
+           and len(err.strip().splitlines()) == 1,
+           "local without --world is refused, one line with its code (got %d: %s)" % (rc, err.strip()))
+    rc, _, err = run(cli, "load", models[1][1], "--comm", "local", "--world", "2", "--mmap")
+    expect(rc == 2 and err.startswith("ballast load: invalid_argument: --comm takes none of"),
+           "--comm with a single-process flag is refused with its code (got %d: %s)" % (rc, err.strip()))
     rc, _, err = run(cli, "load", models[1][1], "--comm", "gloo?x")
     expect(rc == 2 and "not_found" in err and "libballast_comm_gloo.so" in err,
            "a communicator library that is not there is not_found, naming it (got %d: %s)" % (rc, err.strip()[-300:]))

@@ -57,6 +57,11 @@ install)
   mv "$work/staged" "$moved"
   ls "$moved/bin/ballast" "$moved/bin/ballast-conformance" "$moved/lib/cmake/ballast/ballastConfig.cmake" >/dev/null
   "$python" "$src/tools/gen/make_sample_model.py" "$work/model" 2>/dev/null
+  # A llama-shaped GGUF (no ONNX graph) and an LLM-shaped ONNX model whose
+  # row-parallel weights need the ranks' row maxima (numpy; skipped without).
+  "$python" "$src/tools/gen/make_gguf_models.py" "$work/gguf" >/dev/null 2>&1 || echo "note: no GGUF models (numpy missing?)"
+  "$python" "$src/tools/gen/make_llm_model.py" "$work/llm" --layers 2 --hidden 128 --ffn 256 --vocab 512 >/dev/null 2>&1 \
+    || echo "note: no LLM-shaped model (python3-onnx or numpy missing?)"
   echo "installed to $work/staged, moved to $moved"
   ;;
 
@@ -114,6 +119,11 @@ engine_cpu | engine_vulkan)
   grep -Eq '^[1-9][0-9]* derivations' "$work/$step.log" || fail "the engine derived nothing"
   grep -q "same values: ok" "$work/$step.log" || fail "the engine's paged pass did not finish"
   grep -q "counters back to baseline: ok" "$work/$step.log" || fail "no counter check"
+  if [[ -f "$work/gguf/llama.gguf" ]]; then  # a model without a graph, opened by the same call
+    "$engine_build/engine" "$work/gguf/llama.gguf" "$backend" blk. | tee "$work/$step.gguf.log"
+    grep -Eq '^[1-9][0-9]* derivations' "$work/$step.gguf.log" || fail "the engine derived nothing from the GGUF model"
+    grep -q "same values: ok" "$work/$step.gguf.log" || fail "the engine's paged pass of the GGUF model did not finish"
+  fi
   ;;
 
 engine_ranks)
@@ -123,6 +133,14 @@ engine_ranks)
   build_engine
   "$engine_build/engine" --ranks "$work/model/sample.onnx" local:2 cpu | tee "$work/$step.log"
   grep -q "ranks done: 2 in this process, counters back to baseline: ok" "$work/$step.log" || fail "the local ranks did not finish"
+  if [[ -f "$work/llm/llm.onnx" ]]; then
+    # o_proj and down_proj split by rows: their int8 rows need every rank's
+    # maxima. A skipped derivation fails the engine (exit 1).
+    "$engine_build/engine" --ranks "$work/llm/llm.onnx" local:2 cpu | tee "$work/$step.llm.log"
+    grep -q "ranks done: 2 in this process, counters back to baseline: ok" "$work/$step.llm.log" \
+      || fail "the local ranks of the LLM-shaped model did not finish"
+    [[ "$(grep -c '; 0 skipped$' "$work/$step.llm.log")" == 2 ]] || fail "a rank skipped a derivation"
+  fi
   if command -v mpirun >/dev/null && [[ -f "$moved/lib/ballast/libballast_comm_mpi.so" ]]; then
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 --oversubscribe \
       "$engine_build/engine" --ranks "$work/model/sample.onnx" mpi cpu | tee "$work/$step.mpi.log"
@@ -142,6 +160,11 @@ c_engine_cpu | c_engine_vulkan)
   grep -q ": 0 mismatches; first byte" "$work/$step.log" || fail "the value read back was not checked"
   grep -q "counters back to baseline: ok" "$work/$step.log" || fail "no counter check"
   grep -q "^c engine: ok$" "$work/$step.log" || fail "the C engine did not finish"
+  if [[ -f "$work/gguf/llama.gguf" ]]; then  # no 2-D float32 weight to transpose: the check says so
+    "$c_engine_build/c_engine" "$work/gguf/llama.gguf" "$backend" blk. | tee "$work/$step.gguf.log"
+    grep -q "^read-back check: none" "$work/$step.gguf.log" || fail "the C engine did not say why it read nothing back"
+    grep -q "^c engine: ok$" "$work/$step.gguf.log" || fail "the C engine did not finish the GGUF model"
+  fi
   ;;
 
 rust_engine)

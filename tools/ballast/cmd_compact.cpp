@@ -635,7 +635,8 @@ struct Summary {
 int run(const Options& opt) {
   CommandContext ctx("compact");
   if (opt.align <= 0 || (opt.align & (opt.align - 1)) != 0 || opt.align > (std::int64_t{1} << 30))
-    return ctx.fail("--align must be a power of two from 1 to 1073741824 (got " + std::to_string(opt.align) + ")");
+    return ctx.fail(ErrorCode::invalid_argument,
+                    "--align must be a power of two from 1 to 1073741824 (got " + std::to_string(opt.align) + ")");
   if (!ctx.load_model(opt.model, opt.load)) return ctx.exit_code();
   const Model& model = ctx.model();
   if (model.format() == ModelFormat::gguf) {

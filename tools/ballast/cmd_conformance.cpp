@@ -41,8 +41,9 @@ int run(const Options& o) {
   const std::string runner = runner_path().string();
   std::error_code ec;
   if (!std::filesystem::exists(runner, ec))
-    return ctx.fail("the conformance runner is not installed: " + runner +
-                    " does not exist (it is built and installed with BALLAST_BUILD_TESTS=ON)");
+    return ctx.fail(ErrorCode::not_found,
+                    "the conformance runner is not installed: " + runner +
+                        " does not exist (it is built and installed with BALLAST_BUILD_TESTS=ON)");
   std::vector<std::string> args = {runner, "--backend", o.backend};
   if (o.json) args.emplace_back("--json");
   args.insert(args.end(), o.extra.begin(), o.extra.end());
@@ -53,7 +54,7 @@ int run(const Options& o) {
   std::fflush(nullptr);
   ::execv(runner.c_str(), argv.data());
   const int err = errno;  // before anything below can change it
-  return ctx.fail("cannot run " + runner + ": " + std::strerror(err));
+  return ctx.fail(ErrorCode::io, "cannot run " + runner + ": " + std::strerror(err));
 }
 
 const RegisterCommand kConformance{{

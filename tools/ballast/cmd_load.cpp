@@ -51,6 +51,7 @@ struct LoadCommandOptions {
   std::uint64_t chunk_mib = ReadOptions{}.chunk_bytes >> 20;
   std::uint32_t staging = ReadOptions{}.staging_buffers;
   bool direct_io = ReadOptions{}.direct_io;
+  bool buffered = false;  // --buffered: direct_io off (excludes --direct-io)
   bool keep_cache = false;
   bool read_cached = false;
   std::uint32_t populate_threads = ResidencyLoadOptions{}.populate_threads;
@@ -238,7 +239,7 @@ int run_load(const LoadCommandOptions& opt) {
   lo.read.queue_depth = opt.queue_depth;
   lo.read.chunk_bytes = opt.chunk_mib << 20;
   lo.read.staging_buffers = opt.staging;
-  lo.read.direct_io = opt.direct_io;
+  lo.read.direct_io = opt.direct_io && !opt.buffered;
   // paged: decided per run, from its budget (run_once).
   lo.read.cache = opt.keep_cache ? CachePolicy::keep : CachePolicy::drop;
   lo.read_cached = opt.read_cached;
@@ -248,7 +249,8 @@ int run_load(const LoadCommandOptions& opt) {
     // options would be ignored there, so they are refused.
     if (opt.cold || opt.plan_only || opt.mmap || opt.anchor || opt.residency != "upload" || !opt.budget.empty() ||
         opt.read_cached || opt.populate_threads != ResidencyLoadOptions{}.populate_threads)
-      return ctx.fail("--comm takes none of --cold, --plan, --mmap, --anchor, --residency, --budget, --read-cached, "
+      return ctx.fail(ErrorCode::invalid_argument,
+                      "--comm takes none of --cold, --plan, --mmap, --anchor, --residency, --budget, --read-cached, "
                       "--populate-threads (the cooperative load reads cold by design: drop the page cache before it "
                       "to measure one)");
     RanksOptions ranks;
@@ -344,7 +346,7 @@ int run_load(const LoadCommandOptions& opt) {
     }
   }
   if (check.after.live_allocations != check.baseline.live_allocations)
-    return ctx.fail("the device holds allocations the load did not give back", kExitVerifyFailed);
+    return ctx.fail(ErrorCode::internal, "the device holds allocations the load did not give back", kExitVerifyFailed);
   return kExitOk;
 }
 
@@ -355,22 +357,31 @@ const RegisterCommand kLoad{{
       auto opt = std::make_shared<LoadCommandOptions>();
       add_model_options(sub, opt->model, opt->backend);
       add_residency_options(sub, opt->residency, opt->budget);
-      sub.add_flag("--cold", opt->cold, "drop the page cache of the model's files (and the machine's, when permitted) first");
-      sub.add_flag("--mmap", opt->mmap, "pin every value through the mappings instead of reading (today's page-fault path)");
-      sub.add_flag("--anchor", opt->anchor, "also time the best parallel pread of the same bytes and the hot derive");
+      auto* cold = sub.add_flag("--cold", opt->cold,
+                                "drop the page cache of the model's files (and the machine's, when permitted) first");
+      auto* mmap = sub.add_flag("--mmap", opt->mmap,
+                                "pin every value through the mappings instead of reading (today's page-fault path)");
+      auto* anchor = sub.add_flag("--anchor", opt->anchor,
+                                  "also time the best parallel pread of the same bytes and the hot derive");
       sub.add_option("--engine", opt->engine, "reads by io_uring, threads, or auto")
           ->check(CLI::IsMember({"auto", "io_uring", "threads"}))
           ->capture_default_str();
       sub.add_option("--queue-depth", opt->queue_depth, "reads in flight")->check(CLI::Range(1, 256))->capture_default_str();
       sub.add_option("--chunk-mib", opt->chunk_mib, "largest single read, MiB")->check(CLI::Range(1, 1024))->capture_default_str();
       sub.add_option("--staging", opt->staging, "staging buffers (each one chunk)")->check(CLI::Range(2, 256))->capture_default_str();
-      sub.add_flag("--direct-io,!--buffered", opt->direct_io, "read with O_DIRECT where the file system takes it (--buffered: never)");
+      // Two flags that exclude each other: given both, neither wins silently.
+      auto* direct = sub.add_flag("--direct-io", opt->direct_io, "read with O_DIRECT where the file system takes it");
+      sub.add_flag("--buffered", opt->buffered, "never read with O_DIRECT")->excludes(direct);
       sub.add_option("--populate-threads", opt->populate_threads, "zero-copy: threads faulting pages in ahead")
           ->check(CLI::Range(1, 256))
           ->capture_default_str();
       sub.add_flag("--read-cached", opt->read_cached, "read what the page cache holds too (default: copy it from the mapping)");
       sub.add_flag("--keep-cache", opt->keep_cache, "leave what the read brought into the page cache (paged does when its budget cannot hold every value)");
-      sub.add_flag("--plan", opt->plan_only, "print the read plan (files, ranges, bytes) and load nothing");
+      // --plan loads nothing: the flags that shape a load's run are refused beside it.
+      sub.add_flag("--plan", opt->plan_only, "print the read plan (files, ranges, bytes) and load nothing")
+          ->excludes(cold)
+          ->excludes(mmap)
+          ->excludes(anchor);
       sub.add_flag("--json", opt->json,
                    "print the report as one JSON document (schema in docs/tools.md); with --comm, one per rank, a line each");
       auto* comm = add_comm_options(sub, opt->comm, "reads its part and gets its shards");

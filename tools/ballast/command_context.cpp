@@ -4,7 +4,6 @@
 #include "support/terminal.hpp"
 
 #include <ballast/backend_registry.hpp>
-#include <ballast/printable.hpp>
 
 #include <iostream>
 
@@ -21,14 +20,8 @@ int CommandContext::fail(const Error& error, int code) {
   return code;
 }
 
-int CommandContext::fail(std::string_view message, int code) {
-  // One line, escaped as report_error escapes an Error's text.
-  const std::string line = "ballast " + printable(command_) + ": " + printable(message) +
-                           (who_.empty() ? "" : " (" + printable(who_) + ")") + '\n';
-  std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
-  std::cerr.flush();
-  exit_code_ = code;
-  return code;
+int CommandContext::fail(ErrorCode kind, std::string_view message, int code) {
+  return fail(make_error(kind, std::string(message)), code);
 }
 
 bool CommandContext::load_model(const std::filesystem::path& path, const LoadOptions& load) {
@@ -80,7 +73,8 @@ int CommandContext::finish(const Status& failure, const TeardownCheck& check, nl
   }
   if (!failure.ok()) return fail(failure.error(), failure_code);
   // A command that finished its work but leaked on the device failed a check, not its input.
-  if (!check.back_to_baseline()) return fail("teardown did not return the device to its baseline", kExitVerifyFailed);
+  if (!check.back_to_baseline())
+    return fail(ErrorCode::internal, "teardown did not return the device to its baseline", kExitVerifyFailed);
   return kExitOk;
 }
 

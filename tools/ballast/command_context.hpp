@@ -43,8 +43,9 @@ class CommandContext {
   void report(const Error& error) const;
   // Reports and returns `code`, which exit_code() then gives too.
   int fail(const Error& error, int code = kExitBadInput);
-  // The same for a failure that is no library Error (a message of the CLI's own).
-  int fail(std::string_view message, int code = kExitBadInput);
+  // The same for a failure of the CLI's own: an Error of `kind`, so every
+  // line says its code as a library error's does.
+  int fail(ErrorCode kind, std::string_view message, int code = kExitBadInput);
   // Every line reported from here on says `who` too ("while rank 1 of 2"):
   // the processes of an MPI job print side by side.
   void set_who(std::string who) { who_ = std::move(who); }

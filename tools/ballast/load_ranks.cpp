@@ -179,7 +179,9 @@ int run_load_ranks(const RanksOptions& opt) {
   std::vector<std::unique_ptr<Communicator>> comms;
   std::uint32_t world = opt.comm.world;
   if (opt.comm.config == "local") {
-    if (world == 0) return ctx.fail("--comm local needs --world N: the number of ranks to run as threads");
+    if (world == 0)
+      return ctx.fail(ErrorCode::invalid_argument,
+                      "--comm local needs --world N: the number of ranks to run as threads");
     auto made = make_local_communicators(world);
     if (!made) return ctx.fail(made.error());
     comms = std::move(*made);
@@ -188,9 +190,10 @@ int run_load_ranks(const RanksOptions& opt) {
     if (!opened) return ctx.fail(opened.error());
     const std::uint32_t job = (*opened)->world();
     if (world != 0 && world != job)
-      return ctx.fail("--world " + std::to_string(world) + " but the " + (*opened)->name() + " job has " +
-                      std::to_string(job) + (job == 1 ? " rank (was it started by mpirun -np " + std::to_string(world) + "?)"
-                                                      : " ranks"));
+      return ctx.fail(
+          ErrorCode::invalid_argument,
+          "--world " + std::to_string(world) + " but the " + (*opened)->name() + " job has " + std::to_string(job) +
+              (job == 1 ? " rank (was it started by mpirun -np " + std::to_string(world) + "?)" : " ranks"));
     if (world == 0 && job == 1)
       std::cerr << "ballast " << opt.command << ": note: the " << (*opened)->name()
                 << " job has 1 rank, which loads the whole model (start it with mpirun -np N, or give --world 1)\n";

@@ -93,3 +93,12 @@ TEST_CASE("overlapping and touching weights merge; a dead gap splits; files in m
   CHECK(none.files().empty());
   CHECK(contains(none.to_string(), "0 files, 0 ranges, 0 bytes to read"));
 }
+
+TEST_CASE("sizes from one MiB up are written with two decimals, never rounded to whole MiB") {
+  HandStore h("read-plan-mib");
+  const MappingId a = h.file("a.bin", 3u << 20);
+  (void)h.weight(a, 0, 2569011);  // 2.45 MiB
+  const ReadPlan plan = ReadPlan::of(h.store);
+  CHECK_MESSAGE(contains(plan.to_string(), "1 file, 1 range, 2.45 MiB to read"), plan.to_string());
+  CHECK_MESSAGE(contains(plan.to_string(), ": 1 range, 2.45 MiB of 3.00 MiB"), plan.to_string());
+}

@@ -50,6 +50,8 @@ Result<std::vector<ShardRule>> read_shard_rules_file(const std::filesystem::path
         }
       } else if (key == "equal_parts" && value.is_number_unsigned() &&
                  value.get<std::uint64_t>() <= std::numeric_limits<std::uint32_t>::max()) {
+        // Written in a file, a count: 0 parts is a mistake, not "one part".
+        if (value.get<std::uint64_t>() == 0) return bad(where + ": \"equal_parts\" is 0, not a number of parts");
         rule.equal_parts = static_cast<std::uint32_t>(value.get<std::uint64_t>());
       } else {
         return bad(where + ": unknown key '" + key + "' or a value of the wrong type");
