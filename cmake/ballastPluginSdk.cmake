@@ -3,9 +3,25 @@
 # ballast_add_plugin(<target> <backend-name> <source>...)
 #   A backend plugin library: a MODULE named libballast-<backend-name>.so,
 #   the name the registry looks for, linked to ballast::plugin_sdk, with
-#   only BALLAST_PLUGIN_ENTRY's ballast_plugin_entry exported. The backend name is a
+#   only BALLAST_PLUGIN_ENTRY's ballast_plugin_entry exported (a version
+#   script: ballast_export_only below). The backend name is a
 #   lowercase identifier ([a-z][a-z0-9_]*) and must be the one given to
 #   BALLAST_PLUGIN_ENTRY.
+#
+# ballast_export_only(<target> <symbol>)
+#   Links the MODULE <target> with a version script that exports <symbol>
+#   alone. Hidden visibility is not enough: the C++ runtime's weak template
+#   instances (std::call_once's, std::map's) keep default visibility, are
+#   exported, and a plugin's own references to them then bind to the first
+#   copy loaded, libballast's or the program's, built from other headers.
+#   With the script every other symbol binds inside the plugin.
+function(ballast_export_only target symbol)
+  set(script "${CMAKE_CURRENT_BINARY_DIR}/${target}.exports")
+  file(CONFIGURE OUTPUT "${script}" CONTENT "{ global: ${symbol}; local: *; };\n")
+  target_link_options(${target} PRIVATE "LINKER:--version-script=${script}")
+  set_property(TARGET ${target} APPEND PROPERTY LINK_DEPENDS "${script}")
+endfunction()
+
 function(ballast_add_plugin target name)
   if(NOT name MATCHES "^[a-z][a-z0-9_]*$")
     message(FATAL_ERROR "ballast_add_plugin: backend name '${name}' is not a lowercase identifier [a-z][a-z0-9_]*")
@@ -21,4 +37,5 @@ function(ballast_add_plugin target name)
     SUFFIX ".so"
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
+  ballast_export_only(${target} ballast_plugin_entry)
 endfunction()

@@ -50,6 +50,19 @@ Result<DevicePtr> GpuBackend::allocate(std::uint64_t bytes, std::uint64_t alignm
         .with_context(doing());
   auto range = do_allocate(bytes, alignment);
   if (!range) return std::move(range.error()).with_context(doing());
+  // What a backend hands back is checked here, once: the rest of the core
+  // takes it as a device range it may offset into.
+  std::string wrong;
+  if (range->ptr == 0)
+    wrong = "a null pointer";
+  else if (bytes > std::numeric_limits<std::uint64_t>::max() - range->ptr)
+    wrong = describe_range("allocation", range->ptr, bytes) + ", which wraps the address space";
+  else if (range->ptr % alignment != 0)
+    wrong = hex(range->ptr) + ", not a multiple of the alignment " + std::to_string(alignment);
+  if (!wrong.empty()) {
+    (void)do_free(*range, bytes);
+    return make_error(ErrorCode::internal, "the backend returned " + wrong).with_context(doing());
+  }
   bool recorded = false;
   try {
     recorded = live_->add_allocation(range->ptr, {bytes, range->cookie});
@@ -168,6 +181,14 @@ Result<DevicePtr> GpuBackend::register_host(const void* host, std::uint64_t byte
         .with_context(doing);
   auto range = do_register_host(host, bytes, access);
   if (!range) return std::move(range.error()).with_context(doing);
+  if (range->ptr == 0 || bytes > std::numeric_limits<std::uint64_t>::max() - range->ptr) {
+    (void)do_unregister_host(*range, bytes, access);
+    return make_error(ErrorCode::internal,
+                      "the backend returned " + (range->ptr == 0 ? std::string("a null pointer")
+                                                                 : describe_range("registration", range->ptr, bytes) +
+                                                                       ", which wraps the address space"))
+        .with_context(doing);
+  }
   try {
     live_->add_registration(range->ptr, {bytes, access, range->cookie});
   } catch (const std::bad_alloc&) {

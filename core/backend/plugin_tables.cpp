@@ -231,11 +231,30 @@ Result<std::unique_ptr<GpuBackend>> adopt_backend_table(const ballast_backend* t
     return abi_error("the backend table is " + std::to_string(table->struct_size) + " bytes, smaller than ABI 1.0's (" +
                      std::to_string(kBackend_1_0) + ")");
   const ballast_backend copy = copy_of(table, table->struct_size);
-  if (copy.destroy == nullptr || copy.allocate == nullptr || copy.free == nullptr || copy.copy_to_device == nullptr ||
-      copy.copy_to_host == nullptr || copy.copy_device == nullptr || copy.register_host == nullptr ||
-      copy.unregister_host == nullptr || copy.launch == nullptr || copy.synchronize == nullptr ||
-      copy.info == nullptr || copy.capabilities == nullptr)
-    return abi_error("the backend table lacks a required function, its info or its capabilities");
+  // Every required entry, named when missing: the plugin's author reads this.
+  const std::pair<const char*, bool> required[] = {
+      {"destroy", copy.destroy != nullptr},
+      {"allocate", copy.allocate != nullptr},
+      {"free", copy.free != nullptr},
+      {"copy_to_device", copy.copy_to_device != nullptr},
+      {"copy_to_host", copy.copy_to_host != nullptr},
+      {"copy_device", copy.copy_device != nullptr},
+      {"register_host", copy.register_host != nullptr},
+      {"unregister_host", copy.unregister_host != nullptr},
+      {"launch", copy.launch != nullptr},
+      {"synchronize", copy.synchronize != nullptr},
+      {"info", copy.info != nullptr},
+      {"capabilities", copy.capabilities != nullptr},
+  };
+  std::string missing;
+  for (const auto& [name, present] : required)
+    if (!present) missing += (missing.empty() ? "" : ", ") + std::string(name);
+  if (!missing.empty()) return abi_error("the backend table lacks a required entry: " + missing + " (NULL)");
+  // ABI 1.2 plugins were built with headers of at least the nine kinds of
+  // 1.1 (transpose to quant_int8_given_max): fewer is no table of 1.2.
+  if (BALLAST_HAS_FIELD(ballast_backend, &copy, kind_count) && copy.kind_count < 9)
+    return abi_error("the backend table says its launch() knows " + std::to_string(copy.kind_count) +
+                     " derivation kinds (kind_count); a table of ABI 1.2 or later knows at least 9");
   try {
     auto backend = std::make_unique<TableBackend>(copy);
     guard.table = nullptr;
@@ -273,10 +292,17 @@ Result<std::unique_ptr<PluginTable>> PluginTable::check(const ballast_plugin* ta
 Result<std::vector<DeviceInfo>> PluginTable::devices() const {
   struct Collected {
     std::vector<DeviceInfo> devices;
+    std::size_t reported = 0;
+    std::optional<std::size_t> null_at;  // the first device reported as a null pointer
     bool failed = false;
   } collected;
   const auto emit = [](void* user, const ballast_device_info* d) {
     auto* c = static_cast<Collected*>(user);
+    const std::size_t at = c->reported++;
+    if (d == nullptr) {
+      if (!c->null_at) c->null_at = at;
+      return;
+    }
     try {
       c->devices.push_back(to_info(d));
     } catch (...) {
@@ -286,6 +312,15 @@ Result<std::vector<DeviceInfo>> PluginTable::devices() const {
   ErrorSlot e;
   if (Status s = e.status(table_.devices(table_.ctx, emit, &collected, &e.c)); !s) return s;
   if (collected.failed) return make_error(ErrorCode::out_of_memory, "no host memory to list the devices");
+  // A device list the registry can trust: every entry there, and each
+  // index its position (a config string's index picks by it).
+  if (collected.null_at)
+    return abi_error("devices() reported device " + std::to_string(*collected.null_at) + " as a null pointer");
+  for (std::size_t i = 0; i < collected.devices.size(); ++i)
+    if (collected.devices[i].index != static_cast<int>(i))
+      return abi_error("devices() reported \"" + collected.devices[i].name + "\" with index " +
+                       std::to_string(collected.devices[i].index) + " in position " + std::to_string(i) +
+                       " (indices are 0, 1, ... in the order reported)");
   return std::move(collected.devices);
 }
 

@@ -53,8 +53,11 @@ std::string ownership_problem(const struct stat& st, const char* what) {
   const bool group = (st.st_mode & S_IWGRP) != 0;
   const bool others = (st.st_mode & S_IWOTH) != 0;
   if (group || others) {
-    return std::string(what) + " writable by " + (group && others ? "group and others" : group ? "group" : "others") +
-           " (mode " + octal_mode(st.st_mode) + ")";
+    return std::string(what) + " writable by " +
+           (group && others ? "group and others"
+            : group         ? "group"
+                            : "others") +
+           " (mode " + octal_mode(st.st_mode) + "; chmod go-w makes it admissible)";
   }
   return {};
 }

@@ -138,6 +138,28 @@ BackendListing::State load_state(ErrorCode code) {
   return code == ErrorCode::not_found ? BackendListing::State::not_found : BackendListing::State::load_error;
 }
 
+// A loaded plugin's devices() or open() failed: a plugin that broke the
+// ABI's contract (a table the core refuses) failed to load, and the error
+// names its file; one whose device is not there is unavailable.
+Error from_plugin(Error e, const std::string& library) {
+  if (e.code == ErrorCode::abi_mismatch && e.file.empty()) e.file = library;
+  return e;
+}
+BackendListing::State plugin_state(const Error& e) {
+  return e.code == ErrorCode::abi_mismatch ? BackendListing::State::load_error : BackendListing::State::unavailable;
+}
+
+// The files under `name` refused before the search reached `library`.
+std::vector<std::string> refused_before(PluginLoader& loader, const std::string& name, const std::string& library) {
+  const auto reports = loader.probe(name);
+  std::vector<CandidateReport> before;
+  for (const auto& r : reports) {
+    if (r.path == library) break;
+    before.push_back(r);
+  }
+  return refusal_lines(before);
+}
+
 // Where nothing was admitted: not_found, or refused when files were there.
 void mark_missing(BackendListing& out, PluginLoader& loader, const std::vector<CandidateReport>& reports) {
   out.refused = refusal_lines(reports);
@@ -177,10 +199,13 @@ BackendListing listing_for(PluginLoader& loader, const std::string& name, bool l
     return out;
   }
   out.library = loaded->library;
+  // Copies passed over on the way to the loaded one are listed with any
+  // state: a tampered file earlier on the path stays in sight.
+  if (!out.library.empty()) out.refused = refused_before(loader, name, out.library);
   auto devices = devices_of(*loaded->plugin);
   if (!devices.ok()) {
-    out.state = BackendListing::State::unavailable;
-    out.reason = devices.error().to_string();
+    out.state = plugin_state(devices.error());
+    out.reason = from_plugin(std::move(devices.error()), out.library).to_string();
     return out;
   }
   out.devices = std::move(*devices);
@@ -197,8 +222,8 @@ BackendListing listing_for(PluginLoader& loader, const std::string& name, bool l
   first.text = name + ":0";
   auto backend = open_with(*loaded->plugin, first);
   if (!backend.ok()) {
-    out.state = BackendListing::State::unavailable;
-    out.reason = std::move(backend.error()).with_context("opening device 0").to_string();
+    out.state = plugin_state(backend.error());
+    out.reason = from_plugin(std::move(backend.error()), out.library).with_context("opening device 0").to_string();
     return out;
   }
   out.capabilities = (*backend)->capabilities();
@@ -216,9 +241,11 @@ Result<std::unique_ptr<GpuBackend>> open_backend(PluginLoader& loader, std::stri
                       "unknown backend \"" + config.name + "\"; known backends: " + known_list(loader));
   }
   BALLAST_ASSIGN_OR_RETURN(auto loaded, find_plugin(loader, config.name), context);
-  BALLAST_ASSIGN_OR_RETURN(auto devices, devices_of(*loaded.plugin), context);
-  BALLAST_RETURN_IF_ERROR(check_device(config, devices), context);
-  BALLAST_ASSIGN_OR_RETURN(auto backend, open_with(*loaded.plugin, config), context);
+  auto devices = devices_of(*loaded.plugin);
+  if (!devices) return from_plugin(std::move(devices.error()), loaded.library).with_context(context);
+  BALLAST_RETURN_IF_ERROR(check_device(config, *devices), context);
+  auto backend = open_with(*loaded.plugin, config);
+  if (!backend) return from_plugin(std::move(backend.error()), loaded.library).with_context(context);
   return backend;
 }
 

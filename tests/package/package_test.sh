@@ -25,6 +25,16 @@ need_vulkan() {
   [[ "$state" == "available" ]] || fail "vulkan is '$state' from the moved install"
 }
 
+# exports_only FILE SYMBOL: FILE's dynamic symbol table defines SYMBOL and
+# nothing else (ballast_export_only): no weak C++ runtime instance of the
+# plugin's binds to another copy in the process.
+exports_only() {
+  local got
+  got="$(nm -D --defined-only "$1" | awk '{print $NF}' | sort -u | tr '\n' ' ')"
+  [[ "$got" == "$2 " ]] || fail "$(basename "$1") exports more than $2: ${got:0:400}"
+  echo "$(basename "$1"): exports $2 alone"
+}
+
 # The example engine, built once out of tree against the moved package
 # (no C++ standard given); the steps that run it share the build.
 build_engine() {
@@ -67,6 +77,9 @@ install)
 
 runpaths)
   "$python" "$src/tools/check-runpaths" "$moved"
+  # Every plugin and communicator library leaves its entry point alone visible.
+  for p in "$moved"/lib/ballast/libballast-*.so; do if [[ -e "$p" ]]; then exports_only "$p" ballast_plugin_entry; fi; done
+  for p in "$moved"/lib/ballast/libballast_comm_*.so; do if [[ -e "$p" ]]; then exports_only "$p" ballast_comm_entry; fi; done
   ;;
 
 backends)
@@ -201,6 +214,7 @@ plugin_loopback)
   cmake --build "$out" -j2
   mkdir -p "$plugins_dir"
   cp "$out/libballast-loopback.so" "$plugins_dir/"
+  exports_only "$plugins_dir/libballast-loopback.so" ballast_plugin_entry  # ballast_add_plugin's version script
   # The SDK is a component: asking for one the package does not have fails,
   # and so does asking for plugin_sdk from an install without it.
   if cmake -S "$src/tests/package/plugin" -B "$work/plugin-bogus" -G Ninja -DCMAKE_PREFIX_PATH="$moved" \

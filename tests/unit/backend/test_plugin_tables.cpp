@@ -42,6 +42,7 @@ ballast_backend complete_backend() {
   t.unregister_host = [](void*, uint64_t, uint64_t, uint64_t, int32_t, ballast_error*) -> int32_t { return 0; };
   t.launch = [](void*, const ballast_launch*, ballast_error*) -> int32_t { return 0; };
   t.synchronize = [](void*, ballast_error*) -> int32_t { return 0; };
+  t.kind_count = 10;  // the kinds of ABI 1.2
   return t;
 }
 
@@ -83,8 +84,18 @@ TEST_CASE("a backend table without any one required entry, its info or its capab
     auto adopted = detail::adopt_backend_table(&t);
     REQUIRE_FALSE(adopted.ok());
     CHECK(adopted.error().code == ErrorCode::abi_mismatch);
-    CHECK(adopted.error().message.find("lacks a required function, its info or its capabilities") != std::string::npos);
+    CHECK_MESSAGE(
+        adopted.error().message == "the backend table lacks a required entry: " + std::string(name) + " (NULL)",
+        adopted.error().message);
     CHECK(g_destroyed == (t.destroy != nullptr ? 1 : 0));  // destroyed where it can be
+  }
+  {  // Several missing: all named, in the table's order.
+    ballast_backend t = complete_backend();
+    t.free = nullptr;
+    t.capabilities = nullptr;
+    auto adopted = detail::adopt_backend_table(&t);
+    REQUIRE_FALSE(adopted.ok());
+    CHECK(adopted.error().message.find("lacks a required entry: free, capabilities (NULL)") != std::string::npos);
   }
   // The complete table is adopted, and destroyed with its backend.
   const ballast_backend t = complete_backend();
@@ -182,6 +193,20 @@ TEST_CASE("kinds past a backend table's kind_count never reach its launch(); a t
       CHECK(slice.to_string().find("knows 9 derivation kinds, not this later one") != std::string::npos);
     }
   }
+  // A table with the field that knows fewer than 1.1's nine kinds is no
+  // table of 1.2: refused where it is adopted, not at every launch.
+  for (std::uint32_t n : {0u, 1u, 8u}) {
+    CAPTURE(n);
+    ballast_backend t = counting_backend();
+    t.kind_count = n;
+    g_destroyed = 0;
+    auto adopted = detail::adopt_backend_table(&t);
+    REQUIRE_FALSE(adopted.ok());
+    CHECK(adopted.error().code == ErrorCode::abi_mismatch);
+    CHECK_MESSAGE(adopted.error().message.find("knows " + std::to_string(n) + " derivation kinds (kind_count)") !=
+                      std::string::npos,
+                  adopted.error().message);
+  }
 }
 
 namespace {
@@ -215,4 +240,82 @@ TEST_CASE(
   s = gpu.synchronize();
   CHECK(s.code() == ErrorCode::internal);
   CHECK(s.error().message == "(plugin error code 999) the device said no");
+}
+
+namespace {
+uint64_t g_returned = 0;  // the pointer the table's allocate() and register_host() hand back
+int g_given_back = 0;     // frees and unregistrations the core made of them
+}  // namespace
+
+// What a backend hands back is checked once, where it comes in: a null
+// pointer, a range past the end of the address space or an ignored
+// alignment is the backend's bug, said as internal, and given back to it;
+// nothing of it is counted live.
+TEST_CASE("an allocation or registration no device could return is refused where it comes in, and given back") {
+  ballast_backend t = complete_backend();
+  ballast_capabilities caps{};
+  caps.struct_size = sizeof caps;
+  caps.host_registration = 1;
+  caps.guarded_host_reads = 1;
+  caps.max_single_allocation = 1 << 20;
+  t.capabilities = &caps;
+  t.allocate = [](void*, uint64_t, uint64_t, uint64_t* ptr, uint64_t* cookie, ballast_error*) -> int32_t {
+    *ptr = g_returned;
+    *cookie = 7;
+    return 0;
+  };
+  t.free = [](void*, uint64_t, uint64_t, uint64_t, ballast_error*) -> int32_t {
+    ++g_given_back;
+    return 0;
+  };
+  t.register_host = [](void*, const void*, uint64_t, int32_t, uint64_t* ptr, uint64_t* cookie,
+                       ballast_error*) -> int32_t {
+    *ptr = g_returned;
+    *cookie = 7;
+    return 0;
+  };
+  t.unregister_host = [](void*, uint64_t, uint64_t, uint64_t, int32_t, ballast_error*) -> int32_t {
+    ++g_given_back;
+    return 0;
+  };
+  auto adopted = detail::adopt_backend_table(&t);
+  REQUIRE_MESSAGE(adopted.ok(), adopted.error().to_string());
+  GpuBackend& gpu = **adopted;
+  struct Case {
+    uint64_t ptr;
+    uint64_t alignment;
+    const char* says;
+  };
+  for (const Case c :
+       {Case{0, 1, "the backend returned a null pointer"}, Case{UINT64_MAX - 15, 1, "which wraps the address space"},
+        Case{0x1001, 256, "the backend returned 0x1001, not a multiple of the alignment 256"}}) {
+    CAPTURE(c.ptr);
+    g_returned = c.ptr;
+    g_given_back = 0;
+    auto a = gpu.allocate(64, c.alignment);
+    REQUIRE_FALSE(a.ok());
+    CHECK(a.error().code == ErrorCode::internal);
+    CHECK_MESSAGE(a.error().to_string().find(c.says) != std::string::npos, a.error().to_string());
+    CHECK(g_given_back == 1);
+    CHECK(gpu.counters().live_allocations == 0);
+  }
+  g_returned = 0x100000;  // a good one goes through
+  auto good = gpu.allocate(64, 256);
+  REQUIRE_MESSAGE(good.ok(), good.error().to_string());
+  CHECK(gpu.free(*good).ok());
+
+  static const std::byte host[64] = {};
+  for (const uint64_t bad : {uint64_t{0}, UINT64_MAX - 15}) {
+    CAPTURE(bad);
+    g_returned = bad;
+    g_given_back = 0;
+    auto r = gpu.register_host(host, sizeof host, HostAccess::read_write);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().code == ErrorCode::internal);
+    CHECK_MESSAGE(
+        r.error().to_string().find(bad == 0 ? "a null pointer" : "wraps the address space") != std::string::npos,
+        r.error().to_string());
+    CHECK(g_given_back == 1);
+    CHECK(gpu.counters().live_registrations == 0);
+  }
 }

@@ -5,7 +5,9 @@
  *   FAKE_NAME             the table's name
  *   FAKE_API_MAJOR/MINOR  the versions it declares (default: the header's)
  *   FAKE_TABLE_SIZE       its struct_size (default: sizeof(ballast_plugin))
- *   FAKE_BEHAVIOUR        0 working, 1 unavailable, 2 an error without a message
+ *   FAKE_BEHAVIOUR        0 working, 1 unavailable, 2 an error without a message,
+ *                         3 open() returns a table without allocate, 4 devices()
+ *                         reports a null device, 5 it reports device 1 with index 5
  * The working fake lists two devices and opens a backend that refuses
  * every operation. */
 #include <ballast/plugin_api.h>
@@ -100,7 +102,8 @@ static int32_t fake_devices(void* ctx, void (*emit)(void*, const ballast_device_
     ballast_device_info d;
     char name[32], uuid[48];
     describe(i, &d, name, uuid);
-    emit(user, &d);
+    if (FAKE_BEHAVIOUR == 5 && i == 1) d.index = 5;
+    emit(user, FAKE_BEHAVIOUR == 4 && i == 1 ? NULL : &d);
   }
   return BALLAST_OK;
 }
@@ -143,6 +146,8 @@ static int32_t fake_open(void* ctx, const ballast_backend_config* config, const 
   t->launch = fake_launch;
   t->synchronize = fake_synchronize;
   t->get_proc_address = NULL;
+  t->kind_count = 10; /* transpose to slice: the kinds of ABI 1.2 */
+  if (FAKE_BEHAVIOUR == 3) t->allocate = NULL;
   *out = t;
   return BALLAST_OK;
 }

@@ -176,10 +176,11 @@ TEST_CASE("a plugin file or folder writable by group or others is refused with w
     const char* reason;
   };
   const Row rows[] = {
-      {"group-writable file", 0775, 0755, "file writable by group (mode 0775)"},
-      {"world-writable file", 0757, 0755, "file writable by others (mode 0757)"},
-      {"group-writable folder", 0755, 0775, "folder writable by group (mode 0775)"},
-      {"world-writable sticky folder", 0755, 01777, "folder writable by group and others (mode 1777)"},
+      {"group-writable file", 0775, 0755, "file writable by group (mode 0775; chmod go-w makes it admissible)"},
+      {"world-writable file", 0757, 0755, "file writable by others (mode 0757; chmod go-w makes it admissible)"},
+      {"group-writable folder", 0755, 0775, "folder writable by group (mode 0775; chmod go-w makes it admissible)"},
+      {"world-writable sticky folder", 0755, 01777,
+       "folder writable by group and others (mode 1777; chmod go-w makes it admissible)"},
   };
   Folder good;
   const std::string good_path = good.plant("working");

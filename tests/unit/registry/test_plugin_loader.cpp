@@ -336,6 +336,45 @@ TEST_CASE("list_backends reports unavailable and load errors with their reasons"
   CHECK(b.searched.empty());
 }
 
+// A plugin that loads but breaks the contract when asked for its devices or
+// a backend: refused as abi_mismatch naming its file, listed as a load error.
+TEST_CASE("a plugin whose devices or backend table break the ABI is a load error naming its file") {
+  struct Case {
+    const char* kind;
+    const char* says;
+  };
+  for (const Case c : {Case{"no_allocate", "the backend table lacks a required entry: allocate (NULL)"},
+                       Case{"null_device", "devices() reported device 1 as a null pointer"},
+                       Case{"bad_index", "devices() reported \"fake device 1\" with index 5 in position 1"}}) {
+    CAPTURE(c.kind);
+    PluginLoader loader({fake_dir(c.kind)});
+    auto opened = registry::open_backend(loader, "vulkan:0");
+    REQUIRE_FALSE(opened.ok());
+    CHECK(opened.code() == ErrorCode::abi_mismatch);
+    CHECK_MESSAGE(contains(opened.error().message, c.says), opened.error().to_string());
+    CHECK(opened.error().file == fake_library(c.kind));
+    const auto listed = registry::list_backends(loader, load_all())[3];
+    CHECK(listed.state == BackendListing::State::load_error);
+    CHECK_MESSAGE(contains(listed.reason, c.says), listed.reason);
+    CHECK(contains(listed.reason, fake_library(c.kind)));
+  }
+}
+
+// A refused copy earlier on the path stays listed once a later one loads.
+TEST_CASE("a loaded plugin's listing keeps the copies refused before it") {
+  TempDir writable;
+  std::filesystem::copy_file(fake_library("working"), writable.path / "libballast-vulkan.so");
+  std::filesystem::permissions(writable.path / "libballast-vulkan.so", std::filesystem::perms::group_write,
+                               std::filesystem::perm_options::add);
+  PluginLoader loader({writable.path.string(), fake_dir("working")});
+  const auto listed = registry::list_backends(loader, load_all())[3];
+  CHECK(listed.state == BackendListing::State::available);
+  CHECK(listed.library == fake_library("working"));
+  REQUIRE(listed.refused.size() == 1);
+  CHECK(contains(listed.refused[0], (writable.path / "libballast-vulkan.so").string()));
+  CHECK(contains(listed.refused[0], "writable by group"));
+}
+
 TEST_CASE("several backends are open at once, from one plugin and from several") {
   PluginLoader loader({fake_dir("working")});
   auto cpu1 = registry::open_backend(loader, "cpu");
