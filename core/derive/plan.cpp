@@ -262,10 +262,12 @@ Result<PlannedDerivation> plan_derivation(const Model& model, std::string_view w
                                                  " blocks are read by dequant_gguf or dequant_gguf_f32, not " +
                                                  std::string(derivation_name(kind)));
   if (w->dims.size() != 2 || (w->dtype != DataType::float32 && w->dtype != DataType::float16 &&
-                              !(kind == Derivation::transpose && dtype_bits(w->dtype) >= 8)))
-    return fail(ErrorCode::invalid_argument, "needs a 2-D float32 or float16 weight (transpose: any whole-byte type)");
-  if (kind == Derivation::to_f16 && w->dtype != DataType::float32)
-    return fail(ErrorCode::invalid_argument, "to_f16 needs a float32 weight");
+                              !(kind == Derivation::transpose && dtype_bits(w->dtype) >= 8) &&
+                              !(kind == Derivation::to_f16 && w->dtype == DataType::bfloat16)))
+    return fail(ErrorCode::invalid_argument,
+                "needs a 2-D float32 or float16 weight (transpose: any whole-byte type; to_f16: float32 or bfloat16)");
+  if (kind == Derivation::to_f16 && w->dtype != DataType::float32 && w->dtype != DataType::bfloat16)
+    return fail(ErrorCode::invalid_argument, "to_f16 needs a float32 or bfloat16 weight");
   if (kind == Derivation::quant_int8_given_max)
     return fail(ErrorCode::invalid_argument,
                 "quant_int8_given_max takes its rows' maxima from the ranks of a sharded derive; plan quant_int8");

@@ -16,6 +16,8 @@ std::vector<DerivationRule> default_derivation_rules() {
   // a MatMul reads, quant_int8 of the stored rows is per output channel.
   const std::vector<DataType> f32 = {DataType::float32};
   const std::vector<DataType> f32_f16 = {DataType::float32, DataType::float16};
+  // to_f16 reads float32 and bfloat16 (a Hugging Face checkpoint's usual type).
+  const std::vector<DataType> f32_bf16 = {DataType::float32, DataType::bfloat16};
   const std::string attention = "model.layers.*.self_attn.{q,k,v,o}_proj.weight";
   const std::string mlp = "model.layers.*.mlp.{gate,up,down}_proj.weight";
   // GGUF's llama-family names (ne[0] = K innermost, so a weight is [N, K]
@@ -36,25 +38,37 @@ std::vector<DerivationRule> default_derivation_rules() {
       {"gguf-layers-plain", gguf_layers, {D::transpose}, f32_f16, "", ""},
       {"gguf-layers-f16", gguf_layers, {D::to_f16}, f32, "", ""},
       {"gguf-experts", gguf_experts, {D::dequant_gguf}, blocks, "", ""},
-      {"gguf-unsupported", gguf_layers, {}, unsupported, "",
+      {"gguf-unsupported",
+       gguf_layers,
+       {},
+       unsupported,
+       "",
        "a GGUF block type derivations do not read (docs/derivations.md lists the ones they do)"},
-      {"gguf-unsupported-experts", gguf_experts, {}, unsupported, "",
+      {"gguf-unsupported-experts",
+       gguf_experts,
+       {},
+       unsupported,
+       "",
        "a GGUF block type derivations do not read (docs/derivations.md lists the ones they do)"},
       {"gguf-embedding", "token_embd.weight", {D::dequant_gguf}, blocks, "", ""},
       {"gguf-head", "output.weight", {D::dequant_gguf}, blocks, "", ""},
       {"gguf-head-int8", "output.weight", {D::quant_int8}, f32_f16, "", ""},
       {"gguf-tied-head", "token_embd.weight", {D::quant_int8}, f32_f16, "output.weight", ""},
       {"hf-attention", attention, {D::transpose}, {}, "", ""},
-      {"hf-attention-f16", attention, {D::to_f16}, f32, "", ""},
+      {"hf-attention-f16", attention, {D::to_f16}, f32_bf16, "", ""},
       {"hf-mlp", mlp, {D::transpose}, {}, "", ""},
-      {"hf-mlp-f16", mlp, {D::to_f16}, f32, "", ""},
+      {"hf-mlp-f16", mlp, {D::to_f16}, f32_bf16, "", ""},
       {"hf-lm-head", "lm_head.weight", {D::quant_int8}, f32_f16, "", ""},
       {"hf-tied-head", "model.embed_tokens.weight", {D::quant_int8}, f32_f16, "lm_head.weight", ""},
       // GPTQ packs 8 K-values per int32 down a column ([K/8, N]); AWQ packs 8
       // N-values per int32 in the order 0,2,4,6,1,3,5,7 ([K, N/8]). The int4
       // kinds read MatMulNBits' layout (per output row, K packed two per
       // byte within each block): neither is that layout as stored.
-      {"packed-int4", "*.qweight", {}, {DataType::int32}, "",
+      {"packed-int4",
+       "*.qweight",
+       {},
+       {DataType::int32},
+       "",
        "a GPTQ/AWQ packed-int4 weight: its layout (int32 words packing 8 values along K, or along N in AWQ's order) "
        "is not MatMulNBits' (uint8, two values per byte along K per output row), so the int4 derivations cannot read "
        "it as stored"},

@@ -41,8 +41,16 @@ std::vector<std::string> known_backend_names();
 // Opens a backend. The CPU backend is built in (registered with
 // register_backend, include/ballast/plugin_abi.hpp); the others are plugins
 // loaded on first use. Failure is specific and never falls back:
-// unknown name (lists the known ones), plugin not found (lists the paths
-// searched), `unavailable` (the plugin's reason: no driver, no device).
+//   invalid_argument  a config string that does not parse, an unknown name
+//                     (lists the known ones), an option the backend refuses
+//   not_found         the plugin file (lists the paths searched), or the
+//                     device asked for (lists the devices there)
+//   io                a plugin file that does not load (dlopen's reason)
+//   abi_mismatch      a plugin of another ABI, or whose tables break it
+//                     (naming the file)
+//   unavailable       the plugin's reason: no driver, no device
+//   and the plugin's own codes from opening the device (out_of_memory,
+//   device_error, unsupported, ...).
 Result<std::unique_ptr<GpuBackend>> open_backend(std::string_view config);
 
 struct BackendListing {

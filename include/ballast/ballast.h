@@ -199,8 +199,8 @@ typedef struct ballast_residency_options {
   int32_t strategy;               /* ballast_strategy */
   uint64_t budget_bytes;          /* 0: auto for paged, unlimited otherwise */
   const ballast_plan* plan;       /* what the engine will pin (NULL: every planned derivation) */
-  uint32_t kinds; /* bit 1 << kind (the kinds' order in docs/derivations.md); 0: every kind; a bit past the last kind:
-                     INVALID_ARGUMENT */
+  uint32_t kinds; /* bit 1 << kind (kind: ballast_derivation_kind_name's numbering); 0: every kind (unlike
+                     C++'s DerivationPolicy, where no kind is none); a bit past the last kind: INVALID_ARGUMENT */
   int32_t no_derivations;         /* 1: source weights only */
   const char* group_by_layer;     /* e.g. "model.layers."; NULL: no groups */
   const ballast_override* overrides;
@@ -238,7 +238,8 @@ BALLAST_C_API ballast_status* ballast_residency_free(ballast_residency* residenc
  * in flight; later pins, prefetches and pin reads get INVALID_ARGUMENT. */
 BALLAST_C_API ballast_status* ballast_residency_release(ballast_residency* residency, ballast_teardown* out);
 /* Pins, prefetches and stats: any number of threads at once (Residency's rule).
- * The plan create() sized the budget with (a new handle). */
+ * The plan create() sized the budget with (a new handle); empty unless it
+ * planned: a paged strategy, a budget or layer groups. */
 BALLAST_C_API ballast_status* ballast_residency_plan(const ballast_residency* residency, ballast_plan** out);
 BALLAST_C_API ballast_status* ballast_residency_group_count(const ballast_residency* residency, size_t* out);
 BALLAST_C_API ballast_status* ballast_residency_stats_get(const ballast_residency* residency,
@@ -274,7 +275,8 @@ BALLAST_C_API ballast_status* ballast_pin_read(const ballast_pin* pin, size_t me
 /* ------------------------------------------------------------ conformance */
 typedef struct ballast_conformance_result {
   size_t size;
-  int32_t exit_code;         /* the suite's: 0 passed, 1 failed, 77 the backend is not on this machine */
+  int32_t exit_code;                 /* the suite's: 0 passed, 1 failed, 2 a bad config string (the summary says why),
+                                        77 the backend is not on this machine */
   uint32_t passed, failed, skipped;  /* test cases */
 } ballast_conformance_result;
 

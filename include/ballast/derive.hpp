@@ -147,8 +147,11 @@ Result<std::vector<PlannedDerivation>> plan_derivations(const Model& model, cons
 // MatMulNBits: B with its scales and zero points). invalid_argument when the
 // kind does not apply to that node.
 Result<PlannedDerivation> plan_derivation(const Model& model, const NodeInfo& node, Derivation kind);
-// The same for a 2-D float weight by name, without a node: transpose and
-// to_f16 of the weight as stored, quant_int8 per stored row.
+// The same for a weight by name, without a node: transpose (2-D, any
+// whole-byte type), to_f16 (2-D float32 or bfloat16) and quant_int8 per
+// stored row (2-D float32 or float16) of the weight as stored; the GGUF
+// kinds (dequant_gguf, dequant_gguf_f32, repack_gguf_int4 of Q4_0/Q4_1) of
+// a block-typed weight of any rank, its rows along ne[0].
 Result<PlannedDerivation> plan_derivation(const Model& model, std::string_view weight, Derivation kind);
 
 struct DeriveContext {

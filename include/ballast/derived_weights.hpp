@@ -12,8 +12,9 @@
 //        keys; the same bytes with the same parameters are one entry, shared.
 //        The memo never frees what a key points at.
 // Value: what a derivation produced from it: one device pointer
-//        (transpose, to_f16, dequant_int4) or a pair (repack_int4,
-//        quant_int8). The memo OWNS values and frees them in release().
+//        (transpose, to_f16, dequant_int4, dequant_gguf, dequant_gguf_f32,
+//        slice) or a pair (repack_int4, quant_int8, repack_gguf_int4,
+//        quant_int8_given_max). The memo OWNS values and frees them in release().
 //
 // Prefer get_or_build_*: it looks up, and on a miss runs your `build` once
 // even when many threads miss together (single-flight), outside any lock.
@@ -166,6 +167,10 @@ inline constexpr Kind<Derivation::repack_int4> repack_int4{};
 inline constexpr Kind<Derivation::quant_int8> quant_int8{};
 inline constexpr Kind<Derivation::dequant_gguf> dequant_gguf{};
 inline constexpr Kind<Derivation::dequant_gguf_f32> dequant_gguf_f32{};
+inline constexpr Kind<Derivation::repack_gguf_int4> repack_gguf_int4{};
+inline constexpr Kind<Derivation::quant_int8_given_max> quant_int8_given_max{};
+inline constexpr Kind<Derivation::slice> slice{};
+static_assert(kDerivationCount == 10, "every Derivation has its tag above: add the new kind's");
 
 template <class T>
 concept kind_tag = std::same_as<std::remove_cvref_t<T>, Kind<std::remove_cvref_t<T>::value>>;

@@ -11,8 +11,9 @@
 // mapping (e.g. too large to lock), that file's weights are uploaded
 // instead, and `residency()` says so and why: never a silent copy.
 //
-// A weight whose offset in its file is not a multiple of its element size
-// is uploaded too (kernels read whole, naturally aligned elements).
+// On a backend whose kernels read whole, naturally aligned elements
+// (Capabilities::unaligned_operands false: CPU, CUDA, HIP), a weight whose
+// host address is not a multiple of its element size is uploaded too.
 //
 // Weights that are one byte range under two names (tied embeddings, a
 // deduplicated blob) get one device pointer either way: one registration

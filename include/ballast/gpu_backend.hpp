@@ -122,6 +122,11 @@ class GpuBackend {
   // `dst`/`src` device pointers may point inside an allocation or
   // registration; the whole range must lie inside one. copy_device refuses
   // overlapping source and destination (no vendor copy engine defines it).
+  // Completion: copy_to_device and copy_to_host have finished when they
+  // return, so the host span is the caller's again (reuse it, read it).
+  // copy_device and launch are enqueued in call order and have finished
+  // once synchronize() returns: synchronize before reading their results
+  // on the host or freeing what they read.
   Status copy_to_device(DevicePtr dst, std::uint64_t dst_offset, std::span<const std::byte> src);
   Status copy_to_host(std::span<std::byte> dst, DevicePtr src, std::uint64_t src_offset);
   Status copy_device(DevicePtr dst, std::uint64_t dst_offset, DevicePtr src, std::uint64_t src_offset,

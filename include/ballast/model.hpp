@@ -158,8 +158,9 @@ class Model {
   Model(Model&&) noexcept;
   Model& operator=(Model&&) noexcept;
 
-  // The file the model was opened from (the .onnx, the .safetensors, or a
-  // sharded checkpoint's index), and its size in bytes.
+  // The file the model was opened from (the .onnx, the .safetensors, a
+  // sharded checkpoint's index, or the .gguf: of a split set, the part
+  // given), and its size in bytes.
   const std::filesystem::path& path() const noexcept;
   std::uint64_t file_size() const noexcept;
 
@@ -199,6 +200,7 @@ class Model {
 
   // Which format the model was read from, and the key/value metadata the
   // format carries (safetensors' __metadata__ of every file, in file order;
+  // GGUF's key/value pairs with their types, of every part of a split set;
   // none for ONNX, whose metadata_props ballast does not keep).
   ModelFormat format() const noexcept;
   const std::vector<ModelMetadata>& metadata() const noexcept;

@@ -164,6 +164,9 @@ typedef struct ballast_backend {
                       ballast_error* error);
   /* On error the allocation must stay usable (it stays live). */
   int32_t (*free)(void* ctx, uint64_t ptr, uint64_t cookie, uint64_t bytes, ballast_error* error);
+  /* The host copies must have finished with the host memory when they
+   * return (the core reuses its staging buffers at once); copy_device and
+   * launch may run asynchronously, in call order, finished by synchronize. */
   int32_t (*copy_to_device)(void* ctx, const ballast_operand* dst, const void* src, uint64_t bytes,
                             ballast_error* error);
   int32_t (*copy_to_host)(void* ctx, void* dst, const ballast_operand* src, uint64_t bytes, ballast_error* error);

@@ -306,7 +306,8 @@ struct PinnedSet {
 // One model's weights on one backend. Thread-safe: any number of threads
 // may pin, prefetch and read stats at once; two threads missing one entry
 // copy or build it once. release() and destruction must not overlap other
-// use, and every Pinned must be gone by then. The backend under it may be
+// use. Every Pinned must be gone before destruction; release() with values
+// still pinned is defined (it frees them and says so, below). The backend under it may be
 // shared with the engine's own threads: every GpuBackend method is safe
 // to call from several threads at once (docs/residency.md, "Threads").
 class Residency final : public ModelResource<GpuBackend> {
@@ -371,7 +372,11 @@ class Residency final : public ModelResource<GpuBackend> {
   // and nothing is pinned afterwards: under a budget, load stops at the
   // first value that does not fit beside the ones before it, and the rest
   // are left for pin() to page in on demand (counted in the report).
-  // Values already resident are left alone. On error (an io error naming
+  // Values already resident are left alone. What the reads leave in the
+  // page cache is options.read.cache's: drop by default, which suits upload
+  // and a budget that holds every value; a paged residency whose budget
+  // cannot (later page-ins read the mapping again) should pass keep, as
+  // `ballast load` does (docs/loading.md, "Cache policy"). On error (an io error naming
   // the file, a device error, a build that fails) values completed so far
   // stay resident and whole, none is left half-copied, and the error says
   // which step failed. Call it from one thread, before the engine pins

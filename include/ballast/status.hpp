@@ -1,5 +1,8 @@
 // Errors are values in ballast: every fallible call returns Status or
 // Result<T>. Nothing throws across the public API or the plugin boundary.
+// Check ok() first: the value of an error Result (value(), *, ->) throws
+// std::bad_variant_access, and error() of an ok Status or Result is
+// undefined (a precondition, like an empty optional's value).
 #pragma once
 
 #include <ballast/export.hpp>

@@ -721,7 +721,9 @@ const RegisterCommand kCompact{{
     "Write a copy of the model holding only the bytes its weights reference",
     [](CLI::App& sub) -> std::function<int()> {
       auto opt = std::make_shared<compact_cmd::Options>();
-      sub.add_option("MODEL", opt->model, "the model: .onnx, .safetensors, or a *.safetensors.index.json")->required();
+      sub.add_option("MODEL", opt->model,
+                     "the model: .onnx, .safetensors or a *.safetensors.index.json (GGUF is refused)")
+          ->required();
       sub.add_option("OUT_DIR", opt->out_dir, "the directory to write the copy into (made if missing)")->required();
       sub.add_option("--align", opt->align, "align every ONNX external range to N bytes (a power of two)")
           ->type_name("N")

@@ -377,7 +377,8 @@ const RegisterCommand kInspect{{
     "List a model's weights, where their bytes live, and the dead bytes of each external file",
     [](CLI::App& sub) -> std::function<int()> {
       auto opt = std::make_shared<InspectOptions>();
-      sub.add_option("MODEL", opt->model, "the model: .onnx, .safetensors, or a *.safetensors.index.json")->required();
+      sub.add_option("MODEL", opt->model, "the model: .onnx, .safetensors, a *.safetensors.index.json, or .gguf")
+          ->required();
       sub.add_flag("--json", opt->json, "machine-readable output (schema in docs/tools.md)");
       sub.add_flag("--hash", opt->hash, "add the SHA-256 of every weight's bytes (reads them all)");
       sub.add_option("--map", opt->map, "write an SVG map of referenced vs dead bytes per external file")

@@ -63,7 +63,8 @@ const RegisterCommand kVerify{{
     "Check that every external range lies inside its file and every checksum (SHA-1) matches",
     [](CLI::App& sub) -> std::function<int()> {
       auto opt = std::make_shared<VerifyOptions>();
-      sub.add_option("MODEL", opt->model, "the model: .onnx, .safetensors, or a *.safetensors.index.json")->required();
+      sub.add_option("MODEL", opt->model, "the model: .onnx, .safetensors, a *.safetensors.index.json, or .gguf")
+          ->required();
       sub.add_flag("--allow-holes", opt->load.allow_holes,
                    "open a safetensors file whose byte buffer has bytes no tensor covers (reported as dead)");
       sub.add_flag("--allow-model-real-dir,--allow-external-outside-model-dir", opt->load.allow_model_real_dir,

@@ -179,3 +179,38 @@ TEST_CASE("ONNX with rules: on top of the graph's plan, or instead of it") {
   o.rules = {{"w", "W", {Derivation::transpose}, {}, "", ""}};
   CHECK(plan_derivations(*m, o)->size() == 3);
 }
+
+// bfloat16 is a Hugging Face checkpoint's usual type, and to_f16 reads it:
+// the built-in rules plan it beside the transpose; quant_int8 does not read
+// it, so a rule asking for that lists a skip.
+TEST_CASE("a bfloat16 checkpoint: transpose and to_f16 of its layers, by the built-in rules and by name") {
+  ScratchDir dir("derive-rules-bf16");
+  std::vector<std::uint8_t> bf16(8 * 4 * 2);
+  for (std::size_t i = 0; i < bf16.size(); i += 2) bf16[i + 1] = 0x3f;  // 0x3f00: 0.5
+  const std::vector<StTensor> t = {{"model.layers.0.self_attn.q_proj.weight", "BF16", {8, 4}, bf16},
+                                   {"model.layers.0.mlp.up_proj.weight", "BF16", {8, 4}, bf16}};
+  auto m = open_model(dir.write("model.safetensors", st_file(t)));
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  std::vector<PlanSkip> skipped;
+  PlanOptions o;
+  o.skipped = &skipped;
+  auto plan = plan_derivations(*m, o);
+  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+  CHECK(skipped.empty());
+  for (const char* w : {"model.layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.up_proj.weight"}) {
+    CAPTURE(w);
+    CHECK(count(*plan, w, Derivation::transpose) == 1);
+    REQUIRE(count(*plan, w, Derivation::to_f16) == 1);
+  }
+  const auto f16 = std::find_if(plan->begin(), plan->end(),
+                                [](const PlannedDerivation& p) { return p.launch.kind == Derivation::to_f16; });
+  CHECK(f16->launch.src_type == DataType::bfloat16);
+  CHECK(f16->launch.rows * f16->launch.cols == 32);
+
+  auto by_name = plan_derivation(*m, "model.layers.0.mlp.up_proj.weight", Derivation::to_f16);
+  REQUIRE_MESSAGE(by_name.ok(), by_name.error().to_string());
+  CHECK(by_name->launch.src_type == DataType::bfloat16);
+  auto int8 = plan_derivation(*m, "model.layers.0.mlp.up_proj.weight", Derivation::quant_int8);
+  REQUIRE_FALSE(int8.ok());
+  CHECK(int8.error().message.find("needs a 2-D float32 or float16 weight") != std::string::npos);
+}

@@ -48,6 +48,14 @@ std::size_t check_model(GpuBackend& gpu, const Model& m, std::uint32_t world) {
         auto l = gather_launch(m, s, part, weight);
         REQUIRE_MESSAGE(l.ok(), l.error().to_string());
         CHECK(l->kind == Derivation::slice);
+        // It moves the widest whole element (8, 4, 2 or 1 bytes) that
+        // divides the run, the row stride, the run's first byte in its row
+        // and the source row's address.
+        const StridedView& v = s.strided[part];
+        const std::uint64_t first = l->col_offset * (dtype_bits(l->src_type) / 8);
+        const std::uint64_t all = v.row_bytes | v.row_stride | first | l->src;
+        const unsigned widest = all % 8 == 0 ? 8 : all % 4 == 0 ? 4 : all % 2 == 0 ? 2 : 1;
+        CHECK(dtype_bits(l->src_type) == 8 * widest);
         l->dst = *dst + at;
         const Status launched = gpu.launch(*l);
         REQUIRE_MESSAGE(launched.ok(), launched.to_string());

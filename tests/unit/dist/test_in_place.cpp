@@ -276,6 +276,44 @@ TEST_CASE("shards_in_place: a plan of another file, or of an overflowing view, i
   auto overflow = shards_in_place(*m, huge);
   REQUIRE_FALSE(overflow.ok());
   CHECK(overflow.error().code == ErrorCode::overflow);
+  // A shard whose device_bytes is fewer than its views hold: refused before
+  // a byte is gathered past it (the arena is sized from device_bytes).
+  ShardPlan short_shard = plans->ranks[0];
+  short_shard.weights[strided].device_bytes -= 1;
+  auto cut = shards_in_place(*m, short_shard);
+  REQUIRE_FALSE(cut.ok());
+  CHECK(cut.error().code == ErrorCode::out_of_bounds);
+  CHECK_MESSAGE(
+      cut.error().to_string().find("a view of the plan lies outside the weight or its shard") != std::string::npos,
+      cut.error().to_string());
+}
+
+// The gathered shards share one arena, each 64-byte aligned: every span
+// lies inside it, one after another, never past its end.
+TEST_CASE("shards_in_place: gathered shards lie inside their arena, aligned, without overlap") {
+  ScratchDir dir("dist-in-place-arena");
+  auto m = open_model(dir.write("m.safetensors", st_file(hf_tensors())));
+  REQUIRE(m.ok());
+  auto plans = plan_shards_all(*m, ShardSpec{2, 0, {}});
+  REQUIRE(plans.ok());
+  auto shards = shards_in_place(*m, plans->ranks[0]);
+  REQUIRE_MESSAGE(shards.ok(), shards.error().to_string());
+  const std::byte* begin = shards->memory.data();
+  const std::byte* end = begin + shards->memory.size();
+  const std::byte* next = begin;
+  std::size_t gathered = 0;
+  for (std::size_t i = 0; i < shards->shards.size(); ++i) {
+    if (shards->in_place[i] || shards->shards[i].empty()) continue;
+    const std::span<std::byte> s = shards->shards[i];
+    CAPTURE(i);
+    CHECK(s.data() == next);  // packed: the next 64-byte boundary after the one before
+    CHECK(s.data() + s.size() <= end);
+    CHECK(reinterpret_cast<std::uintptr_t>(s.data()) % 64 == 0);
+    next = s.data() + (s.size() + 63) / 64 * 64;
+    ++gathered;
+  }
+  CHECK(gathered > 0);
+  CHECK(static_cast<std::uint64_t>(next - begin) == shards->memory.size());
 }
 
 TEST_CASE("a plan naming a weight the model lacks is not_found, naming it, on every reader of its offsets") {

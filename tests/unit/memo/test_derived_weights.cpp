@@ -35,6 +35,9 @@ static_assert(gets_ptr<decltype(derive::transpose)> && !gets_ptr<decltype(derive
 static_assert(gets_pair<decltype(derive::repack_int4)> && !gets_pair<decltype(derive::to_f16)>);
 static_assert(inserts_ptr<decltype(derive::dequant_int4)> && !inserts_ptr<decltype(derive::repack_int4)>);
 static_assert(inserts_pair<decltype(derive::quant_int8)> && !inserts_pair<decltype(derive::transpose)>);
+static_assert(gets_pair<decltype(derive::repack_gguf_int4)> && gets_pair<decltype(derive::quant_int8_given_max)>);
+static_assert(gets_ptr<decltype(derive::slice)> && gets_ptr<decltype(derive::dequant_gguf_f32)> &&
+              !gets_pair<decltype(derive::slice)>);
 // Run-time kinds compile for both forms (and are checked when called).
 static_assert(gets_ptr<Derivation> && gets_pair<Derivation>);
 
@@ -44,6 +47,9 @@ TEST_CASE("the compile-time tags agree with derivation_yields_pair") {
   CHECK(derive::dequant_int4.pair == derivation_yields_pair(Derivation::dequant_int4));
   CHECK(derive::repack_int4.pair == derivation_yields_pair(Derivation::repack_int4));
   CHECK(derive::quant_int8.pair == derivation_yields_pair(Derivation::quant_int8));
+  CHECK(derive::repack_gguf_int4.pair == derivation_yields_pair(Derivation::repack_gguf_int4));
+  CHECK(derive::quant_int8_given_max.pair == derivation_yields_pair(Derivation::quant_int8_given_max));
+  CHECK(derive::slice.pair == derivation_yields_pair(Derivation::slice));
   for (int k = 0; k < kDerivationCount; ++k)
     CHECK(derive::yields_pair(static_cast<Derivation>(k)) == derivation_yields_pair(static_cast<Derivation>(k)));
 }
