@@ -222,3 +222,74 @@ TEST_CASE("quant_int8_given_max: launches that differ only in their maxima never
   CHECK_FALSE(other->has_value());
   CHECK(memo.release(**gpu).status.ok());
 }
+
+namespace {
+
+// A rank's communicator that rewrites the derivation count in the header
+// of every maxima message it sends, keeping the rows' total: a peer that
+// planned other derivations with as many rows.
+class MiscountingComm final : public Communicator {
+ public:
+  explicit MiscountingComm(Communicator& inner) : inner_(inner) {}
+  bool armed = false;  // set once the load is done: only the maxima round is rewritten
+  std::uint32_t rank() const noexcept override { return inner_.rank(); }
+  std::uint32_t world() const noexcept override { return inner_.world(); }
+  std::string name() const override { return inner_.name(); }
+  Status send(std::uint32_t to, std::vector<std::byte> bytes) override { return inner_.send(to, std::move(bytes)); }
+  Result<std::optional<CommMessage>> receive(std::chrono::steady_clock::time_point deadline) override {
+    return inner_.receive(deadline);
+  }
+  Status barrier(std::chrono::steady_clock::time_point deadline) override { return inner_.barrier(deadline); }
+  void fail(const Status& why) noexcept override { inner_.fail(why); }
+  bool any_source() const noexcept override { return inner_.any_source(); }
+  Result<std::vector<std::vector<std::byte>>> exchange(std::vector<std::vector<std::byte>> to,
+                                                       std::chrono::steady_clock::time_point deadline) override {
+    for (auto& b : to) {
+      if (!armed || b.size() < 24) continue;
+      std::uint64_t derivations;  // the header: magic, derivations, rows (three u64)
+      std::memcpy(&derivations, b.data() + 8, 8);
+      derivations += 1;
+      std::memcpy(b.data() + 8, &derivations, 8);
+    }
+    return inner_.exchange(std::move(to), deadline);
+  }
+
+ private:
+  Communicator& inner_;
+};
+
+}  // namespace
+
+TEST_CASE("share_row_maxima: a peer's maxima of another derivation count are refused, even with as many rows") {
+  ScratchDir dir("dist-row-maxima-miscount");
+  auto m = llm_onnx().write(dir);
+  REQUIRE(m.ok());
+  auto plan = plan_derivations(*m);
+  REQUIRE(plan.ok());
+  auto plans = plan_shards_all(*m, ShardSpec{2, 0, {}});
+  REQUIRE(plans.ok());
+  auto load = plan_cooperative_load(*m, *plans);
+  REQUIRE(load.ok());
+  auto comms = make_local_communicators(2);
+  REQUIRE(comms.ok());
+  MiscountingComm miscounting(*(*comms)[1]);
+  std::vector<std::optional<Result<RankShards>>> loaded(2);
+  std::vector<Status> shared(2);
+  {
+    std::vector<std::thread> threads;
+    for (std::uint32_t r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        Communicator& c = r == 1 ? static_cast<Communicator&>(miscounting) : *(*comms)[r];
+        loaded[r] = cooperative_load(*m, *plans, *load, c);
+        if (r == 1) miscounting.armed = true;
+        if (loaded[r]->ok()) shared[r] = share_row_maxima(*m, plans->ranks[r], **loaded[r], *plan, c, 5000ms);
+      });
+    for (std::thread& t : threads) t.join();
+  }
+  for (auto& l : loaded) REQUIRE(l->ok());
+  REQUIRE_FALSE(shared[0].ok());
+  CHECK(shared[0].code() == ErrorCode::malformed);
+  CHECK_MESSAGE(shared[0].to_string().find("from rank 1 are not the maxima") != std::string::npos,
+                shared[0].to_string());
+  CHECK((**loaded[0]).row_maxima.empty());
+}
