@@ -17,6 +17,8 @@
 #include <ballast/residency.hpp>
 
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <cstring>
 #include <thread>
 
@@ -292,4 +294,60 @@ TEST_CASE("share_row_maxima: a peer's maxima of another derivation count are ref
   CHECK_MESSAGE(shared[0].to_string().find("from rank 1 are not the maxima") != std::string::npos,
                 shared[0].to_string());
   CHECK((**loaded[0]).row_maxima.empty());
+}
+
+// The f32 path of the maxima: a row-parallel float32 weight with an
+// infinity in two output channels. The single-process quant_int8 takes an
+// infinity as the row's maximum (a NaN it leaves out); the ranks' shared
+// maxima must do the same, so their scales are the single-process ones.
+TEST_CASE("share_row_maxima: an f32 row-parallel weight with infinities gets the single-process scales") {
+  ScratchDir dir("dist-row-maxima-f32-inf");
+  OnnxWriter w;
+  w.add("embed_tokens.weight", kFloat, {16, 8}, 16 * 8 * 4);
+  w.nodes.push_back(onnx_proto::named_node("embed", "Gather", {"embed_tokens.weight", "ids"}, {"x"}));
+  const std::string name = "layers.0.attn.o_proj.weight";
+  w.add(name, kFloat, {8, 8}, 8 * 8 * 4);  // MatMul B [K=8, N=8], split on K
+  w.nodes.push_back(onnx_proto::named_node("layers.0.attn.o_proj", "MatMul", {"x", name}, {"o_out"}));
+  std::vector<float> b(64);
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = (static_cast<float>(i % 7) - 3.0f) * 0.25f;
+  b[2 * 8 + 5] = std::numeric_limits<float>::infinity();   // k 2, channel 5
+  b[6 * 8 + 1] = -std::numeric_limits<float>::infinity();  // k 6, channel 1
+  std::memcpy(w.blob.data() + (w.blob.size() - 256), b.data(), 256);
+  auto m = w.write(dir);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  auto plan = plan_derivations(*m);
+  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+  std::size_t quant = plan->size();
+  for (std::size_t i = 0; i < plan->size(); ++i)
+    if ((*plan)[i].weight == name && (*plan)[i].kind() == Derivation::quant_int8) quant = i;
+  REQUIRE(quant < plan->size());
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  const auto [codes, scales] = single(**gpu, *m, *plan, quant);
+  REQUIRE(scales.size() == 4 * 8);
+  float s5, s1;
+  std::memcpy(&s5, scales.data() + 4 * 5, 4);
+  std::memcpy(&s1, scales.data() + 4 * 1, 4);
+  CHECK(std::isinf(s5));  // the infinity is the maximum, as the kernel takes it
+  CHECK(std::isinf(s1));
+
+  auto plans = plan_shards_all(*m, ShardSpec{2, 0, {}});
+  REQUIRE_MESSAGE(plans.ok(), plans.error().to_string());
+  auto load = plan_cooperative_load(*m, *plans);
+  REQUIRE(load.ok());
+  std::vector<RankShards> shards = load_all(*m, *plans, *load, *plan);
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    auto placed = place_rank(**gpu, *m, plans->ranks[r], shards[r], *plan);
+    REQUIRE_MESSAGE(placed.ok(), placed.error().to_string());
+    bool found = false;
+    for (const RankDerivedValue& v : placed->derived) {
+      if (v.planned != quant) continue;
+      found = true;
+      CHECK(v.launch.kind == Derivation::quant_int8_given_max);
+      CHECK(read_back(**gpu, v.launch.dst2, v.second_bytes) == scales);
+    }
+    CHECK(found);
+    REQUIRE(placed->release().ok());
+  }
 }
