@@ -4,6 +4,10 @@
 #include "safetensors/header.hpp"  // first_invalid_utf8
 #include "safetensors/json_events.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <unordered_set>
 
 namespace ballast::safetensors {
@@ -107,6 +111,29 @@ bool looks_like_index(std::string_view text) noexcept {
   while (i < text.size() && (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t')) ++i;
   if (i == text.size() || text[i] != '{') return false;
   return text.find("\"weight_map\"") != std::string_view::npos;
+}
+
+Result<std::string> read_index_text(int fd, std::uint64_t size, std::uint64_t cap, const std::string& display) {
+  if (size > cap) {
+    Error e = make_error(ErrorCode::overflow, "index of " + std::to_string(size) + " bytes exceeds the cap of " +
+                                                  std::to_string(cap) + " bytes (LoadOptions::max_header_bytes)");
+    e.file = display;
+    return e;
+  }
+  std::string text(static_cast<std::size_t>(size), '\0');
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::pread(fd, text.data() + done, text.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      Error e = make_error(ErrorCode::io, n == 0 ? "index ended early (it shrank while it was read)"
+                                                 : std::string("reading the index: ") + std::strerror(errno));
+      e.file = display;
+      return e;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return text;
 }
 
 }  // namespace ballast::safetensors

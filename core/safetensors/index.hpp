@@ -29,4 +29,9 @@ Result<IndexFile> parse_index(std::string_view json, std::uint32_t max_tensors,
 // "weight_map" among its first keys. Used to tell formats apart.
 bool looks_like_index(std::string_view first_bytes) noexcept;
 
+// The index's `size` bytes from `fd` (the size its fstat gave), refused
+// over `cap`; io when the file ends before `size` (it shrank while read) or
+// a read fails. Errors carry `display` as their file.
+Result<std::string> read_index_text(int fd, std::uint64_t size, std::uint64_t cap, const std::string& display);
+
 }  // namespace ballast::safetensors

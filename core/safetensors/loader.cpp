@@ -10,10 +10,6 @@
 #include "store/safe_open.hpp"
 #include "store/store_access.hpp"
 
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <optional>
 #include <unordered_map>
 
@@ -79,29 +75,6 @@ void add_weights(Model::Impl& impl, const MappedShard& shard,
   for (const auto& [key, value] : shard.header.metadata) impl.metadata.push_back({shard.file->location, key, value});
 }
 
-Result<std::string> read_whole(int fd, std::uint64_t size, std::uint64_t cap, const std::string& display) {
-  if (size > cap) {
-    Error e = make_error(ErrorCode::overflow, "index of " + std::to_string(size) + " bytes exceeds the cap of " +
-                                                  std::to_string(cap) + " bytes (LoadOptions::max_header_bytes)");
-    e.file = display;
-    return e;
-  }
-  std::string text(static_cast<std::size_t>(size), '\0');
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::pread(fd, text.data() + done, text.size() - done, static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      Error e = make_error(ErrorCode::io, n == 0 ? "index ended early (it shrank while it was read)"
-                                                 : std::string("reading the index: ") + std::strerror(errno));
-      e.file = display;
-      return e;
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  return text;
-}
-
 Result<Model> load_file_unchecked(const std::filesystem::path& path, const LoadOptions& options) {
   const std::filesystem::path absolute = absolute_of(path);
   const std::string display = absolute.string();
@@ -154,10 +127,10 @@ Result<Model> load_index_unchecked(const std::filesystem::path& path, const Load
   const std::string display = absolute.string();
   auto opened = store::open_regular(absolute);
   if (!opened) return in_file(std::move(opened.error()), display).with_context("opening safetensors index");
-  BALLAST_ASSIGN_OR_RETURN(
-      const std::string text,
-      read_whole(opened->fd.get(), static_cast<std::uint64_t>(opened->st.st_size), options.max_header_bytes, display),
-      "opening safetensors index");
+  BALLAST_ASSIGN_OR_RETURN(const std::string text,
+                           read_index_text(opened->fd.get(), static_cast<std::uint64_t>(opened->st.st_size),
+                                           options.max_header_bytes, display),
+                           "opening safetensors index");
   auto parsed = parse_index(text, options.max_tensors_per_file, options.max_metadata_bytes);
   if (!parsed) return in_file(std::move(parsed.error()), display).with_context("reading safetensors index");
   const IndexFile& index = *parsed;

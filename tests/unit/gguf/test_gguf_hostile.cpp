@@ -231,6 +231,27 @@ TEST_CASE("the caps are exact: at the cap is read, one more is not") {
   CHECK(gguf::parse_header(as_file((gguf_file({}, {tinfo("a", {4}, kF32, 0)}, 16))), {}).ok());
 }
 
+TEST_CASE("split keys of a signed type: zero and positive values are read, a negative one is not") {
+  // Writers may store split.no as any integer type; 0 (the first shard) is
+  // not negative, whatever its width.
+  for (const std::uint8_t type : {kGI8, kGI16, kGI32, kGI64}) {
+    CAPTURE(static_cast<int>(type));
+    const std::size_t width = type == kGI8 ? 1 : type == kGI16 ? 2 : type == kGI32 ? 4 : 8;
+    const GgufBytes zero(width, 0);
+    GgufBytes two(width, 0);
+    two[0] = 2;
+    auto h = gguf::parse_header(as_file(ghead(0, 2) + kv("split.no", type, zero) + kv("split.count", type, two)), {});
+    REQUIRE_MESSAGE(h.ok(), h.error().to_string());
+    REQUIRE(h->split.has_value());
+    CHECK(h->split->no == 0);
+    CHECK(h->split->count == 2);
+    const GgufBytes minus_one(width, 0xff);
+    auto r = gguf::parse_header(as_file(ghead(0, 1) + kv("split.no", type, minus_one)), {});
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.error().message.find("is negative (-1)") != std::string::npos);
+  }
+}
+
 TEST_CASE("large but honest headers are read in bounded time and memory") {
   // 131,072 tensors (the cap), a 1,000,000-string array, arrays nested 8 deep.
   std::vector<GgufBytes> infos;

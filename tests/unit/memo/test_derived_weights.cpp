@@ -306,6 +306,22 @@ TEST_CASE("release keeps going past a refused free, reports the first, and still
   CHECK(gpu.freed().size() == 4);
 }
 
+TEST_CASE("one refused free is reported alone, with no count of more") {
+  RecordingBackend gpu;
+  DerivedWeights memo("model weights");
+  const DerivedPtr a = derived(gpu, 100);
+  const DerivedPtr b = derived(gpu, 200);
+  REQUIRE(memo.insert_ptr(derive::transpose, key_of(0x10), a).ok());
+  REQUIRE(memo.insert_ptr(derive::to_f16, key_of(0x20), b).ok());
+  gpu.refuse(b.first);
+  Released r = memo.release(gpu);
+  CHECK(r.failed_frees == 1);
+  CHECK(r.allocations_freed == 1);
+  const std::string text = r.status.to_string();
+  CHECK(text.find("releasing model weights") != std::string::npos);
+  CHECK_MESSAGE(text.find("more refused free") == std::string::npos, text);
+}
+
 TEST_CASE("a failed build is not memoized: no entry, no leak, and the next caller builds again") {
   RecordingBackend gpu;
   DerivedWeights memo;

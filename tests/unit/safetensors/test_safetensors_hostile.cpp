@@ -12,7 +12,9 @@
 #include <ballast/model.hpp>
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
 #include <malloc.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -297,4 +299,29 @@ TEST_CASE("hostile indexes") {
   auto capped = safetensors::parse_index(many + "}}", 1000);
   REQUIRE_FALSE(capped.ok());
   CHECK(capped.error().code == ErrorCode::overflow);
+}
+
+TEST_CASE("an index that ends before its size is an io error, not a wait") {
+  // The size is the index's fstat; the file shrinking before it is read
+  // leaves pread returning 0 at its new end.
+  ScratchDir dir("st-index-shrunk");
+  const auto path = dir.write("model.safetensors.index.json", std::string(R"({"weight_map": {}})"));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  auto whole = safetensors::read_index_text(fd, 18, 64, "x.json");
+  REQUIRE(whole.ok());
+  CHECK(*whole == R"({"weight_map": {}})");
+  auto shrunk = safetensors::read_index_text(fd, 19, 64, "x.json");
+  REQUIRE_FALSE(shrunk.ok());
+  CHECK(shrunk.error().code == ErrorCode::io);
+  CHECK(shrunk.error().message.find("ended early") != std::string::npos);
+  CHECK(shrunk.error().file == "x.json");
+  auto over = safetensors::read_index_text(fd, 18, 17, "x.json");
+  REQUIRE_FALSE(over.ok());
+  CHECK(over.error().code == ErrorCode::overflow);
+  auto closed = safetensors::read_index_text(-1, 18, 64, "x.json");
+  REQUIRE_FALSE(closed.ok());
+  CHECK(closed.error().code == ErrorCode::io);
+  CHECK(closed.error().message.find("reading the index") != std::string::npos);
+  ::close(fd);
 }
