@@ -208,6 +208,8 @@ ballast_status* ballast_residency_stats_get(const ballast_residency* residency, 
     c.derived_rebuilds = s.derived_rebuilds;
     c.prefetches = s.prefetches;
     c.prefetches_skipped = s.prefetches_skipped;
+    c.prefetches_failed = s.prefetches_failed;
+    c.stuck_bytes = s.stuck_bytes;
     return write_out(c, out);
   });
 }

@@ -9,6 +9,12 @@
 // most queue_depth reads are in flight, and at most staging_buffers chunks
 // are read or waiting at once. Everything but the reads themselves runs on
 // the calling thread: the consumer, opening and closing files, fadvise.
+//
+// A chunk is handed on only after a check of its file (one fstat of the
+// descriptor read) made after its read finished: a file rewritten in place
+// while it is read stops the read at the first chunk that could hold new
+// bytes, so every chunk consumed, and every value completed from them, is
+// the mapped file's. One check covers every read finished before it.
 #include <ballast/log.hpp>
 #include <ballast/read_plan.hpp>
 
@@ -51,9 +57,10 @@ struct FileState {
   // Descriptors given up by the O_DIRECT fallback: reads still in flight on
   // them finish before they are closed (with the file).
   std::vector<store::Fd> retired;
+  bool opened = false;
   bool fell_back = false;
-  std::uint64_t chunks = 0;      // in the plan
-  std::uint64_t reads_done = 0;  // chunks whose read finished
+  std::uint64_t chunks = 0;            // in the plan
+  std::uint64_t verified_through = 0;  // reads finished (Reader::finished_) when the file was last checked
 };
 
 struct Slot {
@@ -62,6 +69,7 @@ struct Slot {
   std::uint64_t read_length = 0;  // what was asked (the chunk, or its aligned envelope)
   bool direct = false;            // the read used an O_DIRECT descriptor
   bool done = false;
+  std::uint64_t finished = 0;  // its read was the how-manieth to finish (Reader::finished_)
 };
 
 struct FreeDeleter {
@@ -218,9 +226,11 @@ class Reader {
   Status issue(std::uint64_t index) {
     const Chunk& chunk = chunks_[index];
     FileState& file = files_[chunk.file];
-    if (!file.source.fd) {
+    if (!file.opened) {
       BALLAST_ASSIGN_OR_RETURN(file.source, read::open_source(*file.mapping, options_.direct_io));
+      file.opened = true;
       ++stats_.files;
+      if (file.source.mapped) ++stats_.mapped_files;
     }
     const auto tag = static_cast<std::uint32_t>(index % ring_);
     Slot& slot = slots_[tag];
@@ -237,6 +247,17 @@ class Reader {
     const Chunk& chunk = chunks_[slot.chunk];
     FileState& file = files_[chunk.file];
     slot.direct = file.source.direct;
+    if (file.source.mapped) {
+      // Copied here, under the SIGBUS guard, checked before and after.
+      slot.read_offset = chunk.offset;
+      slot.read_length = chunk.length;
+      BALLAST_RETURN_IF_ERROR(file.mapping->read(chunk.offset, {buffer(tag), static_cast<std::size_t>(chunk.length)}));
+      ++stats_.reads;
+      stats_.io_bytes += chunk.length;
+      slot.done = true;
+      slot.finished = ++finished_;
+      return Status();
+    }
     if (slot.direct) {
       // The aligned envelope. Its end may lie past the end of the file: the
       // read then comes back short, with the wanted bytes in.
@@ -283,15 +304,17 @@ class Reader {
     if (done.got < need)
       return read::file_ended(*file.mapping, slot.read_offset + done.got, chunk.offset, chunk.offset + chunk.length);
     slot.done = true;
-    // The file's last read is in: a rewrite while it was read is caught
-    // before its last chunk is handed on.
-    if (++file.reads_done == file.chunks) BALLAST_RETURN_IF_ERROR(file.mapping->check_unchanged());
+    slot.finished = ++finished_;
     return Status();
   }
 
   Status deliver(Slot& slot) {
     const Chunk& chunk = chunks_[slot.chunk];
     FileState& file = files_[chunk.file];
+    if (!file.source.mapped && slot.finished > file.verified_through) {
+      BALLAST_RETURN_IF_ERROR(file.mapping->check_descriptor(file.source.fd.get()));
+      file.verified_through = finished_;
+    }
     ReadChunk out;
     out.mapping = plan_.files()[chunk.file].mapping;
     out.offset = chunk.offset;
@@ -303,7 +326,7 @@ class Reader {
     if (!status.ok()) return status;
     ++stats_.chunks;
     stats_.bytes += chunk.length;
-    if (options_.cache == CachePolicy::drop) {
+    if (options_.cache == CachePolicy::drop && file.source.fd) {
       // Outward to whole pages: the kernel keeps a partly covered page, and
       // the neighbouring chunks' pages were copied out already (or are
       // about to be read, which at worst reads one page again).
@@ -342,6 +365,7 @@ class Reader {
   std::uint64_t next_issue_ = 0;
   std::uint64_t next_consume_ = 0;
   std::uint32_t in_flight_ = 0;
+  std::uint64_t finished_ = 0;  // reads finished so far
   std::uint64_t in_use_ = 0;  // planned bytes of the chunks read or waiting
   ReadStats stats_;
 };

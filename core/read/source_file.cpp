@@ -20,18 +20,26 @@ Error named(ErrorCode code, const store::MappedFile& mapping, std::string messag
   return e;
 }
 
+SourceFile through_mapping(const std::string& path, const std::string& why) {
+  log_message(LogLevel::info, "read", path + " " + why + ": reading the mapped file through its mapping");
+  SourceFile source;
+  source.mapped = true;
+  return source;
+}
+
 }  // namespace
 
 Result<SourceFile> open_source(const store::MappedFile& mapping, bool direct) {
   const std::string path = mapping.path().string();
   // O_NONBLOCK: should the path name a FIFO now, the open must not wait for
-  // a writer (the identity check below refuses it). It changes nothing for
+  // a writer (the identity check below reads the mapping instead). It changes nothing for
   // reads of a regular file.
   const int flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
   SourceFile source;
   if (direct) {
     source.fd = store::Fd(::open(path.c_str(), flags | O_DIRECT));
     source.direct = static_cast<bool>(source.fd);
+    if (!source.fd && (errno == ENOENT || errno == ENOTDIR)) return through_mapping(path, "is gone");
     if (!source.fd && errno == EINVAL)
       log_message(LogLevel::info, "read", path + ": the file system does not take O_DIRECT; reading it buffered");
     else if (!source.fd)
@@ -39,15 +47,16 @@ Result<SourceFile> open_source(const store::MappedFile& mapping, bool direct) {
   }
   if (!source.fd) {
     source.fd = store::Fd(::open(path.c_str(), flags));
+    if (!source.fd && (errno == ENOENT || errno == ENOTDIR)) return through_mapping(path, "is gone");
     if (!source.fd) return named(ErrorCode::io, mapping, "cannot open " + path + " to read it: " + std::strerror(errno));
   }
   struct stat st {};
   if (::fstat(source.fd.get(), &st) != 0)
     return named(ErrorCode::io, mapping, "cannot stat " + path + ": " + std::strerror(errno));
   if (!(store::identity_of(st) == mapping.identity()))
-    return named(ErrorCode::io, mapping,
-                 path + " now names a different file (inode " + std::to_string(mapping.identity().inode) + ", now " +
-                     std::to_string(static_cast<std::uint64_t>(st.st_ino)) + "): it is not the file that was mapped");
+    return through_mapping(path, "now names another file (inode " + std::to_string(mapping.identity().inode) +
+                                     ", now " + std::to_string(static_cast<std::uint64_t>(st.st_ino)) +
+                                     "; renamed over?)");
   if (static_cast<std::uint64_t>(st.st_size) != mapping.size())
     return named(ErrorCode::io, mapping,
                  path + " changed since it was opened (size " + std::to_string(mapping.size()) + ", now " +

@@ -1,7 +1,10 @@
 // Opening a planned file for the reader: by the path it was mapped under,
 // and only if that path still names the very file that was mapped, as it
 // was then (a reader that followed a path to a new file would hand an
-// engine bytes the plan never described).
+// engine bytes the plan never described). When the path names another
+// file or none (a re-export renamed over it, a deleted file), the mapped
+// inode is reachable only through its mapping: the reader copies from
+// that instead, as the pins would.
 #pragma once
 
 #include <ballast/status.hpp>
@@ -16,12 +19,14 @@ namespace ballast::read {
 struct SourceFile {
   store::Fd fd;
   bool direct = false;  // opened with O_DIRECT
+  bool mapped = false;  // no descriptor: the path no longer names the mapped file; read its mapping
 };
 
 // Opens `mapping`'s file read-only, with O_DIRECT when `direct` and the
 // file system takes it (otherwise buffered, said once through the log
-// sink). io error naming the file when it cannot be opened, is not the
-// mapped file (device + inode) or changed since it was mapped.
+// sink). `mapped` (said once through the log sink) when the path names
+// another inode or nothing. io error naming the file when it cannot be
+// opened otherwise or changed since it was mapped.
 Result<SourceFile> open_source(const store::MappedFile& mapping, bool direct);
 
 // The errors of a read, worded the same by both engines.

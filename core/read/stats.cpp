@@ -27,7 +27,9 @@ std::string ReadStats::to_string() const {
                 static_cast<unsigned long long>(reads), static_cast<unsigned long long>(chunks), files, direct_files,
                 static_cast<double>(io_bytes) / kMiB, static_cast<double>(staging_bytes) / kMiB,
                 static_cast<double>(peak_staging_in_use) / kMiB, consumer_seconds);
-  return text;
+  std::string out = text;
+  if (mapped_files != 0) out += ", " + std::to_string(mapped_files) + " file(s) read through their mapping";
+  return out;
 }
 
 }  // namespace ballast

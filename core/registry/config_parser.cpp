@@ -25,6 +25,12 @@ class Parser {
 
   Result<BackendConfig> parse() {
     BackendConfig config;
+    // A config string is a few dozen bytes; a longer one is a mistake (or
+    // hostile), and every message quoting it would carry it whole.
+    if (text_.size() > kMaxConfigBytes)
+      return make_error(ErrorCode::invalid_argument, "invalid backend config \"" + quoted() + "\" of " +
+                                                         std::to_string(text_.size()) + " bytes: at most " +
+                                                         std::to_string(kMaxConfigBytes));
     config.text = std::string(text_);
     if (text_.empty()) return fail(0, "empty string; expected a backend name such as cpu, cuda, hip or vulkan");
 
@@ -127,11 +133,20 @@ class Parser {
   }
 
   Error fail(std::size_t position, const std::string& why) const {
-    std::string quoted;
-    for (char c : text_) quoted += printable(c);
-    return make_error(ErrorCode::invalid_argument, "invalid backend config \"" + quoted + "\" at position " +
+    return make_error(ErrorCode::invalid_argument, "invalid backend config \"" + quoted() + "\" at position " +
                                                        std::to_string(position) + ": " + why);
   }
+
+  // The string, escaped, cut after kQuotedBytes of it.
+  std::string quoted() const {
+    std::string out;
+    for (char c : text_.substr(0, kQuotedBytes)) out += printable(c);
+    if (text_.size() > kQuotedBytes) out += "...";
+    return out;
+  }
+
+  static constexpr std::size_t kMaxConfigBytes = 1024;
+  static constexpr std::size_t kQuotedBytes = 80;
 
   std::string_view text_;
   std::size_t pos_ = 0;

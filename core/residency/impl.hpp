@@ -30,6 +30,15 @@ inline std::string bytes_text(std::uint64_t n) { return std::to_string(n) + " by
 // The alignment every residency allocation asks for (GpuBackend's default):
 // one alignment, so a pooled block fits any later value of its size.
 inline constexpr std::uint64_t kBlockAlignment = 256;
+
+// The error for host memory running out (std::bad_alloc caught): built
+// without allocating (a short message).
+inline Error out_of_host_memory() noexcept {
+  Error e;
+  e.code = ErrorCode::out_of_memory;
+  e.message = "host memory";
+  return e;
+}
 }  // namespace residency
 
 struct Residency::Impl {
@@ -72,7 +81,8 @@ struct Residency::Impl {
     DevicePtr ptr = 0;
     std::uint64_t bytes = 0;
   };
-  std::vector<Stuck> stuck;  // evictions the backend refused to free: still held, retried at release
+  std::vector<Stuck> stuck;       // frees the backend refused: still held; retried when room is short, and at release
+  std::uint64_t stuck_bytes = 0;  // their bytes
   bool released = false;
   // The engine's plan (options.derivations or the model's, under the
   // policy) and its groups: fixed at create().
@@ -129,8 +139,10 @@ struct Residency::Impl {
   struct Blocks {
     DevicePtr ptr[2] = {0, 0};
   };
+  // `own_operands`: the bytes of the operands this request's build holds
+  // pinned (0 for a page-in), named in an out_of_memory.
   Result<Blocks> obtain(std::span<const std::uint64_t> sizes, const std::string& what, const std::string& allocating,
-                        residency::Requester who);
+                        residency::Requester who, std::uint64_t own_operands = 0);
   void unreserve(std::uint64_t bytes) noexcept;
   // allocate(), releasing pooled blocks and evicting, and retrying, while
   // the DEVICE is out of memory.
@@ -146,6 +158,10 @@ struct Residency::Impl {
   // With the lock held: gives the oldest pooled block back to the backend.
   // false when the pool is empty.
   bool release_pooled_locked() noexcept;
+  // With the lock held: asks the backend again for every free it refused
+  // (a transient refusal must not shrink the budget until release()).
+  // true when one went through.
+  bool retry_stuck_locked() noexcept;
   void free_locked(DevicePtr ptr, std::uint64_t bytes) noexcept;
 };
 

@@ -39,7 +39,8 @@ class PagingTimer {
 }  // namespace
 
 Result<Residency::Impl::Blocks> Residency::Impl::obtain(std::span<const std::uint64_t> sizes, const std::string& what,
-                                                       const std::string& allocating, Requester who) {
+                                                        const std::string& allocating, Requester who,
+                                                        std::uint64_t own_operands) {
   Blocks out;
   bool pooled[2] = {false, false};
   std::uint64_t total = 0;
@@ -72,11 +73,20 @@ Result<Residency::Impl::Blocks> Residency::Impl::obtain(std::span<const std::uin
         take_pooled();
         continue;
       }
+      // Frees the backend refused once may go through now: last, since
+      // each retry is a backend call that failed before.
+      if (victim == nullptr && retry_stuck_locked()) continue;
       if (victim == nullptr) {
         for (std::size_t i = 0; i < sizes.size(); ++i)
           if (pooled[i]) pool_locked(out.ptr[i], sizes[i]);  // back where they were, still held
-        std::string message = "budget of " + bytes_text(budget) + " cannot take " + bytes_text(total) + " for " +
-                              what + ": " + bytes_text(pinned) + " pinned, " + bytes_text(held) + " held in all";
+        // Pinned counts every pin, this build's own operands among them:
+        // say how much of it this request holds, so an engine knows what
+        // it can release.
+        std::string message = "budget of " + bytes_text(budget) + " cannot take " + bytes_text(total) + " for " + what +
+                              ": " + bytes_text(pinned) + " pinned";
+        if (own_operands != 0) message += " (" + bytes_text(own_operands) + " of them this build's own operands)";
+        message += ", " + bytes_text(held) + " held in all";
+        if (stuck_bytes != 0) message += " (" + bytes_text(stuck_bytes) + " of them frees the device refused)";
         if (who == Requester::prefetch) message += " (a prefetch evicts nothing in use or prefetched)";
         return make_error(ErrorCode::out_of_memory, std::move(message));
       }
@@ -118,9 +128,26 @@ void Residency::Impl::free_locked(DevicePtr ptr, std::uint64_t bytes) noexcept {
     // Still live on the device: it stays counted against the budget.
     try {
       stuck.push_back({ptr, bytes});
+      stuck_bytes += bytes;
     } catch (...) {
     }
   }
+}
+
+bool Residency::Impl::retry_stuck_locked() noexcept {
+  bool freed = false;
+  for (std::size_t i = 0; i < stuck.size();) {
+    if (gpu.free(stuck[i].ptr).ok()) {
+      held -= std::min(held, stuck[i].bytes);
+      stuck_bytes -= std::min(stuck_bytes, stuck[i].bytes);
+      stuck[i] = stuck.back();
+      stuck.pop_back();
+      freed = true;
+    } else {
+      ++i;
+    }
+  }
+  return freed;
 }
 
 void Residency::Impl::pool_locked(DevicePtr ptr, std::uint64_t bytes) noexcept {
@@ -165,6 +192,7 @@ Result<DevicePtr> Residency::Impl::allocate(std::uint64_t bytes, Requester who) 
     std::lock_guard lock(mutex);
     if (release_pooled_locked()) continue;
     Entry* victim = eviction.choose(clock, who, bytes);
+    if (victim == nullptr && retry_stuck_locked()) continue;
     if (victim == nullptr) return ptr;
     evict_locked(*victim);  // into the pool, and out of it at once: the device needs the memory
     while (release_pooled_locked()) {
@@ -185,11 +213,17 @@ Result<Residency::Impl::Loaded> Residency::Impl::page_in(const Entry& e, Request
     // The backend reads the mapping itself: no host copy in between. The
     // span is checked to be the store's own bytes, so a copy would show in
     // host_copy_bytes rather than go unnoticed.
-    const auto own = store.bytes(ref);
-    copied = store.transfer(ref, 0, length, [&](Bytes bytes) -> Status {
-      if (!own || bytes.data() != own->data()) host_copies += bytes.size();
-      return gpu.copy_to_device(ptr, 0, bytes);
-    });
+    // Host memory running out here fails the copy: the block is held and
+    // must go back (below), not leak with the exception.
+    try {
+      const auto own = store.bytes(ref);
+      copied = store.transfer(ref, 0, length, [&](Bytes bytes) -> Status {
+        if (!own || bytes.data() != own->data()) host_copies += bytes.size();
+        return gpu.copy_to_device(ptr, 0, bytes);
+      });
+    } catch (const std::bad_alloc&) {
+      copied = residency::out_of_host_memory();
+    }
   }
   if (!copied.ok()) {
     // The block is sound (the copy into it failed): the next value of its
@@ -228,11 +262,13 @@ Result<Residency::Impl::Loaded> Residency::Impl::build(const Entry& e, Requester
   // them back, freed, so nothing half-built stays held.
   class Budgeted final : public derive::OutputBlocks {
    public:
-    Budgeted(Impl& m, const Entry& e, Requester who) : m_(m), e_(e), who_(who) {}
+    Budgeted(Impl& m, const Entry& e, Requester who, std::uint64_t operands)
+        : m_(m), e_(e), who_(who), operands_(operands) {}
     Status obtain(DerivationLaunch& l, const DerivationSizes&) override {
       const std::uint64_t sizes[] = {e_.first_bytes, e_.second_bytes};
       const bool pair = e_.second_bytes != 0 || derivation_yields_pair(l.kind);
-      BALLAST_ASSIGN_OR_RETURN(Blocks b, m_.obtain(std::span(sizes, pair ? 2 : 1), e_.name, "allocating " + e_.name, who_));
+      BALLAST_ASSIGN_OR_RETURN(
+          Blocks b, m_.obtain(std::span(sizes, pair ? 2 : 1), e_.name, "allocating " + e_.name, who_, operands_));
       l.dst = b.ptr[0];
       l.dst2 = b.ptr[1];
       return Status();
@@ -248,17 +284,28 @@ Result<Residency::Impl::Loaded> Residency::Impl::build(const Entry& e, Requester
     Impl& m_;
     const Entry& e_;
     Requester who_;
-  } blocks(*this, e, who);
+    std::uint64_t operands_;
+  } blocks(*this, e, who, source.bytes() + scales.bytes() + zero_points.bytes());
   const DerivationSizes sizes{.dst_bytes = e.first_bytes, .dst2_bytes = e.second_bytes};
   // The kernel read zero-copy operands from their files' pages: a
   // truncation meanwhile made it read zeros (the registration is armed),
   // and resolving again re-checks the file and the guard's poison.
-  BALLAST_RETURN_IF_ERROR(derive::build_one(gpu, l, sizes, blocks, [&] {
-    for (const std::optional<ValueId>& id : source_operands(p))
-      if (id && strategy_of(*id) == ResidencyStrategy::zero_copy)
-        if (auto again = registrations->resolve(*id); !again.ok()) return again.status();
-    return Status();
-  }));
+  Status built;
+  try {
+    built = derive::build_one(gpu, l, sizes, blocks, [&] {
+      for (const std::optional<ValueId>& id : source_operands(p))
+        if (id && strategy_of(*id) == ResidencyStrategy::zero_copy)
+          if (auto again = registrations->resolve(*id); !again.ok()) return again.status();
+      return Status();
+    });
+  } catch (const std::bad_alloc&) {
+    // Only where no kernel is in flight (the launch and the wait allocate
+    // nothing that throws): the output blocks still held go back.
+    if (l.dst != 0) discard(l.dst, e.first_bytes);
+    if (l.dst2 != 0) discard(l.dst2, e.second_bytes);
+    return residency::out_of_host_memory();
+  }
+  BALLAST_RETURN_IF_ERROR(built);
   return Loaded{l.dst, l.dst2};
 }
 

@@ -4,6 +4,8 @@
 #include "residency/impl.hpp"
 #include "derive/check_planned.hpp"
 
+#include <ballast/log.hpp>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -83,15 +85,16 @@ std::string ResidencyStats::to_string() const {
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%.3f ms", paging_seconds * 1e3);
   return std::string(residency_strategy_name(strategy)) + ", budget " +
-         (budget_bytes == kUnlimitedBudget ? std::string("unlimited") : b(budget_bytes)) + ": held " +
-         b(device_bytes) + " (peak " + b(peak_device_bytes) + "), pinned " + b(pinned_bytes) + ", registered " +
-         b(registered_bytes) + "; uploaded " + b(uploaded_bytes) + ", paged in " + b(paged_in_bytes) + " in " +
-         std::to_string(page_ins) + " page-in(s); evictions " + std::to_string(source_evictions) + " source, " +
+         (budget_bytes == kUnlimitedBudget ? std::string("unlimited") : b(budget_bytes)) + ": held " + b(device_bytes) +
+         " (peak " + b(peak_device_bytes) + "), pinned " + b(pinned_bytes) + ", registered " + b(registered_bytes) +
+         "; uploaded " + b(uploaded_bytes) + ", paged in " + b(paged_in_bytes) + " in " + std::to_string(page_ins) +
+         " page-in(s); evictions " + std::to_string(source_evictions) + " source, " +
          std::to_string(derived_evictions) + " derived; builds " + std::to_string(derived_builds) + " (" +
          std::to_string(derived_rebuilds) + " rebuild(s)); prefetches " + std::to_string(prefetches) + " (" +
-         std::to_string(prefetches_skipped) + " skipped); host copies " + b(host_copy_bytes) + "; paging " + seconds +
-         "; pool " + std::to_string(pool_hits) + " hit(s), " + std::to_string(pool_misses) + " miss(es), " +
-         std::to_string(pool_releases) + " release(s), " + b(pooled_bytes) + " pooled";
+         std::to_string(prefetches_skipped) + " skipped, " + std::to_string(prefetches_failed) +
+         " failed); host copies " + b(host_copy_bytes) + "; paging " + seconds + "; pool " + std::to_string(pool_hits) +
+         " hit(s), " + std::to_string(pool_misses) + " miss(es), " + std::to_string(pool_releases) + " release(s), " +
+         b(pooled_bytes) + " pooled; " + b(stuck_bytes) + " stuck";
 }
 
 // ------------------------------------------------------------------ Impl
@@ -213,7 +216,7 @@ Status Residency::Impl::acquire(Entry& e, Use use) {
       e.last_use = ++clock.now;
       e.awaiting_use = false;
     }
-    eviction.update(e);  // pinned: no longer a candidate
+    eviction.erase(e);  // pinned: no longer a candidate (erasing allocates nothing)
   };
   for (;;) {
     if (e.state == Entry::State::resident) {
@@ -238,7 +241,15 @@ Status Residency::Impl::acquire(Entry& e, Use use) {
   lock.unlock();
 
   const Requester who = prefetching ? Requester::prefetch : Requester::demand;
-  Result<Loaded> loaded = e.derived ? build(e, who) : page_in(e, who);
+  // Out of host memory inside the load is its failure like any other: an
+  // exception here would leave the entry loading, and every later caller
+  // waiting for it for good.
+  Result<Loaded> loaded = Loaded{};
+  try {
+    loaded = e.derived ? build(e, who) : page_in(e, who);
+  } catch (const std::bad_alloc&) {
+    loaded = residency::out_of_host_memory();
+  }
 
   lock.lock();
   if (prefetching) --prefetch_loads;
@@ -246,7 +257,22 @@ Status Residency::Impl::acquire(Entry& e, Use use) {
     e.state = Entry::State::absent;
     ++e.failures;
     e.failure = prefetching ? Status() : Status(loaded.error());
-    if (use == Use::prefetch) ++counters.prefetches_skipped;
+    if (use == Use::prefetch) {
+      // No room (or another caller loading it) is a prefetch's skip; any
+      // other error (the file, the device) is a failure the engine hears
+      // of now, not only at its next pin.
+      const ErrorCode code = loaded.error().code;
+      if (code == ErrorCode::out_of_memory || code == ErrorCode::unavailable) {
+        ++counters.prefetches_skipped;
+      } else {
+        ++counters.prefetches_failed;
+        const std::string text =
+            "prefetch of " + e.name + " failed (a pin will try again): " + loaded.error().to_string();
+        lock.unlock();
+        log_message(LogLevel::warning, "residency", text);
+        lock.lock();
+      }
+    }
     changed.notify_all();
     return loaded.status();
   }
@@ -299,16 +325,33 @@ Residency::~Residency() {
 
 void Residency::unpin(void* entry) noexcept { impl_->unpin(*static_cast<Entry*>(entry)); }
 
-Result<Pinned> Residency::pin(ValueId weight) { return impl_->pin_source(weight, Impl::Use::pin); }
+// Nothing throws across the public API: host memory running out while an
+// entry is filed or named is out_of_memory (the entry tables are left as
+// they were: add_locked reserves before it files).
+Result<Pinned> Residency::pin(ValueId weight) {
+  try {
+    return impl_->pin_source(weight, Impl::Use::pin);
+  } catch (const std::bad_alloc&) {
+    return residency::out_of_host_memory();
+  }
+}
 
 Result<Pinned> Residency::pin(std::string_view weight) {
-  auto id = impl_->model.value_id(weight);
-  if (!id) return make_error(ErrorCode::not_found, "the model has no value named '" + std::string(weight) + "'");
-  return pin(*id);
+  try {
+    auto id = impl_->model.value_id(weight);
+    if (!id) return make_error(ErrorCode::not_found, "the model has no value named '" + std::string(weight) + "'");
+    return pin(*id);
+  } catch (const std::bad_alloc&) {
+    return residency::out_of_host_memory();
+  }
 }
 
 Result<Pinned> Residency::pin(const PlannedDerivation& derivation) {
-  return impl_->pin_derived(derivation, Impl::Use::pin);
+  try {
+    return impl_->pin_derived(derivation, Impl::Use::pin);
+  } catch (const std::bad_alloc&) {
+    return residency::out_of_host_memory();
+  }
 }
 
 void Residency::prefetch(std::span<const ValueId> weights) {
@@ -327,7 +370,11 @@ void Residency::prefetch(const ResidencyGroup& group) {
 }
 
 Result<PinnedSet> Residency::pin(const ResidencyGroup& group, std::chrono::milliseconds wait_for_room) {
-  return impl_->pin_group(group, wait_for_room);
+  try {
+    return impl_->pin_group(group, wait_for_room);
+  } catch (const std::bad_alloc&) {
+    return residency::out_of_host_memory();
+  }
 }
 
 void Residency::wait_for_prefetches() { impl_->prefetcher.wait_idle(); }
@@ -345,6 +392,7 @@ ResidencyStats Residency::stats() const {
     s.peak_device_bytes = impl_->peak;
     s.pinned_bytes = impl_->pinned;
     s.pooled_bytes = impl_->pool.bytes();
+    s.stuck_bytes = impl_->stuck_bytes;
   }
   s.strategy = impl_->options.strategy;
   s.budget_bytes = impl_->budget;
@@ -417,6 +465,7 @@ Released Residency::release(GpuBackend& backend) {
       note(std::move(s).with_context("freeing an evicted value"));
     }
     m.stuck.clear();
+    m.stuck_bytes = 0;
     // The pool's blocks are the object's too: none outlives it.
     while (auto b = m.pool.take_oldest()) {
       Status s = backend.free(b->ptr);

@@ -120,6 +120,30 @@ Status MappedFile::check_stamp() const {
   // Another inode at the path: a file renamed over it. The mapping holds
   // the old one, which nothing reaches by name any more.
   if (now.identity != stamp_.identity) return {};
+  return compare_stamp(now);
+}
+
+Status MappedFile::check_descriptor(int fd) const {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    return path_error(ErrorCode::io, path_.string() + " cannot be checked for changes: " + std::strerror(errno), path_);
+  const FileStamp now = stamp_of(st);
+  if (now.identity != stamp_.identity)
+    return path_error(ErrorCode::io,
+                      path_.string() + ": the descriptor read is not the mapped file (inode " +
+                          std::to_string(stamp_.identity.inode) + ", read " + std::to_string(now.identity.inode) + ")",
+                      path_);
+  if (Status s = compare_stamp(now); !s.ok()) return s;
+  if (poisoned())
+    return path_error(ErrorCode::io,
+                      path_.string() +
+                          " changed since it was opened (a read of its mapping faulted: the file was "
+                          "truncated under it)",
+                      path_);
+  return {};
+}
+
+Status MappedFile::compare_stamp(const FileStamp& now) const {
   const std::string changed = path_.string() + " changed since it was opened ";
   if (now.size != stamp_.size)
     return path_error(ErrorCode::io,

@@ -75,6 +75,11 @@ class MappedFile {
   // (nothing can truncate it then but a descriptor opened before), so this
   // is ok and the mapping keeps serving the bytes it has.
   Status check_unchanged() const;
+  // The same check of the file open on `fd` (one fstat(2)), which must be
+  // the mapped inode: for a reader holding its own descriptor, whose file
+  // may no longer be the one the path names. A descriptor of another inode
+  // is an io error.
+  Status check_descriptor(int fd) const;
   // Copies bytes [offset, offset + dst.size()) of the mapping into `dst`
   // under the SIGBUS guard, checking the file before and after (a rewrite
   // during the copy is an error too): a truncation before or during the
@@ -101,6 +106,8 @@ class MappedFile {
   MappedFile() = default;
   // check_unchanged() without the poison: what stat(2) says.
   Status check_stamp() const;
+  // The io error for the mapped inode now stamped `now`, or ok.
+  Status compare_stamp(const FileStamp& now) const;
   // out_of_bounds unless [offset, offset + length) lies inside the file as mapped.
   Status check_range(const char* verb, std::uint64_t offset, std::uint64_t length) const;
   // The io error for pages of [offset, offset + length) that vanished under a read.

@@ -28,7 +28,8 @@ struct BackendConfig {
   std::string text;  // the string it was parsed from
 };
 
-// Pure parsing; unknown backend names are accepted here and refused by open_backend.
+// Pure parsing; unknown backend names are accepted here and refused by
+// open_backend. At most 1024 bytes; errors quote the string's first 80.
 Result<BackendConfig> parse_backend_config(std::string_view text);
 
 // Names open_backend knows, each once, in this order: the first-party

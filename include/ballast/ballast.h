@@ -212,6 +212,8 @@ typedef struct ballast_residency_stats {
   uint64_t budget_bytes, device_bytes, peak_device_bytes, pinned_bytes, registered_bytes, uploaded_bytes,
       paged_in_bytes, page_ins, source_evictions, derived_evictions, derived_builds, derived_rebuilds, prefetches,
       prefetches_skipped;
+  uint64_t prefetches_failed; /* prefetches failed by the file or the device (each also logged) */
+  uint64_t stuck_bytes;       /* frees the device refused: still held, asked again when room is short */
 } ballast_residency_stats;
 
 typedef struct ballast_teardown {

@@ -151,6 +151,7 @@ struct ReadStats {
   std::uint64_t chunks = 0;         // consumer calls
   std::uint32_t files = 0;
   std::uint32_t direct_files = 0;   // files read with O_DIRECT
+  std::uint32_t mapped_files = 0;   // files read through their mapping: the path named another file, or none
   std::uint64_t staging_bytes = 0;  // the ring's size (what it allocated)
   std::uint64_t peak_staging_in_use = 0;  // most planned bytes held in staging at once (read or being
                                           // read, not yet consumed): <= staging_buffers x chunk_bytes
@@ -164,10 +165,14 @@ struct ReadStats {
 // plan), every planned byte exactly once, files in plan order, chunks of
 // a file in offset order. `consume` runs on the calling thread, one chunk
 // at a time, while up to staging_buffers - 1 further chunks are read.
-// Before a file is read it is opened by its path and must still be the
-// file that was mapped (device + inode, size, times: check_unchanged);
-// a file that is not, or that ends early, or a read that fails, is an
-// io error naming the file and the offset, and nothing more is consumed.
+// Before a file is read it is opened by its path; when the path names
+// another file or none (renamed over, deleted), the mapped inode is read
+// through its mapping instead (said through the log sink, counted in
+// mapped_files). Each chunk is handed on only after a check of its file
+// made once its read finished (size, times: a file rewritten in place
+// while read is caught before any chunk that could hold new bytes). A
+// file that changed, that ends early, or a read that fails, is an io
+// error naming the file and the offset, and nothing more is consumed.
 // `consume`'s error stops the read and is returned as it is. Staging
 // buffers are allocated here (page-aligned) and freed before return.
 Result<ReadStats> read_plan(const WeightStore& store, const ReadPlan& plan, const ReadOptions& options,

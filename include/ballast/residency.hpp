@@ -202,6 +202,9 @@ struct ResidencyStats {
   std::uint64_t host_copy_bytes = 0;      // bytes copied on the host outside the device transfer (0 on every path)
   std::uint64_t prefetches = 0;           // entries a prefetch paged in or built
   std::uint64_t prefetches_skipped = 0;   // prefetch requests that did not fit without evicting what is in use
+                                          // (or that another caller was loading)
+  std::uint64_t prefetches_failed = 0;    // prefetches that failed otherwise (the file, the device): each also
+                                          // said through the log sink; a pin of the value tries again
   double paging_seconds = 0;              // time spent copying sources in and building derived values
   // The block pool (paged): blocks of evicted values kept, still allocated,
   // for the next value of the same size. Pooled bytes count in
@@ -211,12 +214,16 @@ struct ResidencyStats {
   std::uint64_t pool_misses = 0;          // blocks it had to allocate from the backend
   std::uint64_t pool_releases = 0;        // pooled blocks given back to the backend (room for another size)
   std::uint64_t pooled_bytes = 0;         // of device_bytes, held in the pool now
+  // Frees the backend refused (an eviction's, a failed build's): still
+  // live on the device, so in device_bytes and the budget. Each is asked
+  // again whenever room is short, and at release().
+  std::uint64_t stuck_bytes = 0;
 
   // One line, every field: "paged, budget 49152 B: held 36864 B (peak
   // 49152 B), pinned 0 B, registered 0 B; uploaded 0 B, paged in 29056 B
   // in 3 page-in(s); evictions 2 source, 1 derived; builds 5 (1 rebuild(s));
-  // prefetches 0 (0 skipped); host copies 0 B; paging 2.591 ms; pool 0
-  // hit(s), 5 miss(es), 0 release(s), 0 B pooled".
+  // prefetches 0 (0 skipped, 0 failed); host copies 0 B; paging 2.591 ms; pool 0
+  // hit(s), 5 miss(es), 0 release(s), 0 B pooled; 0 B stuck".
   std::string to_string() const;
 };
 
@@ -347,8 +354,11 @@ class Residency final : public ModelResource<GpuBackend> {
 
   // Pages in (and builds) what is missing, in the background, without
   // pinning. Best effort: an entry that does not fit without evicting what
-  // is in use is skipped (counted), never an error. While a prefetch
-  // builds, the operands it reads count in stats().pinned_bytes.
+  // is in use is skipped (counted), never an error; one that fails
+  // otherwise (the file changed, the device refused) is counted as failed
+  // and said through the log sink, and the next pin of it tries again.
+  // While a prefetch builds, the operands it reads count in
+  // stats().pinned_bytes.
   void prefetch(std::span<const ValueId> weights);
   void prefetch(std::span<const PlannedDerivation> derivations);
   void prefetch(const ResidencyGroup& group);  // its derivations, then its weights

@@ -71,7 +71,8 @@ class ResidencyOptions(ctypes.Structure):
 
 STAT_FIELDS = ("budget_bytes", "device_bytes", "peak_device_bytes", "pinned_bytes", "registered_bytes",
                "uploaded_bytes", "paged_in_bytes", "page_ins", "source_evictions", "derived_evictions",
-               "derived_builds", "derived_rebuilds", "prefetches", "prefetches_skipped")
+               "derived_builds", "derived_rebuilds", "prefetches", "prefetches_skipped", "prefetches_failed",
+               "stuck_bytes")
 
 
 class ResidencyStats(ctypes.Structure):

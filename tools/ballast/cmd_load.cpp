@@ -210,6 +210,7 @@ json report_json(const ResidencyLoadReport& r) {
             {"chunks", r.read.chunks},
             {"files", r.read.files},
             {"direct_files", r.read.direct_files},
+            {"mapped_files", r.read.mapped_files},
             {"staging_bytes", r.read.staging_bytes},
             {"peak_staging_in_use", r.read.peak_staging_in_use},
             {"seconds", r.read.seconds},

@@ -464,6 +464,16 @@ TEST_CASE("the conformance suite from C: a child process, its counts and summary
   CAPI_FAILS(ballast_run_conformance(nullptr, nullptr, &r, nullptr, 0, nullptr), BALLAST_E_INVALID_ARGUMENT);
   CAPI_FAILS(ballast_run_conformance("cpu", nullptr, nullptr, nullptr, 0, nullptr), BALLAST_E_INVALID_ARGUMENT);
   CAPI_FAILS(ballast_run_conformance("cpu", nullptr, &r, nullptr, 8, nullptr), BALLAST_E_INVALID_ARGUMENT);
+  // A result struct of its size field alone (a caller that wants only the
+  // summary) is taken, and nothing past that size is written; one byte
+  // less is not a struct.
+  ballast_conformance_result only_size{};
+  only_size.size = sizeof(std::size_t);
+  only_size.passed = 12345;
+  CAPI_OK(ballast_run_conformance("cpu", "device weights*", &only_size, nullptr, 0, nullptr));
+  CHECK(only_size.passed == 12345);
+  only_size.size = sizeof(std::size_t) - 1;
+  CAPI_FAILS(ballast_run_conformance("cpu", nullptr, &only_size, nullptr, 0, nullptr), BALLAST_E_INVALID_ARGUMENT);
   const auto* api = static_cast<const ballast_api_v1*>(ballast_get_api(1));
   CHECK((api->run_conformance == &ballast_run_conformance));
 }

@@ -83,6 +83,20 @@ TEST_CASE("plan: ranges that would share a host page are one registration") {
   CHECK(plan[1] == ByteRange{3 * 4096, 10});
 }
 
+TEST_CASE("plan: a range ending exactly on a page boundary shares no page with one starting in the next") {
+  // [0, 4096) ends where page 1 begins; the next range starts inside page
+  // 1, 16 bytes on: no page in common, and the gap (16) is below the split
+  // gap only if the split gap says so. With a split gap of 8 they stay two.
+  const auto apart = plan_registrations(input({{0, 4096}, {4096 + 16, 100}}, 3 * 4096, 8));
+  REQUIRE(apart.size() == 2);
+  CHECK(apart[0] == ByteRange{0, 4096});
+  CHECK(apart[1] == ByteRange{4096 + 16, 100});
+  // One byte longer, the first range's last byte is in page 1: one registration.
+  const auto shared = plan_registrations(input({{0, 4097}, {4096 + 16, 100}}, 3 * 4096, 8));
+  REQUIRE(shared.size() == 1);
+  CHECK(shared[0] == ByteRange{0, 4096 + 16 + 100});
+}
+
 TEST_CASE("plan: every referenced range lies wholly inside one planned range; nothing outside the file") {
   std::mt19937_64 rng(17);
   for (int round = 0; round < 500; ++round) {

@@ -71,3 +71,21 @@ TEST_CASE("communicator ABI: another major is refused naming both versions; half
   CHECK(half.error().code == ErrorCode::abi_mismatch);
   CHECK_MESSAGE(half.error().to_string().find("lacks a function") != std::string::npos, half.error().to_string());
 }
+
+TEST_CASE("communicator names: lower-case letters, every digit and '_' look for a library; anything else is refused") {
+  PluginPath path;
+  // A plain name with no library is not_found (every folder searched named),
+  // whichever digits it holds.
+  for (const char* name : {"nosuch0", "nosuch9", "no_such_09"}) {
+    CAPTURE(name);
+    auto c = open_communicator(name);
+    REQUIRE_FALSE(c.ok());
+    CHECK(c.error().code == ErrorCode::not_found);
+  }
+  for (const char* name : {"NoSuch", "no-such", "no/such", "", "a23456789012345678901234567890123"}) {
+    CAPTURE(name);
+    auto c = open_communicator(name);
+    REQUIRE_FALSE(c.ok());
+    CHECK(c.error().code == ErrorCode::invalid_argument);
+  }
+}

@@ -370,6 +370,29 @@ TEST_CASE("cooperative load: a message its plan does not take is refused, naming
   CHECK(heard.error().to_string().find("rank 0 failed") != std::string::npos);
 }
 
+TEST_CASE("cooperative load: a message shorter than its header is refused, naming the sender") {
+  HfWorld w("dist-short", 2);
+  auto comms = make_local_communicators(2);
+  REQUIRE(comms.ok());
+  // Rank 1 greets rank 0 as a peer would, then sends 23 bytes: one short of
+  // the header (mapping, offset, length), from a rank that is not rank 0.
+  std::thread impostor([&] {
+    const std::uint64_t hello = 0x62616c6c68000000ull;
+    const auto* bytes = reinterpret_cast<const std::byte*>(&hello);
+    REQUIRE((*comms)[1]->send(0, std::vector<std::byte>(bytes, bytes + sizeof hello)).ok());
+    REQUIRE((*comms)[1]->barrier(std::chrono::steady_clock::now() + 10s).ok());
+    REQUIRE((*comms)[1]->send(0, std::vector<std::byte>(23, std::byte{1})).ok());
+  });
+  auto got = cooperative_load(w.model, w.plans, w.load, *(*comms)[0], small_chunks(0));
+  impostor.join();
+  REQUIRE_FALSE(got.ok());
+  CHECK_MESSAGE(got.error().code == ErrorCode::malformed, got.error().to_string());
+  CHECK_MESSAGE(got.error().to_string().find("a message of 23 bytes from rank 1 is not a cooperative load's") !=
+                    std::string::npos,
+                got.error().to_string());
+  (void)(*comms)[1]->receive(std::chrono::steady_clock::now() + 5s);
+}
+
 TEST_CASE("cooperative load: a load plan that leaves bytes of a shard unread fails, never passes zeros") {
   HfWorld w("dist-uncovered", 2);
   CooperativeLoadPlan broken = w.load;

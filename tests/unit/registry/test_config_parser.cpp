@@ -35,10 +35,14 @@ TEST_CASE("well-formed config strings parse into name, device and options") {
       {"vulkan?validation=on", "vulkan", {}, {}, {{"validation", "on"}}},
       {"vulkan:1?validation=on&queue=2", "vulkan", 1, {}, {{"validation", "on"}, {"queue", "2"}}},
       {"cuda:GPU-1f2e3d4c-0000-1111-2222-aAbBcCdDeEfF", "cuda", {}, "GPU-1f2e3d4c-0000-1111-2222-aabbccddeeff", {}},
-      {"vulkan:GPU-00000000-0000-0000-0000-000000000000?x.y-z_w=/opt/a:b", "vulkan", {},
-       "GPU-00000000-0000-0000-0000-000000000000", {{"x.y-z_w", "/opt/a:b"}}},
+      {"vulkan:GPU-00000000-0000-0000-0000-000000000000?x.y-z_w=/opt/a:b",
+       "vulkan",
+       {},
+       "GPU-00000000-0000-0000-0000-000000000000",
+       {{"x.y-z_w", "/opt/a:b"}}},
       {"opencl", "opencl", {}, {}, {}},  // unknown names are open_backend's business
       {"my_backend2:3", "my_backend2", 3, {}, {}},
+      {"b0123456789_z", "b0123456789_z", {}, {}, {}},  // every digit in a name
   };
   for (const auto& row : table) {
     CAPTURE(row.text);
@@ -113,4 +117,31 @@ TEST_CASE("the error quotes the offending string itself") {
   auto binary = parse_backend_config(std::string("cpu\x01", 4));
   REQUIRE_FALSE(binary.ok());
   CHECK(binary.error().message.find("\"cpu\\x01\"") != std::string::npos);
+}
+
+TEST_CASE("the string is read to its end and no further: a view into a longer buffer") {
+  // The bytes after the view ("=on") are not the config's: a key that ends
+  // where the view ends has no '='.
+  const std::string buffer = "cpu?validation=on";
+  auto parsed = parse_backend_config(std::string_view(buffer).substr(0, 14));
+  REQUIRE_FALSE(parsed.ok());
+  CHECK(parsed.error().message.find("at position 14: expected '=' after option key \"validation\"") !=
+        std::string::npos);
+}
+
+TEST_CASE("a long config string is refused, and no message carries it whole") {
+  // At the cap a well-formed string parses (its value is not checked here).
+  const std::string at_cap = "cpu?threads=" + std::string(1024 - 12, '9');
+  REQUIRE(at_cap.size() == 1024);
+  CHECK(parse_backend_config(at_cap).ok());
+  auto over = parse_backend_config(at_cap + "9");
+  REQUIRE_FALSE(over.ok());
+  CHECK(over.code() == ErrorCode::invalid_argument);
+  CHECK(over.error().message.find("of 1025 bytes: at most 1024") != std::string::npos);
+  CHECK(over.error().message.size() < 200);
+  // An error inside a long (but not too long) string quotes its start.
+  auto bad = parse_backend_config("cpu?threads=" + std::string(900, '9') + "&");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.error().message.find("...\" at position 913") != std::string::npos);
+  CHECK(bad.error().message.size() < 300);
 }

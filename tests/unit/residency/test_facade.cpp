@@ -5,6 +5,7 @@
 // its plan and groups; ResidencyStats::to_string() writes every field.
 #include <ballast/backend_registry.hpp>
 #include <ballast/derive.hpp>
+#include <ballast/log.hpp>
 #include <ballast/residency.hpp>
 #include <doctest/doctest.h>
 
@@ -227,8 +228,8 @@ TEST_CASE("ResidencyStats::to_string writes every field on one line") {
   ResidencyStats s;
   CHECK(s.to_string() ==
         "zero-copy, budget unlimited: held 0 B (peak 0 B), pinned 0 B, registered 0 B; uploaded 0 B, paged in 0 B "
-        "in 0 page-in(s); evictions 0 source, 0 derived; builds 0 (0 rebuild(s)); prefetches 0 (0 skipped); host "
-        "copies 0 B; paging 0.000 ms; pool 0 hit(s), 0 miss(es), 0 release(s), 0 B pooled");
+        "in 0 page-in(s); evictions 0 source, 0 derived; builds 0 (0 rebuild(s)); prefetches 0 (0 skipped, 0 failed); "
+        "host copies 0 B; paging 0.000 ms; pool 0 hit(s), 0 miss(es), 0 release(s), 0 B pooled; 0 B stuck");
   s.strategy = ResidencyStrategy::paged;
   s.budget_bytes = 49152;
   s.device_bytes = 36864;
@@ -250,10 +251,13 @@ TEST_CASE("ResidencyStats::to_string writes every field on one line") {
   s.pool_misses = 12;
   s.pool_releases = 13;
   s.pooled_bytes = 14;
+  s.prefetches_failed = 15;
+  s.stuck_bytes = 16;
   CHECK(s.to_string() ==
         "paged, budget 49152 B: held 36864 B (peak 49150 B), pinned 12288 B, registered 7 B; uploaded 8 B, paged in "
         "29056 B in 3 page-in(s); evictions 2 source, 1 derived; builds 5 (4 rebuild(s)); prefetches 6 (10 "
-        "skipped); host copies 9 B; paging 2.591 ms; pool 11 hit(s), 12 miss(es), 13 release(s), 14 B pooled");
+        "skipped, 15 failed); host copies 9 B; paging 2.591 ms; pool 11 hit(s), 12 miss(es), 13 release(s), 14 B "
+        "pooled; 16 B stuck");
   CHECK(s.to_string().find('\n') == std::string::npos);
 }
 
@@ -385,6 +389,174 @@ TEST_CASE("a pin that waits for a load after an earlier failed one gets the valu
   CHECK(waiter->first() == loader->first());
   loader->reset();
   waiter->reset();
+  CHECK(residency.release(faulty).status.ok());
+}
+
+TEST_CASE("a free the device refused once is asked again when room is short, not only at release()") {
+  using testing::FaultInjectingBackend;
+  using testing::FaultOp;
+  const Model m = layered_model();
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  FaultInjectingBackend faulty(**gpu);
+  ResidencyOptions o;
+  o.strategy = ResidencyStrategy::paged;
+  o.derivations = std::vector<PlannedDerivation>{};
+  o.budget_bytes = 1024;  // two of the 512-byte weights
+  auto r = Residency::create(faulty, m, o);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  Residency& residency = **r;
+  const ValueId embed = *m.value_id("embed.weight");
+  const ValueId q0 = *m.value_id("model.layers.0.q.weight");
+  const ValueId norm = *m.value_id("model.layers.0.norm.weight");
+  REQUIRE(residency.pin(embed).ok());
+  REQUIRE(residency.pin(q0).ok());
+  // The norm needs room: the pooled 512-byte blocks are given back, and the
+  // device refuses the first of those frees, once.
+  faulty.fail_nth(FaultOp::free, 1);
+  REQUIRE(residency.pin(norm).ok());
+  faulty.disarm();
+  CHECK(residency.stats().stuck_bytes == 512);
+  CHECK(faulty.kept_allocations().size() == 1);
+  // Both big weights at once: room only if the refused free is asked again.
+  auto a = residency.pin(embed);
+  REQUIRE_MESSAGE(a.ok(), a.error().to_string());
+  auto b = residency.pin(q0);
+  REQUIRE_MESSAGE(b.ok(), b.error().to_string());
+  CHECK(residency.stats().stuck_bytes == 0);
+  CHECK(residency.stats().device_bytes <= 1024);
+  // A third while both are pinned: the out_of_memory counts the pins.
+  auto c = residency.pin(*m.value_id("lm_head.weight"));
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.error().code == ErrorCode::out_of_memory);
+  CHECK_MESSAGE(c.error().message.find(": 1024 bytes pinned, 1024 bytes held in all") != std::string::npos,
+                c.error().message);
+  a->reset();
+  b->reset();
+  const Released out = residency.release(faulty);
+  CHECK(out.status.ok());
+  CHECK(faulty.kept_allocations().empty());
+  CHECK(faulty.counters().live_allocations == 0);
+}
+
+TEST_CASE("an out_of_memory says which pinned bytes are the build's own operands, and which are stuck") {
+  using testing::FaultInjectingBackend;
+  using testing::FaultOp;
+  const Model m = layered_model();
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  FaultInjectingBackend faulty(**gpu);
+  auto full = plan_derivations(m);
+  REQUIRE(full.ok());
+  std::vector<PlannedDerivation> plan;
+  for (const PlannedDerivation& p : *full)
+    if (p.kind() == Derivation::transpose && p.weight == "model.layers.0.q.weight") plan.push_back(p);
+  REQUIRE(plan.size() == 1);
+  ResidencyOptions o;
+  o.strategy = ResidencyStrategy::paged;
+  o.derivations = plan;
+  o.budget_bytes = 1024;
+  auto r = Residency::create(faulty, m, o);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  Residency& residency = **r;
+  auto embed = residency.pin(*m.value_id("embed.weight"));
+  REQUIRE(embed.ok());
+  // The transpose holds its 512-byte source pinned while it needs 512 more.
+  auto t = residency.pin(plan[0]);
+  REQUIRE_FALSE(t.ok());
+  CHECK(t.error().code == ErrorCode::out_of_memory);
+  CHECK_MESSAGE(
+      t.error().message.find("1024 bytes pinned (512 bytes of them this build's own operands)") != std::string::npos,
+      t.error().message);
+  embed->reset();
+  // A lost device: every free refused from here on. The embedding's block
+  // goes to the pool for the norm, is refused, and stays held, stuck.
+  faulty.fail_nth(FaultOp::free, 1, FaultInjectingBackend::Fault::from_then_on);
+  auto q0 = residency.pin(*m.value_id("model.layers.0.q.weight"));
+  REQUIRE(q0.ok());
+  auto norm = residency.pin(*m.value_id("model.layers.0.norm.weight"));
+  REQUIRE_FALSE(norm.ok());
+  CHECK(residency.stats().stuck_bytes == 512);
+  CHECK_MESSAGE(norm.error().message.find("(512 bytes of them frees the device refused)") != std::string::npos,
+                norm.error().message);
+  q0->reset();
+  faulty.disarm();
+  CHECK(residency.release(faulty).status.ok());
+  CHECK(faulty.counters().live_allocations == 0);
+}
+
+TEST_CASE("a device out of memory below the budget evicts and tries again; any other device error is returned") {
+  using testing::FaultInjectingBackend;
+  using testing::FaultOp;
+  const Model m = layered_model();
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  FaultInjectingBackend faulty(**gpu);
+  ResidencyOptions o;
+  o.strategy = ResidencyStrategy::paged;
+  o.derivations = std::vector<PlannedDerivation>{};
+  auto r = Residency::create(faulty, m, o);
+  REQUIRE(r.ok());
+  Residency& residency = **r;
+  const ValueId embed = *m.value_id("embed.weight");
+  const ValueId q0 = *m.value_id("model.layers.0.q.weight");
+  const ValueId norm = *m.value_id("model.layers.0.norm.weight");
+  REQUIRE(residency.pin(embed).ok());  // resident, unpinned: the one victim
+  // The device is fuller than the budget says (another model): its
+  // out_of_memory makes room by the policy and the allocation is retried.
+  faulty.fail_nth(FaultOp::allocate, 1);
+  auto a = residency.pin(q0);
+  faulty.disarm();
+  REQUIRE_MESSAGE(a.ok(), a.error().to_string());
+  CHECK(residency.stats().source_evictions == 1);
+  a->reset();
+  // A device error is not a lack of room: returned as it is, nothing evicted.
+  faulty.fail_nth(FaultOp::allocate, 1, FaultInjectingBackend::Fault::once,
+                  make_error(ErrorCode::device_error, "the device is gone"));
+  auto b = residency.pin(norm);
+  faulty.disarm();
+  REQUIRE_FALSE(b.ok());
+  CHECK(b.error().code == ErrorCode::device_error);
+  CHECK(residency.stats().source_evictions == 1);
+  CHECK(residency.release(faulty).status.ok());
+}
+
+TEST_CASE("a prefetch that fails on the device is counted as failed and said, not skipped") {
+  using testing::FaultInjectingBackend;
+  using testing::FaultOp;
+  const Model m = layered_model();
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  FaultInjectingBackend faulty(**gpu);
+  ResidencyOptions o;
+  o.strategy = ResidencyStrategy::paged;
+  o.derivations = std::vector<PlannedDerivation>{};
+  auto r = Residency::create(faulty, m, o);
+  REQUIRE(r.ok());
+  Residency& residency = **r;
+  std::mutex mutex;
+  std::vector<std::string> lines;
+  set_log_sink([&](const LogMessage& message) {
+    std::lock_guard lock(mutex);
+    lines.emplace_back(message.text);
+  });
+  const ValueId embed = *m.value_id("embed.weight");
+  faulty.fail_nth(FaultOp::copy_to_device, 1);
+  residency.prefetch(std::span(&embed, 1));
+  residency.wait_for_prefetches();
+  faulty.disarm();
+  set_log_sink({});
+  const ResidencyStats s = residency.stats();
+  CHECK(s.prefetches_failed == 1);
+  CHECK(s.prefetches_skipped == 0);
+  CHECK(s.prefetches == 0);
+  REQUIRE(lines.size() == 1);
+  CHECK_MESSAGE(lines[0].find("prefetch of weight 'embed.weight' failed (a pin will try again): device_error") !=
+                    std::string::npos,
+                lines[0]);
+  CHECK(lines[0].find("injected") != std::string::npos);
+  // The next pin tries again, and gets it.
+  CHECK(residency.pin(embed).ok());
   CHECK(residency.release(faulty).status.ok());
 }
 

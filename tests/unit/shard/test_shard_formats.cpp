@@ -355,3 +355,33 @@ TEST_CASE("derivations of shards: the launch over the rank's rows and columns; q
   CHECK(saw_o_quant);
   CHECK(saw_head);
 }
+
+TEST_CASE(
+    "derivations of shards: a launch that does not read its weight as stored is skipped, whichever side differs") {
+  ScratchDir dir("shard-derive-edited");
+  auto m = llm_onnx().write(dir);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  auto plan = plan_derivations(*m);
+  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+  const ShardPlans p = all(*m, 2);
+  std::size_t head = plan->size();
+  for (std::size_t i = 0; i < plan->size(); ++i)
+    if ((*plan)[i].weight == "lm_head.weight" && (*plan)[i].kind() == Derivation::transpose) head = i;
+  REQUIRE(head < plan->size());
+  // lm_head.weight is [8, 16] as stored; a launch of [8, 8] or [4, 16]
+  // (one side edited) reads something else.
+  for (const auto& [rows, cols] : {std::pair<std::uint64_t, std::uint64_t>{8, 8}, {4, 16}}) {
+    CAPTURE(rows);
+    CAPTURE(cols);
+    std::vector<PlannedDerivation> edited(plan->begin() + static_cast<std::ptrdiff_t>(head),
+                                          plan->begin() + static_cast<std::ptrdiff_t>(head) + 1);
+    edited[0].launch.rows = rows;
+    edited[0].launch.cols = cols;
+    auto cut = plan_shard_derivations(*m, p.ranks[0], edited);
+    REQUIRE_MESSAGE(cut.ok(), cut.error().to_string());
+    REQUIRE(cut->size() == 1);
+    CHECK_FALSE((*cut)[0].launch.has_value());
+    CHECK_MESSAGE((*cut)[0].skipped.find("does not read the weight as stored ([8, 16])") != std::string::npos,
+                  (*cut)[0].skipped);
+  }
+}

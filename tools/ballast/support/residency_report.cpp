@@ -58,6 +58,8 @@ nlohmann::ordered_json residency_stats_json(const ResidencyStats& s) {
   j["host_copy_bytes"] = s.host_copy_bytes;
   j["prefetches"] = s.prefetches;
   j["prefetches_skipped"] = s.prefetches_skipped;
+  j["prefetches_failed"] = s.prefetches_failed;
+  j["stuck_bytes"] = s.stuck_bytes;
   j["paging_seconds"] = s.paging_seconds;
   j["pool_hits"] = s.pool_hits;
   j["pool_misses"] = s.pool_misses;
@@ -79,10 +81,13 @@ void print_residency_summary(std::ostream& out, const ResidencyStats& s, const s
       << " page-in(s)\n";
   out << indent << "evictions: " << s.source_evictions << " source, " << s.derived_evictions << " derived; derived builds "
       << s.derived_builds << " (" << s.derived_rebuilds << " rebuild(s))\n";
-  out << indent << "prefetches: " << s.prefetches << " done, " << s.prefetches_skipped << " skipped; host copies "
-      << human_bytes(s.host_copy_bytes) << "; paging time " << ms << "\n";
+  out << indent << "prefetches: " << s.prefetches << " done, " << s.prefetches_skipped << " skipped, "
+      << s.prefetches_failed << " failed; host copies " << human_bytes(s.host_copy_bytes) << "; paging time " << ms
+      << "\n";
   out << indent << "block pool: " << s.pool_hits << " hit(s), " << s.pool_misses << " miss(es), " << s.pool_releases
-      << " release(s); pooled now " << human_bytes(s.pooled_bytes) << "\n";
+      << " release(s); pooled now " << human_bytes(s.pooled_bytes);
+  if (s.stuck_bytes != 0) out << "; " << human_bytes(s.stuck_bytes) << " the device refused to free";
+  out << "\n";
 }
 
 std::uint64_t peak_rss_bytes() {

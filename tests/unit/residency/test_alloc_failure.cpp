@@ -1,0 +1,119 @@
+// Running out of host memory inside a pin: every allocation of pin() (a
+// fresh source, a fresh derivation built from it) is made to fail in turn.
+// Each failing run ends in an error or an exception, never a crash; after
+// it the same object pins everything right and release() frees every
+// device allocation it made (an entry filed in one index but not the other
+// would stay on the device). This binary replaces the global operator new,
+// so it is a test of its own.
+#include <ballast/backend_registry.hpp>
+#include <ballast/derive.hpp>
+#include <ballast/residency.hpp>
+
+#include "unit/onnx/load_helpers.hpp"
+
+#include <cstdlib>
+#include <new>
+#include <vector>
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+namespace {
+// Allocations left, on the pinning thread only (the backend's workers
+// never fail), before one fails.
+thread_local long t_allocations_left = -1;
+thread_local bool t_failed = false;
+}  // namespace
+
+void* operator new(std::size_t size) {
+  if (t_allocations_left >= 0 && t_allocations_left-- == 0) {
+    t_failed = true;
+    throw std::bad_alloc();
+  }
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t size) { return ::operator new(size); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+using namespace ballast;
+using namespace ballast::testing;
+
+namespace {
+
+Model small_model() {
+  using namespace onnx_proto;
+  auto f32 = [](const char* name, std::initializer_list<std::int64_t> dims, std::size_t n, unsigned seed) {
+    Proto t = tensor(name, 1, dims);
+    std::vector<std::uint8_t> bytes(n * 4);
+    for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>((i * 37 + seed * 11) % 64);
+    raw_data(t, bytes);
+    return t;
+  };
+  static const Proto bytes = onnx_proto::model(
+      graph({named_node("q", "MatMul", {"x", "q.weight"}, {"y"}), named_node("o", "MatMul", {"y", "o.weight"}, {"z"})},
+            {f32("q.weight", {8, 16}, 128, 1), f32("o.weight", {16, 8}, 128, 2)}));
+  auto m = load_proto(bytes);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  return std::move(*m);
+}
+
+}  // namespace
+
+TEST_CASE("each allocation of a pin failing in turn leaves the residency whole: right values, nothing leaked") {
+  const Model m = small_model();
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  auto plan = plan_derivations(m);
+  REQUIRE(plan.ok());
+  REQUIRE_FALSE(plan->empty());
+  const PlannedDerivation derived = plan->front();
+  const ValueId weight = *m.value_id("q.weight");
+  for (ResidencyStrategy strategy : {ResidencyStrategy::upload, ResidencyStrategy::paged}) {
+    CAPTURE(residency_strategy_name(strategy));
+    const std::uint64_t live_before = (*gpu)->counters().live_allocations;
+    int runs_failed = 0;
+    for (long n = 0; n < 100000; ++n) {
+      CAPTURE(n);
+      ResidencyOptions o;
+      o.strategy = strategy;
+      o.derivations = *plan;
+      auto r = Residency::create(**gpu, m, o);
+      REQUIRE(r.ok());
+      Residency& residency = **r;
+      t_failed = false;
+      t_allocations_left = n;
+      bool threw = false;
+      try {
+        auto a = residency.pin(derived);  // builds its source's entry too
+        if (a.ok()) a->reset();
+        auto b = residency.pin(weight);
+        if (b.ok()) b->reset();
+      } catch (const std::bad_alloc&) {
+        threw = true;
+      }
+      t_allocations_left = -1;
+      const bool failed = t_failed;
+      CHECK((failed || !threw));
+      // Whatever failed, the object is whole: both pin, and right.
+      auto a = residency.pin(derived);
+      REQUIRE_MESSAGE(a.ok(), a.error().to_string());
+      auto b = residency.pin(weight);
+      REQUIRE_MESSAGE(b.ok(), b.error().to_string());
+      CHECK(b->first_bytes() == 8 * 16 * 4);
+      a->reset();
+      b->reset();
+      const Released out = residency.release(**gpu);
+      CHECK(out.status.ok());
+      CHECK((*gpu)->counters().live_allocations == live_before);
+      if (!failed) break;
+      ++runs_failed;
+    }
+    MESSAGE(runs_failed << " runs with an allocation failed");
+    CHECK(runs_failed > 5);
+  }
+}
