@@ -12,7 +12,10 @@ namespace {
 
 // Field numbers from onnx.proto.
 namespace model_field {
-constexpr std::uint32_t kIrVersion = 1, kGraph = 7, kOpsetImport = 8;
+constexpr std::uint32_t kIrVersion = 1, kGraph = 7, kOpsetImport = 8, kFunctions = 25;
+}
+namespace function_field {
+constexpr std::uint32_t kName = 1, kNode = 7, kDomain = 10;
 }
 namespace opset_field {
 constexpr std::uint32_t kDomain = 1, kVersion = 2;
@@ -30,7 +33,7 @@ constexpr std::uint32_t kName = 1, kF = 2, kI = 3, kS = 4, kT = 5, kG = 6, kFloa
 namespace sparse_field {
 constexpr std::uint32_t kValues = 1;
 }
-constexpr std::int64_t kAttrTypeInt = 2;
+constexpr std::int64_t kAttrTypeInt = 2, kAttrTypeInts = 7;
 
 // The scalar parts of an AttributeProto; repeated parts are re-read from
 // `message` when needed.
@@ -45,6 +48,7 @@ struct Attribute {
   std::uint64_t strings = 0;
   bool has_s = false;
   bool has_graphs = false;  // g or graphs: subgraphs to walk
+  bool has_ints = false;
 };
 
 Result<Attribute> scan_attribute(const WireField& message) {
@@ -85,6 +89,7 @@ Result<Attribute> scan_attribute(const WireField& message) {
         break;
       case attr_field::kInts:
         if (f.type != WireType::len) s = expect_wire_type(f, WireType::varint, "AttributeProto.ints");
+        a.has_ints = true;
         break;
       case attr_field::kStrings:
         s = expect_wire_type(f, WireType::len, "AttributeProto.strings");
@@ -108,6 +113,27 @@ Result<Attribute> scan_attribute(const WireField& message) {
     if (!s.ok()) return s;
   }
   return a;
+}
+
+// An attribute's ints, packed or not, appended to `out`; false when a
+// packed run is not whole varints (the loader checks wire types only).
+bool read_ints(const WireField& message, std::vector<std::int64_t>& out) {
+  WireReader reader(message.payload, message.payload_offset);
+  WireField f;
+  while (!reader.at_end()) {
+    if (!reader.next(f)) return false;
+    if (f.number != attr_field::kInts) continue;
+    if (f.type == WireType::varint) {
+      out.push_back(static_cast<std::int64_t>(f.value));
+      continue;
+    }
+    for (std::size_t pos = 0; pos < f.payload.size();) {
+      std::uint64_t v = 0;
+      if (!read_varint(f.payload, pos, v)) return false;
+      out.push_back(static_cast<std::int64_t>(v));
+    }
+  }
+  return true;
 }
 
 bool is_constant_op(std::string_view op_type, std::string_view domain) {
@@ -180,7 +206,27 @@ Status ModelDecoder::decode(Bytes bytes) {
         BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::len, "ModelProto.graph"));
         BALLAST_RETURN_IF_ERROR(decode_graph(f, 0));
         break;
-      default: break;  // producer, metadata, functions, training info
+      case model_field::kFunctions: {
+        // Not inlined, so not read: counted, so the planner can say what it
+        // does not see (docs/derivations.md, "Model-local functions").
+        BALLAST_RETURN_IF_ERROR(expect_wire_type(f, WireType::len, "ModelProto.functions"));
+        ModelFunction function;
+        // A body that is not well-formed ends the count (it never failed a
+        // load before functions were counted, and is not read either way).
+        WireReader body(f.payload, f.payload_offset);
+        WireField g;
+        while (!body.at_end() && body.next(g)) {
+          if (g.number == function_field::kNode)
+            ++function.nodes;
+          else if (g.number == function_field::kName && g.type == WireType::len)
+            function.name = std::string(g.text());
+          else if (g.number == function_field::kDomain && g.type == WireType::len)
+            function.domain = std::string(g.text());
+        }
+        model_.functions.push_back(std::move(function));
+        break;
+      }
+      default: break;  // producer, metadata, training info
     }
   }
   return {};
@@ -401,12 +447,16 @@ void build_node_table(Model::Impl& model) {
     std::size_t inputs_begin = 0, inputs_count = 0;
     std::size_t outputs_begin = 0, outputs_count = 0;
     std::size_t attributes_begin = 0, attributes_count = 0;
+    std::size_t lists_begin = 0, lists_count = 0;
   };
   // Built aside and swapped in at the end: if an allocation throws, the
   // Model's tables stay empty and the next call starts over.
   std::vector<NodeInfo> nodes;
   std::vector<std::string_view> values;
   std::vector<IntAttribute> attributes;
+  std::vector<IntsAttribute> lists;
+  std::vector<std::int64_t> ints;
+  std::vector<std::pair<std::size_t, std::size_t>> list_values;  // per list: [begin, count) in ints
   std::vector<Slices> slices;
   slices.reserve(model.node_records.size());
   nodes.reserve(model.node_records.size());
@@ -418,6 +468,7 @@ void build_node_table(Model::Impl& model) {
     outputs.clear();
     Slices at;
     at.attributes_begin = attributes.size();
+    at.lists_begin = lists.size();
     WireReader reader(record.payload, record.payload_offset);
     WireField f;
     // The loader validated every record: a failure here cannot happen, and
@@ -437,12 +488,20 @@ void build_node_table(Model::Impl& model) {
           auto attr = scan_attribute(f);
           if (attr && attr->i && (attr->type == kAttrTypeInt || attr->type == 0))
             attributes.push_back({attr->name, *attr->i});
+          if (attr && attr->has_ints && (attr->type == kAttrTypeInts || attr->type == 0)) {
+            const std::size_t begin = ints.size();
+            const bool whole = read_ints(attr->message, ints);
+            if (!whole) ints.resize(begin);  // not a shorter list: none
+            lists.push_back({attr->name, {}});
+            list_values.emplace_back(begin, ints.size() - begin);
+          }
           break;
         }
         default: break;
       }
     }
     at.attributes_count = attributes.size() - at.attributes_begin;
+    at.lists_count = lists.size() - at.lists_begin;
     at.inputs_begin = values.size();
     at.inputs_count = inputs.size();
     values.insert(values.end(), inputs.begin(), inputs.end());
@@ -456,12 +515,17 @@ void build_node_table(Model::Impl& model) {
   // (a vector's buffer survives the swap below).
   const std::span<const std::string_view> all_values(values);
   const std::span<const IntAttribute> all_attributes(attributes);
+  const std::span<const std::int64_t> all_ints(ints);
+  for (std::size_t i = 0; i < lists.size(); ++i)
+    lists[i].values = all_ints.subspan(list_values[i].first, list_values[i].second);
+  const std::span<const IntsAttribute> all_lists(lists);
   for (std::size_t i = 0; i < slices.size(); ++i) {
     NodeInfo& node = nodes[i];
     const Slices& at = slices[i];
     node.inputs = all_values.subspan(at.inputs_begin, at.inputs_count);
     node.outputs = all_values.subspan(at.outputs_begin, at.outputs_count);
     node.int_attributes = all_attributes.subspan(at.attributes_begin, at.attributes_count);
+    node.ints_attributes = all_lists.subspan(at.lists_begin, at.lists_count);
   }
   std::vector<std::string> generated;
   name_nodes(nodes, generated);
@@ -469,6 +533,8 @@ void build_node_table(Model::Impl& model) {
   model.generated_node_names.swap(generated);
   model.node_values.swap(values);
   model.node_attributes.swap(attributes);
+  model.node_ints_attributes.swap(lists);
+  model.node_ints.swap(ints);
 }
 
 }  // namespace ballast::onnx

@@ -68,6 +68,7 @@ Status Model::check_unchanged() const {
 }
 const std::vector<StringTensorInfo>& Model::string_tensors() const noexcept { return impl_->string_tensors; }
 const std::vector<LoadNote>& Model::notes() const noexcept { return impl_->notes; }
+const std::vector<ModelFunction>& Model::functions() const noexcept { return impl_->functions; }
 std::int64_t Model::ir_version() const noexcept { return impl_->ir_version; }
 const std::vector<std::pair<std::string, std::int64_t>>& Model::opsets() const noexcept { return impl_->opsets; }
 

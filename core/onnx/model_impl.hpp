@@ -62,12 +62,15 @@ struct Model::Impl {
   // What the nodes' spans point into; frozen once built.
   mutable std::vector<std::string_view> node_values;
   mutable std::vector<IntAttribute> node_attributes;
+  mutable std::vector<IntsAttribute> node_ints_attributes;
+  mutable std::vector<std::int64_t> node_ints;  // the lists' values
   // The names given to unnamed nodes (onnx/node_names.hpp).
   mutable std::vector<std::string> generated_node_names;
   void build_nodes() const;
 
   std::vector<StringTensorInfo> string_tensors;
   std::vector<LoadNote> notes;
+  std::vector<ModelFunction> functions;  // ModelProto.functions: counted, not read
   std::int64_t ir_version = 0;
   std::vector<std::pair<std::string, std::int64_t>> opsets;
 

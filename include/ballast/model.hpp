@@ -107,10 +107,17 @@ struct LoadOptions {
   std::uint64_t max_gguf_array_elements = std::uint64_t{1} << 24;
 };
 
-// An integer attribute of a node (others are not kept).
+// An integer attribute of a node, and a list of integers (INTS: a
+// Transpose's perm); other attributes are not kept.
 struct IntAttribute {
   std::string_view name;
   std::int64_t value = 0;
+};
+struct IntsAttribute {
+  std::string_view name;
+  // Empty for a list whose packed bytes are not whole varints: such a
+  // value is read as no list at all rather than a shorter one.
+  std::span<const std::int64_t> values;
 };
 
 // A node of the graph (any nesting depth), kept so that tools can tell what
@@ -128,12 +135,20 @@ struct NodeInfo {
   std::span<const std::string_view> outputs;
   std::span<const IntAttribute> int_attributes;  // in file order
   unsigned depth = 0;  // 0 = main graph
+  std::span<const IntsAttribute> ints_attributes;  // in file order
 
   // The last value given for integer attribute `attribute` (protobuf: later wins).
   std::optional<std::int64_t> int_attribute(std::string_view attribute) const noexcept {
     std::optional<std::int64_t> found;
     for (const IntAttribute& a : int_attributes)
       if (a.name == attribute) found = a.value;
+    return found;
+  }
+  // The last list given for `attribute`.
+  std::optional<std::span<const std::int64_t>> ints_attribute(std::string_view attribute) const noexcept {
+    std::optional<std::span<const std::int64_t>> found;
+    for (const IntsAttribute& a : ints_attributes)
+      if (a.name == attribute) found = a.values;
     return found;
   }
 };
@@ -143,6 +158,16 @@ struct StringTensorInfo {
   std::string name;
   Dims dims;
   WeightSource source = WeightSource::initializer;
+};
+
+// A model-local function (ModelProto.functions, e.g. torch's
+// export_modules_as_functions). Its nodes are not read: they are not in
+// Model::nodes(), and the planner does not see the weights its calls pass
+// to them (plan_derivations lists one PlanSkip per function).
+struct ModelFunction {
+  std::string domain;
+  std::string name;
+  std::uint64_t nodes = 0;  // the nodes of its body (their subgraphs not counted)
 };
 
 // Something the loader did not treat as fatal but a person should see.
@@ -193,6 +218,8 @@ class Model {
   Status check_unchanged() const;
   const std::vector<StringTensorInfo>& string_tensors() const noexcept;
   const std::vector<LoadNote>& notes() const noexcept;
+  // ONNX: the model-local functions, in file order (none for other formats).
+  const std::vector<ModelFunction>& functions() const noexcept;
 
   std::int64_t ir_version() const noexcept;
   // (domain, version) pairs from opset_import.

@@ -112,6 +112,18 @@ inline Proto attribute_int(std::string_view name, std::int64_t v) {
   a.str(1, name).sint(3, v).varint(20, 2);
   return a;
 }
+// An INTS attribute (a Transpose's perm); `packed` writes one packed run,
+// else one varint field per value (both are valid protobuf).
+inline Proto attribute_ints(std::string_view name, std::initializer_list<std::int64_t> v, bool packed = true) {
+  Proto a;
+  a.str(1, name);
+  if (packed)
+    a.packed_varints(8, v);
+  else
+    for (std::int64_t x : v) a.sint(8, x);
+  a.varint(20, 7);
+  return a;
+}
 inline Proto attribute_tensor(std::string_view name, const Proto& t) {
   Proto a;
   a.str(1, name).msg(5, t).varint(20, 4);

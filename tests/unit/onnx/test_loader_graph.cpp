@@ -215,6 +215,56 @@ TEST_CASE("nodes keep integer attributes (MatMulNBits, Gemm) and values are inte
   CHECK(model.opsets()[0] == std::pair<std::string, std::int64_t>{"", 17});
 }
 
+TEST_CASE("nodes keep integer lists (a Transpose's perm), packed or not; a broken packed run is no list") {
+  Proto packed = node("Transpose", {"W"}, {"a"}, {attribute_ints("perm", {1, 0})});
+  Proto unpacked = named_node("t2", "Transpose", {"a"}, {"b"}, {attribute_ints("perm", {0, 2, 1}, false)});
+  // perm's packed run ends inside a varint: read as no list, not as [1].
+  Proto broken_attr;
+  broken_attr.str(1, "perm").bytes(8, std::vector<std::uint8_t>{0x01, 0x80}).varint(20, 7);
+  Proto broken = named_node("t3", "Transpose", {"b"}, {"c"}, {broken_attr, attribute_int("axis", 3)});
+  Proto none = named_node("t4", "Transpose", {"c"}, {"d"});
+  Proto m = model(graph({packed, unpacked, broken, none}, {f32_tensor("W", {1.0f, 2.0f})}));
+  auto model_r = load_proto(m);
+  REQUIRE_MESSAGE(model_r.ok(), model_r.error().to_string());
+  const auto& nodes = model_r->nodes();
+  REQUIRE(nodes.size() == 4);
+  auto list = [](const NodeInfo& n) {
+    auto perm = n.ints_attribute("perm");
+    return perm ? std::vector<std::int64_t>(perm->begin(), perm->end()) : std::vector<std::int64_t>{-7};
+  };
+  CHECK(list(nodes[0]) == std::vector<std::int64_t>{1, 0});
+  CHECK(list(nodes[1]) == std::vector<std::int64_t>{0, 2, 1});
+  CHECK(list(nodes[2]).empty());  // present, unreadable: no values
+  CHECK(nodes[2].int_attribute("axis") == 3);
+  CHECK(list(nodes[3]) == std::vector<std::int64_t>{-7});  // absent
+  CHECK(nodes[0].int_attributes.empty());                  // a list is not an integer
+}
+
+TEST_CASE("model-local functions are counted, not read: their nodes are not in nodes()") {
+  Proto body;
+  body.str(1, "Block");
+  body.str(4, "x").str(4, "w").str(5, "y");
+  body.msg(7, node("MatMul", {"x", "w"}, {"t"}));
+  body.msg(7, node("Relu", {"t"}, {"y"}));
+  body.str(10, "local");
+  Proto empty;
+  empty.str(1, "Nothing");
+  Proto m = model(graph({named_node("call0", "Block", {"X", "W"}, {"Y0"}, {}, "local"),
+                         named_node("call1", "Block", {"Y0", "W"}, {"Y1"}, {}, "local")},
+                        {f32_tensor("W", {1.0f})}));
+  m.msg(25, body).msg(25, empty);
+  auto model_r = load_proto(m);
+  REQUIRE_MESSAGE(model_r.ok(), model_r.error().to_string());
+  CHECK(model_r->nodes().size() == 2);
+  REQUIRE(model_r->functions().size() == 2);
+  CHECK(model_r->functions()[0].domain == "local");
+  CHECK(model_r->functions()[0].name == "Block");
+  CHECK(model_r->functions()[0].nodes == 2);
+  CHECK(model_r->functions()[1].domain.empty());
+  CHECK(model_r->functions()[1].name == "Nothing");
+  CHECK(model_r->functions()[1].nodes == 0);
+}
+
 TEST_CASE("a duplicate weight name is malformed and names the weight") {
   Proto m1 = model(graph({}, {f32_tensor("w", {1.0f}), f32_tensor("w", {2.0f})}));
   auto r1 = load_proto(m1);
