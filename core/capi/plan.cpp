@@ -70,7 +70,9 @@ ballast_status* ballast_plan_derivations(const ballast_model* model, int32_t sou
     auto plan = plan_derivations(m->model, options);
     if (!plan.ok()) return from_error(plan.error());
     for (const PlanSkip& s : skipped)
-      log_message(LogLevel::warning, "plan", "rule " + s.rule + " skipped " + s.weight + ": " + s.reason);
+      log_message(LogLevel::warning, "plan",
+                  (s.rule.empty() ? "node " + s.node : "rule " + s.rule) + " skipped" +
+                      (s.weight.empty() ? "" : " " + s.weight) + ": " + s.reason);
     *out = static_cast<ballast_plan*>(make_plan_handle(m, std::move(*plan)));
     return nullptr;
   });

@@ -96,13 +96,14 @@ PlannedDerivation dense(Derivation kind, std::string weight, ValueId id, DataTyp
   return p;
 }
 
-Result<std::vector<PlannedDerivation>> plan_dense(const Model& model, const NodeInfo& node) {
+Result<std::vector<PlannedDerivation>> plan_dense(const Model& model, const NodeInfo& node,
+                                                  std::vector<PlanSkip>* skips) {
   std::vector<PlannedDerivation> out;
   if (node.inputs.size() < 2) return out;
   ValueId id;
   const WeightRef* w = weight_of(model, node.inputs[1], id);
   if (w == nullptr || w->dims.size() != 2) return out;
-  if (w->dtype != DataType::float32 && w->dtype != DataType::float16) return out;
+  if (w->dtype != DataType::float32 && w->dtype != DataType::float16 && w->dtype != DataType::bfloat16) return out;
   const auto rows = static_cast<std::uint64_t>(w->dims[0]);
   const auto cols = static_cast<std::uint64_t>(w->dims[1]);
   // MatMul B and Gemm B without transB are [K, N]; with transB they are [N, K].
@@ -111,9 +112,19 @@ Result<std::vector<PlannedDerivation>> plan_dense(const Model& model, const Node
   const std::string why = std::string(node.op_type) + " B " + (stored_nk ? "[N, K] = [" : "[K, N] = [") +
                           std::to_string(rows) + ", " + std::to_string(cols) + "]";
   out.push_back(dense(Derivation::transpose, name, id, w->dtype, rows, cols, false));
-  if (w->dtype == DataType::float32) out.push_back(dense(Derivation::to_f16, name, id, w->dtype, rows, cols, false));
-  if (stored_nk) out.push_back(dense(Derivation::quant_int8, name, id, w->dtype, rows, cols, false));
-  else out.push_back(dense(Derivation::quant_int8, name, id, w->dtype, cols, rows, true));
+  if (w->dtype != DataType::float16) out.push_back(dense(Derivation::to_f16, name, id, w->dtype, rows, cols, false));
+  if (w->dtype == DataType::bfloat16) {
+    // The quant_int8 kernels read float32 or float16: said, not dropped.
+    if (skips != nullptr)
+      skips->push_back({"", name,
+                        "quant_int8 reads float32 or float16, not this bfloat16 " + std::string(node.op_type) +
+                            " B (its transpose and to_f16 are planned)",
+                        std::string(node.name)});
+  } else if (stored_nk) {
+    out.push_back(dense(Derivation::quant_int8, name, id, w->dtype, rows, cols, false));
+  } else {
+    out.push_back(dense(Derivation::quant_int8, name, id, w->dtype, cols, rows, true));
+  }
   for (PlannedDerivation& p : out) {
     p.node = std::string(node.name);
     p.why = why;
@@ -121,9 +132,11 @@ Result<std::vector<PlannedDerivation>> plan_dense(const Model& model, const Node
   return out;
 }
 
-Result<std::vector<PlannedDerivation>> plan_node(const Model& model, const NodeInfo& node) {
+Result<std::vector<PlannedDerivation>> plan_node(const Model& model, const NodeInfo& node,
+                                                 std::vector<PlanSkip>* skips) {
   if (node.op_type == "MatMulNBits" && node.domain == "com.microsoft") return plan_nbits(model, node);
-  if ((node.op_type == "MatMul" || node.op_type == "Gemm") && node.domain.empty()) return plan_dense(model, node);
+  if ((node.op_type == "MatMul" || node.op_type == "Gemm") && node.domain.empty())
+    return plan_dense(model, node, skips);
   return std::vector<PlannedDerivation>{};
 }
 
@@ -167,11 +180,19 @@ Result<std::vector<PlannedDerivation>> plan_derivations(const Model& model, cons
   const bool use_rules = source == PlanSource::rules || source == PlanSource::graph_and_rules ||
                          (source == PlanSource::automatic && (given || !has_graph));
   std::vector<PlannedDerivation> planned;
-  if (use_graph)
+  // The graph's skips: listed when the caller collects skips, never an error.
+  std::vector<PlanSkip> graph_skipped;
+  if (use_graph) {
     for (const NodeInfo& node : model.nodes()) {
-      BALLAST_ASSIGN_OR_RETURN(auto from_node, plan_node(model, node));
+      BALLAST_ASSIGN_OR_RETURN(auto from_node, plan_node(model, node, &graph_skipped));
       for (PlannedDerivation& p : from_node) planned.push_back(std::move(p));
     }
+    // A weight two nodes consume is one skip, under the first.
+    std::set<std::pair<std::string, std::string>> seen_skips;
+    std::erase_if(graph_skipped, [&](const PlanSkip& s) { return !seen_skips.emplace(s.weight, s.reason).second; });
+  }
+  if (options.skipped != nullptr)
+    options.skipped->insert(options.skipped->end(), graph_skipped.begin(), graph_skipped.end());
   std::vector<PlanSkip> skipped;
   if (use_rules) {
     const std::vector<DerivationRule> defaults = given ? std::vector<DerivationRule>{} : default_derivation_rules();
@@ -202,10 +223,14 @@ Result<std::vector<PlannedDerivation>> plan_derivations(const Model& model, cons
 }
 
 Result<PlannedDerivation> plan_derivation(const Model& model, const NodeInfo& node, Derivation kind) {
-  BALLAST_ASSIGN_OR_RETURN(auto planned, plan_node(model, node));
+  std::vector<PlanSkip> skips;
+  BALLAST_ASSIGN_OR_RETURN(auto planned, plan_node(model, node, &skips));
   for (PlannedDerivation& p : planned)
     if (p.kind() == kind) return std::move(p);
-  return node_error(node, std::string(derivation_name(kind)) + " does not apply to this node's weight");
+  std::string why = std::string(derivation_name(kind)) + " does not apply to this node's weight";
+  for (const PlanSkip& s : skips)
+    if (s.reason.rfind(derivation_name(kind), 0) == 0) why += ": " + s.reason;
+  return node_error(node, std::move(why));
 }
 
 namespace {

@@ -97,14 +97,17 @@ int main(int argc, char** argv) {
 
     // Which derivation applies to which weight, and why. A weight a rule
     // matched but cannot plan (a GGUF block type no kind decodes, a GPTQ
-    // qweight) is an error unless the skips are collected: list them.
+    // qweight) is an error unless the skips are collected: list them. The
+    // graph's skips (quant_int8 of a bfloat16 B, a model-local function
+    // whose nodes are not read) are listed there too, never errors.
     std::vector<PlanSkip> skipped;
     PlanOptions plan_options;
     plan_options.skipped = &skipped;
     auto plan = plan_derivations(*model, plan_options);
     if (!plan.ok()) return fail(plan.error());
-    for (const PlanSkip& s : skipped)
-      std::printf("skipped by rule %s: %s: %s\n", s.rule.c_str(), s.weight.c_str(), s.reason.c_str());
+    for (const PlanSkip& s : skipped)  // rule empty: the graph's, read off node s.node
+      std::printf("skipped by %s %s: %s: %s\n", s.rule.empty() ? "node" : "rule",
+                  (s.rule.empty() ? s.node : s.rule).c_str(), s.weight.c_str(), s.reason.c_str());
     const DeriveContext ctx{gpu, *model, source, derived};
     auto values = derive_weights(ctx, *plan, [](const DeriveProgress& p) {
       if (p.done == p.total) std::printf("derived %zu of %zu (%llu source bytes)\n", p.done, p.total,

@@ -59,8 +59,10 @@ struct PlannedDerivation {
 // Every derivation that applies to the model's weights, read off the nodes
 // that consume them (and, per PlanOptions::source, planned by rules):
 //   MatMulNBits (com.microsoft, bits=4) B  -> dequant_int4, repack_int4
-//   2-D float32/float16 MatMul and Gemm B  -> transpose, to_f16 (float32
-//                                             only), quant_int8 per output channel
+//   2-D float32/float16/bfloat16 MatMul    -> transpose, to_f16 (float32 and
+//   and Gemm B                                bfloat16), quant_int8 per output
+//                                             channel (float32 and float16;
+//                                             bfloat16: a PlanSkip)
 // A weight consumed by several nodes with the same parameters is planned
 // once; consumers with different parameters (another scales tensor, a
 // different shape on the same bytes) each get their own entry. Errors name
@@ -122,12 +124,16 @@ enum class PlanSource : std::uint8_t {
   graph_and_rules,  // the graph's plan, then the rules' (a derivation both plan is planned once)
 };
 
-// A weight a rule matched but could not plan (its dtype or rank), or a
-// rule that matched nothing.
+// What the plan leaves out, and why. From rules: a weight a rule matched
+// but could not plan (its dtype or rank), or a rule that matched nothing.
+// From the graph (`rule` empty, `node` set): a derivation a consuming node
+// would get but its weight's type does not allow (quant_int8 of a bfloat16
+// MatMul B; docs/derivations.md).
 struct PlanSkip {
-  std::string rule;    // the rule's name
+  std::string rule;    // the rule's name; empty: the graph
   std::string weight;  // empty: the rule matched no weight
   std::string reason;
+  std::string node;  // graph skips: the consuming node
 };
 
 struct PlanOptions {
@@ -135,10 +141,12 @@ struct PlanOptions {
   PlanSource source = PlanSource::automatic;
   // Empty: default_derivation_rules() where rules are used.
   std::vector<DerivationRule> rules;
-  // Receives every skip when set. When null a skip is an error
+  // Receives every skip when set. When null a rule's skip is an error
   // (invalid_argument naming the rule and the weight): never a silent drop.
   // Default rules that match nothing are not skips (a model need not have
-  // an lm_head); given rules that match nothing are.
+  // an lm_head); given rules that match nothing are. The graph's skips are
+  // never errors (the model is valid: what applies is planned); they are
+  // listed here.
   std::vector<PlanSkip>* skipped = nullptr;
 };
 Result<std::vector<PlannedDerivation>> plan_derivations(const Model& model, const PlanOptions& options = {});

@@ -72,13 +72,33 @@ void print_plan(std::ostream& out, const std::vector<PlannedDerivation>& plan, c
   for (std::size_t i = 0; i < sources.size(); ++i)
     out << (i ? ", " : ": ") << sources[i].second << (sources[i].first == "graph" ? " from the graph" : " by rule " + sources[i].first);
   out << '\n';
-  constexpr std::size_t kShown = 20;  // --json lists them all
-  for (std::size_t i = 0; i < skipped.size() && i < kShown; ++i) {
-    const PlanSkip& s = skipped[i];
-    out << "  skipped: rule " << printable(s.rule) << (s.weight.empty() ? "" : " on " + printable(s.weight)) << ": "
-        << printable(s.reason) << '\n';
+  // A rule's skip names the rule; the graph's, the node it was read off.
+  // The graph's skips of one reason (quant_int8 of every bfloat16 B) are
+  // one line with their count; --json lists each.
+  std::vector<std::pair<const PlanSkip*, std::size_t>> lines;
+  for (const PlanSkip& s : skipped) {
+    auto same = std::find_if(lines.begin(), lines.end(), [&](const auto& l) {
+      return s.rule.empty() && !s.weight.empty() && l.first->rule.empty() && l.first->reason == s.reason;
+    });
+    if (same == lines.end())
+      lines.emplace_back(&s, 1);
+    else
+      ++same->second;
   }
-  if (skipped.size() > kShown) out << "  ... " << skipped.size() - kShown << " more skipped (see --json)\n";
+  constexpr std::size_t kShown = 20;  // --json lists them all
+  std::size_t more = 0;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const auto& [s, count] = lines[i];
+    if (i >= kShown) {
+      more += count;
+      continue;
+    }
+    out << "  skipped: " << (s->rule.empty() ? "node " + printable(s->node) : "rule " + printable(s->rule))
+        << (s->weight.empty() ? "" : " on " + printable(s->weight))
+        << (count > 1 ? " and " + std::to_string(count - 1) + " more weight" + (count > 2 ? "s" : "") : "") << ": "
+        << printable(s->reason) << '\n';
+  }
+  if (more > 0) out << "  ... " << more << " more skipped (see --json)\n";
 }
 
 nlohmann::ordered_json plan_json(const std::vector<PlannedDerivation>& plan, const std::vector<PlanSkip>& skipped) {
@@ -88,7 +108,12 @@ nlohmann::ordered_json plan_json(const std::vector<PlannedDerivation>& plan, con
     planned.push_back({{"weight", p.weight}, {"derivation", std::string(derivation_name(p.kind()))},
                        {"source", plan_source(p)}, {"why", p.why}});
   json skips = json::array();
-  for (const PlanSkip& s : skipped) skips.push_back({{"rule", s.rule}, {"weight", s.weight}, {"reason", s.reason}});
+  for (const PlanSkip& s : skipped)
+    skips.push_back({{"source", s.rule.empty() ? std::string("graph") : s.rule},
+                     {"rule", s.rule},
+                     {"node", s.node},
+                     {"weight", s.weight},
+                     {"reason", s.reason}});
   return {{"planned", std::move(planned)}, {"skipped", std::move(skips)}};
 }
 
