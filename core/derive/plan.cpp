@@ -9,6 +9,7 @@
 #include <limits>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 
 namespace ballast {
@@ -96,34 +97,104 @@ PlannedDerivation dense(Derivation kind, std::string weight, ValueId id, DataTyp
   return p;
 }
 
-Result<std::vector<PlannedDerivation>> plan_dense(const Model& model, const NodeInfo& node,
+bool onnx_domain(std::string_view domain) { return domain.empty() || domain == "ai.onnx"; }
+
+// The node that computes each value, built on first use: a plan whose
+// consumers read their weights directly never builds it.
+class Producers {
+ public:
+  explicit Producers(const Model& model) : model_(model) {}
+  const NodeInfo* of(std::string_view value) {
+    if (!built_) {
+      for (const NodeInfo& n : model_.nodes())
+        for (std::string_view out : n.outputs)
+          if (!out.empty()) map_.try_emplace(out, &n);
+      built_ = true;
+    }
+    auto it = map_.find(value);
+    return it == map_.end() ? nullptr : it->second;
+  }
+
+ private:
+  const Model& model_;
+  bool built_ = false;
+  std::unordered_map<std::string_view, const NodeInfo*> map_;
+};
+
+// An input as the weight it reads: the value itself, or the weight behind
+// Identity nodes (torch writes Identity(W) for a shared module's weight) and
+// 2-D Transpose nodes (MatMul(x, Transpose(W)) without constant folding).
+struct Operand {
+  const WeightRef* w = nullptr;
+  ValueId id{};
+  std::string name;
+  bool transposed = false;  // an odd number of transposes on the way
+  std::string via;          // "Transpose '<node>'", ... from the consumer up; empty: read directly
+};
+
+// Bounds the walk: a chain longer than any exporter writes, or a cycle,
+// reads as computed at run time.
+constexpr int kMaxForwarding = 16;
+
+Operand resolve_weight(const Model& model, Producers& producers, std::string_view value) {
+  Operand out;
+  std::string_view name = value;
+  for (int step = 0;; ++step) {
+    if (const WeightRef* w = weight_of(model, name, out.id)) {
+      out.w = w;
+      out.name = std::string(name);
+      return out;
+    }
+    if (step == kMaxForwarding || name.empty()) return {};
+    const NodeInfo* p = producers.of(name);
+    if (p == nullptr || p->inputs.empty() || !onnx_domain(p->domain)) return {};
+    if (p->op_type == "Transpose") {
+      // perm absent reverses the axes: [1, 0] for the 2-D weight a dense
+      // consumer needs (plan_dense checks the rank); [0, 1] moves nothing.
+      const auto perm = p->ints_attribute("perm");
+      const bool swap = !perm || (perm->size() == 2 && (*perm)[0] == 1 && (*perm)[1] == 0);
+      const bool keep = perm && perm->size() == 2 && (*perm)[0] == 0 && (*perm)[1] == 1;
+      if (!swap && !keep) return {};
+      out.transposed ^= swap;
+    } else if (p->op_type != "Identity") {
+      return {};
+    }
+    out.via += (out.via.empty() ? "" : ", ") + std::string(p->op_type) + " '" + std::string(p->name) + "'";
+    name = p->inputs[0];
+  }
+}
+
+Result<std::vector<PlannedDerivation>> plan_dense(const Model& model, const NodeInfo& node, Producers& producers,
                                                   std::vector<PlanSkip>* skips) {
   std::vector<PlannedDerivation> out;
   if (node.inputs.size() < 2) return out;
-  ValueId id;
-  const WeightRef* w = weight_of(model, node.inputs[1], id);
+  const Operand b = resolve_weight(model, producers, node.inputs[1]);
+  const WeightRef* w = b.w;
   if (w == nullptr || w->dims.size() != 2) return out;
   if (w->dtype != DataType::float32 && w->dtype != DataType::float16 && w->dtype != DataType::bfloat16) return out;
   const auto rows = static_cast<std::uint64_t>(w->dims[0]);
   const auto cols = static_cast<std::uint64_t>(w->dims[1]);
-  // MatMul B and Gemm B without transB are [K, N]; with transB they are [N, K].
-  const bool stored_nk = node.op_type == "Gemm" && node.int_attribute("transB").value_or(0) != 0;
-  const std::string name(node.inputs[1]);
+  // MatMul B and Gemm B without transB are [K, N]; with transB they are
+  // [N, K]; a Transpose on the way from the weight swaps the two.
+  const bool trans_b = node.op_type == "Gemm" && node.int_attribute("transB").value_or(0) != 0;
+  const bool stored_nk = trans_b != b.transposed;
   const std::string why = std::string(node.op_type) + " B " + (stored_nk ? "[N, K] = [" : "[K, N] = [") +
-                          std::to_string(rows) + ", " + std::to_string(cols) + "]";
-  out.push_back(dense(Derivation::transpose, name, id, w->dtype, rows, cols, false));
-  if (w->dtype != DataType::float16) out.push_back(dense(Derivation::to_f16, name, id, w->dtype, rows, cols, false));
+                          std::to_string(rows) + ", " + std::to_string(cols) + "]" +
+                          (b.via.empty() ? "" : " through " + b.via);
+  out.push_back(dense(Derivation::transpose, b.name, b.id, w->dtype, rows, cols, false));
+  if (w->dtype != DataType::float16)
+    out.push_back(dense(Derivation::to_f16, b.name, b.id, w->dtype, rows, cols, false));
   if (w->dtype == DataType::bfloat16) {
     // The quant_int8 kernels read float32 or float16: said, not dropped.
     if (skips != nullptr)
-      skips->push_back({"", name,
+      skips->push_back({"", b.name,
                         "quant_int8 reads float32 or float16, not this bfloat16 " + std::string(node.op_type) +
                             " B (its transpose and to_f16 are planned)",
                         std::string(node.name)});
   } else if (stored_nk) {
-    out.push_back(dense(Derivation::quant_int8, name, id, w->dtype, rows, cols, false));
+    out.push_back(dense(Derivation::quant_int8, b.name, b.id, w->dtype, rows, cols, false));
   } else {
-    out.push_back(dense(Derivation::quant_int8, name, id, w->dtype, cols, rows, true));
+    out.push_back(dense(Derivation::quant_int8, b.name, b.id, w->dtype, cols, rows, true));
   }
   for (PlannedDerivation& p : out) {
     p.node = std::string(node.name);
@@ -132,11 +203,11 @@ Result<std::vector<PlannedDerivation>> plan_dense(const Model& model, const Node
   return out;
 }
 
-Result<std::vector<PlannedDerivation>> plan_node(const Model& model, const NodeInfo& node,
+Result<std::vector<PlannedDerivation>> plan_node(const Model& model, const NodeInfo& node, Producers& producers,
                                                  std::vector<PlanSkip>* skips) {
   if (node.op_type == "MatMulNBits" && node.domain == "com.microsoft") return plan_nbits(model, node);
   if ((node.op_type == "MatMul" || node.op_type == "Gemm") && node.domain.empty())
-    return plan_dense(model, node, skips);
+    return plan_dense(model, node, producers, skips);
   return std::vector<PlannedDerivation>{};
 }
 
@@ -183,8 +254,9 @@ Result<std::vector<PlannedDerivation>> plan_derivations(const Model& model, cons
   // The graph's skips: listed when the caller collects skips, never an error.
   std::vector<PlanSkip> graph_skipped;
   if (use_graph) {
+    Producers producers(model);
     for (const NodeInfo& node : model.nodes()) {
-      BALLAST_ASSIGN_OR_RETURN(auto from_node, plan_node(model, node, &graph_skipped));
+      BALLAST_ASSIGN_OR_RETURN(auto from_node, plan_node(model, node, producers, &graph_skipped));
       for (PlannedDerivation& p : from_node) planned.push_back(std::move(p));
     }
     // A weight two nodes consume is one skip, under the first.
@@ -223,8 +295,9 @@ Result<std::vector<PlannedDerivation>> plan_derivations(const Model& model, cons
 }
 
 Result<PlannedDerivation> plan_derivation(const Model& model, const NodeInfo& node, Derivation kind) {
+  Producers producers(model);
   std::vector<PlanSkip> skips;
-  BALLAST_ASSIGN_OR_RETURN(auto planned, plan_node(model, node, &skips));
+  BALLAST_ASSIGN_OR_RETURN(auto planned, plan_node(model, node, producers, &skips));
   for (PlannedDerivation& p : planned)
     if (p.kind() == kind) return std::move(p);
   std::string why = std::string(derivation_name(kind)) + " does not apply to this node's weight";

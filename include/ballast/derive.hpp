@@ -63,6 +63,9 @@ struct PlannedDerivation {
 //   and Gemm B                                bfloat16), quant_int8 per output
 //                                             channel (float32 and float16;
 //                                             bfloat16: a PlanSkip)
+// B is the weight itself, or a weight seen through Identity nodes and 2-D
+// Transpose nodes (perm absent or [1, 0]: MatMul(x, Transpose(W)) plans W
+// as stored [N, K], as Gemm transB=1 does), at most 16 nodes deep.
 // A weight consumed by several nodes with the same parameters is planned
 // once; consumers with different parameters (another scales tensor, a
 // different shape on the same bytes) each get their own entry. Errors name

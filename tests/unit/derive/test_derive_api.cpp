@@ -128,6 +128,57 @@ TEST_CASE("derive_weights memoizes every planned derivation once; derive_weight 
   CHECK(after.live_registrations == baseline.live_registrations);
 }
 
+// torch writes a shared module's second use as MatMul(x, Identity(W)), and
+// without constant folding MatMul(x, Transpose(W)): derive_weight() by node
+// reaches W through both, and the values are W's, built once.
+TEST_CASE("derive_weight by node: through Identity and Transpose to the initializer, one value per key") {
+  using namespace onnx_proto;
+  Proto w = tensor("W", 1, {8, 16});
+  raw_data(w, floats(8 * 16, 0.25f));
+  static const Proto bytes = onnx_proto::model(
+      graph({named_node("first", "MatMul", {"X", "W"}, {"Y0"}), named_node("id", "Identity", {"W"}, {"W_shared"}),
+             named_node("shared", "MatMul", {"Y0", "W_shared"}, {"Y1"}),
+             named_node("t", "Transpose", {"W"}, {"W_t"}, {attribute_ints("perm", {1, 0})}),
+             named_node("nofold", "MatMul", {"Z", "W_t"}, {"Y2"})},
+            {w}));
+  auto m = load_proto(bytes);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  auto node = [&](std::string_view name) -> const NodeInfo& {
+    return *std::find_if(m->nodes().begin(), m->nodes().end(), [&](const NodeInfo& n) { return n.name == name; });
+  };
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  DeviceWeights sources(**gpu, m->store());
+  DerivedWeights memo;
+  TeardownHost<GpuBackend> host(**gpu);
+  host.add(sources);
+  host.add(memo);
+  const DeriveContext ctx{**gpu, *m, sources, memo};
+  for (Derivation kind : {Derivation::transpose, Derivation::to_f16, Derivation::quant_int8}) {
+    auto first = derive_weight(ctx, node("first"), kind);
+    REQUIRE_MESSAGE(first.ok(), first.error().to_string());
+    const auto builds = memo.stats().builds;
+    auto shared = derive_weight(ctx, node("shared"), kind);
+    REQUIRE_MESSAGE(shared.ok(), shared.error().to_string());
+    CHECK(shared->first == first->first);  // the same key: a hit
+    CHECK(memo.stats().builds == builds);
+    auto nofold = derive_weight(ctx, node("nofold"), kind);
+    REQUIRE_MESSAGE(nofold.ok(), nofold.error().to_string());
+    // W stored [N, K] here: transpose and to_f16 are the same values,
+    // quant_int8 is per stored row rather than of the transposed copy.
+    if (kind == Derivation::quant_int8)
+      CHECK(nofold->first != first->first);
+    else
+      CHECK(nofold->first == first->first);
+  }
+  // The Transpose's quant_int8 is W's rows, as Gemm transB=1 reads them.
+  auto by_name = derive_weight(ctx, "W", Derivation::quant_int8);
+  REQUIRE(by_name.ok());
+  CHECK(by_name->first == derive_weight(ctx, node("nofold"), Derivation::quant_int8)->first);
+  const auto report = host.teardown(**gpu);
+  CHECK_MESSAGE(report.ok(), report.to_string());
+}
+
 TEST_CASE("a failing derivation names the weight and node, and leaves nothing allocated") {
   Model m = model();
   auto plan = plan_derivations(m);

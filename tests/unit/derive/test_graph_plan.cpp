@@ -40,6 +40,13 @@ const PlannedDerivation* find(const std::vector<PlannedDerivation>& plan, std::s
   return it == plan.end() ? nullptr : &*it;
 }
 
+// The entry, which must be there.
+const PlannedDerivation& get(const std::vector<PlannedDerivation>& plan, std::string_view weight, Derivation kind) {
+  const PlannedDerivation* p = find(plan, weight, kind);
+  REQUIRE_MESSAGE(p != nullptr, "no " << derivation_name(kind) << " of " << weight << " planned");
+  return *p;
+}
+
 std::vector<Derivation> kinds_of(const std::vector<PlannedDerivation>& plan, std::string_view weight) {
   std::vector<Derivation> out;
   for (const PlannedDerivation& p : plan)
@@ -76,7 +83,7 @@ TEST_CASE("a bfloat16 MatMul or Gemm B: transpose and to_f16 planned, quant_int8
   CHECK(t->launch.src_type == DataType::bfloat16);
   CHECK(t->node == "mm");
   CHECK(t->why == "MatMul B [K, N] = [8, 4]");
-  CHECK(find(*plan, "Wn", Derivation::transpose)->why == "Gemm B [N, K] = [6, 4]");
+  CHECK(get(*plan, "Wn", Derivation::transpose).why == "Gemm B [N, K] = [6, 4]");
   // One skip per weight (Wk's second consumer adds none), under its first consumer.
   REQUIRE(skipped.size() == 2);
   CHECK(skipped[0].rule.empty());
@@ -94,4 +101,114 @@ TEST_CASE("a bfloat16 MatMul or Gemm B: transpose and to_f16 planned, quant_int8
   auto q = plan_derivation(m, node_named(m, "gemm"), Derivation::quant_int8);
   REQUIRE_FALSE(q.ok());
   CHECK_MESSAGE(contains(q.error().message, "quant_int8 reads float32 or float16"), q.error().to_string());
+}
+
+TEST_CASE("MatMul(x, Transpose(W)) plans W as stored [N, K], as Gemm transB=1 does, once for two consumers") {
+  // W [N, K] = [6, 4] read by two Transpose+MatMul pairs (torch without
+  // constant folding, a shared module) and by a Gemm transB=1; V [K, N]
+  // by a MatMul directly: the reference layouts.
+  static const Proto bytes =
+      model(graph({named_node("t0", "Transpose", {"W"}, {"Wt0"}, {attribute_ints("perm", {1, 0})}),
+                   named_node("mm0", "MatMul", {"X", "Wt0"}, {"Y0"}),
+                   named_node("t1", "Transpose", {"W"}, {"Wt1"}),  // perm absent: the axes reversed
+                   named_node("mm1", "MatMul", {"X", "Wt1"}, {"Y1"}),
+                   named_node("gemm", "Gemm", {"X", "W"}, {"Y2"}, {attribute_int("transB", 1)})},
+                  {weight("W", 1, 6, 4)}));
+  const Model m = load(bytes);
+  auto plan = plan_derivations(m);
+  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+  // W only, each kind once (the Gemm's entries are the same values).
+  REQUIRE(plan->size() == 3);
+  CHECK(kinds_of(*plan, "W") ==
+        std::vector<Derivation>{Derivation::transpose, Derivation::to_f16, Derivation::quant_int8});
+  for (const PlannedDerivation& p : *plan) {
+    CHECK(p.node == "mm0");
+    CHECK(p.source == *m.value_id("W"));
+    CHECK(p.why == "MatMul B [N, K] = [6, 4] through Transpose 't0'");
+  }
+  // The same launches as the Gemm's: quant_int8 per stored row, not of a transposed copy.
+  const PlannedDerivation& q = get(*plan, "W", Derivation::quant_int8);
+  CHECK_FALSE(q.of_transposed);
+  CHECK(q.launch.rows == 6);
+  CHECK(q.launch.cols == 4);
+  for (Derivation kind : {Derivation::transpose, Derivation::to_f16, Derivation::quant_int8}) {
+    auto via_transpose = plan_derivation(m, node_named(m, "mm1"), kind);
+    auto via_gemm = plan_derivation(m, node_named(m, "gemm"), kind);
+    REQUIRE(via_transpose.ok());
+    REQUIRE(via_gemm.ok());
+    CHECK(via_transpose->weight == "W");
+    CHECK(via_transpose->node == "mm1");
+    CHECK(via_transpose->of_transposed == via_gemm->of_transposed);
+    CHECK(via_transpose->launch.rows == via_gemm->launch.rows);
+    CHECK(via_transpose->launch.cols == via_gemm->launch.cols);
+  }
+}
+
+TEST_CASE("Transpose: two cancel, [0, 1] moves nothing, other perms and computed inputs are not seen through") {
+  static const Proto bytes = model(graph(
+      {named_node("ta", "Transpose", {"A"}, {"At"}), named_node("tb", "Transpose", {"At"}, {"Att"}),
+       named_node("mm_twice", "MatMul", {"X", "Att"}, {"Y0"}),
+       named_node("tk", "Transpose", {"B"}, {"Bk"}, {attribute_ints("perm", {0, 1})}),
+       named_node("mm_keep", "MatMul", {"X", "Bk"}, {"Y1"}),
+       named_node("t3", "Transpose", {"C"}, {"Ct"}, {attribute_ints("perm", {0, 2, 1})}),
+       named_node("mm_3d", "MatMul", {"X", "Ct"}, {"Y2"}), named_node("relu", "Relu", {"D"}, {"Dr"}),
+       named_node("tr", "Transpose", {"Dr"}, {"Drt"}), named_node("mm_computed", "MatMul", {"X", "Drt"}, {"Y3"}),
+       named_node("gemm_t", "Gemm", {"X", "Et"}, {"Y4"}, {attribute_int("transB", 1)}),
+       named_node("te", "Transpose", {"E"}, {"Et"})},
+      {weight("A", 1, 4, 6), weight("B", 1, 4, 6), weight("C", 1, 4, 6), weight("D", 1, 4, 6), weight("E", 1, 4, 6)}));
+  const Model m = load(bytes);
+  auto plan = plan_derivations(m);
+  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+  CHECK(get(*plan, "A", Derivation::quant_int8).of_transposed);  // [K, N] again
+  CHECK(get(*plan, "A", Derivation::transpose).why ==
+        "MatMul B [K, N] = [4, 6] through Transpose 'tb', Transpose 'ta'");
+  CHECK(get(*plan, "B", Derivation::quant_int8).of_transposed);
+  CHECK(kinds_of(*plan, "C").empty());
+  CHECK(kinds_of(*plan, "D").empty());
+  // Gemm transB=1 of Transpose(E): E is [K, N]. The producer may come after its consumer in the file.
+  CHECK(get(*plan, "E", Derivation::quant_int8).of_transposed);
+  CHECK(get(*plan, "E", Derivation::transpose).why == "Gemm B [K, N] = [4, 6] through Transpose 'te'");
+}
+
+TEST_CASE("Identity forwarding: chains to the initializer, bounded, cycle-safe; per node too") {
+  // torch's deduplication of a shared module's folded weight: the second
+  // use reads Identity(first).
+  std::vector<Proto> nodes = {
+      named_node("mm_direct", "MatMul", {"X", "W"}, {"Y0"}), named_node("id0", "Identity", {"W"}, {"W_0"}),
+      named_node("id1", "Identity", {"W_0"}, {"W_1"}), named_node("mm_shared", "MatMul", {"X", "W_1"}, {"Y1"}),
+      named_node("id_only", "Identity", {"V"}, {"V_0"}), named_node("mm_only", "MatMul", {"X", "V_0"}, {"Y2"}),
+      // a cycle (no valid graph has one; the walk must still end)
+      named_node("ca", "Identity", {"cb_out"}, {"ca_out"}), named_node("cb", "Identity", {"ca_out"}, {"cb_out"}),
+      named_node("mm_cycle", "MatMul", {"X", "ca_out"}, {"Y3"})};
+  // 17 Identity nodes between U and its MatMul: past the bound of 16.
+  std::vector<std::string> names = {"U"};
+  for (int i = 0; i < 17; ++i) names.push_back("U_" + std::to_string(i));
+  for (int i = 0; i < 17; ++i)
+    nodes.push_back(named_node("u" + std::to_string(i), "Identity", {names[i]}, {names[i + 1]}));
+  nodes.push_back(named_node("mm_far", "MatMul", {"X", names.back()}, {"Y4"}));
+  nodes.push_back(named_node("mm_16", "MatMul", {"X", names[16]}, {"Y5"}));
+  Proto g;
+  for (const Proto& n : nodes) g.msg(1, n);
+  g.str(2, "g");
+  g.msg(5, weight("W", 1, 4, 6)).msg(5, weight("V", 10, 4, 6)).msg(5, weight("U", 1, 4, 6));
+  static Proto bytes;
+  bytes = model(g);
+  const Model m = load(bytes);
+  auto plan = plan_derivations(m);
+  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+  CHECK(kinds_of(*plan, "W").size() == 3);  // once, under its first consumer
+  CHECK(get(*plan, "W", Derivation::transpose).node == "mm_direct");
+  CHECK(kinds_of(*plan, "V") == std::vector<Derivation>{Derivation::transpose, Derivation::quant_int8});
+  CHECK(get(*plan, "V", Derivation::transpose).why == "MatMul B [K, N] = [4, 6] through Identity 'id_only'");
+  // 16 nodes deep is planned (mm_16), 17 is not: U once, under mm_16.
+  CHECK(kinds_of(*plan, "U").size() == 3);
+  CHECK(get(*plan, "U", Derivation::transpose).node == "mm_16");
+  // The per-node API sees through Identity too (derive_weight(ctx, node, kind) uses it).
+  auto shared = plan_derivation(m, node_named(m, "mm_shared"), Derivation::transpose);
+  REQUIRE_MESSAGE(shared.ok(), shared.error().to_string());
+  CHECK(shared->weight == "W");
+  CHECK(shared->node == "mm_shared");
+  CHECK(shared->why == "MatMul B [K, N] = [4, 6] through Identity 'id1', Identity 'id0'");
+  CHECK_FALSE(plan_derivation(m, node_named(m, "mm_cycle"), Derivation::transpose).ok());
+  CHECK_FALSE(plan_derivation(m, node_named(m, "mm_far"), Derivation::transpose).ok());
 }
