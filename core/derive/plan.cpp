@@ -7,6 +7,7 @@
 
 #include <span>
 #include <limits>
+#include <map>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -211,6 +212,32 @@ Result<std::vector<PlannedDerivation>> plan_node(const Model& model, const NodeI
   return std::vector<PlannedDerivation>{};
 }
 
+// One skip per model-local function: its nodes are not read (not inlined),
+// so the weights its calls pass it are not planned from it.
+void function_skips(const Model& model, std::vector<PlanSkip>& skips) {
+  if (model.functions().empty()) return;
+  // Calls by (domain, op type): how many, and the first caller.
+  std::map<std::pair<std::string_view, std::string_view>, std::pair<std::uint64_t, std::string_view>> called;
+  for (const NodeInfo& n : model.nodes()) {
+    ++called.try_emplace({n.domain, n.op_type}, 0, n.name).first->second.first;
+  }
+  for (const ModelFunction& f : model.functions()) {
+    auto it = called.find({f.domain, f.name});
+    const std::uint64_t calls = it == called.end() ? 0 : it->second.first;
+    const std::string first = it == called.end() ? std::string() : std::string(it->second.second);
+    const std::string id = (f.domain.empty() ? "" : f.domain + ".") + f.name;
+    const std::string nodes = std::to_string(f.nodes) + " node" + (f.nodes == 1 ? "" : "s");
+    skips.push_back(
+        {"", "",
+         "model-local function '" + id + "': its " + nodes + (f.nodes == 1 ? " is" : " are") +
+             " not read (functions are not inlined), " +
+             (calls == 0 ? std::string("and no node of the graph calls it")
+                         : "so what its " + std::to_string(calls) + " call" + (calls == 1 ? "" : "s") + " (" +
+                               std::to_string(f.nodes * calls) + " nodes in all) pass it is not planned from them"),
+         first});
+  }
+}
+
 // What makes two planned entries the same value: the kind, the operands by
 // value id, and the launch's shape fields.
 auto identity(const PlannedDerivation& p) {
@@ -262,6 +289,7 @@ Result<std::vector<PlannedDerivation>> plan_derivations(const Model& model, cons
     // A weight two nodes consume is one skip, under the first.
     std::set<std::pair<std::string, std::string>> seen_skips;
     std::erase_if(graph_skipped, [&](const PlanSkip& s) { return !seen_skips.emplace(s.weight, s.reason).second; });
+    function_skips(model, graph_skipped);
   }
   if (options.skipped != nullptr)
     options.skipped->insert(options.skipped->end(), graph_skipped.begin(), graph_skipped.end());

@@ -131,12 +131,13 @@ enum class PlanSource : std::uint8_t {
 // but could not plan (its dtype or rank), or a rule that matched nothing.
 // From the graph (`rule` empty, `node` set): a derivation a consuming node
 // would get but its weight's type does not allow (quant_int8 of a bfloat16
-// MatMul B; docs/derivations.md).
+// MatMul B), or a model-local function whose nodes are not read (`weight`
+// empty, `node` the first node that calls it; docs/derivations.md).
 struct PlanSkip {
   std::string rule;    // the rule's name; empty: the graph
-  std::string weight;  // empty: the rule matched no weight
+  std::string weight;  // empty: the rule matched no weight, or a function
   std::string reason;
-  std::string node;  // graph skips: the consuming node
+  std::string node;  // graph skips: the consuming (or calling) node
 };
 
 struct PlanOptions {

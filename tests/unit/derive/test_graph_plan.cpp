@@ -212,3 +212,43 @@ TEST_CASE("Identity forwarding: chains to the initializer, bounded, cycle-safe; 
   CHECK_FALSE(plan_derivation(m, node_named(m, "mm_cycle"), Derivation::transpose).ok());
   CHECK_FALSE(plan_derivation(m, node_named(m, "mm_far"), Derivation::transpose).ok());
 }
+
+TEST_CASE("model-local functions: one listed skip each, with its node count and first caller; never an error") {
+  Proto body;
+  body.str(1, "Block").str(4, "x").str(4, "w").str(5, "y");
+  body.msg(7, node("MatMul", {"x", "w"}, {"t"})).msg(7, node("Relu", {"t"}, {"y"}));
+  body.str(10, "local");
+  Proto unused;
+  unused.str(1, "Spare").msg(7, node("Relu", {"a"}, {"b"})).str(10, "local");
+  static Proto bytes;
+  bytes = model(graph({named_node("call0", "Block", {"X", "W"}, {"Y0"}, {}, "local"),
+                       named_node("call1", "Block", {"Y0", "W"}, {"Y1"}, {}, "local"),
+                       named_node("head", "MatMul", {"Y1", "H"}, {"Z"})},
+                      {weight("W", 1, 4, 4), weight("H", 1, 4, 8)}));
+  bytes.msg(25, body).msg(25, unused);
+  const Model m = load(bytes);
+  std::vector<PlanSkip> skipped;
+  PlanOptions o;
+  o.skipped = &skipped;
+  auto plan = plan_derivations(m, o);
+  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+  CHECK(kinds_of(*plan, "H").size() == 3);  // what is outside the functions is planned
+  CHECK(kinds_of(*plan, "W").empty());
+  REQUIRE(skipped.size() == 2);
+  CHECK(skipped[0].rule.empty());
+  CHECK(skipped[0].weight.empty());
+  CHECK(skipped[0].node == "call0");
+  CHECK_MESSAGE(contains(skipped[0].reason, "model-local function 'local.Block': its 2 nodes are not read"),
+                skipped[0].reason);
+  CHECK_MESSAGE(contains(skipped[0].reason, "its 2 calls (4 nodes in all)"), skipped[0].reason);
+  CHECK(skipped[1].node.empty());
+  CHECK_MESSAGE(contains(skipped[1].reason, "'local.Spare': its 1 node is not read"), skipped[1].reason);
+  CHECK_MESSAGE(contains(skipped[1].reason, "no node of the graph calls it"), skipped[1].reason);
+  CHECK(plan_derivations(m).ok());
+  // Rules only: the graph is not read, so neither are its functions.
+  skipped.clear();
+  o.source = PlanSource::rules;
+  o.rules = {{"h", "H", {Derivation::transpose}, {}, "", ""}};
+  REQUIRE(plan_derivations(m, o).ok());
+  CHECK(skipped.empty());
+}
