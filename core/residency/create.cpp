@@ -44,7 +44,8 @@ std::uint64_t weight_bytes(const WeightStore& store, const StrategyOf& strategy_
 template <class StrategyOf>
 Result<Need> need_of(const WeightStore& store, const StrategyOf& strategy_of, const PlannedDerivation& p) {
   auto operand = [&](std::optional<ValueId> id) { return weight_bytes(store, strategy_of, id); };
-  const std::string what = std::string(derivation_name(p.kind())) + " of '" + p.weight + "'";
+  const std::string what = std::string(derivation_name(p.kind())) + " of '" + p.weight + "'" +
+                           (p.node.empty() ? "" : " for node '" + p.node + "'");
   auto out = outputs(p);
   if (!out.ok()) return std::move(out.error()).with_context("sizing " + what);
   const std::uint64_t src = operand(p.source);

@@ -157,7 +157,9 @@ Result<Entry*> Residency::Impl::derived_entry(const PlannedDerivation& p) {
   if (auto it = entries.find(key); it != entries.end()) return it->second.get();
   // First sight of this value: size it and name it once.
   DerivationLaunch l = p.launch;
-  std::string name = std::string(derivation_name(p.kind())) + " of '" + p.weight + "'";
+  // Named for the node it was first pinned for (a value two nodes share is one entry).
+  std::string name = std::string(derivation_name(p.kind())) + " of '" + p.weight + "'" +
+                     (p.node.empty() ? "" : " for node '" + p.node + "'");
   auto sizes = derivation_sizes(l);
   if (!sizes.ok()) return std::move(sizes.error()).with_context("sizing " + name);
   auto e = std::make_unique<Entry>();

@@ -137,6 +137,11 @@ def test_unnamed_reports(case, named):
     nodes = [v["node"] for v in doc.get("values", [])]
     expect(nodes and all(n in names for n in nodes),
            "%s: derive --residency --json node fields are generated node names (%s)" % (case.label, sorted(set(nodes))[:4]))
+    # The plan's entries name their consumer too, the same one as the value's.
+    planned = doc.get("plan", {}).get("planned", [])
+    expect(planned and [p.get("node") for p in planned] == nodes,
+           "%s: derive --json plan entries carry the consumer node, as the values do (%s)"
+           % (case.label, sorted({p.get("node") for p in planned})[:4]))
     per = {}
     for v in doc.get("values", []):
         per.setdefault((v["derivation"], v["weight"]), set()).add(v["node"])

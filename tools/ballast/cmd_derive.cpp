@@ -105,8 +105,11 @@ nlohmann::ordered_json plan_json(const std::vector<PlannedDerivation>& plan, con
   using json = nlohmann::ordered_json;
   json planned = json::array();
   for (const PlannedDerivation& p : plan)
-    planned.push_back({{"weight", p.weight}, {"derivation", std::string(derivation_name(p.kind()))},
-                       {"source", plan_source(p)}, {"why", p.why}});
+    planned.push_back({{"weight", p.weight},
+                       {"derivation", std::string(derivation_name(p.kind()))},
+                       {"source", plan_source(p)},
+                       {"node", p.node},
+                       {"why", p.why}});
   json skips = json::array();
   for (const PlanSkip& s : skipped)
     skips.push_back({{"source", s.rule.empty() ? std::string("graph") : s.rule},

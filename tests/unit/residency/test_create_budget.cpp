@@ -189,3 +189,20 @@ TEST_CASE("create(): the refusal names what stays when nothing is paged, the lar
   REQUIRE_MESSAGE(r.ok(), r.error().to_string());
   CHECK((*r)->release(**cpu).status.ok());
 }
+
+TEST_CASE("create(): a derived value too large for the budget is named with the node it was planned for") {
+  auto cpu = open_backend("cpu");
+  REQUIRE(cpu.ok());
+  testing::ScratchDir dir("residency-create-node");
+  const Model m = footprint_model(dir.path());
+  ResidencyOptions o;
+  o.strategy = ResidencyStrategy::paged;
+  // The transpose of `aligned` and its source (2 x 512 bytes) are the largest pin.
+  o.budget_bytes = 2 * kMatrix - 1;
+  auto refused = Residency::create(**cpu, m, o);
+  REQUIRE(refused.code() == ErrorCode::invalid_argument);
+  const std::string text = refused.error().message;
+  CHECK_MESSAGE(text.find("bytes that transpose of 'aligned' for node 'MatMul_node' needs on the device at once") !=
+                    std::string::npos,
+                text);
+}
