@@ -155,6 +155,14 @@ def main():
     rc, out, err = run(args.ballast, "load", model, "--plan")
     expect(rc == 0 and "llm.weights" in out and "range" in out, "--plan prints the files and ranges")
 
+    # A relative MODEL: "model" is the absolute path, as derive and inspect print it.
+    for extra in (("--plan",), ("--backend", args.backend)):
+        p = subprocess.run([os.path.abspath(args.ballast), "load", "llm.onnx", "--json", *extra], cwd=model_dir,
+                           capture_output=True, text=True, timeout=600)
+        got = json.loads(p.stdout).get("model") if p.returncode == 0 else None
+        expect(got == os.path.abspath(model), "load llm.onnx --json %s (relative): model is the absolute path (%r; %s)"
+               % (" ".join(extra), got, p.stderr.strip()))
+
     # paged keeps what it read in the page cache only when its budget
     # cannot hold every value (evictions page in again from the mapping):
     # at the auto budget it drops it, so the next load reads everything;

@@ -279,10 +279,10 @@ int run_load(const LoadCommandOptions& opt) {
       for (const ReadRange& r : f.ranges) ranges.push_back({{"offset", r.offset}, {"length", r.length}});
       files.push_back({{"path", f.path.string()}, {"file_bytes", f.file_bytes}, {"read_bytes", f.read_bytes}, {"ranges", ranges}});
     }
-    std::cout << json{{"model", opt.model}, {"referenced_bytes", referenced}, {"bytes", whole.bytes()},
-                      {"ranges", whole.range_count()}, {"weights", whole.weights().size()}, {"files", files}}
-                     .dump(2)
-              << "\n";
+    const json doc = {
+        {"model", ctx.model().path().string()}, {"referenced_bytes", referenced},    {"bytes", whole.bytes()},
+        {"ranges", whole.range_count()},        {"weights", whole.weights().size()}, {"files", files}};
+    std::cout << doc.dump(2) << "\n";
     return kExitOk;
   }
   if (!ctx.open_backend(opt.backend)) return ctx.exit_code();
@@ -307,7 +307,7 @@ int run_load(const LoadCommandOptions& opt) {
   check.after = gpu.counters();
   const char* path = opt.mmap ? "mmap" : "read";
   if (opt.json) {
-    json doc = {{"model", opt.model},
+    json doc = {{"model", ctx.model().path().string()},
                 {"backend", gpu.info().backend},
                 {"residency", opt.residency},
                 {"path", path},
