@@ -5,7 +5,7 @@
 
 Exports the decoder of tools/gen/make_torch_model.py in each variant (the
 default MatMul export, the Gemm export with a tied head on one initializer,
-fp16, external data, and the known gaps: bf16, no constant folding,
+fp16, external data, bf16, no constant folding, and the known gap:
 model-local functions), then for each:
 
   * works out from the ONNX graph which nn.Linear each MatMul/Gemm reads
@@ -15,7 +15,10 @@ model-local functions), then for each:
     quant_int8 (float32, float16) of every Linear's weight, once per
     weight, and nothing for norms, biases or the embedding's Gather;
   * runs `ballast derive MODEL --backend B --dump DIR --json` and checks the
-    plan (every entry from the graph, the layout its `why` gives), the
+    plan (every entry from the graph, named for its first consumer node,
+    the layout its `why` gives; what is skipped, each with its node: a
+    bfloat16 weight's quant_int8, a model-local function with its node
+    count; nothing else), the
     memo (each value built once) and every dumped array bit for bit against
     the value computed by torch from the parameter: a MatMul's B is W.T,
     so its transpose is W itself; a Gemm(transB=1)'s B is W, its transpose
@@ -30,10 +33,12 @@ model-local functions), then for each:
     zero-copy, paged at the auto budget and at the least budget) dumps the
     same bytes; `ballast load --json` builds every planned value.
 
-A Linear the planner should plan and does not is a failure in the first
-four variants. In the gap variants (bf16, nofold, functions) it is printed
-as "GAP" and fails only with --strict-gaps; any value dumped is still
-compared bit for bit, and an entry planned that should not be fails.
+A Linear the planner should plan and does not is a failure in every
+variant but the gap one (functions: the loader does not inline model-local
+functions), where it is printed as "GAP" and fails only with --strict-gaps;
+there every function must still be a listed skip giving its node count (so
+the gap is visible), any value dumped is compared bit for bit, and an
+entry planned that should not be fails.
 
 Exit 0 pass, 1 fail, 77 skipped (python3-torch or python3-onnx missing,
 or the backend unavailable; the reason printed).
@@ -61,8 +66,8 @@ try:
 except ImportError as e:
     skip("%s: the test exports with python3-torch (this is %s)" % (e, sys.executable))
 
-STRICT = ("matmul", "gemm", "fp16", "external")
-GAPS = ("bf16", "nofold", "functions")
+STRICT = ("matmul", "gemm", "fp16", "external", "bf16", "nofold")
+GAPS = ("functions",)
 KINDS = {  # what the planner derives from a dense MatMul/Gemm weight of each type
     "float32": ("transpose", "to_f16", "quant_int8"),
     "float16": ("transpose", "quant_int8"),
@@ -243,7 +248,7 @@ def check_variant(args, gen, variant, codes_within_one):
     shared = [c for c in consumers(model) if c.via == ["Identity"]]
     if shared:
         note("%s: %d MatMul(s) read their weight through Identity (torch's deduplication of a shared "
-             "module's folded weight), e.g. %s reads %s: planned through its first consumer only"
+             "module's folded weight), e.g. %s reads %s: planned once, under its first consumer"
              % (variant, len(shared), shared[0].node, shared[0].weight))
 
     dump = os.path.join(args.work, "dump_%s_%s" % (variant, safe(args.backend)))
@@ -265,9 +270,18 @@ def check_variant(args, gen, variant, codes_within_one):
                   "function": "B inside a model-local function"}
         how = sorted({phrase[c.via[0].split(" ")[0]] if c.via else "a %s B" % TYPES.get(inits[c.weight].data_type)
                       for c in (entries[k][0] for k in missing)})
-        note("GAP %s: %d of the %d derivations of the Linear weights are not planned, and nothing says so "
-             "(derive prints 'plan: %d derivations', no skip); their MatMuls read %s, e.g. %s"
-             % (variant, len(missing), len(entries), len(planned), " or ".join(how), missing[0]))
+        listed = [s for s in d["plan"]["skipped"] if not s["weight"]]
+        expect(all(entries[k][0].via[:1] and entries[k][0].via[0].startswith("function") for k in missing) and listed,
+               "%s: what is not planned is read inside model-local functions, and listed as %d skip(s)"
+               % (variant, len(listed)))
+        note("GAP %s: %d of the %d derivations of the Linear weights are not planned (listed: %d model-local "
+             "function skips); their MatMuls read %s, e.g. %s"
+             % (variant, len(missing), len(entries), len(listed), " or ".join(how), missing[0]))
+    # Each entry names the node it was planned for: the weight's first consumer.
+    wrong_node = ["%s %s: %r, not %r" % (k[0], k[1], p.get("node"), entries[k][0].node)
+                  for k, p in sorted(planned.items()) if k in entries and p.get("node") != entries[k][0].node]
+    expect(not wrong_node, "%s: each entry's node is its weight's first consumer (wrong: %s)" % (variant, wrong_node[:2]))
+    check_skips(variant, model, d["plan"]["skipped"], entries, inits)
     wrong_why = ["%s %s: '%s'" % (k[0], k[1], p["why"]) for k, p in sorted(planned.items())
                  if k in entries and ("[N, K]" if entries[k][0].nk else "[K, N]") not in p["why"]]
     expect(not wrong_why, "%s: each entry's why gives the layout torch wrote (Gemm transB B [N, K], MatMul B "
@@ -306,6 +320,37 @@ def check_variant(args, gen, variant, codes_within_one):
     expect(not bad, "%s: %d dumped arrays equal torch's, bit for bit%s%s" % (
         variant, len(got), " (%d differ)" % len(bad) if bad else "", "".join("\n     MISMATCH " + b for b in bad[:5])))
     return {"dump": dump, "path": path, "entries": entries, "planned": planned, "model": model}
+
+
+def check_skips(variant, model, skipped, entries, inits):
+    """What the plan lists as skipped: quant_int8 of each bfloat16 Linear weight, once, under a node that
+    reads it; one entry per model-local function, with its node count; nothing else."""
+    graph = [s for s in skipped if s["source"] == "graph" and not s["rule"]]
+    expect(len(graph) == len(skipped), "%s: every skip is the graph's (%d of %d)" % (variant, len(graph), len(skipped)))
+    readers = {}
+    for c in consumers(model):
+        readers.setdefault(c.weight, set()).add(c.node)
+    bf16 = sorted({w for w, _ in entries if TYPES.get(inits[w].data_type) == "bfloat16"})
+    weights = [s for s in graph if s["weight"]]
+    expect(sorted(s["weight"] for s in weights) == bf16 and
+           all(s["node"] in readers.get(s["weight"], ()) and s["reason"].startswith("quant_int8 ") for s in weights),
+           "%s: quant_int8 of each of the %d bfloat16 Linear weights is one listed skip, under a node that reads it "
+           "(%s)" % (variant, len(bf16), [(s["weight"], s["node"]) for s in weights][:2]))
+    functions = [s for s in graph if not s["weight"]]
+    first_call = {}
+    for n in model.graph.node:
+        first_call.setdefault((n.domain, n.op_type), n.name)
+    want = sorted(("model-local function '%s': its %d node%s" % ((f.domain + "." if f.domain else "") + f.name,
+                                                                  len(f.node), " is" if len(f.node) == 1 else "s are"),
+                   first_call.get((f.domain, f.name), "")) for f in model.functions)
+    prefixes = [w[0] for w in want]
+
+    def head(reason):  # the reason up to the node count, when it is one of those wanted
+        return next((p for p in prefixes if reason.startswith(p)), reason)
+    got = sorted((head(s["reason"]), s["node"]) for s in functions)
+    expect(got == want, "%s: each of the %d model-local functions is a listed skip naming its node count and first "
+           "caller (got %s; want %s)" % (variant, len(want), got[:2], want[:2]))
+    return functions
 
 
 def check_tie(args, results):
