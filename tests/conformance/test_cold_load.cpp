@@ -190,7 +190,7 @@ TEST_CASE("cold load: a data file rewritten in place during the read: nothing re
   // file's bytes or an io error, never the new ones.
   conformance::LeakCheck leaks;
   // How many reads a whole load takes: rewrite in its first, middle and last read.
-  int reads = 0;
+  std::atomic<int> reads{0};  // counted from the reader's threads
   {
     PagingFixture f;
     auto r = f.open(ResidencyStrategy::upload);
@@ -204,8 +204,9 @@ TEST_CASE("cold load: a data file rewritten in place during the read: nothing re
     REQUIRE(r->load(o).ok());
     REQUIRE(r->release(conformance::gpu()).status.ok());
   }
-  REQUIRE(reads > 4);
-  for (int rewrite_at : {0, reads / 2, reads - 1}) {
+  const int total = reads.load();
+  REQUIRE(total > 4);
+  for (int rewrite_at : {0, total / 2, total - 1}) {
     CAPTURE(rewrite_at);
     PagingFixture f;
     const Snapshot reference = mapped_reference(f);
@@ -256,10 +257,10 @@ TEST_CASE("cold load: a data file rewritten in place during the read: nothing re
       CHECK(conformance::download(pin->first(), pin->first_bytes()) == reference.weights[i]);
       ++right;
     }
-    MESSAGE("of " << reads << " reads, rewritten in read " << rewrite_at << ": resident and right " << right
+    MESSAGE("of " << total << " reads, rewritten in read " << rewrite_at << ": resident and right " << right
                   << ", refused (io) " << refused);
     CHECK(refused > 0);
-    if (rewrite_at == reads - 1) CHECK(right > 0);  // values completed before it stay
+    if (rewrite_at == total - 1) CHECK(right > 0);  // values completed before it stay
     REQUIRE(r->release(conformance::gpu()).status.ok());
   }
 }
