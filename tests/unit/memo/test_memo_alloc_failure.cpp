@@ -5,6 +5,7 @@
 // with the builder holding a value or an error, the waiter woken with one,
 // and the key usable afterwards; release() likewise. This binary replaces
 // the global operator new, so it is a test of its own.
+#include "support/thread_failing_new.hpp"
 #include "support/forwarding.hpp"
 #include <ballast/derived_weights.hpp>
 #include <doctest/doctest.h>
@@ -19,29 +20,8 @@
 #include <stdexcept>
 #include <thread>
 
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-
-namespace {
-// Allocations left, on the armed thread only, before one fails.
-thread_local long t_allocations_left = -1;
-thread_local bool t_failed = false;
-}  // namespace
-
-void* operator new(std::size_t size) {
-  if (t_allocations_left >= 0 && t_allocations_left-- == 0) {
-    t_failed = true;
-    throw std::bad_alloc();
-  }
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t size) { return ::operator new(size); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+using ballast::testing::t_allocations_left;
+using ballast::testing::t_failed;
 
 using namespace ballast;
 using ballast::test::key_of;

@@ -5,40 +5,16 @@
 // device allocation it made (an entry filed in one index but not the other
 // would stay on the device). This binary replaces the global operator new,
 // so it is a test of its own.
+#include "support/thread_failing_new.hpp"
+
 #include <ballast/backend_registry.hpp>
 #include <ballast/derive.hpp>
 #include <ballast/residency.hpp>
 
 #include "unit/onnx/load_helpers.hpp"
 
-#include <cstdlib>
 #include <new>
 #include <vector>
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-
-namespace {
-// Allocations left, on the pinning thread only (the backend's workers
-// never fail), before one fails.
-thread_local long t_allocations_left = -1;
-thread_local bool t_failed = false;
-}  // namespace
-
-void* operator new(std::size_t size) {
-  if (t_allocations_left >= 0 && t_allocations_left-- == 0) {
-    t_failed = true;
-    throw std::bad_alloc();
-  }
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t size) { return ::operator new(size); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 
 using namespace ballast;
 using namespace ballast::testing;

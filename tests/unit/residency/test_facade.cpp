@@ -338,19 +338,42 @@ TEST_CASE("load() of a model whose weights are all inline reads nothing and plac
   }
 }
 
+namespace {
+
+// layered_model() on the cpu backend behind a FaultInjectingBackend, and a
+// residency of it over the injector: the fault tests' set-up. Members are
+// destroyed residency first.
+struct Faulty {
+  Model m = layered_model();
+  std::unique_ptr<GpuBackend> gpu = [] {
+    auto b = open_backend("cpu");
+    REQUIRE(b.ok());
+    return std::move(*b);
+  }();
+  testing::FaultInjectingBackend faulty{*gpu};
+  std::unique_ptr<Residency> residency;
+
+  // Sources only unless `plan` is given; `budget` 0: the strategy's default.
+  Residency& create(ResidencyStrategy strategy, std::uint64_t budget = 0, std::vector<PlannedDerivation> plan = {}) {
+    ResidencyOptions o;
+    o.strategy = strategy;
+    o.derivations = std::move(plan);
+    if (budget != 0) o.budget_bytes = budget;
+    auto r = Residency::create(faulty, m, o);
+    REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+    residency = std::move(*r);
+    return *residency;
+  }
+};
+
+}  // namespace
+
 TEST_CASE("a pin that waits for a load after an earlier failed one gets the value, not the old error") {
-  using testing::FaultInjectingBackend;
   using testing::FaultOp;
-  const Model m = layered_model();
-  auto gpu = open_backend("cpu");
-  REQUIRE(gpu.ok());
-  FaultInjectingBackend faulty(**gpu);
-  ResidencyOptions o;
-  o.strategy = ResidencyStrategy::upload;
-  o.derivations = std::vector<PlannedDerivation>{};
-  auto r = Residency::create(faulty, m, o);
-  REQUIRE(r.ok());
-  Residency& residency = **r;
+  Faulty f;
+  Residency& residency = f.create(ResidencyStrategy::upload);
+  const Model& m = f.m;
+  auto& faulty = f.faulty;
   const ValueId embed = *m.value_id("embed.weight");
   // A demand load that fails: its error is kept for whoever waited on it.
   faulty.fail_nth(FaultOp::copy_to_device, 1);
@@ -393,19 +416,11 @@ TEST_CASE("a pin that waits for a load after an earlier failed one gets the valu
 }
 
 TEST_CASE("a free the device refused once is asked again when room is short, not only at release()") {
-  using testing::FaultInjectingBackend;
   using testing::FaultOp;
-  const Model m = layered_model();
-  auto gpu = open_backend("cpu");
-  REQUIRE(gpu.ok());
-  FaultInjectingBackend faulty(**gpu);
-  ResidencyOptions o;
-  o.strategy = ResidencyStrategy::paged;
-  o.derivations = std::vector<PlannedDerivation>{};
-  o.budget_bytes = 1024;  // two of the 512-byte weights
-  auto r = Residency::create(faulty, m, o);
-  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
-  Residency& residency = **r;
+  Faulty f;
+  Residency& residency = f.create(ResidencyStrategy::paged, 1024);  // two of the 512-byte weights
+  const Model& m = f.m;
+  auto& faulty = f.faulty;
   const ValueId embed = *m.value_id("embed.weight");
   const ValueId q0 = *m.value_id("model.layers.0.q.weight");
   const ValueId norm = *m.value_id("model.layers.0.norm.weight");
@@ -442,23 +457,16 @@ TEST_CASE("a free the device refused once is asked again when room is short, not
 TEST_CASE("an out_of_memory says which pinned bytes are the build's own operands, and which are stuck") {
   using testing::FaultInjectingBackend;
   using testing::FaultOp;
-  const Model m = layered_model();
-  auto gpu = open_backend("cpu");
-  REQUIRE(gpu.ok());
-  FaultInjectingBackend faulty(**gpu);
+  Faulty f;
+  const Model& m = f.m;
+  auto& faulty = f.faulty;
   auto full = plan_derivations(m);
   REQUIRE(full.ok());
   std::vector<PlannedDerivation> plan;
   for (const PlannedDerivation& p : *full)
     if (p.kind() == Derivation::transpose && p.weight == "model.layers.0.q.weight") plan.push_back(p);
   REQUIRE(plan.size() == 1);
-  ResidencyOptions o;
-  o.strategy = ResidencyStrategy::paged;
-  o.derivations = plan;
-  o.budget_bytes = 1024;
-  auto r = Residency::create(faulty, m, o);
-  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
-  Residency& residency = **r;
+  Residency& residency = f.create(ResidencyStrategy::paged, 1024, plan);
   auto embed = residency.pin(*m.value_id("embed.weight"));
   REQUIRE(embed.ok());
   // The transpose holds its 512-byte source pinned while it needs 512 more.
@@ -488,16 +496,10 @@ TEST_CASE("an out_of_memory says which pinned bytes are the build's own operands
 TEST_CASE("a device out of memory below the budget evicts and tries again; any other device error is returned") {
   using testing::FaultInjectingBackend;
   using testing::FaultOp;
-  const Model m = layered_model();
-  auto gpu = open_backend("cpu");
-  REQUIRE(gpu.ok());
-  FaultInjectingBackend faulty(**gpu);
-  ResidencyOptions o;
-  o.strategy = ResidencyStrategy::paged;
-  o.derivations = std::vector<PlannedDerivation>{};
-  auto r = Residency::create(faulty, m, o);
-  REQUIRE(r.ok());
-  Residency& residency = **r;
+  Faulty f;
+  Residency& residency = f.create(ResidencyStrategy::paged);
+  const Model& m = f.m;
+  auto& faulty = f.faulty;
   const ValueId embed = *m.value_id("embed.weight");
   const ValueId q0 = *m.value_id("model.layers.0.q.weight");
   const ValueId norm = *m.value_id("model.layers.0.norm.weight");
@@ -524,16 +526,10 @@ TEST_CASE("a device out of memory below the budget evicts and tries again; any o
 TEST_CASE("a prefetch that fails on the device is counted as failed and said, not skipped") {
   using testing::FaultInjectingBackend;
   using testing::FaultOp;
-  const Model m = layered_model();
-  auto gpu = open_backend("cpu");
-  REQUIRE(gpu.ok());
-  FaultInjectingBackend faulty(**gpu);
-  ResidencyOptions o;
-  o.strategy = ResidencyStrategy::paged;
-  o.derivations = std::vector<PlannedDerivation>{};
-  auto r = Residency::create(faulty, m, o);
-  REQUIRE(r.ok());
-  Residency& residency = **r;
+  Faulty f;
+  Residency& residency = f.create(ResidencyStrategy::paged);
+  const Model& m = f.m;
+  auto& faulty = f.faulty;
   std::mutex mutex;
   std::vector<std::string> lines;
   set_log_sink([&](const LogMessage& message) {
