@@ -100,26 +100,22 @@ PlannedDerivation dense(Derivation kind, std::string weight, ValueId id, DataTyp
 
 bool onnx_domain(std::string_view domain) { return domain.empty() || domain == "ai.onnx"; }
 
-// The node that computes each value, built on first use: a plan whose
-// consumers read their weights directly never builds it.
+// What one planning pass shares across nodes: the node computing each value
+// (Model::producer, indexed once per model, so planning node by node stays
+// linear), and the dense weights already planned in each layout. A weight
+// read by many consumers is planned by the first (the rest would add only
+// copies of its name, which a hostile file can make long: a name stored
+// once, copied per consumer, would grow the plan past the file).
 class Producers {
  public:
   explicit Producers(const Model& model) : model_(model) {}
-  const NodeInfo* of(std::string_view value) {
-    if (!built_) {
-      for (const NodeInfo& n : model_.nodes())
-        for (std::string_view out : n.outputs)
-          if (!out.empty()) map_.try_emplace(out, &n);
-      built_ = true;
-    }
-    auto it = map_.find(value);
-    return it == map_.end() ? nullptr : it->second;
-  }
+  const NodeInfo* of(std::string_view value) const { return model_.producer(value); }
+  // true the first time `id` is planned with this layout.
+  bool first_dense(ValueId id, bool stored_nk) { return dense_.insert({id.index, stored_nk}).second; }
 
  private:
   const Model& model_;
-  bool built_ = false;
-  std::unordered_map<std::string_view, const NodeInfo*> map_;
+  std::set<std::pair<std::uint32_t, bool>> dense_;
 };
 
 // An input as the weight it reads: the value itself, or the weight behind
@@ -128,10 +124,18 @@ class Producers {
 struct Operand {
   const WeightRef* w = nullptr;
   ValueId id{};
-  std::string name;
+  std::string_view name;    // the model's own string
   bool transposed = false;  // an odd number of transposes on the way
-  std::string via;          // "Transpose '<node>'", ... from the consumer up; empty: read directly
+  std::vector<const NodeInfo*> via;  // the forwarding nodes, from the consumer up; empty: read directly
 };
+
+// "Transpose 'a', Identity 'b'": the nodes a weight was read through.
+std::string via_text(const Operand& b) {
+  std::string out;
+  for (const NodeInfo* n : b.via)
+    out += (out.empty() ? "" : ", ") + std::string(n->op_type) + " '" + std::string(n->name) + "'";
+  return out;
+}
 
 // Bounds the walk: a chain longer than any exporter writes, or a cycle,
 // reads as computed at run time.
@@ -143,7 +147,7 @@ Operand resolve_weight(const Model& model, Producers& producers, std::string_vie
   for (int step = 0;; ++step) {
     if (const WeightRef* w = weight_of(model, name, out.id)) {
       out.w = w;
-      out.name = std::string(name);
+      out.name = name;
       return out;
     }
     if (step == kMaxForwarding || name.empty()) return {};
@@ -160,7 +164,7 @@ Operand resolve_weight(const Model& model, Producers& producers, std::string_vie
     } else if (p->op_type != "Identity") {
       return {};
     }
-    out.via += (out.via.empty() ? "" : ", ") + std::string(p->op_type) + " '" + std::string(p->name) + "'";
+    out.via.push_back(p);
     name = p->inputs[0];
   }
 }
@@ -179,23 +183,24 @@ Result<std::vector<PlannedDerivation>> plan_dense(const Model& model, const Node
   // [N, K]; a Transpose on the way from the weight swaps the two.
   const bool trans_b = node.op_type == "Gemm" && node.int_attribute("transB").value_or(0) != 0;
   const bool stored_nk = trans_b != b.transposed;
+  if (!producers.first_dense(b.id, stored_nk)) return out;  // planned by an earlier consumer
   const std::string why = std::string(node.op_type) + " B " + (stored_nk ? "[N, K] = [" : "[K, N] = [") +
                           std::to_string(rows) + ", " + std::to_string(cols) + "]" +
-                          (b.via.empty() ? "" : " through " + b.via);
-  out.push_back(dense(Derivation::transpose, b.name, b.id, w->dtype, rows, cols, false));
-  if (w->dtype != DataType::float16)
-    out.push_back(dense(Derivation::to_f16, b.name, b.id, w->dtype, rows, cols, false));
+                          (b.via.empty() ? "" : " through " + via_text(b));
+  const std::string name(b.name);
+  out.push_back(dense(Derivation::transpose, name, b.id, w->dtype, rows, cols, false));
+  if (w->dtype != DataType::float16) out.push_back(dense(Derivation::to_f16, name, b.id, w->dtype, rows, cols, false));
   if (w->dtype == DataType::bfloat16) {
     // The quant_int8 kernels read float32 or float16: said, not dropped.
     if (skips != nullptr)
-      skips->push_back({"", b.name,
+      skips->push_back({"", name,
                         "quant_int8 reads float32 or float16, not this bfloat16 " + std::string(node.op_type) +
                             " B (its transpose and to_f16 are planned)",
                         std::string(node.name)});
   } else if (stored_nk) {
-    out.push_back(dense(Derivation::quant_int8, b.name, b.id, w->dtype, rows, cols, false));
+    out.push_back(dense(Derivation::quant_int8, name, b.id, w->dtype, rows, cols, false));
   } else {
-    out.push_back(dense(Derivation::quant_int8, b.name, b.id, w->dtype, cols, rows, true));
+    out.push_back(dense(Derivation::quant_int8, name, b.id, w->dtype, cols, rows, true));
   }
   for (PlannedDerivation& p : out) {
     p.node = std::string(node.name);

@@ -62,6 +62,17 @@ const std::vector<NodeInfo>& Model::nodes() const {
   impl_->build_nodes();
   return impl_->nodes;
 }
+const NodeInfo* Model::producer(std::string_view value) const {
+  if (value.empty()) return nullptr;
+  const std::vector<NodeInfo>& all = nodes();
+  std::call_once(impl_->producers_built, [&] {
+    for (const NodeInfo& n : all)
+      for (std::string_view out : n.outputs)
+        if (!out.empty()) impl_->producers.try_emplace(out, &n);
+  });
+  const auto it = impl_->producers.find(value);
+  return it == impl_->producers.end() ? nullptr : it->second;
+}
 Status Model::check_unchanged() const {
   const auto file = store::StoreAccess::model_file(impl_->store);
   return file ? file->check_unchanged() : Status();

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace ballast {
@@ -67,6 +68,9 @@ struct Model::Impl {
   // The names given to unnamed nodes (onnx/node_names.hpp).
   mutable std::vector<std::string> generated_node_names;
   void build_nodes() const;
+  // Model::producer()'s index: every node output to its node, built once.
+  mutable std::once_flag producers_built;
+  mutable std::unordered_map<std::string_view, const NodeInfo*> producers;
 
   std::vector<StringTensorInfo> string_tensors;
   std::vector<LoadNote> notes;

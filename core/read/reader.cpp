@@ -70,6 +70,7 @@ struct Slot {
   bool direct = false;            // the read used an O_DIRECT descriptor
   bool done = false;
   std::uint64_t finished = 0;  // its read was the how-manieth to finish (Reader::finished_)
+  int fd = -1;                 // the descriptor it was read from; -1: copied from the mapping
 };
 
 struct FreeDeleter {
@@ -249,6 +250,7 @@ class Reader {
     slot.direct = file.source.direct;
     if (file.source.mapped) {
       // Copied here, under the SIGBUS guard, checked before and after.
+      slot.fd = -1;
       slot.read_offset = chunk.offset;
       slot.read_length = chunk.length;
       BALLAST_RETURN_IF_ERROR(file.mapping->read(chunk.offset, {buffer(tag), static_cast<std::size_t>(chunk.length)}));
@@ -267,9 +269,10 @@ class Reader {
       slot.read_offset = chunk.offset;
       slot.read_length = chunk.length;
     }
+    slot.fd = file.source.fd.get();
     read::ReadRequest request;
     request.tag = tag;
-    request.fd = file.source.fd.get();
+    request.fd = slot.fd;
     request.dst = {buffer(tag), static_cast<std::size_t>(slot.read_length)};
     request.offset = slot.read_offset;
     request.need = chunk.offset + chunk.length - slot.read_offset;
@@ -311,8 +314,10 @@ class Reader {
   Status deliver(Slot& slot) {
     const Chunk& chunk = chunks_[slot.chunk];
     FileState& file = files_[chunk.file];
-    if (!file.source.mapped && slot.finished > file.verified_through) {
-      BALLAST_RETURN_IF_ERROR(file.mapping->check_descriptor(file.source.fd.get()));
+    // The descriptor the chunk came from (an O_DIRECT one given up since is
+    // kept open until the file's last chunk is handed on).
+    if (slot.fd >= 0 && slot.finished > file.verified_through) {
+      BALLAST_RETURN_IF_ERROR(file.mapping->check_descriptor(slot.fd));
       file.verified_through = finished_;
     }
     ReadChunk out;

@@ -97,16 +97,29 @@ Result<Residency::Impl::Blocks> Residency::Impl::obtain(std::span<const std::uin
     peak = std::max(peak, held);
     for (std::size_t i = 0; i < sizes.size(); ++i) ++(pooled[i] ? counters.pool_hits : counters.pool_misses);
   }
-  // The rest from the backend, outside the lock.
+  // The rest from the backend, outside the lock. On a failure (or host
+  // memory running out meanwhile) the blocks obtained go to the pool and
+  // the rest is no longer held.
+  const auto give_back = [&](std::size_t failed) noexcept {
+    std::lock_guard lock(mutex);
+    for (std::size_t j = 0; j < sizes.size(); ++j) {
+      if (pooled[j] || j < failed)
+        pool_locked(out.ptr[j], sizes[j]);  // obtained: kept for the next caller
+      else
+        held -= std::min(held, sizes[j]);  // never allocated: no longer held
+    }
+  };
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     if (pooled[i]) continue;
-    auto ptr = allocate(sizes[i], who);
+    Result<DevicePtr> ptr = DevicePtr{0};
+    try {
+      ptr = allocate(sizes[i], who);
+    } catch (const std::bad_alloc&) {
+      give_back(i);
+      throw;
+    }
     if (!ptr.ok()) {
-      std::lock_guard lock(mutex);
-      for (std::size_t j = 0; j < sizes.size(); ++j) {
-        if (pooled[j] || j < i) pool_locked(out.ptr[j], sizes[j]);  // obtained: kept for the next caller
-        else held -= std::min(held, sizes[j]);                     // never allocated: no longer held
-      }
+      give_back(i);
       return std::move(ptr.error()).with_context(allocating);
     }
     out.ptr[i] = *ptr;

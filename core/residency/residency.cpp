@@ -256,26 +256,31 @@ Status Residency::Impl::acquire(Entry& e, Use use) {
   lock.lock();
   if (prefetching) --prefetch_loads;
   if (!loaded.ok()) {
+    // No room (or another caller loading it) is a prefetch's skip; any
+    // other error (the file, the device) is a failure the engine hears of
+    // now, not only at its next pin.
+    const ErrorCode code = loaded.error().code;
+    const bool skipped = code == ErrorCode::out_of_memory || code == ErrorCode::unavailable;
+    // What allocates comes before the state changes: the waiters must be
+    // woken whatever happens after.
+    Status failure;
+    std::string text;
+    try {
+      if (!prefetching) failure = Status(loaded.error());
+      if (use == Use::prefetch && !skipped)
+        text = "prefetch of " + e.name + " failed (a pin will try again): " + loaded.error().to_string();
+    } catch (const std::bad_alloc&) {
+      if (!prefetching) failure = residency::out_of_host_memory();
+    }
     e.state = Entry::State::absent;
     ++e.failures;
-    e.failure = prefetching ? Status() : Status(loaded.error());
-    if (use == Use::prefetch) {
-      // No room (or another caller loading it) is a prefetch's skip; any
-      // other error (the file, the device) is a failure the engine hears
-      // of now, not only at its next pin.
-      const ErrorCode code = loaded.error().code;
-      if (code == ErrorCode::out_of_memory || code == ErrorCode::unavailable) {
-        ++counters.prefetches_skipped;
-      } else {
-        ++counters.prefetches_failed;
-        const std::string text =
-            "prefetch of " + e.name + " failed (a pin will try again): " + loaded.error().to_string();
-        lock.unlock();
-        log_message(LogLevel::warning, "residency", text);
-        lock.lock();
-      }
-    }
+    e.failure = std::move(failure);
+    if (use == Use::prefetch) ++(skipped ? counters.prefetches_skipped : counters.prefetches_failed);
     changed.notify_all();
+    if (!text.empty()) {
+      lock.unlock();
+      log_message(LogLevel::warning, "residency", text);
+    }
     return loaded.status();
   }
   e.first = loaded->first;

@@ -133,7 +133,19 @@ Status MappedFile::check_descriptor(int fd) const {
                       path_.string() + ": the descriptor read is not the mapped file (inode " +
                           std::to_string(stamp_.identity.inode) + ", read " + std::to_string(now.identity.inode) + ")",
                       path_);
-  if (Status s = compare_stamp(now); !s.ok()) return s;
+  if (now.size == stamp_.size && now.mtime_sec == stamp_.mtime_sec && now.mtime_nsec == stamp_.mtime_nsec &&
+      (now.ctime_sec != stamp_.ctime_sec || now.ctime_nsec != stamp_.ctime_nsec)) {
+    // Only the status changed: unlinking the file, or renaming another over
+    // its path (the safe re-export), does that to the mapped inode itself,
+    // bytes untouched. Refused while the path still names this inode (a
+    // truncation put back, re-dated), as check_unchanged() refuses it.
+    struct stat at_path {};
+    const bool gone =
+        st.st_nlink == 0 || ::stat(path_.c_str(), &at_path) != 0 || !(identity_of(at_path) == stamp_.identity);
+    if (!gone) return compare_stamp(now);
+  } else if (Status s = compare_stamp(now); !s.ok()) {
+    return s;
+  }
   if (poisoned())
     return path_error(ErrorCode::io,
                       path_.string() +

@@ -78,7 +78,9 @@ class MappedFile {
   // The same check of the file open on `fd` (one fstat(2)), which must be
   // the mapped inode: for a reader holding its own descriptor, whose file
   // may no longer be the one the path names. A descriptor of another inode
-  // is an io error.
+  // is an io error. A change of status time alone is accepted once the
+  // path no longer names the inode (unlinked, or another file renamed
+  // over it: that changes the inode's status, not its bytes).
   Status check_descriptor(int fd) const;
   // Copies bytes [offset, offset + dst.size()) of the mapping into `dst`
   // under the SIGBUS guard, checking the file before and after (a rewrite

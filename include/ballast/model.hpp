@@ -209,6 +209,10 @@ class Model {
   // Every node at every depth, parents first. Built on the first call
   // (once, thread-safe; opening only validates the nodes).
   const std::vector<NodeInfo>& nodes() const;
+  // The node that computes `value` (the first in nodes() order with it
+  // among its outputs), or nullptr: a weight, a graph input, no such value.
+  // Indexed on the first call (once, thread-safe), then one lookup each.
+  const NodeInfo* producer(std::string_view value) const;
   // ok while the .onnx file is as it was opened (size, modification and
   // status change times) and no read of its mapping faulted. Node records
   // are read from the mapping lazily (nodes(), planning), under a guard

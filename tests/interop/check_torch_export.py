@@ -414,6 +414,30 @@ def check_external(args, results):
                % (load["load"]["derived_built"], len(r["planned"])))
 
 
+def check_walk(args, results):
+    """`ballast replay`'s walk of the export without constant folding pins what
+    the folded export's does: each MatMul its derived value of the weight
+    behind the Transpose, the Transpose nothing."""
+    if "matmul" not in results or "nofold" not in results:
+        return
+    walks = {}
+    for variant in ("matmul", "nofold"):
+        w = ballast_json(args.ballast, "replay", results[variant]["path"], "--backend", args.backend, "--tokens", "1",
+                         "--json")
+        if w is None:
+            return
+        walks[variant] = (w["walk"], w["tokens"][0]["builds"])
+    (a, a_builds), (b, b_builds) = walks["matmul"], walks["nofold"]
+    # Steps and bytes alone would not tell: a source pinned at the
+    # Transpose weighs what its transpose does. The builds do.
+    expect(a["steps"] == b["steps"] and a["entries"] == b["entries"] and a["touched_bytes"] == b["touched_bytes"]
+           and a_builds == b_builds and b_builds > 0,
+           "replay walks: nofold pins what matmul pins (%s, %d builds, against %s, %d builds)"
+           % (b, b_builds, a, a_builds))
+    print("replay walk of nofold as of matmul: %d steps, %d bytes, %d builds" % (b["steps"], b["touched_bytes"],
+                                                                               b_builds))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ballast", required=True)
@@ -444,6 +468,7 @@ def main():
             results[variant] = r
     check_tie(args, results)
     check_external(args, results)
+    check_walk(args, results)
     print("%d failure(s), %d note(s)" % (len(FAILURES), len(NOTES)))
     return 1 if FAILURES else 0
 

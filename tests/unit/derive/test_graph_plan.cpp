@@ -252,3 +252,36 @@ TEST_CASE("model-local functions: one listed skip each, with its node count and 
   REQUIRE(plan_derivations(m, o).ok());
   CHECK(skipped.empty());
 }
+
+TEST_CASE("a weight with a long name read through one Transpose by many consumers: planned once, by the first") {
+  // The name is stored once in the file; the planner plans the weight for
+  // its first consumer and skips the rest before copying anything (copied
+  // per consumer, then merged, it grew with consumers x name while
+  // planning: a hostile file's lever).
+  static const std::string long_name(64 * 1024, 'w');
+  constexpr int kConsumers = 300;
+  // load_proto reads the bytes in place: they outlive the model.
+  static const Proto bytes = [] {
+    Proto g;  // graph() takes a fixed list: the same fields, written here
+    g.msg(1, named_node("t", "Transpose", {long_name}, {"wt"}));
+    for (int i = 0; i < kConsumers; ++i)
+      g.msg(1, named_node("mm" + std::to_string(i), "MatMul", {"X", "wt"}, {"Y" + std::to_string(i)}));
+    g.str(2, "g");
+    g.msg(5, weight(long_name, 1, 4, 8));
+    return model(g);
+  }();
+  const Model m = load(bytes);
+  auto plan = plan_derivations(m);
+  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+  CHECK(plan->size() == 3);  // transpose, to_f16, quant_int8
+  std::size_t text = 0;
+  for (const PlannedDerivation& p : *plan) text += p.weight.size() + p.why.size() + p.node.size();
+  CHECK(text < 4 * long_name.size());
+  CHECK(get(*plan, long_name, Derivation::transpose).node == "mm0");
+  // Model::producer: the Transpose computes "wt", nothing computes a weight.
+  REQUIRE(m.producer("wt") != nullptr);
+  CHECK(m.producer("wt")->name == "t");
+  CHECK(m.producer(long_name) == nullptr);
+  CHECK(m.producer("") == nullptr);
+  CHECK(m.producer("Y7")->name == "mm7");
+}

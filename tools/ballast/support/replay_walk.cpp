@@ -125,20 +125,36 @@ Result<Walk> build_walk(const Model& model, DerivedMode mode, const PlanOptions&
   // quant_int8; MatMulNBits: dequant_int4, repack_int4), each with that
   // node's own parameters, also for a consumer whose entry the plan shares
   // with an earlier one.
-  WalkBuilder b(model);
-  for (const NodeInfo& node : model.nodes()) {
-    std::vector<PlannedDerivation> mine;
-    if (mode != DerivedMode::none) {
+  const std::vector<NodeInfo>& nodes = model.nodes();
+  std::vector<std::vector<PlannedDerivation>> planned(nodes.size());
+  // Weights a consumer reads through Identity or Transpose nodes (its
+  // derivations are of the weight behind them): the engine runs the
+  // consumer on the derived value, so those forwarding nodes pin nothing.
+  std::set<ValueId> forwarded;
+  if (mode != DerivedMode::none) {
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
       for (int k = 0; k < kDerivationCount; ++k) {
-        auto p = plan_derivation(model, node, static_cast<Derivation>(k));
-        if (p.ok()) mine.push_back(std::move(*p));
+        auto p = plan_derivation(model, nodes[i], static_cast<Derivation>(k));
+        if (!p.ok()) continue;
+        const bool direct = std::any_of(nodes[i].inputs.begin(), nodes[i].inputs.end(),
+                                        [&](std::string_view in) { return model.value_id(in) == p->source; });
+        if (!direct) forwarded.insert(p->source);
+        planned[i].push_back(std::move(*p));
       }
     }
+  }
+  WalkBuilder b(model);
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const NodeInfo& node = nodes[i];
+    const std::vector<PlannedDerivation>& mine = planned[i];
+    const bool forwarding = (node.op_type == "Identity" || node.op_type == "Transpose") &&
+                            (node.domain.empty() || node.domain == "ai.onnx");
     std::set<std::string_view> done;
     for (std::string_view input : node.inputs) {
       if (input.empty() || !done.insert(input).second) continue;
       const auto id = model.value_id(input);
       if (!id || !model.store().weights().contains(*id)) continue;
+      if (forwarding && forwarded.contains(*id)) continue;  // folded into its consumer's derived values
       bool covered = false;
       for (const PlannedDerivation& p : mine) {
         if (p.source == *id) {
@@ -149,6 +165,14 @@ Result<Walk> build_walk(const Model& model, DerivedMode mode, const PlanOptions&
         }
       }
       if (!covered) b.add_source_step(node.name, input, *id);
+    }
+    // Derivations of a weight read through forwarding nodes: this node's
+    // inputs do not name it.
+    std::set<ValueId> through;
+    for (const PlannedDerivation& p : mine) {
+      if (done.contains(model.value_name(p.source))) continue;
+      if (through.insert(p.source).second || mode == DerivedMode::all)
+        BALLAST_RETURN_IF_ERROR(b.add_derived(node.name, p));
     }
   }
   return b.take();
