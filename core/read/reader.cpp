@@ -59,7 +59,6 @@ struct FileState {
   std::vector<store::Fd> retired;
   bool opened = false;
   bool fell_back = false;
-  std::uint64_t chunks = 0;            // in the plan
   std::uint64_t verified_through = 0;  // reads finished (Reader::finished_) when the file was last checked
 };
 
@@ -148,7 +147,6 @@ class Reader {
         }
         for (std::uint64_t at = 0; at < r.length; at += options_.chunk_bytes) {
           chunks_.push_back({f, r.offset + at, std::min(options_.chunk_bytes, r.length - at)});
-          ++files_[f].chunks;
         }
       }
     }

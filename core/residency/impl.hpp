@@ -81,8 +81,12 @@ struct Residency::Impl {
     DevicePtr ptr = 0;
     std::uint64_t bytes = 0;
   };
-  std::vector<Stuck> stuck;       // frees the backend refused: still held; retried when room is short, and at release
-  std::uint64_t stuck_bytes = 0;  // their bytes
+  std::vector<Stuck> stuck;  // frees the backend refused: still held; retried when room is short, and at release
+  std::uint64_t stuck_bytes() const noexcept {
+    std::uint64_t n = 0;
+    for (const Stuck& s : stuck) n += s.bytes;
+    return n;
+  }
   bool released = false;
   // The engine's plan (options.derivations or the model's, under the
   // policy) and its groups: fixed at create().

@@ -86,7 +86,8 @@ Result<Residency::Impl::Blocks> Residency::Impl::obtain(std::span<const std::uin
                               ": " + bytes_text(pinned) + " pinned";
         if (own_operands != 0) message += " (" + bytes_text(own_operands) + " of them this build's own operands)";
         message += ", " + bytes_text(held) + " held in all";
-        if (stuck_bytes != 0) message += " (" + bytes_text(stuck_bytes) + " of them frees the device refused)";
+        if (const std::uint64_t s = stuck_bytes(); s != 0)
+          message += " (" + bytes_text(s) + " of them frees the device refused)";
         if (who == Requester::prefetch) message += " (a prefetch evicts nothing in use or prefetched)";
         return make_error(ErrorCode::out_of_memory, std::move(message));
       }
@@ -141,7 +142,6 @@ void Residency::Impl::free_locked(DevicePtr ptr, std::uint64_t bytes) noexcept {
     // Still live on the device: it stays counted against the budget.
     try {
       stuck.push_back({ptr, bytes});
-      stuck_bytes += bytes;
     } catch (...) {
     }
   }
@@ -152,7 +152,6 @@ bool Residency::Impl::retry_stuck_locked() noexcept {
   for (std::size_t i = 0; i < stuck.size();) {
     if (gpu.free(stuck[i].ptr).ok()) {
       held -= std::min(held, stuck[i].bytes);
-      stuck_bytes -= std::min(stuck_bytes, stuck[i].bytes);
       stuck[i] = stuck.back();
       stuck.pop_back();
       freed = true;

@@ -332,33 +332,36 @@ Residency::~Residency() {
 
 void Residency::unpin(void* entry) noexcept { impl_->unpin(*static_cast<Entry*>(entry)); }
 
+namespace {
+
 // Nothing throws across the public API: host memory running out while an
 // entry is filed or named is out_of_memory (the entry tables are left as
 // they were: add_locked reserves before it files).
-Result<Pinned> Residency::pin(ValueId weight) {
+template <class F>
+auto without_throwing(F&& f) -> decltype(f()) {
   try {
-    return impl_->pin_source(weight, Impl::Use::pin);
+    return f();
   } catch (const std::bad_alloc&) {
     return residency::out_of_host_memory();
   }
+}
+
+}  // namespace
+
+Result<Pinned> Residency::pin(ValueId weight) {
+  return without_throwing([&] { return impl_->pin_source(weight, Impl::Use::pin); });
 }
 
 Result<Pinned> Residency::pin(std::string_view weight) {
-  try {
+  return without_throwing([&]() -> Result<Pinned> {
     auto id = impl_->model.value_id(weight);
     if (!id) return make_error(ErrorCode::not_found, "the model has no value named '" + std::string(weight) + "'");
     return pin(*id);
-  } catch (const std::bad_alloc&) {
-    return residency::out_of_host_memory();
-  }
+  });
 }
 
 Result<Pinned> Residency::pin(const PlannedDerivation& derivation) {
-  try {
-    return impl_->pin_derived(derivation, Impl::Use::pin);
-  } catch (const std::bad_alloc&) {
-    return residency::out_of_host_memory();
-  }
+  return without_throwing([&] { return impl_->pin_derived(derivation, Impl::Use::pin); });
 }
 
 void Residency::prefetch(std::span<const ValueId> weights) {
@@ -377,11 +380,7 @@ void Residency::prefetch(const ResidencyGroup& group) {
 }
 
 Result<PinnedSet> Residency::pin(const ResidencyGroup& group, std::chrono::milliseconds wait_for_room) {
-  try {
-    return impl_->pin_group(group, wait_for_room);
-  } catch (const std::bad_alloc&) {
-    return residency::out_of_host_memory();
-  }
+  return without_throwing([&] { return impl_->pin_group(group, wait_for_room); });
 }
 
 void Residency::wait_for_prefetches() { impl_->prefetcher.wait_idle(); }
@@ -399,7 +398,7 @@ ResidencyStats Residency::stats() const {
     s.peak_device_bytes = impl_->peak;
     s.pinned_bytes = impl_->pinned;
     s.pooled_bytes = impl_->pool.bytes();
-    s.stuck_bytes = impl_->stuck_bytes;
+    s.stuck_bytes = impl_->stuck_bytes();
   }
   s.strategy = impl_->options.strategy;
   s.budget_bytes = impl_->budget;
@@ -472,7 +471,6 @@ Released Residency::release(GpuBackend& backend) {
       note(std::move(s).with_context("freeing an evicted value"));
     }
     m.stuck.clear();
-    m.stuck_bytes = 0;
     // The pool's blocks are the object's too: none outlives it.
     while (auto b = m.pool.take_oldest()) {
       Status s = backend.free(b->ptr);
