@@ -34,9 +34,21 @@ Error node_error(const NodeInfo& node, std::string why) {
 
 // Every derivation one node asks for. `nothing` (an empty vector) when the
 // node's weight is computed at run time or is not of a derivable type.
-Result<std::vector<PlannedDerivation>> plan_nbits(const Model& model, const NodeInfo& node) {
+Result<std::vector<PlannedDerivation>> plan_nbits(const Model& model, const NodeInfo& node,
+                                                  std::vector<PlanSkip>* skips) {
   std::vector<PlannedDerivation> out;
-  if (node.int_attribute("bits").value_or(4) != 4) return out;  // only 4-bit layouts are derived
+  if (const std::int64_t bits = node.int_attribute("bits").value_or(4); bits != 4) {
+    // Only 4-bit codes are derived; other widths (ONNX Runtime also writes
+    // 2 to 8) are listed, one skip per derivation not planned, not dropped.
+    ValueId id;
+    if (skips != nullptr && weight_of(model, node.inputs.size() > 1 ? node.inputs[1] : "", id) != nullptr)
+      for (Derivation kind : {Derivation::dequant_int4, Derivation::repack_int4})
+        skips->push_back({"", std::string(node.inputs[1]),
+                          std::string(derivation_name(kind)) + " reads 4-bit codes, not this MatMulNBits B of bits=" +
+                              std::to_string(bits) + " (nothing is planned for it)",
+                          std::string(node.name)});
+    return out;
+  }
   if (node.inputs.size() < 3) return node_error(node, "MatMulNBits needs inputs A, B and scales");
   ValueId b_id, s_id, zp_id;
   const WeightRef* b = weight_of(model, node.inputs[1], b_id);
@@ -211,7 +223,7 @@ Result<std::vector<PlannedDerivation>> plan_dense(const Model& model, const Node
 
 Result<std::vector<PlannedDerivation>> plan_node(const Model& model, const NodeInfo& node, Producers& producers,
                                                  std::vector<PlanSkip>* skips) {
-  if (node.op_type == "MatMulNBits" && node.domain == "com.microsoft") return plan_nbits(model, node);
+  if (node.op_type == "MatMulNBits" && node.domain == "com.microsoft") return plan_nbits(model, node, skips);
   if ((node.op_type == "MatMul" || node.op_type == "Gemm") && node.domain.empty())
     return plan_dense(model, node, producers, skips);
   return std::vector<PlannedDerivation>{};

@@ -32,6 +32,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace ballast::cli {
@@ -61,12 +62,15 @@ std::string plan_source(const PlannedDerivation& p) {
 }
 
 void print_plan(std::ostream& out, const std::vector<PlannedDerivation>& plan, const std::vector<PlanSkip>& skipped) {
+  // Sources in first-seen order, counted through an index (a rules file
+  // may hold many rules; a plan, many entries).
   std::vector<std::pair<std::string, std::size_t>> sources;
+  std::unordered_map<std::string, std::size_t> source_at;
   for (const PlannedDerivation& p : plan) {
-    const std::string s = plan_source(p);
-    auto it = std::find_if(sources.begin(), sources.end(), [&](const auto& e) { return e.first == s; });
-    if (it == sources.end()) sources.emplace_back(s, 1);
-    else ++it->second;
+    std::string s = plan_source(p);
+    auto [it, added] = source_at.try_emplace(s, sources.size());
+    if (added) sources.emplace_back(std::move(s), 0);
+    ++sources[it->second].second;
   }
   out << "plan: " << plan.size() << " derivation" << (plan.size() == 1 ? "" : "s");
   for (std::size_t i = 0; i < sources.size(); ++i)
@@ -76,14 +80,17 @@ void print_plan(std::ostream& out, const std::vector<PlannedDerivation>& plan, c
   // The graph's skips of one reason (quant_int8 of every bfloat16 B) are
   // one line with their count; --json lists each.
   std::vector<std::pair<const PlanSkip*, std::size_t>> lines;
+  std::unordered_map<std::string_view, std::size_t> line_of_reason;  // graph skips of a weight only
   for (const PlanSkip& s : skipped) {
-    auto same = std::find_if(lines.begin(), lines.end(), [&](const auto& l) {
-      return s.rule.empty() && !s.weight.empty() && l.first->rule.empty() && l.first->reason == s.reason;
-    });
-    if (same == lines.end())
+    if (!s.rule.empty() || s.weight.empty()) {
+      lines.emplace_back(&s, 1);
+      continue;
+    }
+    auto [it, added] = line_of_reason.try_emplace(s.reason, lines.size());
+    if (added)
       lines.emplace_back(&s, 1);
     else
-      ++same->second;
+      ++lines[it->second].second;
   }
   constexpr std::size_t kShown = 20;  // --json lists them all
   std::size_t more = 0;

@@ -285,3 +285,40 @@ TEST_CASE("a weight with a long name read through one Transpose by many consumer
   CHECK(m.producer("") == nullptr);
   CHECK(m.producer("Y7")->name == "mm7");
 }
+
+TEST_CASE("a MatMulNBits of bits other than 4: nothing planned, one listed skip per int4 derivation; per node too") {
+  // K=64, N=2, block 32, bits=8: B [2, 2, 32] uint8, scales [4] float.
+  auto nbits = [](std::string_view name, std::int64_t bits, std::string_view y) {
+    return named_node(
+        name, "MatMulNBits", {"X", "B", "S"}, {y},
+        {attribute_int("K", 64), attribute_int("N", 2), attribute_int("bits", bits), attribute_int("block_size", 32)},
+        "com.microsoft");
+  };
+  Proto b = tensor("B", 2, {2, 2, 32});
+  raw_data(b, std::vector<std::uint8_t>(2 * 2 * 32, 0x17));
+  Proto s = tensor("S", 1, {4});
+  raw_data(s, std::vector<std::uint8_t>(16, 0x3f));
+  static const Proto bytes = model(graph({nbits("q8", 8, "Y"), nbits("q8_again", 8, "Y2")}, {b, s}));
+  const Model m = load(bytes);
+  std::vector<PlanSkip> skipped;
+  PlanOptions o;
+  o.skipped = &skipped;
+  auto plan = plan_derivations(m, o);
+  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+  CHECK(plan->empty());
+  // Two derivations skipped, under the first consumer only.
+  REQUIRE(skipped.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const Derivation kind = i == 0 ? Derivation::dequant_int4 : Derivation::repack_int4;
+    CHECK(skipped[i].rule.empty());
+    CHECK(skipped[i].node == "q8");
+    CHECK(skipped[i].weight == "B");
+    CHECK_MESSAGE(skipped[i].reason.rfind(std::string(derivation_name(kind)) + " reads 4-bit codes", 0) == 0,
+                  skipped[i].reason);
+    CHECK_MESSAGE(contains(skipped[i].reason, "bits=8"), skipped[i].reason);
+    // One node at a time: refused with the reason.
+    auto one = plan_derivation(m, node_named(m, "q8_again"), kind);
+    REQUIRE_FALSE(one.ok());
+    CHECK_MESSAGE(contains(one.error().message, "bits=8"), one.error().to_string());
+  }
+}
