@@ -329,7 +329,7 @@ class Reader {
     if (!status.ok()) return status;
     ++stats_.chunks;
     stats_.bytes += chunk.length;
-    if (options_.cache == CachePolicy::drop && file.source.fd) {
+    if (options_.cache != CachePolicy::keep && file.source.fd) {
       // Outward to whole pages: the kernel keeps a partly covered page, and
       // the neighbouring chunks' pages were copied out already (or are
       // about to be read, which at worst reads one page again).

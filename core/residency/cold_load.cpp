@@ -403,6 +403,14 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
   // (a backend that cannot, or will not for this range): copies from
   // plain memory, said once.
   ReadOptions read_options = options.read;
+  // automatic: a paged residency that left values for demand will evict
+  // to make room for them and page the evicted bytes in again through the
+  // mapping, so what the read brought in is kept; otherwise nothing reads
+  // these bytes again and keeping them would push the engine's working set
+  // out (docs/loading.md, "Cache policy", measured).
+  if (read_options.cache == CachePolicy::automatic)
+    read_options.cache = full && m.options.strategy == ResidencyStrategy::paged ? CachePolicy::keep : CachePolicy::drop;
+  report.cache = read_options.cache;
   DevicePtr staging_registration = 0;
   if (m.gpu.capabilities().host_registration && m.gpu.capabilities().read_only_registration) {
     read_options.staging_allocated = [&](std::span<std::byte> ring) -> Status {

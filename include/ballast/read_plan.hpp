@@ -103,9 +103,13 @@ std::string_view read_engine_name(ReadEngine e) noexcept;  // "auto", "io_uring"
 
 // What to leave in the page cache after a cold read.
 enum class CachePolicy : std::uint8_t {
-  drop,  // POSIX_FADV_DONTNEED on each range once consumed: a one-shot load
-         // does not push the engine's working set out of memory
-  keep,  // leave it (a paged residency pages in again from the mapping)
+  automatic,  // read_plan(): drop. Residency::load(): keep for a paged
+              // residency whose budget cannot hold every value the load
+              // places (evictions will page those bytes in again through
+              // the mapping), drop otherwise (ResidencyLoadReport::cache)
+  drop,       // POSIX_FADV_DONTNEED on each range once consumed: a one-shot load
+              // does not push the engine's working set out of memory
+  keep,       // leave it (a paged residency pages in again from the mapping)
 };
 
 // Reads of a file: `fd` opened by read_plan(), `offset` in the file, into
@@ -125,7 +129,7 @@ struct ReadOptions {
   bool direct_io = false;                    // O_DIRECT where the file system takes it, buffered
                                              // otherwise (said once per file through the log sink).
                                              // Off by default: measured slower here (docs/loading.md)
-  CachePolicy cache = CachePolicy::drop;
+  CachePolicy cache = CachePolicy::automatic;
   PreadFunction pread;                       // empty: pread(2)
   // The staging ring once allocated (its whole span), and again just
   // before it is freed: Residency::load() registers it with the backend

@@ -260,6 +260,7 @@ struct ResidencyLoadReport {
   std::uint64_t already_resident = 0; // values load() found on the device and left alone
   std::uint64_t left_for_demand = 0;  // values that did not fit the budget beside the ones before them
   std::uint64_t left_bytes = 0;       // their device bytes
+  CachePolicy cache = CachePolicy::drop;  // what the read left in the page cache (automatic resolved)
   double seconds = 0;                 // the whole call
   // "read 2814 MiB in 3.12 s (902 MB/s, io_uring, 3 files, 12 ranges, O_DIRECT 3 of 3, staging 32 MiB);
   //  48 sources, 0 inline, 0 zero-copy; 96 derived; 0 already resident; 0 left for demand; 5.41 s"
@@ -383,10 +384,11 @@ class Residency final : public ModelResource<GpuBackend> {
   // first value that does not fit beside the ones before it, and the rest
   // are left for pin() to page in on demand (counted in the report).
   // Values already resident are left alone. What the reads leave in the
-  // page cache is options.read.cache's: drop by default, which suits upload
-  // and a budget that holds every value; a paged residency whose budget
-  // cannot (later page-ins read the mapping again) should pass keep, as
-  // `ballast load` does (docs/loading.md, "Cache policy"). On error (an io error naming
+  // page cache is options.read.cache's; automatic (the default) drops it,
+  // which suits upload and a budget that holds every value, and keeps it
+  // for a paged residency that leaves values for demand (evictions will
+  // page bytes in again through the mapping): docs/loading.md, "Cache
+  // policy"; the report says which ran. On error (an io error naming
   // the file, a device error, a build that fails) values completed so far
   // stay resident and whole, none is left half-copied, and the error says
   // which step failed. Call it from one thread, before the engine pins

@@ -122,6 +122,8 @@ TEST_CASE("cold load: every strategy puts the same bytes on the device as the ma
       CHECK(st.host_copy_bytes == 0);
     }
     CHECK(report->left_for_demand == 0);
+    // automatic: nothing will read these bytes again, so they are dropped.
+    CHECK(report->cache == CachePolicy::drop);
     const Snapshot seen = snapshot(*r, f);
     CHECK(seen.derived == reference.derived);
     CHECK(seen.weights == reference.weights);
@@ -148,6 +150,8 @@ TEST_CASE("cold load: under a budget that holds part of the model it loads a pre
   auto report = r->load(small_chunks());
   REQUIRE_MESSAGE(report.ok(), conformance::describe(report.status()));
   CHECK(report->left_for_demand > 0);
+  // automatic: evictions will page the read bytes in again, so they are kept.
+  CHECK(report->cache == CachePolicy::keep);
   CHECK(report->sources_read >= 1);
   CHECK(r->stats().device_bytes <= budget);
   CHECK(r->stats().source_evictions + r->stats().derived_evictions == 0);  // a load evicts nothing
@@ -155,6 +159,15 @@ TEST_CASE("cold load: under a budget that holds part of the model it loads a pre
   CHECK(seen.derived == reference.derived);
   CHECK(seen.weights == reference.weights);
   REQUIRE(r->release(conformance::gpu()).status.ok());
+  // A policy given is the one that runs.
+  auto dropping = f.open(ResidencyStrategy::paged, budget);
+  ResidencyLoadOptions drop = small_chunks();
+  drop.read.cache = CachePolicy::drop;
+  auto dropped = dropping->load(drop);
+  REQUIRE_MESSAGE(dropped.ok(), conformance::describe(dropped.status()));
+  CHECK(dropped->left_for_demand > 0);
+  CHECK(dropped->cache == CachePolicy::drop);
+  REQUIRE(dropping->release(conformance::gpu()).status.ok());
 }
 
 TEST_CASE("cold load: a failed read is an io error naming the file; nothing half-resident, nothing leaked") {

@@ -116,19 +116,10 @@ Result<Run> run_once(const LoadCommandOptions& opt, GpuBackend& gpu, const Resid
       if (!pin.ok()) return std::move(pin.error()).with_context("pinning");
     }
   } else {
-    ResidencyLoadOptions mine = lo;
-    if (ro.strategy == ResidencyStrategy::paged && !opt.keep_cache) {
-      // paged keeps what it read in the page cache only when its budget
-      // cannot hold every value the load places: then evictions will page
-      // those bytes in again from the mapping. A budget that holds them all
-      // never does, and keeping costs: measured here, a cold paged load that
-      // kept the cache took a median 1.8 s against upload's 1.0 s dropping
-      // it, and paged dropping it too ran as upload does (docs/loading.md).
-      auto every = auto_budget(model->store(), residency->plan(), ro.max_amplification);
-      mine.read.cache = every.ok() && residency->budget() >= every->total ? CachePolicy::drop : CachePolicy::keep;
-    }
-    run.cache = mine.read.cache;
-    BALLAST_ASSIGN_OR_RETURN(run.report, residency->load(mine));
+    // The page cache policy is the library's own (automatic) unless
+    // --keep-cache: docs/loading.md, "Cache policy".
+    BALLAST_ASSIGN_OR_RETURN(run.report, residency->load(lo));
+    run.cache = run.report->cache;
   }
   BALLAST_RETURN_IF_ERROR(gpu.synchronize());
   run.seconds = since(start);
@@ -242,7 +233,7 @@ int run_load(const LoadCommandOptions& opt) {
   lo.read.staging_buffers = opt.staging;
   lo.read.direct_io = opt.direct_io && !opt.buffered;
   // paged: decided per run, from its budget (run_once).
-  lo.read.cache = opt.keep_cache ? CachePolicy::keep : CachePolicy::drop;
+  lo.read.cache = opt.keep_cache ? CachePolicy::keep : CachePolicy::automatic;
   lo.read_cached = opt.read_cached;
   lo.populate_threads = opt.populate_threads;
   if (opt.comm_given) {
