@@ -122,6 +122,16 @@ class Reader {
     if (options_.staging_buffers == 0)
       return make_error(ErrorCode::invalid_argument, "read_plan: staging_buffers is 0");
     if (options_.queue_depth == 0) return make_error(ErrorCode::invalid_argument, "read_plan: queue_depth is 0");
+    // Caps before any arithmetic on them: a chunk near 2^64 would wrap the
+    // staging buffer's size to nothing, and every read would overrun it.
+    const auto over = [](const char* what, std::uint64_t value, std::uint64_t cap) {
+      return make_error(ErrorCode::invalid_argument, std::string("read_plan: ") + what + " " + std::to_string(value) +
+                                                         " is above the cap of " + std::to_string(cap));
+    };
+    if (options_.chunk_bytes > kMaxReadChunkBytes) return over("chunk_bytes", options_.chunk_bytes, kMaxReadChunkBytes);
+    if (options_.staging_buffers > kMaxStagingBuffers)
+      return over("staging_buffers", options_.staging_buffers, kMaxStagingBuffers);
+    if (options_.queue_depth > kMaxReadQueueDepth) return over("queue_depth", options_.queue_depth, kMaxReadQueueDepth);
     return Status();
   }
 
@@ -165,7 +175,11 @@ class Reader {
   // last, hence chunk_bytes + 8 KiB.
   Status allocate() {
     const std::uint64_t margin = options_.direct_io ? 2 * read::kDirectAlign : 0;
-    slot_bytes_ = align_up(options_.chunk_bytes + margin, read::kDirectAlign);
+    // A buffer holds the largest chunk cut, not chunk_bytes: a large chunk
+    // size over a small model allocates what the model needs.
+    std::uint64_t largest = 0;
+    for (const Chunk& c : chunks_) largest = std::max(largest, c.length);
+    slot_bytes_ = align_up(largest + margin, read::kDirectAlign);
     const std::uint64_t total = slot_bytes_ * ring_;
     if (total / ring_ != slot_bytes_) return make_error(ErrorCode::overflow, "read_plan: staging size overflows");
     staging_.reset(static_cast<std::byte*>(std::aligned_alloc(read::kDirectAlign, total)));

@@ -119,10 +119,19 @@ enum class CachePolicy : std::uint8_t {
 // reader's threads, several at once. Setting it selects ReadEngine::threads.
 using PreadFunction = std::function<std::int64_t(int fd, std::span<std::byte> dst, std::uint64_t offset)>;
 
+// What read_plan() accepts (invalid_argument past them, naming the cap):
+// a ring or a queue beyond these is a mistake, not a tuning (the measured
+// best here is 16 of 2 MiB: docs/loading.md), and a chunk past 1 GiB
+// would make a staging buffer of it.
+inline constexpr std::uint32_t kMaxReadQueueDepth = 1024;
+inline constexpr std::uint32_t kMaxStagingBuffers = 1024;
+inline constexpr std::uint64_t kMaxReadChunkBytes = 1ull << 30;
+
 struct ReadOptions {
   ReadEngine engine = ReadEngine::automatic;
   std::uint32_t queue_depth = 16;            // reads in flight (io_uring SQEs, or threads)
-  std::uint64_t chunk_bytes = 2ull << 20;    // largest single read; a staging buffer's size
+  std::uint64_t chunk_bytes = 2ull << 20;    // largest single read; a staging buffer's size (the
+                                             // largest chunk the plan cuts, when that is smaller)
   std::uint32_t staging_buffers = 16;        // the ring: staging memory is at most this x chunk_bytes,
                                              // plus 8 KiB a buffer with direct_io (O_DIRECT's alignment
                                              // margins); queue_depth is lowered to it

@@ -481,7 +481,40 @@ TEST_CASE("options: zeros refused, an empty plan reads nothing, a big ring over 
   o = ReadOptions{};
   o.queue_depth = 0;
   CHECK(read_plan(h.store, plan, o, count).code() == ErrorCode::invalid_argument);
+  // Past the caps, refused by name before any arithmetic: a chunk near
+  // 2^64 once wrapped the staging buffer's size to nothing.
+  for (std::uint64_t chunk : {kMaxReadChunkBytes + 1, ~std::uint64_t{0}, ~std::uint64_t{0} - 8192})
+    for (bool direct : {false, true}) {
+      o = ReadOptions{};
+      o.chunk_bytes = chunk;
+      o.direct_io = direct;
+      auto r = read_plan(h.store, plan, o, count);
+      CHECK(r.code() == ErrorCode::invalid_argument);
+      CHECK_MESSAGE(
+          r.error().message.find("chunk_bytes " + std::to_string(chunk) + " is above the cap") != std::string::npos,
+          r.error().message);
+    }
+  o = ReadOptions{};
+  o.staging_buffers = kMaxStagingBuffers + 1;
+  CHECK(read_plan(h.store, plan, o, count).code() == ErrorCode::invalid_argument);
+  o = ReadOptions{};
+  o.queue_depth = ~std::uint32_t{0};
+  CHECK(read_plan(h.store, plan, o, count).code() == ErrorCode::invalid_argument);
   CHECK(calls == 0);
+  // At the caps: read, each buffer the largest chunk cut (whole pages),
+  // not a GiB each.
+  o = ReadOptions{};
+  o.chunk_bytes = kMaxReadChunkBytes;
+  o.staging_buffers = kMaxStagingBuffers;
+  o.queue_depth = kMaxReadQueueDepth;
+  Collector capped(h.store);
+  auto at_caps = read_plan(h.store, plan, o, capped.fn());
+  REQUIRE_MESSAGE(at_caps.ok(), at_caps.error().to_string());
+  capped.check(h.store, plan, o.chunk_bytes);
+  std::uint64_t largest = 0;
+  for (const ReadPlanFile& f : plan.files())
+    for (const ReadRange& r : f.ranges) largest = std::max(largest, r.length);
+  CHECK(at_caps->staging_bytes == plan.range_count() * ((largest + 4095) / 4096 * 4096));
 
   auto empty = read_plan(h.store, ReadPlan{}, ReadOptions{}, count);
   REQUIRE(empty.ok());
