@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -21,7 +22,15 @@ class ThreadIssuer final : public Issuer {
  public:
   ThreadIssuer(std::uint32_t threads, PreadFunction pread) : pread_(std::move(pread)) {
     workers_.reserve(threads);
-    for (std::uint32_t i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+    // As many as the system gives: fewer only read slower, and leaving the
+    // constructor by an exception with threads started would destroy them
+    // joinable (the end of the process). None started: rethrown, the
+    // reader's out_of_memory.
+    try {
+      for (std::uint32_t i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+    } catch (const std::system_error&) {
+      if (workers_.empty()) throw;
+    }
   }
 
   // Every queued request is still read (the reader drains what it started

@@ -23,6 +23,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -119,10 +120,21 @@ Result<std::uint64_t> populate_mapping(const WeightStore& store, MappingId mappi
     }
   };
   {
-    const std::size_t n = std::clamp<std::size_t>(threads, 1, pieces.size());
+    // At most 256 threads (a count past any machine's is a mistake), and
+    // as many as the system gives: the calling thread takes pieces too,
+    // so a refused thread only slows this down.
+    constexpr std::size_t kMaxThreads = 256;
+    const std::size_t n = std::clamp<std::size_t>(threads, 1, std::min(pieces.size(), kMaxThreads));
     std::vector<std::jthread> pool;
-    for (std::size_t t = 1; t < n; ++t) pool.emplace_back(work);
-    work();  // the calling thread takes pieces too
+    pool.reserve(n);
+    try {
+      for (std::size_t t = 1; t < n; ++t) pool.emplace_back(work);
+    } catch (const std::system_error&) {
+      log_message(LogLevel::info, "read",
+                  "populate_mapping: " + std::to_string(pool.size() + 1) + " of " + std::to_string(n) +
+                      " threads started (the system refused more)");
+    }
+    work();
   }
   if (failed) {
     // EFAULT/EIO: a page could not be read, because the file lost it

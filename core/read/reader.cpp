@@ -209,7 +209,12 @@ class Reader {
     if (stats_.engine == ReadEngine::io_uring) {
       BALLAST_ASSIGN_OR_RETURN(issuer_, read::make_uring_issuer(depth_, ring_));
     } else {
-      issuer_ = read::make_thread_issuer(depth_, ring_, options_.pread);
+      try {
+        issuer_ = read::make_thread_issuer(depth_, ring_, options_.pread);
+      } catch (const std::system_error& e) {
+        return make_error(ErrorCode::out_of_memory,
+                          std::string("read_plan: no reader thread could be started (") + e.what() + ")");
+      }
     }
     return Status();
   }
