@@ -14,6 +14,7 @@
 #include <ballast/residency.hpp>
 
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -71,6 +72,9 @@ struct ResidencyObject {
   // release must not overlap other use), so in C it simply waits.
   mutable std::shared_mutex gate;
   bool released = false;  // under `gate`
+  // Residency::load() is one thread's at a time (C++); C callers' loads
+  // take turns here (the second finds the first's values resident).
+  std::mutex load_mutex;
   std::unique_ptr<Residency> residency;
 };
 

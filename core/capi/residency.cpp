@@ -109,6 +109,40 @@ ballast_status* entry_of(const ResidencyObject& r, const ballast_plan* plan, std
   return nullptr;
 }
 
+ballast_status* to_load_options(const ballast_load_options& in, ResidencyLoadOptions& out) {
+  switch (in.engine) {
+    case BALLAST_READ_AUTO: out.read.engine = ReadEngine::automatic; break;
+    case BALLAST_READ_IO_URING: out.read.engine = ReadEngine::io_uring; break;
+    case BALLAST_READ_THREADS: out.read.engine = ReadEngine::threads; break;
+    default:
+      return invalid_argument("invalid_argument: options.engine " + std::to_string(in.engine) +
+                              " is none of ballast_read_engine");
+  }
+  switch (in.cache) {
+    case BALLAST_CACHE_AUTO: out.read.cache = CachePolicy::automatic; break;
+    case BALLAST_CACHE_DROP: out.read.cache = CachePolicy::drop; break;
+    case BALLAST_CACHE_KEEP: out.read.cache = CachePolicy::keep; break;
+    default:
+      return invalid_argument("invalid_argument: options.cache " + std::to_string(in.cache) +
+                              " is none of ballast_cache_policy");
+  }
+  // Zero: the C++ default; past a cap, read_plan() says which.
+  if (in.queue_depth != 0) out.read.queue_depth = in.queue_depth;
+  if (in.staging_buffers != 0) out.read.staging_buffers = in.staging_buffers;
+  if (in.chunk_bytes != 0) out.read.chunk_bytes = in.chunk_bytes;
+  out.read.direct_io = in.direct_io != 0;
+  out.read_cached = in.read_cached != 0;
+  out.populate_threads = in.populate_threads;
+  if (in.populate_piece_bytes != 0) out.populate_piece_bytes = in.populate_piece_bytes;
+  return nullptr;
+}
+
+std::int32_t engine_code(ReadEngine e) {
+  return e == ReadEngine::io_uring  ? BALLAST_READ_IO_URING
+         : e == ReadEngine::threads ? BALLAST_READ_THREADS
+                                    : BALLAST_READ_AUTO;
+}
+
 }  // namespace
 
 extern "C" {
@@ -308,6 +342,54 @@ ballast_status* ballast_residency_wait_prefetches(ballast_residency* residency) 
     if (auto* e = use(residency, u)) return e;
     u.object->residency->wait_for_prefetches();
     return nullptr;
+  });
+}
+
+ballast_status* ballast_residency_load(ballast_residency* residency, const ballast_load_options* options,
+                                       ballast_load_report* out) {
+  return guarded([&]() -> ballast_status* {
+    ballast_load_options in;
+    if (!capi::read_in(options, in))
+      return invalid_argument("invalid_argument: options.size is not set (BALLAST_INIT)");
+    if (out != nullptr && out->size < sizeof(std::size_t))
+      return invalid_argument("invalid_argument: the report's size is not set (BALLAST_INIT)");
+    ResidencyLoadOptions cxx;
+    if (auto* e = to_load_options(in, cxx)) return e;
+    Using u;
+    if (auto* e = use(residency, u)) return e;
+    std::lock_guard one_at_a_time(u.object->load_mutex);
+    auto loaded = u.object->residency->load(cxx);
+    if (!loaded.ok()) return from_error(loaded.error());
+    if (out == nullptr) return nullptr;
+    const ResidencyLoadReport& r = *loaded;
+    ballast_load_report c{};
+    c.planned_bytes = r.planned_bytes;
+    c.planned_ranges = r.planned_ranges;
+    c.planned_files = r.planned_files;
+    c.read_bytes = r.read.bytes;
+    c.io_bytes = r.read.io_bytes;
+    c.reads = r.read.reads;
+    c.read_files = r.read.files;
+    c.direct_files = r.read.direct_files;
+    c.mapped_files = r.read.mapped_files;
+    c.staging_bytes = r.read.staging_bytes;
+    c.peak_staging_in_use = r.read.peak_staging_in_use;
+    c.sources_read = r.sources_read;
+    c.sources_cached = r.sources_cached;
+    c.cached_bytes = r.cached_bytes;
+    c.inline_sources = r.inline_sources;
+    c.zero_copy_weights = r.zero_copy_weights;
+    c.populated_bytes = r.populated_bytes;
+    c.zero_copy_uploads = r.zero_copy_uploads;
+    c.derived_built = r.derived_built;
+    c.already_resident = r.already_resident;
+    c.left_for_demand = r.left_for_demand;
+    c.left_bytes = r.left_bytes;
+    c.engine = engine_code(r.read.engine);
+    c.cache = r.cache == CachePolicy::keep ? BALLAST_CACHE_KEEP : BALLAST_CACHE_DROP;
+    c.read_seconds = r.read.seconds;
+    c.seconds = r.seconds;
+    return write_out(c, out);
   });
 }
 

@@ -117,23 +117,7 @@ class Reader {
   }
 
  private:
-  Status check_options() const {
-    if (options_.chunk_bytes == 0) return make_error(ErrorCode::invalid_argument, "read_plan: chunk_bytes is 0");
-    if (options_.staging_buffers == 0)
-      return make_error(ErrorCode::invalid_argument, "read_plan: staging_buffers is 0");
-    if (options_.queue_depth == 0) return make_error(ErrorCode::invalid_argument, "read_plan: queue_depth is 0");
-    // Caps before any arithmetic on them: a chunk near 2^64 would wrap the
-    // staging buffer's size to nothing, and every read would overrun it.
-    const auto over = [](const char* what, std::uint64_t value, std::uint64_t cap) {
-      return make_error(ErrorCode::invalid_argument, std::string("read_plan: ") + what + " " + std::to_string(value) +
-                                                         " is above the cap of " + std::to_string(cap));
-    };
-    if (options_.chunk_bytes > kMaxReadChunkBytes) return over("chunk_bytes", options_.chunk_bytes, kMaxReadChunkBytes);
-    if (options_.staging_buffers > kMaxStagingBuffers)
-      return over("staging_buffers", options_.staging_buffers, kMaxStagingBuffers);
-    if (options_.queue_depth > kMaxReadQueueDepth) return over("queue_depth", options_.queue_depth, kMaxReadQueueDepth);
-    return Status();
-  }
+  Status check_options() const { return check_read_options(options_); }
 
   // Every range of every file into chunks of at most chunk_bytes.
   Status cut() {
@@ -393,6 +377,23 @@ class Reader {
 };
 
 }  // namespace
+
+Status check_read_options(const ReadOptions& options) {
+  if (options.chunk_bytes == 0) return make_error(ErrorCode::invalid_argument, "read_plan: chunk_bytes is 0");
+  if (options.staging_buffers == 0) return make_error(ErrorCode::invalid_argument, "read_plan: staging_buffers is 0");
+  if (options.queue_depth == 0) return make_error(ErrorCode::invalid_argument, "read_plan: queue_depth is 0");
+  // Caps before any arithmetic on them: a chunk near 2^64 would wrap the
+  // staging buffer's size to nothing, and every read would overrun it.
+  const auto over = [](const char* what, std::uint64_t value, std::uint64_t cap) {
+    return make_error(ErrorCode::invalid_argument, std::string("read_plan: ") + what + " " + std::to_string(value) +
+                                                       " is above the cap of " + std::to_string(cap));
+  };
+  if (options.chunk_bytes > kMaxReadChunkBytes) return over("chunk_bytes", options.chunk_bytes, kMaxReadChunkBytes);
+  if (options.staging_buffers > kMaxStagingBuffers)
+    return over("staging_buffers", options.staging_buffers, kMaxStagingBuffers);
+  if (options.queue_depth > kMaxReadQueueDepth) return over("queue_depth", options.queue_depth, kMaxReadQueueDepth);
+  return Status();
+}
 
 Result<ReadStats> read_plan(const WeightStore& store, const ReadPlan& plan, const ReadOptions& options,
                             const std::function<Status(const ReadChunk&)>& consume) {

@@ -130,6 +130,7 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
     std::lock_guard lock(m.mutex);
     if (m.released) return make_error(ErrorCode::invalid_argument, m.label + ": load() after release()");
   }
+  BALLAST_RETURN_IF_ERROR(check_read_options(options.read), "loading " + m.label);
   const WeightStore& store = m.store;
 
   std::vector<PlannedDerivation> own_plan;

@@ -46,7 +46,7 @@
 #define BALLAST_C_API
 #endif
 
-#define BALLAST_C_API_VERSION 3u
+#define BALLAST_C_API_VERSION 4u
 /* type x = BALLAST_INIT(type);  sets x.size, zeroes the rest */
 #ifdef __cplusplus
 template <class T>
@@ -212,8 +212,8 @@ typedef struct ballast_residency_stats {
   uint64_t budget_bytes, device_bytes, peak_device_bytes, pinned_bytes, registered_bytes, uploaded_bytes,
       paged_in_bytes, page_ins, source_evictions, derived_evictions, derived_builds, derived_rebuilds, prefetches,
       prefetches_skipped;
-  uint64_t prefetches_failed; /* prefetches failed by the file or the device (each also logged) */
-  uint64_t stuck_bytes;       /* frees the device refused: still held, asked again when room is short */
+  uint64_t prefetches_failed; /* version 4: prefetches failed by the file or the device (each also logged) */
+  uint64_t stuck_bytes;       /* version 4: frees the device refused: still held, asked again when room is short */
 } ballast_residency_stats;
 
 typedef struct ballast_teardown {
@@ -329,6 +329,55 @@ BALLAST_C_API ballast_status* ballast_plan_entry_layout(const ballast_plan* plan
  * Bindings list the kinds from it rather than keeping a copy. */
 BALLAST_C_API const char* ballast_derivation_kind_name(uint32_t kind);
 
+/* ------------------------------------------------------------- version 4 */
+/* The cold start (Residency::load(), docs/loading.md): the model put on the
+ * device from storage in large parallel reads of its referenced bytes only,
+ * derivations built as their sources arrive. */
+
+typedef enum ballast_read_engine {
+  BALLAST_READ_AUTO = 0,     /* io_uring where the kernel offers it, else threads */
+  BALLAST_READ_IO_URING = 1, /* UNSUPPORTED where the kernel does not offer it */
+  BALLAST_READ_THREADS = 2   /* queue_depth threads of pread */
+} ballast_read_engine;
+
+typedef enum ballast_cache_policy {
+  BALLAST_CACHE_AUTO = 0, /* drop, except a paged residency that leaves values for demand keeps */
+  BALLAST_CACHE_DROP = 1, /* what was read leaves the page cache once on the device */
+  BALLAST_CACHE_KEEP = 2
+} ballast_cache_policy;
+
+typedef struct ballast_load_options { /* zero fields: the defaults */
+  size_t size;
+  int32_t engine;                /* ballast_read_engine */
+  int32_t cache;                 /* ballast_cache_policy */
+  uint32_t queue_depth;          /* reads in flight; 0: 16; at most 1024 */
+  uint32_t staging_buffers;      /* 0: 16; at most 1024 */
+  uint64_t chunk_bytes;          /* largest single read; 0: 2 MiB; at most 1 GiB */
+  int32_t direct_io;             /* 1: O_DIRECT where the file system takes it */
+  int32_t read_cached;           /* 1: read sources the page cache holds whole too (0: copy them from the mapping) */
+  uint32_t populate_threads;     /* zero_copy's page faults taken ahead; 0: one per hardware thread */
+  uint64_t populate_piece_bytes; /* 0: 8 MiB */
+} ballast_load_options;
+
+typedef struct ballast_load_report { /* every figure is of this call */
+  size_t size;
+  uint64_t planned_bytes, planned_ranges, planned_files; /* the read plan: referenced bytes of the sources it fills */
+  uint64_t read_bytes, io_bytes, reads, read_files, direct_files, mapped_files, staging_bytes, peak_staging_in_use;
+  uint64_t sources_read, sources_cached, cached_bytes, inline_sources, zero_copy_weights, populated_bytes,
+      zero_copy_uploads, derived_built, already_resident, left_for_demand, left_bytes;
+  int32_t engine;               /* ballast_read_engine that ran (never AUTO) */
+  int32_t cache;                /* ballast_cache_policy that ran (never AUTO) */
+  double read_seconds, seconds; /* the read; the whole call */
+} ballast_load_report;
+
+/* Loads ahead of use: every planned derivation and its sources, then every
+ * other weight, up to the budget (the rest is left for pins, counted in
+ * left_for_demand). Nothing is pinned or evicted. `options` may be NULL
+ * (defaults), `out` may be NULL. On an error, values completed so far stay
+ * resident and whole. Call it from one thread, before the engine pins. */
+BALLAST_C_API ballast_status* ballast_residency_load(ballast_residency* residency, const ballast_load_options* options,
+                                                     ballast_load_report* out);
+
 /* ---------------------------------------------------- the function table */
 /* Version 1: every function of version 1, in header order. Later versions append. */
 typedef struct ballast_api_v1 {
@@ -391,6 +440,12 @@ typedef struct ballast_api_v3 {
   ballast_api_v2 v2;
   const char* (*derivation_kind_name)(uint32_t);
 } ballast_api_v3;
+
+/* Version 4: version 3's table, then the version 4 functions. */
+typedef struct ballast_api_v4 {
+  ballast_api_v3 v3;
+  ballast_status* (*residency_load)(ballast_residency*, const ballast_load_options*, ballast_load_report*);
+} ballast_api_v4;
 
 /* The table for `version` (a pointer to static data, never freed; cast it to
  * that version's struct), or NULL when this library is older than `version`. */

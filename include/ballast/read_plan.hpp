@@ -188,6 +188,11 @@ struct ReadStats {
 // error naming the file and the offset, and nothing more is consumed.
 // `consume`'s error stops the read and is returned as it is. Staging
 // buffers are allocated here (page-aligned) and freed before return.
+// invalid_argument naming the first field read_plan() refuses (a zero or
+// a value past its cap); Residency::load() checks its options up front,
+// whether or not anything is left to read.
+Status check_read_options(const ReadOptions& options);
+
 Result<ReadStats> read_plan(const WeightStore& store, const ReadPlan& plan, const ReadOptions& options,
                             const std::function<Status(const ReadChunk&)>& consume);
 

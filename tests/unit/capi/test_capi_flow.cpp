@@ -605,3 +605,106 @@ TEST_CASE("version 2: the table's appended members, a weight's address, a second
   CAPI_OK(ballast_residency_free(res));
   CAPI_OK(ballast_plan_free(plan));
 }
+
+TEST_CASE("version 4: the cold start from C, its report against the model, its options checked") {
+  const auto* v3 = static_cast<const ballast_api_v3*>(ballast_get_api(3));
+  const auto* v4 = static_cast<const ballast_api_v4*>(ballast_get_api(4));
+  REQUIRE(v3 != nullptr);
+  REQUIRE(v4 != nullptr);
+  CHECK(static_cast<const void*>(v3) == static_cast<const void*>(&v4->v3));  // version 3's table is a prefix
+  CHECK((v4->residency_load == &ballast_residency_load));
+  CAPI_OK(ballast_check_version(4));
+
+  ScratchDir dir("capi-v4");
+  const auto m = OrphanedPrefixModel::write(dir.path());
+  Opened o;
+  CAPI_OK(ballast_model_open(m.onnx.c_str(), &o.model));
+  CAPI_OK(ballast_backend_open("cpu", &o.backend));
+  const ballast_device_counters baseline = counters(o.backend);
+  ballast_residency_options opt = BALLAST_INIT(ballast_residency_options);
+  opt.strategy = BALLAST_UPLOAD;
+  ballast_residency* res = nullptr;
+  CAPI_OK(ballast_residency_create(o.backend, o.model, &opt, &res));
+
+  // Bad options are refused before anything is read.
+  ballast_load_options lo = BALLAST_INIT(ballast_load_options);
+  ballast_load_report report = BALLAST_INIT(ballast_load_report);
+  lo.engine = 7;
+  CAPI_FAILS(ballast_residency_load(res, &lo, &report), BALLAST_E_INVALID_ARGUMENT);
+  lo = BALLAST_INIT(ballast_load_options);
+  lo.cache = -1;
+  CAPI_FAILS(ballast_residency_load(res, &lo, &report), BALLAST_E_INVALID_ARGUMENT);
+  lo = BALLAST_INIT(ballast_load_options);
+  lo.chunk_bytes = UINT64_MAX;  // past read_plan's cap
+  CAPI_FAILS(ballast_residency_load(res, &lo, &report), BALLAST_E_INVALID_ARGUMENT);
+  lo = BALLAST_INIT(ballast_load_options);
+  lo.size = 0;
+  CAPI_FAILS(ballast_residency_load(res, &lo, &report), BALLAST_E_INVALID_ARGUMENT);
+  ballast_load_report unsized{};
+  CAPI_FAILS(ballast_residency_load(res, nullptr, &unsized), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_residency_load(nullptr, nullptr, &report), BALLAST_E_INVALID_HANDLE);
+  ballast_residency_stats st = BALLAST_INIT(ballast_residency_stats);
+  CAPI_OK(ballast_residency_stats_get(res, &st));
+  CHECK(st.device_bytes == 0);
+
+  // The file was just written, so the page cache holds it: read anyway.
+  lo = BALLAST_INIT(ballast_load_options);
+  lo.read_cached = 1;
+  lo.engine = BALLAST_READ_THREADS;
+  lo.chunk_bytes = 4096;
+  CAPI_OK(ballast_residency_load(res, &lo, &report));
+  CHECK(report.planned_bytes == OrphanedPrefixModel::kReferenced);  // never the orphaned prefix
+  CHECK(report.read_bytes == OrphanedPrefixModel::kReferenced);
+  CHECK(report.planned_files == 1);
+  CHECK(report.read_files == 1);
+  CHECK(report.reads >= OrphanedPrefixModel::kReferenced / 4096);
+  CHECK(report.sources_read == 3);
+  CHECK(report.derived_built == OrphanedPrefixModel::kDerivations);
+  CHECK(report.left_for_demand == 0);
+  CHECK(report.engine == BALLAST_READ_THREADS);
+  CHECK(report.cache == BALLAST_CACHE_DROP);  // upload: nothing reads these bytes again
+  CHECK(report.staging_bytes > 0);
+  CHECK(report.seconds >= report.read_seconds);
+
+  // What it loaded is the model's bytes, and pins find it: nothing rebuilt.
+  ballast_pin* wpin = nullptr;
+  CAPI_OK(ballast_residency_pin_weight(res, "w1", &wpin));
+  ballast_value v = BALLAST_INIT(ballast_value);
+  CAPI_OK(ballast_pin_value(wpin, 0, &v));
+  REQUIRE(v.first_bytes == OrphanedPrefixModel::kW1Bytes);
+  std::vector<unsigned char> w1(v.first_bytes), w1_src(v.first_bytes);
+  CAPI_OK(ballast_pin_read(wpin, 0, 0, 0, w1.data(), w1.size(), w1.size()));
+  CAPI_OK(ballast_model_read_weight(o.model, 1, 0, w1_src.data(), w1_src.size(), w1_src.size()));
+  CHECK(w1 == w1_src);
+  CAPI_OK(ballast_pin_free(wpin));
+  ballast_plan* plan = nullptr;
+  CAPI_OK(ballast_plan_derivations(o.model, BALLAST_PLAN_GRAPH, &plan));
+  CAPI_OK(ballast_residency_derive_all(res, plan, nullptr, nullptr));
+  CAPI_OK(ballast_residency_stats_get(res, &st));
+  CHECK(st.derived_builds == OrphanedPrefixModel::kDerivations);
+  CHECK(st.uploaded_bytes == OrphanedPrefixModel::kReferenced);
+
+  // Again, with the defaults and an older caller's report (up to
+  // planned_files): everything is there, nothing read, nothing written past.
+  struct Older {
+    size_t size;
+    uint64_t planned_bytes, planned_ranges, planned_files;
+    uint64_t guard;
+  } older{};
+  older.size = offsetof(ballast_load_report, read_bytes);
+  older.guard = 0x5a5a5a5a5a5a5a5aull;
+  CAPI_OK(ballast_residency_load(res, nullptr, reinterpret_cast<ballast_load_report*>(&older)));
+  CHECK(older.size == offsetof(ballast_load_report, read_bytes));
+  CHECK(older.planned_bytes == 0);
+  CHECK(older.guard == 0x5a5a5a5a5a5a5a5aull);
+  CAPI_OK(ballast_residency_load(res, nullptr, nullptr));  // no report wanted
+
+  ballast_teardown td = BALLAST_INIT(ballast_teardown);
+  CAPI_OK(ballast_residency_release(res, &td));
+  CHECK(td.failed_frees == 0);
+  CAPI_FAILS(ballast_residency_load(res, nullptr, &report), BALLAST_E_INVALID_ARGUMENT);  // after release
+  const ballast_device_counters after = counters(o.backend);
+  CHECK(after.live_allocations == baseline.live_allocations);
+  CAPI_OK(ballast_residency_free(res));
+  CAPI_OK(ballast_plan_free(plan));
+}
