@@ -6,6 +6,7 @@
 #include <ballast/cooperative_load.hpp>
 
 #include "dist/check_shards.hpp"
+#include "dist/pieces.hpp"
 #include "shard/shard_source.hpp"
 
 #include <chrono>
@@ -28,9 +29,20 @@ Status gather(const WeightStore& store, const WeightRef& w, std::uint64_t base, 
     BALLAST_RETURN_IF_ERROR(store.copy_bytes(w, r.offset - base, dst.subspan(at, r.length)));
     at += r.length;
   }
-  for (const StridedView& v : s.strided) {
+  // A fused weight's parts lie side by side in each row (strided_layout),
+  // so every part must fit before the first is placed.
+  const dist::StridedLayout layout = dist::strided_layout(s);
+  const std::uint64_t first = at;
+  std::uint64_t views = 0;
+  for (const StridedView& v : s.strided)
+    if (v.row_bytes > v.row_stride || v.bytes() > dst.size() - at - views)
+      return make_error(ErrorCode::out_of_bounds, "a view of the plan lies outside the weight or its shard");
+    else
+      views += v.bytes();
+  for (std::size_t part = 0; part < s.strided.size(); ++part) {
+    const StridedView& v = s.strided[part];
     if (v.rows == 0) continue;
-    if (v.offset < base || v.row_bytes > v.row_stride || v.bytes() > dst.size() - at)
+    if (v.offset < base)
       return make_error(ErrorCode::out_of_bounds, "a view of the plan lies outside the weight or its shard");
     // One transfer over the rows' span: one check of the file, one armed
     // range, and only the rows' own bytes copied. (A public ShardPlan may
@@ -39,10 +51,10 @@ Status gather(const WeightStore& store, const WeightRef& w, std::uint64_t base, 
       return make_error(ErrorCode::overflow, "a view of " + std::to_string(v.rows) + " rows " +
                                                  std::to_string(v.row_stride) + " bytes apart");
     const std::uint64_t span = (v.rows - 1) * v.row_stride + v.row_bytes;
-    std::byte* out = dst.data() + at;
+    std::byte* out = dst.data() + first + layout.at[part];
     BALLAST_RETURN_IF_ERROR(store.transfer(w, v.offset - base, span, [&](Bytes in) -> Status {
       for (std::uint64_t row = 0; row < v.rows; ++row)
-        std::memcpy(out + row * v.row_bytes, in.data() + row * v.row_stride, v.row_bytes);
+        std::memcpy(out + row * layout.stride[part], in.data() + row * v.row_stride, v.row_bytes);
       return {};
     }));
     at += v.bytes();

@@ -19,6 +19,21 @@ std::pair<std::uint64_t, std::uint64_t> rows_meeting(const Piece& p, std::uint64
 
 }  // namespace
 
+StridedLayout strided_layout(const WeightShard& s) {
+  StridedLayout out;
+  const bool same_rows = std::all_of(s.strided.begin(), s.strided.end(),
+                                     [&](const StridedView& v) { return v.rows == s.strided.front().rows; });
+  std::uint64_t row = 0;
+  for (const StridedView& v : s.strided) row += v.row_bytes;
+  std::uint64_t at = 0;
+  for (const StridedView& v : s.strided) {
+    out.at.push_back(at);
+    out.stride.push_back(same_rows ? row : v.row_bytes);
+    at += same_rows ? v.row_bytes : v.bytes();
+  }
+  return out;
+}
+
 RankPieces pieces_of(const ShardPlan& plan) {
   RankPieces out;
   for (std::uint32_t i = 0; i < plan.weights.size(); ++i) {
@@ -30,12 +45,14 @@ RankPieces pieces_of(const ShardPlan& plan) {
     std::vector<Piece>& list = out.files[*s.mapping].pieces;
     std::uint64_t dest = 0;
     for (const ByteRange& r : s.ranges) {
-      if (r.length != 0) list.push_back({r.offset, r.length, r.length, 1, i, dest});
+      if (r.length != 0) list.push_back({r.offset, r.length, r.length, 1, i, dest, r.length});
       dest += r.length;
     }
-    for (const StridedView& v : s.strided) {
-      if (v.bytes() != 0) list.push_back({v.offset, v.row_bytes, v.row_stride, v.rows, i, dest});
-      dest += v.bytes();
+    const StridedLayout layout = strided_layout(s);
+    for (std::size_t part = 0; part < s.strided.size(); ++part) {
+      const StridedView& v = s.strided[part];
+      if (v.bytes() != 0)
+        list.push_back({v.offset, v.row_bytes, v.row_stride, v.rows, i, dest + layout.at[part], layout.stride[part]});
     }
   }
   for (auto& [mapping, file] : out.files) {
@@ -78,7 +95,7 @@ void for_each_run(const FilePieces& file, std::uint64_t lo, std::uint64_t hi,
     for (std::uint64_t row = first; row < last; ++row) {
       const std::uint64_t start = p.offset + row * p.row_stride;
       const std::uint64_t a = std::max(start, lo), b = std::min(start + p.row_bytes, hi);
-      if (a < b) visit(p, a, b - a, p.dest + row * p.row_bytes + (a - start));
+      if (a < b) visit(p, a, b - a, p.dest + row * p.dest_stride + (a - start));
     }
   });
 }

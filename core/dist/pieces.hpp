@@ -17,8 +17,10 @@
 namespace ballast::dist {
 
 // `rows` runs of `row_bytes` file bytes, one every `row_stride` from
-// `offset` (a range is one row), landing one after another at `dest` of
-// shard `shard`'s array.
+// `offset` (a range is one row), landing `dest_stride` apart from `dest`
+// of shard `shard`'s array: one after another for a single view, and
+// side by side in each row for the parts of a fused weight's strided
+// shard (the shard's dims are [rows, its parts' columns together]).
 struct Piece {
   std::uint64_t offset = 0;
   std::uint64_t row_bytes = 0;
@@ -26,6 +28,7 @@ struct Piece {
   std::uint64_t rows = 0;
   std::uint32_t shard = 0;  // index in the rank's ShardPlan::weights
   std::uint64_t dest = 0;
+  std::uint64_t dest_stride = 0;
   std::uint64_t end() const noexcept { return offset + (rows - 1) * row_stride + row_bytes; }
 };
 
@@ -44,6 +47,17 @@ struct RankPieces {
 };
 
 RankPieces pieces_of(const ShardPlan& plan);
+
+// Where the rows of each strided view of `s` land in its dense array:
+// part j's row i at at[j] + i * stride[j]. The shard is [rows, columns],
+// its dims, so a fused weight's parts lie side by side in each row (part
+// 0's columns, then part 1's, ...), not one part after another. Views of
+// different row counts (a plan made by hand) cannot share rows: they land
+// one after another.
+struct StridedLayout {
+  std::vector<std::uint64_t> at, stride;
+};
+StridedLayout strided_layout(const WeightShard& s);
 
 // The bytes of `p` inside file bytes [lo, hi).
 std::uint64_t overlap(const Piece& p, std::uint64_t lo, std::uint64_t hi) noexcept;

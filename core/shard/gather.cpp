@@ -29,6 +29,13 @@ Result<DerivationLaunch> gather_launch(const Model& model, const WeightShard& sh
   if (part >= shard.strided.size())
     return fail(ErrorCode::invalid_argument, "part " + std::to_string(part) + " of a shard with " +
                                                  std::to_string(shard.strided.size()) + " strided parts");
+  // A fused weight's parts lie side by side in each of the shard's rows;
+  // a slice writes dense rows of one part, so it cannot place them.
+  if (shard.strided.size() > 1)
+    return fail(ErrorCode::unsupported,
+                "its " + std::to_string(shard.strided.size()) +
+                    " fused parts interleave in each row of the shard, which one slice per "
+                    "part cannot write; gather it on the host (cooperative_load, shards_in_place)");
   const auto source = shard::shard_source(model, shard);
   if (!source) return Error(source.error()).with_context("gathering the shard of '" + shard.weight + "'");
   const WeightRef& w = *source->weight;

@@ -221,9 +221,10 @@ Result<std::vector<ShardDerivation>> plan_shard_derivations(const Model& model, 
 // one), from the weight whose first byte is at device address `weight`.
 // The launch's src is the first source row of the part's view (so it
 // reads whole rows of the weight, inside it); dst is left 0 for the
-// caller, who places the parts one after another (each
-// StridedView::bytes() long): the shard's dense array, the bytes
-// cooperative_load would have gathered on the host. Its element is the
+// caller: the shard's dense array, the bytes cooperative_load would have
+// gathered on the host. A shard of several views (a fused weight split on
+// its inner axis) is unsupported: its dense rows hold every part's
+// columns side by side, which one slice per part cannot write. Its element is the
 // widest of 8, 4, 2 and 1 bytes dividing the run, the stride, the run's
 // first byte and the source address, so any type (a block type's whole
 // blocks too) moves as whole elements; dst must be aligned to it (an

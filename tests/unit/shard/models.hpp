@@ -187,8 +187,12 @@ inline std::vector<std::byte> gather(const Model& m, const WeightShard& s) {
   const std::uint64_t base = w.is_external() ? m.store().external_mmap_provenance(w)->offset : 0;
   std::vector<std::byte> out;
   for (const ByteRange& r : s.ranges) out.insert(out.end(), bytes.begin() + (r.offset - base), bytes.begin() + (r.offset - base + r.length));
-  for (const StridedView& v : s.strided)
-    for (std::uint64_t row = 0; row < v.rows; ++row) {
+  // A fused weight's strided parts lie side by side in each row: row i is
+  // every part's row i, in part order (the shard's dims say [rows, columns]).
+  const std::uint64_t rows = s.strided.empty() ? 0 : s.strided.front().rows;
+  for (std::uint64_t row = 0; row < rows; ++row)
+    for (const StridedView& v : s.strided) {
+      REQUIRE(v.rows == rows);
       const std::uint64_t at = v.offset + row * v.row_stride - base;
       out.insert(out.end(), bytes.begin() + at, bytes.begin() + at + v.row_bytes);
     }
