@@ -179,8 +179,15 @@ Status nbits_geometry(ResolvedWeight& r, const WeightRef& w, const Layout& l, co
   if (r.split == ShardSplit::row) {
     BALLAST_ASSIGN_OR_RETURN(std::vector<std::uint64_t> parts, parts_of(rule, s.k, "K, the input features of " + grid));
     BALLAST_RETURN_IF_ERROR(check_even(parts, world, "K, the input features of " + grid));
+    // One rank of one part takes the whole row, its last k-block partial
+    // when K is not a multiple of block_size: nothing is cut.
+    const bool whole = world == 1 && parts.size() == 1;
     for (std::uint64_t p : parts) {
       const std::uint64_t q = p / world;
+      if (whole) {
+        r.part_units.push_back(view_dims[1]);
+        break;
+      }
       if (q % s.block_size != 0)
         return refuse(ErrorCode::unsupported, "each of " + std::to_string(world) + " ranks would take " +
                                                   std::to_string(q) + " of " + std::to_string(p) +

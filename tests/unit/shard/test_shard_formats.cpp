@@ -261,6 +261,33 @@ TEST_CASE("ONNX MatMulNBits row split: packed zero points on whole bytes, k on w
   CHECK_MESSAGE(bad.error().to_string().find("not whole blocks") != std::string::npos, bad.error().to_string());
 }
 
+TEST_CASE("ONNX MatMulNBits with K not a multiple of block_size: whole at world 1, refused when cut") {
+  // K 72, block 16: 5 k-blocks, the last partial (MatMulNBits pads it), and
+  // 3 bytes of packed zero points a row. World 1 cuts nothing, so it must
+  // plan (a one-rank job loads such a model whole); it was refused as "each
+  // of 1 ranks would take 72 of 72 input features: not whole blocks".
+  ScratchDir dir("shard-nbits-partial-block");
+  OnnxWriter w;
+  add_nbits(w, "layers.0.mlp.down_proj", true, kFloat16, 72, 4, 16);
+  auto m = w.write(dir);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  auto one = plan_shards_all(*m, ShardSpec{1, 0, {}});
+  REQUIRE_MESSAGE(one.ok(), one.error().to_string());
+  check_exact_cover(*m, *one);
+  const WeightShard& b = shard_of(one->ranks[0], "layers.0.mlp.down_proj.qweight");
+  CHECK(b.split == ShardSplit::row);
+  CHECK(b.dims == Dims{4, 5, 8});
+  REQUIRE(b.ranges.size() == 1);
+  CHECK(b.ranges[0].length == 4 * 5 * 8);
+  CHECK(shard_of(one->ranks[0], "layers.0.mlp.down_proj.zero_points").device_bytes == 4 * 3);
+  // Cut in two it breaks a block: refused, and no world is offered (none splits it).
+  auto two = plan_shards(*m, ShardSpec{2, 0, {}});
+  REQUIRE_FALSE(two.ok());
+  CHECK(two.error().code == ErrorCode::unsupported);
+  CHECK_MESSAGE(two.error().to_string().find("36 of 72 input features") != std::string::npos, two.error().to_string());
+  CHECK_MESSAGE(two.error().to_string().find("no world of 2-16") != std::string::npos, two.error().to_string());
+}
+
 TEST_CASE("weights sharing bytes are read once") {
   ScratchDir dir("shard-alias");
   OnnxWriter w;
