@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
 #include <new>
 
 namespace ballast {
@@ -436,7 +437,19 @@ Result<RankShards> cooperative_load(const Model& model, const ShardPlans& plans,
     comm.fail(bad);
     return std::move(bad).with_context(context);
   }
-  Result<RankShards> result = Load(model, plans, load, comm, options).run();
+  // An engine's own communicator may throw, and so may an allocation: the
+  // peers must hear of it now (not at their timeout), and the caller gets
+  // an error like any other, not an exception from inside the load.
+  Result<RankShards> result = make_error(ErrorCode::internal, "the load did not run");
+  try {
+    result = Load(model, plans, load, comm, options).run();
+  } catch (const std::bad_alloc&) {
+    result = make_error(ErrorCode::out_of_memory, "host memory ran out during the load");
+  } catch (const std::exception& e) {
+    result = make_error(ErrorCode::internal, std::string("an exception during the load: ") + e.what());
+  } catch (...) {
+    result = make_error(ErrorCode::internal, "an exception of unknown type during the load");
+  }
   if (!result.ok()) {
     comm.fail(result.status());
     return std::move(result.status()).with_context(context);
