@@ -121,6 +121,9 @@ TEST_CASE("rules file: overrides before the built-in rules, parts for a fused we
            {R"({"rules": [{"pattern": "x"}]})", "rule 0 has no \"split\""},
            {R"({"rules": [{"pattern": "x", "split": "column", "parts": [4, 0]}]})", "not a positive size"},
            {R"({"rules": [], "extra": 1})", "unknown key 'extra'"},
+           {R"({"rules": [{"pattern": "x", "split": "column", "parts": []}]})", "\"parts\" is empty"},
+           {R"({"rules": [{"pattern": "x", "split": "row", "split": "column"}]})", "'split' appears twice"},
+           {R"({"rules": [], "rules": []})", "'rules' appears twice"},
            {R"([1, 2])", "not a JSON object"},
            {R"({"rules": [)", "not valid JSON"}}) {
     auto bad = cli::read_shard_rules_file(dir.write("bad.json", std::string_view(text)));

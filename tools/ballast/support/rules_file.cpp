@@ -5,7 +5,10 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <optional>
+#include <set>
 #include <sstream>
+#include <vector>
 
 namespace ballast::cli {
 
@@ -29,8 +32,24 @@ Result<nlohmann::json> read_rules_json(const std::filesystem::path& file, const 
   if (!in) return fail(ErrorCode::not_found, "cannot open the " + what);
   std::ostringstream text;
   text << in.rdbuf();
-  nlohmann::json doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  // A key written twice in one object: JSON leaves it open and the parser
+  // keeps the last, so a rule would silently mean its second line.
+  std::vector<std::set<std::string>> keys;  // one set per object being read
+  std::optional<std::string> twice;
+  const nlohmann::json::parser_callback_t callback = [&](int, nlohmann::json::parse_event_t event,
+                                                         nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (event == E::object_start)
+      keys.emplace_back();
+    else if (event == E::object_end && !keys.empty())
+      keys.pop_back();
+    else if (event == E::key && !keys.empty() && !keys.back().insert(parsed.get<std::string>()).second && !twice)
+      twice = parsed.get<std::string>();
+    return true;
+  };
+  nlohmann::json doc = nlohmann::json::parse(text.str(), callback, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return fail(ErrorCode::invalid_argument, "not valid JSON");
+  if (twice) return fail(ErrorCode::invalid_argument, "the key '" + *twice + "' appears twice in one object");
   if (!doc.is_object()) return fail(ErrorCode::invalid_argument, "not a JSON object with \"rules\"");
   return doc;
 }

@@ -43,6 +43,8 @@ Result<std::vector<ShardRule>> read_shard_rules_file(const std::filesystem::path
         rule.split = *split;
         has_split = true;
       } else if (key == "parts" && value.is_array()) {
+        // Written in a file, a list: none is a mistake, not "one part".
+        if (value.empty()) return bad(where + ": \"parts\" is empty, not a list of part sizes");
         for (const auto& p : value) {
           if (!p.is_number_unsigned() || p.get<std::uint64_t>() == 0)
             return bad(where + ": \"parts\" holds " + p.dump() + ", not a positive size");
