@@ -1,6 +1,7 @@
 /* A C99 engine on ballast's C API (include/ballast/ballast.h): open a
- * model, open a backend chosen by a config string, page its weights under
- * the auto budget one layer at a time, derive every planned encoding,
+ * model, open a backend chosen by a config string, load it cold (the
+ * referenced bytes read from storage, derived as they arrive), page its
+ * weights under the auto budget one layer at a time, derive every planned encoding,
  * read a transposed weight back (where the plan has one) and check it
  * element by element against the weight as stored, print the stats,
  * release, and prove the device counters are back where they started.
@@ -96,13 +97,14 @@ int main(int argc, char** argv) {
   ballast_residency_options options = BALLAST_INIT(ballast_residency_options);
   ballast_residency_stats stats = BALLAST_INIT(ballast_residency_stats);
   ballast_teardown teardown = BALLAST_INIT(ballast_teardown);
+  ballast_load_report loaded = BALLAST_INIT(ballast_load_report);
   size_t weights = 0, groups = 0, entry, weight = 0, g;
 
   if (argc != 3 && argc != 4) {
     fprintf(stderr, "usage: %s MODEL BACKEND [LAYER_STEM]\n", argv[0]);
     return 2;
   }
-  TRY(ballast_check_version(BALLAST_C_API_VERSION)); /* this engine needs version 1 or later */
+  TRY(ballast_check_version(4)); /* this engine needs version 4 (ballast_residency_load) or later */
   TRY(ballast_set_log_sink(log_sink, NULL));
 
   TRY(ballast_model_open(argv[1], &model));
@@ -124,6 +126,15 @@ int main(int argc, char** argv) {
   options.plan = plan;
   options.group_by_layer = argc == 4 ? argv[3] : "layer";
   TRY(ballast_residency_create(backend, model, &options, &residency));
+  /* The cold start: what the budget holds, read from storage in large
+   * parallel reads and derived as it arrives, before the first request. */
+  TRY(ballast_residency_load(residency, NULL, &loaded));
+  printf(
+      "cold start: %llu of %llu planned bytes read (%llu cached), %llu derived, %llu left for demand, "
+      "page cache %s\n",
+      (unsigned long long)loaded.read_bytes, (unsigned long long)loaded.planned_bytes,
+      (unsigned long long)loaded.cached_bytes, (unsigned long long)loaded.derived_built,
+      (unsigned long long)loaded.left_for_demand, loaded.cache == BALLAST_CACHE_KEEP ? "kept" : "dropped");
   TRY(ballast_residency_group_count(residency, &groups));
   for (g = 0; g < groups; ++g) { /* a decode loop's walk: prefetch the next layer, pin this one */
     if (g + 1 < groups) TRY(ballast_residency_prefetch_group(residency, g + 1));

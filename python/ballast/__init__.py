@@ -15,11 +15,12 @@ from .backend import Backend, ConformanceResult, Counters, DeviceInfo, open_back
 from .errors import BallastError, Code
 from .model import Accounting, DeadRange, Model, Weight, open_model
 from .plan import KINDS, Derivation, Layout, Plan
-from .residency import STRATEGIES, Half, Pin, Residency, Stats, Teardown, Value
+from .residency import CACHE_POLICIES, READ_ENGINES, STRATEGIES, Half, LoadReport, Pin, Residency, Stats, Teardown, Value
 from .dlpack import live_exports
 
 __all__ = ["API_VERSION", "open_model", "open_backend", "Model", "Weight", "Accounting", "DeadRange", "Backend",
            "DeviceInfo", "Counters", "Plan", "Derivation", "Layout", "KINDS", "Residency", "STRATEGIES", "Stats", "Teardown",
+           "LoadReport", "READ_ENGINES", "CACHE_POLICIES",
            "Pin", "Value", "Half", "BallastError", "Code", "live_exports", "library_path", "library_version",
            "c_api_version", "run_conformance", "ConformanceResult"]
 

@@ -15,7 +15,7 @@ import os
 
 from .errors import BallastError
 
-API_VERSION = 3  # the C API version this module is written against
+API_VERSION = 4  # the C API version this module is written against
 
 c_status = ctypes.c_void_p  # ballast_status*
 c_handle = ctypes.c_void_p  # every opaque handle
@@ -94,6 +94,25 @@ class ConformanceResult(ctypes.Structure):
                 ("failed", ctypes.c_uint32), ("skipped", ctypes.c_uint32)]
 
 
+class LoadOptions(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_size_t), ("engine", ctypes.c_int32), ("cache", ctypes.c_int32),
+                ("queue_depth", ctypes.c_uint32), ("staging_buffers", ctypes.c_uint32),
+                ("chunk_bytes", ctypes.c_uint64), ("direct_io", ctypes.c_int32), ("read_cached", ctypes.c_int32),
+                ("populate_threads", ctypes.c_uint32), ("populate_piece_bytes", ctypes.c_uint64)]
+
+
+LOAD_FIELDS = ("planned_bytes", "planned_ranges", "planned_files", "read_bytes", "io_bytes", "reads", "read_files",
+               "direct_files", "mapped_files", "staging_bytes", "peak_staging_in_use", "sources_read",
+               "sources_cached", "cached_bytes", "inline_sources", "zero_copy_weights", "populated_bytes",
+               "zero_copy_uploads", "derived_built", "already_resident", "left_for_demand", "left_bytes")
+
+
+class LoadReport(ctypes.Structure):
+    _fields_ = ([("size", ctypes.c_size_t)] + [(f, ctypes.c_uint64) for f in LOAD_FIELDS] +
+                [("engine", ctypes.c_int32), ("cache", ctypes.c_int32), ("read_seconds", ctypes.c_double),
+                 ("seconds", ctypes.c_double)])
+
+
 class ValueLayout(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("dtype", ctypes.c_char_p), ("ndims", ctypes.c_size_t),
                 ("dims", ctypes.POINTER(ctypes.c_int64)), ("bytes", ctypes.c_uint64)]
@@ -105,7 +124,7 @@ PROGRESS_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_
 _P = ctypes.POINTER
 _S, _H, _Z, _U64, _I32 = c_status, c_handle, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_int32
 
-# ballast_api_v1's members, then version 2's and 3's, in header order: (name, result, arguments).
+# ballast_api_v1's members, then version 2's, 3's and 4's, in header order: (name, result, arguments).
 _TABLE = [
     ("status_code", ctypes.c_int, [_S]),
     ("status_message", ctypes.c_char_p, [_S]),
@@ -155,6 +174,8 @@ _TABLE = [
     ("plan_entry_layout", _S, [_H, _Z, ctypes.c_int, _P(ValueLayout)]),
     # version 3
     ("derivation_kind_name", ctypes.c_char_p, [ctypes.c_uint32]),
+    # version 4
+    ("residency_load", _S, [_H, _P(LoadOptions), _P(LoadReport)]),
 ]
 
 

@@ -11,9 +11,26 @@ from .model import _Handle, Weight
 from .plan import KINDS, Derivation, Layout, Plan
 
 STRATEGIES = {"zero_copy": 0, "upload": 1, "paged": 2}
+READ_ENGINES = {"auto": 0, "io_uring": 1, "threads": 2}
+CACHE_POLICIES = {"auto": 0, "drop": 1, "keep": 2}
 
 Stats = dataclasses.make_dataclass("Stats", [(f, int) for f in _capi.STAT_FIELDS], frozen=True)
 Stats.__doc__ = "ballast_residency_stats: budget, device, pinned, paged ... bytes and counts."
+
+
+LoadReport = dataclasses.make_dataclass(
+    "LoadReport", [(f, int) for f in _capi.LOAD_FIELDS] +
+    [("engine", str), ("cache", str), ("read_seconds", float), ("seconds", float)], frozen=True)
+LoadReport.__doc__ = ("ballast_load_report: the read plan, what was read, copied, registered, built and left "
+                      "for demand; the read engine and page cache policy that ran ('io_uring'/'threads', "
+                      "'drop'/'keep').")
+
+
+def _choice(table, value, what):
+    if value not in table:
+        raise BallastError(Code.INVALID_ARGUMENT, "invalid_argument: %s %r is none of %s"
+                           % (what, value, ", ".join(table)))
+    return table[value]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,6 +169,30 @@ class Residency(_Handle):
             # cyclic collector ran.
             raise raised.pop()
         return plan
+
+    def load(self, engine="auto", cache="auto", queue_depth=None, staging_buffers=None, chunk_bytes=None,
+             direct_io=False, read_cached=False, populate_threads=None, populate_piece_bytes=None):
+        """ballast_residency_load: the cold start. Reads the model's referenced
+        bytes in large parallel reads and builds the planned derivations as
+        their sources arrive, up to the budget; pins nothing. None: the
+        library's default for that knob. Returns a LoadReport."""
+        o = _capi.new(_capi.LoadOptions)
+        o.engine = _choice(READ_ENGINES, engine, "engine")
+        o.cache = _choice(CACHE_POLICIES, cache, "cache")
+        for name, value, kind in (("queue_depth", queue_depth, _capi.U32), ("staging_buffers", staging_buffers, _capi.U32),
+                                  ("chunk_bytes", chunk_bytes, _capi.U64),
+                                  ("populate_threads", populate_threads, _capi.U32),
+                                  ("populate_piece_bytes", populate_piece_bytes, _capi.U64)):
+            if value is not None:
+                setattr(o, name, _capi.integer(value, name, kind, " (None: the default)"))
+        o.direct_io = 1 if direct_io else 0
+        o.read_cached = 1 if read_cached else 0
+        r = _capi.new(_capi.LoadReport)
+        check(api.residency_load(self._h, ctypes.byref(o), ctypes.byref(r)))
+        names = {v: k for k, v in READ_ENGINES.items()}
+        policies = {v: k for k, v in CACHE_POLICIES.items()}
+        return LoadReport(*(int(getattr(r, f)) for f in _capi.LOAD_FIELDS), names.get(r.engine, str(r.engine)),
+                          policies.get(r.cache, str(r.cache)), float(r.read_seconds), float(r.seconds))
 
     def _pin_handle(self, target):
         h = _capi.c_handle()

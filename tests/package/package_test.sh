@@ -171,6 +171,8 @@ c_engine_cpu | c_engine_vulkan)
   "$c_engine_build/c_engine" "$work/model/sample.onnx" "$backend" | tee "$work/$step.log"
   grep -Eq '^derived [1-9][0-9]* of [1-9][0-9]*$' "$work/$step.log" || fail "the C engine derived nothing"
   grep -q ": 0 mismatches; first byte" "$work/$step.log" || fail "the value read back was not checked"
+  grep -Eq '^cold start: [0-9]+ of [0-9]+ planned bytes read \([0-9]+ cached\), [1-9][0-9]* derived' \
+    "$work/$step.log" || fail "the C engine's cold start loaded nothing"
   grep -q "counters back to baseline: ok" "$work/$step.log" || fail "no counter check"
   grep -q "^c engine: ok$" "$work/$step.log" || fail "the C engine did not finish"
   if [[ -f "$work/gguf/llama.gguf" ]]; then  # no 2-D float32 weight to transpose: the check says so

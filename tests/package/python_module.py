@@ -141,6 +141,42 @@ if step in ("numpy", "torch"):
     t = next(d for d in plan if d.weight == "layer0.weight" and d.kind == "transpose")
     with res.pin(t) as v:
         expect(numpy.array_equal(as_numpy(take(v)), as_numpy(take(w0)).T), "transpose == weight.T")
+    if step == "numpy":
+        # The cold start (ballast_residency_load): the referenced bytes read
+        # once, every planned value built, the values the dump's.
+        cold = ballast.Residency(ballast.open_backend("cpu"), model, strategy="upload")
+        report = cold.load(engine="threads", read_cached=True, chunk_bytes=64 << 10)
+        referenced = model.accounting.referenced_bytes
+        expect(report.planned_bytes == referenced and report.read_bytes == referenced and report.engine == "threads"
+               and report.cache == "drop" and report.derived_built == len(plan) and report.left_for_demand == 0,
+               "load(): read %d of %d referenced bytes by %s, built %d of %d, page cache %s"
+               % (report.read_bytes, referenced, report.engine, report.derived_built, len(plan), report.cache))
+        dumped = dump()
+        wrong = []
+        for d in cold.plan:  # entries of this residency's model (plan's are another handle's)
+            with cold.pin(d) as v:
+                for half, name in zip(v.halves, dump_names(d)):
+                    if numpy.from_dlpack(half).tobytes() != dumped[name].tobytes():
+                        wrong.append(name)
+        expect(not wrong and cold.stats.derived_builds == len(plan),
+               "after load(), every pinned value is the dump's, none rebuilt (wrong: %s)" % wrong[:3])
+        again = cold.load()
+        expect(again.read_bytes == 0 and again.derived_built == 0 and again.already_resident > 0,
+               "a second load() finds everything resident")
+        for kwargs, code, what in (({"engine": "nvme"}, ballast.Code.INVALID_ARGUMENT, "an unknown engine"),
+                                   ({"cache": "maybe"}, ballast.Code.INVALID_ARGUMENT, "an unknown cache policy"),
+                                   ({"chunk_bytes": 1 << 40}, ballast.Code.INVALID_ARGUMENT, "a chunk past the cap")):
+            try:
+                cold.load(**kwargs)
+                expect(False, "load(%s) refused: %s" % (kwargs, what))
+            except ballast.BallastError as e:
+                expect(e.code == code, "load(%s) refused: %s (%s)" % (kwargs, what, e))
+        try:
+            cold.load(queue_depth=2 ** 32)
+            expect(False, "load(queue_depth=2**32) refused before ctypes")
+        except (ValueError, OverflowError) as e:
+            expect(True, "load(queue_depth=2**32) refused before ctypes (%s)" % e)
+        cold.release()
     gen = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "gen")
     models = os.path.join(work, "python-models-" + step)
     subprocess.run(["rm", "-rf", models], check=True)
