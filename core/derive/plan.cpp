@@ -3,6 +3,7 @@
 #include <ballast/dtype.hpp>
 
 #include "derive/amplification.hpp"
+#include "derive/forwarding.hpp"
 #include "derive/rules.hpp"
 
 #include <span>
@@ -110,82 +111,24 @@ PlannedDerivation dense(Derivation kind, std::string weight, ValueId id, DataTyp
   return p;
 }
 
-bool onnx_domain(std::string_view domain) { return domain.empty() || domain == "ai.onnx"; }
-
-// What one planning pass shares across nodes: the node computing each value
-// (Model::producer, indexed once per model, so planning node by node stays
-// linear), and the dense weights already planned in each layout. A weight
-// read by many consumers is planned by the first (the rest would add only
-// copies of its name, which a hostile file can make long: a name stored
-// once, copied per consumer, would grow the plan past the file).
-class Producers {
+// The dense weights already planned in each layout, in one planning pass.
+// A weight read by many consumers is planned by the first (the rest would
+// add only copies of its name, which a hostile file can make long: a name
+// stored once, copied per consumer, would grow the plan past the file).
+class DensePlanned {
  public:
-  explicit Producers(const Model& model) : model_(model) {}
-  const NodeInfo* of(std::string_view value) const { return model_.producer(value); }
   // true the first time `id` is planned with this layout.
-  bool first_dense(ValueId id, bool stored_nk) { return dense_.insert({id.index, stored_nk}).second; }
+  bool first(ValueId id, bool stored_nk) { return seen_.insert({id.index, stored_nk}).second; }
 
  private:
-  const Model& model_;
-  std::set<std::pair<std::uint32_t, bool>> dense_;
+  std::set<std::pair<std::uint32_t, bool>> seen_;
 };
 
-// An input as the weight it reads: the value itself, or the weight behind
-// Identity nodes (torch writes Identity(W) for a shared module's weight) and
-// 2-D Transpose nodes (MatMul(x, Transpose(W)) without constant folding).
-struct Operand {
-  const WeightRef* w = nullptr;
-  ValueId id{};
-  std::string_view name;    // the model's own string
-  bool transposed = false;  // an odd number of transposes on the way
-  std::vector<const NodeInfo*> via;  // the forwarding nodes, from the consumer up; empty: read directly
-};
-
-// "Transpose 'a', Identity 'b'": the nodes a weight was read through.
-std::string via_text(const Operand& b) {
-  std::string out;
-  for (const NodeInfo* n : b.via)
-    out += (out.empty() ? "" : ", ") + std::string(n->op_type) + " '" + std::string(n->name) + "'";
-  return out;
-}
-
-// Bounds the walk: a chain longer than any exporter writes, or a cycle,
-// reads as computed at run time.
-constexpr int kMaxForwarding = 16;
-
-Operand resolve_weight(const Model& model, Producers& producers, std::string_view value) {
-  Operand out;
-  std::string_view name = value;
-  for (int step = 0;; ++step) {
-    if (const WeightRef* w = weight_of(model, name, out.id)) {
-      out.w = w;
-      out.name = name;
-      return out;
-    }
-    if (step == kMaxForwarding || name.empty()) return {};
-    const NodeInfo* p = producers.of(name);
-    if (p == nullptr || p->inputs.empty() || !onnx_domain(p->domain)) return {};
-    if (p->op_type == "Transpose") {
-      // perm absent reverses the axes: [1, 0] for the 2-D weight a dense
-      // consumer needs (plan_dense checks the rank); [0, 1] moves nothing.
-      const auto perm = p->ints_attribute("perm");
-      const bool swap = !perm || (perm->size() == 2 && (*perm)[0] == 1 && (*perm)[1] == 0);
-      const bool keep = perm && perm->size() == 2 && (*perm)[0] == 0 && (*perm)[1] == 1;
-      if (!swap && !keep) return {};
-      out.transposed ^= swap;
-    } else if (p->op_type != "Identity") {
-      return {};
-    }
-    out.via.push_back(p);
-    name = p->inputs[0];
-  }
-}
-
-Result<std::vector<PlannedDerivation>> plan_dense(const Model& model, const NodeInfo& node, Producers& producers,
+Result<std::vector<PlannedDerivation>> plan_dense(const Model& model, const NodeInfo& node, DensePlanned& planned_dense,
                                                   std::vector<PlanSkip>* skips) {
   std::vector<PlannedDerivation> out;
   if (node.inputs.size() < 2) return out;
-  const Operand b = resolve_weight(model, producers, node.inputs[1]);
+  const derive::Operand b = derive::forwarded_weight(model, node.inputs[1]);
   const WeightRef* w = b.w;
   if (w == nullptr || w->dims.size() != 2) return out;
   if (w->dtype != DataType::float32 && w->dtype != DataType::float16 && w->dtype != DataType::bfloat16) return out;
@@ -195,10 +138,10 @@ Result<std::vector<PlannedDerivation>> plan_dense(const Model& model, const Node
   // [N, K]; a Transpose on the way from the weight swaps the two.
   const bool trans_b = node.op_type == "Gemm" && node.int_attribute("transB").value_or(0) != 0;
   const bool stored_nk = trans_b != b.transposed;
-  if (!producers.first_dense(b.id, stored_nk)) return out;  // planned by an earlier consumer
+  if (!planned_dense.first(b.id, stored_nk)) return out;  // planned by an earlier consumer
   const std::string why = std::string(node.op_type) + " B " + (stored_nk ? "[N, K] = [" : "[K, N] = [") +
                           std::to_string(rows) + ", " + std::to_string(cols) + "]" +
-                          (b.via.empty() ? "" : " through " + via_text(b));
+                          (b.via.empty() ? "" : " through " + derive::via_text(b));
   const std::string name(b.name);
   out.push_back(dense(Derivation::transpose, name, b.id, w->dtype, rows, cols, false));
   if (w->dtype != DataType::float16) out.push_back(dense(Derivation::to_f16, name, b.id, w->dtype, rows, cols, false));
@@ -221,11 +164,11 @@ Result<std::vector<PlannedDerivation>> plan_dense(const Model& model, const Node
   return out;
 }
 
-Result<std::vector<PlannedDerivation>> plan_node(const Model& model, const NodeInfo& node, Producers& producers,
+Result<std::vector<PlannedDerivation>> plan_node(const Model& model, const NodeInfo& node, DensePlanned& planned_dense,
                                                  std::vector<PlanSkip>* skips) {
   if (node.op_type == "MatMulNBits" && node.domain == "com.microsoft") return plan_nbits(model, node, skips);
   if ((node.op_type == "MatMul" || node.op_type == "Gemm") && node.domain.empty())
-    return plan_dense(model, node, producers, skips);
+    return plan_dense(model, node, planned_dense, skips);
   return std::vector<PlannedDerivation>{};
 }
 
@@ -298,9 +241,9 @@ Result<std::vector<PlannedDerivation>> plan_derivations(const Model& model, cons
   // The graph's skips: listed when the caller collects skips, never an error.
   std::vector<PlanSkip> graph_skipped;
   if (use_graph) {
-    Producers producers(model);
+    DensePlanned planned_dense;
     for (const NodeInfo& node : model.nodes()) {
-      BALLAST_ASSIGN_OR_RETURN(auto from_node, plan_node(model, node, producers, &graph_skipped));
+      BALLAST_ASSIGN_OR_RETURN(auto from_node, plan_node(model, node, planned_dense, &graph_skipped));
       for (PlannedDerivation& p : from_node) planned.push_back(std::move(p));
     }
     // A weight two nodes consume is one skip, under the first.
@@ -340,9 +283,9 @@ Result<std::vector<PlannedDerivation>> plan_derivations(const Model& model, cons
 }
 
 Result<PlannedDerivation> plan_derivation(const Model& model, const NodeInfo& node, Derivation kind) {
-  Producers producers(model);
+  DensePlanned planned_dense;
   std::vector<PlanSkip> skips;
-  BALLAST_ASSIGN_OR_RETURN(auto planned, plan_node(model, node, producers, &skips));
+  BALLAST_ASSIGN_OR_RETURN(auto planned, plan_node(model, node, planned_dense, &skips));
   for (PlannedDerivation& p : planned)
     if (p.kind() == kind) return std::move(p);
   std::string why = std::string(derivation_name(kind)) + " does not apply to this node's weight";

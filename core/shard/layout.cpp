@@ -1,6 +1,8 @@
 // Layouts from consuming nodes and format conventions (layout.hpp).
 #include "shard/layout.hpp"
 
+#include "derive/forwarding.hpp"
+
 namespace ballast::shard {
 
 namespace {
@@ -71,15 +73,21 @@ Consumers::Consumers(const Model& model) : model_(model) {
     if (node.op_type == "MatMul" || node.op_type == "Gemm") {
       const bool trans_b = node.op_type == "Gemm" && node.int_attribute("transB").value_or(0) != 0;
       // MatMul broadcasts a B of rank > 2 as a stack of [K, N] matrices; a
-      // 1-D B has no output axis and keeps the format's convention.
-      auto b = id_of(1);
-      const int rank = b ? static_cast<int>(model.store().weights().at(*b).dims.size()) : 0;
-      if (b && rank >= 2) {
+      // 1-D B has no output axis and keeps the format's convention. B may
+      // be read through Identity and 2-D Transpose nodes (torch's exports
+      // of shared modules, and without constant folding): the weight behind
+      // them, a Transpose swapping its axes, as the planner sees it.
+      const derive::Operand b =
+          node.inputs.size() > 1 ? derive::forwarded_weight(model, node.inputs[1]) : derive::Operand{};
+      const int rank = b.w != nullptr ? static_cast<int>(b.w->dims.size()) : 0;
+      if (b.w != nullptr && rank >= 2 && (!b.transposed || rank == 2)) {
+        const bool stored_nk = trans_b != b.transposed;
         Layout l;
-        l.out_axis = trans_b ? rank - 2 : rank - 1;
-        l.in_axis = trans_b ? rank - 1 : rank - 2;
-        l.text = std::string(node.op_type) + (trans_b ? " B [N, K] (transB)" : " B [K, N]") + of;
-        note(*b, l);
+        l.out_axis = stored_nk ? rank - 2 : rank - 1;
+        l.in_axis = stored_nk ? rank - 1 : rank - 2;
+        l.text = std::string(node.op_type) + (stored_nk ? " B [N, K]" : " B [K, N]") + (trans_b ? " (transB)" : "") +
+                 (b.via.empty() ? "" : " through " + derive::via_text(b)) + of;
+        note(b.id, l);
       }
       if (auto c = id_of(2); c && node.op_type == "Gemm") {
         Layout l;

@@ -231,6 +231,45 @@ TEST_CASE("ONNX Gemm: transB stores [N, K], so column is the outer axis; C is [N
   }
 }
 
+TEST_CASE("ONNX MatMul/Gemm B through Identity and Transpose: the weight's own axes, as the planner reads them") {
+  using namespace onnx_proto;
+  ScratchDir dir("shard-forwarded");
+  OnnxWriter w;
+  w.add("fc.up_proj.weight", kFloat, {8, 4}, 128);    // [K=8, N=4], read through Identity (a shared module)
+  w.add("fc.q_proj.weight", kFloat, {8, 4}, 128);     // [K=8, N=4], Gemm transB=1 of Transpose(W): [K, N] again
+  w.add("fc.gate_proj.weight", kFloat, {4, 8}, 128);  // [N=4, K=8], MatMul of Transpose(W) (no constant folding)
+  w.nodes.push_back(named_node("share", "Identity", {"fc.up_proj.weight"}, {"up_w"}));
+  w.nodes.push_back(named_node("up", "MatMul", {"x", "up_w"}, {"u"}));
+  w.nodes.push_back(named_node("tq", "Transpose", {"fc.q_proj.weight"}, {"q_t"}, {attribute_ints("perm", {1, 0})}));
+  w.nodes.push_back(named_node("q", "Gemm", {"x", "q_t"}, {"q_out"}, {attribute_int("transB", 1)}));
+  w.nodes.push_back(named_node("tg", "Transpose", {"fc.gate_proj.weight"}, {"g_t"}));
+  w.nodes.push_back(named_node("gate", "MatMul", {"x", "g_t"}, {"g"}));
+  auto m = w.write(dir);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  const ShardPlans p = all(*m, 2);
+  check_exact_cover(*m, p);
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    // [K, N] column-parallel: the inner axis N, 2 of 4 columns of each row.
+    // The format's [out, in] convention would have cut rows of K instead.
+    for (const char* name : {"fc.up_proj.weight", "fc.q_proj.weight"}) {
+      const WeightShard& s = shard_of(p.ranks[r], name);
+      CAPTURE(name);
+      CHECK(s.split == ShardSplit::column);
+      CHECK(s.axis == 1);
+      CHECK(s.ranges.empty());
+      CHECK(s.strided == std::vector<StridedView>{{base_of(*m, name) + r * 8, 8, 16, 8}});
+      CHECK(s.dims == Dims{8, 2});
+    }
+    CHECK(shard_of(p.ranks[r], "fc.up_proj.weight").layout.find("through Identity 'share'") != std::string::npos);
+    CHECK(shard_of(p.ranks[r], "fc.q_proj.weight").layout.find("through Transpose 'tq'") != std::string::npos);
+    // [N, K] through one Transpose: the outer axis, whole rows.
+    const WeightShard& g = shard_of(p.ranks[r], "fc.gate_proj.weight");
+    CHECK(g.axis == 0);
+    CHECK(g.ranges == std::vector<ByteRange>{{base_of(*m, "fc.gate_proj.weight") + r * 64, 64}});
+    CHECK(g.layout.find("MatMul B [N, K] through Transpose 'tg'") != std::string::npos);
+  }
+}
+
 TEST_CASE("ONNX MatMulNBits row split: packed zero points on whole bytes, k on whole blocks") {
   ScratchDir dir("shard-nbits");
   OnnxWriter w;
