@@ -290,7 +290,9 @@ Result<std::vector<ResolvedWeight>> resolve_shards(const Model& model, const std
     Status s;
     if (!layout.conflict.empty())
       s = refuse(ErrorCode::invalid_argument, "nodes read it with two layouts: " + layout.conflict);
-    else if (layout.role == Role::plain && r.name.size() > 8 && r.name.ends_with(".qweight"))
+    // At world 1 nothing is cut, so unknown axes do not matter: the whole
+    // weight, as any other (a one-rank job loads the file).
+    else if (layout.role == Role::plain && world > 1 && r.name.size() > 8 && r.name.ends_with(".qweight"))
       s = refuse(ErrorCode::unsupported,
                  "a packed int4 weight (GPTQ/AWQ) that no MatMulNBits node reads: its axes are not known; a rule with "
                  "split replicated keeps it whole");

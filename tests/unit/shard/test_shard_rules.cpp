@@ -223,7 +223,7 @@ TEST_CASE("refusals: world, rank, uneven and impossible splits, bad rules") {
   CHECK(bias.tensor == "model.layers.0.self_attn.q_proj.bias");
 }
 
-TEST_CASE("a GPTQ qweight no MatMulNBits node reads is refused, not guessed") {
+TEST_CASE("a GPTQ qweight no MatMulNBits node reads is refused when cut, not guessed; whole at world 1") {
   ScratchDir dir("shard-gptq");
   auto m = open_model(dir.write("m.safetensors", st_file({{"model.layers.0.self_attn.q_proj.qweight", "I32", {1, 8}, pattern(32)}})));
   REQUIRE_MESSAGE(m.ok(), m.error().to_string());
@@ -231,4 +231,12 @@ TEST_CASE("a GPTQ qweight no MatMulNBits node reads is refused, not guessed") {
   REQUIRE_FALSE(plan.ok());
   CHECK(plan.error().code == ErrorCode::unsupported);
   CHECK(plan.error().message.find("GPTQ/AWQ") != std::string::npos);
+  // One rank cuts nothing: the weight whole, one range, its own dims.
+  auto one = plan_shards(*m, ShardSpec{1, 0, {}});
+  REQUIRE_MESSAGE(one.ok(), one.error().to_string());
+  const WeightShard& q = shard_of(*one, "model.layers.0.self_attn.q_proj.qweight");
+  CHECK(q.dims == Dims{1, 8});
+  CHECK(q.ranges.size() == 1);
+  CHECK(q.ranges[0].length == 32);
+  CHECK(q.strided.empty());
 }
