@@ -208,6 +208,44 @@ class TableBackend final : public GpuBackend {
   const Capabilities caps_;
 };
 
+// Which plugin calls this thread is inside of. A plugin's devices() that
+// lists the backends (list_backends() names the plugin itself), or an
+// open() that opens its own backend, would come straight back into the
+// same function without end and overflow the stack; the nested call is
+// refused instead, and the outer one goes on. A frame lives on the stack
+// of the call it marks, so nothing is allocated.
+enum class PluginCall { devices, open };
+
+class InsideCall {
+ public:
+  InsideCall(const PluginTable* plugin, PluginCall call) noexcept : plugin_(plugin), call_(call), outer_(innermost_) {
+    innermost_ = this;
+  }
+  ~InsideCall() { innermost_ = outer_; }
+  InsideCall(const InsideCall&) = delete;
+  InsideCall& operator=(const InsideCall&) = delete;
+
+  static bool active(const PluginTable* plugin, PluginCall call) noexcept {
+    for (const InsideCall* f = innermost_; f != nullptr; f = f->outer_)
+      if (f->plugin_ == plugin && f->call_ == call) return true;
+    return false;
+  }
+
+ private:
+  const PluginTable* plugin_;
+  PluginCall call_;
+  const InsideCall* outer_;
+  static thread_local const InsideCall* innermost_;
+};
+thread_local const InsideCall* InsideCall::innermost_ = nullptr;
+
+Error called_back(const std::string& name, const char* call) {
+  return make_error(ErrorCode::unsupported,
+                    "backend \"" + name + "\": its plugin's " + call + " called back into the registry for \"" + name +
+                        "\" itself (list_backends() or open_backend(\"" + name + "\") from inside " + call +
+                        "), which would recurse without end: refused");
+}
+
 // Owns a backend table until it is adopted: destroyed if refused.
 struct DestroyOnRefusal {
   const ballast_backend* table;
@@ -309,6 +347,8 @@ Result<std::vector<DeviceInfo>> PluginTable::devices() const {
       c->failed = true;
     }
   };
+  if (InsideCall::active(this, PluginCall::devices)) return called_back(name_, "devices()");
+  const InsideCall inside(this, PluginCall::devices);
   ErrorSlot e;
   if (Status s = e.status(table_.devices(table_.ctx, emit, &collected, &e.c)); !s) return s;
   if (collected.failed) return make_error(ErrorCode::out_of_memory, "no host memory to list the devices");
@@ -325,6 +365,8 @@ Result<std::vector<DeviceInfo>> PluginTable::devices() const {
 }
 
 Result<std::unique_ptr<GpuBackend>> PluginTable::open(const BackendConfig& config) const {
+  if (InsideCall::active(this, PluginCall::open)) return called_back(name_, "open()");
+  const InsideCall inside(this, PluginCall::open);
   std::vector<const char*> keys, values;
   for (const auto& [k, v] : config.options) {
     keys.push_back(k.c_str());

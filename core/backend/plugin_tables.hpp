@@ -37,6 +37,9 @@ class PluginTable {
 
   const std::string& name() const { return name_; }
   std::uint32_t api_minor() const { return table_.api_minor; }
+  // A call made from inside the same call of this plugin on this thread
+  // (its devices() listing the backends, its open() opening itself) is
+  // refused as unsupported rather than recursing without end.
   Result<std::vector<DeviceInfo>> devices() const;
   Result<std::unique_ptr<GpuBackend>> open(const BackendConfig& config) const;
   // The plugin's get_proc_address (a 1.0 plugin has none: null).

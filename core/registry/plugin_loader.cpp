@@ -62,6 +62,38 @@ struct PluginLoader::Slot {
 
 namespace {
 
+// The slots this thread is loading. Loading runs the plugin's code (its
+// static constructors inside dlopen, then its entry point) with the slot's
+// mutex held; one that calls back into the registry for its own name
+// (list_backends(), open_backend("<itself>")) would lock that mutex again
+// and hang for ever. Such a call is answered at once instead.
+class LoadingSlot {
+ public:
+  explicit LoadingSlot(const void* slot) noexcept : slot_(slot), outer_(innermost_) { innermost_ = this; }
+  ~LoadingSlot() { innermost_ = outer_; }
+  LoadingSlot(const LoadingSlot&) = delete;
+  LoadingSlot& operator=(const LoadingSlot&) = delete;
+
+  static bool active(const void* slot) noexcept {
+    for (const LoadingSlot* f = innermost_; f != nullptr; f = f->outer_)
+      if (f->slot_ == slot) return true;
+    return false;
+  }
+
+ private:
+  const void* slot_;
+  const LoadingSlot* outer_;
+  static thread_local const LoadingSlot* innermost_;
+};
+thread_local const LoadingSlot* LoadingSlot::innermost_ = nullptr;
+
+Error loading_itself(std::string_view name) {
+  return make_error(ErrorCode::unsupported,
+                    "the plugin for backend \"" + std::string(name) +
+                        "\" called back into the registry for itself while it was being loaded (from a static "
+                        "constructor or its entry point): refused, since waiting for its own load would hang");
+}
+
 void add_path_list(std::vector<std::string>& dirs, std::string_view list) {
   while (true) {
     const auto sep = list.find(plugin_path_separator());
@@ -135,6 +167,7 @@ PluginLoader::Slot& PluginLoader::slot(std::string_view name) {
 
 Result<LoadedPlugin> PluginLoader::load(std::string_view name) {
   Slot& s = slot(name);
+  if (LoadingSlot::active(&s)) return loading_itself(name);
   std::lock_guard slot_lock(s.mutex);
   std::vector<std::string> dirs;
   std::uint64_t generation = 0;
@@ -148,6 +181,7 @@ Result<LoadedPlugin> PluginLoader::load(std::string_view name) {
                                                 "\" is registered with register_backend; no plugin file is loaded for it");
   }
   if (s.outcome && (s.outcome->ok() || s.generation == generation)) return *s.outcome;
+  const LoadingSlot loading(&s);
   s.outcome = std::make_unique<Result<LoadedPlugin>>(load_uncached(name, dirs));
   s.generation = generation;
   return *s.outcome;
@@ -155,6 +189,7 @@ Result<LoadedPlugin> PluginLoader::load(std::string_view name) {
 
 Status PluginLoader::claim(std::string_view name) {
   Slot& s = slot(name);
+  if (LoadingSlot::active(&s)) return loading_itself(name);
   std::lock_guard slot_lock(s.mutex);
   if (s.outcome && s.outcome->ok()) {
     return make_error(ErrorCode::unsupported,
@@ -195,6 +230,7 @@ std::vector<CandidateReport> PluginLoader::probe(std::string_view name) const {
 
 std::optional<LoadedPlugin> PluginLoader::loaded(std::string_view name) {
   Slot& s = slot(name);
+  if (LoadingSlot::active(&s)) return std::nullopt;  // not loaded yet: its own load is under way on this thread
   std::lock_guard slot_lock(s.mutex);
   if (s.claimed || !s.outcome || !s.outcome->ok()) return std::nullopt;
   return **s.outcome;

@@ -74,7 +74,9 @@ class PluginLoader {
   // (plugin_file.hpp) are skipped and named in the not_found error, while an
   // admitted file that fails to load or to pass the ABI check (its table's
   // major version, size and name: PluginTable::check) is the outcome,
-  // never skipped for another copy further down.
+  // never skipped for another copy further down. A call for `name` made
+  // by the plugin itself while this thread loads it (a static constructor,
+  // the entry point) is refused as unsupported: waiting would hang.
   Result<LoadedPlugin> load(std::string_view name);
 
   // Keeps `name` from ever being loaded from a file (register_backend has
@@ -94,7 +96,7 @@ class PluginLoader {
   std::vector<CandidateReport> probe(std::string_view name) const;
 
   // The plugin `name` was loaded as, when an earlier load() succeeded;
-  // never loads.
+  // never loads (nothing while this thread is loading it).
   std::optional<LoadedPlugin> loaded(std::string_view name);
 
   // Full paths tried for `name`, in search order.
