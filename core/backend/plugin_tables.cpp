@@ -388,7 +388,8 @@ Result<std::unique_ptr<GpuBackend>> PluginTable::open(const BackendConfig& confi
     DestroyOnRefusal guard{backend};  // a table returned with an error is still the plugin's to destroy
     return s;
   }
-  if (backend == nullptr) return make_error(ErrorCode::internal, "plugin open() returned null");
+  // Success with no table breaks the ABI (adopt_backend_table says so, as
+  // abi_mismatch, so the registry names the plugin's file).
   return adopt_backend_table(backend);
 }
 

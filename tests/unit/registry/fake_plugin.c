@@ -7,7 +7,8 @@
  *   FAKE_TABLE_SIZE       its struct_size (default: sizeof(ballast_plugin))
  *   FAKE_BEHAVIOUR        0 working, 1 unavailable, 2 an error without a message,
  *                         3 open() returns a table without allocate, 4 devices()
- *                         reports a null device, 5 it reports device 1 with index 5
+ *                         reports a null device, 5 it reports device 1 with index 5,
+ *                         6 open() reports success and returns no table
  * The working fake lists two devices and opens a backend that refuses
  * every operation. */
 #include <ballast/plugin_api.h>
@@ -111,6 +112,7 @@ static int32_t fake_devices(void* ctx, void (*emit)(void*, const ballast_device_
 static int32_t fake_open(void* ctx, const ballast_backend_config* config, const ballast_backend** out,
                          ballast_error* e) {
   (void)ctx;
+  if (FAKE_BEHAVIOUR == 6) return BALLAST_OK; /* and *out stays NULL */
   if (config->option_count > 0 && strcmp(config->option_keys[0], "validation") != 0) {
     char message[128];
     snprintf(message, sizeof message, "unknown option \"%s\"; known: validation", config->option_keys[0]);

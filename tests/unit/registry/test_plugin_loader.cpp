@@ -345,7 +345,8 @@ TEST_CASE("a plugin whose devices or backend table break the ABI is a load error
   };
   for (const Case c : {Case{"no_allocate", "the backend table lacks a required entry: allocate (NULL)"},
                        Case{"null_device", "devices() reported device 1 as a null pointer"},
-                       Case{"bad_index", "devices() reported \"fake device 1\" with index 5 in position 1"}}) {
+                       Case{"bad_index", "devices() reported \"fake device 1\" with index 5 in position 1"},
+                       Case{"no_table", "the plugin's open() returned no backend table"}}) {
     CAPTURE(c.kind);
     PluginLoader loader({fake_dir(c.kind)});
     auto opened = registry::open_backend(loader, "vulkan:0");
