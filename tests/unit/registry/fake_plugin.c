@@ -8,7 +8,8 @@
  *   FAKE_BEHAVIOUR        0 working, 1 unavailable, 2 an error without a message,
  *                         3 open() returns a table without allocate, 4 devices()
  *                         reports a null device, 5 it reports device 1 with index 5,
- *                         6 open() reports success and returns no table
+ *                         6 open() reports success and returns no table,
+ *                         7 allocate() works (from a static arena) and free() always fails
  * The working fake lists two devices and opens a backend that refuses
  * every operation. */
 #include <ballast/plugin_api.h>
@@ -54,12 +55,30 @@ static int32_t refuse(ballast_error* e) {
 }
 
 static void fake_destroy(void* ctx) { free(ctx); }
+/* Behaviour 7's memory: handed out once each, never reused (nothing is
+ * ever freed), so nothing leaks either. */
+static unsigned char arena[1 << 16] __attribute__((aligned(4096)));
+static size_t arena_used;
+
 static int32_t fake_allocate(void* ctx, uint64_t b, uint64_t a, uint64_t* p, uint64_t* c, ballast_error* e) {
-  (void)ctx, (void)b, (void)a, (void)p, (void)c;
+  (void)ctx;
+  if (FAKE_BEHAVIOUR == 7 && a <= 4096) {
+    const size_t start = (arena_used + (size_t)a - 1) / (size_t)a * (size_t)a;
+    if (b <= sizeof arena - start) {
+      arena_used = start + (size_t)b + 1; /* +1: a zero-byte one still owns its address */
+      *p = (uint64_t)(uintptr_t)(arena + start);
+      *c = 0;
+      return BALLAST_OK;
+    }
+  }
   return refuse(e);
 }
 static int32_t fake_free(void* ctx, uint64_t p, uint64_t c, uint64_t b, ballast_error* e) {
   (void)ctx, (void)p, (void)c, (void)b;
+  if (FAKE_BEHAVIOUR == 7) {
+    e->set(e, BALLAST_DEVICE_ERROR, "fake backend: free refused", "FAKE_FREE_FAILED");
+    return BALLAST_DEVICE_ERROR;
+  }
   return refuse(e);
 }
 static int32_t fake_copy_in(void* ctx, const ballast_operand* d, const void* s, uint64_t b, ballast_error* e) {

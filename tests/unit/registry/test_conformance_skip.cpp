@@ -58,3 +58,22 @@ TEST_CASE("a backend that opens runs the tests it is asked for") {
   const Run none = conformance(kFakes + "/working", "cpu");
   CHECK(std::regex_search(none.out, std::regex(R"(test cases: +0 \| +0 passed)")));
 }
+
+// The run's first call frees a 1-byte allocation; a backend that cannot
+// free fails the run, and the run still ends with its summary (JSON on
+// stdout with --json) saying why, as every run that opened its backend does.
+TEST_CASE("a backend whose free fails on the first probe fails with the summary and the reason") {
+  const Run r = conformance(kFakes + "/free_fails", "vulkan");
+  CAPTURE(r.out);
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.find("==== ballast conformance summary") != std::string::npos);
+  CHECK(r.out.find("fake backend: free refused") != std::string::npos);
+  CHECK(r.out.find("result:   failed") != std::string::npos);
+  const Run json = run_program("(BALLAST_PLUGIN_PATH='" + kFakes +
+                               "/free_fails' '" BALLAST_CONFORMANCE "' --backend vulkan --json 2>/dev/null)");
+  CAPTURE(json.out);
+  CHECK(json.exit_code == 1);
+  CHECK(json.out.rfind("{", 0) == 0);
+  CHECK(json.out.find("\"result\": \"failed\"") != std::string::npos);
+  CHECK(json.out.find("free refused") != std::string::npos);
+}
