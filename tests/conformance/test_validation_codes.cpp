@@ -122,10 +122,12 @@ TEST_CASE("validation: outputs and copies into a read-only registration are refu
     return;
   }
   LeakCheck leaks;
+  // The upload first: a REQUIRE that fails between registering and the
+  // unregister below would leak the registration into every later case.
+  DeviceBuffer src = upload(random_bytes(4096, 22));
   std::vector<std::byte> host = random_bytes(8192, 21);
   auto reg = gpu().register_host(host.data(), host.size(), HostAccess::read_only);
   REQUIRE(reg.ok());
-  DeviceBuffer src = upload(random_bytes(4096, 22));
   const Expect read_only{ErrorCode::invalid_argument, "read-only host registration"};
 
   DerivationLaunch t;

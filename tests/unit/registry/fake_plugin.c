@@ -9,7 +9,8 @@
  *                         3 open() returns a table without allocate, 4 devices()
  *                         reports a null device, 5 it reports device 1 with index 5,
  *                         6 open() reports success and returns no table,
- *                         7 allocate() works (from a static arena) and free() always fails
+ *                         7 allocate() works (from a static arena) and free() always fails,
+ *                         8 allocate() "succeeds" with a null pointer; host registration works
  * The working fake lists two devices and opens a backend that refuses
  * every operation. */
 #include <ballast/plugin_api.h>
@@ -71,10 +72,16 @@ static int32_t fake_allocate(void* ctx, uint64_t b, uint64_t a, uint64_t* p, uin
       return BALLAST_OK;
     }
   }
+  if (FAKE_BEHAVIOUR == 8) {
+    *p = 0;
+    *c = 0;
+    return BALLAST_OK;
+  }
   return refuse(e);
 }
 static int32_t fake_free(void* ctx, uint64_t p, uint64_t c, uint64_t b, ballast_error* e) {
   (void)ctx, (void)p, (void)c, (void)b;
+  if (FAKE_BEHAVIOUR == 8) return BALLAST_OK; /* the core gives back the null it refused */
   if (FAKE_BEHAVIOUR == 7) {
     e->set(e, BALLAST_DEVICE_ERROR, "fake backend: free refused", "FAKE_FREE_FAILED");
     return BALLAST_DEVICE_ERROR;
@@ -95,11 +102,17 @@ static int32_t fake_copy(void* ctx, const ballast_operand* d, const ballast_oper
 }
 static int32_t fake_register(void* ctx, const void* h, uint64_t b, int32_t a, uint64_t* p, uint64_t* c,
                              ballast_error* e) {
-  (void)ctx, (void)h, (void)b, (void)a, (void)p, (void)c;
+  (void)ctx, (void)b, (void)a;
+  if (FAKE_BEHAVIOUR == 8) {
+    *p = (uint64_t)(uintptr_t)h;
+    *c = 0;
+    return BALLAST_OK;
+  }
   return refuse(e);
 }
 static int32_t fake_unregister(void* ctx, uint64_t p, uint64_t c, uint64_t b, int32_t a, ballast_error* e) {
   (void)ctx, (void)p, (void)c, (void)b, (void)a;
+  if (FAKE_BEHAVIOUR == 8) return BALLAST_OK;
   return refuse(e);
 }
 static int32_t fake_launch(void* ctx, const ballast_launch* l, ballast_error* e) {
@@ -151,6 +164,10 @@ static int32_t fake_open(void* ctx, const ballast_backend_config* config, const 
   d->caps.max_single_allocation = 1 << 20;
   d->caps.import_alignment = 1;
   d->caps.guarded_host_reads = 1;
+  if (FAKE_BEHAVIOUR == 8) {
+    d->caps.host_registration = 1;
+    d->caps.read_only_registration = 1;
+  }
   ballast_backend* t = &d->table;
   t->struct_size = sizeof *t;
   t->ctx = d;

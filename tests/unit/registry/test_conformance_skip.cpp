@@ -77,3 +77,14 @@ TEST_CASE("a backend whose free fails on the first probe fails with the summary 
   CHECK(json.out.find("\"result\": \"failed\"") != std::string::npos);
   CHECK(json.out.find("free refused") != std::string::npos);
 }
+
+// A case that fails part way must give back what it took: a leak left by
+// one failure is reported against later cases and the whole run, and
+// sends the backend's author after the wrong bug.
+TEST_CASE("a backend whose allocations fail is told so, without registrations leaked by the suite") {
+  const Run r = conformance(kFakes + "/null_allocation", "vulkan", "validation: outputs and copies into a read-only*");
+  CAPTURE(r.out);
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.find("the backend returned a null pointer") != std::string::npos);
+  CHECK(r.out.find("leaked") == std::string::npos);
+}
