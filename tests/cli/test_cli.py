@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """CLI behaviour of `ballast inspect` and `ballast verify`: exit codes on good,
 corrupted, truncated and hostile models; one-line errors naming what and
-where; a well-formed --map SVG; verify catching a single flipped byte.
+where; a well-formed --map SVG, never written over the model or half
+written; verify catching a single flipped byte.
 
 Exit 0 pass, 1 fail, 77 skipped (with the reason printed).
 """
@@ -340,6 +341,42 @@ def test_amplification(cli, work):
            % (rc, err.strip()[-200:]))
 
 
+def test_map_writes(cli, sample_dir, work):
+    """--map replaces the file it names whole or not at all, and never one
+    the model is read from: `--map sample.onnx` used to truncate the model
+    it had just read (and `--map` through a symlink to the data file the
+    weights), and a write cut short left half an SVG under the name."""
+    import resource
+    src = os.path.join(work, "map_inputs")
+    copy_sample(sample_dir, src)
+    model = os.path.join(src, "sample.onnx")
+    weights = os.path.join(src, "sample.weights")
+    before = {p: open(p, "rb").read() for p in (model, weights)}
+    link = os.path.join(src, "link.svg")
+    os.symlink("sample.weights", link)
+    for target, what in ((model, "the model itself"), (weights, "its data file"), (link, "a symlink to its data file")):
+        rc, out, err = cli("inspect", model, "--map", target)
+        expect(rc == 2 and one_line_error(err, "invalid_argument", "read from", "file=" + target),
+               "inspect --map over %s: exit 2, one line naming it (%d; %s)" % (what, rc, err.strip()))
+        expect(all(open(p, "rb").read() == b for p, b in before.items()), "  ... and the model's files are unchanged")
+    expect(os.path.islink(link), "  ... and the symlink is left as it was")
+
+    # A file size limit (RLIMIT_FSIZE, SIGXFSZ at its default) stops the
+    # write: exit 2 naming the file, the earlier map whole, no temporary.
+    svg = os.path.join(work, "map_limit", "map.svg")
+    os.makedirs(os.path.dirname(svg), exist_ok=True)
+    with open(svg, "w") as f:
+        f.write("earlier map")
+    limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (512, 512))
+    proc = subprocess.run([cli.ballast, "inspect", os.path.join(sample_dir, "sample.onnx"), "--map", svg], capture_output=True, text=True,
+                          timeout=120, preexec_fn=limit)
+    expect(proc.returncode == 2 and one_line_error(proc.stderr, "io", "too large", "file=" + svg),
+           "inspect --map past a file size limit: exit 2, one line naming the map (%d; %s)"
+           % (proc.returncode, proc.stderr.strip()))
+    expect(open(svg).read() == "earlier map" and os.listdir(os.path.dirname(svg)) == ["map.svg"],
+           "  ... the earlier map is whole and no temporary is left (%s)" % os.listdir(os.path.dirname(svg)))
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--ballast", required=True)
@@ -366,6 +403,7 @@ def main():
     test_hostile(cli, sample_dir, a.work)
     test_progress_bar(cli, a.work)
     test_amplification(cli, a.work)
+    test_map_writes(cli, sample_dir, a.work)
     print("%d check(s) failed" % len(FAILURES) if FAILURES else "all CLI checks passed")
     return 1 if FAILURES else 0
 

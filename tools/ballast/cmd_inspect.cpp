@@ -23,6 +23,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
 #include <iostream>
 #include <optional>
 #include <string>
@@ -360,6 +362,22 @@ int run_inspect(const InspectOptions& opt) {
   }
 
   if (!opt.map.empty()) {
+    // The picture replaces whatever file --map names: never one the model
+    // is read from (`--map model.onnx`, a data file, a symlink to either).
+    struct stat map_st {};
+    if (::stat(opt.map.c_str(), &map_st) == 0 && S_ISREG(map_st.st_mode)) {
+      std::vector<std::filesystem::path> inputs = {model.path()};
+      for (const FileAccounting& f : files) inputs.push_back(f.path);
+      for (const std::filesystem::path& input : inputs) {
+        struct stat in_st {};
+        if (::stat(input.c_str(), &in_st) == 0 && in_st.st_dev == map_st.st_dev && in_st.st_ino == map_st.st_ino) {
+          Error e = make_error(ErrorCode::invalid_argument,
+                               "--map names a file the model is read from (" + input.string() + "); not replaced");
+          e.file = opt.map;
+          return ctx.fail(e);
+        }
+      }
+    }
     Status written = write_dead_weight_map(opt.map, model.path().filename().string(), files);
     if (!written.ok()) return ctx.fail(written.error());
   }

@@ -1,10 +1,10 @@
 #include "support/svg.hpp"
 
 #include "support/format.hpp"
+#include "support/temp_files.hpp"
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 
 namespace ballast::cli {
@@ -106,16 +106,11 @@ std::string dead_weight_map_svg(const std::string& title, const std::vector<File
 
 Status write_dead_weight_map(const std::filesystem::path& out, const std::string& title,
                              const std::vector<FileAccounting>& files) {
-  const std::string svg = dead_weight_map_svg(title, files);
-  std::ofstream f(out, std::ios::binary | std::ios::trunc);
-  if (f) f.write(svg.data(), static_cast<std::streamsize>(svg.size()));
-  if (f) f.close();
-  if (!f) {
-    Error e = make_error(ErrorCode::io, "cannot write the --map SVG");
-    e.file = out.string();
-    return e;
-  }
-  return {};
+  // Whole or not at all: a full disk or a signal leaves the earlier map as
+  // it was, never a truncated one.
+  Status written = write_file_atomically(out, dead_weight_map_svg(title, files));
+  if (!written.ok()) written.error().message = "cannot write the --map SVG: " + written.error().message;
+  return written;
 }
 
 }  // namespace ballast::cli

@@ -14,7 +14,9 @@ namespace ballast::cli {
 
 std::string dead_weight_map_svg(const std::string& title, const std::vector<FileAccounting>& files);
 
-// Writes the map to `out` (replacing it); io error naming the file on failure.
+// Writes the map to `out`, replacing it whole (support/temp_files.hpp: a
+// failure leaves the earlier file as it was); io error naming the file on
+// failure.
 Status write_dead_weight_map(const std::filesystem::path& out, const std::string& title,
                              const std::vector<FileAccounting>& files);
 
