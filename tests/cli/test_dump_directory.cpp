@@ -1,15 +1,22 @@
 // `derive --dump` writes beneath one directory handle: planted symlinks are
-// not followed, distinct weights never share a file, long names fit.
+// not followed, distinct weights never share a file, long names fit, and a
+// file appears under its name only whole.
 #include "support/npy.hpp"
 
 #include <doctest/doctest.h>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace cli = ballast::cli;
@@ -92,5 +99,99 @@ TEST_CASE("a 300-byte weight name gets a bounded, unique file name; a rerun repl
   auto a = again->write_npy(long_a, "t", "|u1", {16}, payload('3'));
   REQUIRE(a.ok());
   CHECK(slurp(*a).back() == '3');
+  fs::remove_all(root);
+}
+
+// An .npy whose header is whole and is followed by `size` bytes of one value.
+bool whole_npy(const std::string& bytes, std::size_t size) {
+  if (bytes.size() < 10) return false;
+  const std::size_t header = 10 + (static_cast<unsigned char>(bytes[8]) | static_cast<unsigned char>(bytes[9]) << 8);
+  if (bytes.size() != header + size || bytes[header - 1] != '\n') return false;
+  return bytes.find_first_not_of(bytes.back(), header) == std::string::npos;
+}
+
+std::vector<std::string> names_in(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST_CASE("a write cut short (a file size limit) leaves the earlier run's file whole and no temporary") {
+  // The file used to be created under its final name and written in place:
+  // an earlier run's file was unlinked first, and the failed write left a
+  // truncated .npy that numpy.load refuses (or a core dump, SIGXFSZ).
+  const fs::path root = fresh_dir("dump-fsize");
+  const std::size_t size = 64 << 10;
+  {
+    auto dir = cli::DumpDirectory::open(root);
+    REQUIRE(dir.ok());
+    REQUIRE(dir->write_npy("w", "t", "|u1", {size}, std::vector<std::byte>(size, std::byte{'a'})).ok());
+  }
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    const rlimit limit{4096, 4096};  // SIGXFSZ left at its default action
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    auto dir = cli::DumpDirectory::open(root);
+    if (!dir.ok()) ::_exit(3);
+    auto w = dir->write_npy("w", "t", "|u1", {size}, std::vector<std::byte>(size, std::byte{'b'}));
+    ::_exit(w.ok() ? 1 : w.error().message.find("too large") != std::string::npos ? 0 : 2);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK_MESSAGE(WIFEXITED(status), "the writer died of signal ", WTERMSIG(status));
+  CHECK(WEXITSTATUS(status) == 0);  // an io error naming EFBIG
+  const std::string after = slurp(root / "w.t.npy");
+  CHECK(whole_npy(after, size));
+  CHECK(after.back() == 'a');
+  CHECK(names_in(root) == std::vector<std::string>{"w.t.npy"});
+  fs::remove_all(root);
+}
+
+TEST_CASE("two runs dumping into one directory at once: each succeeds, a reader only ever sees whole files") {
+  // The second run used to unlink the first's file and create its own: the
+  // first then failed its create with EEXIST, and a reader could open a
+  // file still being written.
+  const fs::path root = fresh_dir("dump-two-runs");
+  const std::size_t size = 64 << 10;
+  constexpr int kNames = 12;
+  constexpr int kRounds = 15;
+  std::atomic<bool> writing{true};
+  std::atomic<int> failures{0}, torn{0}, seen{0};
+  const auto run = [&](char c) {
+    const std::vector<std::byte> data(size, static_cast<std::byte>(c));
+    for (int round = 0; round < kRounds; ++round) {
+      auto dir = cli::DumpDirectory::open(root);
+      if (!dir.ok()) {
+        ++failures;
+        continue;
+      }
+      for (int n = 0; n < kNames; ++n)
+        if (!dir->write_npy("w" + std::to_string(n), "t", "|u1", {size}, data).ok()) ++failures;
+    }
+  };
+  std::thread reader([&] {
+    while (writing.load()) {
+      for (int n = 0; n < kNames; ++n) {
+        const fs::path p = root / ("w" + std::to_string(n) + ".t.npy");
+        std::error_code ec;
+        if (!fs::exists(p, ec)) continue;
+        ++seen;
+        if (!whole_npy(slurp(p), size)) ++torn;
+      }
+    }
+  });
+  std::thread a(run, 'a'), b(run, 'b');
+  a.join();
+  b.join();
+  writing = false;
+  reader.join();
+  CHECK(failures.load() == 0);
+  CHECK(torn.load() == 0);
+  CHECK(seen.load() > 0);
+  const std::vector<std::string> names = names_in(root);
+  CHECK(names.size() == kNames);  // no temporary left
+  for (const std::string& name : names) CHECK(whole_npy(slurp(root / name), size));
   fs::remove_all(root);
 }

@@ -1,5 +1,7 @@
 #include "support/npy.hpp"
 
+#include "support/temp_files.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -7,7 +9,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <string>
 #include <system_error>
 
@@ -65,25 +66,6 @@ std::uint64_t fnv1a(std::string_view text) {
 }
 
 }  // namespace
-
-Status write_npy(const std::filesystem::path& path, std::string_view descr, const std::vector<std::uint64_t>& shape,
-                 std::span<const std::byte> data) {
-  const std::string header = npy_header(descr, shape);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    Error e = make_error(ErrorCode::io, "cannot create file");
-    e.file = path.string();
-    return e;
-  }
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
-  if (!out.flush()) {
-    Error e = make_error(ErrorCode::io, "write failed");
-    e.file = path.string();
-    return e;
-  }
-  return Status();
-}
 
 std::string safe_file_stem(std::string_view name) {
   std::string out;
@@ -160,28 +142,40 @@ Result<std::filesystem::path> DumpDirectory::write_npy(std::string_view weight, 
     e.code = ErrorCode::internal;
     return e;
   }
-  constexpr int kCreate = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-  int fd = ::openat(fd_, name.c_str(), kCreate, 0644);
-  if (fd < 0 && errno == EEXIST) {
-    // Left by an earlier run? Replace a regular file; anything else (a
-    // symlink above all) stays untouched.
-    struct stat st {};
-    if (::fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
-      return refuse(std::string("cannot inspect the existing file: ") + std::strerror(errno));
+  // What is in the file's place: a regular file left by an earlier run (or
+  // by another run writing into this directory now) is replaced; anything
+  // else, a symlink above all, stays untouched.
+  struct stat st {};
+  if (::fstatat(fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
     if (!S_ISREG(st.st_mode))
-      return refuse(std::string("refusing to write: ") + (S_ISLNK(st.st_mode) ? "a symlink" : "something other than a regular file") +
+      return refuse(std::string("refusing to write: ") +
+                    (S_ISLNK(st.st_mode) ? "a symlink" : "something other than a regular file") +
                     " is in the dump file's place (left untouched)");
-    if (::unlinkat(fd_, name.c_str(), 0) != 0)
-      return refuse(std::string("cannot replace the file of an earlier run: ") + std::strerror(errno));
-    fd = ::openat(fd_, name.c_str(), kCreate, 0644);
+  } else if (errno != ENOENT) {
+    return refuse(std::string("cannot inspect the existing file: ") + std::strerror(errno));
   }
-  if (fd < 0) return refuse(std::string("cannot create file: ") + std::strerror(errno));
   written_.insert(name);
+  // Written under a temporary name and renamed into place whole: a failed
+  // write (a full disk, a file size limit) or a signal never leaves a
+  // truncated .npy under the final name, an earlier run's file stays until
+  // the new one is complete, and two runs dumping into one directory at
+  // once each replace a whole file with a whole file.
+  const std::string temp = temp_name_for(name);
+  const int fd = ::openat(fd_, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return refuse(std::string("cannot create a temporary file beside it: ") + std::strerror(errno));
+  TempFileGuard guard(fd_, temp);
   const std::string header = npy_header(descr, shape);
   Status s = write_all(fd, header.data(), header.size(), path);
   if (s.ok()) s = write_all(fd, data.data(), data.size(), path);
-  if (::close(fd) != 0 && s.ok()) return refuse(std::string("close failed: ") + std::strerror(errno));
-  if (!s.ok()) return s.error();
+  if (::close(fd) != 0 && s.ok()) s = refuse(std::string("close failed: ") + std::strerror(errno));
+  if (s.ok() && ::renameat(fd_, temp.c_str(), fd_, name.c_str()) != 0)
+    s = refuse(std::string("cannot rename into place: ") + std::strerror(errno));
+  if (!s.ok()) ::unlinkat(fd_, temp.c_str(), 0);
+  guard.release();
+  if (!s.ok()) {
+    if (s.error().tensor.empty()) s.error().tensor = std::string(weight);
+    return s.error();
+  }
   return path;
 }
 

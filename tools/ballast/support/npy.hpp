@@ -15,10 +15,6 @@
 
 namespace ballast::cli {
 
-// `descr` is a NumPy type string such as "<f2", "<f4", "|i1", "|u1", "<u4".
-Status write_npy(const std::filesystem::path& path, std::string_view descr, const std::vector<std::uint64_t>& shape,
-                 std::span<const std::byte> data);
-
 // A file-name-safe form of a tensor name ("model/layer.0:w" -> "model_layer.0_w").
 // Not unique ("a/b" and "a_b" give the same stem): DumpDirectory names files.
 std::string safe_file_stem(std::string_view name);
@@ -45,10 +41,13 @@ class DumpDirectory {
   // name cannot meet an unchanged one).
   static std::string file_name(std::string_view weight, std::string_view suffix);
 
-  // Writes weight `weight`'s output `suffix` as .npy. A regular file left
-  // by an earlier run is replaced (unlinked, then created afresh); a
-  // symlink or anything else in its place is refused and left alone, as is
-  // a second file of the same name in one run. Returns the file's path.
+  // Writes weight `weight`'s output `suffix` as .npy (`descr` a NumPy type
+  // string such as "<f2", "<f4", "|i1", "|u1", "<u4"), under a temporary
+  // name renamed into place once whole (support/temp_files.hpp), so the
+  // final name never holds a half file. A regular file left by an earlier
+  // run is replaced; a symlink or anything else in its place is refused
+  // and left alone, as is a second file of the same name in one run.
+  // Returns the file's path.
   Result<std::filesystem::path> write_npy(std::string_view weight, std::string_view suffix, std::string_view descr,
                                           const std::vector<std::uint64_t>& shape, std::span<const std::byte> data);
 
