@@ -19,6 +19,10 @@
   file compact would write, OUT_DIR is the model's folder, a bad --align; a
   model compact cannot copy whole (a sparse tensor with external values)
   leaves nothing behind.
+- Writes that go wrong: an OUT_DIR that reaches the model's folder through
+  a folder compact makes (model_dir/new/..) is refused, a file size limit
+  is exit 2 naming the output with nothing left, SIGTERM mid-write leaves
+  no temporary; a 250-byte data file name compacts.
 
 Exit 0 pass, 1 fail, 77 skipped (with the reason printed).
 """
@@ -375,6 +379,106 @@ def test_refusals(cli, work):
            "compact of external sparse values: exit 2, one line, no partial outputs (%d; %s)" % (rc, err.strip()))
 
 
+def one_external_model(folder, location, floats):
+    """model.onnx whose only weight, `floats` float32s, lives in `location`."""
+    os.makedirs(folder, exist_ok=True)
+    w = np.arange(floats, dtype=np.float32).reshape(-1, 16)
+    with open(os.path.join(folder, location), "wb") as f:
+        f.write(b"\xaa" * 4096 + w.tobytes())  # a dead prefix, so the copy differs
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["X", "W"], ["Y"], name="mm")], "compact_writes",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, w.shape[0]])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 16])],
+        initializer=[external("W", w, location, 4096)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = os.path.join(folder, "model.onnx")
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+    return path
+
+
+def files_under(folder):
+    return sorted(os.path.relpath(os.path.join(d, n), folder) for d, _, names in os.walk(folder) for n in names)
+
+
+def test_writes(cli, work):
+    """What a compact leaves on disk when the write goes wrong, and names a
+    write must still handle."""
+    import resource
+    import signal
+    import time
+    src = os.path.join(work, "writes_src")
+    shutil.rmtree(src, ignore_errors=True)
+    model = write_onnx_model(src)
+    listing = files_under(src)
+
+    # OUT_DIR reaching the model's folder through a folder that does not
+    # exist yet: it was checked before the folder was made, so the copy was
+    # written beside the model (only RENAME_NOREPLACE kept the inputs).
+    through = os.path.join(src, "new", "..")
+    rc, out, err = cli("compact", model, through)
+    expect(rc == 2 and one_line_error(err, "own directory"),
+           "compact into model_dir/new/..: exit 2, one line (%d; %s)" % (rc, err.strip()))
+    expect(files_under(src) == listing and not os.path.exists(os.path.join(src, "new")),
+           "  ... and nothing written or made beside the model (%s)" % files_under(src))
+
+    # A data file name of 250 bytes (under NAME_MAX): its temporary, the
+    # name plus a suffix, used to be too long to create.
+    long_src = os.path.join(work, "writes_long")
+    shutil.rmtree(long_src, ignore_errors=True)
+    long_name = "w" * 246 + ".bin"
+    long_model = one_external_model(long_src, long_name, 256)
+    long_out = os.path.join(work, "writes_long_out")
+    shutil.rmtree(long_out, ignore_errors=True)
+    rc, out, err = cli("compact", long_model, long_out)
+    before, after = inspect(cli, long_model)[0], inspect(cli, os.path.join(long_out, "model.onnx"))[0]
+    expect(rc == 0 and after is not None and same_weights(before, after) and
+           sorted(os.listdir(long_out)) == sorted(["model.onnx", long_name]),
+           "compact of a 250-byte data file name: exit 0, the same weights (%d; %s)" % (rc, err.strip()))
+
+    # A file size limit (RLIMIT_FSIZE) with SIGXFSZ at its default action:
+    # the signal used to kill the run, leaving its temporary in OUT_DIR.
+    limited = os.path.join(work, "writes_limit")
+    shutil.rmtree(limited, ignore_errors=True)
+    limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+    proc = subprocess.run([cli.ballast, "compact", model, limited], capture_output=True, text=True, timeout=120,
+                          preexec_fn=limit)
+    expect(proc.returncode == 2 and one_line_error(proc.stderr, "io", "too large",
+                                                   "file=" + os.path.join(limited, "weights.bin")),
+           "compact past a file size limit: exit 2, one line naming the output (%d; %s)"
+           % (proc.returncode, proc.stderr.strip()))
+    expect(not os.path.exists(limited), "  ... and nothing left behind (%s)" % (
+        files_under(limited) if os.path.exists(limited) else ""))
+
+    # SIGTERM while the data file is written: no temporary (nor any file)
+    # is left. Whether the signal lands mid-write depends on the machine's
+    # speed: a run that finished first is retried with a larger model.
+    for megabytes in (64, 256):
+        big_src = os.path.join(work, "writes_big")
+        shutil.rmtree(big_src, ignore_errors=True)
+        big_model = one_external_model(big_src, "big.bin", megabytes << 18)
+        big_out = os.path.join(work, "writes_big_out")
+        shutil.rmtree(big_out, ignore_errors=True)
+        proc = subprocess.Popen([cli.ballast, "compact", big_model, big_out], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            if os.path.isdir(big_out) and any(n.endswith(".tmp") for n in os.listdir(big_out)):
+                proc.send_signal(signal.SIGTERM)
+                break
+            time.sleep(0.001)
+        rc = proc.wait(timeout=120)
+        if rc == -signal.SIGTERM:
+            left = files_under(big_out) if os.path.exists(big_out) else []
+            expect(not left, "compact ended by SIGTERM mid-write: no file left in OUT_DIR (%s)" % left)
+            break
+        shutil.rmtree(big_out, ignore_errors=True)
+    else:
+        print("note: compact finished before SIGTERM landed twice; the signal case was not exercised")
+    shutil.rmtree(big_src, ignore_errors=True)
+
+
 def read_st_header(path):
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
@@ -449,6 +553,7 @@ def main():
         test_onnx(cli, work)
         test_corpus(cli, work, args.gen)
         test_refusals(cli, work)
+        test_writes(cli, work)
         test_safetensors(cli, work, args.gen)
     if FAILURES:
         print("%d check(s) failed" % len(FAILURES))

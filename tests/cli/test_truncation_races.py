@@ -118,8 +118,9 @@ def main():
 
     def left_or_blamed(err):
         # The data file shrank: the error names it, not compact's own output
-        # (pwrite from the lost pages fails with EFAULT).
-        if os.path.basename(data) not in err or ".compact-" in err:
+        # (pwrite from the lost pages fails with EFAULT), which has the same
+        # file name in OUT_DIR: the whole path tells them apart.
+        if ("file=" + data + ",") not in err and ("file=" + data + "]") not in err:
             return "the error does not name the truncated input: %s" % err.strip()[-300:]
         return left(err)
     race(a.ballast, ["compact", model, out_dir], data, a.runs, "compact, data truncated", 7, fresh, left_or_blamed)

@@ -11,6 +11,7 @@
 #include "support/model.hpp"
 #include "support/onnx_rewrite.hpp"
 #include "support/progress.hpp"
+#include "support/temp_files.hpp"
 
 #include <ballast/printable.hpp>
 
@@ -75,7 +76,9 @@ std::optional<Identity> identity_of(const fs::path& path, bool follow = true) {
 // ---- The files a compact writes: each to a temporary name beside its final
 // one, renamed into place only when all are written. Until commit() succeeds
 // the destructor removes every temporary, every file already renamed and
-// every directory it made, so a failure leaves nothing behind.
+// every directory it made, so a failure leaves nothing behind; a signal that
+// ends the process removes the temporaries (support/temp_files.hpp). Errors
+// name the final path, the one the user gave: the temporary is gone by then.
 class Outputs {
  public:
   explicit Outputs(fs::path dir) : dir_(std::move(dir)) {}
@@ -88,12 +91,14 @@ class Outputs {
         ::unlink(f.temp.c_str());
         if (f.renamed) ::unlink(f.final_path.c_str());
       }
+      f.guard.release();
     }
     if (!committed_)
       for (auto it = made_dirs_.rbegin(); it != made_dirs_.rend(); ++it) ::rmdir(it->c_str());
   }
 
-  // Makes `dir` (and its parents) if missing, remembering what it made.
+  // Makes `dir` (and its parents) if missing, remembering what it made (only
+  // what it made: a folder another process made meanwhile is not removed).
   Status make_dirs(const fs::path& dir) {
     std::vector<fs::path> missing;
     for (fs::path p = dir; !p.empty() && !identity_of(p); p = p.parent_path()) {
@@ -101,22 +106,25 @@ class Outputs {
       if (p == p.parent_path()) break;
     }
     for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
-      if (::mkdir(it->c_str(), 0777) != 0 && errno != EEXIST)
+      if (::mkdir(it->c_str(), 0777) == 0) {
+        made_dirs_.push_back(*it);
+      } else if (errno != EEXIST) {
         return os_error("cannot create the directory", *it, errno);
-      made_dirs_.push_back(*it);
+      }
     }
     return {};
   }
 
-  // A new temporary for OUT_DIR/`relative`; its index in files().
+  // A new temporary for OUT_DIR/`relative`; its index in files(). The
+  // temporary's name is bounded (temp_name_for), so a final name of up to
+  // NAME_MAX bytes still has one.
   Result<std::size_t> create(const fs::path& relative) {
     const fs::path final_path = dir_ / relative;
     BALLAST_RETURN_IF_ERROR(make_dirs(final_path.parent_path()));
-    const fs::path temp = final_path.parent_path() /
-                          ("." + final_path.filename().string() + ".compact-" + std::to_string(::getpid()) + ".tmp");
+    const fs::path temp = final_path.parent_path() / temp_name_for(final_path.filename().string());
     const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0) return os_error("cannot create a temporary file", temp, errno);
-    files_.push_back({relative, final_path, temp, fd, 0, false});
+    if (fd < 0) return os_error("cannot create a temporary file beside it", final_path, errno);
+    files_.push_back({relative, final_path, temp, fd, 0, false, TempFileGuard(AT_FDCWD, temp.string())});
     return files_.size() - 1;
   }
 
@@ -127,7 +135,7 @@ class Outputs {
       const ssize_t n = ::pwrite(f.fd, data.data(), data.size(), static_cast<off_t>(offset));
       if (n < 0) {
         if (errno == EINTR) continue;
-        return os_error("cannot write", f.temp, errno);
+        return os_error("cannot write", f.final_path, errno);
       }
       data = data.subspan(static_cast<std::size_t>(n));
       offset += static_cast<std::uint64_t>(n);
@@ -138,11 +146,11 @@ class Outputs {
   // Ends file `i` at `size` bytes (gaps between ranges read as zeros).
   Status finish(std::size_t i, std::uint64_t size) {
     File& f = files_[i];
-    if (::ftruncate(f.fd, static_cast<off_t>(size)) != 0) return os_error("cannot size", f.temp, errno);
-    if (::fsync(f.fd) != 0) return os_error("cannot flush", f.temp, errno);
+    if (::ftruncate(f.fd, static_cast<off_t>(size)) != 0) return os_error("cannot size", f.final_path, errno);
+    if (::fsync(f.fd) != 0) return os_error("cannot flush", f.final_path, errno);
     if (::close(f.fd) != 0) {
       f.fd = -1;
-      return os_error("cannot close", f.temp, errno);
+      return os_error("cannot close", f.final_path, errno);
     }
     f.fd = -1;
     f.size = size;
@@ -150,8 +158,10 @@ class Outputs {
   }
 
   // Renames every temporary into place, never over a file that appeared
-  // meanwhile (RENAME_NOREPLACE; a link where the file system lacks it).
+  // meanwhile (RENAME_NOREPLACE; a link where the file system lacks it),
+  // then flushes the folders, so the renames are on disk when it returns.
   Status commit() {
+    std::set<fs::path> folders;
     for (File& f : files_) {
       int rc = ::renameat2(AT_FDCWD, f.temp.c_str(), AT_FDCWD, f.final_path.c_str(), RENAME_NOREPLACE);
       if (rc != 0 && (errno == EINVAL || errno == ENOSYS || errno == ENOTSUP)) {
@@ -164,6 +174,15 @@ class Outputs {
         return os_error("cannot rename into place", f.final_path, errno);
       }
       f.renamed = true;
+      f.guard.release();
+      folders.insert(f.final_path.parent_path());
+    }
+    for (const fs::path& folder : folders) {
+      const int fd = ::open(folder.empty() ? "." : folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      const int rc = fd < 0 ? -1 : ::fsync(fd);
+      const int err = errno;
+      if (fd >= 0) ::close(fd);
+      if (rc != 0) return os_error("cannot flush the directory", folder, err);
     }
     committed_ = true;
     return {};
@@ -176,6 +195,7 @@ class Outputs {
     int fd = -1;
     std::uint64_t size = 0;
     bool renamed = false;
+    TempFileGuard guard;  // removes `temp` if a signal ends the process before commit
   };
   const std::vector<File>& files() const { return files_; }
 
@@ -659,6 +679,9 @@ int run(const Options& opt) {
 
   Outputs out(out_dir);
   Status done = out.make_dirs(out_dir);
+  // Again, now that OUT_DIR exists: a path through a folder that was
+  // missing ("model_dir/new/..") could only be resolved once it was made.
+  if (done.ok()) done = check_out_dir(model, files, out_dir, planned);
   if (done.ok()) {
     if (model.format() == ModelFormat::onnx) {
       done = compact_onnx(model, files, static_cast<std::uint64_t>(opt.align), out, model.path().filename());
