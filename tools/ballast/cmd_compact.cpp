@@ -122,9 +122,13 @@ class Outputs {
     const fs::path final_path = dir_ / relative;
     BALLAST_RETURN_IF_ERROR(make_dirs(final_path.parent_path()));
     const fs::path temp = final_path.parent_path() / temp_name_for(final_path.filename().string());
+    // Guarded before it exists, and told once it does (temp_files.hpp): a
+    // signal handled on another thread between the two left it behind.
+    TempFileGuard guard(AT_FDCWD, temp.string());
     const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) return os_error("cannot create a temporary file beside it", final_path, errno);
-    files_.push_back({relative, final_path, temp, fd, 0, false, TempFileGuard(AT_FDCWD, temp.string())});
+    guard.created();
+    files_.push_back({relative, final_path, temp, fd, 0, false, std::move(guard)});
     return files_.size() - 1;
   }
 

@@ -161,9 +161,12 @@ Result<std::filesystem::path> DumpDirectory::write_npy(std::string_view weight, 
   // the new one is complete, and two runs dumping into one directory at
   // once each replace a whole file with a whole file.
   const std::string temp = temp_name_for(name);
+  // Guarded before it exists, and told once it does (temp_files.hpp): a
+  // signal handled on another thread between the two would leave it.
+  TempFileGuard guard(fd_, temp);
   const int fd = ::openat(fd_, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return refuse(std::string("cannot create a temporary file beside it: ") + std::strerror(errno));
-  TempFileGuard guard(fd_, temp);
+  guard.created();
   const std::string header = npy_header(descr, shape);
   Status s = write_all(fd, header.data(), header.size(), path);
   if (s.ok()) s = write_all(fd, data.data(), data.size(), path);

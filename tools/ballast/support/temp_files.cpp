@@ -117,6 +117,14 @@ TempFileGuard& TempFileGuard::operator=(TempFileGuard&& other) noexcept {
 
 TempFileGuard::~TempFileGuard() { release(); }
 
+void TempFileGuard::created() noexcept {
+  // The handler sets g_dying before it unlinks; this reads it after the
+  // create. Either the handler's unlink finds the file, or this sees the
+  // flag: in every order the file goes.
+  if (slot_ == nullptr || !g_dying.load()) return;
+  if (const Entry* e = static_cast<std::atomic<Entry*>*>(slot_)->load()) ::unlinkat(e->dir_fd, e->name.c_str(), 0);
+}
+
 void TempFileGuard::release() noexcept {
   if (slot_ != nullptr) remove(std::exchange(slot_, nullptr));
 }
@@ -162,13 +170,16 @@ Status write_file_atomically(const std::filesystem::path& path, std::string_view
   const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0) return io_error("cannot open the directory to write into", path, errno);
   const std::string temp = temp_name_for(name);
+  // Guarded before it exists, and told once it does (temp_files.hpp).
+  TempFileGuard guard(dir_fd, temp);
   const int fd = ::openat(dir_fd, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
   if (fd < 0) {
     const int err = errno;
+    guard.release();  // before its directory's descriptor goes
     ::close(dir_fd);
     return io_error("cannot create a temporary file beside it", path, err);
   }
-  TempFileGuard guard(dir_fd, temp);
+  guard.created();
   Status status;
   if (exists) ::fchmod(fd, st.st_mode & 07777);  // a replaced file keeps its mode
   for (std::size_t at = 0; status.ok() && at < bytes.size();) {

@@ -23,9 +23,12 @@
 namespace ballast::cli {
 
 // While alive, `name` beneath `dir_fd` (AT_FDCWD: `name` is a path as
-// given) is unlinked if one of the signals above ends the process. Register
-// only a file this process has just created (O_EXCL), so the handler never
-// removes anyone else's. The descriptor must stay open while registered.
+// given) is unlinked if one of the signals above ends the process. The
+// order that leaves nothing behind: construct the guard on a name unique
+// to this process (temp_name_for), create the file (O_EXCL), then call
+// created(). The handler may run on another thread than the creator's,
+// between the two: created() then removes the file itself. The descriptor
+// must stay open while registered.
 class TempFileGuard {
  public:
   TempFileGuard() = default;
@@ -35,6 +38,10 @@ class TempFileGuard {
   TempFileGuard(const TempFileGuard&) = delete;
   TempFileGuard& operator=(const TempFileGuard&) = delete;
   ~TempFileGuard();
+
+  // The file now exists: removed here at once if a signal is already
+  // ending the process (its handler ran before the file was there).
+  void created() noexcept;
 
   // No longer removed on a signal (renamed into place, or unlinked).
   void release() noexcept;
