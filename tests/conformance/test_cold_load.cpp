@@ -107,6 +107,7 @@ TEST_CASE("cold load: every strategy puts the same bytes on the device as the ma
       CHECK(report->planned_bytes == OrphanedPrefix::kReferenced);
       CHECK(report->read.bytes == OrphanedPrefix::kReferenced);
       CHECK(report->sources_read == 3);
+      CHECK(report->inline_sources == 0);  // the read's sources are filled by it, never pinned again beside it
       CHECK(report->derived_built == OrphanedPrefix::kDerivations);  // quant_int8 of w0 reads the planned transpose
       CHECK(report->read.peak_staging_in_use <= 3 * (4096 + 512));
       // Every byte once, none outside the live tensors (the prefix is never read).

@@ -322,3 +322,35 @@ TEST_CASE("a MatMulNBits of bits other than 4: nothing planned, one listed skip 
     CHECK_MESSAGE(contains(one.error().message, "bits=8"), one.error().to_string());
   }
 }
+
+TEST_CASE("a MatMulNBits lacking any one of K, N and block_size, or with one not positive, is refused by name") {
+  // B [2, 2, 16] uint8 and scales [4] float fit K=64, N=2, block 32: each
+  // case takes one attribute away or makes it 0 or negative.
+  Proto b = tensor("B", 2, {2, 2, 16});
+  raw_data(b, std::vector<std::uint8_t>(2 * 2 * 16, 0x17));
+  Proto s = tensor("S", 1, {4});
+  raw_data(s, std::vector<std::uint8_t>(16, 0x3f));
+  const std::vector<std::pair<std::string, std::int64_t>> full = {{"K", 64}, {"N", 2}, {"block_size", 32}};
+  for (std::size_t drop = 0; drop < full.size(); ++drop)
+    for (std::int64_t bad : {std::int64_t{-1}, std::int64_t{0}, std::int64_t{1} << 40}) {
+      const bool missing = bad == (std::int64_t{1} << 40);  // stands for "absent"
+      CAPTURE(full[drop].first);
+      CAPTURE(bad);
+      std::vector<Proto> attributes = {attribute_int("bits", 4)};
+      for (std::size_t i = 0; i < full.size(); ++i)
+        if (i != drop)
+          attributes.push_back(attribute_int(full[i].first, full[i].second));
+        else if (!missing)
+          attributes.push_back(attribute_int(full[i].first, bad));
+      Proto n;
+      n.str(1, "X").str(1, "B").str(1, "S").str(2, "Y").str(3, "q").str(4, "MatMulNBits").str(7, "com.microsoft");
+      for (const Proto& a : attributes) n.msg(5, a);
+      const Proto bytes = model(graph({n}, {b, s}));
+      auto m = load_proto(bytes);
+      REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+      auto plan = plan_derivations(*m);
+      REQUIRE_FALSE(plan.ok());
+      CHECK(plan.error().code == ErrorCode::invalid_argument);
+      CHECK_MESSAGE(contains(plan.error().message, "needs positive K, N and block_size"), plan.error().to_string());
+    }
+}

@@ -207,6 +207,14 @@ TEST_CASE("split sets that do not add up are refused, naming the part") {
   refused("twice", {{"m-00001-of-00002.gguf", part(1, 2, 2, {"a"})}, {"m-00002-of-00002.gguf", part(2, 2, 2, {"a"})}},
           ErrorCode::malformed, "readers disagree");
   refused("name", {{"model.gguf", part(1, 2, 2, {"a"})}}, ErrorCode::malformed, "<prefix>-NNNNN-of-MMMMM.gguf");
+  // The form's numbers are digits, each of them: a letter (or a character
+  // just outside '0'..'9') is no part number.
+  refused("name-letter", {{"m-0000a-of-00002.gguf", part(1, 2, 2, {"a"})}}, ErrorCode::malformed,
+          "<prefix>-NNNNN-of-MMMMM.gguf");
+  refused("name-slash", {{"m-00001-of-0000:.gguf", part(1, 2, 2, {"a"})}}, ErrorCode::malformed,
+          "<prefix>-NNNNN-of-MMMMM.gguf");
+  refused("name-below", {{"m-0000.-of-00002.gguf", part(1, 2, 2, {"a"})}}, ErrorCode::malformed,
+          "<prefix>-NNNNN-of-MMMMM.gguf");
   refused("name-count", {{"m-00001-of-00003.gguf", part(1, 2, 2, {"a"})}}, ErrorCode::malformed,
           "the name says part 1 of 3");
 }

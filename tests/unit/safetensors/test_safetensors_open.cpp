@@ -468,8 +468,14 @@ TEST_CASE("tensor names in UTF-8 of every length open; surrogates and overlong f
   ScratchDir dir("st-utf8");
   // Two-, three- and four-byte sequences, and the edges of the ranges the
   // checks exclude (U+D7FF and U+E000 beside the surrogates, U+10FFFF last).
-  const std::vector<std::string> names = {"gr\xc3\xb6\xc3\x9f" "e", "\xe6\x97\xa5\xe6\x9c\xac", "\xed\x9f\xbf",
-                                          "\xee\x80\x80", "\xf0\x9f\x98\x80", "\xf4\x8f\xbf\xbf", "\xe0\xa0\x80"};
+  const std::vector<std::string> names = {
+      "gr\xc3\xb6\xc3\x9f"
+      "e",
+      "\xe6\x97\xa5\xe6\x9c\xac", "\xed\x9f\xbf", "\xee\x80\x80", "\xf0\x9f\x98\x80", "\xf4\x8f\xbf\xbf",
+      "\xe0\xa0\x80",
+      // Each lead byte's range at both ends: U+0080 and U+07FF (C2, DF),
+      // U+FFFD and U+FFFF (EF), U+10000 (F0).
+      "\xc2\x80", "\xdf\xbf", "\xef\xbf\xbd", "\xef\xbf\xbf", "\xf0\x90\x80\x80"};
   for (const std::string& name : names) {
     CAPTURE(name);
     auto model = open_written(dir, st_file({{name, "F32", {1}, pattern(4)}}));
@@ -484,4 +490,20 @@ TEST_CASE("tensor names in UTF-8 of every length open; surrogates and overlong f
     REQUIRE_FALSE(model.ok());
     CHECK(model.error().code == ErrorCode::malformed);
   }
+}
+
+TEST_CASE("a model whose first bytes cannot be read is an io error naming it, at once") {
+  // /proc/self/mem is a regular file whose offset 0 (the unmapped first
+  // page of this process) reads as EIO: the sniff's one read fails for a
+  // reason that is not EINTR, so it is said, not retried.
+  const std::filesystem::path mem = "/proc/self/mem";
+  auto got = detect_model_format(mem);
+  REQUIRE_FALSE(got.ok());
+  CHECK(got.error().code == ErrorCode::io);
+  CHECK(got.error().file == mem.string());
+  CHECK_MESSAGE(got.error().message.find("reading the model's first bytes") != std::string::npos,
+                got.error().to_string());
+  auto model = open_model(mem);
+  REQUIRE_FALSE(model.ok());
+  CHECK(model.error().code == ErrorCode::io);
 }

@@ -348,3 +348,27 @@ TEST_CASE("the .onnx mapping is recorded on a fresh store and on one that maps f
   CHECK(mapped.mapping_for(blob) == *id);
   CHECK(mapped.mapped_external_bytes() == 1000);
 }
+
+TEST_CASE("a format's header bytes are counted per mapping, by its id; id 0 and ids past the last are ignored") {
+  // A safetensors or GGUF loader records its header's length on the
+  // mapping it read it from: counted as accounted-for, never as dead.
+  ScratchDir dir("store-header-bytes");
+  auto a = dir.write_pattern("a.bin", 1000);
+  auto b = dir.write_pattern("b.bin", 500);
+  WeightStore store;
+  auto ia = store.map_external(a);
+  auto ib = store.map_external(b);
+  REQUIRE(ia.ok());
+  REQUIRE(ib.ok());
+  CHECK(store.format_header_bytes() == 0);
+  store::StoreAccess::set_header_bytes(store, *ia, 100);
+  CHECK(store.format_header_bytes() == 100);
+  store::StoreAccess::set_header_bytes(store, *ib, 40);
+  CHECK(store.format_header_bytes() == 140);
+  store::StoreAccess::set_header_bytes(store, *ia, 10);  // set, not added
+  CHECK(store.format_header_bytes() == 50);
+  store::StoreAccess::set_header_bytes(store, 0, 1 << 20);              // no mapping has id 0
+  store::StoreAccess::set_header_bytes(store, *ib + 1, 1 << 20);        // past the last
+  store::StoreAccess::set_header_bytes(store, ~MappingId{0}, 1 << 20);  // far past
+  CHECK(store.format_header_bytes() == 50);
+}
