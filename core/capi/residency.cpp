@@ -385,7 +385,7 @@ ballast_status* ballast_residency_load(ballast_residency* residency, const balla
     c.already_resident = r.already_resident;
     c.left_for_demand = r.left_for_demand;
     c.left_bytes = r.left_bytes;
-    c.engine = engine_code(r.read.engine);
+    c.engine = r.read.reads == 0 ? BALLAST_READ_AUTO : engine_code(r.read.engine);  // nothing read: none ran
     c.cache = r.cache == CachePolicy::keep ? BALLAST_CACHE_KEEP : BALLAST_CACHE_DROP;
     c.read_seconds = r.read.seconds;
     c.seconds = r.seconds;

@@ -169,8 +169,25 @@ class Load {
         return {};
       };
       for (const ByteRange& r : s.ranges) BALLAST_RETURN_IF_ERROR(take(r.offset, r.length));
-      for (const StridedView& v : s.strided)
-        for (std::uint64_t row = 0; row < v.rows; ++row) BALLAST_RETURN_IF_ERROR(take(v.offset + row * v.row_stride, v.row_bytes));
+      // A fused weight's parts lie side by side in each row of the shard
+      // (strided_layout), as the file's pieces place them: part p's row i
+      // at first + at[p] + i * stride[p], checked against the shard.
+      const dist::StridedLayout layout = dist::strided_layout(s);
+      const std::uint64_t first = at;
+      for (std::size_t part = 0; part < s.strided.size(); ++part) {
+        const StridedView& v = s.strided[part];
+        for (std::uint64_t row = 0; row < v.rows; ++row) {
+          const std::uint64_t from = v.offset + row * v.row_stride;
+          const std::uint64_t to = first + layout.at[part] + row * layout.stride[part];
+          if (from > bytes->size() || v.row_bytes > bytes->size() - from || to > s.device_bytes ||
+              v.row_bytes > s.device_bytes - to)
+            return make_error(ErrorCode::out_of_bounds, "inline weight '" + s.weight +
+                                                            "': its shard lies outside its " +
+                                                            std::to_string(bytes->size()) + " bytes");
+          std::memcpy(dst + to, bytes->data() + from, v.row_bytes);
+        }
+        at += v.bytes();
+      }
       out_.report.inline_bytes += at;
     }
     return {};

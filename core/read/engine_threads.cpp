@@ -28,7 +28,7 @@ class ThreadIssuer final : public Issuer {
     // reader's out_of_memory.
     try {
       for (std::uint32_t i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
-    } catch (const std::system_error&) {
+    } catch (const std::exception&) {  // std::system_error, or bad_alloc for a thread's state
       if (workers_.empty()) throw;
     }
   }

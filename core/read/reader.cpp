@@ -94,12 +94,16 @@ class Reader {
       stats_.seconds = seconds_since(start);
       return stats_;
     }
+    // The issuer first: once the ring is handed to staging_allocated (a
+    // backend's registration) every way out must reach staging_freeing,
+    // and an issuer that cannot start (no thread, no ring) would leave it
+    // registered over memory freed here.
+    BALLAST_RETURN_IF_ERROR(make_issuer());
     BALLAST_RETURN_IF_ERROR(allocate());
     if (options_.staging_allocated) {
       BALLAST_RETURN_IF_ERROR(options_.staging_allocated(staging_span()), "preparing the staging buffers");
       staging_hooked_ = true;
     }
-    BALLAST_RETURN_IF_ERROR(make_issuer());
     Status status = pump();
     // Never free a buffer the kernel (or a worker) still writes into: every
     // read started is waited for, whatever happened.
@@ -195,7 +199,7 @@ class Reader {
     } else {
       try {
         issuer_ = read::make_thread_issuer(depth_, ring_, options_.pread);
-      } catch (const std::system_error& e) {
+      } catch (const std::exception& e) {
         return make_error(ErrorCode::out_of_memory,
                           std::string("read_plan: no reader thread could be started (") + e.what() + ")");
       }

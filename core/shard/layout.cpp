@@ -111,9 +111,14 @@ void Consumers::note(ValueId id, Layout layout) {
   auto [it, inserted] = by_weight_.emplace(id, layout);
   if (inserted) return;
   Layout& have = it->second;
-  const bool same = have.role == layout.role && have.out_axis == layout.out_axis && have.in_axis == layout.in_axis &&
-                    (!have.nbits || (layout.nbits && have.nbits->k == layout.nbits->k && have.nbits->n == layout.nbits->n &&
-                                     have.nbits->block_size == layout.nbits->block_size));
+  // A Gather's data has no input axis (-1): a tied embedding the head
+  // reads as MatMul(x, Transpose(W)) agrees with it on the output axis,
+  // which is all a Gather says.
+  const bool same_in = have.in_axis == layout.in_axis || have.in_axis == -1 || layout.in_axis == -1;
+  const bool same =
+      have.role == layout.role && have.out_axis == layout.out_axis && same_in &&
+      (!have.nbits || (layout.nbits && have.nbits->k == layout.nbits->k && have.nbits->n == layout.nbits->n &&
+                       have.nbits->block_size == layout.nbits->block_size));
   if (!same && have.conflict.empty()) have.conflict = have.text + ", and " + layout.text;
 }
 

@@ -288,7 +288,9 @@ Result<std::vector<ResolvedWeight>> resolve_shards(const Model& model, const std
       continue;
     }
     Status s;
-    if (!layout.conflict.empty())
+    // Two layouts matter only where the weight is cut: at world 1 it is
+    // whole whichever the first consumer's is.
+    if (!layout.conflict.empty() && world > 1)
       s = refuse(ErrorCode::invalid_argument, "nodes read it with two layouts: " + layout.conflict);
     // At world 1 nothing is cut, so unknown axes do not matter: the whole
     // weight, as any other (a one-rank job loads the file).

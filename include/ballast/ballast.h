@@ -365,7 +365,7 @@ typedef struct ballast_load_report { /* every figure is of this call */
   uint64_t read_bytes, io_bytes, reads, read_files, direct_files, mapped_files, staging_bytes, peak_staging_in_use;
   uint64_t sources_read, sources_cached, cached_bytes, inline_sources, zero_copy_weights, populated_bytes,
       zero_copy_uploads, derived_built, already_resident, left_for_demand, left_bytes;
-  int32_t engine;               /* ballast_read_engine that ran (never AUTO) */
+  int32_t engine;               /* ballast_read_engine that ran; AUTO when nothing was read */
   int32_t cache;                /* ballast_cache_policy that ran (never AUTO) */
   double read_seconds, seconds; /* the read; the whole call */
 } ballast_load_report;

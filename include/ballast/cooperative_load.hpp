@@ -197,8 +197,9 @@ struct RankShards {
 // ones (read later, as they are placed); report.seconds: the gather's.
 // place_rank, share_row_maxima and rank_model take these shards as they
 // take cooperative_load's. Ranks that share one page cache should load
-// their Residency with CachePolicy::keep (the default drop takes pages
-// from under a peer that needs them), and where host registration is per
+// their Residency with CachePolicy::keep (the default, automatic, drops
+// what it read unless a paged budget leaves values for demand, taking
+// pages from under a peer that needs them), and where host registration is per
 // process (CUDA, HIP), ranks that are threads of one process register
 // overlapping pages once only: the others upload (docs/distributed.md).
 // Errors: a plan of another model or another file (not_found,

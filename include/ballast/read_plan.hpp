@@ -103,13 +103,15 @@ std::string_view read_engine_name(ReadEngine e) noexcept;  // "auto", "io_uring"
 
 // What to leave in the page cache after a cold read.
 enum class CachePolicy : std::uint8_t {
-  automatic,  // read_plan(): drop. Residency::load(): keep for a paged
-              // residency whose budget cannot hold every value the load
-              // places (evictions will page those bytes in again through
-              // the mapping), drop otherwise (ResidencyLoadReport::cache)
-  drop,       // POSIX_FADV_DONTNEED on each range once consumed: a one-shot load
-              // does not push the engine's working set out of memory
-  keep,       // leave it (a paged residency pages in again from the mapping)
+  drop,  // POSIX_FADV_DONTNEED on each range once consumed: a one-shot load
+         // does not push the engine's working set out of memory
+  keep,  // leave it (a paged residency pages in again from the mapping)
+  // The default. read_plan(): drop. Residency::load(): keep for a paged
+  // residency whose budget cannot hold every value the load places
+  // (evictions will page those bytes in again through the mapping), drop
+  // otherwise (ResidencyLoadReport::cache). Last, so drop and keep keep
+  // the values they had before it.
+  automatic,
 };
 
 // Reads of a file: `fd` opened by read_plan(), `offset` in the file, into

@@ -48,7 +48,7 @@ template <typename F>
 int in_child(F body) {
   const pid_t child = ::fork();
   if (child == 0) {
-    for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) ::signal(sig, SIG_DFL);
+    for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) ::signal(sig, SIG_DFL);
     body();
     ::_exit(0);
   }
@@ -59,14 +59,19 @@ int in_child(F body) {
 
 }  // namespace
 
-TEST_CASE("SIGTERM and SIGINT remove the registered temporaries, not the released ones, and still end the process") {
-  for (const int sig : {SIGTERM, SIGINT}) {
+TEST_CASE(
+    "SIGTERM, SIGINT and SIGPIPE remove the registered temporaries, not the released ones, and still end "
+    "the process") {
+  for (const int sig : {SIGTERM, SIGINT, SIGPIPE}) {
     const fs::path root = fresh_dir("temp-signal");
     const int status = in_child([&] {
-      create(root / "pending.tmp");
-      create(root / "renamed.tmp");
+      // The documented order: guard, create, created().
       cli::TempFileGuard pending(AT_FDCWD, (root / "pending.tmp").string());
+      create(root / "pending.tmp");
+      pending.created();
       cli::TempFileGuard renamed(AT_FDCWD, (root / "renamed.tmp").string());
+      create(root / "renamed.tmp");
+      renamed.created();
       renamed.release();  // in place by now: no longer the handler's
       ::raise(sig);
       ::_exit(3);  // not reached: the signal ends the process
@@ -79,6 +84,39 @@ TEST_CASE("SIGTERM and SIGINT remove the registered temporaries, not the release
   }
 }
 
+TEST_CASE("a file created after the signal's handler ran is removed by created() itself") {
+  // The handler may run on another thread than the creator's, after the
+  // guard and before the create: its unlink finds nothing, and the file
+  // the create then makes must not outlive the process. Simulated in one
+  // thread: the handler runs (its signal blocked, so the process goes on
+  // until it is unblocked), then the file is created and created() called.
+  // Before any case that registers a guard in the test process itself
+  // (the handlers are installed once per process; doctest runs the cases
+  // in file order), like the case after it.
+  const fs::path root = fresh_dir("temp-late");
+  const int status = in_child([&] {
+    cli::TempFileGuard late(AT_FDCWD, (root / "late.tmp").string());
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    ::sigprocmask(SIG_BLOCK, &term, nullptr);
+    // Not delivered yet; the handler must run first to set its flag, so it
+    // is called here as the kernel would, through the installed action.
+    struct sigaction now {};
+    ::sigaction(SIGTERM, nullptr, &now);
+    if (now.sa_handler == SIG_DFL || now.sa_handler == SIG_IGN) ::_exit(4);  // no handler: nothing to test
+    now.sa_handler(SIGTERM);  // unlinks (nothing there), re-raises: pending while blocked
+    create(root / "late.tmp");
+    late.created();                              // sees the flag: removes its own file
+    ::sigprocmask(SIG_UNBLOCK, &term, nullptr);  // the pending SIGTERM ends the process
+    ::_exit(3);
+  });
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGTERM);
+  CHECK_FALSE(fs::exists(root / "late.tmp"));
+  fs::remove_all(root);
+}
+
 TEST_CASE("a signal the process ignores (nohup) stays ignored") {
   // The handlers are installed once per process, at the first guard: this
   // child ignores SIGHUP before that (the test process itself registers no
@@ -86,8 +124,9 @@ TEST_CASE("a signal the process ignores (nohup) stays ignored") {
   const fs::path root = fresh_dir("temp-ignored");
   const int status = in_child([&] {
     ::signal(SIGHUP, SIG_IGN);
-    create(root / "pending.tmp");
     cli::TempFileGuard pending(AT_FDCWD, (root / "pending.tmp").string());
+    create(root / "pending.tmp");
+    pending.created();
     ::raise(SIGHUP);
   });
   CHECK(WIFEXITED(status));

@@ -178,7 +178,12 @@ class Outputs {
         return os_error("cannot rename into place", f.final_path, errno);
       }
       f.renamed = true;
-      f.guard.release();
+      // Now the final name is this run's own (RENAME_NOREPLACE made it):
+      // guarded until every output is in place, so a signal mid-commit
+      // leaves no data file without its model. The model file is created
+      // last, so it is renamed last.
+      f.guard = TempFileGuard(AT_FDCWD, f.final_path.string());
+      f.guard.created();
       folders.insert(f.final_path.parent_path());
     }
     for (const fs::path& folder : folders) {
@@ -188,6 +193,7 @@ class Outputs {
       if (fd >= 0) ::close(fd);
       if (rc != 0) return os_error("cannot flush the directory", folder, err);
     }
+    for (File& f : files_) f.guard.release();
     committed_ = true;
     return {};
   }

@@ -232,7 +232,8 @@ int run_load(const LoadCommandOptions& opt) {
   lo.read.chunk_bytes = opt.chunk_mib << 20;
   lo.read.staging_buffers = opt.staging;
   lo.read.direct_io = opt.direct_io && !opt.buffered;
-  // paged: decided per run, from its budget (run_once).
+  // Without --keep-cache the library decides (Residency::load(): kept for
+  // a paged budget that leaves values for demand) and reports it.
   lo.read.cache = opt.keep_cache ? CachePolicy::keep : CachePolicy::automatic;
   lo.read_cached = opt.read_cached;
   lo.populate_threads = opt.populate_threads;

@@ -698,6 +698,9 @@ TEST_CASE("version 4: the cold start from C, its report against the model, its o
   CHECK(older.planned_bytes == 0);
   CHECK(older.guard == 0x5a5a5a5a5a5a5a5aull);
   CAPI_OK(ballast_residency_load(res, nullptr, nullptr));  // no report wanted
+  CAPI_OK(ballast_residency_load(res, nullptr, &report));
+  CHECK(report.read_bytes == 0);
+  CHECK(report.engine == BALLAST_READ_AUTO);  // nothing read: no engine ran
 
   ballast_teardown td = BALLAST_INIT(ballast_teardown);
   CAPI_OK(ballast_residency_release(res, &td));

@@ -104,13 +104,17 @@ struct OnnxWriter {
     initializers.push_back(onnx_tensor(name, dtype, dims, at, bytes));
     return name;
   }
-  // An inline tensor (raw_data in the .onnx).
-  std::string add_inline(std::string name, int dtype, std::vector<std::uint64_t> dims, std::size_t bytes) {
+  // An inline tensor (raw_data in the .onnx): every byte 3, or with
+  // `patterned` each its own (where a test must tell bytes apart).
+  std::string add_inline(std::string name, int dtype, std::vector<std::uint64_t> dims, std::size_t bytes,
+                         bool patterned = false) {
     Proto t;
     t.packed_u64(1, dims);
     t.varint(2, static_cast<std::uint64_t>(dtype));
     t.str(8, name);
     std::vector<std::uint8_t> raw(bytes, 3);
+    if (patterned)
+      for (std::size_t i = 0; i < bytes; ++i) raw[i] = static_cast<std::uint8_t>(i * 29 + 7);
     t.bytes(9, raw);
     initializers.push_back(t);
     return name;

@@ -270,6 +270,43 @@ TEST_CASE("ONNX MatMul/Gemm B through Identity and Transpose: the weight's own a
   }
 }
 
+TEST_CASE(
+    "ONNX: a tied embedding (Gather, and the head's MatMul of its Transpose) is one layout; two that differ "
+    "are refused where the weight is cut") {
+  using namespace onnx_proto;
+  ScratchDir dir("shard-tied");
+  OnnxWriter w;
+  w.add("model.embed_tokens.weight", kFloat, {16, 8}, 512);  // [vocab 16, hidden 8]
+  w.add("fc.up_proj.weight", kFloat, {8, 4}, 128);           // read as [K, N] and, transposed, as [N, K]
+  w.nodes.push_back(named_node("embed", "Gather", {"model.embed_tokens.weight", "ids"}, {"h"}));
+  w.nodes.push_back(
+      named_node("t", "Transpose", {"model.embed_tokens.weight"}, {"head_w"}, {attribute_ints("perm", {1, 0})}));
+  w.nodes.push_back(named_node("lm_head", "MatMul", {"h", "head_w"}, {"logits"}));
+  w.nodes.push_back(named_node("up", "MatMul", {"h", "fc.up_proj.weight"}, {"u"}));
+  w.nodes.push_back(named_node("tu", "Transpose", {"fc.up_proj.weight"}, {"up_t"}));
+  w.nodes.push_back(named_node("up_again", "MatMul", {"u", "up_t"}, {"v"}));
+  auto m = w.write(dir);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  // The tied embedding: vocab rows, by both readers' account.
+  const std::vector<ShardRule> tied_only = {{"vocab", "model.embed_tokens.weight", ShardSplit::vocab, {}, 0},
+                                            {"rest", "*", ShardSplit::replicated, {}, 0}};
+  auto tied = plan_shards_all(*m, ShardSpec{2, 0, tied_only});
+  REQUIRE_MESSAGE(tied.ok(), tied.error().to_string());
+  for (std::uint32_t r = 0; r < 2; ++r)
+    CHECK(shard_of(tied->ranks[r], "model.embed_tokens.weight").ranges ==
+          std::vector<ByteRange>{{base_of(*m, "model.embed_tokens.weight") + r * 256, 256}});
+  // up_proj read in two layouts: refused when cut, whole at world 1.
+  auto cut = plan_shards_all(*m, ShardSpec{2, 0, {}});
+  REQUIRE_FALSE(cut.ok());
+  CHECK(cut.error().code == ErrorCode::invalid_argument);
+  CHECK_MESSAGE(cut.error().to_string().find("two layouts") != std::string::npos, cut.error().to_string());
+  CHECK(cut.error().tensor == "fc.up_proj.weight");
+  auto one = plan_shards_all(*m, ShardSpec{1, 0, {}});
+  REQUIRE_MESSAGE(one.ok(), one.error().to_string());
+  CHECK(shard_of(one->ranks[0], "fc.up_proj.weight").ranges ==
+        std::vector<ByteRange>{{base_of(*m, "fc.up_proj.weight"), 128}});
+}
+
 TEST_CASE("ONNX MatMulNBits row split: packed zero points on whole bytes, k on whole blocks") {
   ScratchDir dir("shard-nbits");
   OnnxWriter w;

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <utility>
 
@@ -23,6 +24,9 @@ namespace {
 struct Entry {
   int dir_fd;
   std::string name;
+  // Between the guard and TempFileGuard::created(): the file may be being
+  // created right now, on another thread than the handler's.
+  std::atomic<bool> creating{true};
 };
 
 struct Chunk {
@@ -33,11 +37,28 @@ struct Chunk {
 Chunk g_first;
 std::atomic<bool> g_dying{false};
 
-constexpr int kEndingSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+// SIGPIPE too: `ballast derive --dump D ... | head` ends by it mid-dump.
+constexpr int kEndingSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE};
+
+// Whether any registered file is between its guard and created().
+bool any_creating() {
+  for (Chunk* c = &g_first; c != nullptr; c = c->next.load())
+    for (auto& slot : c->slots)
+      if (const Entry* e = slot.load(); e != nullptr && e->creating.load()) return true;
+  return false;
+}
 
 void remove_all_and_reraise(int sig) {
   g_dying.store(true);
   const int saved = errno;
+  // A creation in flight on another thread is let finish (at most 200 ms:
+  // it may be this very thread's, interrupted), so its file exists when
+  // the names are unlinked below. One that starts after this is removed by
+  // its own created(), which sees g_dying.
+  for (int ms = 0; ms < 200 && any_creating(); ++ms) {
+    const struct timespec one_ms { 0, 1000000 };
+    ::nanosleep(&one_ms, nullptr);
+  }
   for (Chunk* c = &g_first; c != nullptr; c = c->next.load())
     for (auto& slot : c->slots)
       if (const Entry* e = slot.load()) ::unlinkat(e->dir_fd, e->name.c_str(), 0);
@@ -118,11 +139,19 @@ TempFileGuard& TempFileGuard::operator=(TempFileGuard&& other) noexcept {
 TempFileGuard::~TempFileGuard() { release(); }
 
 void TempFileGuard::created() noexcept {
-  // The handler sets g_dying before it unlinks; this reads it after the
-  // create. Either the handler's unlink finds the file, or this sees the
-  // flag: in every order the file goes.
-  if (slot_ == nullptr || !g_dying.load()) return;
-  if (const Entry* e = static_cast<std::atomic<Entry*>*>(slot_)->load()) ::unlinkat(e->dir_fd, e->name.c_str(), 0);
+  // The handler sets g_dying, waits for every creation in flight to get
+  // here, then unlinks; this marks the creation done after the file
+  // exists, then reads the flag. A handler that began first and waited
+  // finds the file; one that gave up waiting (or this thread's own, whose
+  // creation it interrupted) unlinks it if the create had finished; a
+  // create that finished after the handler's pass is removed here. Left:
+  // a guard registered after the handler's pass whose create completes
+  // before the process ends and this runs (microseconds).
+  if (slot_ == nullptr) return;
+  Entry* e = static_cast<std::atomic<Entry*>*>(slot_)->load();
+  if (e == nullptr) return;
+  e->creating.store(false);
+  if (g_dying.load()) ::unlinkat(e->dir_fd, e->name.c_str(), 0);
 }
 
 void TempFileGuard::release() noexcept {

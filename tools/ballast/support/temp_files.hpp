@@ -2,7 +2,7 @@
 // outputs, derive --dump's .npy files, inspect --map's SVG), and the atomic
 // replacement of one small file.
 //
-// A registered temporary is removed if SIGINT, SIGTERM, SIGHUP or SIGQUIT
+// A registered temporary is removed if SIGINT, SIGTERM, SIGHUP, SIGQUIT or SIGPIPE
 // ends the process while it is registered: the handler unlinks every
 // registered name, then the signal is raised again with its default action,
 // so the exit status still says which signal it was. A signal whose
