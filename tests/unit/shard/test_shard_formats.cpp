@@ -307,6 +307,26 @@ TEST_CASE(
         std::vector<ByteRange>{{base_of(*m, "fc.up_proj.weight"), 128}});
 }
 
+TEST_CASE("ONNX: one MatMulNBits B read by two nodes of different block sizes is two layouts, refused when cut") {
+  using namespace onnx_proto;
+  ScratchDir dir("shard-nbits-two");
+  OnnxWriter w;
+  add_nbits(w, "layers.0.mlp.gate_proj", false, kFloat);  // K=64, N=4, block 16
+  // The same B and scales read as K=32, block 8 (so the same N and k_blocks):
+  // the grid differs, so no split fits both readers.
+  w.nodes.push_back(named_node(
+      "again", "MatMulNBits", {"y", "layers.0.mlp.gate_proj.qweight", "layers.0.mlp.gate_proj.scales"}, {"again_out"},
+      {attribute_int("K", 32), attribute_int("N", 4), attribute_int("bits", 4), attribute_int("block_size", 8)},
+      "com.microsoft"));
+  auto m = w.write(dir);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  auto cut = plan_shards_all(*m, ShardSpec{2, 0, {}});
+  REQUIRE_FALSE(cut.ok());
+  CHECK(cut.error().code == ErrorCode::invalid_argument);
+  CHECK_MESSAGE(cut.error().to_string().find("two layouts") != std::string::npos, cut.error().to_string());
+  CHECK(cut.error().tensor == "layers.0.mlp.gate_proj.qweight");
+}
+
 TEST_CASE("ONNX MatMulNBits row split: packed zero points on whole bytes, k on whole blocks") {
   ScratchDir dir("shard-nbits");
   OnnxWriter w;
