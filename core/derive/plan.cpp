@@ -60,19 +60,21 @@ Result<std::vector<PlannedDerivation>> plan_nbits(const Model& model, const Node
     zp = weight_of(model, node.inputs[3], zp_id);
     if (zp == nullptr) return out;
   }
-  auto k = node.int_attribute("K"), n = node.int_attribute("N"), bs = node.int_attribute("block_size");
-  if (!k || !n || !bs || *k <= 0 || *n <= 0 || *bs <= 0)
-    return node_error(node, "MatMulNBits needs positive K, N and block_size attributes");
+  // Absent reads as 0: one test per attribute, and no dereference of an
+  // empty optional for a condition to get wrong.
+  const std::int64_t k = node.int_attribute("K").value_or(0), n = node.int_attribute("N").value_or(0),
+                     bs = node.int_attribute("block_size").value_or(0);
+  if (k <= 0 || n <= 0 || bs <= 0) return node_error(node, "MatMulNBits needs positive K, N and block_size attributes");
   // The launch holds a 32-bit block size: refuse what would not fit before
   // narrowing (2^32 + 16 must not become 16).
-  if (static_cast<std::uint64_t>(*bs) > std::numeric_limits<std::uint32_t>::max())
-    return node_error(node, "MatMulNBits block_size " + std::to_string(*bs) + " does not fit in 32 bits (at most " +
+  if (static_cast<std::uint64_t>(bs) > std::numeric_limits<std::uint32_t>::max())
+    return node_error(node, "MatMulNBits block_size " + std::to_string(bs) + " does not fit in 32 bits (at most " +
                                 std::to_string(std::numeric_limits<std::uint32_t>::max()) + ")");
   DerivationLaunch l;
   l.src_type = s->dtype;
-  l.rows = static_cast<std::uint64_t>(*n);
-  l.cols = static_cast<std::uint64_t>(*k);
-  l.block_size = static_cast<std::uint32_t>(*bs);
+  l.rows = static_cast<std::uint64_t>(n);
+  l.cols = static_cast<std::uint64_t>(k);
+  l.block_size = static_cast<std::uint32_t>(bs);
   if (zp != nullptr) {
     if (zp->dtype == DataType::uint8) l.zero_points = ZeroPoints::packed_u4;
     else if (zp->dtype == s->dtype) l.zero_points = ZeroPoints::unpacked;
@@ -91,7 +93,7 @@ Result<std::vector<PlannedDerivation>> plan_nbits(const Model& model, const Node
     p.scales = s_id;
     if (zp != nullptr) p.zero_points = zp_id;
     p.node = std::string(node.name);
-    p.why = "MatMulNBits B: K=" + std::to_string(*k) + " N=" + std::to_string(*n) + " block " + std::to_string(*bs);
+    p.why = "MatMulNBits B: K=" + std::to_string(k) + " N=" + std::to_string(n) + " block " + std::to_string(bs);
     p.launch = l;
     out.push_back(std::move(p));
   }

@@ -171,6 +171,36 @@ TEST_CASE("cold load: under a budget that holds part of the model it loads a pre
   REQUIRE(dropping->release(conformance::gpu()).status.ok());
 }
 
+TEST_CASE("cold load: a derivation is built as soon as its sources are in, while later reads go on") {
+  // w0 (first in the file) and its derivations, then w1 and w2. The read of
+  // w2's bytes waits (up to 5 s) until a derivation has been built: w0's
+  // are, from the builder thread, while this read is held. A builder that
+  // waited for sources the read was still to fill (w2's own, queued before
+  // w0's derivations) would build nothing until the read ends.
+  conformance::LeakCheck leaks;
+  PagingFixture f;
+  auto r = f.open(ResidencyStrategy::upload);
+  std::atomic<std::uint64_t> seen_at_w2{UINT64_MAX};
+  ResidencyLoadOptions o = small_chunks();
+  o.read.direct_io = false;
+  o.read.pread = [&](int fd, std::span<std::byte> dst, std::uint64_t offset) -> std::int64_t {
+    if (offset >= OrphanedPrefix::kW2Offset && seen_at_w2.load() == UINT64_MAX) {
+      std::uint64_t builds = 0;
+      for (int i = 0; i < 500 && (builds = r->stats().derived_builds) == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      seen_at_w2.store(builds);
+    }
+    const ssize_t n = ::pread(fd, dst.data(), dst.size(), static_cast<off_t>(offset));
+    return n < 0 ? -errno : n;
+  };
+  auto report = r->load(o);
+  REQUIRE_MESSAGE(report.ok(), conformance::describe(report.status()));
+  REQUIRE(seen_at_w2.load() != UINT64_MAX);  // w2 was read
+  CHECK(seen_at_w2.load() > 0);
+  CHECK(report->derived_built == OrphanedPrefix::kDerivations);
+  REQUIRE(r->release(conformance::gpu()).status.ok());
+}
+
 TEST_CASE("cold load: a failed read is an io error naming the file; nothing half-resident, nothing leaked") {
   conformance::LeakCheck leaks;
   PagingFixture f;
