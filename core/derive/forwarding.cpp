@@ -1,4 +1,4 @@
-// forwarded_weight (forwarding.hpp).
+// forwarded_weight and weight_named (forwarding.hpp).
 #include "derive/forwarding.hpp"
 
 namespace ballast::derive {
@@ -9,6 +9,10 @@ namespace {
 // reads as computed at run time.
 constexpr int kMaxForwarding = 16;
 
+bool onnx_domain(std::string_view domain) { return domain.empty() || domain == "ai.onnx"; }
+
+}  // namespace
+
 const WeightRef* weight_named(const Model& model, std::string_view name, ValueId& id) {
   auto v = model.value_id(name);
   if (!v) return nullptr;
@@ -17,10 +21,6 @@ const WeightRef* weight_named(const Model& model, std::string_view name, ValueId
   id = *v;
   return &it->second;
 }
-
-bool onnx_domain(std::string_view domain) { return domain.empty() || domain == "ai.onnx"; }
-
-}  // namespace
 
 Operand forwarded_weight(const Model& model, std::string_view value) {
   Operand out;

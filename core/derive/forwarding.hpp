@@ -27,6 +27,10 @@ struct Operand {
 // w == nullptr. Linear in the chain (Model::producer is indexed once).
 Operand forwarded_weight(const Model& model, std::string_view value);
 
+// The weight named `name` (its id in `id`), or nullptr when the value is
+// computed at run time or not in the model.
+const WeightRef* weight_named(const Model& model, std::string_view name, ValueId& id);
+
 // "Transpose 'a', Identity 'b'": the nodes a weight was read through.
 std::string via_text(const Operand& operand);
 

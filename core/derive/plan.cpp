@@ -17,15 +17,6 @@
 namespace ballast {
 namespace {
 
-const WeightRef* weight_of(const Model& model, std::string_view name, ValueId& id) {
-  auto v = model.value_id(name);
-  if (!v) return nullptr;
-  auto it = model.store().weights().find(*v);
-  if (it == model.store().weights().end()) return nullptr;
-  id = *v;
-  return &it->second;
-}
-
 Error node_error(const NodeInfo& node, std::string why) {
   Error e = make_error(ErrorCode::invalid_argument, std::move(why));
   e.tensor = std::string(node.name.empty() ? node.op_type : node.name);
@@ -42,7 +33,7 @@ Result<std::vector<PlannedDerivation>> plan_nbits(const Model& model, const Node
     // Only 4-bit codes are derived; other widths (ONNX Runtime also writes
     // 2 to 8) are listed, one skip per derivation not planned, not dropped.
     ValueId id;
-    if (skips != nullptr && weight_of(model, node.inputs.size() > 1 ? node.inputs[1] : "", id) != nullptr)
+    if (skips != nullptr && derive::weight_named(model, node.inputs.size() > 1 ? node.inputs[1] : "", id) != nullptr)
       for (Derivation kind : {Derivation::dequant_int4, Derivation::repack_int4})
         skips->push_back({"", std::string(node.inputs[1]),
                           std::string(derivation_name(kind)) + " reads 4-bit codes, not this MatMulNBits B of bits=" +
@@ -52,12 +43,12 @@ Result<std::vector<PlannedDerivation>> plan_nbits(const Model& model, const Node
   }
   if (node.inputs.size() < 3) return node_error(node, "MatMulNBits needs inputs A, B and scales");
   ValueId b_id, s_id, zp_id;
-  const WeightRef* b = weight_of(model, node.inputs[1], b_id);
-  const WeightRef* s = weight_of(model, node.inputs[2], s_id);
+  const WeightRef* b = derive::weight_named(model, node.inputs[1], b_id);
+  const WeightRef* s = derive::weight_named(model, node.inputs[2], s_id);
   if (b == nullptr || s == nullptr) return out;  // computed at run time: nothing to derive ahead
   const WeightRef* zp = nullptr;
   if (node.inputs.size() > 3 && !node.inputs[3].empty()) {
-    zp = weight_of(model, node.inputs[3], zp_id);
+    zp = derive::weight_named(model, node.inputs[3], zp_id);
     if (zp == nullptr) return out;
   }
   // Absent reads as 0: one test per attribute, and no dereference of an
@@ -335,7 +326,7 @@ Result<PlannedDerivation> plan_derivation(const Model& model, std::string_view w
     return e.with_context("planning " + std::string(derivation_name(kind)) + " of weight '" + std::string(weight) + "'");
   };
   ValueId id;
-  const WeightRef* w = weight_of(model, weight, id);
+  const WeightRef* w = derive::weight_named(model, weight, id);
   if (w == nullptr) return fail(ErrorCode::not_found, "the model has no weight of this name");
   if (derivation_kind(kind).gguf_blocks) return plan_gguf(kind, std::string(weight), id, *w, fail);
   if (kind == Derivation::slice)
