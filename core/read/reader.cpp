@@ -84,7 +84,7 @@ class Reader {
 
   Result<ReadStats> run() {
     const Clock::time_point start = Clock::now();
-    BALLAST_RETURN_IF_ERROR(check_options());
+    BALLAST_RETURN_IF_ERROR(check_read_options(options_));
     BALLAST_RETURN_IF_ERROR(check_engine());
     BALLAST_RETURN_IF_ERROR(cut());
     ring_ = static_cast<std::uint32_t>(std::min<std::uint64_t>(options_.staging_buffers, chunks_.size()));
@@ -121,8 +121,6 @@ class Reader {
   }
 
  private:
-  Status check_options() const { return check_read_options(options_); }
-
   // Every range of every file into chunks of at most chunk_bytes.
   Status cut() {
     files_.resize(plan_.files().size());
