@@ -233,13 +233,17 @@ int share_id(const Options& o, int rank, ncclUniqueId& id, Clock::time_point dea
       std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
       f << tag << '\n';
       f.write(id.internal, sizeof id.internal);
+      f.close();  // the write's last bytes reach the file here: a full disk shows now, not never
       if (!f) {
+        std::remove(tmp.c_str());
         say(error, error_size, "writing the NCCL id to " + tmp + " failed");
         return kInvalid;
       }
     }
     if (std::rename(tmp.c_str(), o.id_file.c_str()) != 0) {
-      say(error, error_size, "renaming " + tmp + " to " + o.id_file + ": " + std::strerror(errno));
+      const int err = errno;
+      std::remove(tmp.c_str());
+      say(error, error_size, "renaming " + tmp + " to " + o.id_file + ": " + std::strerror(err));
       return kInvalid;
     }
     return 0;

@@ -28,6 +28,11 @@ static_assert(BALLAST_HOST_READ_WRITE == static_cast<int>(HostAccess::read_write
 constexpr std::size_t kPluginPrefix = offsetof(ballast_plugin, ctx);
 constexpr std::size_t kPlugin_1_0 = offsetof(ballast_plugin, get_proc_address);
 constexpr std::size_t kBackend_1_0 = offsetof(ballast_backend, get_proc_address);
+// Every field of the device info and the capabilities is ABI 1.0's: a
+// smaller struct is no table of this major (a struct_size of 0 read as
+// "no fields" would list a nameless device of index 0).
+constexpr std::size_t kInfo_1_0 = sizeof(ballast_device_info);
+constexpr std::size_t kCapabilities_1_0 = sizeof(ballast_capabilities);
 
 // The ballast_error a call fills: set() keeps the first report.
 struct ErrorSlot {
@@ -101,6 +106,11 @@ ballast_operand to_c(const ResolvedOperand& o, std::uint64_t bytes) {
 }
 
 Error abi_error(std::string message) { return make_error(ErrorCode::abi_mismatch, std::move(message)); }
+
+std::string too_small(std::string_view what, std::size_t size, std::size_t least) {
+  return std::to_string(size) + "-byte " + std::string(what) + " (struct_size), smaller than ABI 1.0's (" +
+         std::to_string(least) + ")";
+}
 
 // Copies the first `size` bytes of a table into a zeroed one: whatever a
 // smaller (older) table lacks reads as absent.
@@ -288,6 +298,12 @@ Result<std::unique_ptr<GpuBackend>> adopt_backend_table(const ballast_backend* t
   for (const auto& [name, present] : required)
     if (!present) missing += (missing.empty() ? "" : ", ") + std::string(name);
   if (!missing.empty()) return abi_error("the backend table lacks a required entry: " + missing + " (NULL)");
+  if (copy.info->struct_size < kInfo_1_0)
+    return abi_error("the backend table's info is a " +
+                     too_small("ballast_device_info", copy.info->struct_size, kInfo_1_0));
+  if (copy.capabilities->struct_size < kCapabilities_1_0)
+    return abi_error("the backend table's capabilities are a " +
+                     too_small("ballast_capabilities", copy.capabilities->struct_size, kCapabilities_1_0));
   // ABI 1.2 plugins were built with headers of at least the nine kinds of
   // 1.1 (transpose to quant_int8_given_max): fewer is no table of 1.2.
   if (BALLAST_HAS_FIELD(ballast_backend, &copy, kind_count) && copy.kind_count < 9)
@@ -332,6 +348,7 @@ Result<std::vector<DeviceInfo>> PluginTable::devices() const {
     std::vector<DeviceInfo> devices;
     std::size_t reported = 0;
     std::optional<std::size_t> null_at;  // the first device reported as a null pointer
+    std::optional<std::pair<std::size_t, std::size_t>> small_at;  // the first too small: position, struct_size
     bool failed = false;
   } collected;
   const auto emit = [](void* user, const ballast_device_info* d) {
@@ -339,6 +356,10 @@ Result<std::vector<DeviceInfo>> PluginTable::devices() const {
     const std::size_t at = c->reported++;
     if (d == nullptr) {
       if (!c->null_at) c->null_at = at;
+      return;
+    }
+    if (d->struct_size < kInfo_1_0) {
+      if (!c->small_at) c->small_at = std::pair{at, d->struct_size};
       return;
     }
     try {
@@ -356,6 +377,9 @@ Result<std::vector<DeviceInfo>> PluginTable::devices() const {
   // index its position (a config string's index picks by it).
   if (collected.null_at)
     return abi_error("devices() reported device " + std::to_string(*collected.null_at) + " as a null pointer");
+  if (collected.small_at)
+    return abi_error("devices() reported device " + std::to_string(collected.small_at->first) + " in a " +
+                     too_small("ballast_device_info", collected.small_at->second, kInfo_1_0));
   for (std::size_t i = 0; i < collected.devices.size(); ++i)
     if (collected.devices[i].index != static_cast<int>(i))
       return abi_error("devices() reported \"" + collected.devices[i].name + "\" with index " +

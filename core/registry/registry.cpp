@@ -249,6 +249,24 @@ Result<std::unique_ptr<GpuBackend>> open_backend(PluginLoader& loader, std::stri
   return backend;
 }
 
+Result<void*> plugin_extension(PluginLoader& loader, std::string_view backend, const char* name) {
+  const std::string context = "looking up extension " +
+                              (name != nullptr ? "\"" + std::string(name) + "\"" : std::string("(null)")) +
+                              " of backend \"" + std::string(backend) + "\"";
+  if (name == nullptr) return make_error(ErrorCode::invalid_argument, "no extension name").with_context(context);
+  if (!is_known(loader, backend)) {
+    return make_error(ErrorCode::invalid_argument,
+                      "unknown backend \"" + std::string(backend) + "\"; known backends: " + known_list(loader))
+        .with_context(context);
+  }
+  BALLAST_ASSIGN_OR_RETURN(auto loaded, find_plugin(loader, backend), context);
+  try {
+    return loaded.plugin->extension(name);
+  } catch (...) {
+    return thrown("get_proc_address()").with_context(context);
+  }
+}
+
 std::vector<BackendListing> list_backends(PluginLoader& loader, const ListOptions& options) {
   std::vector<BackendListing> out;
   for (const auto& name : known_backend_names(loader)) {
@@ -325,6 +343,10 @@ std::string_view backend_state_name(BackendListing::State s) noexcept {
 
 Result<std::unique_ptr<GpuBackend>> open_backend(std::string_view config) {
   return registry::open_backend(registry::process_plugin_loader(), config);
+}
+
+Result<void*> plugin_extension(std::string_view backend, const char* name) {
+  return registry::plugin_extension(registry::process_plugin_loader(), backend, name);
 }
 
 std::vector<BackendListing> list_backends() { return registry::list_backends(registry::process_plugin_loader()); }

@@ -54,6 +54,16 @@ std::vector<std::string> known_backend_names();
 //   device_error, unsupported, ...).
 Result<std::unique_ptr<GpuBackend>> open_backend(std::string_view config);
 
+// A plugin-wide extension by name: the get_proc_address of the plugin that
+// serves `backend` (plugin ABI 1.1; BackendPlugin::extension in the SDK),
+// found or loaded as open_backend() would, opening no device. Null when the
+// plugin has none of that name (a 1.0 plugin has none at all). Errors are
+// open_backend()'s for finding the plugin (invalid_argument for an unknown
+// backend or a null `name`, not_found, io, abi_mismatch). What the pointer
+// is, is the extension's own contract; plugins are never unloaded, so it
+// stays valid. A device's own extensions: GpuBackend::extension().
+Result<void*> plugin_extension(std::string_view backend, const char* name);
+
 struct BackendListing {
   // found: a plugin file is there and admissible, but was not loaded for
   //   this listing (nothing of it has run; ask for it in ListOptions);

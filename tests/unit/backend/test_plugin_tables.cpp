@@ -19,8 +19,8 @@ namespace {
 
 int g_destroyed = 0;
 
-ballast_device_info g_info{};
-ballast_capabilities g_caps{};
+ballast_device_info g_info{sizeof(ballast_device_info)};
+ballast_capabilities g_caps{sizeof(ballast_capabilities)};
 
 // Every required entry set; none is ever called by these tests but destroy.
 ballast_backend complete_backend() {
@@ -106,6 +106,41 @@ TEST_CASE("a backend table without any one required entry, its info or its capab
     CHECK(g_destroyed == 0);
   }
   CHECK(g_destroyed == 1);
+}
+
+TEST_CASE("a backend table whose info or capabilities are smaller than ABI 1.0's is refused, and destroyed") {
+  // Every field of both structs is ABI 1.0's; a struct_size of 0 read as
+  // "no fields" made a nameless device of index 0.
+  for (const std::size_t size : {std::size_t{0}, sizeof(ballast_device_info) - 1}) {
+    CAPTURE(size);
+    ballast_device_info info{};
+    info.struct_size = size;
+    ballast_backend t = complete_backend();
+    t.info = &info;
+    g_destroyed = 0;
+    auto adopted = detail::adopt_backend_table(&t);
+    REQUIRE_FALSE(adopted.ok());
+    CHECK(adopted.error().code == ErrorCode::abi_mismatch);
+    CHECK_MESSAGE(adopted.error().message == "the backend table's info is a " + std::to_string(size) +
+                                                 "-byte ballast_device_info (struct_size), smaller than ABI 1.0's (" +
+                                                 std::to_string(sizeof(ballast_device_info)) + ")",
+                  adopted.error().message);
+    CHECK(g_destroyed == 1);
+  }
+  for (const std::size_t size : {std::size_t{0}, sizeof(ballast_capabilities) - 1}) {
+    CAPTURE(size);
+    ballast_capabilities caps{};
+    caps.struct_size = size;
+    ballast_backend t = complete_backend();
+    t.capabilities = &caps;
+    g_destroyed = 0;
+    auto adopted = detail::adopt_backend_table(&t);
+    REQUIRE_FALSE(adopted.ok());
+    CHECK(adopted.error().code == ErrorCode::abi_mismatch);
+    CHECK(adopted.error().message.find("capabilities are a " + std::to_string(size) + "-byte ballast_capabilities") !=
+          std::string::npos);
+    CHECK(g_destroyed == 1);
+  }
 }
 
 TEST_CASE("a plugin table's name is checked against the expected one only when one is expected") {

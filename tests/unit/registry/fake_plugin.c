@@ -10,7 +10,10 @@
  *                         reports a null device, 5 it reports device 1 with index 5,
  *                         6 open() reports success and returns no table,
  *                         7 allocate() works (from a static arena) and free() always fails,
- *                         8 allocate() "succeeds" with a null pointer; host registration works
+ *                         8 allocate() "succeeds" with a null pointer; host registration works,
+ *                         9 devices() reports device 1 in a struct_size of 0
+ * Every kind answers the plugin-wide extension "fake_plugin_wide" (with
+ * its table's name, so a caller can tell whose it reached).
  * The working fake lists two devices and opens a backend that refuses
  * every operation. */
 #include <ballast/plugin_api.h>
@@ -136,6 +139,7 @@ static int32_t fake_devices(void* ctx, void (*emit)(void*, const ballast_device_
     char name[32], uuid[48];
     describe(i, &d, name, uuid);
     if (FAKE_BEHAVIOUR == 5 && i == 1) d.index = 5;
+    if (FAKE_BEHAVIOUR == 9 && i == 1) d.struct_size = 0;
     emit(user, FAKE_BEHAVIOUR == 4 && i == 1 ? NULL : &d);
   }
   return BALLAST_OK;
@@ -190,6 +194,12 @@ static int32_t fake_open(void* ctx, const ballast_backend_config* config, const 
   return BALLAST_OK;
 }
 
+static void* fake_plugin_proc(void* ctx, const char* name) {
+  (void)ctx;
+  static const char* const whose = FAKE_NAME;
+  return strcmp(name, "fake_plugin_wide") == 0 ? (void*)&whose : NULL;
+}
+
 __attribute__((visibility("default"))) const ballast_plugin* ballast_plugin_entry(void) {
   static ballast_plugin table;
   table.struct_size = FAKE_TABLE_SIZE;
@@ -199,6 +209,6 @@ __attribute__((visibility("default"))) const ballast_plugin* ballast_plugin_entr
   table.ctx = NULL;
   table.devices = fake_devices;
   table.open = fake_open;
-  table.get_proc_address = NULL;
+  table.get_proc_address = fake_plugin_proc;
   return &table;
 }

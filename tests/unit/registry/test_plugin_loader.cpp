@@ -189,6 +189,29 @@ TEST_CASE("any minor of the core's major loads: ABI 1.0's smaller table and a ne
   CHECK(old_minor.load("vulkan")->plugin->api_minor() == 0);
 }
 
+// The plugin-wide get_proc_address (ABI 1.1) is reached by name, without
+// opening a device; a 1.0 table has no such field, and its plugin answers
+// null even though the fake's code sets one past its struct_size.
+TEST_CASE("plugin_extension reaches a plugin's own get_proc_address, and a 1.0 plugin has none") {
+  PluginLoader loader({fake_dir("working")});
+  auto found = registry::plugin_extension(loader, "vulkan", "fake_plugin_wide");
+  REQUIRE_MESSAGE(found.ok(), found.error().to_string());
+  REQUIRE(*found != nullptr);
+  CHECK(std::string(*static_cast<const char* const*>(*found)) == "vulkan");
+  auto none = registry::plugin_extension(loader, "vulkan", "no_such_extension");
+  REQUIRE(none.ok());
+  CHECK(*none == nullptr);
+  PluginLoader old_minor({fake_dir("abi_1_0")});
+  auto old = registry::plugin_extension(old_minor, "vulkan", "fake_plugin_wide");
+  REQUIRE(old.ok());
+  CHECK(*old == nullptr);
+  // The errors of open_backend for the name: unknown, not found, a null name.
+  CHECK(registry::plugin_extension(loader, "nosuch", "x").code() == ErrorCode::invalid_argument);
+  PluginLoader empty({fake_dir("no_symbol") + "/missing"});
+  CHECK(registry::plugin_extension(empty, "cuda", "x").code() == ErrorCode::not_found);
+  CHECK(registry::plugin_extension(loader, "vulkan", nullptr).code() == ErrorCode::invalid_argument);
+}
+
 TEST_CASE("a file that is not a loadable library is reported with the loader's message") {
   TempDir dir;
   std::ofstream(dir.path / "libballast-hip.so") << "this is not an ELF file";
@@ -345,6 +368,7 @@ TEST_CASE("a plugin whose devices or backend table break the ABI is a load error
   };
   for (const Case c : {Case{"no_allocate", "the backend table lacks a required entry: allocate (NULL)"},
                        Case{"null_device", "devices() reported device 1 as a null pointer"},
+                       Case{"small_info", "devices() reported device 1 in a 0-byte ballast_device_info (struct_size)"},
                        Case{"bad_index", "devices() reported \"fake device 1\" with index 5 in position 1"},
                        Case{"no_table", "the plugin's open() returned no backend table"}}) {
     CAPTURE(c.kind);

@@ -170,11 +170,15 @@ Result<std::filesystem::path> DumpDirectory::write_npy(std::string_view weight, 
   const std::string header = npy_header(descr, shape);
   Status s = write_all(fd, header.data(), header.size(), path);
   if (s.ok()) s = write_all(fd, data.data(), data.size(), path);
+  // On disk before its name is: a crash after the rename never leaves an
+  // empty or partial file under the final name (as compact's outputs).
+  if (s.ok() && ::fsync(fd) != 0) s = refuse(std::string("cannot flush: ") + std::strerror(errno));
   if (::close(fd) != 0 && s.ok()) s = refuse(std::string("close failed: ") + std::strerror(errno));
   if (s.ok() && ::renameat(fd_, temp.c_str(), fd_, name.c_str()) != 0)
     s = refuse(std::string("cannot rename into place: ") + std::strerror(errno));
   if (!s.ok()) ::unlinkat(fd_, temp.c_str(), 0);
   guard.release();
+  if (s.ok()) ::fsync(fd_);  // the rename itself
   if (!s.ok()) {
     if (s.error().tensor.empty()) s.error().tensor = std::string(weight);
     return s.error();
