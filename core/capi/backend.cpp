@@ -70,4 +70,28 @@ ballast_status* ballast_backend_counters(const ballast_backend* backend, ballast
   });
 }
 
+ballast_status* ballast_backend_extension(const ballast_backend* backend, const char* name, void** out) {
+  return guarded([&]() -> ballast_status* {
+    if (auto* e = null_out(out, "the output pointer")) return e;
+    ballast_status* e = nullptr;
+    auto b = lookup<BackendObject>(backend, Kind::backend, &e);
+    if (!b) return e;
+    if (name == nullptr) return invalid_argument("invalid_argument: the extension name is NULL");
+    void* found = b->backend->extension(name);
+    *out = found;
+    return nullptr;
+  });
+}
+
+ballast_status* ballast_plugin_extension(const char* backend_name, const char* name, void** out) {
+  return guarded([&]() -> ballast_status* {
+    if (auto* e = null_out(out, "the output pointer")) return e;
+    if (backend_name == nullptr) return invalid_argument("invalid_argument: the backend name is NULL");
+    auto found = plugin_extension(backend_name, name);
+    if (!found.ok()) return from_error(found.error());
+    *out = *found;
+    return nullptr;
+  });
+}
+
 }  // extern "C"

@@ -46,7 +46,7 @@
 #define BALLAST_C_API
 #endif
 
-#define BALLAST_C_API_VERSION 4u
+#define BALLAST_C_API_VERSION 5u
 /* type x = BALLAST_INIT(type);  sets x.size, zeroes the rest */
 #ifdef __cplusplus
 template <class T>
@@ -378,6 +378,19 @@ typedef struct ballast_load_report { /* every figure is of this call */
 BALLAST_C_API ballast_status* ballast_residency_load(ballast_residency* residency, const ballast_load_options* options,
                                                      ballast_load_report* out);
 
+/* ------------------------------------------------------------ version 5 */
+/* Extensions: a pointer a backend's plugin hands out by name (plugin ABI
+ * 1.1's get_proc_address; docs/plugins.md). What the pointer is, is the
+ * extension's own contract. *out is NULL when there is none of that name
+ * (a plugin of ABI 1.0 has none); a NULL `name` is INVALID_ARGUMENT.
+ * ballast_backend_extension: the opened device's own (valid while the
+ * backend handle lives). ballast_plugin_extension: the plugin's, by
+ * backend name ("cuda"), found or loaded as ballast_backend_open would,
+ * opening no device; its errors for the name are ballast_backend_open's
+ * (plugins are never unloaded, so the pointer stays valid). */
+BALLAST_C_API ballast_status* ballast_backend_extension(const ballast_backend* backend, const char* name, void** out);
+BALLAST_C_API ballast_status* ballast_plugin_extension(const char* backend_name, const char* name, void** out);
+
 /* ---------------------------------------------------- the function table */
 /* Version 1: every function of version 1, in header order. Later versions append. */
 typedef struct ballast_api_v1 {
@@ -446,6 +459,13 @@ typedef struct ballast_api_v4 {
   ballast_api_v3 v3;
   ballast_status* (*residency_load)(ballast_residency*, const ballast_load_options*, ballast_load_report*);
 } ballast_api_v4;
+
+/* Version 5: version 4's table, then the version 5 functions. */
+typedef struct ballast_api_v5 {
+  ballast_api_v4 v4;
+  ballast_status* (*backend_extension)(const ballast_backend*, const char*, void**);
+  ballast_status* (*plugin_extension)(const char*, const char*, void**);
+} ballast_api_v5;
 
 /* The table for `version` (a pointer to static data, never freed; cast it to
  * that version's struct), or NULL when this library is older than `version`. */

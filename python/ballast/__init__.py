@@ -11,7 +11,7 @@
 docs/python.md has the flow, the lifetimes and why ctypes.
 """
 from ._capi import API_VERSION, api as _api
-from .backend import Backend, ConformanceResult, Counters, DeviceInfo, open_backend, run_conformance
+from .backend import Backend, ConformanceResult, Counters, DeviceInfo, open_backend, plugin_extension, run_conformance
 from .errors import BallastError, Code
 from .model import Accounting, DeadRange, Model, Weight, open_model
 from .plan import KINDS, Derivation, Layout, Plan
@@ -22,7 +22,7 @@ __all__ = ["API_VERSION", "open_model", "open_backend", "Model", "Weight", "Acco
            "DeviceInfo", "Counters", "Plan", "Derivation", "Layout", "KINDS", "Residency", "STRATEGIES", "Stats", "Teardown",
            "LoadReport", "READ_ENGINES", "CACHE_POLICIES",
            "Pin", "Value", "Half", "BallastError", "Code", "live_exports", "library_path", "library_version",
-           "c_api_version", "run_conformance", "ConformanceResult"]
+           "c_api_version", "run_conformance", "ConformanceResult", "plugin_extension"]
 
 __version__ = _api.library_version().decode()
 

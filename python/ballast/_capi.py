@@ -15,7 +15,7 @@ import os
 
 from .errors import BallastError
 
-API_VERSION = 4  # the C API version this module is written against
+API_VERSION = 5  # the C API version this module is written against
 
 c_status = ctypes.c_void_p  # ballast_status*
 c_handle = ctypes.c_void_p  # every opaque handle
@@ -176,6 +176,9 @@ _TABLE = [
     ("derivation_kind_name", ctypes.c_char_p, [ctypes.c_uint32]),
     # version 4
     ("residency_load", _S, [_H, _P(LoadOptions), _P(LoadReport)]),
+    # version 5
+    ("backend_extension", _S, [_H, ctypes.c_char_p, _P(ctypes.c_void_p)]),
+    ("plugin_extension", _S, [ctypes.c_char_p, ctypes.c_char_p, _P(ctypes.c_void_p)]),
 ]
 
 

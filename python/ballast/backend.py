@@ -53,11 +53,28 @@ class Backend(_Handle):
                           bool(i.unaligned_operands), bool(i.guarded_host_reads), int(i.import_alignment),
                           int(i.max_single_allocation), bool(i.host_visible))
 
+    def extension(self, name):
+        """The device's extension `name` (its plugin's get_proc_address) as an
+        address, 0 when there is none; what it points to is the extension's
+        own contract (ctypes.cast it). Valid while this backend lives."""
+        out = ctypes.c_void_p()
+        check(api.backend_extension(self._h, name.encode(), ctypes.byref(out)))
+        return int(out.value or 0)
+
     @property
     def counters(self):
         c = _capi.new(_capi.DeviceCounters)
         check(api.backend_counters(self._h, ctypes.byref(c)))
         return Counters(int(c.live_allocations), int(c.live_bytes), int(c.live_registrations))
+
+
+def plugin_extension(backend, name):
+    """The plugin-wide extension `name` of the plugin serving `backend`
+    ("cuda"), loading it if need be but opening no device: an address, 0
+    when there is none. Plugins are never unloaded, so it stays valid."""
+    out = ctypes.c_void_p()
+    check(api.plugin_extension(backend.encode(), name.encode(), ctypes.byref(out)))
+    return int(out.value or 0)
 
 
 def open_backend(config):

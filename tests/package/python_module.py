@@ -382,6 +382,16 @@ elif step == "misuse":
     weight = model.weight("layer0.weight")
     raises(lambda: model.weight("no.such.weight"), ballast.Code.NOT_FOUND, "an unknown weight")
     backend = ballast.open_backend("cpu")
+    # Extensions (C API version 5): the CPU device's kernel set names itself; none of another name.
+    import ctypes
+    kernel_set = backend.extension("ballast_cpu_kernel_set")
+    expect(kernel_set != 0 and ctypes.string_at(kernel_set).decode() in ("portable", "avx2+f16c", "avx512bw+avx2+f16c"),
+           "the cpu backend's kernel set extension: %s"
+           % (ctypes.string_at(kernel_set).decode() if kernel_set else "none"))
+    expect(backend.extension("no_such_extension") == 0, "no extension of an unknown name")
+    expect(ballast.plugin_extension("cpu", "no_such_extension") == 0, "the cpu plugin has no extension of that name")
+    raises(lambda: ballast.plugin_extension("nosuchbackend", "x"), ballast.Code.INVALID_ARGUMENT,
+           "an extension of an unknown backend")
     raises(lambda: ballast.Residency(backend, model, strategy="sideways"), ballast.Code.INVALID_ARGUMENT,
            "an unknown strategy")
     # Residency options cross as the C API takes them: an override, a budget, groups.

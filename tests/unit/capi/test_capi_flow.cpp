@@ -711,3 +711,45 @@ TEST_CASE("version 4: the cold start from C, its report against the model, its o
   CAPI_OK(ballast_residency_free(res));
   CAPI_OK(ballast_plan_free(plan));
 }
+
+// extension_plugin.cpp (plugin_api.h and ballast.h both name
+// ballast_device_info, so one file cannot hold both).
+const void* register_extension_plugin(const char* name);
+
+TEST_CASE("version 5: a device's extension and a plugin's own, by name") {
+  const auto* v4 = static_cast<const ballast_api_v4*>(ballast_get_api(4));
+  const auto* v5 = static_cast<const ballast_api_v5*>(ballast_get_api(5));
+  REQUIRE(v4 != nullptr);
+  REQUIRE(v5 != nullptr);
+  CHECK(static_cast<const void*>(v4) == static_cast<const void*>(&v5->v4));  // version 4's table is a prefix
+  CHECK((v5->backend_extension == &ballast_backend_extension));
+  CHECK((v5->plugin_extension == &ballast_plugin_extension));
+  CAPI_OK(ballast_check_version(5));
+
+  // The CPU backend's own extension (its kernel set's name), and none of another name.
+  Opened o;
+  CAPI_OK(ballast_backend_open("cpu", &o.backend));
+  void* found = reinterpret_cast<void*>(1);
+  CAPI_OK(ballast_backend_extension(o.backend, "ballast_cpu_kernel_set", &found));
+  CHECK(found != nullptr);
+  CAPI_OK(ballast_backend_extension(o.backend, "no_such_extension", &found));
+  CHECK(found == nullptr);
+  CAPI_FAILS(ballast_backend_extension(o.backend, nullptr, &found), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_backend_extension(o.backend, "x", nullptr), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_backend_extension(nullptr, "x", &found), BALLAST_E_INVALID_HANDLE);
+
+  // A plugin's own, reached without a device (this one has none).
+  const void* marker = register_extension_plugin("capi_extension");
+  REQUIRE(marker != nullptr);
+  found = nullptr;
+  CAPI_OK(ballast_plugin_extension("capi_extension", "marker", &found));
+  CHECK(found == marker);
+  CAPI_OK(ballast_plugin_extension("capi_extension", "other", &found));
+  CHECK(found == nullptr);
+  CAPI_OK(ballast_plugin_extension("cpu", "anything", &found));  // the CPU plugin has none of its own
+  CHECK(found == nullptr);
+  CAPI_FAILS(ballast_plugin_extension("no_such_backend", "marker", &found), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_plugin_extension(nullptr, "marker", &found), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_plugin_extension("capi_extension", nullptr, &found), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_plugin_extension("capi_extension", "marker", nullptr), BALLAST_E_INVALID_ARGUMENT);
+}
