@@ -6,7 +6,10 @@
 #   only BALLAST_PLUGIN_ENTRY's ballast_plugin_entry exported (a version
 #   script: ballast_export_only below). The backend name is a
 #   lowercase identifier ([a-z][a-z0-9_]*) and must be the one given to
-#   BALLAST_PLUGIN_ENTRY.
+#   BALLAST_PLUGIN_ENTRY. Linked with --no-undefined, so a symbol the
+#   plugin uses and nothing provides fails its build, not its first load
+#   on a user's machine; not under -fsanitize, whose runtime a module
+#   leaves for the program to provide.
 #
 # ballast_export_only(<target> <symbol>)
 #   Links the MODULE <target> with a version script that exports <symbol>
@@ -38,4 +41,7 @@ function(ballast_add_plugin target name)
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
   ballast_export_only(${target} ballast_plugin_entry)
+  if(NOT "${CMAKE_CXX_FLAGS} ${CMAKE_MODULE_LINKER_FLAGS}" MATCHES "-fsanitize")
+    target_link_options(${target} PRIVATE "LINKER:--no-undefined")
+  endif()
 endfunction()

@@ -217,6 +217,14 @@ plugin_loopback)
   mkdir -p "$plugins_dir"
   cp "$out/libballast-loopback.so" "$plugins_dir/"
   exports_only "$plugins_dir/libballast-loopback.so" ballast_plugin_entry  # ballast_add_plugin's version script
+  # A symbol nothing provides fails the plugin's build (--no-undefined), not its first load.
+  if cmake -S "$src/tests/package/plugin" -B "$work/plugin-undefined" -G Ninja -DCMAKE_PREFIX_PATH="$moved" \
+       -DLOOPBACK_UNDEFINED=ON >"$work/plugin-undefined.log" 2>&1 \
+     && cmake --build "$work/plugin-undefined" -j2 >>"$work/plugin-undefined.log" 2>&1; then
+    fail "a plugin using a symbol nothing provides (loopback_nowhere) built"
+  fi
+  grep -q "loopback_nowhere" "$work/plugin-undefined.log" \
+    || { cat "$work/plugin-undefined.log"; fail "the failed build does not name loopback_nowhere"; }
   # The SDK is a component: asking for one the package does not have fails,
   # and so does asking for plugin_sdk from an install without it.
   if cmake -S "$src/tests/package/plugin" -B "$work/plugin-bogus" -G Ninja -DCMAKE_PREFIX_PATH="$moved" \

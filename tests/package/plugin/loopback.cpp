@@ -7,6 +7,10 @@
 #include <exception>
 #include <string>
 
+#ifdef LOOPBACK_UNDEFINED
+extern "C" int loopback_nowhere(void);
+#endif
+
 namespace loopback {
 
 // The CPU config string for a loopback one: same device, same options.
@@ -34,6 +38,9 @@ ballast::Error failed(const std::exception& e) {
 class Plugin final : public ballast::BackendPlugin {
  public:
   ballast::Result<std::vector<ballast::DeviceInfo>> devices() override {
+#ifdef LOOPBACK_UNDEFINED  // package_test.sh: a symbol nothing provides must fail the build
+    if (loopback_nowhere() != 0) return ballast::make_error(ballast::ErrorCode::internal, "unreachable");
+#endif
     try {
       // The device an opened CPU backend reports (not list_backends(), which
       // lists loopback too and would come back here).
