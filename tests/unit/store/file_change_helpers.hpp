@@ -52,6 +52,23 @@ inline void rewrite_in_place(const std::filesystem::path& p) {
   ::close(fd);
 }
 
+// Rewrites one byte of `p` in place and dates it `seconds` and
+// `nanoseconds` after its modification time before the write: a change
+// seen in one field of the time alone.
+inline void rewrite_in_place_dated(const std::filesystem::path& p, long seconds, long nanoseconds) {
+  struct stat before {};
+  REQUIRE(::stat(p.c_str(), &before) == 0);
+  const int fd = ::open(p.c_str(), O_WRONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  const unsigned char x = 0xa5;
+  CHECK(::pwrite(fd, &x, 1, 0) == 1);
+  struct timespec times[2] = {before.st_atim, before.st_mtim};
+  times[1].tv_sec += seconds;
+  times[1].tv_nsec = (times[1].tv_nsec + nanoseconds) % 1000000000L;
+  CHECK(::futimens(fd, times) == 0);
+  ::close(fd);
+}
+
 // Writes `bytes` next to `p` and renames it over `p`: a new inode at the
 // path, with a modification time well after the old one's (as a later
 // export has; file systems with coarse timestamps would otherwise give both

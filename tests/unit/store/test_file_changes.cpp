@@ -58,6 +58,22 @@ TEST_CASE("a data file rewritten in place at the same size: the modification tim
   CHECK(m.store.copy_bytes(m.weight, 0, got).code() == ErrorCode::io);
 }
 
+// Either field of the modification time alone is a change, said as one:
+// a check that needs both to differ would pass such a rewrite on to the
+// status-change time, and say the wrong thing.
+TEST_CASE("a rewrite whose modification time differs in its seconds alone, or its nanoseconds alone") {
+  for (const auto& [seconds, nanoseconds] : {std::pair{1L, 0L}, std::pair{0L, 1L}}) {
+    CAPTURE(seconds);
+    CAPTURE(nanoseconds);
+    MappedWeight m;
+    rewrite_in_place_dated(m.file, seconds, nanoseconds);
+    const Status s = m.store.check_unchanged(m.weight);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.code() == ErrorCode::io);
+    CHECK_MESSAGE(contains(s.to_string(), "changed since it was opened (modified "), s.to_string());
+  }
+}
+
 TEST_CASE("a file renamed over the path: the mapping keeps serving the old bytes and check_path says so") {
   MappedWeight m;
   replace_file(m.file, byte_pattern(m.original.size(), 2));
