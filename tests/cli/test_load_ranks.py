@@ -412,6 +412,17 @@ def main():
         expect(proc.returncode != 0 and took < 60,
                "mpi: a rank that dies ends the job in %.1f s with a failure (got %d)" % (took, proc.returncode))
 
+    # A --dump folder that cannot be made is said once, before anything is
+    # loaded (it was found only after the load, once per rank).
+    blocker = os.path.join(a.work, "dump-blocker")
+    with open(blocker, "w") as f:
+        f.write("a file where the dump folder would go\n")
+    rc, _, err = run(cli, "load", models[1][1], "--comm", "local", "--world", "2", "--dump",
+                     os.path.join(blocker, "dump"))
+    lines = err.strip().splitlines()
+    expect(rc == 2 and len(lines) == 1 and "cannot create dump directory" in lines[0] and "rank 0 of 2" not in err,
+           "a --dump folder that cannot be made fails once, before the load (got %d: %s)" % (rc, err.strip()[-400:]))
+
     # Usage: local needs --world; --world must match an MPI job's.
     rc, _, err = run(cli, "load", models[1][1], "--comm", "local")
     expect(rc == 2 and err.startswith("ballast load: invalid_argument: --comm local needs --world N")

@@ -255,6 +255,12 @@ int run_load_ranks(const RanksOptions& opt) {
     residency = std::move(*parsed);
     residency->max_amplification = opt.max_amplification;
   }
+  // Each local rank's dump folder made and opened now: a path that cannot
+  // be is said (once, to the peers too) before the load, not after it.
+  if (!opt.dump.empty())
+    for (const auto& c : comms)
+      if (auto d = DumpDirectory::open(std::filesystem::path(opt.dump) / ("rank" + std::to_string(c->rank()))); !d)
+        return fail_all(d.error());
   if (!ctx.open_backend(opt.backend)) return failed_step();
 
   CooperativeLoadOptions options;
