@@ -111,21 +111,25 @@ TEST_CASE("a backend table without any one required entry, its info or its capab
 TEST_CASE("a backend table whose info or capabilities are smaller than ABI 1.0's is refused, and destroyed") {
   // Every field of both structs is ABI 1.0's; a struct_size of 0 read as
   // "no fields" made a nameless device of index 0.
+  const auto refused = [](const ballast_backend& t, const std::string& says) {
+    g_destroyed = 0;
+    auto adopted = detail::adopt_backend_table(&t);
+    REQUIRE_FALSE(adopted.ok());
+    CHECK(adopted.error().code == ErrorCode::abi_mismatch);
+    CHECK_MESSAGE(adopted.error().message == says, adopted.error().message);
+    CHECK(g_destroyed == 1);
+  };
+  const auto smaller = [](std::size_t size, const char* what, std::size_t least) {
+    return std::to_string(size) + "-byte " + what + " (struct_size), smaller than ABI 1.0's (" + std::to_string(least) +
+           ")";
+  };
   for (const std::size_t size : {std::size_t{0}, sizeof(ballast_device_info) - 1}) {
     CAPTURE(size);
     ballast_device_info info{};
     info.struct_size = size;
     ballast_backend t = complete_backend();
     t.info = &info;
-    g_destroyed = 0;
-    auto adopted = detail::adopt_backend_table(&t);
-    REQUIRE_FALSE(adopted.ok());
-    CHECK(adopted.error().code == ErrorCode::abi_mismatch);
-    CHECK_MESSAGE(adopted.error().message == "the backend table's info is a " + std::to_string(size) +
-                                                 "-byte ballast_device_info (struct_size), smaller than ABI 1.0's (" +
-                                                 std::to_string(sizeof(ballast_device_info)) + ")",
-                  adopted.error().message);
-    CHECK(g_destroyed == 1);
+    refused(t, "the backend table's info is a " + smaller(size, "ballast_device_info", sizeof info));
   }
   for (const std::size_t size : {std::size_t{0}, sizeof(ballast_capabilities) - 1}) {
     CAPTURE(size);
@@ -133,13 +137,7 @@ TEST_CASE("a backend table whose info or capabilities are smaller than ABI 1.0's
     caps.struct_size = size;
     ballast_backend t = complete_backend();
     t.capabilities = &caps;
-    g_destroyed = 0;
-    auto adopted = detail::adopt_backend_table(&t);
-    REQUIRE_FALSE(adopted.ok());
-    CHECK(adopted.error().code == ErrorCode::abi_mismatch);
-    CHECK(adopted.error().message.find("capabilities are a " + std::to_string(size) + "-byte ballast_capabilities") !=
-          std::string::npos);
-    CHECK(g_destroyed == 1);
+    refused(t, "the backend table's capabilities are a " + smaller(size, "ballast_capabilities", sizeof caps));
   }
 }
 
