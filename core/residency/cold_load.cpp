@@ -247,7 +247,11 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
   auto abandon = [&](const Status& why) {
     std::lock_guard lock(m.mutex);
     for (Target& t : targets) {
-      if (t.remaining == 0 && t.entry->state == Entry::State::resident) continue;
+      // A completed target is the residency's from complete() on, whatever
+      // its state now: another pin may have evicted it (its block pooled
+      // or freed, maybe taken by another value) or be paging it in again.
+      // Only the blocks still being filled are this load's to give back.
+      if (t.remaining == 0) continue;
       // Given back, not pooled: a failed load leaves the device as it found it.
       if (t.ptr != 0) m.free_locked(t.ptr, t.length);
       t.entry->state = Entry::State::absent;

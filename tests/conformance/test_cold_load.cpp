@@ -227,6 +227,59 @@ TEST_CASE("cold load: a failed read is an io error naming the file; nothing half
   }
 }
 
+TEST_CASE("cold load: a failed read gives back only what it still holds, not a value it completed that a pin evicted") {
+  // The budget holds w0, its three derivations and w2 (71936 bytes) with
+  // 100 to spare: the transpose of w2 and all after it are left for
+  // demand. While w2's read is held, w0 is complete and its derivations
+  // are built; a pin of w1 (384 bytes) then evicts w0 (loaded only to
+  // build them) for room, and w2's read fails. The failed load owns only
+  // w2's block by then: freeing w0's as well would free it twice (the
+  // eviction gave it back), or free a block another value took since.
+  conformance::LeakCheck leaks;
+  PagingFixture f;
+  const std::uint64_t loaded = 2 * OrphanedPrefix::kW0Bytes + 12288 + 6400 + OrphanedPrefix::kW2Bytes;
+  auto r = f.open(ResidencyStrategy::paged, loaded + 100);
+  const AllocationCounters before = conformance::gpu().counters();
+  std::atomic<bool> held{false};
+  Pinned w1;
+  Status w1_status;
+  ResidencyLoadOptions o = small_chunks();
+  o.read.direct_io = false;
+  o.read.pread = [&](int fd, std::span<std::byte> dst, std::uint64_t offset) -> std::int64_t {
+    if (offset >= OrphanedPrefix::kW2Offset && !held.exchange(true)) {
+      for (int i = 0; i < 500; ++i) {
+        const ResidencyStats st = r->stats();
+        if (st.derived_builds == 3 && st.pinned_bytes == 0) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      auto pin = r->pin("w1");
+      w1_status = pin.status();
+      if (pin.ok()) w1 = std::move(*pin);
+      return -EIO;
+    }
+    const ssize_t n = ::pread(fd, dst.data(), dst.size(), static_cast<off_t>(offset));
+    return n < 0 ? -errno : n;
+  };
+  auto report = r->load(o);
+  REQUIRE(held.load());
+  REQUIRE_MESSAGE(w1_status.ok(), conformance::describe(w1_status));
+  REQUIRE_FALSE(report.ok());
+  CHECK(report.error().code == ErrorCode::io);
+  const ResidencyStats st = r->stats();
+  CHECK(st.source_evictions == 1);  // w0, for w1's room
+  CHECK(st.stuck_bytes == 0);       // no free refused: nothing was freed twice
+  CHECK(st.device_bytes <= st.budget_bytes);
+  CHECK(st.device_bytes == conformance::gpu().counters().live_bytes - before.live_bytes);
+  // w0 pages in again from the mapping, whole, and its derivations are right.
+  auto w0 = r->pin("w0");
+  REQUIRE_MESSAGE(w0.ok(), conformance::describe(w0.status()));
+  w0->reset();
+  w1.reset();
+  const Released released = r->release(conformance::gpu());
+  CHECK_MESSAGE(released.status.ok(), conformance::describe(released.status));
+  CHECK(released.failed_frees == 0);
+}
+
 TEST_CASE("cold load: a data file rewritten in place during the read: nothing resident holds its new bytes") {
   // Same size, every byte flipped, from inside a read: values completed
   // before it stay (whole, the mapped file's); no value built from bytes
