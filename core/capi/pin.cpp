@@ -45,6 +45,10 @@ ballast_status* ballast_pin_value(const ballast_pin* pin, size_t member, ballast
     auto p = lookup<PinObject>(pin, Kind::pin, &e);
     if (!p) return e;
     if ((e = member_of(*p, member))) return e;
+    // After release() the addresses are freed memory: an engine must not
+    // be handed one to launch on (as pin reads, refused).
+    std::shared_lock lock(p->owner->gate);
+    if (p->owner->released) return invalid_argument("invalid_argument: the residency was released");
     const Pinned& m = p->members[member];
     ballast_value v{};
     v.first = m.first();

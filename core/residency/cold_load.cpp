@@ -247,7 +247,11 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
   auto abandon = [&](const Status& why) {
     std::lock_guard lock(m.mutex);
     for (Target& t : targets) {
-      if (t.remaining == 0 && t.entry->state == Entry::State::resident) continue;
+      // A completed target is the residency's from complete() on, whatever
+      // its state now: another pin may have evicted it (its block pooled
+      // or freed, maybe taken by another value) or be paging it in again.
+      // Only the blocks still being filled are this load's to give back.
+      if (t.remaining == 0) continue;
       // Given back, not pooled: a failed load leaves the device as it found it.
       if (t.ptr != 0) m.free_locked(t.ptr, t.length);
       t.entry->state = Entry::State::absent;
@@ -422,7 +426,25 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
       return Status();
     };
     read_options.staging_freeing = [&](std::span<std::byte>) {
-      if (staging_registration != 0) (void)m.gpu.unregister_host(std::exchange(staging_registration, 0));
+      if (staging_registration == 0) return;
+      const DevicePtr registration = std::exchange(staging_registration, 0);
+      // The reader frees the ring once this returns: a registration left
+      // over it covers freed memory the next allocation may reuse (on cpu
+      // a device block inside a read-only registration, which no kernel
+      // may write). So a refusal is asked again at once (a transient one
+      // goes through), and one still refused is kept, asked again by
+      // release() and reported there, never dropped unseen.
+      Status s;
+      for (int attempt = 0; attempt < 2; ++attempt)
+        if ((s = m.gpu.unregister_host(registration)).ok()) return;
+      log_message(
+          LogLevel::warning, "residency",
+          "the staging buffers' registration was refused its end (" + s.error().message + "): release() asks again");
+      std::lock_guard lock(m.mutex);
+      try {
+        m.stuck_registrations.push_back(registration);
+      } catch (...) {
+      }
     };
   }
   Status failed;

@@ -87,6 +87,9 @@ struct Residency::Impl {
     for (const Stuck& s : stuck) n += s.bytes;
     return n;
   }
+  // load()'s staging registrations whose end the backend refused twice:
+  // asked again (and reported) by release().
+  std::vector<DevicePtr> stuck_registrations;
   bool released = false;
   // The engine's plan (options.derivations or the model's, under the
   // policy) and its groups: fixed at create().

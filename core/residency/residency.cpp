@@ -471,6 +471,9 @@ Released Residency::release(GpuBackend& backend) {
       note(std::move(s).with_context("freeing an evicted value"));
     }
     m.stuck.clear();
+    for (DevicePtr registration : m.stuck_registrations)
+      note(backend.unregister_host(registration).with_context("ending the staging buffers' registration"));
+    m.stuck_registrations.clear();
     // The pool's blocks are the object's too: none outlives it.
     while (auto b = m.pool.take_oldest()) {
       Status s = backend.free(b->ptr);

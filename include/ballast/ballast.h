@@ -237,7 +237,7 @@ BALLAST_C_API ballast_status* ballast_residency_create(ballast_backend* backend,
 BALLAST_C_API ballast_status* ballast_residency_free(ballast_residency* residency);
 /* Frees every device value and registration now; idempotent. Pins still
  * live are freed too and the status says so. Waits for the residency's calls
- * in flight; later pins, prefetches and pin reads get INVALID_ARGUMENT. */
+ * in flight; later pins, prefetches, pin values and pin reads get INVALID_ARGUMENT. */
 BALLAST_C_API ballast_status* ballast_residency_release(ballast_residency* residency, ballast_teardown* out);
 /* Pins, prefetches and stats: any number of threads at once (Residency's rule).
  * The plan create() sized the budget with (a new handle); empty unless it

@@ -42,15 +42,33 @@ class Teardown:
 
 class _ExportCount:
     """Capsules of one residency still held: release() waits for none.
-    Apart from the Residency object so that a capsule never keeps it."""
+    Apart from the Residency object so that a capsule never keeps it.
+
+    An export is counted before it takes its pin, and release() checks the
+    count and closes it in one step: a release between an export's pin and
+    its count would free the value under the array it is making."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self.n = 0
+        self.closed = False  # release() has begun: no export may start
 
     def add(self, d):
         with self._lock:
             self.n += d
+
+    def begin(self):
+        with self._lock:
+            if self.closed:
+                raise BallastError(Code.INVALID_ARGUMENT, "invalid_argument: the residency was released")
+            self.n += 1
+
+    def close(self):
+        with self._lock:
+            if self.n:
+                raise BallastError(Code.INVALID_ARGUMENT, "invalid_argument: %d exported array(s) still read this "
+                                   "residency's values; drop them first" % self.n)
+            self.closed = True
 
 
 def _strategy(name):
@@ -237,9 +255,7 @@ class Residency(_Handle):
         """Frees every device value now (the teardown report). Refused while
         an exported array still reads one: the C call would free it under
         the array."""
-        if self._exports.n:
-            raise BallastError(Code.INVALID_ARGUMENT, "invalid_argument: %d exported array(s) still read this "
-                               "residency's values; drop them first" % self._exports.n)
+        self._exports.close()
         t = _capi.new(_capi.Teardown)
         check(api.residency_release(self._h, ctypes.byref(t)))
         return Teardown(int(t.bytes_freed), int(t.allocations_freed), int(t.failed_frees))
@@ -318,16 +334,21 @@ class Half(dlpack.Exportable):
                                "read() copies it to the host" % v._device.backend)
         res = v.residency
         check(api.pin_count(v._h, ctypes.byref(ctypes.c_size_t())))  # this Value is still live
-        keep = res._pin_handle(v._target)  # the capsule's own pin: kept resident while it lives
+        exports = res._exports
+        exports.begin()  # counted before the pin: release() is refused from here on
+        try:
+            keep = res._pin_handle(v._target)  # the capsule's own pin: kept resident while it lives
+        except BaseException:
+            exports.add(-1)
+            raise
         try:
             out = _capi.new(_capi.Value)
             check(api.pin_value(keep, 0, ctypes.byref(out)))
         except BaseException:
             api.status_free(api.pin_free(keep))
+            exports.add(-1)
             raise
         address = out.first if self.half == 0 else out.second
-        exports = res._exports
-        exports.add(1)
 
         def release():
             api.status_free(api.pin_free(keep))

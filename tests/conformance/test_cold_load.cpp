@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 #include <unistd.h>
@@ -227,6 +228,59 @@ TEST_CASE("cold load: a failed read is an io error naming the file; nothing half
   }
 }
 
+TEST_CASE("cold load: a failed read gives back only what it still holds, not a value it completed that a pin evicted") {
+  // The budget holds w0, its three derivations and w2 (71936 bytes) with
+  // 100 to spare: the transpose of w2 and all after it are left for
+  // demand. While w2's read is held, w0 is complete and its derivations
+  // are built; a pin of w1 (384 bytes) then evicts w0 (loaded only to
+  // build them) for room, and w2's read fails. The failed load owns only
+  // w2's block by then: freeing w0's as well would free it twice (the
+  // eviction gave it back), or free a block another value took since.
+  conformance::LeakCheck leaks;
+  PagingFixture f;
+  const std::uint64_t loaded = 2 * OrphanedPrefix::kW0Bytes + 12288 + 6400 + OrphanedPrefix::kW2Bytes;
+  auto r = f.open(ResidencyStrategy::paged, loaded + 100);
+  const AllocationCounters before = conformance::gpu().counters();
+  std::atomic<bool> held{false};
+  Pinned w1;
+  Status w1_status;
+  ResidencyLoadOptions o = small_chunks();
+  o.read.direct_io = false;
+  o.read.pread = [&](int fd, std::span<std::byte> dst, std::uint64_t offset) -> std::int64_t {
+    if (offset >= OrphanedPrefix::kW2Offset && !held.exchange(true)) {
+      for (int i = 0; i < 500; ++i) {
+        const ResidencyStats st = r->stats();
+        if (st.derived_builds == 3 && st.pinned_bytes == 0) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      auto pin = r->pin("w1");
+      w1_status = pin.status();
+      if (pin.ok()) w1 = std::move(*pin);
+      return -EIO;
+    }
+    const ssize_t n = ::pread(fd, dst.data(), dst.size(), static_cast<off_t>(offset));
+    return n < 0 ? -errno : n;
+  };
+  auto report = r->load(o);
+  REQUIRE(held.load());
+  REQUIRE_MESSAGE(w1_status.ok(), conformance::describe(w1_status));
+  REQUIRE_FALSE(report.ok());
+  CHECK(report.error().code == ErrorCode::io);
+  const ResidencyStats st = r->stats();
+  CHECK(st.source_evictions == 1);  // w0, for w1's room
+  CHECK(st.stuck_bytes == 0);       // no free refused: nothing was freed twice
+  CHECK(st.device_bytes <= st.budget_bytes);
+  CHECK(st.device_bytes == conformance::gpu().counters().live_bytes - before.live_bytes);
+  // w0 pages in again from the mapping, whole, and its derivations are right.
+  auto w0 = r->pin("w0");
+  REQUIRE_MESSAGE(w0.ok(), conformance::describe(w0.status()));
+  w0->reset();
+  w1.reset();
+  const Released released = r->release(conformance::gpu());
+  CHECK_MESSAGE(released.status.ok(), conformance::describe(released.status));
+  CHECK(released.failed_frees == 0);
+}
+
 TEST_CASE("cold load: a data file rewritten in place during the read: nothing resident holds its new bytes") {
   // Same size, every byte flipped, from inside a read: values completed
   // before it stay (whole, the mapped file's); no value built from bytes
@@ -373,5 +427,83 @@ TEST_CASE("cold load: warm bytes (the page cache holds them) are copied from the
     CHECK(seen.derived == reference.derived);
     CHECK(seen.weights == reference.weights);
     REQUIRE(r->release(conformance::gpu()).status.ok());
+  }
+}
+
+TEST_CASE("cold load: loads (some failing) race pins, weights and prefetches under a tight budget") {
+  conformance::LeakCheck leaks;
+  PagingFixture f;
+  const Snapshot reference = mapped_reference(f);
+  const std::uint64_t before = conformance::gpu().counters().live_bytes;
+  for (std::uint64_t budget :
+       {conformance::kLargestNeed, conformance::kLargestNeed + 4096, conformance::kLargestNeed + 24576,
+        OrphanedPrefix::kReferenced + OrphanedPrefix::kDerived}) {
+    for (int round = 0; round < 6; ++round) {
+      CAPTURE(budget);
+      CAPTURE(round);
+      auto r = f.open(ResidencyStrategy::paged, budget);
+      std::atomic<bool> loading{true};
+      std::atomic<int> wrong{0}, failed{0};
+      std::vector<std::thread> threads;
+      for (int t = 0; t < 3; ++t) {
+        threads.emplace_back([&, t] {
+          std::mt19937 rng(static_cast<unsigned>(round * 31 + t) * 7919u + 1);
+          const auto order = f.model.weight_order();
+          for (int i = 0; i < 40 || loading.load(); ++i) {
+            const std::size_t k = rng() % (f.plan.size() + order.size() + 1);
+            if (k == f.plan.size() + order.size()) {
+              r->prefetch(std::span(f.plan).subspan(rng() % f.plan.size(), 1));
+              continue;
+            }
+            if (k < f.plan.size()) {
+              auto p = r->pin(f.plan[k]);
+              if (!p.ok()) {
+                if (p.error().code != ErrorCode::out_of_memory && p.error().code != ErrorCode::io) ++failed;
+                continue;
+              }
+              if (conformance::download(p->first(), p->first_bytes()) != reference.derived[2 * k]) ++wrong;
+            } else {
+              const std::size_t w = k - f.plan.size();
+              auto p = r->pin(order[w]);
+              if (!p.ok()) {
+                if (p.error().code != ErrorCode::out_of_memory && p.error().code != ErrorCode::io) ++failed;
+                continue;
+              }
+              if (conformance::download(p->first(), p->first_bytes()) != reference.weights[w]) ++wrong;
+            }
+          }
+        });
+      }
+      std::atomic<int> calls{0};
+      ResidencyLoadOptions o = small_chunks();
+      o.read.direct_io = false;
+      const int fail_at = round % 3 == 0 ? -1 : round;
+      o.read.pread = [&](int fd, std::span<std::byte> dst, std::uint64_t offset) -> std::int64_t {
+        if (calls++ == fail_at) return -EIO;
+        const ssize_t n = ::pread(fd, dst.data(), dst.size(), static_cast<off_t>(offset));
+        return n < 0 ? -errno : n;
+      };
+      for (int l = 0; l < 2; ++l) {
+        auto report = r->load(o);
+        if (!report.ok())
+          CHECK_MESSAGE((report.error().code == ErrorCode::io || report.error().code == ErrorCode::out_of_memory),
+                        conformance::describe(report.status()));
+      }
+      loading = false;
+      for (auto& t : threads) t.join();
+      r->wait_for_prefetches();
+      CHECK(wrong == 0);
+      CHECK(failed == 0);
+      const ResidencyStats st = r->stats();
+      CHECK(st.pinned_bytes == 0);
+      CHECK(st.stuck_bytes == 0);
+      CHECK(st.peak_device_bytes <= budget);
+      CHECK(st.device_bytes == conformance::gpu().counters().live_bytes - before);
+      const Snapshot seen = snapshot(*r, f);
+      CHECK(seen.derived == reference.derived);
+      CHECK(seen.weights == reference.weights);
+      const Released released = r->release(conformance::gpu());
+      CHECK_MESSAGE(released.status.ok(), conformance::describe(released.status));
+    }
   }
 }

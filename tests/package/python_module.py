@@ -16,6 +16,7 @@ import gc
 import os
 import subprocess
 import sys
+import threading
 import weakref
 
 step, moved, model_path, work = sys.argv[1:5]
@@ -243,6 +244,39 @@ elif step == "release":
     gc.collect()
     expect(ballast.live_exports() == 0 and res.stats.pinned_bytes == 0,
            "last consumer gone: no pin left (pinned_bytes %d)" % res.stats.pinned_bytes)
+    # A release from another thread while an export is being made, between
+    # its pin and its count: it must be refused (it would free the value
+    # under the array), never let through.
+    racing = res.pin(t)
+    in_window, go_on, made = threading.Event(), threading.Event(), {}
+    pin_handle = res._pin_handle
+
+    def held_pin(target):
+        h = pin_handle(target)
+        in_window.set()
+        go_on.wait(10)
+        return h
+
+    res._pin_handle = held_pin
+    exporter = threading.Thread(target=lambda: made.update(arr=numpy.from_dlpack(racing)))
+    exporter.start()
+    in_window.wait(10)
+    racing.close()
+    refused = False
+    try:
+        res.release()
+    except ballast.BallastError as e:
+        refused = e.code == ballast.Code.INVALID_ARGUMENT and "exported" in e.message
+    go_on.set()
+    exporter.join()
+    del res._pin_handle
+    expect(refused, "release() refused while another thread's export is being made")
+    expect("arr" in made and numpy.array_equal(made["arr"], copy) and res.stats.pinned_bytes == t.first.bytes,
+           "that export reads the value, pinned")
+    made.clear()
+    gc.collect()
+    expect(ballast.live_exports() == 0 and res.stats.pinned_bytes == 0, "its array gone: no pin left")
+    del racing, exporter, held_pin, pin_handle  # they name the residency (and so the model)
     td = res.release()
     expect(td.failed_frees == 0 and td.bytes_freed > 0, "released: %s" % (td,))
     expect(backend.counters.live_allocations == 0, "no device allocation left")

@@ -245,6 +245,10 @@ TEST_CASE("bad enum values, structs without their size, a released residency") {
   CHECK(td.bytes_freed > 0);
   float x = 0;
   CAPI_FAILS(ballast_pin_read(w.pin, 0, 0, 0, &x, sizeof x, sizeof x), BALLAST_E_INVALID_ARGUMENT);
+  // Nor does it hand out its (freed) device addresses.
+  ballast_value v = BALLAST_INIT(ballast_value);
+  CAPI_FAILS(ballast_pin_value(w.pin, 0, &v), BALLAST_E_INVALID_ARGUMENT);
+  CHECK(v.first == 0);
   ballast_pin* p = nullptr;
   CAPI_FAILS(ballast_residency_pin_weight(w.res, "w0", &p), BALLAST_E_INVALID_ARGUMENT);
   ballast_residency_stats st = BALLAST_INIT(ballast_residency_stats);
