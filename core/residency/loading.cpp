@@ -60,7 +60,30 @@ Result<Residency::Impl::Blocks> Residency::Impl::obtain(std::span<const std::uin
         if (!pooled[i]) missing += sizes[i];
       }
     };
+    // The refusal: the pooled blocks this took go back (still held), and
+    // the message says what holds the budget.
+    const auto refuse = [&] {
+      for (std::size_t i = 0; i < sizes.size(); ++i)
+        if (pooled[i]) pool_locked(out.ptr[i], sizes[i]);
+      // Pinned counts every pin, this build's own operands among them: say
+      // how much of it this request holds, so an engine knows what it can
+      // release.
+      std::string message = "budget of " + bytes_text(budget) + " cannot take " + bytes_text(total) + " for " + what +
+                            ": " + bytes_text(pinned) + " pinned";
+      if (own_operands != 0) message += " (" + bytes_text(own_operands) + " of them this build's own operands)";
+      message += ", " + bytes_text(held) + " held in all";
+      if (const std::uint64_t s = stuck_bytes(); s != 0)
+        message += " (" + bytes_text(s) + " of them frees the device refused)";
+      if (who == Requester::prefetch) message += " (a prefetch evicts nothing in use or prefetched)";
+      return make_error(ErrorCode::out_of_memory, std::move(message));
+    };
     take_pooled();
+    // A request that cannot fit beside the pins fails before anything is
+    // evicted for it: a single request never waits for a pin to go, so
+    // evicting the unpinned entries first would only empty the device for
+    // nothing. Not while prefetches are in flight: a demand request waits
+    // for them (below), and their builds' own pins then go.
+    if (prefetch_loads == 0 && (pinned > budget || missing > budget - pinned)) return refuse();
     while (missing > budget || held > budget - missing) {
       // Room from the pool before any entry goes: a pooled block is dead
       // weight for a request of another size.
@@ -76,21 +99,7 @@ Result<Residency::Impl::Blocks> Residency::Impl::obtain(std::span<const std::uin
       // Frees the backend refused once may go through now: last, since
       // each retry is a backend call that failed before.
       if (victim == nullptr && retry_stuck_locked()) continue;
-      if (victim == nullptr) {
-        for (std::size_t i = 0; i < sizes.size(); ++i)
-          if (pooled[i]) pool_locked(out.ptr[i], sizes[i]);  // back where they were, still held
-        // Pinned counts every pin, this build's own operands among them:
-        // say how much of it this request holds, so an engine knows what
-        // it can release.
-        std::string message = "budget of " + bytes_text(budget) + " cannot take " + bytes_text(total) + " for " + what +
-                              ": " + bytes_text(pinned) + " pinned";
-        if (own_operands != 0) message += " (" + bytes_text(own_operands) + " of them this build's own operands)";
-        message += ", " + bytes_text(held) + " held in all";
-        if (const std::uint64_t s = stuck_bytes(); s != 0)
-          message += " (" + bytes_text(s) + " of them frees the device refused)";
-        if (who == Requester::prefetch) message += " (a prefetch evicts nothing in use or prefetched)";
-        return make_error(ErrorCode::out_of_memory, std::move(message));
-      }
+      if (victim == nullptr) return refuse();
       evict_locked(*victim);  // its blocks go to the pool: one may be what this needs
       take_pooled();
     }

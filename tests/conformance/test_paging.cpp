@@ -199,6 +199,41 @@ TEST_CASE("paging: a pinned entry is never evicted; a request that cannot fit be
   CHECK(paged->release(conformance::gpu()).status.ok());
 }
 
+// A single request never waits for a pin to go, so one that cannot fit
+// beside the pins fails before it evicts anything: evicting every unpinned
+// entry first (as it did) emptied the device for nothing.
+TEST_CASE("paging: a request that cannot fit beside the pins evicts nothing before it fails") {
+  conformance::LeakCheck leaks;
+  Fixture f;
+  const std::uint64_t budget = kLargestNeed + Model_::kW2Bytes;
+  auto paged = f.open(ResidencyStrategy::paged, budget);
+  const PlannedDerivation* transpose = nullptr;
+  const PlannedDerivation* to_f16 = nullptr;
+  for (const PlannedDerivation& d : f.plan) {
+    if (d.weight == "w0" && d.kind() == Derivation::transpose) transpose = &d;
+    if (d.weight == "w0" && d.kind() == Derivation::to_f16) to_f16 = &d;
+  }
+  REQUIRE(transpose);
+  REQUIRE(to_f16);
+  auto t = paged->pin(*transpose);  // pinned; w0 stays resident, unpinned
+  REQUIRE(t.ok());
+  REQUIRE(paged->pin("w2").ok());  // resident, unpinned once the pin goes
+  const ResidencyStats before = paged->stats();
+  REQUIRE(before.device_bytes == budget);
+  // to_f16 of w0 pins w0 for its build (24576 + the transpose's 24576
+  // pinned) and needs 12288 more: past the budget whatever goes.
+  auto refused = paged->pin(*to_f16);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == ErrorCode::out_of_memory);
+  const ResidencyStats after = paged->stats();
+  CHECK(after.source_evictions == before.source_evictions);
+  CHECK(after.derived_evictions == before.derived_evictions);
+  CHECK(after.device_bytes == before.device_bytes);  // w2 (and w0) still resident
+  CHECK(after.pinned_bytes == before.pinned_bytes);
+  t->reset();
+  CHECK(paged->release(conformance::gpu()).status.ok());
+}
+
 TEST_CASE("paging: a source paged in only to build a value is evicted before the value it built") {
   // w0 comes in as the transpose's dependency and nobody asked for it: it
   // is the first victim when w2 needs room, not the transpose (the newer

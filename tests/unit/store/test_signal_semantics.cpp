@@ -29,7 +29,7 @@ volatile sig_atomic_t g_bus_blocked = -1;   // SIGBUS blocked while the handler 
 volatile sig_atomic_t g_usr1_blocked = -1;  // SIGUSR1 (in the handler's sa_mask) blocked while it ran
 
 void record(int) {
-  ++g_runs;
+  g_runs = g_runs + 1;  // not ++: C++20 deprecates it on a volatile
   sigset_t now;
   ::pthread_sigmask(SIG_SETMASK, nullptr, &now);
   g_bus_blocked = sigismember(&now, SIGBUS);
