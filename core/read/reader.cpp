@@ -25,6 +25,7 @@
 #include <fcntl.h>
 
 #include <algorithm>
+#include <exception>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -37,9 +38,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 constexpr std::uint64_t align_down(std::uint64_t v, std::uint64_t a) { return v / a * a; }
 constexpr std::uint64_t align_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
@@ -104,7 +103,15 @@ class Reader {
       BALLAST_RETURN_IF_ERROR(options_.staging_allocated(staging_span()), "preparing the staging buffers");
       staging_hooked_ = true;
     }
-    Status status = pump();
+    // pump() may throw (the consumer's own code, host memory running out):
+    // the ending below runs then too, and the exception goes on after it.
+    Status status;
+    std::exception_ptr thrown;
+    try {
+      status = pump();
+    } catch (...) {
+      thrown = std::current_exception();
+    }
     // Never free a buffer the kernel (or a worker) still writes into: every
     // read started is waited for, whatever happened.
     while (in_flight_ > 0) {
@@ -115,6 +122,7 @@ class Reader {
     files_.clear();  // closes the descriptors
     if (staging_hooked_ && options_.staging_freeing) options_.staging_freeing(staging_span());
     staging_.reset();
+    if (thrown) std::rethrow_exception(thrown);
     if (!status.ok()) return status.error();
     stats_.seconds = seconds_since(start);
     return stats_;
@@ -135,8 +143,8 @@ class Reader {
                                                            ") is not this store's: a plan of another store?");
       for (const ReadRange& r : file.ranges) {
         if (r.offset > files_[f].mapping->size() || r.length > files_[f].mapping->size() - r.offset) {
-          Error e = make_error(ErrorCode::out_of_bounds, "read_plan: a range of " + file.path.string() +
-                                                             " lies outside the file as mapped");
+          Error e = make_error(ErrorCode::out_of_bounds,
+                               "read_plan: a range of " + file.path.string() + " lies outside the file as mapped");
           e.file = file.path.string();
           e.offset = r.offset;
           return e;
@@ -222,9 +230,7 @@ class Reader {
     return Status();
   }
 
-  std::span<std::byte> staging_span() const {
-    return {staging_.get(), static_cast<std::size_t>(stats_.staging_bytes)};
-  }
+  std::span<std::byte> staging_span() const { return {staging_.get(), static_cast<std::size_t>(stats_.staging_bytes)}; }
   std::byte* buffer(std::uint32_t tag) const { return staging_.get() + static_cast<std::size_t>(tag) * slot_bytes_; }
 
   Status issue(std::uint64_t index) {
@@ -374,7 +380,7 @@ class Reader {
   std::uint64_t next_consume_ = 0;
   std::uint32_t in_flight_ = 0;
   std::uint64_t finished_ = 0;  // reads finished so far
-  std::uint64_t in_use_ = 0;  // planned bytes of the chunks read or waiting
+  std::uint64_t in_use_ = 0;    // planned bytes of the chunks read or waiting
   ReadStats stats_;
 };
 

@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <set>
@@ -39,7 +40,8 @@ using residency::Requester;
 std::string ResidencyLoadReport::to_string() const {
   char head[256];
   const double mb_s = read.seconds > 0 ? static_cast<double>(read.bytes) / read.seconds / 1e6 : 0;
-  std::snprintf(head, sizeof head, "read %.1f MiB in %.3f s (%.0f MB/s, %s, %u file(s), %llu range(s), O_DIRECT %u of %u, "
+  std::snprintf(head, sizeof head,
+                "read %.1f MiB in %.3f s (%.0f MB/s, %s, %u file(s), %llu range(s), O_DIRECT %u of %u, "
                 "staging %.1f MiB)",
                 static_cast<double>(read.bytes) / (1 << 20), read.seconds, mb_s,
                 std::string(read_engine_name(read.engine)).c_str(), planned_files,
@@ -51,9 +53,9 @@ std::string ResidencyLoadReport::to_string() const {
          std::to_string(sources_cached) + " from the page cache (" + std::to_string(cached_bytes) + " B), " +
          std::to_string(inline_sources) + " inline, " + std::to_string(zero_copy_weights) + " zero-copy (" +
          std::to_string(populated_bytes) + " B populated, " + std::to_string(zero_copy_uploads) +
-         " uploaded instead); " + std::to_string(derived_built) + " derived; " +
-         std::to_string(already_resident) + " already resident; " + std::to_string(left_for_demand) +
-         " left for demand (" + std::to_string(left_bytes) + " B)" + tail;
+         " uploaded instead); " + std::to_string(derived_built) + " derived; " + std::to_string(already_resident) +
+         " already resident; " + std::to_string(left_for_demand) + " left for demand (" + std::to_string(left_bytes) +
+         " B)" + tail;
 }
 
 namespace {
@@ -143,8 +145,8 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
   // A derivation's operands come before it (a transpose its copy reads
   // before that), then the weights no derivation reads.
   struct Item {
-    Entry* entry = nullptr;           // nullptr: a zero_copy weight
-    ValueId weight{};                 // a source item's weight
+    Entry* entry = nullptr;  // nullptr: a zero_copy weight
+    ValueId weight{};        // a source item's weight
     const PlannedDerivation* derivation = nullptr;
   };
   std::vector<Item> items;
@@ -232,9 +234,12 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
     }
     for (ValueId id : registered) {
       auto ptr = m.in_place(id);
-      if (!ptr.ok()) return std::move(ptr.error()).with_context("registering '" + std::string(m.model.value_name(id)) + "'");
-      if (*ptr) ++report.zero_copy_weights;
-      else uploads_instead.push_back(id);  // an upload from now on: copied last (step 6)
+      if (!ptr.ok())
+        return std::move(ptr.error()).with_context("registering '" + std::string(m.model.value_name(id)) + "'");
+      if (*ptr)
+        ++report.zero_copy_weights;
+      else
+        uploads_instead.push_back(id);  // an upload from now on: copied last (step 6)
     }
   }
 
@@ -244,7 +249,8 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
   std::unordered_map<const Entry*, std::size_t> target_of;
   std::vector<ValueId> read_ids;
   // On any failure: back to absent, blocks given back, waiters told.
-  auto abandon = [&](const Status& why) {
+  // Throws nothing: it also runs while an exception unwinds (below).
+  auto abandon = [&](const Status& why) noexcept {
     std::lock_guard lock(m.mutex);
     for (Target& t : targets) {
       // A completed target is the residency's from complete() on, whatever
@@ -254,12 +260,39 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
       if (t.remaining == 0) continue;
       // Given back, not pooled: a failed load leaves the device as it found it.
       if (t.ptr != 0) m.free_locked(t.ptr, t.length);
+      t.ptr = 0;
+      t.remaining = 0;  // abandoned once: never given back twice
       t.entry->state = Entry::State::absent;
       ++t.entry->failures;
-      t.entry->failure = why;
+      try {
+        t.entry->failure = why;
+      } catch (...) {  // no memory to copy the reason: the failure is counted all the same
+      }
     }
     m.changed.notify_all();
   };
+  // An exception from here on (host memory running out in a container,
+  // a message, the reader's set-up) abandons the targets as an error
+  // does: left loading, they would keep every pin of them waiting for
+  // good. Declared before the builder, so it runs after the builder's
+  // jobs have finished with them.
+  struct AbandonOnThrow {
+    decltype(abandon)& run;
+    int uncaught = std::uncaught_exceptions();
+    ~AbandonOnThrow() {
+      if (std::uncaught_exceptions() <= uncaught) return;
+      Status why;  // ok when even this cannot be made: a waiter then loads the value itself
+      try {
+        why = residency::out_of_host_memory();
+      } catch (...) {
+      }
+      run(why);
+    }
+  } abandon_on_throw{abandon};
+  // Room for every target before any is marked loading: a target marked
+  // but not filed (a push that threw) would be abandoned by no one.
+  targets.reserve(items.size());
+  read_ids.reserve(items.size());
   for (const Item& item : items) {
     if (item.entry == nullptr || item.entry->derived) continue;
     const WeightRef& ref = store.weights().at(item.entry->weight);
@@ -281,10 +314,11 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
       if (item.entry->state != Entry::State::absent) continue;  // another thread got there first
       item.entry->state = Entry::State::loading;
       m.eviction.erase(*item.entry);
+      // Within the capacity reserved above: neither throws.
+      targets.push_back(Target{item.entry, prov->mapping, prov->offset, prov->length, 0, prov->length, {}});
+      read_ids.push_back(item.entry->weight);
     }
-    target_of[item.entry] = targets.size();
-    targets.push_back(Target{item.entry, prov->mapping, prov->offset, prov->length, 0, prov->length, {}});
-    read_ids.push_back(item.entry->weight);
+    target_of[item.entry] = targets.size() - 1;
     const std::uint64_t sizes[] = {prov->length};
     auto blocks = m.obtain(sizes, item.entry->name, "allocating " + item.entry->name, Requester::demand);
     if (!blocks.ok()) {
@@ -351,7 +385,8 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
   std::map<MappingId, std::vector<std::size_t>> by_file;
   for (std::size_t i = 0; i < targets.size(); ++i) by_file[targets[i].mapping].push_back(i);
   for (auto& [mapping, list] : by_file)
-    std::sort(list.begin(), list.end(), [&](std::size_t a, std::size_t b) { return targets[a].offset < targets[b].offset; });
+    std::sort(list.begin(), list.end(),
+              [&](std::size_t a, std::size_t b) { return targets[a].offset < targets[b].offset; });
   MappingId current = 0;
   std::size_t cursor = 0;
   std::vector<std::size_t> active;
@@ -420,9 +455,11 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
   if (m.gpu.capabilities().host_registration && m.gpu.capabilities().read_only_registration) {
     read_options.staging_allocated = [&](std::span<std::byte> ring) -> Status {
       auto r = m.gpu.register_host(ring.data(), ring.size(), HostAccess::read_only);
-      if (r.ok()) staging_registration = *r;
-      else log_message(LogLevel::info, "residency", "staging buffers not registered (" + r.error().message +
-                                                     "): device copies read plain host memory");
+      if (r.ok())
+        staging_registration = *r;
+      else
+        log_message(LogLevel::info, "residency",
+                    "staging buffers not registered (" + r.error().message + "): device copies read plain host memory");
       return Status();
     };
     read_options.staging_freeing = [&](std::span<std::byte>) {
@@ -483,13 +520,13 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
       ++report.left_for_demand;
       report.left_bytes += store.weights().at(id).byte_length();
     } else {
-      return std::move(pinned.error()).with_context("loading " + m.label + ": '" + std::string(m.model.value_name(id)) + "'");
+      return std::move(pinned.error())
+          .with_context("loading " + m.label + ": '" + std::string(m.model.value_name(id)) + "'");
     }
   }
   report.derived_built = built.load();
   report.inline_sources = inline_pinned.load();
-  report.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return report;
 }
 

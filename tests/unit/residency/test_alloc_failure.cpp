@@ -3,7 +3,8 @@
 // Each failing run ends in an error or an exception, never a crash; after
 // it the same object pins everything right and release() frees every
 // device allocation it made (an entry filed in one index but not the other
-// would stay on the device). This binary replaces the global operator new,
+// would stay on the device). The same for each allocation of a cold
+// load() in turn. This binary replaces the global operator new,
 // so it is a test of its own.
 #include "support/thread_failing_new.hpp"
 
@@ -11,8 +12,14 @@
 #include <ballast/derive.hpp>
 #include <ballast/residency.hpp>
 
+#include "support/orphaned_prefix_model.hpp"
 #include "unit/onnx/load_helpers.hpp"
+#include "unit/store/scratch_dir.hpp"
 
+#include <ballast/onnx_loader.hpp>
+
+#include <algorithm>
+#include <fstream>
 #include <new>
 #include <vector>
 
@@ -90,6 +97,70 @@ TEST_CASE("each allocation of a pin failing in turn leaves the residency whole: 
       ++runs_failed;
     }
     MESSAGE(runs_failed << " runs with an allocation failed");
+    CHECK(runs_failed > 5);
+  }
+}
+
+// A load() that runs out of host memory after it marked its sources
+// loading must abandon them as an error does: left loading, every later
+// pin of one waited for good.
+TEST_CASE("each allocation of a cold load failing in turn leaves nothing loading: every value pins after it") {
+  using test_models::OrphanedPrefixModel;
+  ScratchDir dir("residency-load-alloc-failure");
+  const auto files = OrphanedPrefixModel::write(dir.path());
+  auto loaded = load_onnx(files.onnx);
+  REQUIRE_MESSAGE(loaded.ok(), loaded.error().to_string());
+  const Model& m = *loaded;
+  std::vector<std::byte> data(OrphanedPrefixModel::kFileBytes);
+  std::ifstream(files.data, std::ios::binary)
+      .read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  auto plan = plan_derivations(m);
+  REQUIRE(plan.ok());
+  for (ResidencyStrategy strategy : {ResidencyStrategy::upload, ResidencyStrategy::paged}) {
+    CAPTURE(residency_strategy_name(strategy));
+    const std::uint64_t live_before = (*gpu)->counters().live_allocations;
+    int runs_failed = 0;
+    for (long n = 0; n < 100000; ++n) {
+      CAPTURE(n);
+      ResidencyOptions o;
+      o.strategy = strategy;
+      o.derivations = *plan;
+      auto r = Residency::create(**gpu, m, o);
+      REQUIRE(r.ok());
+      Residency& residency = **r;
+      ResidencyLoadOptions lo;
+      lo.read_cached = true;  // the file was just written: read it anyway
+      t_failed = false;
+      t_allocations_left = n;
+      try {
+        (void)residency.load(lo);
+      } catch (const std::bad_alloc&) {
+      }
+      t_allocations_left = -1;
+      const bool failed = t_failed;
+      // Every value pins (none waits on a load that is gone), and is right.
+      for (const PlannedDerivation& d : *plan) {
+        auto p = residency.pin(d);
+        REQUIRE_MESSAGE(p.ok(), p.error().to_string());
+      }
+      for (const auto& [name, offset] :
+           {std::pair{"w0", OrphanedPrefixModel::kW0Offset}, std::pair{"w1", OrphanedPrefixModel::kW1Offset},
+            std::pair{"w2", OrphanedPrefixModel::kW2Offset}}) {
+        auto p = residency.pin(*m.value_id(name));
+        REQUIRE_MESSAGE(p.ok(), p.error().to_string());
+        std::vector<std::byte> back(p->first_bytes());
+        REQUIRE((*gpu)->copy_to_host(back, p->first(), 0).ok());
+        CHECK(std::equal(back.begin(), back.end(), data.begin() + static_cast<std::ptrdiff_t>(offset)));
+      }
+      const Released out = residency.release(**gpu);
+      CHECK(out.status.ok());
+      CHECK((*gpu)->counters().live_allocations == live_before);
+      if (!failed) break;
+      ++runs_failed;
+    }
+    MESSAGE(runs_failed << " loads with an allocation failed");
     CHECK(runs_failed > 5);
   }
 }
