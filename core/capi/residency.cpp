@@ -157,7 +157,8 @@ ballast_status* ballast_residency_create(ballast_backend* backend, const ballast
     auto m = lookup<ModelObject>(model, Kind::model, &e);
     if (!m) return e;
     ballast_residency_options in;
-    if (!capi::read_in(options, in)) return invalid_argument("invalid_argument: options.size is not set (BALLAST_INIT)");
+    if (!capi::read_in(options, in))
+      return invalid_argument("invalid_argument: options.size is not set (BALLAST_INIT), or cuts a field");
     ResidencyOptions cxx;
     if ((e = to_options(in, *m, cxx))) return e;
     auto created = Residency::create(*b->backend, m->model, cxx);
@@ -350,7 +351,7 @@ ballast_status* ballast_residency_load(ballast_residency* residency, const balla
   return guarded([&]() -> ballast_status* {
     ballast_load_options in;
     if (!capi::read_in(options, in))
-      return invalid_argument("invalid_argument: options.size is not set (BALLAST_INIT)");
+      return invalid_argument("invalid_argument: options.size is not set (BALLAST_INIT), or cuts a field");
     if (out != nullptr && out->size < sizeof(std::size_t))
       return invalid_argument("invalid_argument: the report's size is not set (BALLAST_INIT)");
     ResidencyLoadOptions cxx;

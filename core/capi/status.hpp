@@ -59,13 +59,17 @@ ballast_status* write_out(const T& full, T* out) noexcept {
 }
 
 // The reverse for inputs: the caller's fields up to its `size`, ours
-// zero (the default) beyond.
+// zero (the default) beyond. A size is the sizeof of some version of the
+// struct, so a multiple of its alignment: any other cuts a field, whose
+// first bytes alone would be read as a smaller value (a budget of 2^32
+// read from 4 of its 8 bytes as 0), so it is refused.
 template <class T>
 bool read_in(const T* in, T& full) noexcept {
   full = T{};
   if (in == nullptr) return true;
   const std::size_t caller = in->size;
   if (caller < sizeof(std::size_t)) return false;
+  if (caller < sizeof(T) && caller % alignof(T) != 0) return false;
   std::memcpy(static_cast<void*>(&full), in, caller < sizeof(T) ? caller : sizeof(T));
   full.size = sizeof(T);
   return true;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -229,6 +230,16 @@ TEST_CASE("bad enum values, structs without their size, a released residency") {
   CAPI_FAILS(ballast_residency_create(w.backend, w.model, &opt, &r), BALLAST_E_INVALID_ARGUMENT);
   ballast_residency_options unsized{};
   CAPI_FAILS(ballast_residency_create(w.backend, w.model, &unsized, &r), BALLAST_E_INVALID_ARGUMENT);
+  // A size that cuts a field (no version of the struct has it): the
+  // budget's first 4 bytes alone would read 2^32 as 0, "auto".
+  ballast_residency_options cut = BALLAST_INIT(ballast_residency_options);
+  cut.strategy = BALLAST_PAGED;
+  cut.budget_bytes = 1ull << 32;
+  cut.size = offsetof(ballast_residency_options, budget_bytes) + 4;
+  CAPI_FAILS(ballast_residency_create(w.backend, w.model, &cut, &r), BALLAST_E_INVALID_ARGUMENT);
+  ballast_load_options cut_load = BALLAST_INIT(ballast_load_options);
+  cut_load.size = sizeof(std::size_t) + 4;
+  CAPI_FAILS(ballast_residency_load(nullptr, &cut_load, nullptr), BALLAST_E_INVALID_ARGUMENT);
   ballast_weight_info wi{};
   CAPI_FAILS(ballast_model_weight(w.model, 0, &wi), BALLAST_E_INVALID_ARGUMENT);
   opt = BALLAST_INIT(ballast_residency_options);
