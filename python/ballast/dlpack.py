@@ -144,10 +144,12 @@ def make_capsule(data, device, dtype_name, shape, nbytes, release):
     if dtype is None:
         dtype, shape = (1, 8), (int(nbytes),)
     key = next(_keys)
-    export = _Export(key, data, device, dtype, [int(d) for d in shape], release)
-    with _lock:
-        _live[key] = export
+    # `release` is owed from here whatever fails: building the export (no
+    # memory for its structs) as much as the capsule.
     try:
+        export = _Export(key, data, device, dtype, [int(d) for d in shape], release)
+        with _lock:
+            _live[key] = export
         return _capsule_new(ctypes.addressof(export.managed), ctypes.addressof(_NAME), _capsule_destructor)
     except BaseException:
         with _lock:

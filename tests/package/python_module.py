@@ -465,6 +465,32 @@ elif step == "misuse":
         gc.collect()
         expect(stand_in.stats.pinned_bytes == 0, "%s stand-in: the capsule's destruction unpinned it" % name)
     del stand_in, v
+    # An export that cannot be built (no memory for its structs) gives its
+    # pin and its count back: the residency unpins and releases after it.
+    failing = ballast.Residency(backend, model, strategy="upload")
+    v = failing.pin(model.plan()[0])
+    real_export, exports_before = dlpack._Export, ballast.live_exports()
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError("test: no memory for the export")
+
+    dlpack._Export = no_memory
+    try:
+        v.numpy()
+        expect(False, "an export whose structs cannot be made raised nothing")
+    except MemoryError:
+        pass
+    finally:
+        dlpack._Export = real_export
+    v.close()
+    expect(failing.stats.pinned_bytes == 0 and ballast.live_exports() == exports_before,
+           "a failed export leaves no pin (%d bytes pinned) and no export (%d live, %d before)"
+           % (failing.stats.pinned_bytes, ballast.live_exports(), exports_before))
+    try:
+        failing.release()
+    except ballast.BallastError as e:
+        expect(False, "release() after a failed export: %s" % e.message)
+    del failing, v
     res = ballast.Residency(backend, model)
     plan = model.plan()
     value = res.pin(plan[0])
