@@ -239,6 +239,31 @@ TEST_CASE("GGUF on the cpu backend: a file truncated while open is an io error n
   CHECK((*gpu)->counters().live_allocations == baseline.live_allocations);
 }
 
+TEST_CASE(
+    "GGUF: a pair derived from a tensor with no rows tears down cleanly (its empty second output is no allocation)") {
+  ScratchDir dir("gguf-plan-no-rows");
+  // ne = [32, 0]: a Q4_0 tensor of zero rows, zero bytes.
+  auto m = open_model(dir.write("m.gguf", file_of({{"blk.0.attn_q.weight", {32, 0}, kQ4_0, 0}})));
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  const auto baseline = (*gpu)->counters();
+  {
+    DeviceWeights sources(**gpu, m->store());
+    DerivedWeights memo;
+    TeardownHost<GpuBackend> host(**gpu);
+    host.add(sources);
+    host.add(memo);
+    const DeriveContext ctx{**gpu, *m, sources, memo};
+    auto pair = derive_weight(ctx, "blk.0.attn_q.weight", Derivation::repack_gguf_int4);
+    REQUIRE_MESSAGE(pair.ok(), pair.error().to_string());
+    CHECK(memo.len() == 1);
+    const auto report = host.teardown(**gpu);
+    CHECK_MESSAGE(report.ok(), report.to_string());
+  }
+  CHECK((*gpu)->counters().live_allocations == baseline.live_allocations);
+}
+
 TEST_CASE("slice: launches of one source that differ only in their columns are other memo keys and identities") {
   ScratchDir dir("slice-alias");
   auto m = open_model(dir.write("m.gguf", file_of({{"blk.0.attn_q.weight", {320}, kQ4_0, 180}})));
