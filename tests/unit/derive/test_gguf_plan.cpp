@@ -120,6 +120,20 @@ TEST_CASE("GGUF: an unsupported block type is a listed skip by name; block types
   REQUIRE_FALSE(quiet.ok());
   CHECK(quiet.error().message.find("iq2_xxs") != std::string::npos);
 
+  // The embedding and head of an unsupported type are listed skips too.
+  auto iq_ends = open_model(dir.write("ends.gguf", file_of({{"token_embd.weight", {256, 1}, kIQ2_XXS, 66},
+                                                            {"output.weight", {256, 1}, kIQ2_XXS, 66}})));
+  REQUIRE_MESSAGE(iq_ends.ok(), iq_ends.error().to_string());
+  std::vector<PlanSkip> ends_skipped;
+  PlanOptions ends_options;
+  ends_options.skipped = &ends_skipped;
+  REQUIRE(plan_derivations(*iq_ends, ends_options).ok());
+  REQUIRE(ends_skipped.size() == 2);
+  for (const PlanSkip& s : ends_skipped) {
+    CHECK(s.rule == "gguf-unsupported-head");
+    CHECK(s.reason.find("iq2_xxs") != std::string::npos);
+  }
+
   auto iq = plan_derivation(*m, "blk.1.attn_q.weight", Derivation::dequant_gguf_f32);
   REQUIRE_FALSE(iq.ok());
   CHECK(iq.code() == ErrorCode::unsupported);
