@@ -88,6 +88,9 @@ ballast_status* ballast_model_weight_data(const ballast_model* model, size_t ind
     auto m = lookup<ModelObject>(model, Kind::model, &e);
     if (!m) return e;
     if (auto* bad = check_index(index, m->weights.size(), "weight")) return bad;
+    // The caller reads the mapping itself: a file truncated since it was
+    // opened would be SIGBUS on its first touch, so it is an io error here.
+    if (Status s = m->model.store().check_unchanged(*m->weights[index].ref); !s.ok()) return from_error(s.error());
     const auto bytes = m->model.store().bytes(*m->weights[index].ref);
     if (!bytes)
       return make_status(BALLAST_E_OUT_OF_BOUNDS, "out_of_bounds: weight " + m->weights[index].name +

@@ -50,6 +50,14 @@ std::vector<DerivationRule> default_derivation_rules() {
        unsupported,
        "",
        "a GGUF block type derivations do not read (docs/derivations.md lists the ones they do)"},
+      // The embedding and head too: a model quantized to an IQ type keeps
+      // them in one, and the plan says why they get nothing.
+      {"gguf-unsupported-head",
+       "{token_embd,output}.weight",
+       {},
+       unsupported,
+       "",
+       "a GGUF block type derivations do not read (docs/derivations.md lists the ones they do)"},
       {"gguf-embedding", "token_embd.weight", {D::dequant_gguf}, blocks, "", ""},
       {"gguf-head", "output.weight", {D::dequant_gguf}, blocks, "", ""},
       {"gguf-head-int8", "output.weight", {D::quant_int8}, f32_f16, "", ""},

@@ -228,7 +228,10 @@ Status Parser::special_key(Header& h, const MetadataEntry& e, const std::optiona
   if (!integer) return bad("must be an integer (it is a " + e.type + ")");
   if (integer->negative) return bad("is negative (" + e.value + ")");
   if (!h.split) h.split.emplace();
-  (no ? h.split->no : count ? h.split->count : h.split->tensors) = integer->magnitude;
+  if (tensors)
+    h.split->tensors = integer->magnitude;
+  else
+    (no ? h.split->no : h.split->count) = integer->magnitude;
   return {};
 }
 

@@ -55,7 +55,7 @@ struct MetadataEntry {
 struct Split {
   std::uint64_t no = 0;     // 0-based
   std::uint64_t count = 1;
-  std::uint64_t tensors = 0;  // over every part
+  std::optional<std::uint64_t> tensors;  // over every part; none when the key is absent
 };
 
 struct Header {

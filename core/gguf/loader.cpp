@@ -150,6 +150,12 @@ Result<Model> load_unchecked(const std::filesystem::path& path, const LoadOption
   onnx::SiblingOpener opener(absolute, options, impl.store, "split part", file_name);
   BALLAST_RETURN_IF_ERROR(opener.open_roots(opened->fd.get(), opened->st), "opening GGUF split set");
   opener.note_open(id, file_name);
+  // Every part's split.tensors.count is checked against the same number,
+  // so the set opens alike from whichever part is named.
+  if (!split.tensors)
+    return split_error("split.count is " + std::to_string(split.count) +
+                           ", but there is no split.tensors.count to check the parts' tensors against",
+                       display);
   std::vector<Part> parts;
   parts.reserve(static_cast<std::size_t>(split.count));
   std::uint64_t tensors = 0;
@@ -172,13 +178,18 @@ Result<Model> load_unchecked(const std::filesystem::path& path, const LoadOption
                                "; part " + std::to_string(no) + " of " + std::to_string(split.count) +
                                " should have split.no " + std::to_string(no - 1),
                            file.target.string());
+      if (s->tensors != split.tensors)
+        return split_error("split part " + onnx::shown(location) + " says split.tensors.count " +
+                               (s->tensors ? std::to_string(*s->tensors) : std::string("nothing")) + "; " +
+                               onnx::shown(file_name) + " says " + std::to_string(*split.tensors),
+                           file.target.string());
       parts.push_back(std::move(part));
     }
     tensors += parts.back().header.tensors.size();
   }
-  if (tensors != split.tensors)
+  if (tensors != *split.tensors)
     return split_error("the parts hold " + std::to_string(tensors) + " tensors; split.tensors.count says " +
-                           std::to_string(split.tensors),
+                           std::to_string(*split.tensors),
                        display);
   // Names unique across the parts, not only within each.
   std::unordered_map<std::string_view, std::string_view> holder;

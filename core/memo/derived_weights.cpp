@@ -166,6 +166,9 @@ class Freer {
   Freer(GpuBackend& backend, const std::string& label) : backend_(backend), label_(label) {}
 
   void free_value(Derivation kind, const DerivationKey& key, const DerivedPtr& value, const char* half) {
+    // A pair's zero-byte second output (repack of a tensor with no rows) is
+    // never allocated (derive.cpp's Allocations): there is nothing to free.
+    if (value.first == 0) return;
     Status s = backend_.free(value.first);
     if (s.ok()) {
       out_.bytes_freed += value.bytes;

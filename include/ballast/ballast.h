@@ -305,8 +305,9 @@ BALLAST_C_API ballast_status* ballast_run_conformance(const char* backend_config
 BALLAST_C_API ballast_status* ballast_model_retain(const ballast_model* model, ballast_model** out);
 /* The address of weight `index`'s bytes as stored, in the model's mapping
  * (or its file's inline bytes): host memory, read-only, valid while any
- * handle to the model lives. A file truncated under the mapping faults on
- * a read of the lost pages (ballast_model_read_weight checks instead). */
+ * handle to the model lives. A file changed since it was opened is
+ * BALLAST_E_IO here; one truncated after this call faults on a read of the
+ * lost pages (ballast_model_read_weight checks as it copies instead). */
 BALLAST_C_API ballast_status* ballast_model_weight_data(const ballast_model* model, size_t index, const void** out);
 
 typedef struct ballast_value_layout {

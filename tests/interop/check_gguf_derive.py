@@ -77,8 +77,10 @@ def check_values(dump, npy_prefixes, what):
     return compared
 
 
+# GGUF's own type names, as `inspect` prints them for a GGUF model (RULES
+# above uses ballast's): a rules file takes either.
 REPACK_RULES = {"rules": [{"name": "repack", "pattern": "*", "derive": ["repack_gguf_int4"],
-                           "dtypes": ["q4_0", "q4_1"]}]}
+                           "dtypes": ["Q4_0", "Q4_1"]}]}
 COLUMN_OF_NIBBLE = [0, 2, 4, 6, 1, 3, 5, 7]
 
 

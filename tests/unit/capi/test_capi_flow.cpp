@@ -606,6 +606,24 @@ TEST_CASE("version 2: the table's appended members, a weight's address, a second
   CAPI_OK(ballast_plan_free(plan));
 }
 
+TEST_CASE("a weight's address in a file truncated since it was opened is an io error, not a SIGBUS to come") {
+  using namespace ballast::testing;
+  ScratchDir dir("capi-weight-data-truncated");
+  const auto gg =
+      dir.write("m.gguf", gguf_file({kv_str("general.name", "t")}, {tinfo("t.weight", {1024}, kF32, 0)}, 4096));
+  Opened o;
+  CAPI_OK(ballast_model_open(gg.c_str(), &o.model));
+  const void* data = nullptr;
+  CAPI_OK(ballast_model_weight_data(o.model, 0, &data));
+  // The tensor's pages are gone: whoever read `data` now would die of SIGBUS.
+  std::filesystem::resize_file(gg, 64);
+  const void* after = nullptr;
+  const capi_test::Outcome out = capi_test::take(ballast_model_weight_data(o.model, 0, &after));
+  CHECK(out.code == BALLAST_E_IO);
+  CHECK_MESSAGE(out.message.find("changed since it was opened") != std::string::npos, out.message);
+  CHECK(after == nullptr);
+}
+
 TEST_CASE("version 4: the cold start from C, its report against the model, its options checked") {
   const auto* v3 = static_cast<const ballast_api_v3*>(ballast_get_api(3));
   const auto* v4 = static_cast<const ballast_api_v4*>(ballast_get_api(4));

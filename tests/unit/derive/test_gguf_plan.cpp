@@ -120,6 +120,20 @@ TEST_CASE("GGUF: an unsupported block type is a listed skip by name; block types
   REQUIRE_FALSE(quiet.ok());
   CHECK(quiet.error().message.find("iq2_xxs") != std::string::npos);
 
+  // The embedding and head of an unsupported type are listed skips too.
+  auto iq_ends = open_model(dir.write("ends.gguf", file_of({{"token_embd.weight", {256, 1}, kIQ2_XXS, 66},
+                                                            {"output.weight", {256, 1}, kIQ2_XXS, 66}})));
+  REQUIRE_MESSAGE(iq_ends.ok(), iq_ends.error().to_string());
+  std::vector<PlanSkip> ends_skipped;
+  PlanOptions ends_options;
+  ends_options.skipped = &ends_skipped;
+  REQUIRE(plan_derivations(*iq_ends, ends_options).ok());
+  REQUIRE(ends_skipped.size() == 2);
+  for (const PlanSkip& s : ends_skipped) {
+    CHECK(s.rule == "gguf-unsupported-head");
+    CHECK(s.reason.find("iq2_xxs") != std::string::npos);
+  }
+
   auto iq = plan_derivation(*m, "blk.1.attn_q.weight", Derivation::dequant_gguf_f32);
   REQUIRE_FALSE(iq.ok());
   CHECK(iq.code() == ErrorCode::unsupported);
@@ -233,6 +247,31 @@ TEST_CASE("GGUF on the cpu backend: a file truncated while open is an io error n
     CHECK_MESSAGE(after.error().to_string().find(changed) != std::string::npos, after.error().to_string());
     CHECK(after.error().to_string().find("'blk.0.attn_k.weight'") != std::string::npos);
     CHECK(memo.len() == 1);  // the value made before the change; nothing since
+    const auto report = host.teardown(**gpu);
+    CHECK_MESSAGE(report.ok(), report.to_string());
+  }
+  CHECK((*gpu)->counters().live_allocations == baseline.live_allocations);
+}
+
+TEST_CASE(
+    "GGUF: a pair derived from a tensor with no rows tears down cleanly (its empty second output is no allocation)") {
+  ScratchDir dir("gguf-plan-no-rows");
+  // ne = [32, 0]: a Q4_0 tensor of zero rows, zero bytes.
+  auto m = open_model(dir.write("m.gguf", file_of({{"blk.0.attn_q.weight", {32, 0}, kQ4_0, 0}})));
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  const auto baseline = (*gpu)->counters();
+  {
+    DeviceWeights sources(**gpu, m->store());
+    DerivedWeights memo;
+    TeardownHost<GpuBackend> host(**gpu);
+    host.add(sources);
+    host.add(memo);
+    const DeriveContext ctx{**gpu, *m, sources, memo};
+    auto pair = derive_weight(ctx, "blk.0.attn_q.weight", Derivation::repack_gguf_int4);
+    REQUIRE_MESSAGE(pair.ok(), pair.error().to_string());
+    CHECK(memo.len() == 1);
     const auto report = host.teardown(**gpu);
     CHECK_MESSAGE(report.ok(), report.to_string());
   }

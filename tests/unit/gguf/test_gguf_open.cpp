@@ -202,6 +202,24 @@ TEST_CASE("split sets that do not add up are refused, naming the part") {
           "m-00002-of-00002.gguf");
   refused("count", {{"m-00001-of-00002.gguf", part(1, 2, 3, {"a"})}, {"m-00002-of-00002.gguf", part(2, 2, 3, {"b"})}},
           ErrorCode::malformed, "split.tensors.count says 3");
+  // Parts that disagree on split.tensors.count are refused from either part
+  // (opened from the first, the sum matched its count and was taken).
+  for (const char* opened : {"m-00001-of-00002.gguf", "m-00002-of-00002.gguf"}) {
+    CAPTURE(opened);
+    dir.write(std::string("disagree/m-00001-of-00002.gguf"), part(1, 2, 2, {"a"}));
+    dir.write(std::string("disagree/m-00002-of-00002.gguf"), part(2, 2, 3, {"b"}));
+    auto m = open_model(dir / "disagree" / opened);
+    REQUIRE_FALSE(m.ok());
+    CHECK(m.error().code == ErrorCode::malformed);
+    CHECK_MESSAGE(m.error().to_string().find("split.tensors.count") != std::string::npos, m.error().to_string());
+  }
+  // No split.tensors.count at all is said so (not "says 0").
+  const auto untallied = [](std::uint8_t no) {
+    return gguf_file({kv("split.no", kGU16, {no, 0}), kv("split.count", kGU16, {2, 0})},
+                     {tinfo(no == 0 ? "a" : "b", {8}, kF32, 0)}, 32);
+  };
+  refused("untallied", {{"m-00001-of-00002.gguf", untallied(0)}, {"m-00002-of-00002.gguf", untallied(1)}},
+          ErrorCode::malformed, "there is no split.tensors.count");
   refused("no", {{"m-00001-of-00002.gguf", part(1, 2, 2, {"a"})}, {"m-00002-of-00002.gguf", part(2, 2, 2, {"b"}, 0)}},
           ErrorCode::malformed, "should have split.no 1");
   refused("twice", {{"m-00001-of-00002.gguf", part(1, 2, 2, {"a"})}, {"m-00002-of-00002.gguf", part(2, 2, 2, {"a"})}},

@@ -20,6 +20,15 @@ std::optional<Derivation> derivation_called(std::string_view name) {
   return std::nullopt;
 }
 
+// A type by ballast's name (float, q4_k) or by GGUF's (F32, Q4_K), which
+// `inspect` prints for a GGUF model's weights.
+std::optional<DataType> dtype_called(std::string_view name) {
+  if (auto t = dtype_from_name(name)) return t;
+  for (std::uint32_t id = 0; id < 64; ++id)
+    if (auto t = dtype_from_gguf_type(id); t && dtype_gguf_name(*t) == name) return t;
+  return std::nullopt;
+}
+
 }  // namespace
 
 Result<nlohmann::json> read_rules_json(const std::filesystem::path& file, const std::string& what) {
@@ -93,8 +102,10 @@ Status read_rules_file(const std::filesystem::path& file, PlanOptions& options) 
         }
       } else if (key == "dtypes" && value.is_array()) {
         for (const auto& d : value) {
-          auto type = d.is_string() ? dtype_from_name(d.get<std::string>()) : std::nullopt;
-          if (!type) return bad(where + ": \"dtypes\" holds " + d.dump() + ", not a type name (float, float16, ...)");
+          auto type = d.is_string() ? dtype_called(d.get<std::string>()) : std::nullopt;
+          if (!type)
+            return bad(where + ": \"dtypes\" holds " + d.dump() +
+                       ", not a type name (float, float16, q4_k, Q4_K, ...)");
           rule.dtypes.push_back(*type);
         }
       } else {
