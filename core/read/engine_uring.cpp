@@ -22,7 +22,7 @@ namespace {
 
 class UringIssuer final : public Issuer {
  public:
-  explicit UringIssuer(std::uint32_t tags) : pending_(tags) {}
+  UringIssuer(std::uint32_t tags, std::uint64_t max_single) : max_single_(max_single), pending_(tags) {}
   // The ring is set up in place (liburing's struct is not documented as
   // movable once live).
   int init(std::uint32_t depth) {
@@ -87,7 +87,7 @@ class UringIssuer final : public Issuer {
     // The reader never has more requests in flight than the ring has
     // entries, so this is a broken invariant, not back pressure.
     if (sqe == nullptr) return make_error(ErrorCode::internal, "io_uring: no free submission entry");
-    const std::uint64_t ask = std::min<std::uint64_t>(p.request.dst.size() - p.got, kMaxSingleRead);
+    const std::uint64_t ask = std::min<std::uint64_t>(p.request.dst.size() - p.got, max_single_);
     io_uring_prep_read(sqe, p.request.fd, p.request.dst.data() + p.got, static_cast<unsigned>(ask),
                        p.request.offset + p.got);
     io_uring_sqe_set_data64(sqe, p.request.tag);
@@ -99,6 +99,7 @@ class UringIssuer final : public Issuer {
     return Status();
   }
 
+  std::uint64_t max_single_;
   io_uring ring_{};
   bool live_ = false;
   std::vector<Pending> pending_;
@@ -107,8 +108,8 @@ class UringIssuer final : public Issuer {
 
 }  // namespace
 
-Result<std::unique_ptr<Issuer>> make_uring_issuer(std::uint32_t depth, std::uint32_t tags) {
-  auto issuer = std::make_unique<UringIssuer>(tags);
+Result<std::unique_ptr<Issuer>> make_uring_issuer(std::uint32_t depth, std::uint32_t tags, std::uint64_t max_single) {
+  auto issuer = std::make_unique<UringIssuer>(tags, std::clamp<std::uint64_t>(max_single, 1, kMaxSingleRead));
   if (const int rc = issuer->init(depth); rc < 0)
     return make_error(ErrorCode::unsupported, std::string("io_uring: the kernel refused a ring (") +
                                                   std::strerror(-rc) + ")");
@@ -124,7 +125,7 @@ bool uring_probe() noexcept {
 
 #else
 
-Result<std::unique_ptr<Issuer>> make_uring_issuer(std::uint32_t, std::uint32_t) {
+Result<std::unique_ptr<Issuer>> make_uring_issuer(std::uint32_t, std::uint32_t, std::uint64_t) {
   return make_error(ErrorCode::unsupported, "io_uring: this ballast was built without liburing");
 }
 

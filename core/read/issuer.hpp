@@ -44,16 +44,19 @@ class Issuer {
   virtual ReadDone wait() = 0;
 };
 
-// `threads` threads calling `pread` (or pread(2) when empty).
-std::unique_ptr<Issuer> make_thread_issuer(std::uint32_t threads, std::uint32_t tags, PreadFunction pread);
-// One ring of `depth` entries (unsupported when built without liburing or
-// refused by the kernel).
-Result<std::unique_ptr<Issuer>> make_uring_issuer(std::uint32_t depth, std::uint32_t tags);
-// Whether a ring can be set up at all (io_uring_available() caches it).
-bool uring_probe() noexcept;
-
 // The longest single read handed to the kernel: io_uring's length is 32
 // bits and pread(2) stops near 2 GiB anyway; longer requests continue.
 inline constexpr std::uint64_t kMaxSingleRead = 1ull << 30;
+
+// `threads` threads calling `pread` (or pread(2) when empty).
+std::unique_ptr<Issuer> make_thread_issuer(std::uint32_t threads, std::uint32_t tags, PreadFunction pread);
+
+// One ring of `depth` entries (unsupported when built without liburing or
+// refused by the kernel). `max_single`: the longest read it submits (a
+// test asks for less, so requests continue as a >1 GiB one would).
+Result<std::unique_ptr<Issuer>> make_uring_issuer(std::uint32_t depth, std::uint32_t tags,
+                                                  std::uint64_t max_single = kMaxSingleRead);
+// Whether a ring can be set up at all (io_uring_available() caches it).
+bool uring_probe() noexcept;
 
 }  // namespace ballast::read

@@ -141,6 +141,41 @@ TEST_CASE("a backend table whose info or capabilities are smaller than ABI 1.0's
   }
 }
 
+// Each flag of the C capabilities reaches Capabilities as itself: set
+// alone, it is the one true flag (a flag read inverted, or into another
+// field, fails its own row).
+TEST_CASE("each capability flag of a backend table is read as itself") {
+  using Flag = std::uint8_t ballast_capabilities::*;
+  using Read = bool Capabilities::*;
+  const std::pair<Flag, Read> flags[] = {
+      {&ballast_capabilities::host_registration, &Capabilities::host_registration},
+      {&ballast_capabilities::read_only_registration, &Capabilities::read_only_registration},
+      {&ballast_capabilities::flushes_f16_subnormals, &Capabilities::flushes_f16_subnormals},
+      {&ballast_capabilities::int8_codes_within_one, &Capabilities::int8_codes_within_one},
+      {&ballast_capabilities::unaligned_operands, &Capabilities::unaligned_operands},
+      {&ballast_capabilities::guarded_host_reads, &Capabilities::guarded_host_reads},
+  };
+  for (std::size_t on = 0; on <= std::size(flags); ++on) {  // the last round: none set
+    CAPTURE(on);
+    ballast_capabilities caps{};
+    caps.struct_size = sizeof caps;
+    caps.import_alignment = 64;
+    caps.max_single_allocation = 12345;
+    if (on < std::size(flags)) caps.*(flags[on].first) = 1;
+    ballast_backend t = complete_backend();
+    t.capabilities = &caps;
+    auto adopted = detail::adopt_backend_table(&t);
+    REQUIRE_MESSAGE(adopted.ok(), adopted.error().to_string());
+    const Capabilities& got = (*adopted)->capabilities();
+    for (std::size_t i = 0; i < std::size(flags); ++i) {
+      CAPTURE(i);
+      CHECK(got.*(flags[i].second) == (i == on));
+    }
+    CHECK(got.import_alignment == 64);
+    CHECK(got.max_single_allocation == 12345);
+  }
+}
+
 TEST_CASE("a plugin table's name is checked against the expected one only when one is expected") {
   const ballast_plugin p = plugin_named("fakeone");
   auto any = detail::PluginTable::check(&p, "");

@@ -212,6 +212,20 @@ TEST_CASE("plugin_extension reaches a plugin's own get_proc_address, and a 1.0 p
   CHECK(registry::plugin_extension(loader, "vulkan", nullptr).code() == ErrorCode::invalid_argument);
 }
 
+// A daemon may run with its standard input closed: then the first
+// descriptor opened, the plugin folder's, is 0, and is a folder all the same.
+TEST_CASE("a plugin loads when the process runs with its standard input closed") {
+  const int saved = ::dup(0);
+  REQUIRE(saved >= 0);
+  REQUIRE(::close(0) == 0);
+  PluginLoader loader({fake_dir("working")});
+  auto loaded = loader.load("vulkan");
+  REQUIRE(::dup2(saved, 0) == 0);  // stdin back before any check can end the case
+  ::close(saved);
+  REQUIRE_MESSAGE(loaded.ok(), loaded.status().to_string());
+  CHECK(loaded->plugin->devices().ok());
+}
+
 TEST_CASE("a file that is not a loadable library is reported with the loader's message") {
   TempDir dir;
   std::ofstream(dir.path / "libballast-hip.so") << "this is not an ELF file";
