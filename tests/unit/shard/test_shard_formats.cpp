@@ -384,6 +384,32 @@ TEST_CASE("ONNX MatMulNBits with K not a multiple of block_size: whole at world 
   CHECK_MESSAGE(two.error().to_string().find("no world of 2-16") != std::string::npos, two.error().to_string());
 }
 
+TEST_CASE("ONNX MatMulNBits whose N or block_size is 0 is refused as such, whatever else is wrong") {
+  // The weights of a good node (K 64, N 4, block 16) under a node that
+  // says N 0, or block_size 0: the node is what is wrong, and said so
+  // before any size is compared with the bytes.
+  for (const auto& [n, block] : {std::pair<std::int64_t, std::int64_t>{0, 16}, {4, 0}}) {
+    CAPTURE(n);
+    CAPTURE(block);
+    ScratchDir dir("shard-nbits-zero");
+    OnnxWriter w;
+    add_nbits(w, "layers.0.mlp.down_proj", false, kFloat);
+    w.nodes.back() =
+        onnx_proto::named_node("layers.0.mlp.down_proj", "MatMulNBits",
+                               {"x", "layers.0.mlp.down_proj.qweight", "layers.0.mlp.down_proj.scales"}, {"out"},
+                               {onnx_proto::attribute_int("K", 64), onnx_proto::attribute_int("N", n),
+                                onnx_proto::attribute_int("bits", 4), onnx_proto::attribute_int("block_size", block)},
+                               "com.microsoft");
+    auto m = w.write(dir);
+    REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+    auto p = plan_shards(*m, ShardSpec{2, 0, {}});
+    REQUIRE_FALSE(p.ok());
+    CHECK(p.error().code == ErrorCode::invalid_argument);
+    CHECK_MESSAGE(p.error().to_string().find("needs positive K, N and an even block_size") != std::string::npos,
+                  p.error().to_string());
+  }
+}
+
 TEST_CASE("weights sharing bytes are read once") {
   ScratchDir dir("shard-alias");
   OnnxWriter w;
