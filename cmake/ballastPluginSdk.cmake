@@ -8,8 +8,10 @@
 #   lowercase identifier ([a-z][a-z0-9_]*) and must be the one given to
 #   BALLAST_PLUGIN_ENTRY. Linked with --no-undefined, so a symbol the
 #   plugin uses and nothing provides fails its build, not its first load
-#   on a user's machine; not under -fsanitize, whose runtime a module
-#   leaves for the program to provide.
+#   on a user's machine; not under -fsanitize (in any flags variable, the
+#   build type's included, or the directory's or target's options, set
+#   before or after this call), whose runtime a module leaves for the
+#   program to provide; BALLAST_PLUGIN_NO_UNDEFINED=OFF leaves it out.
 #
 # ballast_export_only(<target> <symbol>)
 #   Links the MODULE <target> with a version script that exports <symbol>
@@ -41,7 +43,33 @@ function(ballast_add_plugin target name)
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
   ballast_export_only(${target} ballast_plugin_entry)
-  if(NOT "${CMAKE_CXX_FLAGS} ${CMAKE_MODULE_LINKER_FLAGS}" MATCHES "-fsanitize")
+  # Decided once the directory is read: a sanitizer given after this call
+  # (target_compile_options, CMAKE_CXX_FLAGS_DEBUG, add_compile_options)
+  # counts as much as one given before.
+  # (EVAL: a deferred call's arguments are read when it runs, `target` here.)
+  cmake_language(EVAL CODE "cmake_language(DEFER CALL _ballast_plugin_no_undefined [[${target}]])")
+endfunction()
+
+# --no-undefined for ballast_add_plugin's <target>, unless a sanitizer is
+# asked for anywhere its build reads flags from: clang leaves a sanitizer's
+# runtime out of a module (the program provides it), so every module
+# instrumented by one has undefined references. BALLAST_PLUGIN_NO_UNDEFINED
+# set OFF leaves the flag out in any case.
+function(_ballast_plugin_no_undefined target)
+  if(DEFINED BALLAST_PLUGIN_NO_UNDEFINED AND NOT BALLAST_PLUGIN_NO_UNDEFINED)
+    return()
+  endif()
+  set(flags "${CMAKE_C_FLAGS} ${CMAKE_CXX_FLAGS} ${CMAKE_MODULE_LINKER_FLAGS}")
+  foreach(config IN LISTS CMAKE_BUILD_TYPE CMAKE_CONFIGURATION_TYPES)
+    string(TOUPPER "${config}" config)
+    string(APPEND flags " ${CMAKE_C_FLAGS_${config}} ${CMAKE_CXX_FLAGS_${config}} ${CMAKE_MODULE_LINKER_FLAGS_${config}}")
+  endforeach()
+  get_directory_property(directory_compile COMPILE_OPTIONS)
+  get_directory_property(directory_link LINK_OPTIONS)
+  get_target_property(target_compile ${target} COMPILE_OPTIONS)
+  get_target_property(target_link ${target} LINK_OPTIONS)
+  string(APPEND flags " ${directory_compile} ${directory_link} ${target_compile} ${target_link}")
+  if(NOT flags MATCHES "-fsanitize")
     target_link_options(${target} PRIVATE "LINKER:--no-undefined")
   endif()
 endfunction()

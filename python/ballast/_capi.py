@@ -124,7 +124,7 @@ PROGRESS_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_
 _P = ctypes.POINTER
 _S, _H, _Z, _U64, _I32 = c_status, c_handle, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_int32
 
-# ballast_api_v1's members, then version 2's, 3's and 4's, in header order: (name, result, arguments).
+# ballast_api_v1's members, then version 2's, 3's, 4's and 5's, in header order: (name, result, arguments).
 _TABLE = [
     ("status_code", ctypes.c_int, [_S]),
     ("status_message", ctypes.c_char_p, [_S]),
