@@ -3,6 +3,7 @@
 #include <ballast/plugin_abi.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <utility>
@@ -31,8 +32,13 @@ constexpr std::size_t kBackend_1_0 = offsetof(ballast_backend, get_proc_address)
 // Every field of the device info and the capabilities is ABI 1.0's: a
 // smaller struct is no table of this major (a struct_size of 0 read as
 // "no fields" would list a nameless device of index 0).
-constexpr std::size_t kInfo_1_0 = sizeof(ballast_device_info);
-constexpr std::size_t kCapabilities_1_0 = sizeof(ballast_capabilities);
+// The end of each struct's last 1.0 field, not its sizeof: a later minor
+// appending a field must not refuse every plugin built before it.
+constexpr std::size_t kInfo_1_0 = offsetof(ballast_device_info, memory_bytes) + sizeof(std::uint64_t);
+constexpr std::size_t kCapabilities_1_0 = offsetof(ballast_capabilities, host_registration_note) + sizeof(const char*);
+static_assert(kInfo_1_0 == sizeof(ballast_device_info) && kCapabilities_1_0 == sizeof(ballast_capabilities),
+              "a field was appended: keep the 1.0 sizes above, read the new field only where struct_size "
+              "holds it (BALLAST_HAS_FIELD), and change this check");
 
 // The ballast_error a call fills: set() keeps the first report.
 struct ErrorSlot {

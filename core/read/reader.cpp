@@ -30,6 +30,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 namespace ballast {
@@ -120,7 +121,7 @@ class Reader {
     }
     issuer_.reset();
     files_.clear();  // closes the descriptors
-    if (staging_hooked_ && options_.staging_freeing) options_.staging_freeing(staging_span());
+    if (staging_hooked_ && options_.staging_freeing && !options_.staging_freeing(staging_span())) keep_ring();
     staging_.reset();
     if (thrown) std::rethrow_exception(thrown);
     if (!status.ok()) return status.error();
@@ -228,6 +229,23 @@ class Reader {
       BALLAST_RETURN_IF_ERROR(finish(done));
     }
     return Status();
+  }
+
+  // A ring something may still read (staging_freeing said so) is never
+  // freed: held here, reachable, for the rest of the process.
+  void keep_ring() noexcept {
+    static std::mutex mutex;
+    static auto* kept = new std::vector<std::unique_ptr<std::byte, FreeDeleter>>();
+    std::lock_guard lock(mutex);
+    try {
+      kept->push_back(std::move(staging_));
+    } catch (...) {
+      (void)staging_.release();  // no room to hold it: leaked, never reused all the same
+    }
+    try {
+      log_message(LogLevel::warning, "read", "the staging ring stays allocated: a registration over it was not ended");
+    } catch (...) {  // no memory to say it: kept all the same
+    }
   }
 
   std::span<std::byte> staging_span() const { return {staging_.get(), static_cast<std::size_t>(stats_.staging_bytes)}; }

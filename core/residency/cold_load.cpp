@@ -281,9 +281,13 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
     int uncaught = std::uncaught_exceptions();
     ~AbandonOnThrow() {
       if (std::uncaught_exceptions() <= uncaught) return;
-      Status why;  // ok when even this cannot be made: a waiter then loads the value itself
+      // The exception itself reaches load()'s caller; a pin that waited
+      // for one of these values hears this. Ok when even this cannot be
+      // made: such a waiter then loads the value itself.
+      Status why;
       try {
-        why = residency::out_of_host_memory();
+        why = make_error(ErrorCode::unavailable,
+                         "the load() reading it ended by an exception (host memory, or a thread the system refused)");
       } catch (...) {
       }
       run(why);
@@ -462,26 +466,32 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
                     "staging buffers not registered (" + r.error().message + "): device copies read plain host memory");
       return Status();
     };
-    read_options.staging_freeing = [&](std::span<std::byte>) {
-      if (staging_registration == 0) return;
+    read_options.staging_freeing = [&](std::span<std::byte>) noexcept {
+      if (staging_registration == 0) return true;
       const DevicePtr registration = std::exchange(staging_registration, 0);
-      // The reader frees the ring once this returns: a registration left
-      // over it covers freed memory the next allocation may reuse (on cpu
-      // a device block inside a read-only registration, which no kernel
-      // may write). So a refusal is asked again at once (a transient one
-      // goes through), and one still refused is kept, asked again by
-      // release() and reported there, never dropped unseen.
+      // A registration left over a freed ring covers memory the next
+      // allocation may reuse (on cpu a device block inside a read-only
+      // registration, which no kernel may write). So a refusal is asked
+      // again at once (a transient one goes through); one still refused is
+      // kept, asked again by release() and reported there, and the reader
+      // keeps the ring allocated (false), never handing its memory on.
       Status s;
       for (int attempt = 0; attempt < 2; ++attempt)
-        if ((s = m.gpu.unregister_host(registration)).ok()) return;
-      log_message(
-          LogLevel::warning, "residency",
-          "the staging buffers' registration was refused its end (" + s.error().message + "): release() asks again");
-      std::lock_guard lock(m.mutex);
+        if ((s = m.gpu.unregister_host(registration)).ok()) return true;
+      {
+        std::lock_guard lock(m.mutex);
+        try {
+          m.stuck_registrations.push_back(registration);
+        } catch (...) {  // no room to keep it for release(): the ring stays all the same
+        }
+      }
       try {
-        m.stuck_registrations.push_back(registration);
+        log_message(LogLevel::warning, "residency",
+                    "the staging buffers' registration was refused its end (" + s.error().message +
+                        "): release() asks again; the ring stays allocated");
       } catch (...) {
       }
+      return false;
     };
   }
   Status failed;

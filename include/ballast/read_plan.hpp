@@ -146,9 +146,13 @@ struct ReadOptions {
   // before it is freed: Residency::load() registers it with the backend
   // (page-locked host memory on CUDA and HIP, so device copies from it
   // are DMA). An error from the first ends the read before anything is
-  // read; the second is then not called.
+  // read; the second is then not called. The second says whether the
+  // ring may be freed: false when something over it (a registration the
+  // backend would not end) may still read it; the reader then keeps the
+  // ring allocated for the rest of the process rather than hand its
+  // memory to the next allocation.
   std::function<Status(std::span<std::byte>)> staging_allocated;
-  std::function<void(std::span<std::byte>)> staging_freeing;
+  std::function<bool(std::span<std::byte>)> staging_freeing;
 };
 
 // One filled staging buffer, handed to the consumer.

@@ -115,3 +115,41 @@ TEST_CASE("cold load: a device fault at every call leaves the accounting exact a
     }
   }
 }
+
+// A backend that refuses every end of a registration from the load's
+// staging ring on: the load goes on, every value pins and reads right,
+// release() reports the refusals, and once the backend ends them nothing
+// is left. (That the ring itself is then kept: unit_read.)
+TEST_CASE("cold load: a staging registration never ended keeps its ring; values stay right") {
+  auto model = load_onnx(ballast::faults::model_dir() / "sample.onnx");
+  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+  auto plan = plan_derivations(*model);
+  REQUIRE(plan.ok());
+  GpuBackend& inner = ballast::faults::backend();
+  if (!inner.capabilities().host_registration || !inner.capabilities().read_only_registration) {
+    MESSAGE("skipped: the backend registers no host memory read-only, so the ring is never registered");
+    return;
+  }
+  FaultInjectingBackend gpu(inner);
+  const AllocationCounters baseline = gpu.counters();
+  ResidencyOptions options;
+  options.strategy = ResidencyStrategy::upload;
+  gpu.reset_counts();
+  const LoadRun clean = run_load(gpu, *model, *plan, options, false);
+  REQUIRE_MESSAGE(clean.load.ok(), clean.load.to_string());
+  REQUIRE(clean.released.status.ok());
+  for (int round = 0; round < 3; ++round) {  // the memory of a freed ring would be reused by a later round
+    CAPTURE(round);
+    gpu.fail_nth(FaultOp::unregister_host, 1, FaultInjectingBackend::Fault::op_from_then_on);
+    const LoadRun r = run_load(gpu, *model, *plan, options, true);
+    gpu.disarm();
+    CHECK_MESSAGE(r.load.ok(), r.load.to_string());
+    CHECK_MESSAGE(r.pin.ok(), r.pin.to_string());
+    CHECK(r.values == clean.values);
+    CHECK_FALSE(r.released.status.ok());  // the refused ends, reported
+    for (DevicePtr p : gpu.kept_allocations()) (void)gpu.free(p);
+    for (DevicePtr p : gpu.kept_registrations()) (void)gpu.unregister_host(p);
+    CHECK(gpu.counters().live_allocations == baseline.live_allocations);
+    CHECK(gpu.counters().live_registrations == baseline.live_registrations);
+  }
+}

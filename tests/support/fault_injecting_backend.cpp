@@ -153,7 +153,9 @@ std::optional<Error> FaultInjectingBackend::count(FaultOp op, DevicePtr ptr, std
   std::lock_guard lock(mutex_);
   const std::uint64_t call = ++calls_[index_of(op)];
   if (!armed_) return std::nullopt;
-  if (!tripped_) {
+  if (mode_ == Fault::op_from_then_on) {
+    if (op != op_ || call < nth_) return std::nullopt;
+  } else if (!tripped_) {
     if (op != op_ || call != nth_) return std::nullopt;
     if (mode_ == Fault::from_then_on) tripped_ = true;
   }

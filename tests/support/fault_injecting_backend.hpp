@@ -47,7 +47,9 @@
 // N of <op>)" so a log says what happened.
 //
 // Modes: Fault::once fails only the Nth call; Fault::from_then_on fails the
-// Nth call and every call of EVERY operation after it (a lost device).
+// Nth call and every call of EVERY operation after it (a lost device);
+// Fault::op_from_then_on fails the Nth call and every later call of the
+// same operation only (a device that keeps refusing one thing).
 //
 // Thread-safe: calls may come from many threads; the count orders them as
 // they reach this object.
@@ -108,7 +110,7 @@ struct InjectedFault {
 
 class FaultInjectingBackend final : public GpuBackend {
  public:
-  enum class Fault : std::uint8_t { once, from_then_on };
+  enum class Fault : std::uint8_t { once, from_then_on, op_from_then_on };
 
   // `inner` must outlive this object. Nothing is armed: every call passes.
   explicit FaultInjectingBackend(GpuBackend& inner);

@@ -262,6 +262,42 @@ TEST_CASE("io_uring continues a request its single reads do not cover") {
   ::close(fd);
 }
 
+// staging_freeing saying no (a registration over the ring could not be
+// ended) keeps the ring allocated for good: its memory is never handed on.
+// A 40 MiB ring is its own mapping (past malloc's largest mmap threshold),
+// so a ring freed anyway is unmapped and reading it here faults.
+TEST_CASE("a staging ring the hook keeps is never freed: its last chunk is still there after the read") {
+  HandStore h("read-ring-kept");
+  constexpr std::uint64_t kBytes = 40ull << 20;
+  const MappingId a = h.file("a.bin", kBytes);
+  h.weight(a, 0, kBytes);
+  const ReadPlan plan = ReadPlan::of(h.store);
+  ReadOptions o;
+  o.engine = ReadEngine::threads;
+  o.chunk_bytes = kBytes;
+  o.staging_buffers = 1;
+  std::span<std::byte> ring;
+  bool asked = false;
+  o.staging_allocated = [&](std::span<std::byte> r) {
+    ring = r;
+    return Status();
+  };
+  o.staging_freeing = [&](std::span<std::byte>) {
+    asked = true;
+    return false;
+  };
+  auto stats = read_plan(h.store, plan, o, [](const ReadChunk&) { return Status(); });
+  REQUIRE_MESSAGE(stats.ok(), stats.status().to_string());
+  CHECK(asked);
+  REQUIRE(ring.size() >= 4096);
+  std::vector<std::byte> expected(4096);
+  const int fd = ::open(h.paths[0].c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  REQUIRE(::pread(fd, expected.data(), expected.size(), 0) == 4096);
+  ::close(fd);
+  CHECK(std::equal(expected.begin(), expected.end(), ring.begin()));
+}
+
 TEST_CASE("a read that fails with EIO: an io error naming the file and offset, nothing consumed after it") {
   GappyStore h;
   const ReadPlan plan = ReadPlan::of(h.store);
