@@ -66,6 +66,13 @@ std::map<std::string, std::vector<std::byte>> everything(Fixture& f, Residency& 
   return out;
 }
 
+// w0's planned derivation of `kind`, or null.
+const PlannedDerivation* of_w0(const Fixture& f, Derivation kind) {
+  for (const PlannedDerivation& d : f.plan)
+    if (d.weight == "w0" && d.kind() == kind) return &d;
+  return nullptr;
+}
+
 }  // namespace
 
 TEST_CASE("paging: every strategy gives byte-identical weights and derived values") {
@@ -168,12 +175,8 @@ TEST_CASE("paging: a pinned entry is never evicted; a request that cannot fit be
   conformance::LeakCheck leaks;
   Fixture f;
   auto paged = f.open(ResidencyStrategy::paged, kLargestNeed);
-  const PlannedDerivation* transpose = nullptr;
-  const PlannedDerivation* to_f16 = nullptr;
-  for (const PlannedDerivation& d : f.plan) {
-    if (d.weight == "w0" && d.kind() == Derivation::transpose) transpose = &d;
-    if (d.weight == "w0" && d.kind() == Derivation::to_f16) to_f16 = &d;
-  }
+  const PlannedDerivation* transpose = of_w0(f, Derivation::transpose);
+  const PlannedDerivation* to_f16 = of_w0(f, Derivation::to_f16);
   REQUIRE(transpose);
   REQUIRE(to_f16);
   auto t = paged->pin(*transpose);
@@ -207,12 +210,8 @@ TEST_CASE("paging: a request that cannot fit beside the pins evicts nothing befo
   Fixture f;
   const std::uint64_t budget = kLargestNeed + Model_::kW2Bytes;
   auto paged = f.open(ResidencyStrategy::paged, budget);
-  const PlannedDerivation* transpose = nullptr;
-  const PlannedDerivation* to_f16 = nullptr;
-  for (const PlannedDerivation& d : f.plan) {
-    if (d.weight == "w0" && d.kind() == Derivation::transpose) transpose = &d;
-    if (d.weight == "w0" && d.kind() == Derivation::to_f16) to_f16 = &d;
-  }
+  const PlannedDerivation* transpose = of_w0(f, Derivation::transpose);
+  const PlannedDerivation* to_f16 = of_w0(f, Derivation::to_f16);
   REQUIRE(transpose);
   REQUIRE(to_f16);
   auto t = paged->pin(*transpose);  // pinned; w0 stays resident, unpinned
@@ -241,9 +240,7 @@ TEST_CASE("paging: a source paged in only to build a value is evicted before the
   conformance::LeakCheck leaks;
   Fixture f;
   auto paged = f.open(ResidencyStrategy::paged, kLargestNeed);
-  const PlannedDerivation* transpose = nullptr;
-  for (const PlannedDerivation& d : f.plan)
-    if (d.weight == "w0" && d.kind() == Derivation::transpose) transpose = &d;
+  const PlannedDerivation* transpose = of_w0(f, Derivation::transpose);
   REQUIRE(transpose);
   ValueId w2{};
   for (ValueId id : f.model.weight_order())
