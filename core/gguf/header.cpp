@@ -228,10 +228,14 @@ Status Parser::special_key(Header& h, const MetadataEntry& e, const std::optiona
   if (!integer) return bad("must be an integer (it is a " + e.type + ")");
   if (integer->negative) return bad("is negative (" + e.value + ")");
   if (!h.split) h.split.emplace();
-  if (tensors)
+  if (tensors) {
     h.split->tensors = integer->magnitude;
-  else
-    (no ? h.split->no : h.split->count) = integer->magnitude;
+  } else if (no) {
+    h.split->no = integer->magnitude;
+  } else {
+    h.split->count = integer->magnitude;
+    h.split->has_count = true;
+  }
   return {};
 }
 
@@ -415,6 +419,12 @@ Result<Header> Parser::run() {
   h.metadata.reserve(static_cast<std::size_t>(entry_count));
   for (std::uint64_t i = 0; i < entry_count; ++i) BALLAST_RETURN_IF_ERROR(entry(h, keys));
   if (h.split) {
+    if (h.split->no != 0 && !h.split->has_count)
+      return at(ErrorCode::malformed,
+                "split.no " + std::to_string(h.split->no) +
+                    " without split.count: part of a split set that does "
+                    "not say how many parts it has",
+                24);
     if (h.split->count == 0 || h.split->no >= h.split->count)
       return at(ErrorCode::malformed,
                 "split.no " + std::to_string(h.split->no) + " is not below split.count " +

@@ -55,6 +55,7 @@ struct MetadataEntry {
 struct Split {
   std::uint64_t no = 0;     // 0-based
   std::uint64_t count = 1;
+  bool has_count = false;                // split.count was there (a part past the first needs it)
   std::optional<std::uint64_t> tensors;  // over every part; none when the key is absent
 };
 

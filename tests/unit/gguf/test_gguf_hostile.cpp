@@ -94,6 +94,8 @@ std::vector<Case> cases() {
   c.push_back({"split.no not below split.count",
                ghead(0, 2) + kv("split.no", kGU16, {2, 0}) + kv("split.count", kGU16, {2, 0}), ErrorCode::malformed,
                "is not below split.count"});
+  c.push_back({"split.no without split.count", ghead(0, 1) + kv("split.no", kGU16, {1, 0}), ErrorCode::malformed,
+               "split.no 1 without split.count"});
   c.push_back({"a negative split.count", ghead(0, 1) + kv("split.count", kGI32, u32(0xffffffff)), ErrorCode::malformed,
                "is negative"});
   c.push_back({"split.count as a string", ghead(0, 1) + kv_str("split.count", "2"), ErrorCode::malformed,
