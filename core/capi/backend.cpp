@@ -77,8 +77,7 @@ ballast_status* ballast_backend_extension(const ballast_backend* backend, const 
     auto b = lookup<BackendObject>(backend, Kind::backend, &e);
     if (!b) return e;
     if (name == nullptr) return invalid_argument("invalid_argument: the extension name is NULL");
-    void* found = b->backend->extension(name);
-    *out = found;
+    *out = b->backend->extension(name);
     return nullptr;
   });
 }

@@ -25,10 +25,10 @@
 #include <fcntl.h>
 
 #include <algorithm>
-#include <exception>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <vector>

@@ -68,6 +68,12 @@ std::string known_list(PluginLoader& loader) {
   return out;
 }
 
+// A name open_backend and plugin_extension do not know, with those they do.
+Error unknown_backend(PluginLoader& loader, std::string_view name) {
+  return make_error(ErrorCode::invalid_argument,
+                    "unknown backend \"" + std::string(name) + "\"; known backends: " + known_list(loader));
+}
+
 // A registered name is never looked up as a file.
 Result<LoadedPlugin> find_plugin(PluginLoader& loader, std::string_view name) {
   if (const detail::PluginTable* plugin = registered_plugin(name)) return LoadedPlugin{plugin, std::string(kBuiltIn)};
@@ -236,10 +242,7 @@ BackendListing listing_for(PluginLoader& loader, const std::string& name, bool l
 Result<std::unique_ptr<GpuBackend>> open_backend(PluginLoader& loader, std::string_view text) {
   BALLAST_ASSIGN_OR_RETURN(auto config, parse_backend_config(text));
   const std::string context = "opening backend \"" + config.text + "\"";
-  if (!is_known(loader, config.name)) {
-    return make_error(ErrorCode::invalid_argument,
-                      "unknown backend \"" + config.name + "\"; known backends: " + known_list(loader));
-  }
+  if (!is_known(loader, config.name)) return unknown_backend(loader, config.name);
   BALLAST_ASSIGN_OR_RETURN(auto loaded, find_plugin(loader, config.name), context);
   auto devices = devices_of(*loaded.plugin);
   if (!devices) return from_plugin(std::move(devices.error()), loaded.library).with_context(context);
@@ -254,11 +257,7 @@ Result<void*> plugin_extension(PluginLoader& loader, std::string_view backend, c
                               (name != nullptr ? "\"" + std::string(name) + "\"" : std::string("(null)")) +
                               " of backend \"" + std::string(backend) + "\"";
   if (name == nullptr) return make_error(ErrorCode::invalid_argument, "no extension name").with_context(context);
-  if (!is_known(loader, backend)) {
-    return make_error(ErrorCode::invalid_argument,
-                      "unknown backend \"" + std::string(backend) + "\"; known backends: " + known_list(loader))
-        .with_context(context);
-  }
+  if (!is_known(loader, backend)) return unknown_backend(loader, backend).with_context(context);
   BALLAST_ASSIGN_OR_RETURN(auto loaded, find_plugin(loader, backend), context);
   try {
     return loaded.plugin->extension(name);
