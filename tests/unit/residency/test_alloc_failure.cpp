@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <fstream>
 #include <new>
+#include <string>
 #include <vector>
 
 using namespace ballast;
@@ -45,6 +46,49 @@ Model small_model() {
   return std::move(*m);
 }
 
+// For each strategy, `step` on a fresh residency of `m` with its nth
+// allocation on this thread failing, n = 0, 1, ... until a run in which
+// none failed. After each, `whole` finds the residency whole (whatever
+// failed), and release() gives back every device allocation. A
+// bad_alloc only where an allocation failed; more than 5 runs failed.
+template <class Step, class Whole>
+void each_allocation_failing(GpuBackend& gpu, const Model& m, const std::vector<PlannedDerivation>& plan,
+                             const char* what, Step step, Whole whole) {
+  for (ResidencyStrategy strategy : {ResidencyStrategy::upload, ResidencyStrategy::paged}) {
+    CAPTURE(residency_strategy_name(strategy));
+    const std::uint64_t live_before = gpu.counters().live_allocations;
+    int runs_failed = 0;
+    for (long n = 0; n < 100000; ++n) {
+      CAPTURE(n);
+      ResidencyOptions o;
+      o.strategy = strategy;
+      o.derivations = plan;
+      auto r = Residency::create(gpu, m, o);
+      REQUIRE(r.ok());
+      Residency& residency = **r;
+      t_failed = false;
+      t_allocations_left = n;
+      bool threw = false;
+      try {
+        step(residency);
+      } catch (const std::bad_alloc&) {
+        threw = true;
+      }
+      t_allocations_left = -1;
+      const bool failed = t_failed;
+      CHECK((failed || !threw));
+      whole(residency);
+      const Released out = residency.release(gpu);
+      CHECK(out.status.ok());
+      CHECK(gpu.counters().live_allocations == live_before);
+      if (!failed) break;
+      ++runs_failed;
+    }
+    MESSAGE(runs_failed << " " << std::string(what) << " with an allocation failed");
+    CHECK(runs_failed > 5);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("each allocation of a pin failing in turn leaves the residency whole: right values, nothing leaked") {
@@ -56,49 +100,21 @@ TEST_CASE("each allocation of a pin failing in turn leaves the residency whole: 
   REQUIRE_FALSE(plan->empty());
   const PlannedDerivation derived = plan->front();
   const ValueId weight = *m.value_id("q.weight");
-  for (ResidencyStrategy strategy : {ResidencyStrategy::upload, ResidencyStrategy::paged}) {
-    CAPTURE(residency_strategy_name(strategy));
-    const std::uint64_t live_before = (*gpu)->counters().live_allocations;
-    int runs_failed = 0;
-    for (long n = 0; n < 100000; ++n) {
-      CAPTURE(n);
-      ResidencyOptions o;
-      o.strategy = strategy;
-      o.derivations = *plan;
-      auto r = Residency::create(**gpu, m, o);
-      REQUIRE(r.ok());
-      Residency& residency = **r;
-      t_failed = false;
-      t_allocations_left = n;
-      bool threw = false;
-      try {
+  each_allocation_failing(
+      **gpu, m, *plan, "runs",
+      [&](Residency& residency) {
         auto a = residency.pin(derived);  // builds its source's entry too
         if (a.ok()) a->reset();
         auto b = residency.pin(weight);
         if (b.ok()) b->reset();
-      } catch (const std::bad_alloc&) {
-        threw = true;
-      }
-      t_allocations_left = -1;
-      const bool failed = t_failed;
-      CHECK((failed || !threw));
-      // Whatever failed, the object is whole: both pin, and right.
-      auto a = residency.pin(derived);
-      REQUIRE_MESSAGE(a.ok(), a.error().to_string());
-      auto b = residency.pin(weight);
-      REQUIRE_MESSAGE(b.ok(), b.error().to_string());
-      CHECK(b->first_bytes() == 8 * 16 * 4);
-      a->reset();
-      b->reset();
-      const Released out = residency.release(**gpu);
-      CHECK(out.status.ok());
-      CHECK((*gpu)->counters().live_allocations == live_before);
-      if (!failed) break;
-      ++runs_failed;
-    }
-    MESSAGE(runs_failed << " runs with an allocation failed");
-    CHECK(runs_failed > 5);
-  }
+      },
+      [&](Residency& residency) {  // both pin, and right
+        auto a = residency.pin(derived);
+        REQUIRE_MESSAGE(a.ok(), a.error().to_string());
+        auto b = residency.pin(weight);
+        REQUIRE_MESSAGE(b.ok(), b.error().to_string());
+        CHECK(b->first_bytes() == 8 * 16 * 4);
+      });
 }
 
 // A load() that runs out of host memory after it marked its sources
@@ -118,49 +134,23 @@ TEST_CASE("each allocation of a cold load failing in turn leaves nothing loading
   REQUIRE(gpu.ok());
   auto plan = plan_derivations(m);
   REQUIRE(plan.ok());
-  for (ResidencyStrategy strategy : {ResidencyStrategy::upload, ResidencyStrategy::paged}) {
-    CAPTURE(residency_strategy_name(strategy));
-    const std::uint64_t live_before = (*gpu)->counters().live_allocations;
-    int runs_failed = 0;
-    for (long n = 0; n < 100000; ++n) {
-      CAPTURE(n);
-      ResidencyOptions o;
-      o.strategy = strategy;
-      o.derivations = *plan;
-      auto r = Residency::create(**gpu, m, o);
-      REQUIRE(r.ok());
-      Residency& residency = **r;
-      ResidencyLoadOptions lo;
-      lo.read_cached = true;  // the file was just written: read it anyway
-      t_failed = false;
-      t_allocations_left = n;
-      try {
-        (void)residency.load(lo);
-      } catch (const std::bad_alloc&) {
-      }
-      t_allocations_left = -1;
-      const bool failed = t_failed;
-      // Every value pins (none waits on a load that is gone), and is right.
-      for (const PlannedDerivation& d : *plan) {
-        auto p = residency.pin(d);
-        REQUIRE_MESSAGE(p.ok(), p.error().to_string());
-      }
-      for (const auto& [name, offset] :
-           {std::pair{"w0", OrphanedPrefixModel::kW0Offset}, std::pair{"w1", OrphanedPrefixModel::kW1Offset},
-            std::pair{"w2", OrphanedPrefixModel::kW2Offset}}) {
-        auto p = residency.pin(*m.value_id(name));
-        REQUIRE_MESSAGE(p.ok(), p.error().to_string());
-        std::vector<std::byte> back(p->first_bytes());
-        REQUIRE((*gpu)->copy_to_host(back, p->first(), 0).ok());
-        CHECK(std::equal(back.begin(), back.end(), data.begin() + static_cast<std::ptrdiff_t>(offset)));
-      }
-      const Released out = residency.release(**gpu);
-      CHECK(out.status.ok());
-      CHECK((*gpu)->counters().live_allocations == live_before);
-      if (!failed) break;
-      ++runs_failed;
-    }
-    MESSAGE(runs_failed << " loads with an allocation failed");
-    CHECK(runs_failed > 5);
-  }
+  ResidencyLoadOptions lo;
+  lo.read_cached = true;  // the file was just written: read it anyway
+  each_allocation_failing(
+      **gpu, m, *plan, "loads", [&](Residency& residency) { (void)residency.load(lo); },
+      [&](Residency& residency) {  // every value pins (none waits on a load that is gone), and is right
+        for (const PlannedDerivation& d : *plan) {
+          auto p = residency.pin(d);
+          REQUIRE_MESSAGE(p.ok(), p.error().to_string());
+        }
+        for (const auto& [name, offset] :
+             {std::pair{"w0", OrphanedPrefixModel::kW0Offset}, std::pair{"w1", OrphanedPrefixModel::kW1Offset},
+              std::pair{"w2", OrphanedPrefixModel::kW2Offset}}) {
+          auto p = residency.pin(*m.value_id(name));
+          REQUIRE_MESSAGE(p.ok(), p.error().to_string());
+          std::vector<std::byte> back(p->first_bytes());
+          REQUIRE((*gpu)->copy_to_host(back, p->first(), 0).ok());
+          CHECK(std::equal(back.begin(), back.end(), data.begin() + static_cast<std::ptrdiff_t>(offset)));
+        }
+      });
 }
