@@ -31,9 +31,14 @@
 //
 // --paired N prints, instead of Google Benchmark's run, a table of the
 // past cases the --benchmark_filter regex matches, each ratio the median
-// of N rounds that time kernel and copy in turn (run_paired says why).
+// of N rounds that time kernel and copy in turn (run_paired says why); on
+// the CPU backend each round also times the case's traffic with no
+// arithmetic (traffic_stream.hpp), the limit a copy-ratio target may sit
+// above on a machine whose writes are slower than its reads.
 #include <ballast/backend_registry.hpp>
 #include <ballast/gpu_backend.hpp>
+
+#include "traffic_stream.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -286,9 +291,18 @@ double ms_since(std::chrono::steady_clock::time_point t) {
 // compares different moments; a round here lasts tens of milliseconds, so
 // both sides of each ratio see the same machine. The quartiles of the
 // rounds' ratios are printed beside it.
+//
+// On the CPU backend a third side runs in each round: the TrafficStream
+// (traffic_stream.hpp), the case's bytes read and written with no
+// arithmetic, whose ratio to the copy says how near the copy a kernel of
+// that traffic could come on this machine, and the kernel's ratio to it how
+// much of that its arithmetic costs.
 struct Paired {
   std::vector<double> kernel, copy, ratio;
+  std::vector<double> stream, of_stream, stream_vs_copy;  // empty off the CPU backend
 };
+
+std::unique_ptr<bench::TrafficStream> g_stream;  // set on the CPU backend
 
 // Bytes per second of `op` moving `bytes` per call, calls repeated for at
 // least 10 ms.
@@ -334,18 +348,50 @@ Result<Paired> paired(const Case& c, int rounds) {
     BALLAST_RETURN_IF_ERROR(g_backend->copy_device(*to, 0, *from, 0, bytes / 2));
     return g_backend->synchronize();
   };
+  // The stream's operands: the case's read bytes (source, scales, zero
+  // points) and written bytes (both outputs), CPU device pointers being host
+  // addresses.
+  const std::uint64_t read_bytes = sizes->src_bytes + sizes->scales_bytes + sizes->zero_point_bytes;
+  const std::uint64_t write_bytes = sizes->dst_bytes + sizes->dst2_bytes;
+  std::byte *stream_src = nullptr, *stream_dst = nullptr;
+  if (g_stream) {
+    auto in = copy_buffers.add(read_bytes, 8), out = copy_buffers.add(write_bytes, 9);
+    if (!in) return in.status();
+    if (!out) return out.status();
+    stream_src = reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(*in));
+    stream_dst = reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(*out));
+  }
+  auto stream = [&]() -> Status {
+    g_stream->run(stream_src, read_bytes, stream_dst, write_bytes);
+    return {};
+  };
   BALLAST_RETURN_IF_ERROR(derive());  // each once untimed: first touches, first launches
   BALLAST_RETURN_IF_ERROR(copy());
+  if (g_stream) {
+    // The first run also proves the stream writes every line it is timed for.
+    std::memset(stream_dst, 0, write_bytes);
+    BALLAST_RETURN_IF_ERROR(stream());
+    for (std::uint64_t at = 0; at + 64 <= write_bytes; at += 64) {
+      std::uint64_t word = 0;
+      std::memcpy(&word, stream_dst + at, sizeof word);
+      if (word == 0)
+        return make_error(ErrorCode::internal,
+                          "the traffic stream left the line at " + std::to_string(at) + " unwritten");
+    }
+  }
   Paired p;
+  const int sides = g_stream ? 3 : 2;
   for (int r = 0; r < rounds; ++r) {
-    double got[2] = {};
-    for (int k = 0; k < 2; ++k) {
-      const int side = (r + k) % 2;  // alternating, so neither side always runs first
-      auto gbs = side == 0 ? timed(derive, bytes) : timed(copy, bytes);
+    double got[3] = {};
+    for (int k = 0; k < sides; ++k) {
+      const int side = (r + k) % sides;  // rotating, so no side always runs first
+      auto gbs = side == 0 ? timed(derive, bytes) : side == 1 ? timed(copy, bytes) : timed(stream, bytes);
       if (!gbs) return gbs.status();
       got[side] = *gbs;
     }
     p.kernel.push_back(got[0]), p.copy.push_back(got[1]), p.ratio.push_back(got[0] / got[1]);
+    if (g_stream)
+      p.stream.push_back(got[2]), p.of_stream.push_back(got[0] / got[2]), p.stream_vs_copy.push_back(got[2] / got[1]);
   }
   return p;
 }
@@ -360,7 +406,13 @@ bool run_paired(const std::vector<Case>& all, const std::string& filter, int rou
     return false;
   }
   std::printf("paired: %d rounds per case; ratio = median of the rounds' ratios [lower, upper quartile]\n\n", rounds);
-  std::printf("%-56s %8s %8s %18s %7s\n", "derivation", "GB/s", "copy", "ratio", "target");
+  if (g_stream)
+    std::printf(
+        "stream: the case's bytes with no arithmetic (%s, %s); 'of stream' = derivation / stream,\n"
+        "'stream/copy' = how near the copy that traffic comes here (medians of the rounds' ratios)\n\n",
+        bench::TrafficStream::isa(), "1 MiB of output per chunk, streamed non-zero lines");
+  std::printf("%-56s %8s %8s %18s %7s%s\n", "derivation", "GB/s", "copy", "ratio", "target",
+              g_stream ? "   stream  of stream  stream/copy" : "");
   bool ok = true, all_met = true;
   for (const Case& c : all) {
     if (c.name.rfind("past/", 0) != 0 || !std::regex_search(c.name, match)) continue;
@@ -372,9 +424,16 @@ bool run_paired(const std::vector<Case>& all, const std::string& filter, int rou
     }
     const double ratio = median(p->ratio);
     all_met = all_met && ratio >= c.target;
-    std::printf("%-56s %8.1f %8.1f %5.2f [%.2f, %.2f] %6.1fx%s\n", c.name.c_str(), median(p->kernel) / 1e9,
+    std::string stream_columns;
+    if (!p->stream.empty()) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, " %8.1f %10.2f %12.2f", median(p->stream) / 1e9, median(p->of_stream),
+                    median(p->stream_vs_copy));
+      stream_columns = buf;
+    }
+    std::printf("%-56s %8.1f %8.1f %5.2f [%.2f, %.2f] %6.1fx%s%s\n", c.name.c_str(), median(p->kernel) / 1e9,
                 median(p->copy) / 1e9, ratio, quantile(p->ratio, 0.25), quantile(p->ratio, 0.75), c.target,
-                ratio >= c.target ? "" : "  BELOW TARGET");
+                stream_columns.c_str(), ratio >= c.target ? "" : "  BELOW TARGET");
   }
   std::printf("%s\n", all_met ? "all ratios meet their targets" : "some ratios are below target");
   return ok;
@@ -551,7 +610,10 @@ int main(int argc, char** argv) {
     all.push_back(scaled(c, llc / 4, "in"));
   }
   if (paired_rounds > 0) {
+    if (config.rfind("cpu", 0) == 0)
+      g_stream = std::make_unique<bench::TrafficStream>(bench::cpu_backend_threads(config.c_str()));
     const bool ran = run_paired(all, filter, paired_rounds);
+    g_stream.reset();
     g_backend.reset();
     return ran ? 0 : 1;
   }
