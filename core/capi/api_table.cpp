@@ -6,7 +6,7 @@
 
 namespace {
 
-constexpr ballast_api_v5 kApi{
+constexpr ballast_api_v6 kApi{{
     {
         {
             {
@@ -65,7 +65,7 @@ constexpr ballast_api_v5 kApi{
     },
     ballast_backend_extension,
     ballast_plugin_extension,
-};
+}};
 
 }  // namespace
 

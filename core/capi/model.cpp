@@ -22,6 +22,7 @@ void describe(ModelObject& m) {
     row.name = std::string(m.model.value_name(id));
     row.ref = &it->second;
     row.dtype = std::string(dtype_name(it->second.dtype));
+    if (m.model.format() == ModelFormat::gguf) row.gguf_type = std::string(dtype_gguf_name(it->second.dtype));
     row.bytes = it->second.byte_length();
     if (it->second.is_external()) {
       const ExternalLocation& ext = *it->second.external;
@@ -137,6 +138,7 @@ ballast_status* ballast_model_weight(const ballast_model* model, size_t index, b
     info.bytes = w.bytes;
     info.file = w.file.c_str();
     info.offset = w.offset;
+    info.gguf_type = w.gguf_type.c_str();
     return write_out(info, out);
   });
 }

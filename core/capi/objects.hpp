@@ -4,6 +4,7 @@
 // number of threads at once.
 #pragma once
 
+#include "capi/gate.hpp"
 #include "capi/handles.hpp"
 #include "capi/status.hpp"
 
@@ -15,7 +16,6 @@
 
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -23,6 +23,7 @@ namespace ballast::capi {
 
 struct WeightRow {
   std::string name, dtype, file;
+  std::string gguf_type;           // "" unless the model is GGUF
   const WeightRef* ref = nullptr;  // into the model's store (its map never changes after open)
   std::uint64_t bytes = 0, offset = 0;
 };
@@ -69,8 +70,9 @@ struct ResidencyObject {
   std::shared_ptr<BackendObject> backend;
   std::shared_ptr<const ModelObject> model;
   // Shared by every use; release() takes it alone (the C++ object's rule:
-  // release must not overlap other use), so in C it simply waits.
-  mutable std::shared_mutex gate;
+  // release must not overlap other use), so in C it simply waits
+  // (gate.hpp: who passes a waiting release).
+  mutable Gate gate;
   bool released = false;  // under `gate`
   // Residency::load() is one thread's at a time (C++); C callers' loads
   // take turns here (the second finds the first's values resident).
@@ -82,7 +84,7 @@ struct PinObject {
   std::shared_ptr<ResidencyObject> owner;  // first: outlives the pins below
   std::vector<Pinned> members;             // a group: its derivations, then its weights
   ~PinObject() {
-    std::shared_lock lock(owner->gate);
+    PassingLock lock(owner->gate);  // an unpin passes a waiting release (gate.hpp)
     members.clear();
   }
 };

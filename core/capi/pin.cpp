@@ -3,6 +3,7 @@
 // be evicted (and its pointer not reused) while it is read.
 #include "capi/objects.hpp"
 
+#include <shared_mutex>  // std::shared_lock, over capi::Gate
 #include <span>
 
 using namespace ballast;

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <shared_mutex>  // std::shared_lock, over capi::Gate
 
 using namespace ballast;
 using namespace ballast::capi;
@@ -68,7 +69,7 @@ ballast_status* to_options(const ballast_residency_options& in, const ModelObjec
 // A residency handle's object, shared-locked and not yet released.
 struct Using {
   std::shared_ptr<ResidencyObject> object;
-  std::shared_lock<std::shared_mutex> lock;
+  std::shared_lock<Gate> lock;
 };
 
 ballast_status* use(const ballast_residency* handle, Using& u) {

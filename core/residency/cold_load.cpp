@@ -233,10 +233,8 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
       report.populated_bytes += *populated;
     }
     for (ValueId id : registered) {
-      auto ptr = m.in_place(id);
-      if (!ptr.ok())
-        return std::move(ptr.error()).with_context("registering '" + std::string(m.model.value_name(id)) + "'");
-      if (*ptr)
+      BALLAST_ASSIGN_OR_RETURN(auto ptr, m.in_place(id));  // its error names the weight
+      if (ptr)
         ++report.zero_copy_weights;
       else
         uploads_instead.push_back(id);  // an upload from now on: copied last (step 6)

@@ -113,7 +113,12 @@ ResidencyStrategy Residency::Impl::strategy_of(ValueId id) const noexcept {
 }
 
 Result<std::optional<DevicePtr>> Residency::Impl::in_place(ValueId id) {
-  BALLAST_ASSIGN_OR_RETURN(auto ptr, registrations->resolve_in_place(id));
+  auto resolved = registrations->resolve_in_place(id);
+  // Named as a page-in is ("paging in weight 'x'"): a file changed under a
+  // zero-copy weight said only which derivation pinned it.
+  if (!resolved.ok())
+    return std::move(resolved.error()).with_context("registering weight '" + std::string(model.value_name(id)) + "'");
+  const std::optional<DevicePtr> ptr = *resolved;
   if (!ptr) {
     std::lock_guard lock(uploaded_instead_mutex);
     uploaded_instead.insert(id);

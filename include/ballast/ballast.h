@@ -46,7 +46,7 @@
 #define BALLAST_C_API
 #endif
 
-#define BALLAST_C_API_VERSION 5u
+#define BALLAST_C_API_VERSION 6u
 /* type x = BALLAST_INIT(type);  sets x.size, zeroes the rest */
 #ifdef __cplusplus
 template <class T>
@@ -100,6 +100,10 @@ typedef struct ballast_weight_info {
   uint64_t bytes;
   const char* file;          /* data file holding it; "" when stored inline in the model file */
   uint64_t offset;           /* byte offset in `file` (0 when inline) */
+  /* Appended in version 6: GGUF's own name of the type ("Q4_K", "F32",
+     as `ballast inspect` prints it) for a weight of a GGUF model; "" for
+     the other formats, whose type names are `dtype`'s. */
+  const char* gguf_type;
 } ballast_weight_info;
 
 typedef struct ballast_accounting {
@@ -467,6 +471,12 @@ typedef struct ballast_api_v5 {
   ballast_status* (*backend_extension)(const ballast_backend*, const char*, void**);
   ballast_status* (*plugin_extension)(const char*, const char*, void**);
 } ballast_api_v5;
+
+/* Version 6: version 5's table (version 6 appended a struct field,
+   ballast_weight_info.gguf_type, and no function). */
+typedef struct ballast_api_v6 {
+  ballast_api_v5 v5;
+} ballast_api_v6;
 
 /* The table for `version` (a pointer to static data, never freed; cast it to
  * that version's struct), or NULL when this library is older than `version`. */

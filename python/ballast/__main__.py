@@ -17,8 +17,9 @@ def _inspect(path, as_json):
     weights, acc = model.weights, model.accounting
     if as_json:
         json.dump({"model": path, "format": model.format,
-                   "weights": [{"name": w.name, "dtype": w.dtype, "dims": list(w.dims), "bytes": w.bytes,
-                                "file": w.file, "offset": w.offset} for w in weights],
+                   "weights": [dict({"name": w.name, "dtype": w.dtype, "dims": list(w.dims), "bytes": w.bytes,
+                                     "file": w.file, "offset": w.offset},
+                                    **({"gguf_type": w.gguf_type} if w.gguf_type else {})) for w in weights],
                    "accounting": {"mapped_bytes": acc.mapped_bytes, "referenced_bytes": acc.referenced_bytes,
                                   "header_bytes": acc.header_bytes, "dead_bytes": acc.dead_bytes,
                                   "files": acc.files,
@@ -29,7 +30,8 @@ def _inspect(path, as_json):
     print("model: %s (%s), %d weights" % (path, model.format, len(weights)))
     for w in weights:
         where = "inline" if not w.file else "%s @ %d" % (w.file, w.offset)
-        print("  %-40s %-8s %-18s %10d B  %s" % (w.name, w.dtype, "[" + ", ".join(map(str, w.dims)) + "]",
+        # A GGUF weight's type by GGUF's name, as the command line prints it.
+        print("  %-40s %-8s %-18s %10d B  %s" % (w.name, w.gguf_type or w.dtype, "[" + ", ".join(map(str, w.dims)) + "]",
                                                  w.bytes, where))
     print("accounting: mapped %d B, referenced %d B, header %d B, dead %d B in %d range(s) over %d file(s)"
           % (acc.mapped_bytes, acc.referenced_bytes, acc.header_bytes, acc.dead_bytes, len(acc.dead_ranges),

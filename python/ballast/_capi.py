@@ -15,7 +15,7 @@ import os
 
 from .errors import BallastError
 
-API_VERSION = 5  # the C API version this module is written against
+API_VERSION = 6  # the C API version this module is written against
 
 c_status = ctypes.c_void_p  # ballast_status*
 c_handle = ctypes.c_void_p  # every opaque handle
@@ -24,7 +24,8 @@ c_handle = ctypes.c_void_p  # every opaque handle
 class WeightInfo(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("name", ctypes.c_char_p), ("dtype", ctypes.c_char_p),
                 ("ndims", ctypes.c_size_t), ("dims", ctypes.POINTER(ctypes.c_int64)), ("bytes", ctypes.c_uint64),
-                ("file", ctypes.c_char_p), ("offset", ctypes.c_uint64)]
+                ("file", ctypes.c_char_p), ("offset", ctypes.c_uint64),
+                ("gguf_type", ctypes.c_char_p)]  # version 6
 
 
 class Accounting(ctypes.Structure):

@@ -60,7 +60,9 @@ class _Handle:
 
 
 class Weight(dlpack.Exportable):
-    """One weight as stored: name, dtype, dims, bytes, file, offset. On the
+    """One weight as stored: name, dtype, dims, bytes, file, offset, and for
+    a GGUF model gguf_type, GGUF's name of the type ("Q4_K"; "" for the
+    other formats, as `ballast inspect` prints them). On the
     host in the model's mapping, so it exports without a copy
     (numpy(), __dlpack__); read-only: never write through the array."""
 
@@ -75,6 +77,7 @@ class Weight(dlpack.Exportable):
         self.bytes = int(info.bytes)
         self.file = text(info.file)
         self.offset = int(info.offset)
+        self.gguf_type = text(info.gguf_type)
 
     def __repr__(self):
         return "Weight(%r, %s%s, %d bytes)" % (self.name, self.dtype, list(self.dims), self.bytes)

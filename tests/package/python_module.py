@@ -13,6 +13,7 @@ the command lines of tools/gen), conformance, vulkan. Exit 0 passed, 1
 failed, 77 skipped.
 """
 import gc
+import json
 import os
 import subprocess
 import sys
@@ -187,6 +188,24 @@ if step in ("numpy", "torch"):
     # GGUF blocks dequantized, and a checkpoint planned by the rules (no graph).
     compare_with_dump(os.path.join(models, "gguf/llama.gguf"), take, as_numpy, strategy="paged")
     compare_with_dump(os.path.join(models, "safetensors/sharded/model.safetensors.index.json"), take, as_numpy)
+    # python3 -m ballast inspect names a GGUF weight's type as the command
+    # line does (Q4_K, not the library's q4_k), in its text and its JSON.
+    types_path = os.path.join(models, "gguf/types.gguf")
+
+    def inspect_of(*command):
+        return subprocess.run([*command, "inspect", types_path, "--json"], capture_output=True, text=True,
+                              check=True).stdout
+
+    py = json.loads(inspect_of(sys.executable, "-m", "ballast"))
+    cli = json.loads(inspect_of(os.path.join(moved, "bin", "ballast")))
+    py_types = {w["name"]: w.get("gguf_type") for w in py["weights"]}
+    cli_types = {w["name"]: w.get("gguf_type") for w in cli["weights"]}
+    text_lines = subprocess.run([sys.executable, "-m", "ballast", "inspect", types_path], capture_output=True,
+                                text=True, check=True).stdout.splitlines()
+    untyped = [n for n, t in py_types.items() if not any(line.split()[:2] == [n, t] for line in text_lines)]
+    expect(py_types == cli_types and "Q4_K" in py_types.values() and "F32" in py_types.values() and not untyped,
+           "python -m ballast inspect types.gguf: GGUF type names as the CLI's (%d weights; not in the text: %s)"
+           % (len(py_types), untyped))
     if step == "numpy":
         # Every format and dtype ballast reads: each weight's .numpy() is its
         # bytes as stored (bfloat16 as uint16 bits, bool as bool, GGUF blocks

@@ -11,12 +11,15 @@
 #include <ballast/derivation.hpp>
 #include <ballast/log.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <dlfcn.h>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using ballast::test_models::OrphanedPrefixModel;
@@ -191,7 +194,18 @@ TEST_CASE("safetensors and GGUF open through the same call") {
   CHECK(w.dims[0] == 2);  // ne reversed
   CHECK(w.dims[1] == 8);
   CHECK(w.bytes == 64);
+  CHECK(std::string(w.dtype) == "float");
+  CHECK(std::string(w.gguf_type) == "F32");  // version 6: GGUF's own name, as `ballast inspect` prints it
   CAPI_OK(ballast_model_free(g));
+  const auto q = dir.write("q.gguf", gguf_file({}, {tinfo("q.weight", {32, 2}, kQ4_0, 0)}, 64));
+  CAPI_OK(ballast_model_open(q.c_str(), &g));
+  CAPI_OK(ballast_model_weight(g, 0, &w));
+  CHECK(std::string(w.dtype) == "q4_0");
+  CHECK(std::string(w.gguf_type) == "Q4_0");
+  CAPI_OK(ballast_model_free(g));
+  ballast_weight_info s = BALLAST_INIT(ballast_weight_info);
+  CAPI_OK(ballast_model_weight(o.model, 0, &s));
+  CHECK(std::string(s.gguf_type).empty());  // the other formats: their names are dtype's
 
   ballast_model* bad = nullptr;
   CAPI_FAILS(ballast_model_open(dir.write("junk.bin", std::string("not a model")).c_str(), &bad), BALLAST_E_UNSUPPORTED);
@@ -377,6 +391,60 @@ TEST_CASE("paged residency with layers: groups, pin a group, prefetch, a budget 
   ballast_residency* small = nullptr;
   CAPI_FAILS(ballast_residency_create(o.backend, o.model, &opt, &small), BALLAST_E_INVALID_ARGUMENT);
   CHECK(small == nullptr);
+}
+
+TEST_CASE("a release waiting behind a pin_group that waits for room does not hold back the unpin that makes it") {
+  // Before capi::Gate, the unpin went through only because glibc's
+  // std::shared_mutex lets a reader pass a waiting writer; elsewhere the
+  // pin_group waited out its whole wait_ms and failed.
+  ScratchDir dir("capi-gate");
+  const auto m = OrphanedPrefixModel::write(dir.path());
+  Opened o;
+  CAPI_OK(ballast_model_open(m.onnx.c_str(), &o.model));
+  CAPI_OK(ballast_backend_open("cpu", &o.backend));
+  ballast_residency_options opt = BALLAST_INIT(ballast_residency_options);
+  opt.strategy = BALLAST_PAGED;
+  opt.group_by_layer = "w";  // group 0: w0's transpose; group 2: w2's
+  opt.kinds = 1u << 0;       // transpose only
+  // w0's transpose is built beside its source (2 x 24576 bytes); with w2's
+  // transpose (4096) pinned, that does not fit.
+  opt.budget_bytes = 2 * OrphanedPrefixModel::kW0Bytes + 2048;
+  ballast_residency* res = nullptr;
+  CAPI_OK(ballast_residency_create(o.backend, o.model, &opt, &res));
+  ballast_pin* w2 = nullptr;
+  CAPI_OK(ballast_residency_pin_group(res, 2, 0, &w2));
+  std::atomic<bool> pinned{false}, released{false};
+  ballast_pin* w0 = nullptr;
+  ballast_status* pin_status = nullptr;
+  ballast_status* release_status = nullptr;
+  const auto start = std::chrono::steady_clock::now();
+  std::thread pinner([&] {
+    pin_status = ballast_residency_pin_group(res, 0, 20000, &w0);
+    pinned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  REQUIRE_FALSE(pinned.load());  // waiting for room
+  std::thread releaser([&] {
+    release_status = ballast_residency_release(res, nullptr);
+    released = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK_FALSE(released.load());   // behind the pin_group
+  CAPI_OK(ballast_pin_free(w2));  // the room
+  pinner.join();
+  releaser.join();
+  const auto waited = std::chrono::steady_clock::now() - start;
+  CHECK(pin_status == nullptr);
+  // The release ran after the pin_group returned: it found w0's pin (and
+  // says so; the engine freed it too late), freed the values, and is done.
+  REQUIRE(release_status != nullptr);
+  CHECK(ballast_status_code(release_status) == BALLAST_E_INVALID_ARGUMENT);
+  CHECK(std::string(ballast_status_message(release_status)).find("1 value(s) still pinned") != std::string::npos);
+  ballast_status_free(pin_status);
+  ballast_status_free(release_status);
+  CHECK(waited < std::chrono::seconds(10));  // not the pin_group's 20 s
+  if (w0 != nullptr) CAPI_OK(ballast_pin_free(w0));
+  CAPI_OK(ballast_residency_free(res));
 }
 
 TEST_CASE("per-weight overrides and derivations off") {
