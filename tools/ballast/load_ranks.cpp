@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <iostream>
 #include <sstream>
+#include <string>
 #include <thread>
 
 namespace ballast::cli {
@@ -34,8 +35,8 @@ std::string fixed3(double seconds) {
   return text;
 }
 
-// The element size a NumPy type string names ("<f4": 4).
-std::uint64_t descr_bytes(const std::string& descr) { return static_cast<std::uint64_t>(descr.back() - '0'); }
+// The element size a NumPy type string names ("<f4": 4, "<c16": 16).
+std::uint64_t descr_bytes(const std::string& descr) { return std::stoull(descr.substr(2)); }
 
 // What one rank did on its device.
 struct Placed {
