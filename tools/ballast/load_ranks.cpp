@@ -222,7 +222,7 @@ int run_load_ranks(const RanksOptions& opt) {
     for (auto& c : comms) c->fail(Status(who.empty() ? e : Error(e).with_context(who)));
     return ctx.exit_code();
   };
-  if (!ctx.load_model(opt.model)) return failed_step();
+  if (!ctx.load_model(opt.model, opt.load)) return failed_step();
   const Model& model = ctx.model();
   // derive --comm: the whole model's plan, cut to each rank's shards later.
   std::optional<std::vector<PlannedDerivation>> derivations;
