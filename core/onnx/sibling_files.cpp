@@ -70,6 +70,13 @@ Result<Sibling> SiblingOpener::open(const std::string& location) {
   auto opened = store::open_beneath(std::span<const store::Root* const>(roots, count), location);
   if (!opened) {
     Error e = refuse(std::move(opened.error()));
+    // As ONNX external data says it (external_data.cpp): a Hugging Face
+    // cache snapshot's shards are symlinks into ../../blobs/, and the
+    // refusal is where its reader learns of the option.
+    if (e.code == ErrorCode::path_escapes)
+      e.message += options_.allow_model_real_dir ? " (and outside the directory of " + namer_ + "'s real path)"
+                                                 : " (LoadOptions::allow_model_real_dir also admits the directory of " +
+                                                       namer_ + "'s real path, for symlinked caches)";
     e.file = joined.string();
     return e;
   }

@@ -41,6 +41,18 @@ class HeaderEvents final : public JsonEvents {
         metadata_seen_ = true;
         section_ = Section::metadata;
       } else {
+        // JSON may spell a NUL ("\u0000"), which the raw-byte check cannot
+        // see. The C API and Python read a name up to its first NUL, so
+        // "a\u0000x" and "a\u0000y" would be two weights both called "a"
+        // there, and neither found by its name.
+        if (const std::size_t nul = key.find('\0'); nul != std::string::npos) {
+          std::string spelled;  // Error::tensor as the JSON spells it: a C caller's copy of the error is whole
+          for (char c : key) spelled += c == '\0' ? std::string("\\u0000") : std::string(1, c);
+          return fail(ErrorCode::malformed,
+                      "tensor name holds a NUL character (U+0000); C callers would read it as " +
+                          onnx::shown(key.substr(0, nul)),
+                      spelled);
+        }
         if (tensors.size() >= limits_.max_tensors)
           return fail(ErrorCode::overflow, "header lists more than " + std::to_string(limits_.max_tensors) +
                                                " tensors (LoadOptions::max_tensors_per_file)", key);

@@ -20,9 +20,10 @@ from .errors import BallastError, Code
 CPU, CUDA, VULKAN, ROCM = 1, 2, 7, 10
 _DEVICE_OF_BACKEND = {"cpu": CPU, "cuda": CUDA, "hip": ROCM, "vulkan": VULKAN}
 
-# DLDataTypeCode: int 0, uint 1, float 2, bfloat 4, bool 6
+# DLDataTypeCode: int 0, uint 1, float 2, bfloat 4, complex 5, bool 6
 _DTYPES = {
     "float": (2, 32), "float16": (2, 16), "double": (2, 64), "bfloat16": (4, 16), "bool": (6, 8),
+    "complex64": (5, 64), "complex128": (5, 128),
     "int8": (0, 8), "int16": (0, 16), "int32": (0, 32), "int64": (0, 64),
     "uint8": (1, 8), "uint16": (1, 16), "uint32": (1, 32), "uint64": (1, 64),
 }

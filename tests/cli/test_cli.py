@@ -244,6 +244,34 @@ def test_hostile(cli, sample_dir, work):
         rc, _, err = cli("verify", flag, path)
         expect(rc == 0, "verify %s accepts the HF cache layout (got %d: %s)" % (flag, rc, err.strip()))
 
+    # The same layout for a sharded safetensors checkpoint, the form a
+    # Hugging Face download takes: `derive` takes the flag too (it had none,
+    # so no cached checkpoint could be derived), and the refusal names it.
+    import struct
+    st_cache = os.path.join(work, "hf_cache_st")
+    shutil.rmtree(st_cache, ignore_errors=True)
+    os.makedirs(os.path.join(st_cache, "blobs"))
+    os.makedirs(os.path.join(st_cache, "snapshots", "rev"))
+    weight = bytes(range(64))  # a [4, 4] float32 weight's bytes (any bytes: transpose moves them)
+    header = json.dumps({"model.layers.0.self_attn.q_proj.weight":
+                         {"dtype": "F32", "shape": [4, 4], "data_offsets": [0, 64]}}).encode()
+    header += b" " * (-len(header) % 8)
+    with open(os.path.join(st_cache, "blobs", "b0"), "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header + weight)
+    with open(os.path.join(st_cache, "blobs", "b1"), "w") as f:
+        json.dump({"metadata": {"total_size": 64},
+                   "weight_map": {"model.layers.0.self_attn.q_proj.weight": "model-00001-of-00001.safetensors"}}, f)
+    os.symlink("../../blobs/b0", os.path.join(st_cache, "snapshots", "rev", "model-00001-of-00001.safetensors"))
+    os.symlink("../../blobs/b1", os.path.join(st_cache, "snapshots", "rev", "model.safetensors.index.json"))
+    path = os.path.join(st_cache, "snapshots", "rev", "model.safetensors.index.json")
+    rc, _, err = cli("derive", "--backend", "cpu", path)
+    expect(rc == 2 and one_line_error(err, "path_escapes", "allow_model_real_dir"),
+           "derive HF cache checkpoint without the flag: path_escapes naming the option (got %d: %s)"
+           % (rc, err.strip()))
+    rc, out, err = cli("derive", "--backend", "cpu", "--allow-model-real-dir", path)
+    expect(rc == 0 and "transpose" in out,
+           "derive --allow-model-real-dir derives the HF cache checkpoint (got %d: %s)" % (rc, err.strip()))
+
     # A FIFO where the data file should be: refused, never opened for reading.
     path = copy_sample(sample_dir, os.path.join(work, "hostile_fifo"))
     os.remove(os.path.join(os.path.dirname(path), "sample.weights"))

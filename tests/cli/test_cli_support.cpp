@@ -1,6 +1,7 @@
 // The CLI's shared helpers: human sizes, tables, digests, the dead-weight map,
 // the per-file accounting that inspect prints and compact's wire rewriter.
 #include "support/budget.hpp"
+#include "support/derived_dump.hpp"
 #include "support/format.hpp"
 #include "support/hash.hpp"
 #include "support/model.hpp"
@@ -11,6 +12,7 @@
 
 #include "unit/onnx/external_fixture.hpp"
 
+#include <ballast/dtype.hpp>
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -39,6 +41,25 @@ std::size_t count(const std::string& text, const std::string& needle) {
 }
 
 }  // namespace
+
+TEST_CASE("npy_descr: every whole-byte type's NumPy item size is its element size") {
+  // A .npy whose type string is narrower than its elements holds a fraction
+  // of the value (complex64 was "|u1": a transposed C64 weight's dump read
+  // back as 1/8 of it). Block types are dumped as bytes of their own shape.
+  int checked = 0;
+  for (std::int32_t raw = 0; raw < 4096; ++raw) {
+    if (!ballast::is_known_dtype(raw)) continue;
+    const auto t = static_cast<ballast::DataType>(raw);
+    const unsigned bits = ballast::dtype_bits(t);
+    if (bits == 0 || bits % 8 != 0 || ballast::dtype_block(t)) continue;
+    const std::string descr = cli::npy_descr(t);
+    CAPTURE(ballast::dtype_name(t));
+    CHECK(std::stoul(descr.substr(2)) == bits / 8);
+    ++checked;
+  }
+  CHECK(checked >= 20);
+  CHECK(cli::npy_descr(ballast::DataType::complex64) == "<c8");
+}
 
 TEST_CASE("human_bytes uses powers of 1024 with two decimals and exact bytes below 1 KiB") {
   CHECK(cli::human_bytes(0) == "0 B");

@@ -225,6 +225,9 @@ if step in ("numpy", "torch"):
                            % w.name)
                 if w.dtype == "bool":
                     expect(a.dtype == numpy.bool_, "%s: bool as bool" % w.name)
+                if w.dtype == "complex64":  # DLPack's kDLComplex, not the bytes
+                    expect(a.dtype == numpy.complex64 and list(a.shape) == list(w.dims), "%s: complex64 as complex64"
+                           % w.name)
             del other, ws
     if step == "torch":
         ten = torch.from_dlpack(w0)

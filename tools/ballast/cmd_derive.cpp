@@ -40,6 +40,7 @@ namespace {
 
 struct DeriveOptions {
   std::string model;
+  LoadOptions load;  // --allow-model-real-dir
   std::string backend = "cpu";
   std::string dump;  // empty: no --dump
   bool json = false;
@@ -170,6 +171,7 @@ int run_derive(const DeriveOptions& opt) {
     ranks.command = "derive";
     ranks.max_amplification = opt.max_amplification;
     ranks.model = opt.model;
+    ranks.load = opt.load;
     ranks.backend = opt.backend;
     ranks.comm = opt.comm;
     ranks.dump = opt.dump;
@@ -193,7 +195,7 @@ int run_derive(const DeriveOptions& opt) {
   planning.max_amplification = opt.max_amplification;
   if (!opt.rules.empty())
     if (Status s = read_rules_file(opt.rules, planning); !s.ok()) return ctx.fail(s.error());
-  if (!ctx.load_model(opt.model) || !ctx.plan_derivations(std::move(planning))) return ctx.exit_code();
+  if (!ctx.load_model(opt.model, opt.load) || !ctx.plan_derivations(std::move(planning))) return ctx.exit_code();
   if (residency && !opt.only.empty()) {  // --only needs --residency
     keep_only(ctx.plan(), opt.only);
     residency->derivations = ctx.plan();  // auto (and the largest-entry check) counts only what this run pins
@@ -246,6 +248,10 @@ const RegisterCommand kDerive{{
       sub.add_option("--backend", opt->backend, "backend config string, e.g. cpu, vulkan:0, cuda:GPU-<uuid>")
           ->capture_default_str();
       sub.add_option("--dump", opt->dump, "write every derived tensor to DIR as .npy (pairs as two files)");
+      // As inspect, verify and compact take it: a Hugging Face cache
+      // snapshot's shards are symlinks into ../../blobs/, refused without it.
+      sub.add_flag("--allow-model-real-dir", opt->load.allow_model_real_dir,
+                   "also accept data files beneath the folder of the model file's real path (symlinked caches)");
       sub.add_flag("--json", opt->json,
                    "print the report as one JSON document (schema in docs/tools.md); with --comm, one per rank, a line each");
       add_amplification_option(sub, opt->max_amplification,

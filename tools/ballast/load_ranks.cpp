@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <iostream>
 #include <sstream>
+#include <string>
 #include <thread>
 
 namespace ballast::cli {
@@ -34,8 +35,8 @@ std::string fixed3(double seconds) {
   return text;
 }
 
-// The element size a NumPy type string names ("<f4": 4).
-std::uint64_t descr_bytes(const std::string& descr) { return static_cast<std::uint64_t>(descr.back() - '0'); }
+// The element size a NumPy type string names ("<f4": 4, "<c16": 16).
+std::uint64_t descr_bytes(const std::string& descr) { return std::stoull(descr.substr(2)); }
 
 // What one rank did on its device.
 struct Placed {
@@ -221,7 +222,7 @@ int run_load_ranks(const RanksOptions& opt) {
     for (auto& c : comms) c->fail(Status(who.empty() ? e : Error(e).with_context(who)));
     return ctx.exit_code();
   };
-  if (!ctx.load_model(opt.model)) return failed_step();
+  if (!ctx.load_model(opt.model, opt.load)) return failed_step();
   const Model& model = ctx.model();
   // derive --comm: the whole model's plan, cut to each rank's shards later.
   std::optional<std::vector<PlannedDerivation>> derivations;

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <ballast/derive.hpp>
+#include <ballast/model.hpp>
 #include <ballast/read_plan.hpp>
 
 #include <cstdint>
@@ -37,6 +38,7 @@ struct CommOptions {
 
 struct RanksOptions {
   std::string model;
+  LoadOptions load;  // derive --allow-model-real-dir: how the model opens
   std::string backend = "cpu";
   CommOptions comm;
   std::string dump;

@@ -64,6 +64,9 @@ std::vector<Case> header_cases() {
   // nlohmann's lexer stops at NUL: what follows one must not vanish unread.
   c.push_back({"a NUL, then more JSON", raw(std::string("{}\0{\"a\":{}}", 12)), ErrorCode::malformed, "a NUL byte"});
   c.push_back({"a NUL inside a string", raw(std::string("{\"a\0\":1}", 8)), ErrorCode::malformed, "a NUL byte"});
+  // JSON's escape for NUL passes the raw-byte check; a C caller would read "a".
+  c.push_back({"a tensor name with \\u0000", raw(R"({"a\u0000x":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}})", 1),
+               ErrorCode::malformed, "NUL character", "a\\u0000x"});
   c.push_back({"truncated JSON", raw("{\"a\":{\"dtype\""), ErrorCode::malformed, "not valid JSON"});
   c.push_back({"a tensor twice", raw("{" + t("a", "U8", "[1]", "[0,1]") + "," + t("a", "U8", "[1]", "[1,2]") + "}", 2),
                ErrorCode::malformed, "appears twice", "a"});

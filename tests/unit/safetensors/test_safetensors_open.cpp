@@ -293,6 +293,34 @@ TEST_CASE("index errors name both sides") {
   }
 }
 
+TEST_CASE("a Hugging Face cache snapshot: shards are symlinks into ../../blobs/, opened with allow_model_real_dir") {
+  ScratchDir cache("st-hf-cache");
+  const std::filesystem::path blobs = cache.path() / "blobs", snapshot = cache.path() / "snapshots" / "rev";
+  std::filesystem::create_directories(blobs);
+  std::filesystem::create_directories(snapshot);
+  cache.write("blobs/1f3a", st_file({{"x", "U8", {4}, pattern(4)}}));
+  cache.write("blobs/9c2e", st_file({{"y", "F32", {2}, pattern(8, 3)}}));
+  const std::string index =
+      index_json({{"x", "model-00001-of-00002.safetensors"}, {"y", "model-00002-of-00002.safetensors"}});
+  cache.write("blobs/77d0", std::vector<std::uint8_t>(index.begin(), index.end()));
+  std::filesystem::create_symlink("../../blobs/1f3a", snapshot / "model-00001-of-00002.safetensors");
+  std::filesystem::create_symlink("../../blobs/9c2e", snapshot / "model-00002-of-00002.safetensors");
+  std::filesystem::create_symlink("../../blobs/77d0", snapshot / "model.safetensors.index.json");
+  const auto path = snapshot / "model.safetensors.index.json";
+  // Refused by default, and the refusal names the option that admits it
+  // (as ONNX external data's does).
+  auto refused = open_model(path);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.error().code == ErrorCode::path_escapes);
+  CHECK_MESSAGE(refused.error().message.find("allow_model_real_dir") != std::string::npos, refused.error().message);
+  LoadOptions o;
+  o.allow_model_real_dir = true;
+  auto model = open_model(path, o);
+  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+  CHECK(bytes_of(*model, "x") == pattern(4));
+  CHECK(bytes_of(*model, "y") == pattern(8, 3));
+}
+
 TEST_CASE("open_model still opens ONNX, and refuses what it cannot read by name") {
   ScratchDir dir("st-detect");
   // A minimal ModelProto: ir_version 8.

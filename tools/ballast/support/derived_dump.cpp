@@ -19,6 +19,11 @@ std::string npy_descr(DataType t) {
     case DataType::int64: return "<i8";
     case DataType::int8: return "|i1";
     case DataType::bool_: return "|b1";
+    // NumPy's complex64 is two little-endian float32, as ONNX and
+    // safetensors (C64) store it; "|u1" would say 1 byte per element and
+    // cut a transposed complex weight's file to an eighth.
+    case DataType::complex64: return "<c8";
+    case DataType::complex128: return "<c16";
     default: return "|u1";
   }
 }

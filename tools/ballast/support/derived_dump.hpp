@@ -19,8 +19,8 @@
 namespace ballast::cli {
 
 // The NumPy type string of elements of type `t`. bfloat16 has no NumPy
-// type: its bits are written as uint16; types NumPy lacks (GGUF blocks) as
-// bytes ("|u1").
+// type: its bits are written as uint16; types NumPy lacks (float8, GGUF
+// blocks) as bytes ("|u1"). Every whole-byte type's string has its size.
 std::string npy_descr(DataType t);
 
 // The file stem of each planned derivation, in plan order: the weight's name;
