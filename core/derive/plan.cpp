@@ -342,9 +342,16 @@ Result<PlannedDerivation> plan_derivation(const Model& model, std::string_view w
                                                  std::string(derivation_name(kind)));
   if (w->dims.size() != 2 || (w->dtype != DataType::float32 && w->dtype != DataType::float16 &&
                               !(kind == Derivation::transpose && dtype_bits(w->dtype) >= 8) &&
-                              !(kind == Derivation::to_f16 && w->dtype == DataType::bfloat16)))
-    return fail(ErrorCode::invalid_argument,
-                "needs a 2-D float32 or float16 weight (transpose: any whole-byte type; to_f16: float32 or bfloat16)");
+                              !(kind == Derivation::to_f16 && w->dtype == DataType::bfloat16))) {
+    // Said for the kind asked (a 1-D weight's transpose was told it needed
+    // float32 or float16, which was not what it lacked).
+    const char* needs = kind == Derivation::transpose ? "a 2-D weight of a whole-byte type"
+                        : kind == Derivation::to_f16  ? "a 2-D float32 or bfloat16 weight"
+                                                      : "a 2-D float32 or float16 weight";
+    return fail(ErrorCode::invalid_argument, std::string(derivation_name(kind)) + " needs " + needs + "; this one is " +
+                                                 std::to_string(w->dims.size()) + "-D " +
+                                                 std::string(dtype_name(w->dtype)));
+  }
   if (kind == Derivation::to_f16 && w->dtype != DataType::float32 && w->dtype != DataType::bfloat16)
     return fail(ErrorCode::invalid_argument, "to_f16 needs a float32 or bfloat16 weight");
   if (kind == Derivation::quant_int8_given_max)

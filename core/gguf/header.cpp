@@ -273,6 +273,14 @@ Status Parser::tensor_info(Header& h, std::unordered_set<std::string_view>& name
   if (auto bad = safetensors::first_invalid_utf8(name))
     return at(ErrorCode::malformed, "tensor name is not UTF-8 (byte " + std::to_string(*bad) + ")",
               t.info_offset + 8 + *bad);
+  // As safetensors' header refuses "\u0000" (a NUL is valid UTF-8): the C
+  // API and Python read a name up to its first NUL, so "a\0x" and "a\0y"
+  // would both be "a" there, and neither found by its name.
+  if (const auto nul = name.find('\0'); nul != std::string_view::npos)
+    return at(ErrorCode::malformed,
+              "tensor name holds a NUL byte (byte " + std::to_string(nul) + "); C callers would read it as " +
+                  named(name.substr(0, nul)),
+              t.info_offset);
   tensor_ = name;
   if (!names.insert(name).second)
     return at(ErrorCode::malformed, "two tensors have this name; readers disagree on which counts", t.info_offset, name);

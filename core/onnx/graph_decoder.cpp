@@ -435,6 +435,18 @@ Status ModelDecoder::add_tensor(const WireField& tensor, WeightSource source, st
 
 Status ModelDecoder::add_weight(std::string_view name, WeightRef&& weight, std::uint64_t offset) {
   if (name.empty()) return error_at(ErrorCode::malformed, "weight without a name", name, offset);
+  // As safetensors' header refuses "\u0000": the C API and Python read a
+  // name up to its first NUL, so "a\0x" and "a\0y" would both be "a"
+  // there, and neither found by its name. (The error's tensor field spells
+  // the NUL, so a C caller's copy of it is whole.)
+  if (const auto nul = name.find('\0'); nul != std::string_view::npos) {
+    std::string spelled;
+    for (char c : name) spelled += c == '\0' ? std::string("\\x00") : std::string(1, c);
+    return error_at(
+        ErrorCode::malformed,
+        "weight name holds a NUL byte; C callers would read it as '" + std::string(name.substr(0, nul)) + "'", spelled,
+        offset);
+  }
   const ValueId id = model_.intern(name);
   auto [it, inserted] = store::StoreAccess::weights(model_.store).try_emplace(id, std::move(weight));
   if (!inserted) return error_at(ErrorCode::malformed, "duplicate weight name '" + std::string(name) + "'", name, offset);

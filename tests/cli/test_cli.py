@@ -271,6 +271,17 @@ def test_hostile(cli, sample_dir, work):
     rc, out, err = cli("derive", "--backend", "cpu", "--allow-model-real-dir", path)
     expect(rc == 0 and "transpose" in out,
            "derive --allow-model-real-dir derives the HF cache checkpoint (got %d: %s)" % (rc, err.strip()))
+    # Every command that opens a model takes the flag (and its older name):
+    # refused without it, opened with it.
+    for command in (["inspect"], ["verify"], ["load", "--backend", "cpu"],
+                    ["replay", "--backend", "cpu", "--tokens", "1"]):
+        rc, _, err = cli(*command, path)
+        expect(rc == 2 and one_line_error(err, "path_escapes", "allow_model_real_dir"),
+               "%s of the HF cache checkpoint without the flag: path_escapes naming the option (got %d: %s)"
+               % (command[0], rc, err.strip()))
+        for flag in ("--allow-model-real-dir", "--allow-external-outside-model-dir"):
+            rc, _, err = cli(*command, flag, path)
+            expect(rc == 0, "%s %s opens the HF cache checkpoint (got %d: %s)" % (command[0], flag, rc, err.strip()))
 
     # A FIFO where the data file should be: refused, never opened for reading.
     path = copy_sample(sample_dir, os.path.join(work, "hostile_fifo"))

@@ -175,19 +175,29 @@ def main():
            % (after.get("load", {}).get("cached_bytes"), after.get("load", {}).get("read", {}).get("bytes"),
               after.get("referenced_bytes"), err.strip()))
     half = doc["stats"]["budget_bytes"] // 2 if rc == 0 else 1 << 20
-    rc, doc, err = load("--residency", "paged", "--budget", str(half), "--cold")
-    expect(rc == 0 and doc.get("page_cache") == "keep" and doc["load"]["read"]["bytes"] > 0,
-           "paged at half the auto budget keeps the page cache (%s)" % err.strip())
-    rc, after, err = load()
+    for _ in range(3):  # another test's --cold may drop every file's cache meanwhile (the warm case below)
+        rc, doc, err = load("--residency", "paged", "--budget", str(half), "--cold")
+        expect(rc == 0 and doc.get("page_cache") == "keep" and doc["load"]["read"]["bytes"] > 0,
+               "paged at half the auto budget keeps the page cache (%s)" % err.strip())
+        rc, after, err = load()
+        if rc != 0 or after["load"]["cached_bytes"] > 0:
+            break
     expect(rc == 0 and after["load"]["cached_bytes"] > 0,
            "after paged at half the auto budget, what it read is cached (%s)" % err.strip())
 
     # Warm: copied from the mapping, nothing read. The file is read whole
-    # first (the loads above drop what they read from the page cache).
-    with open(os.path.join(model_dir, "llm.weights"), "rb") as f:
-        while f.read(8 << 20):
-            pass
-    rc, doc, err = load()
+    # first (the loads above drop what they read from the page cache). Run
+    # as root, another test's --cold may drop the whole system's page cache
+    # (/proc/sys/vm/drop_caches) between the warming and the load (seen
+    # with ctest -j2): a load that found less cached is tried again, warmed
+    # again, up to three times.
+    for _ in range(3):
+        with open(os.path.join(model_dir, "llm.weights"), "rb") as f:
+            while f.read(8 << 20):
+                pass
+        rc, doc, err = load()
+        if rc != 0 or doc["load"]["cached_bytes"] == doc["referenced_bytes"]:
+            break
     expect(rc == 0 and doc["load"]["read"]["bytes"] == 0 and doc["load"]["cached_bytes"] == doc["referenced_bytes"],
            "warm: every source from the page cache, nothing read (%s)" % err.strip())
 

@@ -6,6 +6,7 @@
 // names, its header and the index rewritten. docs/tools.md, "compact".
 #include "command.hpp"
 #include "command_context.hpp"
+#include "command_options.hpp"
 #include "support/format.hpp"
 #include "support/hash.hpp"
 #include "support/model.hpp"
@@ -764,8 +765,7 @@ const RegisterCommand kCompact{{
       sub.add_flag("--json", opt->json, "print one JSON document of the figures (schema in docs/tools.md)");
       sub.add_flag("--allow-holes", opt->load.allow_holes,
                    "open a safetensors file whose byte buffer has bytes no tensor covers (the copy has none)");
-      sub.add_flag("--allow-model-real-dir,--allow-external-outside-model-dir", opt->load.allow_model_real_dir,
-                   "also accept external data beneath the folder of the model file's real path (symlinked caches)");
+      add_model_real_dir_option(sub, opt->load);
       return [opt] { return compact_cmd::run(*opt); };
     },
 }};

@@ -248,10 +248,7 @@ const RegisterCommand kDerive{{
       sub.add_option("--backend", opt->backend, "backend config string, e.g. cpu, vulkan:0, cuda:GPU-<uuid>")
           ->capture_default_str();
       sub.add_option("--dump", opt->dump, "write every derived tensor to DIR as .npy (pairs as two files)");
-      // As inspect, verify and compact take it: a Hugging Face cache
-      // snapshot's shards are symlinks into ../../blobs/, refused without it.
-      sub.add_flag("--allow-model-real-dir", opt->load.allow_model_real_dir,
-                   "also accept data files beneath the folder of the model file's real path (symlinked caches)");
+      add_model_real_dir_option(sub, opt->load);
       sub.add_flag("--json", opt->json,
                    "print the report as one JSON document (schema in docs/tools.md); with --comm, one per rank, a line each");
       add_amplification_option(sub, opt->max_amplification,

@@ -403,8 +403,7 @@ const RegisterCommand kInspect{{
           ->type_name("FILE.svg");
       sub.add_flag("--allow-holes", opt->load.allow_holes,
                    "open a safetensors file whose byte buffer has bytes no tensor covers (reported as dead)");
-      sub.add_flag("--allow-model-real-dir,--allow-external-outside-model-dir", opt->load.allow_model_real_dir,
-                   "also accept external data beneath the folder of the model file's real path (symlinked caches)");
+      add_model_real_dir_option(sub, opt->load);
       add_amplification_option(sub, opt->max_amplification, "refuse an auto budget above R times the referenced bytes");
       auto* world = sub.add_option("--world", opt->world,
                                    "print the tensor-parallel shard plan of N ranks (docs/distributed.md)")

@@ -43,6 +43,7 @@ using json = nlohmann::ordered_json;
 
 struct LoadCommandOptions {
   std::string model;
+  LoadOptions load;  // --allow-model-real-dir
   std::string backend = "cpu";
   std::string residency = "upload";
   std::string budget;
@@ -91,12 +92,12 @@ Result<Run> run_once(const LoadCommandOptions& opt, GpuBackend& gpu, const Resid
                      const ResidencyLoadOptions& lo, bool mmap, std::string* cold_how) {
   Run run;
   if (cold_how != nullptr) {
-    auto probe = open_model(opt.model);
+    auto probe = open_model(opt.model, opt.load);
     if (!probe.ok()) return probe.error();
     BALLAST_ASSIGN_OR_RETURN(*cold_how, drop_caches(probe->store()));
   }
   const auto start = Clock::now();
-  auto model = open_model(opt.model);
+  auto model = open_model(opt.model, opt.load);
   if (!model.ok()) return model.error();
   BALLAST_ASSIGN_OR_RETURN(auto residency, Residency::create(gpu, *model, ro, "load"));
   if (mmap) {
@@ -149,7 +150,7 @@ Result<ReadAnchor> measure_read_anchor(const LoadCommandOptions& opt, const Read
   ReadAnchor best;
   for (std::uint32_t threads : {1u, 2u, 4u, 8u, 16u}) {
     if (opt.cold) {
-      auto model = open_model(opt.model);
+      auto model = open_model(opt.model, opt.load);
       if (!model.ok()) return model.error();
       BALLAST_ASSIGN_OR_RETURN(std::string how, drop_caches(model->store()));
     }
@@ -248,6 +249,7 @@ int run_load(const LoadCommandOptions& opt) {
                       "to measure one)");
     RanksOptions ranks;
     ranks.model = opt.model;
+    ranks.load = opt.load;
     ranks.backend = opt.backend;
     ranks.comm = opt.comm;
     ranks.dump = opt.dump;
@@ -255,7 +257,7 @@ int run_load(const LoadCommandOptions& opt) {
     ranks.read = lo.read;
     return run_load_ranks(ranks);
   }
-  if (!ctx.load_model(opt.model)) return ctx.exit_code();
+  if (!ctx.load_model(opt.model, opt.load)) return ctx.exit_code();
   // What the files hold that a load must read: the referenced bytes.
   const std::uint64_t referenced = ctx.model().store().referenced_weight_bytes().total;
   const ReadPlan whole = ReadPlan::of(ctx.model().store());
@@ -375,6 +377,7 @@ const RegisterCommand kLoad{{
           ->excludes(cold)
           ->excludes(mmap)
           ->excludes(anchor);
+      add_model_real_dir_option(sub, opt->load);
       sub.add_flag("--json", opt->json,
                    "print the report as one JSON document (schema in docs/tools.md); with --comm, one per rank, a line each");
       auto* comm = add_comm_options(sub, opt->comm, "reads its part and gets its shards");

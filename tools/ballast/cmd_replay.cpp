@@ -160,7 +160,7 @@ int run_replay(const ReplayOptions& opt) {
   CommandContext ctx("replay");
   auto options = residency_options(opt.residency, opt.budget);
   if (!options.ok()) return ctx.fail(options.error());
-  if (!ctx.load_model(opt.model)) return ctx.exit_code();
+  if (!ctx.load_model(opt.model, opt.load)) return ctx.exit_code();
   const Model& model = ctx.model();
   const DerivedMode mode = opt.derived == "all" ? DerivedMode::all : opt.derived == "none" ? DerivedMode::none : DerivedMode::first;
   PlanOptions planning;
@@ -234,6 +234,7 @@ const RegisterCommand kReplay{{
                      "derivations (JSON; docs/tools.md). Without it the built-in rules plan them")
           ->type_name("FILE");
       sub.add_flag("--json", opt->json, "print the report as one JSON document (schema in docs/tools.md)");
+      add_model_real_dir_option(sub, opt->load);
       sub.add_flag("--anchor", opt->anchor, "after the run, time a plain memcpy of the paged bytes out of the mapped files");
       return [opt] { return run_replay(*opt); };
     },

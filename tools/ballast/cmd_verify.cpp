@@ -3,6 +3,7 @@
 // and every data file is still the one opened, at its path (support_verify).
 #include "command.hpp"
 #include "command_context.hpp"
+#include "command_options.hpp"
 #include "support/format.hpp"
 #include "support/hash.hpp"
 #include "support/model.hpp"
@@ -67,8 +68,7 @@ const RegisterCommand kVerify{{
           ->required();
       sub.add_flag("--allow-holes", opt->load.allow_holes,
                    "open a safetensors file whose byte buffer has bytes no tensor covers (reported as dead)");
-      sub.add_flag("--allow-model-real-dir,--allow-external-outside-model-dir", opt->load.allow_model_real_dir,
-                   "also accept external data beneath the folder of the model file's real path (symlinked caches)");
+      add_model_real_dir_option(sub, opt->load);
       return [opt] { return run_verify(*opt); };
     },
 }};

@@ -23,6 +23,14 @@ inline void add_model_options(CLI::App& sub, std::string& model, std::string& ba
   sub.add_option("--backend", backend, "backend config string, e.g. cpu, vulkan:0")->capture_default_str();
 }
 
+// --allow-model-real-dir, for every command that opens a model (a Hugging
+// Face cache snapshot's files are symlinks into ../../blobs/, refused
+// without it); --allow-external-outside-model-dir is its older name.
+inline void add_model_real_dir_option(CLI::App& sub, LoadOptions& load) {
+  sub.add_flag("--allow-model-real-dir,--allow-external-outside-model-dir", load.allow_model_real_dir,
+               "also accept data files beneath the folder of the model file's real path (symlinked caches)");
+}
+
 inline void add_residency_options(CLI::App& sub, std::string& residency, std::string& budget) {
   sub.add_option("--residency", residency, "upload, zero-copy or paged")
       ->check(CLI::Validator(check_residency, "STRATEGY", "residency strategy"))

@@ -212,5 +212,15 @@ TEST_CASE("a bfloat16 checkpoint: transpose and to_f16 of its layers, by the bui
   CHECK(by_name->launch.src_type == DataType::bfloat16);
   auto int8 = plan_derivation(*m, "model.layers.0.mlp.up_proj.weight", Derivation::quant_int8);
   REQUIRE_FALSE(int8.ok());
-  CHECK(int8.error().message.find("needs a 2-D float32 or float16 weight") != std::string::npos);
+  CHECK(int8.error().message.find("quant_int8 needs a 2-D float32 or float16 weight; this one is 2-D bfloat16") !=
+        std::string::npos);
+  // Said for the kind asked: a 1-D weight's transpose lacks a dimension, not a type.
+  const std::vector<StTensor> norm = {
+      {"model.norm.weight", "BF16", {8}, std::vector<std::uint8_t>(bf16.begin(), bf16.begin() + 16)}};
+  auto n = open_model(dir.write("norm.safetensors", st_file(norm)));
+  REQUIRE_MESSAGE(n.ok(), n.error().to_string());
+  auto bias = plan_derivation(*n, "model.norm.weight", Derivation::transpose);
+  REQUIRE_FALSE(bias.ok());
+  CHECK(bias.error().message.find("transpose needs a 2-D weight of a whole-byte type; this one is 1-D") !=
+        std::string::npos);
 }

@@ -106,6 +106,8 @@ std::vector<Case> cases() {
                "a tensor name is empty"});
   c.push_back({"a tensor name that is not UTF-8", ghead(1, 0) + tinfo("\xed\xa0\x80", {1}, kF32, 0),
                ErrorCode::malformed, "not UTF-8"});
+  c.push_back({"a tensor name holding a NUL", ghead(1, 0) + tinfo(std::string("a\0x", 3), {1}, kF32, 0),
+               ErrorCode::malformed, "NUL byte (byte 1); C callers would read it as 'a'"});
   c.push_back({"a tensor twice", gguf_file({}, {f32_a, tinfo("a", {16}, kF32, 64)}, 128), ErrorCode::malformed,
                "two tensors have this name", "a"});
   c.push_back({"n_dims 5", ghead(1, 0) + tinfo("a", {1, 1, 1, 1, 1}, kF32, 0), ErrorCode::malformed, "at most 4", "a"});

@@ -367,4 +367,9 @@ TEST_CASE("empty and duplicate initializer names are refused, naming the weight"
   auto e = load_proto(empty);
   CHECK(e.code() == ErrorCode::malformed);
   CHECK(e.error().message.find("without a name") != std::string::npos);
+  // A NUL inside a name: C callers would read "a\0x" and "a\0y" both as "a".
+  auto nul = load_proto(model_with({f32_initializer(std::string("a\0x", 3)), f32_initializer(std::string("a\0y", 3))}));
+  CHECK(nul.code() == ErrorCode::malformed);
+  CHECK(nul.error().message.find("NUL byte; C callers would read it as 'a'") != std::string::npos);
+  CHECK(nul.error().tensor == "a\\x00x");
 }

@@ -6,6 +6,7 @@
 #include "support/replay_walk.hpp"
 
 #include <ballast/gpu_backend.hpp>
+#include <ballast/model.hpp>
 #include <ballast/onnx_loader.hpp>
 #include <ballast/residency.hpp>
 
@@ -19,6 +20,7 @@ namespace ballast::cli {
 
 struct ReplayOptions {
   std::string model;
+  LoadOptions load;  // --allow-model-real-dir
   std::string backend = "cpu";
   std::string residency = "paged";
   std::string budget;
