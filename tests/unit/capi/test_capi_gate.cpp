@@ -29,6 +29,21 @@ bool eventually(const std::atomic<bool>& flag) {
   return flag.load();
 }
 
+// A new use and an unpin, each on a thread of its own, each setting its
+// flag once it is inside the gate.
+std::thread use_of(Gate& gate, std::atomic<bool>& inside) {
+  return std::thread([&gate, &inside] {
+    std::shared_lock lock(gate);
+    inside = true;
+  });
+}
+std::thread unpin_of(Gate& gate, std::atomic<bool>& inside) {
+  return std::thread([&gate, &inside] {
+    PassingLock lock(gate);
+    inside = true;
+  });
+}
+
 }  // namespace
 
 TEST_CASE("gate: a release waits for the uses inside; a new use waits behind it; an unpin passes it") {
@@ -42,14 +57,8 @@ TEST_CASE("gate: a release waits for the uses inside; a new use waits behind it;
   // The release is waiting (no way to observe it but time: give it a moment).
   std::this_thread::sleep_for(50ms);
   CHECK_FALSE(released.load());
-  std::thread use([&] {
-    std::shared_lock lock(gate);
-    used = true;
-  });
-  std::thread unpin([&] {
-    PassingLock lock(gate);
-    unpinned = true;
-  });
+  std::thread use = use_of(gate, used);
+  std::thread unpin = unpin_of(gate, unpinned);
   CHECK(eventually(unpinned));  // the unpin that makes the room is not held behind the release
   std::this_thread::sleep_for(50ms);
   CHECK_FALSE(used.load());  // the new use waits: the release is not starved
@@ -66,14 +75,8 @@ TEST_CASE("gate: nothing shares it while a release holds it") {
   Gate gate;
   std::unique_lock release(gate);
   std::atomic<bool> used{false}, unpinned{false};
-  std::thread use([&] {
-    std::shared_lock lock(gate);
-    used = true;
-  });
-  std::thread unpin([&] {
-    PassingLock lock(gate);
-    unpinned = true;
-  });
+  std::thread use = use_of(gate, used);
+  std::thread unpin = unpin_of(gate, unpinned);
   std::this_thread::sleep_for(50ms);
   CHECK_FALSE(used.load());
   CHECK_FALSE(unpinned.load());
