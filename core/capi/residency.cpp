@@ -310,7 +310,18 @@ ballast_status* ballast_residency_derive_all(ballast_residency* residency, const
       auto pinned = u.object->residency->pin(p->entries[i]);
       if (!pinned.ok()) return from_error(pinned.error());
       pinned->reset();
-      if (progress != nullptr) progress(user, i + 1, n);
+      if (progress != nullptr) {
+        // Called with this call's share of the gate dropped: the callback
+        // may call back into ballast on this residency (stats_get, a pin),
+        // and a new use waits behind a waiting release, which itself waits
+        // for this share: held here, the two would wait for each other for
+        // ever. A release that ran meanwhile ends the walk as any later
+        // call's use of a released residency does.
+        u.lock.unlock();
+        progress(user, i + 1, n);
+        u.lock.lock();
+        if (u.object->released) return invalid_argument("invalid_argument: the residency was released");
+      }
     }
     return nullptr;
   });

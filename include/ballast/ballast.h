@@ -259,7 +259,9 @@ BALLAST_C_API ballast_status* ballast_residency_pin_weight(ballast_residency* re
 BALLAST_C_API ballast_status* ballast_residency_pin_group(ballast_residency* residency, size_t index,
                                                           uint32_t wait_ms, ballast_pin** out);
 /* Builds every entry of `plan` once (pinned, then unpinned: paged may evict
- * them later); `progress` (may be NULL) after each, on the calling thread. */
+ * them later); `progress` (may be NULL) after each, on the calling thread,
+ * outside the residency's lock: it may call the residency, and a release
+ * that runs meanwhile ends the walk (INVALID_ARGUMENT). */
 BALLAST_C_API ballast_status* ballast_residency_derive_all(ballast_residency* residency, const ballast_plan* plan,
                                                            ballast_progress_fn progress, void* user);
 /* Pages in (and builds) in the background, best effort: never an error for lack of room. */

@@ -15,6 +15,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <dlfcn.h>
 #include <fstream>
@@ -444,6 +446,66 @@ TEST_CASE("a release waiting behind a pin_group that waits for room does not hol
   ballast_status_free(release_status);
   CHECK(waited < std::chrono::seconds(10));  // not the pin_group's 20 s
   if (w0 != nullptr) CAPI_OK(ballast_pin_free(w0));
+  CAPI_OK(ballast_residency_free(res));
+}
+
+TEST_CASE("derive_all's progress callback may call the residency while a release waits") {
+  // The callback ran under derive_all's share of the gate: a call back into
+  // the residency (stats_get here) waited behind a release that itself
+  // waited for that share, and neither ever returned.
+  ScratchDir dir("capi-progress-release");
+  const auto m = OrphanedPrefixModel::write(dir.path());
+  Opened o;
+  CAPI_OK(ballast_model_open(m.onnx.c_str(), &o.model));
+  CAPI_OK(ballast_backend_open("cpu", &o.backend));
+  ballast_plan* plan = nullptr;
+  CAPI_OK(ballast_plan_derivations(o.model, BALLAST_PLAN_GRAPH, &plan));
+  ballast_residency_options opt = BALLAST_INIT(ballast_residency_options);
+  opt.strategy = BALLAST_UPLOAD;
+  opt.plan = plan;
+  ballast_residency* res = nullptr;
+  CAPI_OK(ballast_residency_create(o.backend, o.model, &opt, &res));
+  struct Shared {
+    ballast_residency* res = nullptr;
+    std::thread releaser;
+    ballast_status* release_status = nullptr;
+    ballast_status* stats_status = nullptr;
+    size_t calls = 0;
+  } sh;
+  sh.res = res;
+  std::atomic<bool> finished{false};
+  ballast_status* derive_status = nullptr;
+  std::thread deriver([&] {
+    derive_status = ballast_residency_derive_all(
+        res, plan,
+        [](void* user, size_t, size_t) {
+          auto* s = static_cast<Shared*>(user);
+          if (s->calls++ != 0) return;
+          s->releaser = std::thread([s] { s->release_status = ballast_residency_release(s->res, nullptr); });
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the release is waiting, or done
+          ballast_residency_stats st = BALLAST_INIT(ballast_residency_stats);
+          s->stats_status = ballast_residency_stats_get(s->res, &st);
+        },
+        &sh);
+    finished = true;
+  });
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+       !finished.load() && std::chrono::steady_clock::now() < until;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (!finished.load()) {  // the deadlock: nothing will join these threads
+    std::fprintf(stderr, "FAILED: derive_all's callback and a waiting release wait for each other\n");
+    std::_Exit(1);
+  }
+  deriver.join();
+  sh.releaser.join();
+  CHECK(sh.calls == 1);               // the release ran between the first entry and the second
+  CHECK(sh.stats_status == nullptr);  // stats stay readable after release
+  CHECK(sh.release_status == nullptr);
+  REQUIRE(derive_status != nullptr);
+  CHECK(ballast_status_code(derive_status) == BALLAST_E_INVALID_ARGUMENT);
+  CHECK(std::string(ballast_status_message(derive_status)).find("released") != std::string::npos);
+  ballast_status_free(derive_status);
+  CAPI_OK(ballast_plan_free(plan));
   CAPI_OK(ballast_residency_free(res));
 }
 
