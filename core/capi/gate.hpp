@@ -10,8 +10,11 @@
 // wait_ms). Here the rule is ours on every platform:
 // - a use (lock_shared) waits while a release waits or runs: a release is
 //   never starved;
-// - an unpin (lock_shared_passing) waits only while a release runs: it
-//   only gives back, and a use already inside may be waiting for it.
+// - an unpin, and a read of a pin already held (ballast_pin_value,
+//   ballast_pin_read), take lock_shared_passing: they wait only while a
+//   release runs. They start no new work, and a use already inside (a
+//   pin_group waiting for room) may be waiting for exactly that pin's
+//   holder to read it and let it go.
 #pragma once
 
 #include <condition_variable>

@@ -3,7 +3,6 @@
 // be evicted (and its pointer not reused) while it is read.
 #include "capi/objects.hpp"
 
-#include <shared_mutex>  // std::shared_lock, over capi::Gate
 #include <span>
 
 using namespace ballast;
@@ -48,7 +47,7 @@ ballast_status* ballast_pin_value(const ballast_pin* pin, size_t member, ballast
     if ((e = member_of(*p, member))) return e;
     // After release() the addresses are freed memory: an engine must not
     // be handed one to launch on (as pin reads, refused).
-    std::shared_lock lock(p->owner->gate);
+    PassingLock lock(p->owner->gate);  // a use of a pin already held passes a waiting release (gate.hpp)
     if (p->owner->released) return invalid_argument("invalid_argument: the residency was released");
     const Pinned& m = p->members[member];
     ballast_value v{};
@@ -76,7 +75,7 @@ ballast_status* ballast_pin_read(const ballast_pin* pin, size_t member, int half
                            ") are not inside the value's " + std::to_string(bytes) + " bytes");
     if (length == 0) return nullptr;
     // Under the residency's gate: release() cannot free the value mid-copy.
-    std::shared_lock lock(p->owner->gate);
+    PassingLock lock(p->owner->gate);  // a use of a pin already held passes a waiting release (gate.hpp)
     if (p->owner->released) return invalid_argument("invalid_argument: the residency was released");
     return from_status(p->owner->backend->backend->copy_to_host(
         std::span<std::byte>(static_cast<std::byte*>(dst), length), half == 0 ? m.first() : m.second(), offset));

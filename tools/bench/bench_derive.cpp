@@ -610,7 +610,9 @@ int main(int argc, char** argv) {
     all.push_back(scaled(c, llc / 4, "in"));
   }
   if (paired_rounds > 0) {
-    if (config.rfind("cpu", 0) == 0)
+    // The built-in CPU backend's device pointers are host addresses (not a
+    // plugin's whose config merely starts with "cpu").
+    if (g_backend->info().backend == "cpu")
       g_stream = std::make_unique<bench::TrafficStream>(bench::cpu_backend_threads(config.c_str()));
     const bool ran = run_paired(all, filter, paired_rounds);
     g_stream.reset();

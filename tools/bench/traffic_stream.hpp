@@ -40,7 +40,10 @@ class TrafficStream {
   void run(const std::byte* src, std::uint64_t read_bytes, std::byte* dst, std::uint64_t write_bytes);
 
   // "avx512f" or "sse2" (x86-64), "portable" elsewhere: the loads and
-  // stores the stream uses.
+  // stores the stream uses. The widest the CPU has, whatever the backend's
+  // simd= option: the stream stands for the memory's limit, not for a
+  // kernel table (on the AMD EPYC of docs/benchmarks.md 256- and 512-bit
+  // streamed stores moved the same bytes per second).
   static const char* isa();
 
  private:
