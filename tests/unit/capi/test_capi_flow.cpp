@@ -21,6 +21,7 @@
 #include <dlfcn.h>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -40,6 +41,18 @@ struct Opened {
   ~Opened() {
     capi_test::take(ballast_model_free(model));
     capi_test::take(ballast_backend_free(backend));
+  }
+};
+
+// The orphaned-prefix sample in a scratch folder, opened, with the cpu
+// backend: what most cases start from (`auto& [dir, m, o] = sample;`).
+struct SampleOnCpu {
+  ScratchDir dir;
+  OrphanedPrefixModel m;
+  Opened o;
+  explicit SampleOnCpu(std::string_view name) : dir(name), m(OrphanedPrefixModel::write(dir.path())) {
+    CAPI_OK(ballast_model_open(m.onnx.c_str(), &o.model));
+    CAPI_OK(ballast_backend_open("cpu", &o.backend));
   }
 };
 
@@ -233,11 +246,8 @@ TEST_CASE("a backend: info, capabilities, counters; an unknown name is refused")
 }
 
 TEST_CASE("the flow: plan, residency, derive all, pin, read back, stats, teardown") {
-  ScratchDir dir("capi-flow");
-  const auto m = OrphanedPrefixModel::write(dir.path());
-  Opened o;
-  CAPI_OK(ballast_model_open(m.onnx.c_str(), &o.model));
-  CAPI_OK(ballast_backend_open("cpu", &o.backend));
+  SampleOnCpu sample("capi-flow");
+  auto& [dir, m, o] = sample;
   const ballast_device_counters baseline = counters(o.backend);
 
   ballast_plan* plan = nullptr;
@@ -340,11 +350,8 @@ TEST_CASE("the flow: plan, residency, derive all, pin, read back, stats, teardow
 }
 
 TEST_CASE("paged residency with layers: groups, pin a group, prefetch, a budget that cannot fit") {
-  ScratchDir dir("capi-paged");
-  const auto m = OrphanedPrefixModel::write(dir.path());
-  Opened o;
-  CAPI_OK(ballast_model_open(m.onnx.c_str(), &o.model));
-  CAPI_OK(ballast_backend_open("cpu", &o.backend));
+  SampleOnCpu sample("capi-paged");
+  auto& [dir, m, o] = sample;
   ballast_residency_options opt = BALLAST_INIT(ballast_residency_options);
   opt.strategy = BALLAST_PAGED;
   opt.group_by_layer = "w";  // "w0" is not "w<N>.": each weight its own group
@@ -399,11 +406,8 @@ TEST_CASE("a release waiting behind a pin_group that waits for room does not hol
   // Before capi::Gate, the unpin went through only because glibc's
   // std::shared_mutex lets a reader pass a waiting writer; elsewhere the
   // pin_group waited out its whole wait_ms and failed.
-  ScratchDir dir("capi-gate");
-  const auto m = OrphanedPrefixModel::write(dir.path());
-  Opened o;
-  CAPI_OK(ballast_model_open(m.onnx.c_str(), &o.model));
-  CAPI_OK(ballast_backend_open("cpu", &o.backend));
+  SampleOnCpu sample("capi-gate");
+  auto& [dir, m, o] = sample;
   ballast_residency_options opt = BALLAST_INIT(ballast_residency_options);
   opt.strategy = BALLAST_PAGED;
   opt.group_by_layer = "w";  // group 0: w0's transpose; group 2: w2's
@@ -461,11 +465,8 @@ TEST_CASE("derive_all's progress callback may call the residency while a release
   // The callback ran under derive_all's share of the gate: a call back into
   // the residency (stats_get here) waited behind a release that itself
   // waited for that share, and neither ever returned.
-  ScratchDir dir("capi-progress-release");
-  const auto m = OrphanedPrefixModel::write(dir.path());
-  Opened o;
-  CAPI_OK(ballast_model_open(m.onnx.c_str(), &o.model));
-  CAPI_OK(ballast_backend_open("cpu", &o.backend));
+  SampleOnCpu sample("capi-progress-release");
+  auto& [dir, m, o] = sample;
   ballast_plan* plan = nullptr;
   CAPI_OK(ballast_plan_derivations(o.model, BALLAST_PLAN_GRAPH, &plan));
   ballast_residency_options opt = BALLAST_INIT(ballast_residency_options);
@@ -518,11 +519,8 @@ TEST_CASE("derive_all's progress callback may call the residency while a release
 }
 
 TEST_CASE("per-weight overrides and derivations off") {
-  ScratchDir dir("capi-overrides");
-  const auto m = OrphanedPrefixModel::write(dir.path());
-  Opened o;
-  CAPI_OK(ballast_model_open(m.onnx.c_str(), &o.model));
-  CAPI_OK(ballast_backend_open("cpu", &o.backend));
+  SampleOnCpu sample("capi-overrides");
+  auto& [dir, m, o] = sample;
   ballast_override ov[] = {{"w2", BALLAST_UPLOAD}};
   ballast_residency_options opt = BALLAST_INIT(ballast_residency_options);
   opt.strategy = BALLAST_ZERO_COPY;
@@ -647,11 +645,8 @@ TEST_CASE("version 2: the table's appended members, a weight's address, a second
   CHECK((v2->plan_entry_layout == &ballast_plan_entry_layout));
   CAPI_OK(ballast_check_version(2));
 
-  ScratchDir dir("capi-v2");
-  const auto m = OrphanedPrefixModel::write(dir.path());
-  Opened o;
-  CAPI_OK(ballast_model_open(m.onnx.c_str(), &o.model));
-  CAPI_OK(ballast_backend_open("cpu", &o.backend));
+  SampleOnCpu sample("capi-v2");
+  auto& [dir, m, o] = sample;
 
   // The CPU backend's memory is host memory; an older caller's struct
   // (version 1's size) is not written past.
@@ -771,11 +766,8 @@ TEST_CASE("version 4: the cold start from C, its report against the model, its o
   CHECK((v4->residency_load == &ballast_residency_load));
   CAPI_OK(ballast_check_version(4));
 
-  ScratchDir dir("capi-v4");
-  const auto m = OrphanedPrefixModel::write(dir.path());
-  Opened o;
-  CAPI_OK(ballast_model_open(m.onnx.c_str(), &o.model));
-  CAPI_OK(ballast_backend_open("cpu", &o.backend));
+  SampleOnCpu sample("capi-v4");
+  auto& [dir, m, o] = sample;
   const ballast_device_counters baseline = counters(o.backend);
   ballast_residency_options opt = BALLAST_INIT(ballast_residency_options);
   opt.strategy = BALLAST_UPLOAD;
