@@ -18,6 +18,7 @@ std::vector<DerivationRule> default_derivation_rules() {
   const std::vector<DataType> f32_f16 = {DataType::float32, DataType::float16};
   // to_f16 reads float32 and bfloat16 (a Hugging Face checkpoint's usual type).
   const std::vector<DataType> f32_bf16 = {DataType::float32, DataType::bfloat16};
+  const std::vector<DataType> bf16 = {DataType::bfloat16};
   const std::string attention = "model.layers.*.self_attn.{q,k,v,o}_proj.weight";
   const std::string mlp = "model.layers.*.mlp.{gate,up,down}_proj.weight";
   // GGUF's llama-family names (ne[0] = K innermost, so a weight is [N, K]
@@ -68,6 +69,10 @@ std::vector<DerivationRule> default_derivation_rules() {
       {"hf-mlp-f16", mlp, {D::to_f16}, f32_bf16, "", ""},
       {"hf-lm-head", "lm_head.weight", {D::quant_int8}, f32_f16, "", ""},
       {"hf-tied-head", "model.embed_tokens.weight", {D::quant_int8}, f32_f16, "lm_head.weight", ""},
+      // quant_int8 reads float32 and float16: a bfloat16 checkpoint's head
+      // gets the f16 copy its layers get, so no head goes unplanned.
+      {"hf-lm-head-f16", "lm_head.weight", {D::to_f16}, bf16, "", ""},
+      {"hf-tied-head-f16", "model.embed_tokens.weight", {D::to_f16}, bf16, "lm_head.weight", ""},
       // GPTQ packs 8 K-values per int32 down a column ([K/8, N]); AWQ packs 8
       // N-values per int32 in the order 0,2,4,6,1,3,5,7 ([K, N/8]). The int4
       // kinds read MatMulNBits' layout (per output row, K packed two per

@@ -100,6 +100,31 @@ TEST_CASE("a tied head: the embedding is quantized when there is no lm_head") {
   CHECK(count(*plan, "model.embed_tokens.weight", Derivation::quant_int8) == 1);
 }
 
+// quant_int8 reads float32 and float16 only: a bfloat16 checkpoint's head
+// (the usual Hugging Face type) gets to_f16 as its layers do, never nothing.
+TEST_CASE("a bfloat16 head, its own or tied, gets to_f16") {
+  for (const bool with_head : {true, false}) {
+    CAPTURE(with_head);
+    ScratchDir dir(with_head ? "rules-bf16-head" : "rules-bf16-tied");
+    std::vector<StTensor> t = {{"model.embed_tokens.weight", "BF16", {16, 8}, zeros(16 * 8 * 2)},
+                               {"model.layers.0.self_attn.q_proj.weight", "BF16", {8, 8}, zeros(8 * 8 * 2)}};
+    if (with_head) t.push_back({"lm_head.weight", "BF16", {16, 8}, zeros(16 * 8 * 2)});
+    auto m = open_model(dir.write("model.safetensors", st_file(t)));
+    REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+    auto plan = plan_derivations(*m);
+    REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+    const std::string head = with_head ? "lm_head.weight" : "model.embed_tokens.weight";
+    CHECK(count(*plan, head, Derivation::to_f16) == 1);
+    CHECK(count(*plan, head, Derivation::quant_int8) == 0);
+    // The embedding of a model with a head is its own (a gather reads it as stored).
+    if (with_head) CHECK(count(*plan, "model.embed_tokens.weight", Derivation::to_f16) == 0);
+    const auto it =
+        std::find_if(plan->begin(), plan->end(), [&](const PlannedDerivation& p) { return p.weight == head; });
+    REQUIRE(it != plan->end());
+    CHECK(it->why.rfind(with_head ? "rule hf-lm-head-f16 " : "rule hf-tied-head-f16 ", 0) == 0);
+  }
+}
+
 TEST_CASE("a GPTQ weight is a listed skip with the reason, or an error when nobody listens") {
   ScratchDir dir("rules-gptq");
   Model m = decoder(dir, true, /*gptq=*/true);
