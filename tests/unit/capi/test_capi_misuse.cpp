@@ -240,6 +240,17 @@ TEST_CASE("bad enum values, structs without their size, a released residency") {
   ballast_load_options cut_load = BALLAST_INIT(ballast_load_options);
   cut_load.size = sizeof(std::size_t) + 4;
   CAPI_FAILS(ballast_residency_load(nullptr, &cut_load, nullptr), BALLAST_E_INVALID_ARGUMENT);
+  // An older caller's struct ends where a field of ours begins (its
+  // version's sizeof): accepted, and what lies past its size is not read.
+  // A count of overrides with no array would be refused.
+  ballast_residency_options older = BALLAST_INIT(ballast_residency_options);
+  older.strategy = BALLAST_UPLOAD;
+  older.override_count = 2;
+  older.size = offsetof(ballast_residency_options, overrides);
+  REQUIRE(older.size % alignof(ballast_residency_options) == 0);
+  ballast_residency* older_res = nullptr;
+  CAPI_OK(ballast_residency_create(w.backend, w.model, &older, &older_res));
+  CAPI_OK(ballast_residency_free(older_res));
   ballast_weight_info wi{};
   CAPI_FAILS(ballast_model_weight(w.model, 0, &wi), BALLAST_E_INVALID_ARGUMENT);
   opt = BALLAST_INIT(ballast_residency_options);

@@ -322,6 +322,9 @@ TEST_CASE("an index that ends before its size is an io error, not a wait") {
   auto over = safetensors::read_index_text(fd, 18, 17, "x.json");
   REQUIRE_FALSE(over.ok());
   CHECK(over.error().code == ErrorCode::overflow);
+  auto at_cap = safetensors::read_index_text(fd, 18, 18, "x.json");  // the cap is the largest index read
+  REQUIRE_MESSAGE(at_cap.ok(), at_cap.error().to_string());
+  CHECK(*at_cap == R"({"weight_map": {}})");
   auto closed = safetensors::read_index_text(-1, 18, 64, "x.json");
   REQUIRE_FALSE(closed.ok());
   CHECK(closed.error().code == ErrorCode::io);
