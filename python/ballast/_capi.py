@@ -1,5 +1,5 @@
 """The C API (include/ballast/ballast.h) through ctypes: the structs, and the
-function table ballast_get_api(2) returns, loaded from the libballast that
+function table ballast_get_api(API_VERSION) returns, loaded from the libballast that
 lies beside this package in its prefix.
 
 Only this module knows the C layout; the others call `api.<name>(...)` with
