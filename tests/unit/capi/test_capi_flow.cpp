@@ -754,7 +754,12 @@ TEST_CASE("a weight's address in a file truncated since it was opened is an io e
   const capi_test::Outcome out = capi_test::take(ballast_model_weight_data(o.model, 0, &after));
   CHECK(out.code == BALLAST_E_IO);
   CHECK_MESSAGE(out.message.find("changed since it was opened") != std::string::npos, out.message);
+  CHECK_MESSAGE(out.message.find("tensor=t.weight") != std::string::npos, out.message);  // which weight, too
   CHECK(after == nullptr);
+  std::vector<unsigned char> buf(16);  // a copy of it says the same
+  const capi_test::Outcome copied = capi_test::take(ballast_model_read_weight(o.model, 0, 0, buf.data(), 16, 16));
+  CHECK(copied.code == BALLAST_E_IO);
+  CHECK_MESSAGE(copied.message.find("tensor=t.weight") != std::string::npos, copied.message);
 }
 
 TEST_CASE("version 4: the cold start from C, its report against the model, its options checked") {
