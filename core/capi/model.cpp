@@ -163,7 +163,7 @@ ballast_status* ballast_model_find_weight(const ballast_model* model, const char
         *index = i;
         return nullptr;
       }
-    return make_status(BALLAST_E_NOT_FOUND, std::string("not_found: the model has no weight ") + name);
+    return make_status(BALLAST_E_NOT_FOUND, "not_found: the model has no weight '" + std::string(name) + "'");
   });
 }
 

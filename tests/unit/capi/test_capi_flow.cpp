@@ -135,6 +135,10 @@ TEST_CASE("an ONNX model: weights, accounting, dead ranges, bytes as stored") {
   CAPI_OK(ballast_model_find_weight(o.model, "w1", &index));
   CHECK(index == 1);
   CAPI_FAILS(ballast_model_find_weight(o.model, "nope", &index), BALLAST_E_NOT_FOUND);
+  // The name as asked, quoted: an empty or spaced name is seen for what it is.
+  const capi_test::Outcome missing = capi_test::take(ballast_model_find_weight(o.model, "", &index));
+  CHECK(missing.code == BALLAST_E_NOT_FOUND);
+  CHECK_MESSAGE(missing.message == "not_found: the model has no weight ''", missing.message);
 
   ballast_accounting a = BALLAST_INIT(ballast_accounting);
   CAPI_OK(ballast_model_accounting(o.model, &a));
