@@ -673,6 +673,15 @@ elif step == "misuse":
     expect(r.returncode == 2 and r.stderr.startswith("ballast inspect: io: ") and len(r.stderr.splitlines()) == 1,
            "python -m ballast inspect into a full disk: exit %d, %r" % (r.returncode, r.stderr))
 
+    # A BALLAST_LIBRARY that cannot be loaded: an ImportError naming it, as
+    # for a library too old, not ctypes' OSError.
+    env = dict(os.environ, BALLAST_LIBRARY=os.path.join(work, "no-such-libballast.so"))
+    r = subprocess.run([sys.executable, "-c", "import ballast"], env=env, capture_output=True, text=True, cwd="/")
+    last = (r.stderr.strip().splitlines() or [""])[-1]
+    expect(r.returncode != 0 and last.startswith("ImportError: ballast: cannot load ")
+           and "no-such-libballast.so (BALLAST_LIBRARY)" in last,
+           "import ballast with a BALLAST_LIBRARY that cannot be loaded: %r" % last)
+
     # Every command-line script of tools/gen: --help prints its usage,
     # anything else that is not its command line is refused (exit 2), and
     # neither makes a folder (one named "--help" was made).
