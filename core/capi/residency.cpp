@@ -52,14 +52,16 @@ ballast_status* to_options(const ballast_residency_options& in, const ModelObjec
     if (o.weight == nullptr) return invalid_argument("invalid_argument: overrides[" + std::to_string(i) + "].weight is NULL");
     auto id = model.model.value_id(o.weight);
     if (!id || model.model.weight(o.weight) == nullptr)
-      return make_status(BALLAST_E_NOT_FOUND, std::string("not_found: override for ") + o.weight +
-                                                  ", which is not a weight of the model");
+      return make_status(BALLAST_E_NOT_FOUND, "not_found: overrides[" + std::to_string(i) + "] names '" +
+                                                  std::string(o.weight) + "', which is not a weight of the model");
     ResidencyStrategy s{};
     switch (o.strategy) {
       case BALLAST_ZERO_COPY: s = ResidencyStrategy::zero_copy; break;
       case BALLAST_UPLOAD: s = ResidencyStrategy::upload; break;
       case BALLAST_PAGED: s = ResidencyStrategy::paged; break;
-      default: return invalid_argument(std::string("invalid_argument: override for ") + o.weight + ": bad strategy");
+      default:
+        return invalid_argument("invalid_argument: overrides[" + std::to_string(i) + "] for '" + std::string(o.weight) +
+                                "': strategy " + std::to_string(o.strategy) + " is none of ballast_strategy");
     }
     out.overrides.emplace_back(*id, s);
   }

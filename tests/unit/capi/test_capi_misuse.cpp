@@ -276,7 +276,17 @@ TEST_CASE("bad enum values, structs without their size, a released residency") {
   opt = BALLAST_INIT(ballast_residency_options);
   opt.overrides = bad_override;
   opt.override_count = 1;
-  CAPI_FAILS(ballast_residency_create(w.backend, w.model, &opt, &r), BALLAST_E_INVALID_ARGUMENT);
+  capi_test::Outcome bad = capi_test::take(ballast_residency_create(w.backend, w.model, &opt, &r));
+  CHECK(bad.code == BALLAST_E_INVALID_ARGUMENT);  // which override, which weight, what value
+  CHECK_MESSAGE(bad.message == "invalid_argument: overrides[0] for 'w0': strategy -1 is none of ballast_strategy",
+                bad.message);
+  ballast_override unknown[] = {{"w0", BALLAST_UPLOAD}, {"no such", BALLAST_UPLOAD}};
+  opt.overrides = unknown;
+  opt.override_count = 2;
+  bad = capi_test::take(ballast_residency_create(w.backend, w.model, &opt, &r));
+  CHECK(bad.code == BALLAST_E_NOT_FOUND);
+  CHECK_MESSAGE(bad.message == "not_found: overrides[1] names 'no such', which is not a weight of the model",
+                bad.message);
   opt.overrides = nullptr;
   opt.override_count = 2;
   CAPI_FAILS(ballast_residency_create(w.backend, w.model, &opt, &r), BALLAST_E_INVALID_ARGUMENT);
