@@ -12,6 +12,13 @@ using namespace ballast::capi;
 
 namespace {
 
+// The store's error about a weight's bytes knows their file, not the
+// weight's name: the status says which weight too.
+ballast_status* naming(Error error, const WeightRow& weight) {
+  if (error.tensor.empty()) error.tensor = weight.name;
+  return from_error(error);
+}
+
 void describe(ModelObject& m) {
   const WeightStore& store = m.model.store();
   m.format = std::string(model_format_name(m.model.format()));
@@ -91,7 +98,8 @@ ballast_status* ballast_model_weight_data(const ballast_model* model, size_t ind
     if (auto* bad = check_index(index, m->weights.size(), "weight")) return bad;
     // The caller reads the mapping itself: a file truncated since it was
     // opened would be SIGBUS on its first touch, so it is an io error here.
-    if (Status s = m->model.store().check_unchanged(*m->weights[index].ref); !s.ok()) return from_error(s.error());
+    if (Status s = m->model.store().check_unchanged(*m->weights[index].ref); !s.ok())
+      return naming(s.error(), m->weights[index]);
     const auto bytes = m->model.store().bytes(*m->weights[index].ref);
     if (!bytes)
       return make_status(BALLAST_E_OUT_OF_BOUNDS, "out_of_bounds: weight " + m->weights[index].name +
@@ -155,7 +163,7 @@ ballast_status* ballast_model_find_weight(const ballast_model* model, const char
         *index = i;
         return nullptr;
       }
-    return make_status(BALLAST_E_NOT_FOUND, std::string("not_found: the model has no weight ") + name);
+    return make_status(BALLAST_E_NOT_FOUND, "not_found: the model has no weight '" + std::string(name) + "'");
   });
 }
 
@@ -193,8 +201,9 @@ ballast_status* ballast_model_read_weight(const ballast_model* model, size_t ind
     if ((e = check_buffer(dst, dst_length, length))) return e;
     // copy_bytes checks the range against the weight (overflow-safe) and
     // guards the copy against a file truncated under the mapping.
-    return from_status(m->model.store().copy_bytes(
-        *m->weights[index].ref, offset, std::span<std::byte>(static_cast<std::byte*>(dst), length)));
+    Status copied = m->model.store().copy_bytes(*m->weights[index].ref, offset,
+                                                std::span<std::byte>(static_cast<std::byte*>(dst), length));
+    return copied.ok() ? nullptr : naming(copied.error(), m->weights[index]);
   });
 }
 

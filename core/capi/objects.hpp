@@ -83,6 +83,7 @@ struct ResidencyObject {
 struct PinObject {
   std::shared_ptr<ResidencyObject> owner;  // first: outlives the pins below
   std::vector<Pinned> members;             // a group: its derivations, then its weights
+  std::vector<std::string> names;          // per member, what it is: "transpose of 'w' for node 'n'", "weight 'w'"
   ~PinObject() {
     PassingLock lock(owner->gate);  // an unpin passes a waiting release (gate.hpp)
     members.clear();

@@ -72,7 +72,9 @@ ballast_status* ballast_pin_read(const ballast_pin* pin, size_t member, int half
     const std::uint64_t bytes = half == 0 ? m.first_bytes() : m.second_bytes();
     if (offset > bytes || length > bytes - offset)
       return out_of_bounds("out_of_bounds: bytes [" + std::to_string(offset) + ", +" + std::to_string(length) +
-                           ") are not inside the value's " + std::to_string(bytes) + " bytes");
+                           ") are not inside the " + (half == 0 ? "first" : "second") + " half of " +
+                           (member < p->names.size() ? p->names[member] : "member " + std::to_string(member)) + " (" +
+                           std::to_string(bytes) + " bytes)");
     if (length == 0) return nullptr;
     // Under the residency's gate: release() cannot free the value mid-copy.
     PassingLock lock(p->owner->gate);  // a use of a pin already held passes a waiting release (gate.hpp)

@@ -52,14 +52,16 @@ ballast_status* to_options(const ballast_residency_options& in, const ModelObjec
     if (o.weight == nullptr) return invalid_argument("invalid_argument: overrides[" + std::to_string(i) + "].weight is NULL");
     auto id = model.model.value_id(o.weight);
     if (!id || model.model.weight(o.weight) == nullptr)
-      return make_status(BALLAST_E_NOT_FOUND, std::string("not_found: override for ") + o.weight +
-                                                  ", which is not a weight of the model");
+      return make_status(BALLAST_E_NOT_FOUND, "not_found: overrides[" + std::to_string(i) + "] names '" +
+                                                  std::string(o.weight) + "', which is not a weight of the model");
     ResidencyStrategy s{};
     switch (o.strategy) {
       case BALLAST_ZERO_COPY: s = ResidencyStrategy::zero_copy; break;
       case BALLAST_UPLOAD: s = ResidencyStrategy::upload; break;
       case BALLAST_PAGED: s = ResidencyStrategy::paged; break;
-      default: return invalid_argument(std::string("invalid_argument: override for ") + o.weight + ": bad strategy");
+      default:
+        return invalid_argument("invalid_argument: overrides[" + std::to_string(i) + "] for '" + std::string(o.weight) +
+                                "': strategy " + std::to_string(o.strategy) + " is none of ballast_strategy");
     }
     out.overrides.emplace_back(*id, s);
   }
@@ -84,11 +86,12 @@ ballast_status* use(const ballast_residency* handle, Using& u) {
 // Drops the caller's share of the gate first: a PinObject takes the gate
 // itself to unpin, and one destroyed here (an allocation failing below)
 // must not take it a second time on this thread.
-ballast_status* hand_out_pin(Using& u, std::vector<Pinned> members, ballast_pin** out) {
+ballast_status* hand_out_pin(Using& u, std::vector<Pinned> members, std::vector<std::string> names, ballast_pin** out) {
   u.lock.unlock();
   auto pin = std::make_shared<PinObject>();
   pin->owner = u.object;
   pin->members = std::move(members);
+  pin->names = std::move(names);
   *out = static_cast<ballast_pin*>(insert_handle(Kind::pin, std::move(pin)));
   return nullptr;
 }
@@ -258,11 +261,14 @@ ballast_status* ballast_residency_pin_derivation(ballast_residency* residency, c
     if (auto* e = use(residency, u)) return e;
     std::shared_ptr<PlanObject> p;
     if (auto* e = entry_of(*u.object, plan, index, p)) return e;
-    auto pinned = u.object->residency->pin(p->entries[index]);
+    const PlannedDerivation& entry = p->entries[index];
+    auto pinned = u.object->residency->pin(entry);
     if (!pinned.ok()) return from_error(pinned.error());
     std::vector<Pinned> members;
     members.push_back(std::move(*pinned));
-    return hand_out_pin(u, std::move(members), out);
+    std::string name = std::string(derivation_name(entry.kind())) + " of '" + entry.weight + "'" +
+                       (entry.node.empty() ? "" : " for node '" + entry.node + "'");
+    return hand_out_pin(u, std::move(members), {std::move(name)}, out);
   });
 }
 
@@ -276,7 +282,7 @@ ballast_status* ballast_residency_pin_weight(ballast_residency* residency, const
     if (!pinned.ok()) return from_error(pinned.error());
     std::vector<Pinned> members;
     members.push_back(std::move(*pinned));
-    return hand_out_pin(u, std::move(members), out);
+    return hand_out_pin(u, std::move(members), {"weight '" + std::string(weight) + "'"}, out);
   });
 }
 
@@ -292,7 +298,10 @@ ballast_status* ballast_residency_pin_group(ballast_residency* residency, size_t
     if (!set.ok()) return from_error(set.error());
     std::vector<Pinned> members = std::move(set->derived);
     for (Pinned& w : set->weights) members.push_back(std::move(w));
-    return hand_out_pin(u, std::move(members), out);
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i < members.size(); ++i)
+      names.push_back("member " + std::to_string(i) + " of group " + std::to_string(index));
+    return hand_out_pin(u, std::move(members), std::move(names), out);
   });
 }
 

@@ -143,8 +143,8 @@ const ExternalResolver::ResolvedFile* ExternalResolver::open_location(std::strin
     if (e.code == ErrorCode::path_escapes)
       e.message += options_.allow_model_real_dir
                        ? " (and outside the directory of the model file's real path)"
-                       : " (LoadOptions::allow_model_real_dir also admits the directory of the model file's real "
-                         "path, for symlinked caches)";
+                       : " (LoadOptions::allow_model_real_dir, --allow-model-real-dir on the command line, also "
+                         "admits the directory of the model file's real path, for symlinked caches)";
     e.file = capped_path(joined);
     return failed(std::move(e));
   }

@@ -75,7 +75,8 @@ Result<Sibling> SiblingOpener::open(const std::string& location) {
     // refusal is where its reader learns of the option.
     if (e.code == ErrorCode::path_escapes)
       e.message += options_.allow_model_real_dir ? " (and outside the directory of " + namer_ + "'s real path)"
-                                                 : " (LoadOptions::allow_model_real_dir also admits the directory of " +
+                                                 : " (LoadOptions::allow_model_real_dir, --allow-model-real-dir on the "
+                                                   "command line, also admits the directory of " +
                                                        namer_ + "'s real path, for symlinked caches)";
     e.file = joined.string();
     return e;

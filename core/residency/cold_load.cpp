@@ -401,8 +401,12 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
       e.second = 0;
       e.state = Entry::State::resident;
       e.loaded_at = ++m.load_clock;
-      ++m.counters.page_ins;
-      (e.evictable ? m.counters.paged_in_bytes : m.counters.uploaded_bytes) += e.first_bytes;
+      if (e.evictable) {  // as a pin's page-in: uploads are counted in uploaded_bytes alone
+        ++m.counters.page_ins;
+        m.counters.paged_in_bytes += e.first_bytes;
+      } else {
+        m.counters.uploaded_bytes += e.first_bytes;
+      }
       ++e.loads;
       m.eviction.update(e);
       m.changed.notify_all();

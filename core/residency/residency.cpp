@@ -296,8 +296,12 @@ Status Residency::Impl::acquire(Entry& e, Use use) {
     ++counters.derived_builds;
     if (e.loads > 0) ++counters.derived_rebuilds;
   } else {
-    ++counters.page_ins;
-    (e.evictable ? counters.paged_in_bytes : counters.uploaded_bytes) += e.first_bytes;
+    if (e.evictable) {  // a page-in is paged's: an upload is counted in uploaded_bytes alone
+      ++counters.page_ins;
+      counters.paged_in_bytes += e.first_bytes;
+    } else {
+      counters.uploaded_bytes += e.first_bytes;
+    }
   }
   ++e.loads;
   if (use == Use::prefetch) {

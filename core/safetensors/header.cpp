@@ -335,11 +335,12 @@ Result<Header> parse_header(Bytes file, const HeaderLimits& limits) {
       h.holes.push_back({h.buffer_start + from, to - from});
       return {};
     }
-    return located(ErrorCode::malformed,
-                   "byte buffer bytes [" + std::to_string(from) + ", " + std::to_string(to) +
-                       ") belong to no tensor; the specification forbids holes (LoadOptions::allow_holes opens such a "
-                       "file and reports them as dead bytes)",
-                   near, h.buffer_start + from);
+    return located(
+        ErrorCode::malformed,
+        "byte buffer bytes [" + std::to_string(from) + ", " + std::to_string(to) +
+            ") belong to no tensor; the specification forbids holes (LoadOptions::allow_holes, --allow-holes "
+            "on the command line, opens such a file and reports them as dead bytes)",
+        near, h.buffer_start + from);
   };
   for (const TensorEntry& t : h.tensors) {
     if (t.end > buffer)

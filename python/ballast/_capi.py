@@ -1,5 +1,5 @@
 """The C API (include/ballast/ballast.h) through ctypes: the structs, and the
-function table ballast_get_api(2) returns, loaded from the libballast that
+function table ballast_get_api(API_VERSION) returns, loaded from the libballast that
 lies beside this package in its prefix.
 
 Only this module knows the C layout; the others call `api.<name>(...)` with
@@ -212,7 +212,11 @@ def library_path():
 class _Api:
     def __init__(self):
         self.path = library_path()
-        self.lib = ctypes.CDLL(self.path)
+        try:
+            self.lib = ctypes.CDLL(self.path)
+        except OSError as e:  # the module's failure to find its library is an ImportError, saying which
+            raise ImportError("ballast: cannot load %s%s: %s" % (
+                self.path, " (BALLAST_LIBRARY)" if os.environ.get("BALLAST_LIBRARY") else "", e)) from None
         get_api = self.lib.ballast_get_api
         get_api.restype = ctypes.c_void_p
         get_api.argtypes = [ctypes.c_uint32]

@@ -88,8 +88,9 @@ class Weight(dlpack.Exportable):
         offset = _capi.integer(offset, "offset", _capi.U64)
         length = _capi.integer(max(self.bytes - offset, 0) if length is None else length, "length", _capi.SIZE)
         if offset + length > self.bytes:  # refused before a buffer of `length` bytes is allocated for nothing
-            raise BallastError(Code.OUT_OF_BOUNDS, "out_of_bounds: copying [%d, +%d) of a %d-byte weight"
-                               % (offset, length, self.bytes))
+            where = ("file=%s, " % self.file if self.file else "") + "tensor=" + self.name  # as the C API's
+            raise BallastError(Code.OUT_OF_BOUNDS, "out_of_bounds: copying [%d, +%d) of a %d-byte weight [%s]"
+                               % (offset, length, self.bytes, where))
         buf, dst = _capi.read_buffer(length)
         check(api.model_read_weight(self.model._h, self.index, offset, dst, length, length))
         return bytes(memoryview(buf)[:length])

@@ -239,7 +239,7 @@ class Residency(_Handle):
         wait_ms = _capi.integer(wait_ms, "wait_ms", _capi.U32, " (milliseconds)")
         h = _capi.c_handle()
         check(api.residency_pin_group(self._h, index, wait_ms, ctypes.byref(h)))
-        return Pin(h, self)
+        return Pin(h, self, index)
 
     def prefetch(self, derivation):
         index = _capi.integer(derivation.index, "derivation index", _capi.SIZE)
@@ -266,9 +266,14 @@ class Pin(_Handle):
 
     _free = api.pin_free
 
-    def __init__(self, handle, residency):
+    def __init__(self, handle, residency, group=None):
         super().__init__(handle)
         self.residency = residency
+        self._group = group
+
+    def _member_name(self, member):
+        """What member `member` is, as the C API's errors name it."""
+        return "member %d of group %d" % (member, self._group)
 
     def __len__(self):
         n = ctypes.c_size_t()
@@ -294,8 +299,9 @@ class Pin(_Handle):
             length = max(size - offset, 0)
         length = _capi.integer(length, "length", _capi.SIZE)
         if offset + length > size:  # refused before a buffer of `length` bytes is allocated for nothing
-            raise BallastError(Code.OUT_OF_BOUNDS, "out_of_bounds: bytes [%d, +%d) are not inside the value's %d bytes"
-                               % (offset, length, size))
+            raise BallastError(Code.OUT_OF_BOUNDS, "out_of_bounds: bytes [%d, +%d) are not inside the %s half of %s"
+                               " (%d bytes)" % (offset, length, ("first", "second")[half], self._member_name(member),
+                                                size))
         buf, dst = _capi.read_buffer(length)
         check(api.pin_read(self._h, member, half, offset, dst, length, length))
         return bytes(memoryview(buf)[:length])
@@ -389,6 +395,12 @@ class Value(Pin, dlpack.Exportable):
 
     def read(self, half=0, offset=0, length=None):
         return Pin.read(self, 0, half, offset, length)
+
+    def _member_name(self, member):
+        t = self._target
+        if isinstance(t, str):
+            return "weight '%s'" % t
+        return "%s of '%s'%s" % (t.kind, t.weight, " for node '%s'" % t.node if t.node else "")
 
     def _dlpack_device(self):
         return self.first._dlpack_device()

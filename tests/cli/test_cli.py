@@ -238,7 +238,7 @@ def test_hostile(cli, sample_dir, work):
     os.symlink("../../blobs/w0", os.path.join(cache, "snapshots", "rev", "sample.weights"))
     path = os.path.join(cache, "snapshots", "rev", "sample.onnx")
     rc, _, err = cli("inspect", path)
-    expect(rc == 2 and one_line_error(err, "path_escapes", "allow_model_real_dir"),
+    expect(rc == 2 and one_line_error(err, "path_escapes", "allow_model_real_dir", "--allow-model-real-dir"),
            "inspect HF cache without the flag: path_escapes naming the option (got %d: %s)" % (rc, err.strip()))
     for flag in ("--allow-model-real-dir", "--allow-external-outside-model-dir"):
         rc, _, err = cli("verify", flag, path)
@@ -265,7 +265,7 @@ def test_hostile(cli, sample_dir, work):
     os.symlink("../../blobs/b1", os.path.join(st_cache, "snapshots", "rev", "model.safetensors.index.json"))
     path = os.path.join(st_cache, "snapshots", "rev", "model.safetensors.index.json")
     rc, _, err = cli("derive", "--backend", "cpu", path)
-    expect(rc == 2 and one_line_error(err, "path_escapes", "allow_model_real_dir"),
+    expect(rc == 2 and one_line_error(err, "path_escapes", "allow_model_real_dir", "--allow-model-real-dir"),
            "derive HF cache checkpoint without the flag: path_escapes naming the option (got %d: %s)"
            % (rc, err.strip()))
     rc, out, err = cli("derive", "--backend", "cpu", "--allow-model-real-dir", path)
@@ -276,7 +276,7 @@ def test_hostile(cli, sample_dir, work):
     for command in (["inspect"], ["verify"], ["load", "--backend", "cpu"],
                     ["replay", "--backend", "cpu", "--tokens", "1"]):
         rc, _, err = cli(*command, path)
-        expect(rc == 2 and one_line_error(err, "path_escapes", "allow_model_real_dir"),
+        expect(rc == 2 and one_line_error(err, "path_escapes", "allow_model_real_dir", "--allow-model-real-dir"),
                "%s of the HF cache checkpoint without the flag: path_escapes naming the option (got %d: %s)"
                % (command[0], rc, err.strip()))
         for flag in ("--allow-model-real-dir", "--allow-external-outside-model-dir"):

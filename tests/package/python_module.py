@@ -623,6 +623,10 @@ elif step == "misuse":
         raises(lambda: v.read(length=2 ** 62), ballast.Code.OUT_OF_BOUNDS, "Value.read(length=2**62), nothing "
                "allocated")
         raises(lambda: v.read(offset=nbytes + 1), ballast.Code.OUT_OF_BOUNDS, "Value.read(offset past the end)")
+        try:  # the error names what it missed, as the C API's does
+            v.read(offset=nbytes + 1)
+        except ballast.BallastError as e:
+            expect("weight 'layer0.weight'" in e.message, "Value.read past the end names the weight: " + e.message)
         works(lambda: v.read(offset=8, length=4) == weight_bytes[8:12], "Value.read(offset=8, length=4): the "
               "weight's bytes 8..12")
     w = model.weight("layer0.weight")
@@ -630,6 +634,11 @@ elif step == "misuse":
                                       ((0, -5), ValueError, "length", size), ((0, 2.0), TypeError, "length", size)):
         refused(lambda: w.read(*args), error, name, bounds, "Weight.read%r" % (args,))
     raises(lambda: w.read(0, 2 ** 62), ballast.Code.OUT_OF_BOUNDS, "Weight.read(0, 2**62), nothing allocated")
+    try:  # named as the C API names it: [file=..., tensor=...]
+        w.read(0, 2 ** 62)
+    except ballast.BallastError as e:
+        expect("tensor=layer0.weight]" in e.message and "file=" + w.file in e.message,
+               "Weight.read past the end names the file and the weight: " + e.message)
     works(lambda: w.read(w.bytes) == b"" and w.read(4, 4) == weight_bytes[4:8], "Weight.read at the end and (4, 4)")
     del sized, grouped, v, plan, stray
 
@@ -663,6 +672,15 @@ elif step == "misuse":
         r = inspect(model_path, "--json", stdout=full)
     expect(r.returncode == 2 and r.stderr.startswith("ballast inspect: io: ") and len(r.stderr.splitlines()) == 1,
            "python -m ballast inspect into a full disk: exit %d, %r" % (r.returncode, r.stderr))
+
+    # A BALLAST_LIBRARY that cannot be loaded: an ImportError naming it, as
+    # for a library too old, not ctypes' OSError.
+    env = dict(os.environ, BALLAST_LIBRARY=os.path.join(work, "no-such-libballast.so"))
+    r = subprocess.run([sys.executable, "-c", "import ballast"], env=env, capture_output=True, text=True, cwd="/")
+    last = (r.stderr.strip().splitlines() or [""])[-1]
+    expect(r.returncode != 0 and last.startswith("ImportError: ballast: cannot load ")
+           and "no-such-libballast.so (BALLAST_LIBRARY)" in last,
+           "import ballast with a BALLAST_LIBRARY that cannot be loaded: %r" % last)
 
     # Every command-line script of tools/gen: --help prints its usage,
     # anything else that is not its command line is refused (exit 2), and

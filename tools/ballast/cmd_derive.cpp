@@ -257,13 +257,15 @@ const RegisterCommand kDerive{{
                                        "pin every derivation through a Residency (upload, zero-copy, paged), read it "
                                        "back and hash it (with --dump, also write it: the same files as without)")
                             ->check(CLI::Validator(check_residency, "STRATEGY", "residency strategy"));
-      sub.add_option("--budget", opt->budget,
-                     "device byte budget for --residency: BYTES with an optional K/M/G/KiB/MiB/GiB suffix, or auto")
+      sub.add_option(
+             "--budget", opt->budget,
+             "device byte budget for --residency: BYTES with an optional K/M/G/T/KiB/MiB/GiB/TiB suffix, or auto")
           ->check(CLI::Validator(check_budget, "BYTES|auto", "byte budget"))
           ->needs(residency);
-      sub.add_option("--rules", opt->rules,
-                     "derivation rules: weight-name patterns -> derivations (JSON; docs/tools.md). Without it a "
-                     "model with no graph (safetensors) is planned by the built-in Hugging Face rules")
+      sub.add_option(
+             "--rules", opt->rules,
+             "derivation rules: weight-name patterns -> derivations (JSON; docs/derivations.md, Rules). Without it a "
+             "model with no graph (safetensors) is planned by the built-in Hugging Face rules")
           ->type_name("FILE");
       auto* only = sub.add_option("--only", opt->only, "with --residency: only these derivations (KIND[,KIND...])")
                        ->check(CLI::Validator(check_derivation_kinds, "KIND[,KIND...]", "derivation kinds"))

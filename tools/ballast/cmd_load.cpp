@@ -367,8 +367,9 @@ const RegisterCommand kLoad{{
       // Two flags that exclude each other: given both, neither wins silently.
       auto* direct = sub.add_flag("--direct-io", opt->direct_io, "read with O_DIRECT where the file system takes it");
       sub.add_flag("--buffered", opt->buffered, "never read with O_DIRECT")->excludes(direct);
-      sub.add_option("--populate-threads", opt->populate_threads, "zero-copy: threads faulting pages in ahead")
-          ->check(CLI::Range(1, 256))
+      sub.add_option("--populate-threads", opt->populate_threads,
+                     "zero-copy: threads faulting pages in ahead (0, the default: one per hardware thread)")
+          ->check(CLI::Range(0, 256))
           ->capture_default_str();
       sub.add_flag("--read-cached", opt->read_cached, "read what the page cache holds too (default: copy it from the mapping)");
       sub.add_flag("--keep-cache", opt->keep_cache, "leave what the read brought into the page cache (paged does when its budget cannot hold every value)");

@@ -231,7 +231,7 @@ const RegisterCommand kReplay{{
           ->capture_default_str();
       sub.add_option("--rules", opt->rules,
                      "derivation rules for a model with no graph (safetensors, GGUF): weight-name patterns -> "
-                     "derivations (JSON; docs/tools.md). Without it the built-in rules plan them")
+                     "derivations (JSON; docs/derivations.md, Rules). Without it the built-in rules plan them")
           ->type_name("FILE");
       sub.add_flag("--json", opt->json, "print the report as one JSON document (schema in docs/tools.md)");
       add_model_real_dir_option(sub, opt->load);

@@ -35,7 +35,8 @@ inline void add_residency_options(CLI::App& sub, std::string& residency, std::st
   sub.add_option("--residency", residency, "upload, zero-copy or paged")
       ->check(CLI::Validator(check_residency, "STRATEGY", "residency strategy"))
       ->capture_default_str();
-  sub.add_option("--budget", budget, "device byte budget: BYTES with an optional K/M/G/KiB/MiB/GiB suffix, or auto")
+  sub.add_option("--budget", budget,
+                 "device byte budget: BYTES with an optional K/M/G/T/KiB/MiB/GiB/TiB suffix, or auto")
       ->check(CLI::Validator(check_budget, "BYTES|auto", "byte budget"));
 }
 
@@ -77,17 +78,18 @@ inline CLI::Option* add_comm_options(CLI::App& sub, CommOptions& o, const std::s
       ->check(CLI::IsMember({"auto", "messages", "rounds"}))
       ->capture_default_str()
       ->needs(comm);
-  auto* round_bytes = sub.add_option("--round-bytes", o.round_bytes,
-                 "rounds: what a rank gathers for its peers before it trades (BYTES with an optional "
-                 "K/M/G/KiB/MiB/GiB suffix; default 32 MiB)")
-      ->check(CLI::Validator(
-          [](const std::string& v) {
-            std::optional<std::uint64_t> bytes;
-            std::string why = parse_budget(v, bytes, "round size");
-            return why.empty() && !bytes ? std::string("--round-bytes needs a byte count, not auto") : why;
-          },
-          "BYTES", "byte count"))
-      ->needs(comm);
+  auto* round_bytes =
+      sub.add_option("--round-bytes", o.round_bytes,
+                     "rounds: what a rank gathers for its peers before it trades (BYTES with an optional "
+                     "K/M/G/T/KiB/MiB/GiB/TiB suffix; default 32 MiB)")
+          ->check(CLI::Validator(
+              [](const std::string& v) {
+                std::optional<std::uint64_t> bytes;
+                std::string why = parse_budget(v, bytes, "round size");
+                return why.empty() && !bytes ? std::string("--round-bytes needs a byte count, not auto") : why;
+              },
+              "BYTES", "byte count"))
+          ->needs(comm);
   auto* domains = sub.add_option("--ranks-per-domain", o.ranks_per_domain,
                  "ranks r/N share a storage domain (a node with its own copy) and read it together; "
                  "0: every rank reads one storage")

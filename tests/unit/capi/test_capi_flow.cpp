@@ -135,6 +135,10 @@ TEST_CASE("an ONNX model: weights, accounting, dead ranges, bytes as stored") {
   CAPI_OK(ballast_model_find_weight(o.model, "w1", &index));
   CHECK(index == 1);
   CAPI_FAILS(ballast_model_find_weight(o.model, "nope", &index), BALLAST_E_NOT_FOUND);
+  // The name as asked, quoted: an empty or spaced name is seen for what it is.
+  const capi_test::Outcome missing = capi_test::take(ballast_model_find_weight(o.model, "", &index));
+  CHECK(missing.code == BALLAST_E_NOT_FOUND);
+  CHECK_MESSAGE(missing.message == "not_found: the model has no weight ''", missing.message);
 
   ballast_accounting a = BALLAST_INIT(ballast_accounting);
   CAPI_OK(ballast_model_accounting(o.model, &a));
@@ -754,7 +758,12 @@ TEST_CASE("a weight's address in a file truncated since it was opened is an io e
   const capi_test::Outcome out = capi_test::take(ballast_model_weight_data(o.model, 0, &after));
   CHECK(out.code == BALLAST_E_IO);
   CHECK_MESSAGE(out.message.find("changed since it was opened") != std::string::npos, out.message);
+  CHECK_MESSAGE(out.message.find("tensor=t.weight") != std::string::npos, out.message);  // which weight, too
   CHECK(after == nullptr);
+  std::vector<unsigned char> buf(16);  // a copy of it says the same
+  const capi_test::Outcome copied = capi_test::take(ballast_model_read_weight(o.model, 0, 0, buf.data(), 16, 16));
+  CHECK(copied.code == BALLAST_E_IO);
+  CHECK_MESSAGE(copied.message.find("tensor=t.weight") != std::string::npos, copied.message);
 }
 
 TEST_CASE("version 4: the cold start from C, its report against the model, its options checked") {

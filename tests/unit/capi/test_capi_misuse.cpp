@@ -209,6 +209,37 @@ TEST_CASE("lengths and ranges that do not fit") {
   CAPI_OK(ballast_pin_read(w.pin, 0, 0, v.first_bytes - 16, buf.data(), buf.size(), 16));
 }
 
+TEST_CASE("a read past a weight or a pinned value names what it missed") {
+  World w;
+  std::vector<unsigned char> buf(16);
+  ballast_weight_info wi = BALLAST_INIT(ballast_weight_info);
+  CAPI_OK(ballast_model_weight(w.model, 1, &wi));
+  capi_test::Outcome o =
+      capi_test::take(ballast_model_read_weight(w.model, 1, wi.bytes - 8, buf.data(), buf.size(), 16));
+  CHECK(o.code == BALLAST_E_OUT_OF_BOUNDS);
+  INFO(o.message);  // the store's error knows the file; the C API adds which weight
+  CHECK(o.message.find("tensor=" + std::string(wi.name)) != std::string::npos);
+  CHECK(o.message.find(std::string("file=") + wi.file) != std::string::npos);
+
+  ballast_derivation_info di = BALLAST_INIT(ballast_derivation_info);
+  CAPI_OK(ballast_plan_entry(w.plan, 0, &di));
+  ballast_value v = BALLAST_INIT(ballast_value);
+  CAPI_OK(ballast_pin_value(w.pin, 0, &v));
+  o = capi_test::take(ballast_pin_read(w.pin, 0, 0, v.first_bytes - 8, buf.data(), buf.size(), 16));
+  CHECK(o.code == BALLAST_E_OUT_OF_BOUNDS);
+  INFO(o.message);
+  CHECK(o.message.find(std::string(di.kind) + " of '" + di.weight + "'") != std::string::npos);
+  CHECK(o.message.find("first half") != std::string::npos);
+
+  ballast_pin* pw = nullptr;
+  CAPI_OK(ballast_residency_pin_weight(w.res, wi.name, &pw));
+  o = capi_test::take(ballast_pin_read(pw, 0, 1, 0, buf.data(), buf.size(), 16));  // a weight has no second half
+  CHECK(o.code == BALLAST_E_OUT_OF_BOUNDS);
+  INFO(o.message);
+  CHECK(o.message.find("second half of weight '" + std::string(wi.name) + "'") != std::string::npos);
+  CAPI_OK(ballast_pin_free(pw));
+}
+
 TEST_CASE("bad enum values, structs without their size, a released residency") {
   World w;
   ballast_override bad_override[] = {{"w0", -1}};
@@ -256,7 +287,17 @@ TEST_CASE("bad enum values, structs without their size, a released residency") {
   opt = BALLAST_INIT(ballast_residency_options);
   opt.overrides = bad_override;
   opt.override_count = 1;
-  CAPI_FAILS(ballast_residency_create(w.backend, w.model, &opt, &r), BALLAST_E_INVALID_ARGUMENT);
+  capi_test::Outcome bad = capi_test::take(ballast_residency_create(w.backend, w.model, &opt, &r));
+  CHECK(bad.code == BALLAST_E_INVALID_ARGUMENT);  // which override, which weight, what value
+  CHECK_MESSAGE(bad.message == "invalid_argument: overrides[0] for 'w0': strategy -1 is none of ballast_strategy",
+                bad.message);
+  ballast_override unknown[] = {{"w0", BALLAST_UPLOAD}, {"no such", BALLAST_UPLOAD}};
+  opt.overrides = unknown;
+  opt.override_count = 2;
+  bad = capi_test::take(ballast_residency_create(w.backend, w.model, &opt, &r));
+  CHECK(bad.code == BALLAST_E_NOT_FOUND);
+  CHECK_MESSAGE(bad.message == "not_found: overrides[1] names 'no such', which is not a weight of the model",
+                bad.message);
   opt.overrides = nullptr;
   opt.override_count = 2;
   CAPI_FAILS(ballast_residency_create(w.backend, w.model, &opt, &r), BALLAST_E_INVALID_ARGUMENT);

@@ -302,6 +302,38 @@ TEST_CASE("zero_copy residency uploads inline weights itself: counted in device_
   CHECK(residency.release(**gpu).status.ok());
 }
 
+TEST_CASE("page_ins counts paged's copies only: an upload, pinned or loaded, is uploaded_bytes alone") {
+  // Before, every source copied in counted a page-in, so an upload
+  // residency reported "uploaded 512 B, paged in 0 B in 1 page-in(s)".
+  const Model m = layered_model();
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  const ValueId embed = *m.value_id("embed.weight");  // 512 bytes
+  for (ResidencyStrategy strategy : {ResidencyStrategy::upload, ResidencyStrategy::paged}) {
+    CAPTURE(static_cast<int>(strategy));
+    const bool paged = strategy == ResidencyStrategy::paged;
+    ResidencyOptions o;
+    o.strategy = strategy;
+    o.derivations = std::vector<PlannedDerivation>{};
+    auto r = Residency::create(**gpu, m, o);
+    REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+    auto p = (*r)->pin(embed);
+    REQUIRE_MESSAGE(p.ok(), p.error().to_string());
+    ResidencyStats s = (*r)->stats();
+    CHECK(s.page_ins == (paged ? 1u : 0u));
+    CHECK(s.paged_in_bytes == (paged ? 512u : 0u));
+    CHECK(s.uploaded_bytes == (paged ? 0u : 512u));
+    p->reset();
+    auto report = (*r)->load();  // the cold start counts as a pin does
+    REQUIRE_MESSAGE(report.ok(), report.error().to_string());
+    s = (*r)->stats();
+    CHECK((s.page_ins == 0) == !paged);
+    CHECK(s.paged_in_bytes == (paged ? s.paged_in_bytes : 0u));
+    CHECK((s.uploaded_bytes > 512u) == !paged);
+    CHECK((*r)->release(**gpu).status.ok());
+  }
+}
+
 TEST_CASE("load() of a model whose weights are all inline reads nothing and places every value, right") {
   // No weight has a file range: the cold read has nothing to fetch, and
   // each source is copied from where the model holds it.

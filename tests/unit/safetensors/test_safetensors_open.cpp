@@ -156,6 +156,8 @@ TEST_CASE("holes in the byte buffer are refused by default, opened as dead bytes
   REQUIRE_FALSE(refused.ok());
   CHECK(refused.error().code == ErrorCode::malformed);
   CHECK(refused.error().message.find("[8, 12)") != std::string::npos);
+  // The way in, for the library's callers and the command line's.
+  CHECK(refused.error().message.find("LoadOptions::allow_holes, --allow-holes") != std::string::npos);
   CHECK(refused.error().offset == 8 + json.size() + 8);
   LoadOptions o;
   o.allow_holes = true;
