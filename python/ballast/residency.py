@@ -137,6 +137,8 @@ class Residency(_Handle):
         self.device = backend.info  # fixed when the backend opened; kept for pins after backend.close()
         self._exports = _ExportCount()
         self._plan = plan
+        # What create() was told the engine will pin, for derive()'s default.
+        self._kinds = o.kinds if derivations else None  # None: no derived value; 0: every kind
 
     @property
     def plan(self):
@@ -165,9 +167,21 @@ class Residency(_Handle):
         return Stats(*(int(getattr(s, f)) for f in _capi.STAT_FIELDS))
 
     def derive(self, plan=None, progress=None):
-        """Builds every entry of `plan` (default: the residency's) once;
-        progress(done, total) after each, on this thread. Returns the plan."""
+        """Builds every entry of `plan` once; progress(done, total) after
+        each, on this thread. Returns the plan. Without `plan`: the
+        residency's (`self.plan`), narrowed to what create() was told the
+        engine will pin: the entries of the `kinds` it was given, and none
+        with derivations=False."""
+        narrowed = plan is None and self._kinds != 0
         plan = plan if plan is not None else self.plan
+        if narrowed:
+            wanted = [] if self._kinds is None else [d for d in plan if self._kinds >> KINDS.index(d.kind) & 1]
+            for done, d in enumerate(wanted, 1):
+                with self.pin(d):  # built (or found) and unpinned at once, as ballast_residency_derive_all does
+                    pass
+                if progress is not None:
+                    progress(done, len(wanted))
+            return plan
         raised = []
 
         def report(_user, done, total):

@@ -461,6 +461,19 @@ elif step == "misuse":
         expect(s.uploaded_bytes == weight.bytes and s.registered_bytes > 0,
                "zero_copy with layer0.weight overridden to upload: %d bytes uploaded, %d registered"
                % (s.uploaded_bytes, s.registered_bytes))
+    # derive() without a plan builds what create() was told the engine
+    # pins: none with derivations=False, only the kinds given with kinds=.
+    over.derive()
+    expect(over.stats.derived_builds == 0, "derivations=False: derive() built %d values" % over.stats.derived_builds)
+    one_kind = ballast.Residency(backend, model, kinds="transpose")
+    wanted = [d for d in one_kind.plan if d.kind == "transpose"]
+    seen = []
+    one_kind.derive(progress=lambda d, t: seen.append((d, t)))
+    expect(0 < len(wanted) < len(one_kind.plan) and one_kind.stats.derived_builds == len(wanted)
+           and seen == [(i + 1, len(wanted)) for i in range(len(wanted))],
+           "kinds='transpose': derive() built %d of %d planned (%d transposes), progress %r"
+           % (one_kind.stats.derived_builds, len(one_kind.plan), len(wanted), seen))
+    one_kind.release()
     groups = ballast.Residency(backend, model, strategy="paged", group_by_layer="layer")
     expect(groups.group_count == 6, "6 layer groups (%d)" % groups.group_count)
     with groups.pin_group(0) as g:
