@@ -217,7 +217,11 @@ class _Api:
         except OSError as e:  # the module's failure to find its library is an ImportError, saying which
             raise ImportError("ballast: cannot load %s%s: %s" % (
                 self.path, " (BALLAST_LIBRARY)" if os.environ.get("BALLAST_LIBRARY") else "", e)) from None
-        get_api = self.lib.ballast_get_api
+        try:
+            get_api = self.lib.ballast_get_api
+        except AttributeError:  # loaded, but no libballast (a wrong BALLAST_LIBRARY): said as one that cannot load
+            raise ImportError("ballast: %s%s is no libballast: it has no ballast_get_api" % (
+                self.path, " (BALLAST_LIBRARY)" if os.environ.get("BALLAST_LIBRARY") else "")) from None
         get_api.restype = ctypes.c_void_p
         get_api.argtypes = [ctypes.c_uint32]
         table = get_api(API_VERSION)

@@ -12,6 +12,7 @@ device, integer arguments checked before ctypes could wrap them,
 the command lines of tools/gen), conformance, vulkan. Exit 0 passed, 1
 failed, 77 skipped.
 """
+import ctypes.util
 import gc
 import json
 import os
@@ -694,6 +695,15 @@ elif step == "misuse":
     expect(r.returncode != 0 and last.startswith("ImportError: ballast: cannot load ")
            and "no-such-libballast.so (BALLAST_LIBRARY)" in last,
            "import ballast with a BALLAST_LIBRARY that cannot be loaded: %r" % last)
+    # One that loads but is no libballast (the C math library): the same,
+    # not ctypes' AttributeError for the missing ballast_get_api.
+    libm = ctypes.util.find_library("m")
+    if libm:
+        env = dict(os.environ, BALLAST_LIBRARY=libm)
+        r = subprocess.run([sys.executable, "-c", "import ballast"], env=env, capture_output=True, text=True, cwd="/")
+        last = (r.stderr.strip().splitlines() or [""])[-1]
+        expect(r.returncode != 0 and last.startswith("ImportError: ballast: %s (BALLAST_LIBRARY) is no libballast" % libm),
+               "import ballast with a BALLAST_LIBRARY that is no libballast: %r" % last)
 
     # Every command-line script of tools/gen: --help prints its usage,
     # anything else that is not its command line is refused (exit 2), and
