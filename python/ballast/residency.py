@@ -175,6 +175,9 @@ class Residency(_Handle):
         narrowed = plan is None and self._kinds != 0
         plan = plan if plan is not None else self.plan
         if narrowed:
+            # A released (or closed) residency is refused as derive_all
+            # refuses it, also where there is nothing to build.
+            check(api.residency_group_count(self._h, ctypes.byref(ctypes.c_size_t())))
             wanted = [] if self._kinds is None else [d for d in plan if self._kinds >> KINDS.index(d.kind) & 1]
             for done, d in enumerate(wanted, 1):
                 with self.pin(d):  # built (or found) and unpinned at once, as ballast_residency_derive_all does

@@ -475,6 +475,11 @@ elif step == "misuse":
            "kinds='transpose': derive() built %d of %d planned (%d transposes), progress %r"
            % (one_kind.stats.derived_builds, len(one_kind.plan), len(wanted), seen))
     one_kind.release()
+    # Released, it is refused, as before derive() narrowed: also where
+    # nothing is left to build (derivations=False, no entry of the kinds).
+    over.release()
+    raises(lambda: over.derive(), ballast.Code.INVALID_ARGUMENT, "derive() of a released residency (derivations=False)")
+    raises(lambda: one_kind.derive(), ballast.Code.INVALID_ARGUMENT, "derive() of a released residency (kinds=)")
     groups = ballast.Residency(backend, model, strategy="paged", group_by_layer="layer")
     expect(groups.group_count == 6, "6 layer groups (%d)" % groups.group_count)
     with groups.pin_group(0) as g:
