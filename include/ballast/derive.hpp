@@ -107,11 +107,11 @@ struct DerivationRule {
 };
 
 // The rules for Hugging Face decoder checkpoints: model.layers.N.self_attn.
-// {q,k,v,o}_proj.weight and mlp.{gate,up,down}_proj.weight get transpose
-// (any type) and to_f16 (float32 ones); lm_head.weight gets quant_int8 per
-// output channel (float32 or float16); a tied head, model.embed_tokens.weight
-// when there is no lm_head.weight, the same; a GPTQ/AWQ `*.qweight` is a
-// skip with the reason (its layout is not the int4 kinds'). GGUF's llama
+// {q,k,v,o}_proj.weight and mlp.{gate,up,down}_proj.weight get transpose (any
+// type) and to_f16 (float32, bfloat16); lm_head.weight gets quant_int8 per output
+// channel (float32, float16; to_f16 when bfloat16); a tied head, model.embed_
+// tokens.weight when there is no lm_head.weight, the same; a GPTQ/AWQ `*.qweight`
+// is a skip with the reason (its layout is not the int4 kinds'). GGUF's llama
 // names: blk.N.{attn_q,attn_k,attn_v,attn_output,attn_qkv,ffn_gate,ffn_up,
 // ffn_down}.weight, the experts' blk.N.ffn_{gate,up,down}_exps.weight,
 // token_embd.weight and output.weight get dequant_gguf when block-quantized
