@@ -328,7 +328,7 @@ TEST_CASE("page_ins counts paged's copies only: an upload, pinned or loaded, is 
     REQUIRE_MESSAGE(report.ok(), report.error().to_string());
     s = (*r)->stats();
     CHECK((s.page_ins == 0) == !paged);
-    CHECK(s.paged_in_bytes == (paged ? s.paged_in_bytes : 0u));
+    CHECK((paged ? s.paged_in_bytes > 512u : s.paged_in_bytes == 0u));  // paged: the load's sources beside embed
     CHECK((s.uploaded_bytes > 512u) == !paged);
     CHECK((*r)->release(**gpu).status.ok());
   }
