@@ -36,6 +36,11 @@ Error&& Error::with_context(std::string what) && {
   return std::move(*this);
 }
 
+std::string echo_limited(std::string_view value) {
+  if (value.size() <= kEchoLimit) return std::string(value);
+  return std::string(value.substr(0, kEchoLimit)) + "... (" + std::to_string(value.size()) + " bytes)";
+}
+
 std::string Error::to_string() const {
   std::string out = error_code_name(code);
   out += ": ";
@@ -45,20 +50,12 @@ std::string Error::to_string() const {
   }
   out += message;
   std::string where;
-  // Names and paths come from hostile files: each is echoed at most
-  // kEchoLimit bytes long.
-  constexpr std::size_t kEchoLimit = 1024;
   auto add = [&where](const char* key, const std::string& value) {
     if (value.empty()) return;
     where += where.empty() ? " [" : ", ";
     where += key;
     where += '=';
-    if (value.size() <= kEchoLimit) {
-      where += value;
-    } else {
-      where.append(value, 0, kEchoLimit);
-      where += "... (" + std::to_string(value.size()) + " bytes)";
-    }
+    where += echo_limited(value);
   };
   add("file", file);
   add("tensor", tensor);

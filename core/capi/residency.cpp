@@ -266,8 +266,8 @@ ballast_status* ballast_residency_pin_derivation(ballast_residency* residency, c
     if (!pinned.ok()) return from_error(pinned.error());
     std::vector<Pinned> members;
     members.push_back(std::move(*pinned));
-    std::string name = std::string(derivation_name(entry.kind())) + " of '" + entry.weight + "'" +
-                       (entry.node.empty() ? "" : " for node '" + entry.node + "'");
+    std::string name = std::string(derivation_name(entry.kind())) + " of '" + echo_limited(entry.weight) + "'" +
+                       (entry.node.empty() ? "" : " for node '" + echo_limited(entry.node) + "'");
     return hand_out_pin(u, std::move(members), {std::move(name)}, out);
   });
 }
@@ -282,7 +282,7 @@ ballast_status* ballast_residency_pin_weight(ballast_residency* residency, const
     if (!pinned.ok()) return from_error(pinned.error());
     std::vector<Pinned> members;
     members.push_back(std::move(*pinned));
-    return hand_out_pin(u, std::move(members), {"weight '" + std::string(weight) + "'"}, out);
+    return hand_out_pin(u, std::move(members), {"weight '" + echo_limited(weight) + "'"}, out);
   });
 }
 

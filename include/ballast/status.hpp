@@ -6,6 +6,7 @@
 #pragma once
 
 #include <ballast/export.hpp>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -54,9 +55,15 @@ struct Error {
   Error& with_context(std::string what) &;
   Error&& with_context(std::string what) &&;
 
-  // "<code>: <context>: <message> [file=..., tensor=..., offset=..., native=...]"
+  // "<code>: <context>: <message> [file=..., tensor=..., offset=..., native=...]",
+  // each of file, tensor and native through echo_limited().
   std::string to_string() const;
 };
+
+// Names and paths come from hostile files: a message echoes each at most
+// kEchoLimit bytes long, then says how long it was ("... (N bytes)").
+inline constexpr std::size_t kEchoLimit = 1024;
+std::string echo_limited(std::string_view value);
 
 inline Error make_error(ErrorCode code, std::string message) {
   Error e;

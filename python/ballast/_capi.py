@@ -291,5 +291,12 @@ def text(b):
     return b.decode("utf-8", "replace") if b is not None else ""
 
 
+ECHO_LIMIT = 1024  # as the library's messages: a name from a (hostile) model echoed at most this long
+
+
+def echo(name):
+    return name if len(name) <= ECHO_LIMIT else "%s... (%d characters)" % (name[:ECHO_LIMIT], len(name))
+
+
 def dims(pointer, n):
     return tuple(int(pointer[i]) for i in range(n))

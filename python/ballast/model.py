@@ -88,7 +88,8 @@ class Weight(dlpack.Exportable):
         offset = _capi.integer(offset, "offset", _capi.U64)
         length = _capi.integer(max(self.bytes - offset, 0) if length is None else length, "length", _capi.SIZE)
         if offset + length > self.bytes:  # refused before a buffer of `length` bytes is allocated for nothing
-            where = ("file=%s, " % self.file if self.file else "") + "tensor=" + self.name  # as the C API's
+            where = ("file=%s, " % _capi.echo(self.file) if self.file else "")  # as the C API's, names capped
+            where += "tensor=" + _capi.echo(self.name)
             raise BallastError(Code.OUT_OF_BOUNDS, "out_of_bounds: copying [%d, +%d) of a %d-byte weight [%s]"
                                % (offset, length, self.bytes, where))
         buf, dst = _capi.read_buffer(length)

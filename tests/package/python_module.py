@@ -659,6 +659,12 @@ elif step == "misuse":
         expect("tensor=layer0.weight]" in e.message and "file=" + w.file in e.message,
                "Weight.read past the end names the file and the weight: " + e.message)
     works(lambda: w.read(w.bytes) == b"" and w.read(4, 4) == weight_bytes[4:8], "Weight.read at the end and (4, 4)")
+    w.name = "n" * 3000  # a hostile model's name: echoed at most 1024 long, as the library's messages echo it
+    try:
+        w.read(0, 2 ** 62)
+    except ballast.BallastError as e:
+        expect(("tensor=" + "n" * 1024 + "... (3000 characters)]") in e.message and len(e.message) < 1400,
+               "Weight.read's message echoes a long name cut: " + e.message[:200])
     del sized, grouped, v, plan, stray
 
     # python3 -m ballast inspect: the CLI's exit codes (0 ok, 2 bad input

@@ -232,6 +232,28 @@ TEST_CASE("safetensors and GGUF open through the same call") {
   CAPI_FAILS(ballast_model_open((dir / "missing.onnx").c_str(), &bad), BALLAST_E_NOT_FOUND);
 }
 
+TEST_CASE("a pin's messages echo the model's names at most 1024 bytes long, as every error does") {
+  using namespace ballast::testing;
+  ScratchDir dir("capi-long-name");
+  const std::string name(3000, 'n');  // a hostile model's name: echoed, not copied whole into every pin
+  const auto st = dir.write("m.safetensors", st_file({{name, "F32", {2, 4}, pattern(32)}}));
+  Opened o;
+  CAPI_OK(ballast_model_open(st.c_str(), &o.model));
+  CAPI_OK(ballast_backend_open("cpu", &o.backend));
+  ballast_residency* res = nullptr;
+  CAPI_OK(ballast_residency_create(o.backend, o.model, nullptr, &res));
+  ballast_pin* pin = nullptr;
+  CAPI_OK(ballast_residency_pin_weight(res, name.c_str(), &pin));
+  unsigned char byte = 0;
+  const auto past = capi_test::take(ballast_pin_read(pin, 0, 0, 32, &byte, 1, 1));
+  CHECK(past.code == BALLAST_E_OUT_OF_BOUNDS);
+  INFO(past.message.substr(0, 200));
+  CHECK(past.message.find("weight '" + name.substr(0, 1024) + "... (3000 bytes)'") != std::string::npos);
+  CHECK(past.message.size() < 1200);
+  CAPI_OK(ballast_pin_free(pin));
+  CAPI_OK(ballast_residency_free(res));
+}
+
 TEST_CASE("a backend: info, capabilities, counters; an unknown name is refused") {
   Opened o;
   CAPI_OK(ballast_backend_open("cpu", &o.backend));
