@@ -212,16 +212,15 @@ def library_path():
 class _Api:
     def __init__(self):
         self.path = library_path()
+        named = self.path + (" (BALLAST_LIBRARY)" if os.environ.get("BALLAST_LIBRARY") else "")
         try:
             self.lib = ctypes.CDLL(self.path)
         except OSError as e:  # the module's failure to find its library is an ImportError, saying which
-            raise ImportError("ballast: cannot load %s%s: %s" % (
-                self.path, " (BALLAST_LIBRARY)" if os.environ.get("BALLAST_LIBRARY") else "", e)) from None
+            raise ImportError("ballast: cannot load %s: %s" % (named, e)) from None
         try:
             get_api = self.lib.ballast_get_api
         except AttributeError:  # loaded, but no libballast (a wrong BALLAST_LIBRARY): said as one that cannot load
-            raise ImportError("ballast: %s%s is no libballast: it has no ballast_get_api" % (
-                self.path, " (BALLAST_LIBRARY)" if os.environ.get("BALLAST_LIBRARY") else "")) from None
+            raise ImportError("ballast: %s is no libballast: it has no ballast_get_api" % named) from None
         get_api.restype = ctypes.c_void_p
         get_api.argtypes = [ctypes.c_uint32]
         table = get_api(API_VERSION)
