@@ -65,6 +65,19 @@ std::string shown(std::string_view text, std::size_t limit) {
   return "'" + std::string(text.substr(0, limit)) + "...' (" + std::to_string(text.size()) + " bytes)";
 }
 
+std::string real_dir_hint(bool allow_model_real_dir, std::string_view model) {
+  if (allow_model_real_dir) return " (and outside the directory of " + std::string(model) + "'s real path)";
+  return " (LoadOptions::allow_model_real_dir, --allow-model-real-dir on the command line, also admits the "
+         "directory of " +
+         std::string(model) + "'s real path, for symlinked caches)";
+}
+
+std::string hard_link_refusal(std::uint64_t links) {
+  return std::to_string(links) +
+         " hard links; refused, since a hard link can bring in a file from outside the model directory "
+         "(LoadOptions::allow_hard_links allows it)";
+}
+
 Status check_location_text(std::string_view location) {
   if (location.empty()) return make_error(ErrorCode::malformed, "external data without a location");
   if (location.find('\0') != std::string_view::npos)
@@ -140,19 +153,13 @@ const ExternalResolver::ResolvedFile* ExternalResolver::open_location(std::strin
     Error e = std::move(opened.error());
     std::string why = e.message;
     e.message = "external data location " + shown(location) + ": " + why;
-    if (e.code == ErrorCode::path_escapes)
-      e.message += options_.allow_model_real_dir
-                       ? " (and outside the directory of the model file's real path)"
-                       : " (LoadOptions::allow_model_real_dir, --allow-model-real-dir on the command line, also "
-                         "admits the directory of the model file's real path, for symlinked caches)";
+    if (e.code == ErrorCode::path_escapes) e.message += real_dir_hint(options_.allow_model_real_dir, "the model file");
     e.file = capped_path(joined);
     return failed(std::move(e));
   }
   if (!options_.allow_hard_links && opened->st.st_nlink > 1) {
     Error e = make_error(ErrorCode::path_escapes,
-                         "external data file " + shown(location) + " has " + std::to_string(opened->st.st_nlink) +
-                             " hard links; refused, since a hard link can bring in a file from outside the model "
-                             "directory (LoadOptions::allow_hard_links allows it)");
+                         "external data file " + shown(location) + " has " + hard_link_refusal(opened->st.st_nlink));
     e.file = capped_path(joined);
     return failed(std::move(e));
   }

@@ -12,6 +12,7 @@
 #include "store/safe_open.hpp"
 
 #include <span>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -32,6 +33,16 @@ Status check_location_text(std::string_view location);
 // `text` quoted for an error message, cut to `limit` bytes (with the full
 // length said) so that a hostile name cannot make messages unbounded.
 std::string shown(std::string_view text, std::size_t limit = 160);
+
+// What a path_escapes refusal of a file beneath the model's directory
+// adds: with LoadOptions::allow_model_real_dir set, that the file is outside
+// the second root too; without, the option's name, since a Hugging Face
+// cache snapshot (files symlinked into ../../blobs/) is where a reader
+// meets this refusal and needs the option. `model` names the file whose
+// directory is the root ("the model file", "'model.safetensors.index.json'").
+std::string real_dir_hint(bool allow_model_real_dir, std::string_view model);
+// The refusal of a data file with `links` hard links (LoadOptions::allow_hard_links).
+std::string hard_link_refusal(std::uint64_t links);
 class ExternalResolver {
  public:
   // `model_dir` is where relative locations start; `model_file` names the

@@ -70,22 +70,14 @@ Result<Sibling> SiblingOpener::open(const std::string& location) {
   auto opened = store::open_beneath(std::span<const store::Root* const>(roots, count), location);
   if (!opened) {
     Error e = refuse(std::move(opened.error()));
-    // As ONNX external data says it (external_data.cpp): a Hugging Face
-    // cache snapshot's shards are symlinks into ../../blobs/, and the
-    // refusal is where its reader learns of the option.
-    if (e.code == ErrorCode::path_escapes)
-      e.message += options_.allow_model_real_dir ? " (and outside the directory of " + namer_ + "'s real path)"
-                                                 : " (LoadOptions::allow_model_real_dir, --allow-model-real-dir on the "
-                                                   "command line, also admits the directory of " +
-                                                       namer_ + "'s real path, for symlinked caches)";
+    // As ONNX external data says it: a Hugging Face cache snapshot's
+    // shards are symlinks into ../../blobs/.
+    if (e.code == ErrorCode::path_escapes) e.message += real_dir_hint(options_.allow_model_real_dir, namer_);
     e.file = joined.string();
     return e;
   }
   if (!options_.allow_hard_links && opened->st.st_nlink > 1) {
-    Error e = refuse(make_error(ErrorCode::path_escapes,
-                                "the file has " + std::to_string(opened->st.st_nlink) +
-                                    " hard links; refused, since a hard link can bring in a file from outside the "
-                                    "model directory (LoadOptions::allow_hard_links allows it)"));
+    Error e = refuse(make_error(ErrorCode::path_escapes, "the file has " + hard_link_refusal(opened->st.st_nlink)));
     e.file = joined.string();
     return e;
   }
