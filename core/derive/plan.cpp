@@ -17,8 +17,8 @@
 namespace ballast {
 namespace {
 
-Error node_error(const NodeInfo& node, std::string why) {
-  Error e = make_error(ErrorCode::invalid_argument, std::move(why));
+Error node_error(const NodeInfo& node, std::string why, ErrorCode code = ErrorCode::invalid_argument) {
+  Error e = make_error(code, std::move(why));
   e.tensor = std::string(node.name.empty() ? node.op_type : node.name);
   return e.with_context("planning derivations for " + std::string(node.op_type) + " node '" + std::string(node.name) +
                         "'");
@@ -153,6 +153,12 @@ Result<std::vector<PlannedDerivation>> plan_dense(const Model& model, const Node
   for (PlannedDerivation& p : out) {
     p.node = std::string(node.name);
     p.why = why;
+    // A plan's launches are valid: a weight with a 0 dim has no elements
+    // to bound its other dim, and [2^62, 0] float32 overflows the launch's
+    // sizes, which derive would only find after building the rest.
+    if (auto sizes = derivation_sizes(p.launch); !sizes.ok())
+      return node_error(node, std::string(derivation_name(p.kind())) + " of " + why + ": " + sizes.error().message,
+                        sizes.error().code);
   }
   return out;
 }
@@ -362,6 +368,8 @@ Result<PlannedDerivation> plan_derivation(const Model& model, std::string_view w
   PlannedDerivation p = dense(kind, std::string(weight), id, w->dtype, static_cast<std::uint64_t>(w->dims[0]),
                               static_cast<std::uint64_t>(w->dims[1]), false);
   p.why = "weight [" + std::to_string(w->dims[0]) + ", " + std::to_string(w->dims[1]) + "] as stored";
+  // As the graph's entries: [2^62, 0] has no elements, yet no launch fits it.
+  if (auto sizes = derivation_sizes(p.launch); !sizes.ok()) return fail(sizes.error().code, sizes.error().message);
   return p;
 }
 

@@ -308,6 +308,15 @@ Status Parser::tensor_info(Header& h, std::unordered_set<std::string_view>& name
               std::to_string(elements) + " elements, more than LoadOptions::max_tensor_elements (" +
                   std::to_string(limits_.max_tensor_elements) + ")",
               dims_at, name);
+  // As ONNX's decoder: with a 0 dim, each other dim is held to the cap.
+  if (elements == 0)
+    for (std::size_t i = 0; i < t.ne.size(); ++i)
+      if (t.ne[i] > limits_.max_tensor_elements)
+        return at(ErrorCode::overflow,
+                  "ne[" + std::to_string(i) + "] is " + std::to_string(t.ne[i]) +
+                      ", more than LoadOptions::max_tensor_elements (" + std::to_string(limits_.max_tensor_elements) +
+                      "), though another ne is 0",
+                  dims_at + 4 + 8 * i, name);
   const std::uint64_t type_at = pos_;
   const auto type_id = take<std::uint32_t>();
   const auto dtype = dtype_from_gguf_type(type_id);

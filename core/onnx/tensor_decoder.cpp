@@ -256,6 +256,16 @@ Status TensorDecoder::decode(const WireField& field, WeightSource source, std::s
                 std::to_string(*elements) + " elements exceed LoadOptions::max_tensor_elements (" +
                     std::to_string(options_.max_tensor_elements) + ")",
                 field.offset);
+  // A 0 dim leaves the others unbounded by the count: [2^62, 0] holds
+  // nothing, yet every size computed from its rows overflows. Each dim is
+  // held to the same cap (with elements > 0 each already is).
+  if (*elements == 0)
+    for (std::int64_t d : scan.dims)
+      if (static_cast<std::uint64_t>(d) > options_.max_tensor_elements)
+        return fail(ErrorCode::overflow,
+                    "dim " + std::to_string(d) + " exceeds LoadOptions::max_tensor_elements (" +
+                        std::to_string(options_.max_tensor_elements) + "), though another dim is 0",
+                    field.offset);
 
   WeightRef& w = out.weight;
   w.dtype = dtype;

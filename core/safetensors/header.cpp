@@ -212,6 +212,14 @@ Status check_entry(const TensorEntry& t, const HeaderLimits& limits, std::uint64
                    "shape has " + std::to_string(*elements) + " elements, more than LoadOptions::max_tensor_elements (" +
                        std::to_string(limits.max_tensor_elements) + ")",
                    t.name, where);
+  // As ONNX's decoder: with a 0 dim, each other dim is held to the cap.
+  if (*elements == 0)
+    for (std::int64_t d : t.shape)
+      if (static_cast<std::uint64_t>(d) > limits.max_tensor_elements)
+        return located(ErrorCode::overflow,
+                       "shape has a dim of " + std::to_string(d) + ", more than LoadOptions::max_tensor_elements (" +
+                           std::to_string(limits.max_tensor_elements) + "), though another dim is 0",
+                       t.name, where);
   // The specification counts bits: a sub-byte tensor must fill whole bytes.
   if (t.dtype->bits % 8 != 0 && (*elements % 8) * t.dtype->bits % 8 != 0)
     return located(ErrorCode::size_mismatch,

@@ -71,7 +71,9 @@ struct LoadOptions {
   // A data file with more than one hard link is refused: a hard link made
   // elsewhere can put any file the attacker could read into the directory.
   bool allow_hard_links = false;
-  // Refuse tensors with more elements than this (absurd dims are an attack).
+  // Refuse tensors with more elements than this, and a tensor with a 0 dim
+  // whose other dims are larger than this (absurd dims are an attack: a
+  // [2^62, 0] tensor holds nothing, yet sizes computed from it overflow).
   std::uint64_t max_tensor_elements = std::uint64_t{1} << 40;
   // external_data entries on one tensor (real ones have 2 to 5).
   std::uint32_t max_external_entries = 64;

@@ -49,6 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::uint64_t elements = 1;
     for (std::uint64_t d : t.ne) require(!__builtin_mul_overflow(elements, d, &elements));
     require(elements <= limits.max_tensor_elements);
+    for (std::uint64_t d : t.ne) require(elements != 0 || d <= limits.max_tensor_elements);
     require(ballast::dtype_storage_bytes(t.dtype, elements) == t.bytes);
     require(t.offset % h.alignment == 0);
     require(h.data_start + t.offset + t.bytes <= file.size());

@@ -43,6 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     hole_bytes += t.begin - covered;
     const auto elements = ballast::element_count(t.shape);
     require(elements && *elements <= limits.max_tensor_elements);
+    for (std::int64_t d : t.shape)
+      require(*elements != 0 || static_cast<std::uint64_t>(d) <= limits.max_tensor_elements);
     require(ballast::dtype_storage_bytes(t.dtype->type, *elements) == t.end - t.begin);
     covered = t.end;
   }

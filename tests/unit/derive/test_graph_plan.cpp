@@ -354,3 +354,38 @@ TEST_CASE("a MatMulNBits lacking any one of K, N and block_size, or with one not
       CHECK_MESSAGE(contains(plan.error().message, "needs positive K, N and block_size"), plan.error().to_string());
     }
 }
+
+TEST_CASE("a weight with a 0 dim beside a huge one, loaded under a raised cap: refused at planning, never planned") {
+  // [2^62, 0] float32 holds nothing, yet its transpose's sizes overflow 64
+  // bits; the loader refuses it under the default cap, so the cap is raised.
+  LoadOptions raised;
+  raised.max_tensor_elements = UINT64_MAX;
+  static const Proto bytes =
+      model(graph({named_node("mm", "MatMul", {"X", "W"}, {"Y"})}, {tensor("W", 1, {std::int64_t{1} << 62, 0})}));
+  CHECK(load_proto(bytes).code() == ErrorCode::overflow);
+  auto m = load_proto(bytes, ".", raised);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+
+  // From the graph: an error naming the node and the kind.
+  auto plan = plan_derivations(*m);
+  REQUIRE_FALSE(plan.ok());
+  CHECK(plan.code() == ErrorCode::overflow);
+  CHECK(contains(plan.error().to_string(), "MatMul node 'mm'"));
+  CHECK(contains(plan.error().message, "transpose of MatMul B [K, N] = [4611686018427387904, 0]"));
+  // By name: the same refusal, naming the weight.
+  auto one = plan_derivation(*m, "W", Derivation::transpose);
+  REQUIRE_FALSE(one.ok());
+  CHECK(one.code() == ErrorCode::overflow);
+  CHECK(one.error().tensor == "W");
+  // By rule: a listed skip (the rule could not plan it), or an error.
+  PlanOptions by_rule;
+  by_rule.source = PlanSource::rules;
+  by_rule.rules = {{"all", "W", {Derivation::transpose}, {}, "", ""}};
+  std::vector<PlanSkip> skipped;
+  by_rule.skipped = &skipped;
+  auto ruled = plan_derivations(*m, by_rule);
+  REQUIRE_MESSAGE(ruled.ok(), ruled.error().to_string());
+  CHECK(ruled->empty());
+  REQUIRE(skipped.size() == 1);
+  CHECK(contains(skipped[0].reason, "overflow"));
+}

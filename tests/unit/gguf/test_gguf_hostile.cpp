@@ -120,6 +120,10 @@ std::vector<Case> cases() {
                ErrorCode::overflow, "product of the dims overflows", "a"});
   c.push_back({"elements past the cap", ghead(1, 0) + tinfo("a", {std::uint64_t{1} << 41}, kF32, 0),
                ErrorCode::overflow, "LoadOptions::max_tensor_elements", "a"});
+  // No elements, so the count bounds nothing: planned, its transpose's
+  // sizes overflowed (found by fuzz_open_model).
+  c.push_back({"a dimension past the cap beside a 0", ghead(1, 0) + tinfo("a", {0, std::uint64_t{1} << 62}, kF32, 0),
+               ErrorCode::overflow, "ne[1] is 4611686018427387904, more than LoadOptions::max_tensor_elements", "a"});
   c.push_back({"a removed type id", ghead(1, 0) + tinfo("a", {32}, 4, 0), ErrorCode::unsupported, "tensor type id 4",
                "a"});
   c.push_back({"an unknown type id", ghead(1, 0) + tinfo("a", {32}, 40, 0), ErrorCode::unsupported,

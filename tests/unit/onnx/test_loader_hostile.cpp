@@ -180,6 +180,8 @@ TEST_CASE("absurd dims are refused by name before anything is allocated") {
       {"product overflows", {std::int64_t{1} << 62, std::int64_t{1} << 62}, ErrorCode::overflow},
       {"above max_tensor_elements", {std::int64_t{1} << 41}, ErrorCode::overflow},
       {"huge but empty is still checked per dim", {0, -5}, ErrorCode::malformed},
+      // No elements to bound it: a dim past the cap beside a 0 is absurd too.
+      {"a dim above max_tensor_elements beside a 0", {std::int64_t{1} << 62, 0}, ErrorCode::overflow},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
@@ -191,6 +193,17 @@ TEST_CASE("absurd dims are refused by name before anything is allocated") {
     auto r = load_proto(m);
     CHECK(r.code() == c.expected);
     CHECK(r.error().tensor == "absurd");
+  }
+  // At the cap beside a 0: accepted (an empty tensor), one more refused.
+  LoadOptions cap10;
+  cap10.max_tensor_elements = 10;
+  for (std::int64_t d : {10, 11}) {
+    CAPTURE(d);
+    Proto t = tensor("empty", 1, {0, d});
+    auto r = load_proto(model_with({t}), ".", cap10);
+    CHECK(r.ok() == (d == 10));
+    if (d == 11)
+      CHECK(r.error().message.find("dim 11 exceeds LoadOptions::max_tensor_elements (10)") != std::string::npos);
   }
   LoadOptions tight;
   tight.max_tensor_elements = 10;

@@ -94,6 +94,9 @@ std::vector<Case> header_cases() {
   c.push_back({"an element count overflowing 64 bits",
                raw("{" + t("a", "U8", "[4294967296,4294967296]", "[0,1]") + "}", 1), ErrorCode::overflow,
                "element count overflows", "a"});
+  c.push_back({"a dimension past the cap beside a 0",
+               raw("{" + t("a", "F32", "[4611686018427387904,0]", "[0,0]") + "}", 1), ErrorCode::overflow,
+               "a dim of 4611686018427387904, more than LoadOptions::max_tensor_elements", "a"});
   c.push_back({"a byte size overflowing 64 bits", raw("{" + t("a", "F64", "[4611686018427387904]", "[0,1]") + "}", 1),
                ErrorCode::overflow, "LoadOptions::max_tensor_elements", "a"});
   c.push_back({"three data_offsets", raw("{" + t("a", "U8", "[1]", "[0,1,2]") + "}", 1), ErrorCode::malformed,

@@ -1,0 +1,263 @@
+// libFuzzer target: a whole model file through everything an engine calls
+// on it, where the format targets (fuzz_safetensors, fuzz_gguf, ...) stop
+// at the parsed header. The input is written to a file and opened with
+// open_model() in whichever format its bytes say (ONNX, safetensors, a
+// sharded index, GGUF); then:
+//   - every weight is read in full through the mapping (ASan sees a range
+//     past its file) and the store's accounting must add up;
+//   - the plan is built (rules and graph), and every entry's source and
+//     operands must be weights of the model, long enough for the launch;
+//   - when the plan's outputs are small, it is derived on the CPU backend
+//     and every value must equal the scalar reference (tests/reference)
+//     computed from the weights' bytes: hostile block codes, NaN and
+//     infinite scales, subnormals, all through the real kernels;
+//   - releasing the memo and the sources frees everything: the backend is
+//     left with no live allocation or registration.
+// Any failure must be a typed error with a message, never a crash.
+//
+// Input: u8 flags, then the file's bytes.
+//   bit 0: max_tensor_elements 1000 (else 1 << 20)
+//   bit 1: PlanSource::graph_and_rules (else automatic)
+//   bit 2: the portable kernels on one thread (else the vector kernels on two)
+//   bit 3: max_amplification 2 (else the default)
+// A sharded index names shard_a.safetensors and shard_b.safetensors: the
+// harness writes them beside the input (Hugging Face names, float32 and
+// bfloat16), as w.bin for ONNX external data. Seeds: make_open_model_seeds.py.
+#include <ballast/backend_registry.hpp>
+#include <ballast/derive.hpp>
+#include <ballast/derived_weights.hpp>
+#include <ballast/device_weights.hpp>
+#include <ballast/model.hpp>
+
+#include "reference/reference.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+[[noreturn]] void fail(const std::string& what) {
+  std::fprintf(stderr, "fuzz_open_model: %s\n", what.c_str());
+  std::abort();
+}
+
+void require(bool ok, const char* what) {
+  if (!ok) fail(what);
+}
+
+// Derivations whose outputs add up to more than this are planned, not run:
+// the amplification cap bounds them, but not below the RSS limit.
+constexpr std::uint64_t kMaxDerivedBytes = std::uint64_t{32} << 20;
+
+const std::filesystem::path& data_dir() {
+  static const std::filesystem::path dir = std::filesystem::path(BALLAST_FUZZ_DATA_DIR) / "open_model";
+  return dir;
+}
+
+void write_file(const std::filesystem::path& path, const std::vector<std::uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!out) fail("cannot write " + path.string());
+}
+
+void append_u64(std::vector<std::uint8_t>& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+
+// A safetensors file of one [8, 4] tensor of `dtype` ("F32" or "BF16").
+std::vector<std::uint8_t> shard(const std::string& name, const std::string& dtype, std::uint8_t seed) {
+  const std::uint64_t bytes = dtype == "F32" ? 128 : 64;
+  std::string json = "{\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":[8,4],\"data_offsets\":[0," +
+                     std::to_string(bytes) + "]}}";
+  while ((8 + json.size()) % 8 != 0) json += ' ';
+  std::vector<std::uint8_t> out;
+  append_u64(out, json.size());
+  out.insert(out.end(), json.begin(), json.end());
+  for (std::uint64_t i = 0; i < bytes; ++i) out.push_back(static_cast<std::uint8_t>(seed + i * 37));
+  return out;
+}
+
+// Each fuzzing process has its own input file (tools/dev fuzz runs several).
+std::filesystem::path input_path() {
+  static const std::filesystem::path path = data_dir() / ("input-" + std::to_string(::getpid()));
+  return path;
+}
+
+ballast::GpuBackend& backend(bool portable) {
+  static const auto open = [](const char* config) {
+    auto b = ballast::open_backend(config);
+    if (!b.ok()) fail("open_backend(" + std::string(config) + "): " + b.error().to_string());
+    return std::move(*b);
+  };
+  static const std::unique_ptr<ballast::GpuBackend> vector = open("cpu?threads=2&simd=on");
+  static const std::unique_ptr<ballast::GpuBackend> scalar = open("cpu?threads=1&simd=off");
+  return portable ? *scalar : *vector;
+}
+
+std::span<const std::byte> weight_bytes(const ballast::Model& model, ballast::ValueId id, std::uint64_t need,
+                                        const char* operand) {
+  const auto it = model.store().weights().find(id);
+  if (it == model.store().weights().end()) fail(std::string("a planned ") + operand + " is not a weight");
+  auto bytes = model.store().bytes(it->second);
+  if (!bytes) fail(std::string("a planned ") + operand + " cannot be read");
+  if (bytes->size() < need) fail(std::string("a planned ") + operand + " is shorter than its launch reads");
+  return bytes->first(static_cast<std::size_t>(need));
+}
+
+// The reference's outputs for a planned entry, from the weights' bytes.
+ballast::reference::Outputs expected_of(const ballast::Model& model, const ballast::PlannedDerivation& p,
+                                        const ballast::DerivationSizes& sizes) {
+  namespace ref = ballast::reference;
+  std::vector<std::byte> transposed;
+  std::span<const std::byte> src;
+  if (p.of_transposed) {
+    // quant_int8 per output channel of a weight stored [K, N]: the rows of
+    // its [N, K] transpose.
+    ballast::DerivationLaunch t;
+    t.kind = ballast::Derivation::transpose;
+    t.src_type = p.launch.src_type;
+    t.rows = p.launch.cols;
+    t.cols = p.launch.rows;
+    auto t_sizes = ballast::derivation_sizes(t);
+    if (!t_sizes.ok()) fail("the transpose a quant_int8 reads is invalid: " + t_sizes.error().to_string());
+    auto out = ref::derive(t, {weight_bytes(model, p.source, t_sizes->src_bytes, "weight"), {}, {}});
+    if (!out.ok()) fail("the reference refused a planned transpose: " + out.error().to_string());
+    transposed = std::move(out->dst);
+    src = transposed;
+  } else {
+    src = weight_bytes(model, p.source, sizes.src_bytes, "weight");
+  }
+  ref::Inputs in{src, {}, {}};
+  if (sizes.scales_bytes != 0) {
+    if (!p.scales) fail("a planned launch reads scales the entry does not name");
+    in.scales = weight_bytes(model, *p.scales, sizes.scales_bytes, "scales");
+  }
+  if (sizes.zero_point_bytes != 0) {
+    if (!p.zero_points) fail("a planned launch reads zero points the entry does not name");
+    in.zero_points = weight_bytes(model, *p.zero_points, sizes.zero_point_bytes, "zero points");
+  }
+  auto out = ref::derive(p.launch, in);
+  if (!out.ok()) fail("the reference refused a planned launch (" + p.why + "): " + out.error().to_string());
+  return std::move(*out);
+}
+
+void derive_and_compare(const ballast::Model& model, const std::vector<ballast::PlannedDerivation>& plan,
+                        bool portable) {
+  std::uint64_t total = 0;
+  std::vector<ballast::DerivationSizes> sizes;
+  for (const auto& p : plan) {
+    auto s = ballast::derivation_sizes(p.launch);
+    if (!s.ok()) fail("a planned launch is invalid (" + p.why + "): " + s.error().to_string());
+    total += s->dst_bytes + s->dst2_bytes;
+    sizes.push_back(*s);
+  }
+  if (total > kMaxDerivedBytes) return;
+
+  ballast::GpuBackend& gpu = backend(portable);
+  const auto before = gpu.counters();
+  {
+    ballast::DeviceWeights sources(gpu, model.store());
+    ballast::DerivedWeights memo;
+    const ballast::DeriveContext ctx{gpu, model, sources, memo};
+    auto values = ballast::derive_weights(ctx, plan);
+    if (values.ok()) {
+      require(values->size() == plan.size(), "derive_weights returned another count than planned");
+      ballast::reference::Tolerance tol;
+      tol.flushes_f16_subnormals = gpu.capabilities().flushes_f16_subnormals;
+      tol.int8_codes_within_one = gpu.capabilities().int8_codes_within_one;
+      for (std::size_t i = 0; i < plan.size(); ++i) {
+        // An empty output (a dim of 0) is no launch at all (the validated
+        // center returns before the backend); the reference would still
+        // walk every row of a [2^32, 0] tensor.
+        if (sizes[i].dst_bytes == 0 && sizes[i].dst2_bytes == 0) continue;
+        const auto expected = expected_of(model, plan[i], sizes[i]);
+        std::vector<std::byte> dst(sizes[i].dst_bytes), dst2(sizes[i].dst2_bytes);
+        if (!dst.empty() && !gpu.copy_to_host(dst, (*values)[i].first, 0).ok()) fail("cannot read a derived value");
+        if (!dst2.empty() && !gpu.copy_to_host(dst2, (*values)[i].second, 0).ok())
+          fail("cannot read a derived pair's second half");
+        const auto cmp = ballast::reference::compare(plan[i].launch, expected, dst, dst2, tol);
+        if (!cmp.ok)
+          fail("derived " + plan[i].weight + " (" + plan[i].why + ") differs from the reference: " + cmp.message);
+      }
+    } else {
+      // A plan the planner accepted, within the size cap, on a backend with
+      // room: nothing may refuse it.
+      fail("derive_weights refused a plan planned from this model: " + values.error().to_string());
+    }
+    const ballast::Released memo_released = memo.release(gpu);
+    require(memo_released.status.ok() && memo_released.failed_frees == 0, "releasing the memo failed");
+    const ballast::Released sources_released = sources.release(gpu);
+    require(sources_released.status.ok() && sources_released.failed_frees == 0, "releasing the sources failed");
+  }
+  const auto after = gpu.counters();
+  require(after.live_allocations == before.live_allocations && after.live_bytes == before.live_bytes &&
+              after.live_registrations == before.live_registrations,
+          "the derivation left allocations or registrations behind");
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  std::filesystem::create_directories(data_dir());
+  write_file(data_dir() / "shard_a.safetensors", shard("model.layers.0.self_attn.q_proj.weight", "F32", 3));
+  write_file(data_dir() / "shard_b.safetensors", shard("lm_head.weight", "BF16", 11));
+  std::vector<std::uint8_t> blob(4096);
+  for (std::size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<std::uint8_t>(i * 31);
+  write_file(data_dir() / "w.bin", blob);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  const std::uint8_t flags = data[0];
+  write_file(input_path(), std::vector<std::uint8_t>(data + 1, data + size));
+
+  ballast::LoadOptions options;
+  options.max_tensor_elements = (flags & 1) != 0 ? 1000 : std::uint64_t{1} << 20;
+  auto model = ballast::open_model(input_path(), options);
+  if (!model.ok()) {
+    require(!model.error().message.empty(), "open_model failed without a message");
+    return 0;
+  }
+
+  // Every weight, read in full through its mapping.
+  const ballast::WeightStore& store = model->store();
+  std::uint8_t sink = 0;
+  for (ballast::ValueId id : model->weight_order()) {
+    const auto it = store.weights().find(id);
+    require(it != store.weights().end(), "weight_order names a value the store does not hold");
+    auto b = store.bytes(it->second);
+    require(b.has_value(), "a weight the open accepted cannot be read");
+    for (std::byte x : *b) sink ^= std::to_integer<std::uint8_t>(x);
+    require(model->value_id(model->value_name(id)) == id, "a weight's name does not map back to its id");
+  }
+  for (const auto& m : model->metadata()) sink ^= static_cast<std::uint8_t>(m.key.size() + m.value.size());
+  const auto referenced = store.referenced_weight_bytes();
+  (void)store.dead_ranges(referenced);
+  require(store.unreferenced_external_bytes(referenced) <= store.mapped_external_bytes(),
+          "more unreferenced bytes than mapped");
+  require(model->check_unchanged().ok(), "the model reads as changed though nothing touched it");
+
+  std::vector<ballast::PlanSkip> skipped;
+  ballast::PlanOptions plan_options;
+  plan_options.skipped = &skipped;
+  if ((flags & 2) != 0) plan_options.source = ballast::PlanSource::graph_and_rules;
+  if ((flags & 8) != 0) plan_options.max_amplification = 2;
+  auto plan = ballast::plan_derivations(*model, plan_options);
+  if (!plan.ok()) {
+    require(!plan.error().message.empty(), "plan_derivations failed without a message");
+    return 0;
+  }
+  for (const auto& s : skipped) sink ^= static_cast<std::uint8_t>(s.reason.size());
+  derive_and_compare(*model, *plan, (flags & 4) != 0);
+  volatile std::uint8_t keep = sink;
+  (void)keep;
+  return 0;
+}
