@@ -290,6 +290,27 @@ def text(b):
     return b.decode("utf-8", "replace") if b is not None else ""
 
 
+def c_string(value, what, path=False):
+    """`value` as the bytes of a C string argument: a str (UTF-8; a path,
+    path=True, as os.fsencode spells it, a PathLike too) or bytes (a name
+    as the model spells it, which need not be UTF-8). A NUL inside would
+    end the C string there, and the library would act on what comes before
+    it (`weight("w\\0x")` was weight "w", `open_model("a.onnx\\0b")` opened
+    a.onnx), so it is refused with ValueError, as Python's file calls
+    refuse one."""
+    if path:
+        raw = os.fsencode(value)
+    elif isinstance(value, bytes):
+        raw = value
+    elif isinstance(value, str):
+        raw = value.encode("utf-8")
+    else:
+        raise TypeError("%s must be a str or bytes, not %s" % (what, type(value).__name__))
+    if b"\0" in raw:
+        raise ValueError("%s holds a NUL character, which would end the C string there: %r" % (what, value))
+    return raw
+
+
 ECHO_LIMIT = 1024  # as the library's messages: a name from a (hostile) model echoed at most this long
 
 

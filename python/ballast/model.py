@@ -116,7 +116,7 @@ class Model(_Handle):
 
     def __init__(self, path):
         h = _capi.c_handle()
-        check(api.model_open(os.fsencode(path), ctypes.byref(h)))
+        check(api.model_open(_capi.c_string(path, "model path", path=True), ctypes.byref(h)))
         super().__init__(h)
         self.path = os.fspath(path)
 
@@ -144,7 +144,7 @@ class Model(_Handle):
     def weight(self, name):
         """The weight called `name` (BallastError NOT_FOUND when none)."""
         index = ctypes.c_size_t()
-        check(api.model_find_weight(self._h, name.encode(), ctypes.byref(index)))
+        check(api.model_find_weight(self._h, _capi.c_string(name, "weight name"), ctypes.byref(index)))
         info = _capi.new(_capi.WeightInfo)
         check(api.model_weight(self._h, index.value, ctypes.byref(info)))
         return Weight(self, index.value, info)

@@ -120,10 +120,10 @@ class Residency(_Handle):
         o.plan = plan._h if plan is not None else None
         o.kinds = _kinds_mask(kinds)
         o.no_derivations = 0 if derivations else 1
-        stem = group_by_layer.encode() if group_by_layer else None
+        stem = _capi.c_string(group_by_layer, "group_by_layer") if group_by_layer else None
         o.group_by_layer = stem
         items = list((overrides or {}).items())
-        names = [w.encode() for w, _ in items]
+        names = [_capi.c_string(w, "override weight") for w, _ in items]
         table = _capi.array_of(_capi.Override, max(len(items), 1))()
         for i, (w, s) in enumerate(items):
             table[i].weight = names[i]
@@ -235,7 +235,7 @@ class Residency(_Handle):
             index = _capi.integer(target.index, "derivation index", _capi.SIZE)
             check(api.residency_pin_derivation(self._h, target.plan._h, index, ctypes.byref(h)))
         else:
-            check(api.residency_pin_weight(self._h, target.encode(), ctypes.byref(h)))
+            check(api.residency_pin_weight(self._h, _capi.c_string(target, "weight name"), ctypes.byref(h)))
         return h
 
     def pin(self, what):

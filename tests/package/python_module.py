@@ -9,8 +9,8 @@ Steps: numpy, torch (each against `ballast derive --dump` on cpu), release
 what is dropped), misuse (and the CUDA/HIP export path on a stand-in
 device, integer arguments checked before ctypes could wrap them,
 `python3 -m ballast`'s exit codes and error line against the CLI's, and
-the command lines of tools/gen), conformance, vulkan. Exit 0 passed, 1
-failed, 77 skipped.
+the command lines of tools/gen), names (strings into C), conformance,
+vulkan. Exit 0 passed, 1 failed, 77 skipped.
 """
 import ctypes.util
 import gc
@@ -739,6 +739,41 @@ elif step == "misuse":
                   alone.returncode, none.returncode, made or "nothing"))
         subprocess.run(["rm", "-rf", scratch], check=True)
         os.makedirs(scratch)
+    done()
+
+elif step == "names":
+    # Strings into C. A NUL inside a path, name or config string ends the
+    # C string there, and the library acted on what came before it:
+    # weight("layer0.weight\0x") was layer0.weight, open_model(path +
+    # "\0...") opened path, open_backend("cpu\0...") opened cpu. Each is
+    # refused before the call (ValueError), as Python's file calls refuse one.
+    model = ballast.open_model(model_path)
+    backend = ballast.open_backend("cpu")
+
+    def refused_nul(fn, what):
+        try:
+            fn()
+        except ValueError as e:
+            return expect("NUL" in str(e), "%s: ValueError (%s)" % (what, e))
+        except Exception as e:  # noqa: BLE001
+            return expect(False, "%s: %s (%s), not ValueError" % (what, type(e).__name__, e))
+        return expect(False, "%s: accepted (the C string ended at the NUL)" % what)
+
+    refused_nul(lambda: ballast.open_model(model_path + "\0.other"), "open_model(a path with a NUL)")
+    refused_nul(lambda: ballast.open_model(os.fsencode(model_path) + b"\0x"), "open_model(bytes with a NUL)")
+    refused_nul(lambda: model.weight("layer0.weight\0x"), "Model.weight(a name with a NUL)")
+    refused_nul(lambda: ballast.open_backend("cpu\0garbage"), "open_backend('cpu\\0garbage')")
+    refused_nul(lambda: backend.extension("x\0y"), "Backend.extension(a name with a NUL)")
+    refused_nul(lambda: ballast.plugin_extension("cpu\0x", "y"), "plugin_extension(a backend with a NUL)")
+    refused_nul(lambda: ballast.run_conformance("cpu\0x"), "run_conformance(a config with a NUL)")
+    refused_nul(lambda: ballast.Residency(backend, model, overrides={"layer0.weight\0x": "upload"}),
+                "Residency(overrides={a name with a NUL: ...})")
+    refused_nul(lambda: ballast.Residency(backend, model, group_by_layer="layer\0x"),
+                "Residency(group_by_layer=a stem with a NUL)")
+    res = ballast.Residency(backend, model, strategy="upload")
+    refused_nul(lambda: res.pin("layer0.weight\0x"), "Residency.pin(a name with a NUL)")
+    with res.pin("layer0.weight") as v:  # the same calls without the NUL still work
+        expect(v.read() == model.weight("layer0.weight").read(), "Residency.pin('layer0.weight') as stored")
     done()
 
 elif step == "conformance":
