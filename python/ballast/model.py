@@ -72,6 +72,7 @@ class Weight(dlpack.Exportable):
         self.model = model
         self.index = index
         self.name = text(info.name)
+        self._raw_name = info.name or b""  # as the model spells it (need not be UTF-8): what pins and finds it
         self.dtype = text(info.dtype)
         self.dims = _capi.dims(info.dims, info.ndims)
         self.bytes = int(info.bytes)
@@ -142,7 +143,8 @@ class Model(_Handle):
         return out
 
     def weight(self, name):
-        """The weight called `name` (BallastError NOT_FOUND when none)."""
+        """The weight called `name`, a str or the bytes the model spells it
+        with (BallastError NOT_FOUND when none)."""
         index = ctypes.c_size_t()
         check(api.model_find_weight(self._h, _capi.c_string(name, "weight name"), ctypes.byref(index)))
         info = _capi.new(_capi.WeightInfo)

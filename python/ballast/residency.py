@@ -240,14 +240,17 @@ class Residency(_Handle):
 
     def pin(self, what):
         """Pins a derived value (a Derivation of a plan of this model) or a
-        weight (a Weight or its name): a Value, never evicted while held."""
+        weight (a Weight, or its name as a str or as the model's bytes): a
+        Value, never evicted while held."""
         if isinstance(what, Derivation):
             layouts = [what.first] + ([what.second] if what.second else [])
             target = what
         else:
             w = what if isinstance(what, Weight) else self.model.weight(what)
             layouts = [Layout(w.dtype, w.dims, w.bytes)]
-            target = w.name
+            # Pinned by the name's bytes as the model spells them: `name`,
+            # decoded for Python, differs from them where they are not UTF-8.
+            target = w._raw_name
         return Value(self, target, layouts)
 
     def pin_group(self, index, wait_ms=5000):
@@ -407,16 +410,16 @@ class Value(Pin, dlpack.Exportable):
         return Half(self, 1, self._layouts[1]) if len(self._layouts) > 1 else None
 
     def __repr__(self):
-        return "Value(%r, %s)" % (self._target if isinstance(self._target, str) else self._target.kind + " of " +
-                                  self._target.weight, self.halves)
+        t = self._target
+        return "Value(%r, %s)" % (_capi.text(t) if isinstance(t, bytes) else t.kind + " of " + t.weight, self.halves)
 
     def read(self, half=0, offset=0, length=None):
         return Pin.read(self, 0, half, offset, length)
 
     def _member_name(self, member):
         t = self._target
-        if isinstance(t, str):
-            return "weight '%s'" % t
+        if isinstance(t, bytes):  # a weight, by its name's bytes
+            return "weight '%s'" % _capi.text(t)
         return "%s of '%s'%s" % (t.kind, t.weight, " for node '%s'" % t.node if t.node else "")
 
     def _dlpack_device(self):

@@ -774,6 +774,29 @@ elif step == "names":
     refused_nul(lambda: res.pin("layer0.weight\0x"), "Residency.pin(a name with a NUL)")
     with res.pin("layer0.weight") as v:  # the same calls without the NUL still work
         expect(v.read() == model.weight("layer0.weight").read(), "Residency.pin('layer0.weight') as stored")
+
+    # Names that are not UTF-8 (ONNX spells names in bytes): a Weight's
+    # `name` is their decoded form (U+FFFD for each bad byte), which is no
+    # name of the model, so pinning the Weight by it was NOT_FOUND. It pins
+    # by the bytes the model spells, and Model.weight() takes those bytes.
+    gen = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli", "hostile_names_model.py")
+    hostile_dir = os.path.join(work, "python-names-hostile")
+    spelled = json.loads(subprocess.run([sys.executable, gen, hostile_dir], check=True, capture_output=True,
+                                        text=True).stdout)
+    hostile = ballast.open_model(os.path.join(hostile_dir, "hostile.onnx"))
+    on_cpu = ballast.Residency(backend, hostile, strategy="upload")
+    for w in hostile.weights:
+        try:
+            with on_cpu.pin(w) as v:
+                expect(v.read() == w.read(), "Residency.pin(Weight %r): its bytes as stored" % w.name)
+        except ballast.BallastError as e:
+            expect(False, "Residency.pin(Weight %r): %s" % (w.name, e.message))
+    for raw in map(bytes.fromhex, spelled["inline"]):
+        try:
+            expect(hostile.weight(raw).read() == b"\x00\x00\x80\x3f\x00\x00\x00\x40",
+                   "Model.weight(%r): found by its bytes" % raw)
+        except ballast.BallastError as e:
+            expect(False, "Model.weight(%r): %s" % (raw, e.message))
     done()
 
 elif step == "conformance":
