@@ -237,10 +237,19 @@ api = _Api()
 def check(status):
     """Raises BallastError for a non-NULL status (and frees it)."""
     if status:
-        code = api.status_code(status)
-        message = api.status_message(status).decode("utf-8", "replace")
-        api.status_free(status)
-        raise BallastError(code, message)
+        # Made by another function and raised unnamed: a local naming the
+        # exception would be a cycle with its traceback (which holds this
+        # frame), keeping the caller's objects until the cyclic collector ran.
+        raise _error(status)
+
+
+def _error(status):
+    code = api.status_code(status)
+    raw = api.status_message(status)
+    api.status_free(status)
+    error = BallastError(code, raw.decode("utf-8", "replace"))
+    error._raw = raw  # the message's bytes: `python3 -m ballast` escapes these, as the command line does
+    return error
 
 
 # The ranges of the C fields and arguments Python integers go into. ctypes

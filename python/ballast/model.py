@@ -77,6 +77,7 @@ class Weight(dlpack.Exportable):
         self.dims = _capi.dims(info.dims, info.ndims)
         self.bytes = int(info.bytes)
         self.file = text(info.file)
+        self._raw_file = info.file or b""
         self.offset = int(info.offset)
         self.gguf_type = text(info.gguf_type)
 

@@ -797,6 +797,29 @@ elif step == "names":
                    "Model.weight(%r): found by its bytes" % raw)
         except ballast.BallastError as e:
             expect(False, "Model.weight(%r): %s" % (raw, e.message))
+
+    # What `python3 -m ballast inspect` writes of those names: escaped as
+    # the command line escapes them (docs/security.md, "What a terminal
+    # shows"), never raw (its table printed the carriage return and escape
+    # sequences of a name as they were, and its error line the message as
+    # the C API quotes it), and its error line is the CLI's, byte for byte.
+    import re
+    raw_control = re.compile(rb"[\x00-\x09\x0b-\x1f\x7f]|\xc2[\x80-\x9f]|\xe2\x80[\x8e\x8f\xaa-\xae]|"
+                             rb"\xe2\x81[\xa6-\xa9]|\xd8\x9c")
+    for name in ("hostile.onnx", "hostile_missing.onnx"):
+        path = os.path.join(hostile_dir, name)
+        py = subprocess.run([sys.executable, "-m", "ballast", "inspect", path], capture_output=True, cwd="/")
+        cli = subprocess.run([os.path.join(moved, "bin", "ballast"), "inspect", path], capture_output=True, cwd="/")
+        for what, out in (("stdout", py.stdout), ("stderr", py.stderr)):
+            m = raw_control.search(out)
+            expect(m is None, "python -m ballast inspect %s, %s: no raw control byte (%r)"
+                   % (name, what, out[max(0, m.start() - 20):m.start() + 20] if m else b""))
+        if cli.returncode != 0:
+            expect(py.returncode == cli.returncode and py.stderr == cli.stderr,
+                   "python -m ballast inspect %s: the CLI's error line %r, got %r" % (name, cli.stderr, py.stderr))
+        else:
+            expect(py.returncode == 0 and b"\\x1b[2Kverify" in py.stdout and b"bidi\\u{202e}evil" in py.stdout,
+                   "python -m ballast inspect %s: the names escaped as the CLI escapes them" % name)
     done()
 
 elif step == "conformance":
