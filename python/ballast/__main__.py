@@ -10,6 +10,7 @@ import os
 import sys
 
 from . import BallastError, library_path, open_model
+from .printable import printable
 
 
 def _inspect(path, as_json):
@@ -27,17 +28,20 @@ def _inspect(path, as_json):
                                                   for r in acc.dead_ranges]}}, sys.stdout, indent=2)
         print()
         return
-    print("model: %s (%s), %d weights" % (path, model.format, len(weights)))
+    # Names and paths are the model's bytes, chosen by whoever made it: each
+    # is escaped as the command line escapes it (printable.py), so none can
+    # move the cursor or print a line of its own over this output.
+    print("model: %s (%s), %d weights" % (printable(os.fsencode(path)), model.format, len(weights)))
     for w in weights:
-        where = "inline" if not w.file else "%s @ %d" % (w.file, w.offset)
+        where = "inline" if not w.file else "%s @ %d" % (printable(w._raw_file), w.offset)
         # A GGUF weight's type by GGUF's name, as the command line prints it.
-        print("  %-40s %-8s %-18s %10d B  %s" % (w.name, w.gguf_type or w.dtype, "[" + ", ".join(map(str, w.dims)) + "]",
-                                                 w.bytes, where))
+        print("  %-40s %-8s %-18s %10d B  %s" % (printable(w._raw_name), w.gguf_type or w.dtype,
+                                                 "[" + ", ".join(map(str, w.dims)) + "]", w.bytes, where))
     print("accounting: mapped %d B, referenced %d B, header %d B, dead %d B in %d range(s) over %d file(s)"
           % (acc.mapped_bytes, acc.referenced_bytes, acc.header_bytes, acc.dead_bytes, len(acc.dead_ranges),
              acc.files))
     for r in acc.dead_ranges:
-        print("  dead: %s [%d, +%d)" % (r.file, r.offset, r.length))
+        print("  dead: %s [%d, +%d)" % (printable(r.file), r.offset, r.length))
 
 
 def main(argv=None):
@@ -51,7 +55,8 @@ def main(argv=None):
         _inspect(a.model, a.json)
         sys.stdout.flush()
     except BallastError as e:
-        print("ballast %s: %s" % (a.command, e.message), file=sys.stderr)
+        # The command line's error line: the message escaped (it quotes names and paths).
+        print("ballast %s: %s" % (a.command, printable(getattr(e, "_raw", e.message))), file=sys.stderr)
         return 2
     except BrokenPipeError:
         # The reader stopped reading (`| head`): as the CLI, no error. Later

@@ -237,10 +237,19 @@ api = _Api()
 def check(status):
     """Raises BallastError for a non-NULL status (and frees it)."""
     if status:
-        code = api.status_code(status)
-        message = api.status_message(status).decode("utf-8", "replace")
-        api.status_free(status)
-        raise BallastError(code, message)
+        # Made by another function and raised unnamed: a local naming the
+        # exception would be a cycle with its traceback (which holds this
+        # frame), keeping the caller's objects until the cyclic collector ran.
+        raise _error(status)
+
+
+def _error(status):
+    code = api.status_code(status)
+    raw = api.status_message(status)
+    api.status_free(status)
+    error = BallastError(code, raw.decode("utf-8", "replace"))
+    error._raw = raw  # the message's bytes: `python3 -m ballast` escapes these, as the command line does
+    return error
 
 
 # The ranges of the C fields and arguments Python integers go into. ctypes
@@ -288,6 +297,27 @@ def read_buffer(length):
 
 def text(b):
     return b.decode("utf-8", "replace") if b is not None else ""
+
+
+def c_string(value, what, path=False):
+    """`value` as the bytes of a C string argument: a str (UTF-8; a path,
+    path=True, as os.fsencode spells it, a PathLike too) or bytes (a name
+    as the model spells it, which need not be UTF-8). A NUL inside would
+    end the C string there, and the library would act on what comes before
+    it (`weight("w\\0x")` was weight "w", `open_model("a.onnx\\0b")` opened
+    a.onnx), so it is refused with ValueError, as Python's file calls
+    refuse one."""
+    if path:
+        raw = os.fsencode(value)
+    elif isinstance(value, bytes):
+        raw = value
+    elif isinstance(value, str):
+        raw = value.encode("utf-8")
+    else:
+        raise TypeError("%s must be a str or bytes, not %s" % (what, type(value).__name__))
+    if b"\0" in raw:
+        raise ValueError("%s holds a NUL character, which would end the C string there: %r" % (what, value))
+    return raw
 
 
 ECHO_LIMIT = 1024  # as the library's messages: a name from a (hostile) model echoed at most this long

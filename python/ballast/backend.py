@@ -36,7 +36,7 @@ class Backend(_Handle):
 
     def __init__(self, config):
         h = _capi.c_handle()
-        check(api.backend_open(config.encode(), ctypes.byref(h)))
+        check(api.backend_open(_capi.c_string(config, "backend config"), ctypes.byref(h)))
         super().__init__(h)
         self.config = config
         self._info = None
@@ -58,7 +58,7 @@ class Backend(_Handle):
         address, 0 when there is none; what it points to is the extension's
         own contract (ctypes.cast it). Valid while this backend lives."""
         out = ctypes.c_void_p()
-        check(api.backend_extension(self._h, name.encode(), ctypes.byref(out)))
+        check(api.backend_extension(self._h, _capi.c_string(name, "extension name"), ctypes.byref(out)))
         return int(out.value or 0)
 
     @property
@@ -73,7 +73,8 @@ def plugin_extension(backend, name):
     ("cuda"), loading it if need be but opening no device: an address, 0
     when there is none. Plugins are never unloaded, so it stays valid."""
     out = ctypes.c_void_p()
-    check(api.plugin_extension(backend.encode(), name.encode(), ctypes.byref(out)))
+    check(api.plugin_extension(_capi.c_string(backend, "backend name"), _capi.c_string(name, "extension name"),
+                                ctypes.byref(out)))
     return int(out.value or 0)
 
 
@@ -102,7 +103,8 @@ def run_conformance(backend_config, filter=None):
     r = _capi.new(_capi.ConformanceResult)
     capacity, length = 1 << 20, ctypes.c_size_t()
     buf = ctypes.create_string_buffer(capacity)
-    check(api.run_conformance(backend_config.encode(), filter.encode() if filter else None, ctypes.byref(r), buf,
+    check(api.run_conformance(_capi.c_string(backend_config, "backend config"),
+                              _capi.c_string(filter, "filter") if filter else None, ctypes.byref(r), buf,
                               capacity, ctypes.byref(length)))
     summary = None
     if 0 < length.value < capacity:

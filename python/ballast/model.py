@@ -72,10 +72,12 @@ class Weight(dlpack.Exportable):
         self.model = model
         self.index = index
         self.name = text(info.name)
+        self._raw_name = info.name or b""  # as the model spells it (need not be UTF-8): what pins and finds it
         self.dtype = text(info.dtype)
         self.dims = _capi.dims(info.dims, info.ndims)
         self.bytes = int(info.bytes)
         self.file = text(info.file)
+        self._raw_file = info.file or b""
         self.offset = int(info.offset)
         self.gguf_type = text(info.gguf_type)
 
@@ -116,7 +118,7 @@ class Model(_Handle):
 
     def __init__(self, path):
         h = _capi.c_handle()
-        check(api.model_open(os.fsencode(path), ctypes.byref(h)))
+        check(api.model_open(_capi.c_string(path, "model path", path=True), ctypes.byref(h)))
         super().__init__(h)
         self.path = os.fspath(path)
 
@@ -142,9 +144,10 @@ class Model(_Handle):
         return out
 
     def weight(self, name):
-        """The weight called `name` (BallastError NOT_FOUND when none)."""
+        """The weight called `name`, a str or the bytes the model spells it
+        with (BallastError NOT_FOUND when none)."""
         index = ctypes.c_size_t()
-        check(api.model_find_weight(self._h, name.encode(), ctypes.byref(index)))
+        check(api.model_find_weight(self._h, _capi.c_string(name, "weight name"), ctypes.byref(index)))
         info = _capi.new(_capi.WeightInfo)
         check(api.model_weight(self._h, index.value, ctypes.byref(info)))
         return Weight(self, index.value, info)

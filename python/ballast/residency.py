@@ -120,10 +120,10 @@ class Residency(_Handle):
         o.plan = plan._h if plan is not None else None
         o.kinds = _kinds_mask(kinds)
         o.no_derivations = 0 if derivations else 1
-        stem = group_by_layer.encode() if group_by_layer else None
+        stem = _capi.c_string(group_by_layer, "group_by_layer") if group_by_layer else None
         o.group_by_layer = stem
         items = list((overrides or {}).items())
-        names = [w.encode() for w, _ in items]
+        names = [_capi.c_string(w, "override weight") for w, _ in items]
         table = _capi.array_of(_capi.Override, max(len(items), 1))()
         for i, (w, s) in enumerate(items):
             table[i].weight = names[i]
@@ -235,19 +235,22 @@ class Residency(_Handle):
             index = _capi.integer(target.index, "derivation index", _capi.SIZE)
             check(api.residency_pin_derivation(self._h, target.plan._h, index, ctypes.byref(h)))
         else:
-            check(api.residency_pin_weight(self._h, target.encode(), ctypes.byref(h)))
+            check(api.residency_pin_weight(self._h, _capi.c_string(target, "weight name"), ctypes.byref(h)))
         return h
 
     def pin(self, what):
         """Pins a derived value (a Derivation of a plan of this model) or a
-        weight (a Weight or its name): a Value, never evicted while held."""
+        weight (a Weight, or its name as a str or as the model's bytes): a
+        Value, never evicted while held."""
         if isinstance(what, Derivation):
             layouts = [what.first] + ([what.second] if what.second else [])
             target = what
         else:
             w = what if isinstance(what, Weight) else self.model.weight(what)
             layouts = [Layout(w.dtype, w.dims, w.bytes)]
-            target = w.name
+            # Pinned by the name's bytes as the model spells them: `name`,
+            # decoded for Python, differs from them where they are not UTF-8.
+            target = w._raw_name
         return Value(self, target, layouts)
 
     def pin_group(self, index, wait_ms=5000):
@@ -407,16 +410,16 @@ class Value(Pin, dlpack.Exportable):
         return Half(self, 1, self._layouts[1]) if len(self._layouts) > 1 else None
 
     def __repr__(self):
-        return "Value(%r, %s)" % (self._target if isinstance(self._target, str) else self._target.kind + " of " +
-                                  self._target.weight, self.halves)
+        t = self._target
+        return "Value(%r, %s)" % (_capi.text(t) if isinstance(t, bytes) else t.kind + " of " + t.weight, self.halves)
 
     def read(self, half=0, offset=0, length=None):
         return Pin.read(self, 0, half, offset, length)
 
     def _member_name(self, member):
         t = self._target
-        if isinstance(t, str):
-            return "weight '%s'" % t
+        if isinstance(t, bytes):  # a weight, by its name's bytes
+            return "weight '%s'" % _capi.text(t)
         return "%s of '%s'%s" % (t.kind, t.weight, " for node '%s'" % t.node if t.node else "")
 
     def _dlpack_device(self):

@@ -326,7 +326,7 @@ PY
   grep -q "^ballast inspect: not_found: .*no-such.onnx" "$work/$step.err" || fail "no error message: $(cat "$work/$step.err")"
   ;;
 
-python_numpy | python_torch | python_release | python_misuse | python_conformance | python_vulkan)
+python_numpy | python_torch | python_release | python_misuse | python_names | python_conformance | python_vulkan)
   [[ "$step" == python_vulkan ]] && need_vulkan
   unset BALLAST_LIBRARY
   (cd / && PYTHONPATH="$moved/lib/python3/dist-packages" "$python" "$src/tests/package/python_module.py" \

@@ -9,8 +9,8 @@ Steps: numpy, torch (each against `ballast derive --dump` on cpu), release
 what is dropped), misuse (and the CUDA/HIP export path on a stand-in
 device, integer arguments checked before ctypes could wrap them,
 `python3 -m ballast`'s exit codes and error line against the CLI's, and
-the command lines of tools/gen), conformance, vulkan. Exit 0 passed, 1
-failed, 77 skipped.
+the command lines of tools/gen), names (strings into C), conformance,
+vulkan. Exit 0 passed, 1 failed, 77 skipped.
 """
 import ctypes.util
 import gc
@@ -739,6 +739,87 @@ elif step == "misuse":
                   alone.returncode, none.returncode, made or "nothing"))
         subprocess.run(["rm", "-rf", scratch], check=True)
         os.makedirs(scratch)
+    done()
+
+elif step == "names":
+    # Strings into C. A NUL inside a path, name or config string ends the
+    # C string there, and the library acted on what came before it:
+    # weight("layer0.weight\0x") was layer0.weight, open_model(path +
+    # "\0...") opened path, open_backend("cpu\0...") opened cpu. Each is
+    # refused before the call (ValueError), as Python's file calls refuse one.
+    model = ballast.open_model(model_path)
+    backend = ballast.open_backend("cpu")
+
+    def refused_nul(fn, what):
+        try:
+            fn()
+        except ValueError as e:
+            return expect("NUL" in str(e), "%s: ValueError (%s)" % (what, e))
+        except Exception as e:  # noqa: BLE001
+            return expect(False, "%s: %s (%s), not ValueError" % (what, type(e).__name__, e))
+        return expect(False, "%s: accepted (the C string ended at the NUL)" % what)
+
+    refused_nul(lambda: ballast.open_model(model_path + "\0.other"), "open_model(a path with a NUL)")
+    refused_nul(lambda: ballast.open_model(os.fsencode(model_path) + b"\0x"), "open_model(bytes with a NUL)")
+    refused_nul(lambda: model.weight("layer0.weight\0x"), "Model.weight(a name with a NUL)")
+    refused_nul(lambda: ballast.open_backend("cpu\0garbage"), "open_backend('cpu\\0garbage')")
+    refused_nul(lambda: backend.extension("x\0y"), "Backend.extension(a name with a NUL)")
+    refused_nul(lambda: ballast.plugin_extension("cpu\0x", "y"), "plugin_extension(a backend with a NUL)")
+    refused_nul(lambda: ballast.run_conformance("cpu\0x"), "run_conformance(a config with a NUL)")
+    refused_nul(lambda: ballast.Residency(backend, model, overrides={"layer0.weight\0x": "upload"}),
+                "Residency(overrides={a name with a NUL: ...})")
+    refused_nul(lambda: ballast.Residency(backend, model, group_by_layer="layer\0x"),
+                "Residency(group_by_layer=a stem with a NUL)")
+    res = ballast.Residency(backend, model, strategy="upload")
+    refused_nul(lambda: res.pin("layer0.weight\0x"), "Residency.pin(a name with a NUL)")
+    with res.pin("layer0.weight") as v:  # the same calls without the NUL still work
+        expect(v.read() == model.weight("layer0.weight").read(), "Residency.pin('layer0.weight') as stored")
+
+    # Names that are not UTF-8 (ONNX spells names in bytes): a Weight's
+    # `name` is their decoded form (U+FFFD for each bad byte), which is no
+    # name of the model, so pinning the Weight by it was NOT_FOUND. It pins
+    # by the bytes the model spells, and Model.weight() takes those bytes.
+    gen = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli", "hostile_names_model.py")
+    hostile_dir = os.path.join(work, "python-names-hostile")
+    spelled = json.loads(subprocess.run([sys.executable, gen, hostile_dir], check=True, capture_output=True,
+                                        text=True).stdout)
+    hostile = ballast.open_model(os.path.join(hostile_dir, "hostile.onnx"))
+    on_cpu = ballast.Residency(backend, hostile, strategy="upload")
+    for w in hostile.weights:
+        try:
+            with on_cpu.pin(w) as v:
+                expect(v.read() == w.read(), "Residency.pin(Weight %r): its bytes as stored" % w.name)
+        except ballast.BallastError as e:
+            expect(False, "Residency.pin(Weight %r): %s" % (w.name, e.message))
+    for raw in map(bytes.fromhex, spelled["inline"]):
+        try:
+            expect(hostile.weight(raw).read() == b"\x00\x00\x80\x3f\x00\x00\x00\x40",
+                   "Model.weight(%r): found by its bytes" % raw)
+        except ballast.BallastError as e:
+            expect(False, "Model.weight(%r): %s" % (raw, e.message))
+
+    # What `python3 -m ballast inspect` writes of those names: escaped as
+    # the command line escapes them (docs/security.md, "What a terminal
+    # shows"), never raw (its table printed the carriage return and escape
+    # sequences of a name as they were, and its error line the message as
+    # the C API quotes it), and its error line is the CLI's, byte for byte.
+    import re
+    raw_control = re.compile(rb"[\x00-\x09\x0b-\x1f\x7f]|\xc2[\x80-\x9f]|\xe2\x80[\x8e\x8f\xaa-\xae]|"
+                             rb"\xe2\x81[\xa6-\xa9]|\xd8\x9c")
+    for name in ("hostile.onnx", "hostile_missing.onnx"):
+        path = os.path.join(hostile_dir, name)
+        py = subprocess.run([sys.executable, "-m", "ballast", "inspect", path], capture_output=True, cwd="/")
+        cli = subprocess.run([os.path.join(moved, "bin", "ballast"), "inspect", path], capture_output=True, cwd="/")
+        for what, out in (("stdout", py.stdout), ("stderr", py.stderr)):
+            m = raw_control.search(out)
+            expect(m is None, "python -m ballast inspect %s, %s: no raw control byte (%r)"
+                   % (name, what, out[max(0, m.start() - 20):m.start() + 20] if m else b""))
+        if cli.returncode != 0:
+            expect(py.returncode == cli.returncode and py.stderr == cli.stderr,
+                   "python -m ballast inspect %s: the CLI's error line %r, got %r" % (name, cli.stderr, py.stderr))
+        else:
+            expect(py.returncode == 0 and b"\\x1b[2Kverify" in py.stdout and b"bidi\\u{202e}evil" in py.stdout,
+                   "python -m ballast inspect %s: the names escaped as the CLI escapes them" % name)
     done()
 
 elif step == "conformance":
