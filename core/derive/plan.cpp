@@ -46,6 +46,22 @@ Result<std::vector<PlannedDerivation>> plan_nbits(const Model& model, const Node
   const WeightRef* b = derive::weight_named(model, node.inputs[1], b_id);
   const WeightRef* s = derive::weight_named(model, node.inputs[2], s_id);
   if (b == nullptr || s == nullptr) return out;  // computed at run time: nothing to derive ahead
+  // The int4 kinds read B as uint8 bytes. The operator also allows int32
+  // words (a valid model: listed skips, as for bits != 4); any other type
+  // does not fit the operator. Checked here, or the plan would hold an
+  // entry that derive's own check refuses after building the rest.
+  if (b->dtype == DataType::int32) {
+    if (skips != nullptr)
+      for (Derivation kind : {Derivation::dequant_int4, Derivation::repack_int4})
+        skips->push_back({"", std::string(node.inputs[1]),
+                          std::string(derivation_name(kind)) + " reads a uint8 B, not this MatMulNBits' int32 B " +
+                              "(nothing is planned for it)",
+                          std::string(node.name)});
+    return out;
+  }
+  if (b->dtype != DataType::uint8)
+    return node_error(node, "MatMulNBits B must be uint8 (or int32); '" + std::string(node.inputs[1]) + "' is " +
+                                std::string(dtype_name(b->dtype)));
   const WeightRef* zp = nullptr;
   if (node.inputs.size() > 3 && !node.inputs[3].empty()) {
     zp = derive::weight_named(model, node.inputs[3], zp_id);

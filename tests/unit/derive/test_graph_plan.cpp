@@ -389,3 +389,56 @@ TEST_CASE("a weight with a 0 dim beside a huge one, loaded under a raised cap: r
   REQUIRE(skipped.size() == 1);
   CHECK(contains(skipped[0].reason, "overflow"));
 }
+
+TEST_CASE("a MatMulNBits B that is not uint8: int32 (the operator allows it) listed skips, any other type refused") {
+  // K=32, N=2, block 32: B holds 2 x 16 bytes whatever its type says, so
+  // every size fits and only the type tells them apart (a float8 B was
+  // planned, then refused by derive's own check after building the rest:
+  // found by fuzz_open_model).
+  auto nbits = [](std::string_view name, std::string_view b, std::string_view y) {
+    return named_node(
+        name, "MatMulNBits", {"X", b, "S"}, {y},
+        {attribute_int("K", 32), attribute_int("N", 2), attribute_int("bits", 4), attribute_int("block_size", 32)},
+        "com.microsoft");
+  };
+  auto b_of = [](std::string_view name, int dtype, std::initializer_list<std::int64_t> dims) {
+    Proto b = tensor(name, dtype, dims);
+    raw_data(b, std::vector<std::uint8_t>(32, 0x17));
+    return b;
+  };
+  Proto s = tensor("S", 1, {2});
+  raw_data(s, std::vector<std::uint8_t>(8, 0x3f));
+
+  // uint8: planned, both kinds.
+  static const Proto good = model(graph({nbits("q", "B", "Y")}, {b_of("B", 2, {2, 1, 16}), s}));
+  auto planned = plan_derivations(load(good));
+  REQUIRE_MESSAGE(planned.ok(), planned.error().to_string());
+  CHECK(planned->size() == 2);
+
+  // int32 [2, 1, 4]: nothing planned, two listed skips naming the node.
+  static const Proto words = model(graph({nbits("q32", "B32", "Y")}, {b_of("B32", 6, {2, 1, 4}), s}));
+  const Model m32 = load(words);
+  std::vector<PlanSkip> skipped;
+  PlanOptions o;
+  o.skipped = &skipped;
+  auto plan = plan_derivations(m32, o);
+  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+  CHECK(plan->empty());
+  REQUIRE(skipped.size() == 2);
+  for (const PlanSkip& skip : skipped) {
+    CHECK(skip.node == "q32");
+    CHECK(skip.weight == "B32");
+    CHECK_MESSAGE(contains(skip.reason, "int32 B"), skip.reason);
+  }
+
+  // int8, float8e5m2: the same bytes, refused naming the node and the type.
+  for (const auto& [dtype, name] : {std::pair{3, "int8"}, std::pair{19, "float8e5m2"}}) {
+    CAPTURE(name);
+    const Proto bad = model(graph({nbits("qx", "Bx", "Y")}, {b_of("Bx", dtype, {2, 1, 16}), s}));
+    auto refused = plan_derivations(load(bad));
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.code() == ErrorCode::invalid_argument);
+    CHECK_MESSAGE(contains(refused.error().to_string(), "MatMulNBits node 'qx'"), refused.error().to_string());
+    CHECK_MESSAGE(contains(refused.error().message, std::string("'Bx' is ") + name), refused.error().to_string());
+  }
+}
