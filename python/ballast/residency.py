@@ -107,7 +107,8 @@ class Residency(_Handle):
     "zero_copy" (registered in place), "upload" or "paged" (under `budget`
     bytes; None: auto); `overrides` maps weight names to a strategy; `plan`
     (default: every planned derivation) and `kinds` (names) say what the
-    engine will pin; `group_by_layer` (e.g. "model.layers.") forms groups."""
+    engine will pin; `group_by_layer` (e.g. "model.layers."; "" for names
+    that start with the layer number; None: no groups) forms groups."""
 
     _free = api.residency_free
 
@@ -120,7 +121,8 @@ class Residency(_Handle):
         o.plan = plan._h if plan is not None else None
         o.kinds = _kinds_mask(kinds)
         o.no_derivations = 0 if derivations else 1
-        stem = _capi.c_string(group_by_layer, "group_by_layer") if group_by_layer else None
+        # "" is a stem, as in C (a torch Sequential's "0.weight" is layer "0."); None: no groups.
+        stem = _capi.c_string(group_by_layer, "group_by_layer") if group_by_layer is not None else None
         o.group_by_layer = stem
         items = list((overrides or {}).items())
         names = [_capi.c_string(w, "override weight") for w, _ in items]

@@ -482,6 +482,15 @@ elif step == "misuse":
     raises(lambda: one_kind.derive(), ballast.Code.INVALID_ARGUMENT, "derive() of a released residency (kinds=)")
     groups = ballast.Residency(backend, model, strategy="paged", group_by_layer="layer")
     expect(groups.group_count == 6, "6 layer groups (%d)" % groups.group_count)
+    # "" is a stem, as in C: no name here starts with a number, so every
+    # member is a group of its own; None forms none.
+    ungrouped = ballast.Residency(backend, model, strategy="paged")
+    empty_stem = ballast.Residency(backend, model, strategy="paged", group_by_layer="")
+    expect(ungrouped.group_count == 0 and empty_stem.group_count > groups.group_count,
+           "group_by_layer None: no groups (%d); \"\": one per member (%d)"
+           % (ungrouped.group_count, empty_stem.group_count))
+    ungrouped.release()
+    empty_stem.release()
     with groups.pin_group(0) as g:
         expect(len(g) >= 2 and len(g.read(0)) == g.value(0)[2], "a group pinned whole: %d members" % len(g))
     # The CUDA/HIP export path without a GPU: a cpu value whose device info
