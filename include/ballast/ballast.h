@@ -365,7 +365,7 @@ typedef struct ballast_load_options { /* zero fields: the defaults */
   uint64_t chunk_bytes;          /* largest single read; 0: 2 MiB; at most 1 GiB */
   int32_t direct_io;             /* 1: O_DIRECT where the file system takes it */
   int32_t read_cached;           /* 1: read sources the page cache holds whole too (0: copy them from the mapping) */
-  uint32_t populate_threads;     /* zero_copy's page faults taken ahead; 0: one per hardware thread */
+  uint32_t populate_threads;     /* zero_copy's page faults taken ahead; 0: one per hardware thread; at most 256 run */
   uint64_t populate_piece_bytes; /* 0: 8 MiB */
 } ballast_load_options;
 

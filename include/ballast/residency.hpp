@@ -233,8 +233,9 @@ struct ResidencyStats {
 // zero_copy weights how their pages are faulted in before registration.
 struct ResidencyLoadOptions {
   ReadOptions read;
-  std::uint32_t populate_threads = 0;          // populate_mapping's threads (zero_copy); 0: one per
-                                               // hardware thread (measured best here: docs/loading.md)
+  std::uint32_t populate_threads = 0;  // populate_mapping's threads (zero_copy); 0: one per
+                                       // hardware thread (measured best here: docs/loading.md);
+                                       // at most 256 run (populate_mapping's cap)
   std::uint64_t populate_piece_bytes = 8ull << 20;
   // Source weights whose bytes the page cache holds whole (cached_bytes)
   // are copied from the mapping, as pin() would: warm, a read would only

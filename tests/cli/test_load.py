@@ -76,6 +76,8 @@ def main():
                       ("--engine", "threads", "--direct-io", "--read-cached"), ("--cold", "--direct-io"),
                       ("--buffered", "--read-cached"),
                       ("--chunk-mib", "1", "--staging", "2", "--queue-depth", "2", "--read-cached"),
+                      # The library's bounds: a ring of one buffer, 1,024 reads in flight.
+                      ("--staging", "1", "--queue-depth", "1024", "--read-cached"),
                       # 0 is the default the help shows (one per hardware thread), so it is accepted.
                       ("--populate-threads", "0", "--read-cached"), ("--populate-threads", "2", "--read-cached")):
             label = "%s %s" % (strategy, " ".join(extra))
@@ -216,7 +218,8 @@ def main():
 
     rc, out, err = run(args.ballast, "load", os.path.join(args.work, "missing.onnx"), "--backend", args.backend)
     expect(rc == 2 and one_line(err, "missing.onnx"), "a missing model: exit 2, one line (%d: %s)" % (rc, err))
-    for bad in (("--engine", "aio"), ("--residency", "somewhere"), ("--chunk-mib", "0"), ("--populate-threads", "257")):
+    for bad in (("--engine", "aio"), ("--residency", "somewhere"), ("--chunk-mib", "0"), ("--populate-threads", "257"),
+                ("--staging", "0"), ("--staging", "1025"), ("--queue-depth", "1025"), ("--chunk-mib", "1025")):
         rc, out, err = run(args.ballast, "load", model, "--backend", args.backend, *bad)
         expect(rc == 2, "%s: exit 2 (%d)" % (" ".join(bad), rc))
     # Flags that contradict each other, or that --plan (which loads nothing)

@@ -361,9 +361,17 @@ const RegisterCommand kLoad{{
       sub.add_option("--engine", opt->engine, "reads by io_uring, threads, or auto")
           ->check(CLI::IsMember({"auto", "io_uring", "threads"}))
           ->capture_default_str();
-      sub.add_option("--queue-depth", opt->queue_depth, "reads in flight")->check(CLI::Range(1, 256))->capture_default_str();
-      sub.add_option("--chunk-mib", opt->chunk_mib, "largest single read, MiB")->check(CLI::Range(1, 1024))->capture_default_str();
-      sub.add_option("--staging", opt->staging, "staging buffers (each one chunk)")->check(CLI::Range(2, 256))->capture_default_str();
+      // The library's own bounds (read_plan.hpp), so the command line and
+      // the C API accept the same knobs.
+      sub.add_option("--queue-depth", opt->queue_depth, "reads in flight")
+          ->check(CLI::Range(std::uint32_t{1}, kMaxReadQueueDepth))
+          ->capture_default_str();
+      sub.add_option("--chunk-mib", opt->chunk_mib, "largest single read, MiB")
+          ->check(CLI::Range(std::uint64_t{1}, kMaxReadChunkBytes >> 20))
+          ->capture_default_str();
+      sub.add_option("--staging", opt->staging, "staging buffers (each one chunk)")
+          ->check(CLI::Range(std::uint32_t{1}, kMaxStagingBuffers))
+          ->capture_default_str();
       // Two flags that exclude each other: given both, neither wins silently.
       auto* direct = sub.add_flag("--direct-io", opt->direct_io, "read with O_DIRECT where the file system takes it");
       sub.add_flag("--buffered", opt->buffered, "never read with O_DIRECT")->excludes(direct);
