@@ -156,6 +156,12 @@ def test_derive(cli, model, label, work, reference_dump):
     expect(rc == 0 and "residency:" in out and "evictions:" in out and "time to first derivation" in out
            and "peak RSS" in out and "device after teardown: 0 live allocation(s), 0 live registration(s)" in out,
            "derive %s paged (text): per-kind table, residency summary, times, teardown" % label)
+    if label == "sample":
+        # Nothing of the kind planned: no first derivation to time. The text
+        # says so, as the JSON's null does (it printed 0.000 ms).
+        rc, out, err = cli("derive", model, "--backend", cli.backend, "--residency", "upload", "--only", "dequant_gguf")
+        expect(rc == 0 and "time to first derivation none (nothing derived), to all 0:" in out,
+               "derive %s --only dequant_gguf (nothing planned): no first time (%d: %s)" % (label, rc, err.strip()))
 
 
 def test_replay(cli, model, label):

@@ -121,10 +121,13 @@ class ResidencyStrategy final : public DeriveStrategy {
     t.print(out, "  ");
     out << "residency:\n";
     print_residency_summary(out, stats);
-    char line[160];
-    std::snprintf(line, sizeof line, "time to first derivation %.3f ms, to all %zu: %.3f ms; peak RSS %s\n",
-                  first_seconds_.value_or(0) * 1e3, values_.size(), all_seconds_ * 1e3,
-                  human_bytes(peak_rss_bytes()).c_str());
+    // Nothing pinned (an empty plan): no first derivation to time, as the
+    // JSON's null says; 0 ms would read as a measurement.
+    char first[32] = "none (nothing derived)";
+    if (first_seconds_) std::snprintf(first, sizeof first, "%.3f ms", *first_seconds_ * 1e3);
+    char line[192];
+    std::snprintf(line, sizeof line, "time to first derivation %s, to all %zu: %.3f ms; peak RSS %s\n", first,
+                  values_.size(), all_seconds_ * 1e3, human_bytes(peak_rss_bytes()).c_str());
     out << line;
   }
 
