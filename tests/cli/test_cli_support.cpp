@@ -91,6 +91,18 @@ TEST_CASE("Table pads columns to the widest cell and right-aligns numbers") {
         "  a                  1 B\n"
         "  longer_name  10.00 KiB\n"
         "  short\n");
+
+  // Widths in code points: "веса.w" (6 code points, 10 bytes) pads as 6
+  // columns, and the column after it lines up.
+  cli::Table u({"NAME", "BYTES"}, {false, true});
+  u.add({"\xd0\xb2\xd0\xb5\xd1\x81\xd0\xb0.w", "1 B"});  // "веса.w"
+  u.add({"abcdefgh", "22 B"});
+  std::ostringstream uout;
+  u.print(uout);
+  CHECK(uout.str() ==
+        "NAME      BYTES\n"
+        "\xd0\xb2\xd0\xb5\xd1\x81\xd0\xb0.w      1 B\n"
+        "abcdefgh   22 B\n");
 }
 
 TEST_CASE("hex_digest matches the FIPS test vectors and reports every chunk") {

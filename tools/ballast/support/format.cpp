@@ -52,16 +52,27 @@ void Table::add(std::vector<std::string> row) {
   rows_.push_back(std::move(row));
 }
 
+namespace {
+
+// Columns a cell takes: its code points (bytes that do not continue a
+// UTF-8 sequence; cells are printable() and so valid UTF-8).
+std::size_t columns(const std::string& cell) {
+  return static_cast<std::size_t>(
+      std::count_if(cell.begin(), cell.end(), [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; }));
+}
+
+}  // namespace
+
 void Table::print(std::ostream& out, const std::string& indent) const {
   std::vector<std::size_t> width(header_.size());
-  for (std::size_t c = 0; c < header_.size(); ++c) width[c] = header_[c].size();
+  for (std::size_t c = 0; c < header_.size(); ++c) width[c] = columns(header_[c]);
   for (const auto& row : rows_) {
-    for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+    for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], columns(row[c]));
   }
   auto line = [&](const std::vector<std::string>& cells) {
     std::string text = indent;
     for (std::size_t c = 0; c < cells.size(); ++c) {
-      const std::string pad(width[c] - cells[c].size(), ' ');
+      const std::string pad(width[c] - columns(cells[c]), ' ');
       const bool last = c + 1 == cells.size();
       text += right_[c] ? pad + cells[c] : cells[c] + (last ? "" : pad);
       if (!last) text += "  ";
