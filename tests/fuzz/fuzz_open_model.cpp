@@ -11,8 +11,13 @@
 //     and every value must equal the scalar reference (tests/reference)
 //     computed from the weights' bytes: hostile block codes, NaN and
 //     infinite scales, subnormals, all through the real kernels;
-//   - releasing the memo and the sources frees everything: the backend is
-//     left with no live allocation or registration.
+//   - or, by the flags, through a Residency (paged under its auto budget,
+//     paged under a quarter of it, zero_copy): each planned value and each
+//     weight pinned one at a time equals the reference, or the weight's
+//     bytes; a budget create() accepts never fails a single pin;
+//   - releasing the memo and the sources (or the residency) frees
+//     everything: the backend is left with no live allocation or
+//     registration.
 // Any failure must be a typed error with a message, never a crash.
 //
 // Input: u8 flags, then the file's bytes.
@@ -20,6 +25,8 @@
 //   bit 1: PlanSource::graph_and_rules (else automatic)
 //   bit 2: the portable kernels on one thread (else the vector kernels on two)
 //   bit 3: max_amplification 2 (else the default)
+//   bits 4-5: 0 derive_weights; 1 Residency paged, auto budget; 2 paged,
+//             a quarter of the auto budget (create may refuse it); 3 zero_copy
 // A sharded index names shard_a.safetensors and shard_b.safetensors: the
 // harness writes them beside the input (Hugging Face names, float32 and
 // bfloat16), as w.bin for ONNX external data. Seeds: make_open_model_seeds.py.
@@ -28,11 +35,13 @@
 #include <ballast/derived_weights.hpp>
 #include <ballast/device_weights.hpp>
 #include <ballast/model.hpp>
+#include <ballast/residency.hpp>
 
 #include "reference/reference.hpp"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -148,8 +157,67 @@ ballast::reference::Outputs expected_of(const ballast::Model& model, const balla
   return std::move(*out);
 }
 
-void derive_and_compare(const ballast::Model& model, const std::vector<ballast::PlannedDerivation>& plan,
-                        bool portable) {
+// The derived value at `dst`/`dst2` must be the reference's.
+void compare_value(ballast::GpuBackend& gpu, const ballast::Model& model, const ballast::PlannedDerivation& p,
+                   const ballast::DerivationSizes& sizes, ballast::DevicePtr first, ballast::DevicePtr second) {
+  const auto expected = expected_of(model, p, sizes);
+  std::vector<std::byte> dst(sizes.dst_bytes), dst2(sizes.dst2_bytes);
+  if (!dst.empty() && !gpu.copy_to_host(dst, first, 0).ok()) fail("cannot read a derived value");
+  if (!dst2.empty() && !gpu.copy_to_host(dst2, second, 0).ok()) fail("cannot read a derived pair's second half");
+  ballast::reference::Tolerance tol;
+  tol.flushes_f16_subnormals = gpu.capabilities().flushes_f16_subnormals;
+  tol.int8_codes_within_one = gpu.capabilities().int8_codes_within_one;
+  const auto cmp = ballast::reference::compare(p.launch, expected, dst, dst2, tol);
+  if (!cmp.ok) fail("derived " + p.weight + " (" + p.why + ") differs from the reference: " + cmp.message);
+}
+
+// Every planned value and every weight through a Residency, pinned one at
+// a time. mode: 1 paged (auto budget), 2 paged (a quarter of it), 3 zero_copy.
+void pin_and_compare(ballast::GpuBackend& gpu, const ballast::Model& model,
+                     const std::vector<ballast::PlannedDerivation>& plan,
+                     const std::vector<ballast::DerivationSizes>& sizes, int mode) {
+  ballast::ResidencyOptions options;
+  options.strategy = mode == 3 ? ballast::ResidencyStrategy::zero_copy : ballast::ResidencyStrategy::paged;
+  options.derivations = plan;
+  if (mode == 2) {
+    auto budget = ballast::auto_budget(model.store(), plan);
+    if (!budget.ok()) fail("auto_budget refused a plan that planned: " + budget.error().to_string());
+    options.budget_bytes = budget->total / 4;
+  }
+  auto residency = ballast::Residency::create(gpu, model, options);
+  if (!residency.ok()) {
+    // Only the quartered budget may be too small; anything else must fit.
+    if (mode != 2 || residency.code() != ballast::ErrorCode::invalid_argument)
+      fail("Residency::create refused: " + residency.error().to_string());
+    require(!residency.error().message.empty(), "Residency::create failed without a message");
+    return;
+  }
+  ballast::Residency& r = **residency;
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    auto pinned = r.pin(plan[i]);
+    if (!pinned.ok()) fail("pinning " + plan[i].weight + " (" + plan[i].why + "): " + pinned.error().to_string());
+    require(pinned->first_bytes() == sizes[i].dst_bytes && pinned->second_bytes() == sizes[i].dst2_bytes,
+            "a pinned value's sizes are not its launch's");
+    if (sizes[i].dst_bytes != 0 || sizes[i].dst2_bytes != 0)
+      compare_value(gpu, model, plan[i], sizes[i], pinned->first(), pinned->second());
+  }
+  for (ballast::ValueId id : model.weight_order()) {
+    auto bytes = model.store().bytes(model.store().weights().at(id));
+    auto pinned = r.pin(id);
+    if (!pinned.ok()) fail("pinning weight " + std::string(model.value_name(id)) + ": " + pinned.error().to_string());
+    require(pinned->bytes() == bytes->size(), "a pinned weight's size is not its bytes'");
+    std::vector<std::byte> back(bytes->size());
+    if (!back.empty()) {
+      if (!gpu.copy_to_host(back, pinned->first(), 0).ok()) fail("cannot read a pinned weight");
+      require(std::equal(back.begin(), back.end(), bytes->begin()), "a pinned weight's bytes are not the file's");
+    }
+  }
+  const ballast::Released released = r.release(gpu);
+  require(released.status.ok() && released.failed_frees == 0, "releasing the residency failed");
+}
+
+void derive_and_compare(const ballast::Model& model, const std::vector<ballast::PlannedDerivation>& plan, bool portable,
+                        int mode) {
   std::uint64_t total = 0;
   std::vector<ballast::DerivationSizes> sizes;
   for (const auto& p : plan) {
@@ -162,29 +230,21 @@ void derive_and_compare(const ballast::Model& model, const std::vector<ballast::
 
   ballast::GpuBackend& gpu = backend(portable);
   const auto before = gpu.counters();
-  {
+  if (mode != 0) {
+    pin_and_compare(gpu, model, plan, sizes, mode);
+  } else {
     ballast::DeviceWeights sources(gpu, model.store());
     ballast::DerivedWeights memo;
     const ballast::DeriveContext ctx{gpu, model, sources, memo};
     auto values = ballast::derive_weights(ctx, plan);
     if (values.ok()) {
       require(values->size() == plan.size(), "derive_weights returned another count than planned");
-      ballast::reference::Tolerance tol;
-      tol.flushes_f16_subnormals = gpu.capabilities().flushes_f16_subnormals;
-      tol.int8_codes_within_one = gpu.capabilities().int8_codes_within_one;
       for (std::size_t i = 0; i < plan.size(); ++i) {
         // An empty output (a dim of 0) is no launch at all (the validated
         // center returns before the backend); the reference would still
         // walk every row of a [2^32, 0] tensor.
         if (sizes[i].dst_bytes == 0 && sizes[i].dst2_bytes == 0) continue;
-        const auto expected = expected_of(model, plan[i], sizes[i]);
-        std::vector<std::byte> dst(sizes[i].dst_bytes), dst2(sizes[i].dst2_bytes);
-        if (!dst.empty() && !gpu.copy_to_host(dst, (*values)[i].first, 0).ok()) fail("cannot read a derived value");
-        if (!dst2.empty() && !gpu.copy_to_host(dst2, (*values)[i].second, 0).ok())
-          fail("cannot read a derived pair's second half");
-        const auto cmp = ballast::reference::compare(plan[i].launch, expected, dst, dst2, tol);
-        if (!cmp.ok)
-          fail("derived " + plan[i].weight + " (" + plan[i].why + ") differs from the reference: " + cmp.message);
+        compare_value(gpu, model, plan[i], sizes[i], (*values)[i].first, (*values)[i].second);
       }
     } else {
       // A plan the planner accepted, within the size cap, on a backend with
@@ -256,7 +316,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   for (const auto& s : skipped) sink ^= static_cast<std::uint8_t>(s.reason.size());
-  derive_and_compare(*model, *plan, (flags & 4) != 0);
+  derive_and_compare(*model, *plan, (flags & 4) != 0, (flags >> 4) & 3);
   volatile std::uint8_t keep = sink;
   (void)keep;
   return 0;

@@ -12,7 +12,8 @@ finds work and derivation runs every kind:
   - ONNX: MatMul, Gemm transB, a Transpose in front of a MatMul and
     MatMulNBits with each zero-point form, nodes named and unnamed.
 Each seed starts with the flag byte fuzz_open_model.cpp reads (0: default
-limits, the vector kernels). Deterministic. Needs numpy and python3-onnx:
+limits, the vector kernels, derive_weights; variants set the portable
+kernels and each Residency mode). Deterministic. Needs numpy and python3-onnx:
 /usr/bin/python3 make_open_model_seeds.py
 """
 import io
@@ -146,9 +147,15 @@ def main():
     for name, data in seeds.items():
         with open(os.path.join(OUT, name), "wb") as f:
             f.write(b"\0" + data)
-    # The portable kernels on one thread over the block types too.
-    with open(os.path.join(OUT, "gguf_blocks_portable"), "wb") as f:
-        f.write(b"\x04" + seeds["gguf_blocks"])
+    # The portable kernels on one thread over the block types too, and each
+    # Residency mode (flag bits 4-5: paged, paged at a quarter of its
+    # budget, zero_copy) over a model of each format.
+    variants = {"gguf_blocks_portable": (0x04, "gguf_blocks"), "gguf_blocks_paged": (0x10, "gguf_blocks"),
+                "onnx_kinds_paged_quarter": (0x20, "onnx_kinds"), "gguf_plain_paged_quarter": (0x20, "gguf_plain"),
+                "st_head_zero_copy": (0x30, "st_head"), "index_two_paged": (0x10, "index_two")}
+    for name, (flags, seed) in variants.items():
+        with open(os.path.join(OUT, name), "wb") as f:
+            f.write(bytes([flags]) + seeds[seed])
 
 
 if __name__ == "__main__":
