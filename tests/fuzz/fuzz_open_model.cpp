@@ -27,6 +27,9 @@
 //   bit 3: max_amplification 2 (else the default)
 //   bits 4-5: 0 derive_weights; 1 Residency paged, auto budget; 2 paged,
 //             a quarter of the auto budget (create may refuse it); 3 zero_copy
+//   bit 6: the input is part 1 of a GGUF split set, named so; part 2 (one
+//          Q4_0 tensor, split.no 1 of 2, split.tensors.count 2) is the
+//          harness's own, beside it
 // A sharded index names shard_a.safetensors and shard_b.safetensors: the
 // harness writes them beside the input (Hugging Face names, float32 and
 // bfloat16), as w.bin for ONNX external data. Seeds: make_open_model_seeds.py.
@@ -93,10 +96,68 @@ std::vector<std::uint8_t> shard(const std::string& name, const std::string& dtyp
   return out;
 }
 
-// Each fuzzing process has its own input file (tools/dev fuzz runs several).
-std::filesystem::path input_path() {
-  static const std::filesystem::path path = data_dir() / ("input-" + std::to_string(::getpid()));
-  return path;
+void append_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+
+void append_string(std::vector<std::uint8_t>& out, const std::string& s) {
+  append_u64(out, s.size());
+  out.insert(out.end(), s.begin(), s.end());
+}
+
+// Part 2 of 2 of a GGUF split set: split.no 1, split.count 2,
+// split.tensors.count 2, and one Q4_0 tensor blk.1.attn_q.weight [2, 32].
+std::vector<std::uint8_t> split_part_two() {
+  std::vector<std::uint8_t> out = {'G', 'G', 'U', 'F'};
+  append_u32(out, 3);
+  append_u64(out, 1);  // tensors
+  append_u64(out, 3);  // metadata
+  append_string(out, "split.no");
+  append_u32(out, 2);  // uint16
+  out.insert(out.end(), {1, 0});
+  append_string(out, "split.count");
+  append_u32(out, 2);
+  out.insert(out.end(), {2, 0});
+  append_string(out, "split.tensors.count");
+  append_u32(out, 5);  // int32
+  append_u32(out, 2);
+  append_string(out, "blk.1.attn_q.weight");
+  append_u32(out, 2);  // n_dims
+  append_u64(out, 32);
+  append_u64(out, 2);
+  append_u32(out, 2);  // Q4_0
+  append_u64(out, 0);  // offset
+  while (out.size() % 32 != 0) out.push_back(0);
+  for (int block = 0; block < 2; ++block) {
+    out.insert(out.end(), {0x00, 0x3c});  // f16 scale 1.0
+    for (int i = 0; i < 16; ++i) out.push_back(static_cast<std::uint8_t>(i * 17 + block));
+  }
+  return out;
+}
+
+// Each fuzzing process has its own input files (tools/dev fuzz runs
+// several): a plain one, and part 1 of a split set whose part 2 is
+// written beside it once.
+std::string pid_text() { return std::to_string(::getpid()); }
+
+// This process's files, removed as it exits (a long run's many processes
+// would otherwise leave theirs behind).
+void remove_own_files() {
+  std::error_code ignored;
+  for (const char* name : {"input-", "split"})
+    for (const auto& entry : std::filesystem::directory_iterator(data_dir(), ignored))
+      if (const std::string file = entry.path().filename().string(); file.rfind(name + pid_text(), 0) == 0)
+        std::filesystem::remove(entry.path(), ignored);
+}
+
+std::filesystem::path input_path(bool split_part) {
+  const std::string pid = pid_text();
+  static const std::filesystem::path plain = data_dir() / ("input-" + pid);
+  static const std::filesystem::path part = [&] {
+    write_file(data_dir() / ("split" + pid + "-00002-of-00002.gguf"), split_part_two());
+    return data_dir() / ("split" + pid + "-00001-of-00002.gguf");
+  }();
+  return split_part ? part : plain;
 }
 
 ballast::GpuBackend& backend(bool portable) {
@@ -271,17 +332,19 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   std::vector<std::uint8_t> blob(4096);
   for (std::size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<std::uint8_t>(i * 31);
   write_file(data_dir() / "w.bin", blob);
+  std::atexit(remove_own_files);
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const std::uint8_t flags = data[0];
-  write_file(input_path(), std::vector<std::uint8_t>(data + 1, data + size));
+  const std::filesystem::path input = input_path((flags & 64) != 0);
+  write_file(input, std::vector<std::uint8_t>(data + 1, data + size));
 
   ballast::LoadOptions options;
   options.max_tensor_elements = (flags & 1) != 0 ? 1000 : std::uint64_t{1} << 20;
-  auto model = ballast::open_model(input_path(), options);
+  auto model = ballast::open_model(input, options);
   if (!model.ok()) {
     require(!model.error().message.empty(), "open_model failed without a message");
     return 0;

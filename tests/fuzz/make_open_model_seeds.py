@@ -68,6 +68,16 @@ def gguf_seeds(rng):
     }
 
 
+def split_part1():
+    """Part 1 of 2 of a GGUF split set (flag 0x40): fuzz_open_model.cpp
+    writes part 2, one Q4_0 tensor blk.1.attn_q.weight, split.tensors.count 2."""
+    rng = np.random.default_rng(2)
+    meta = [("general.architecture", "string", "llama"), ("split.no", "uint16", 0), ("split.count", "uint16", 2),
+            ("split.tensors.count", "int32", 2)]
+    return file_bytes(gguf_io.write_gguf, meta,
+                      [("blk.0.attn_q.weight", "Q4_K", [256, 2], gguf_io.random_blocks("Q4_K", 2, rng))])
+
+
 def hf(rng, dtype):
     a = rng.standard_normal((8, 4)).astype(np.float32)
     return a.astype(dtype) if dtype != "bf16" else ("BF16", (a.view(np.uint32) >> 16).astype("<u2").tobytes())
@@ -144,7 +154,10 @@ def main():
     seeds.update(safetensors_seeds(rng))
     seeds.update(index_seeds())
     seeds.update(onnx_seeds(rng))
+    seeds["gguf_split_part1"] = split_part1()
     for name, data in seeds.items():
+        if name == "gguf_split_part1":
+            continue  # only as a split part (its variants below)
         with open(os.path.join(OUT, name), "wb") as f:
             f.write(b"\0" + data)
     # The portable kernels on one thread over the block types too, and each
@@ -152,7 +165,8 @@ def main():
     # budget, zero_copy) over a model of each format.
     variants = {"gguf_blocks_portable": (0x04, "gguf_blocks"), "gguf_blocks_paged": (0x10, "gguf_blocks"),
                 "onnx_kinds_paged_quarter": (0x20, "onnx_kinds"), "gguf_plain_paged_quarter": (0x20, "gguf_plain"),
-                "st_head_zero_copy": (0x30, "st_head"), "index_two_paged": (0x10, "index_two")}
+                "st_head_zero_copy": (0x30, "st_head"), "index_two_paged": (0x10, "index_two"),
+                "gguf_split_part1": (0x40, "gguf_split_part1"), "gguf_split_part1_paged": (0x50, "gguf_split_part1")}
     for name, (flags, seed) in variants.items():
         with open(os.path.join(OUT, name), "wb") as f:
             f.write(bytes([flags]) + seeds[seed])
