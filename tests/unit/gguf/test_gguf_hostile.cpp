@@ -237,6 +237,19 @@ TEST_CASE("the caps are exact: at the cap is read, one more is not") {
         ErrorCode::overflow);
   // A tensor that ends exactly at the end of the file.
   CHECK(gguf::parse_header(as_file((gguf_file({}, {tinfo("a", {4}, kF32, 0)}, 16))), {}).ok());
+  // A 0 dim beside one of exactly max_tensor_elements (an empty tensor) is
+  // read; one more is refused, located at that ne's own 8 bytes.
+  gguf::HeaderLimits elements;
+  elements.max_tensor_elements = 10;
+  CHECK(gguf::parse_header(as_file((gguf_file({}, {tinfo("a", {0, 10}, kF32, 0)}, 0))), elements).ok());
+  auto past = gguf::parse_header(as_file((gguf_file({}, {tinfo("a", {0, 11}, kF32, 0)}, 0))), elements);
+  REQUIRE_FALSE(past.ok());
+  CHECK(past.error().code == ErrorCode::overflow);
+  CHECK_MESSAGE(
+      past.error().message.find("ne[1] is 11, more than LoadOptions::max_tensor_elements (10)") != std::string::npos,
+      past.error().message);
+  // The 24-byte header, the name (8 + 1), n_dims (4), then ne[0] (8).
+  CHECK(past.error().offset == std::uint64_t{24 + 9 + 4 + 8});
 }
 
 TEST_CASE("split keys of a signed type: zero and positive values are read, a negative one is not") {

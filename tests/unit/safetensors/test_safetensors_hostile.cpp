@@ -196,6 +196,20 @@ TEST_CASE("the caps are exact: a header and a string of exactly the cap are read
   // Exactly the header length the file holds.
   const auto exact = with_length(2, "{}");
   CHECK(safetensors::parse_header(std::as_bytes(std::span(exact)), {}).ok());
+  // A 0 dim beside one of exactly max_tensor_elements (an empty tensor) is
+  // read; one more is refused.
+  safetensors::HeaderLimits elements;
+  elements.max_tensor_elements = 10;
+  for (const int d : {10, 11}) {
+    CAPTURE(d);
+    const auto empty = raw("{" + t("a", "F32", "[0," + std::to_string(d) + "]", "[0,0]") + "}");
+    auto r = safetensors::parse_header(std::as_bytes(std::span(empty)), elements);
+    CHECK(r.ok() == (d == 10));
+    if (d == 11)
+      CHECK_MESSAGE(
+          r.error().message.find("a dim of 11, more than LoadOptions::max_tensor_elements (10)") != std::string::npos,
+          r.error().message);
+  }
 }
 
 TEST_CASE("what the reference accepts, ballast accepts: trailing spaces, unknown fields, empty tensors") {
