@@ -13,8 +13,8 @@
  * status belongs to the caller, who frees it with ballast_status_free();
  * ballast_status_code() and ballast_status_message() read it (NULL reads as
  * BALLAST_OK, "ok"). Outputs are written only on success (but for the
- * teardown report of a release that found pins still live: see
- * ballast_residency_release).
+ * teardown report of a release that ran and failed, for pins still live or
+ * frees that failed: see ballast_residency_release).
  *
  * Structs. Every struct that crosses starts with `size`: the caller sets it
  * to sizeof (BALLAST_INIT). The library reads an input struct's fields only
@@ -242,8 +242,9 @@ BALLAST_C_API ballast_status* ballast_residency_create(ballast_backend* backend,
 /* Releases what release() has not (pins still live keep it until they go). */
 BALLAST_C_API ballast_status* ballast_residency_free(ballast_residency* residency);
 /* Frees every device value and registration now; idempotent. Pins still
- * live are freed too and the status says so (INVALID_ARGUMENT; `out` is
- * written all the same: the release happened). Waits for the residency's calls
+ * live are freed too and the status says so (INVALID_ARGUMENT); a free the
+ * backend refused gives its error (counted in failed_frees). Either way
+ * `out` is written all the same: the release happened. Waits for the residency's calls
  * in flight; later pins, prefetches, pin values and pin reads get INVALID_ARGUMENT. */
 BALLAST_C_API ballast_status* ballast_residency_release(ballast_residency* residency, ballast_teardown* out);
 /* Pins, prefetches and stats: any number of threads at once (Residency's rule).

@@ -14,7 +14,9 @@
 //   - or, by the flags, through a Residency (paged under its auto budget,
 //     paged under a quarter of it, zero_copy): each planned value and each
 //     weight pinned one at a time equals the reference, or the weight's
-//     bytes; a budget create() accepts never fails a single pin;
+//     bytes; a budget create() accepts never fails a single pin (the auto
+//     budget may refuse a plan that passed planning, unsupported: it
+//     counts overlapping source ranges apart; create() refuses it alike);
 //   - releasing the memo and the sources (or the residency) frees
 //     everything: the backend is left with no live allocation or
 //     registration.
@@ -49,6 +51,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,6 +80,25 @@ void write_file(const std::filesystem::path& path, const std::vector<std::uint8_
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   if (!out) fail("cannot write " + path.string());
+}
+
+// A file every process of this target reads (shards, w.bin), written by
+// each as it starts: left alone when it already holds these bytes, else
+// written under a name of this process's and renamed over the path. Written
+// in place, another process's start truncated it under a running one, whose
+// mapping then read as changed (io) or lost its pages: a false finding.
+void write_shared_file(const std::filesystem::path& path, const std::vector<std::uint8_t>& bytes) {
+  {
+    std::ifstream in(path, std::ios::binary);
+    const std::vector<std::uint8_t> held((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.is_open() && held == bytes) return;
+  }
+  std::filesystem::path scratch = path;
+  scratch += ".tmp" + std::to_string(::getpid());
+  write_file(scratch, bytes);
+  std::error_code error;
+  std::filesystem::rename(scratch, path, error);
+  if (error) fail("cannot rename " + scratch.string() + " to " + path.string() + ": " + error.message());
 }
 
 void append_u64(std::vector<std::uint8_t>& out, std::uint64_t v) {
@@ -143,11 +165,13 @@ std::string pid_text() { return std::to_string(::getpid()); }
 // This process's files, removed as it exits (a long run's many processes
 // would otherwise leave theirs behind).
 void remove_own_files() {
+  // By their exact names: a prefix "input-" + pid would also match the
+  // files of a process whose pid starts with this one's (12 and 123).
   std::error_code ignored;
-  for (const char* name : {"input-", "split"})
-    for (const auto& entry : std::filesystem::directory_iterator(data_dir(), ignored))
-      if (const std::string file = entry.path().filename().string(); file.rfind(name + pid_text(), 0) == 0)
-        std::filesystem::remove(entry.path(), ignored);
+  const std::string pid = pid_text();
+  for (const std::string& name :
+       {"input-" + pid, "split" + pid + "-00001-of-00002.gguf", "split" + pid + "-00002-of-00002.gguf"})
+    std::filesystem::remove(data_dir() / name, ignored);
 }
 
 std::filesystem::path input_path(bool split_part) {
@@ -240,10 +264,21 @@ void pin_and_compare(ballast::GpuBackend& gpu, const ballast::Model& model,
   ballast::ResidencyOptions options;
   options.strategy = mode == 3 ? ballast::ResidencyStrategy::zero_copy : ballast::ResidencyStrategy::paged;
   options.derivations = plan;
-  if (mode == 2) {
+  if (mode != 3) {
+    // The auto budget counts each distinct source range once more than the
+    // plan's cap does (overlapping ranges, docs/security.md), so it may
+    // refuse a model whose plan passed: unsupported, the same cap. Then a
+    // paged residency under it is refused too, and nothing is pinned.
     auto budget = ballast::auto_budget(model.store(), plan);
-    if (!budget.ok()) fail("auto_budget refused a plan that planned: " + budget.error().to_string());
-    options.budget_bytes = budget->total / 4;
+    if (!budget.ok()) {
+      if (budget.code() != ballast::ErrorCode::unsupported)
+        fail("auto_budget refused a plan that planned: " + budget.error().to_string());
+      auto refused = ballast::Residency::create(gpu, model, options);
+      require(!refused.ok() && refused.code() == ballast::ErrorCode::unsupported,
+              "Residency::create took an auto budget that auto_budget refused");
+      return;
+    }
+    if (mode == 2) options.budget_bytes = budget->total / 4;
   }
   auto residency = ballast::Residency::create(gpu, model, options);
   if (!residency.ok()) {
@@ -327,11 +362,11 @@ void derive_and_compare(const ballast::Model& model, const std::vector<ballast::
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   std::filesystem::create_directories(data_dir());
-  write_file(data_dir() / "shard_a.safetensors", shard("model.layers.0.self_attn.q_proj.weight", "F32", 3));
-  write_file(data_dir() / "shard_b.safetensors", shard("lm_head.weight", "BF16", 11));
+  write_shared_file(data_dir() / "shard_a.safetensors", shard("model.layers.0.self_attn.q_proj.weight", "F32", 3));
+  write_shared_file(data_dir() / "shard_b.safetensors", shard("lm_head.weight", "BF16", 11));
   std::vector<std::uint8_t> blob(4096);
   for (std::size_t i = 0; i < blob.size(); ++i) blob[i] = static_cast<std::uint8_t>(i * 31);
-  write_file(data_dir() / "w.bin", blob);
+  write_shared_file(data_dir() / "w.bin", blob);
   std::atexit(remove_own_files);
   return 0;
 }
