@@ -41,7 +41,7 @@ def _inspect(path, as_json):
           % (acc.mapped_bytes, acc.referenced_bytes, acc.header_bytes, acc.dead_bytes, len(acc.dead_ranges),
              acc.files))
     for r in acc.dead_ranges:
-        print("  dead: %s [%d, +%d)" % (printable(r.file), r.offset, r.length))
+        print("  dead: %s [%d, +%d)" % (printable(r.raw_file), r.offset, r.length))
 
 
 def main(argv=None):

@@ -1,7 +1,7 @@
 """Models: ballast.open_model(path), its weights and its accounting."""
 import ctypes
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from . import _capi, dlpack
 from ._capi import api, check, text
@@ -13,6 +13,9 @@ class DeadRange:
     file: str
     offset: int
     length: int
+    # The file's name as the model spells it (need not be UTF-8): what
+    # `python3 -m ballast inspect` escapes, as the command line does.
+    raw_file: bytes = field(default=b"", repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -160,7 +163,7 @@ class Model(_Handle):
         for i in range(a.dead_ranges):
             r = _capi.new(_capi.ByteRange)
             check(api.model_dead_range(self._h, i, ctypes.byref(r)))
-            ranges.append(DeadRange(text(r.file), int(r.offset), int(r.length)))
+            ranges.append(DeadRange(text(r.file), int(r.offset), int(r.length), r.file or b""))
         return Accounting(int(a.mapped_bytes), int(a.referenced_bytes), int(a.header_bytes), int(a.dead_bytes),
                           int(a.files), tuple(ranges))
 

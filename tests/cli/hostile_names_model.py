@@ -10,6 +10,9 @@
   hostile_missing.onnx: one external tensor whose location (escape
     sequences included) names a file that is not there: a load error that
     echoes the location.
+  hostile_dead.onnx + dead\xff.bin: one external tensor over the second
+    half of a data file whose name is not UTF-8, so the first half is a
+    dead range of that file (`inspect` escapes its name).
 
 Usage: hostile_names_model.py OUT_DIR; prints the names as JSON (hex) so a
 test knows what to expect.
@@ -112,6 +115,15 @@ def main():
                                                             (b"length", b"16")]))
     with open(os.path.join(out, "hostile_missing.onnx"), "wb") as f:
         f.write(model(g2))
+
+    dead_file = b"dead\xff.bin"
+    with open(os.path.join(os.fsencode(out), dead_file), "wb") as f:
+        f.write(bytes(64))
+    g3 = field_bytes(2, b"g")
+    g3 += field_bytes(5, tensor(b"w", [8], external=[(b"location", dead_file), (b"offset", b"32"),
+                                                     (b"length", b"32")]))
+    with open(os.path.join(out, "hostile_dead.onnx"), "wb") as f:
+        f.write(model(g3))
 
     json.dump({"weight": WEIGHT.hex(), "node": NODE.hex(), "inline": [n.hex() for n in INLINE_NAMES],
                "missing_location": missing.hex()}, sys.stdout)

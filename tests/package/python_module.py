@@ -829,6 +829,12 @@ elif step == "names":
         else:
             expect(py.returncode == 0 and b"\\x1b[2Kverify" in py.stdout and b"bidi\\u{202e}evil" in py.stdout,
                    "python -m ballast inspect %s: the names escaped as the CLI escapes them" % name)
+    # A dead range of a data file whose name is not UTF-8: its bytes
+    # escaped (\xff), not the U+FFFD a decoded name would show.
+    py = subprocess.run([sys.executable, "-m", "ballast", "inspect", os.path.join(hostile_dir, "hostile_dead.onnx")],
+                        capture_output=True, cwd="/")
+    expect(py.returncode == 0 and b"/dead\\xff.bin [0, +32)" in py.stdout,
+           "python -m ballast inspect hostile_dead.onnx: the dead range's file escaped (%r)" % py.stdout[-200:])
     done()
 
 elif step == "conformance":
