@@ -157,13 +157,14 @@ std::vector<std::uint8_t> split_part_two() {
   return out;
 }
 
-// Each fuzzing process has its own input files (tools/dev fuzz runs
-// several): a plain one, and part 1 of a split set whose part 2 is
-// written beside it once.
+// Each fuzzing process has its own input files (several may run on one
+// build: libFuzzer's -jobs or -fork, CI's short run beside a long one): a
+// plain one, and part 1 of a split set whose part 2 is written beside it once.
 std::string pid_text() { return std::to_string(::getpid()); }
 
-// This process's files, removed as it exits (a long run's many processes
-// would otherwise leave theirs behind).
+// This process's files, removed as it exits normally (libFuzzer's end of
+// -max_total_time). A crash, a timeout or a signal leaves them: a few KiB
+// each, in the build tree.
 void remove_own_files() {
   // By their exact names: a prefix "input-" + pid would also match the
   // files of a process whose pid starts with this one's (12 and 123).
