@@ -63,6 +63,17 @@ const NodeInfo& node_named(const Model& m, std::string_view name) {
 
 bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
 
+// The skips of a model whose plan must come out empty (and must plan).
+std::vector<PlanSkip> skips_of_empty_plan(const Model& m) {
+  std::vector<PlanSkip> skipped;
+  PlanOptions o;
+  o.skipped = &skipped;
+  auto plan = plan_derivations(m, o);
+  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+  CHECK(plan->empty());
+  return skipped;
+}
+
 }  // namespace
 
 TEST_CASE("a bfloat16 MatMul or Gemm B: transpose and to_f16 planned, quant_int8 a listed skip naming the node") {
@@ -300,12 +311,7 @@ TEST_CASE("a MatMulNBits of bits other than 4: nothing planned, one listed skip 
   raw_data(s, std::vector<std::uint8_t>(16, 0x3f));
   static const Proto bytes = model(graph({nbits("q8", 8, "Y"), nbits("q8_again", 8, "Y2")}, {b, s}));
   const Model m = load(bytes);
-  std::vector<PlanSkip> skipped;
-  PlanOptions o;
-  o.skipped = &skipped;
-  auto plan = plan_derivations(m, o);
-  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
-  CHECK(plan->empty());
+  const std::vector<PlanSkip> skipped = skips_of_empty_plan(m);
   // Two derivations skipped, under the first consumer only.
   REQUIRE(skipped.size() == 2);
   for (std::size_t i = 0; i < 2; ++i) {
@@ -417,13 +423,7 @@ TEST_CASE("a MatMulNBits B that is not uint8: int32 (the operator allows it) lis
 
   // int32 [2, 1, 4]: nothing planned, two listed skips naming the node.
   static const Proto words = model(graph({nbits("q32", "B32", "Y")}, {b_of("B32", 6, {2, 1, 4}), s}));
-  const Model m32 = load(words);
-  std::vector<PlanSkip> skipped;
-  PlanOptions o;
-  o.skipped = &skipped;
-  auto plan = plan_derivations(m32, o);
-  REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
-  CHECK(plan->empty());
+  const std::vector<PlanSkip> skipped = skips_of_empty_plan(load(words));
   REQUIRE(skipped.size() == 2);
   for (const PlanSkip& skip : skipped) {
     CHECK(skip.node == "q32");
