@@ -15,19 +15,38 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A model's bytes (a weight's name, a message quoting one) as the ballast
+ * command shows them: a name may hold a carriage return or an escape
+ * sequence, so it is escaped before it reaches the terminal. Into the
+ * caller's buffer, since the log sink runs on the library's threads too. */
+typedef struct {
+  char text[4096];
+} shown_text;
+static const char* shown(const char* text, shown_text* out) {
+  ballast_status* s = ballast_printable(text, strlen(text), out->text, sizeof out->text, NULL);
+  if (s == NULL) return out->text;
+  ballast_status_free(s);
+  return "(a name too long to show)";
+}
+
 /* Prints a failed call's message and frees it; 1 when the call failed. */
 static int failed(ballast_status* s, const char* what) {
+  shown_text message;
   if (s == NULL) return 0;
-  fprintf(stderr, "c_engine: %s: %s\n", what, ballast_status_message(s));
+  fprintf(stderr, "c_engine: %s: %s\n", what, shown(ballast_status_message(s), &message));
   ballast_status_free(s);
   return 1;
 }
 #define TRY(call) do { if (failed((call), #call)) return 1; } while (0)
 
 static void log_sink(void* user, ballast_log_level level, const char* source, const char* text) {
+  shown_text escaped;
   (void)user;
-  fprintf(stderr, "[ballast %s] %s: %s\n", level == BALLAST_LOG_ERROR ? "error" : level == BALLAST_LOG_WARNING ? "warning" : "info",
-          source, text);
+  fprintf(stderr, "[ballast %s] %s: %s\n",
+          level == BALLAST_LOG_ERROR     ? "error"
+          : level == BALLAST_LOG_WARNING ? "warning"
+                                         : "info",
+          source, shown(text, &escaped));
 }
 
 static void progress(void* user, size_t done, size_t total) {
@@ -58,12 +77,13 @@ static int check_transpose(const ballast_model* model, ballast_residency* reside
   ballast_value value = BALLAST_INIT(ballast_value);
   ballast_pin* pin = NULL;
   float *stored, *transposed;
+  shown_text name;
   size_t r, c, mismatches = 0;
   TRY(ballast_model_weight(model, weight, &w));
   TRY(ballast_residency_pin_derivation(residency, plan, entry, &pin));
   TRY(ballast_pin_value(pin, 0, &value));
   if (value.first_bytes != w.bytes) {
-    fprintf(stderr, "c_engine: transpose of %s has %llu bytes, the weight %llu\n", w.name,
+    fprintf(stderr, "c_engine: transpose of %s has %llu bytes, the weight %llu\n", shown(w.name, &name),
             (unsigned long long)value.first_bytes, (unsigned long long)w.bytes);
     return 1;
   }
@@ -77,7 +97,7 @@ static int check_transpose(const ballast_model* model, ballast_residency* reside
     for (c = 0; c < (size_t)w.dims[1]; ++c)
       if (memcmp(&transposed[c * (size_t)w.dims[0] + r], &stored[r * (size_t)w.dims[1] + c], sizeof(float)) != 0)
         ++mismatches;
-  printf("transpose of %s [%lld, %lld]: %zu mismatches; first byte 0x%02x, expected 0x%02x\n", w.name,
+  printf("transpose of %s [%lld, %lld]: %zu mismatches; first byte 0x%02x, expected 0x%02x\n", shown(w.name, &name),
          (long long)w.dims[0], (long long)w.dims[1], mismatches, ((unsigned char*)transposed)[0],
          ((unsigned char*)stored)[0]);
   free(stored);
@@ -104,7 +124,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s MODEL BACKEND [LAYER_STEM]\n", argv[0]);
     return 2;
   }
-  TRY(ballast_check_version(4)); /* this engine needs version 4 (ballast_residency_load) or later */
+  TRY(ballast_check_version(7)); /* this engine needs version 7 (ballast_printable) or later */
   TRY(ballast_set_log_sink(log_sink, NULL));
 
   TRY(ballast_model_open(argv[1], &model));

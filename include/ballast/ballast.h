@@ -48,7 +48,7 @@
 #define BALLAST_C_API
 #endif
 
-#define BALLAST_C_API_VERSION 6u
+#define BALLAST_C_API_VERSION 7u
 /* type x = BALLAST_INIT(type);  sets x.size, zeroes the rest */
 #ifdef __cplusplus
 template <class T>
@@ -402,6 +402,21 @@ BALLAST_C_API ballast_status* ballast_residency_load(ballast_residency* residenc
 BALLAST_C_API ballast_status* ballast_backend_extension(const ballast_backend* backend, const char* name, void** out);
 BALLAST_C_API ballast_status* ballast_plugin_extension(const char* backend_name, const char* name, void** out);
 
+/* ------------------------------------------------------------ version 7 */
+/* `length` bytes at `text` (a weight's name, a file, a status message: bytes
+ * a model chose) escaped to show on a terminal, exactly as the ballast
+ * command line shows them (docs/security.md, "What a terminal shows"):
+ * printable ASCII and valid UTF-8 of printable characters kept; control
+ * bytes, C1 controls and each byte of invalid UTF-8 as \xNN; bidirectional
+ * controls as \u{XXXX}; a backslash as \\. The result is one line of valid
+ * UTF-8 with no NUL. `text` may be NULL when `length` is 0. With `out` NULL
+ * and `capacity` 0 it is a size query: *needed gets the escaped length
+ * (without the NUL). Otherwise `out` gets the escaped text and a NUL when
+ * capacity > that length, and *needed (may be NULL) the length; a smaller
+ * capacity is OUT_OF_BOUNDS, naming both, and writes nothing. */
+BALLAST_C_API ballast_status* ballast_printable(const char* text, size_t length, char* out, size_t capacity,
+                                                size_t* needed);
+
 /* ---------------------------------------------------- the function table */
 /* Version 1: every function of version 1, in header order. Later versions append. */
 typedef struct ballast_api_v1 {
@@ -483,6 +498,12 @@ typedef struct ballast_api_v5 {
 typedef struct ballast_api_v6 {
   ballast_api_v5 v5;
 } ballast_api_v6;
+
+/* Version 7: version 6's table, then the version 7 function. */
+typedef struct ballast_api_v7 {
+  ballast_api_v6 v6;
+  ballast_status* (*printable)(const char*, size_t, char*, size_t, size_t*);
+} ballast_api_v7;
 
 /* The table for `version` (a pointer to static data, never freed; cast it to
  * that version's struct), or NULL when this library is older than `version`. */

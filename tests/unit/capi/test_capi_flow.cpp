@@ -10,6 +10,7 @@
 
 #include <ballast/derivation.hpp>
 #include <ballast/log.hpp>
+#include <ballast/printable.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -20,6 +21,7 @@
 #include <cstring>
 #include <dlfcn.h>
 #include <fstream>
+#include <random>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -931,4 +933,72 @@ TEST_CASE("version 5: a device's extension and a plugin's own, by name") {
   CAPI_FAILS(ballast_plugin_extension(nullptr, "marker", &found), BALLAST_E_INVALID_ARGUMENT);
   CAPI_FAILS(ballast_plugin_extension("capi_extension", nullptr, &found), BALLAST_E_INVALID_ARGUMENT);
   CAPI_FAILS(ballast_plugin_extension("capi_extension", "marker", nullptr), BALLAST_E_INVALID_ARGUMENT);
+}
+
+namespace {
+
+// ballast_printable's result for `text`, through the size query and a
+// buffer of exactly the length it names.
+std::string c_printable(std::string_view text) {
+  std::size_t needed = 0;
+  CAPI_OK(ballast_printable(text.data(), text.size(), nullptr, 0, &needed));
+  std::string out(needed + 1, '#');
+  std::size_t written = 0;
+  CAPI_OK(ballast_printable(text.data(), text.size(), out.data(), out.size(), &written));
+  CHECK(written == needed);
+  CHECK(out[needed] == '\0');
+  out.resize(needed);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("version 7: a model's bytes escaped as the command line shows them") {
+  const auto* v6 = static_cast<const ballast_api_v6*>(ballast_get_api(6));
+  const auto* v7 = static_cast<const ballast_api_v7*>(ballast_get_api(7));
+  REQUIRE(v6 != nullptr);
+  REQUIRE(v7 != nullptr);
+  CHECK(static_cast<const void*>(v6) == static_cast<const void*>(&v7->v6));  // version 6's table is a prefix
+  CHECK((v7->printable == &ballast_printable));
+  CAPI_OK(ballast_check_version(7));
+
+  // Each class of byte the command line treats in its own way.
+  using namespace std::string_literals;
+  CHECK(c_printable("model.layers.0.weight") == "model.layers.0.weight");
+  CHECK(c_printable("ok\r\x1b[8m") == "ok\\x0d\\x1b[8m");
+  CHECK(c_printable("a\\b\n") == "a\\\\b\\x0a");
+  CHECK(c_printable("nul\0x"s) == "nul\\x00x");
+  CHECK(c_printable("\xc3\xa9t\xc3\xa9") == "\xc3\xa9t\xc3\xa9");  // valid UTF-8 kept
+  CHECK(c_printable("\xc2\x9b") == "\\xc2\\x9b");                  // C1 control U+009B
+  CHECK(c_printable("\xe2\x80\xae") == "\\u{202e}");               // right-to-left override
+  CHECK(c_printable("\xff\xc3") == "\\xff\\xc3");                  // invalid, and cut short
+  CHECK(c_printable("") == "");
+  std::size_t needed = 7;
+  CAPI_OK(ballast_printable(nullptr, 0, nullptr, 0, &needed));  // NULL text of length 0
+  CHECK(needed == 0);
+
+  // The same bytes as ballast::printable (the CLI's) on random strings,
+  // weighted toward the bytes that are escaped.
+  std::mt19937 rng(7);
+  const std::string alphabet = "a\\\n\r\x1b\x7f\xc2\x9b\xe2\x80\xae\xf0\x9f\x98\x80\xff\xed\xa0\x80"s;
+  for (int i = 0; i < 2000; ++i) {
+    std::string text(rng() % 24, '\0');
+    for (char& c : text) c = rng() % 4 == 0 ? static_cast<char>(rng() & 0xff) : alphabet[rng() % alphabet.size()];
+    CHECK(c_printable(text) == ballast::printable(text));
+  }
+
+  // A buffer one byte short (no room for the NUL) is refused, nothing written.
+  std::string out(12, '#');  // "ok\x0d" escapes to 6 bytes
+  needed = 99;
+  CAPI_FAILS(ballast_printable("ok\r", 3, out.data(), 6, &needed), BALLAST_E_OUT_OF_BOUNDS);
+  CHECK(out == std::string(12, '#'));
+  CHECK(needed == 99);
+  CAPI_OK(ballast_printable("ok\r", 3, out.data(), 7, nullptr));  // `needed` may be NULL when writing
+  CHECK(std::string(out.c_str()) == "ok\\x0d");
+
+  // Bad arguments.
+  CAPI_FAILS(ballast_printable(nullptr, 1, out.data(), out.size(), &needed), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_printable("x", 1, nullptr, 4, &needed), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_printable("x", 1, nullptr, 0, nullptr), BALLAST_E_INVALID_ARGUMENT);  // a query with no answer
+  CAPI_FAILS(ballast_printable("x", 1, out.data(), 0, &needed), BALLAST_E_OUT_OF_BOUNDS);
 }
