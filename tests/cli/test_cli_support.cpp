@@ -103,6 +103,20 @@ TEST_CASE("Table pads columns to the widest cell and right-aligns numbers") {
         "NAME      BYTES\n"
         "\xd0\xb2\xd0\xb5\xd1\x81\xd0\xb0.w      1 B\n"
         "abcdefgh   22 B\n");
+
+  // Wide and zero-width characters: "模型.w" takes 6 columns (two CJK
+  // characters of two each, then two of one), "e\u0301" (e and a combining acute) one.
+  cli::Table v({"NAME", "BYTES"}, {false, true});
+  v.add({"\xe6\xa8\xa1\xe5\x9e\x8b.w", "1 B"});  // "模型.w"
+  v.add({"e\xcc\x81", "2 B"});                   // "é" as e + U+0301
+  v.add({"abcdefg", "33 B"});
+  std::ostringstream vout;
+  v.print(vout);
+  CHECK(vout.str() ==
+        "NAME     BYTES\n"
+        "\xe6\xa8\xa1\xe5\x9e\x8b.w     1 B\n"
+        "e\xcc\x81          2 B\n"
+        "abcdefg   33 B\n");
 }
 
 TEST_CASE("hex_digest matches the FIPS test vectors and reports every chunk") {

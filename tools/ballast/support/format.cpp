@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <array>
+#include <clocale>
 #include <cstdio>
+#include <cwchar>
+#include <locale.h>
 #include <ostream>
 
 namespace ballast::cli {
@@ -54,11 +57,34 @@ void Table::add(std::vector<std::string> row) {
 
 namespace {
 
-// Columns a cell takes: its code points (bytes that do not continue a
-// UTF-8 sequence; cells are printable() and so valid UTF-8).
+// The C library's Unicode tables, whatever locale the process runs in
+// (the CLI never calls setlocale): glibc has C.UTF-8 built in. Null where
+// the library lacks it; widths are then one column per code point.
+locale_t utf8_locale() {
+  static const locale_t locale = newlocale(LC_CTYPE_MASK, "C.UTF-8", locale_t{});
+  return locale;
+}
+
+// Columns a cell takes on a terminal: per code point, wcwidth()'s answer
+// under C.UTF-8 (2 for East Asian wide and fullwidth characters such as
+// CJK, 0 for combining marks and joiners, 1 for the rest). Cells are
+// printable() and so valid UTF-8, and wchar_t holds a code point (glibc).
 std::size_t columns(const std::string& cell) {
-  return static_cast<std::size_t>(
-      std::count_if(cell.begin(), cell.end(), [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; }));
+  const locale_t utf8 = utf8_locale();
+  const locale_t previous = utf8 != locale_t{} ? uselocale(utf8) : locale_t{};
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < cell.size();) {
+    const auto lead = static_cast<unsigned char>(cell[i]);
+    const std::size_t length = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+    char32_t cp = length == 1 ? lead : length == 2 ? lead & 0x1Fu : length == 3 ? lead & 0x0Fu : lead & 0x07u;
+    for (std::size_t k = 1; k < length && i + k < cell.size(); ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(cell[i + k]) & 0x3Fu);
+    const int width = utf8 != locale_t{} ? ::wcwidth(static_cast<wchar_t>(cp)) : 1;
+    total += width < 0 ? 1 : static_cast<std::size_t>(width);  // -1 (not printable) cannot follow printable()
+    i += length;
+  }
+  if (utf8 != locale_t{}) uselocale(previous);
+  return total;
 }
 
 }  // namespace

@@ -20,9 +20,9 @@ std::string percent(std::uint64_t part, std::uint64_t whole);
 
 // Columns padded to their widest cell; right-aligned columns for numbers.
 // Every cell is escaped for the terminal (ballast/printable.hpp) as it is
-// added, which leaves valid UTF-8. Widths count code points: a name in
-// Cyrillic or with accents lines up; a wide (CJK) character takes two
-// columns on most terminals and still pushes its row by one per character.
+// added, which leaves valid UTF-8. Widths are a terminal's columns, as the
+// C library's Unicode tables give them: a name in Cyrillic, CJK (two
+// columns a character) or with combining accents (none) lines up.
 class Table {
  public:
   explicit Table(std::vector<std::string> header, std::vector<bool> right_aligned = {});
