@@ -143,7 +143,8 @@ Result<Placed> place_resident(GpuBackend& gpu, const Model& model, const ShardPl
 }
 
 json rank_json(const CooperativeLoadReport& r, const Placed& placed, std::size_t shards, const std::string& comm,
-               std::uint32_t world, std::uint32_t domain, bool derive, bool in_place) {
+               std::uint32_t world, std::uint32_t domain, bool derive, bool in_place,
+               const std::vector<std::string>& plan_skipped) {
   json doc = {{"rank", r.rank},
           {"world", world},
           {"in_place", in_place},
@@ -167,6 +168,7 @@ json rank_json(const CooperativeLoadReport& r, const Placed& placed, std::size_t
     doc["derived_bytes"] = placed.derived_bytes;
     doc["row_maxima_bytes"] = placed.row_maxima_bytes;
     doc["skipped"] = placed.skipped;
+    doc["plan_skipped"] = plan_skipped;  // the whole plan's skips: no rank derives these
   }
   if (placed.residency) doc["residency"] = residency_stats_json(*placed.residency);
   return doc;
@@ -226,14 +228,29 @@ int run_load_ranks(const RanksOptions& opt) {
   const Model& model = ctx.model();
   // derive --comm: the whole model's plan, cut to each rank's shards later.
   std::optional<std::vector<PlannedDerivation>> derivations;
+  // What the whole model's plan skipped (a rule's kind that does not fit a
+  // weight it matches, a node the graph cannot derive for), as the
+  // single-process derive lists them: without this list plan_derivations
+  // fails on the first rule skip, so a --rules file that the single derive
+  // accepts failed every rank.
+  std::vector<std::string> plan_skipped;
   if (opt.derive) {
     PlanOptions planning;
     planning.max_amplification = opt.max_amplification;
     if (!opt.rules.empty())
       if (Status s = read_rules_file(opt.rules, planning); !s.ok()) return fail_all(s.error());
+    std::vector<PlanSkip> skips;
+    planning.skipped = &skips;
     auto planned = plan_derivations(model, planning);
     if (!planned) return fail_all(planned.error());
     derivations = std::move(*planned);
+    for (const PlanSkip& s : skips)
+      plan_skipped.push_back((s.rule.empty() ? "node " + s.node : "rule " + s.rule) +
+                             (s.weight.empty() ? "" : " on " + s.weight) + ": " + s.reason);
+    // Said once per job, by rank 0's process (every rank plans the same).
+    if (comms[0]->rank() == 0)
+      for (const std::string& why : plan_skipped)
+        std::cerr << "ballast " << opt.command << ": note: not planned: " << printable(why) << "\n";
   }
   ShardSpec spec;
   spec.world = world;
@@ -330,7 +347,7 @@ int run_load_ranks(const RanksOptions& opt) {
     std::ostringstream out;
     if (opt.json) {
       out << rank_json(r, *placed, shard_count, comms[i]->name(), world, load->ranks[rank].domain, opt.derive,
-                       opt.comm.in_place)
+                       opt.comm.in_place, plan_skipped)
                  .dump()
           << '\n';
     } else if (opt.comm.in_place) {
