@@ -60,9 +60,9 @@ Result<Placed> place(GpuBackend& gpu, const Model& model, const ShardPlan& plan,
   Placed out{device.shard_bytes, device.derived.size(), device.derived_bytes, 0, device.skipped};
   for (const RowMaxima& r : shards.row_maxima) out.row_maxima_bytes += 4 * r.maxima.size();
   if (!dump.empty()) {
-    const std::filesystem::path rank_dir = std::filesystem::path(dump) / ("rank" + std::to_string(plan.rank));
+    const std::string rank_dir = "rank" + std::to_string(plan.rank);
     if (derivations != nullptr) {
-      BALLAST_ASSIGN_OR_RETURN(DerivedDump d, DerivedDump::open(rank_dir));
+      BALLAST_ASSIGN_OR_RETURN(DerivedDump d, DerivedDump::open(dump, rank_dir));
       const std::vector<std::string> stems = dump_stems(*derivations);
       for (const RankDerivedValue& v : device.derived) {
         PlannedDerivation mine = (*derivations)[v.planned];
@@ -74,7 +74,7 @@ Result<Placed> place(GpuBackend& gpu, const Model& model, const ShardPlan& plan,
         BALLAST_RETURN_IF_ERROR(d.write(gpu, mine, stems[v.planned], source.dims, v.launch.dst, v.launch.dst2));
       }
     } else {
-      BALLAST_ASSIGN_OR_RETURN(DumpDirectory d, DumpDirectory::open(rank_dir));
+      BALLAST_ASSIGN_OR_RETURN(DumpDirectory d, DumpDirectory::open(dump, rank_dir));
       for (std::size_t i = 0; i < plan.weights.size(); ++i) {
         const WeightShard& s = plan.weights[i];
         if (device.shards[i] == 0) continue;
@@ -113,7 +113,7 @@ Result<Placed> place_resident(GpuBackend& gpu, const Model& model, const ShardPl
   BALLAST_ASSIGN_OR_RETURN(auto residency, create_residency(gpu, ranked.model, options));
   std::optional<DerivedDump> d;
   if (!dump.empty()) {
-    auto opened = DerivedDump::open(std::filesystem::path(dump) / ("rank" + std::to_string(plan.rank)));
+    auto opened = DerivedDump::open(dump, "rank" + std::to_string(plan.rank));
     if (!opened) return opened.error();
     d.emplace(std::move(*opened));
   }
@@ -277,8 +277,7 @@ int run_load_ranks(const RanksOptions& opt) {
   // be is said (once, to the peers too) before the load, not after it.
   if (!opt.dump.empty())
     for (const auto& c : comms)
-      if (auto d = DumpDirectory::open(std::filesystem::path(opt.dump) / ("rank" + std::to_string(c->rank()))); !d)
-        return fail_all(d.error());
+      if (auto d = DumpDirectory::open(opt.dump, "rank" + std::to_string(c->rank())); !d) return fail_all(d.error());
   if (!ctx.open_backend(opt.backend)) return failed_step();
 
   CooperativeLoadOptions options;
