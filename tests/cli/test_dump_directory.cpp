@@ -58,6 +58,31 @@ TEST_CASE("a symlink planted in the dump directory is not followed; its target i
   fs::remove_all(root);
 }
 
+// `load|derive --comm --dump DIR` writes each rank under DIR/rank<R>: a
+// `rank0` symlink planted in DIR sent every file of rank 0 to its target.
+TEST_CASE("a rank's folder is opened beneath the dump directory, never through a planted symlink") {
+  const fs::path root = fresh_dir("dump-rank-symlink");
+  const fs::path elsewhere = root / "elsewhere";
+  fs::create_directories(elsewhere);
+  fs::create_directories(root / "dump");
+  fs::create_directory_symlink(elsewhere, root / "dump" / "rank0");
+  auto planted = cli::DumpDirectory::open(root / "dump", "rank0");
+  REQUIRE_FALSE(planted.ok());
+  CHECK(planted.error().code == ballast::ErrorCode::io);
+  CHECK(planted.error().message.find("not a symlink") != std::string::npos);
+  CHECK(fs::is_empty(elsewhere));
+  // A folder of its own is made (or reused) and written beneath.
+  for (int run = 0; run < 2; ++run) {
+    auto rank1 = cli::DumpDirectory::open(root / "dump", "rank1");
+    REQUIRE(rank1.ok());
+    CHECK(rank1->path() == root / "dump" / "rank1");
+    REQUIRE(rank1->write_npy("w", "shard", "|u1", {16}, payload('b')).ok());
+    CHECK(fs::is_regular_file(root / "dump" / "rank1" / cli::DumpDirectory::file_name("w", "shard")));
+  }
+  CHECK_FALSE(cli::DumpDirectory::open(root / "dump", "..").ok());
+  fs::remove_all(root);
+}
+
 TEST_CASE("names that differ only in '/' vs '_' get distinct files") {
   const fs::path root = fresh_dir("dump-collide");
   auto dir = cli::DumpDirectory::open(root);

@@ -60,9 +60,9 @@ Result<Placed> place(GpuBackend& gpu, const Model& model, const ShardPlan& plan,
   Placed out{device.shard_bytes, device.derived.size(), device.derived_bytes, 0, device.skipped};
   for (const RowMaxima& r : shards.row_maxima) out.row_maxima_bytes += 4 * r.maxima.size();
   if (!dump.empty()) {
-    const std::filesystem::path rank_dir = std::filesystem::path(dump) / ("rank" + std::to_string(plan.rank));
+    const std::string rank_dir = "rank" + std::to_string(plan.rank);
     if (derivations != nullptr) {
-      BALLAST_ASSIGN_OR_RETURN(DerivedDump d, DerivedDump::open(rank_dir));
+      BALLAST_ASSIGN_OR_RETURN(DerivedDump d, DerivedDump::open(dump, rank_dir));
       const std::vector<std::string> stems = dump_stems(*derivations);
       for (const RankDerivedValue& v : device.derived) {
         PlannedDerivation mine = (*derivations)[v.planned];
@@ -74,7 +74,7 @@ Result<Placed> place(GpuBackend& gpu, const Model& model, const ShardPlan& plan,
         BALLAST_RETURN_IF_ERROR(d.write(gpu, mine, stems[v.planned], source.dims, v.launch.dst, v.launch.dst2));
       }
     } else {
-      BALLAST_ASSIGN_OR_RETURN(DumpDirectory d, DumpDirectory::open(rank_dir));
+      BALLAST_ASSIGN_OR_RETURN(DumpDirectory d, DumpDirectory::open(dump, rank_dir));
       for (std::size_t i = 0; i < plan.weights.size(); ++i) {
         const WeightShard& s = plan.weights[i];
         if (device.shards[i] == 0) continue;
@@ -113,7 +113,7 @@ Result<Placed> place_resident(GpuBackend& gpu, const Model& model, const ShardPl
   BALLAST_ASSIGN_OR_RETURN(auto residency, create_residency(gpu, ranked.model, options));
   std::optional<DerivedDump> d;
   if (!dump.empty()) {
-    auto opened = DerivedDump::open(std::filesystem::path(dump) / ("rank" + std::to_string(plan.rank)));
+    auto opened = DerivedDump::open(dump, "rank" + std::to_string(plan.rank));
     if (!opened) return opened.error();
     d.emplace(std::move(*opened));
   }
@@ -143,7 +143,8 @@ Result<Placed> place_resident(GpuBackend& gpu, const Model& model, const ShardPl
 }
 
 json rank_json(const CooperativeLoadReport& r, const Placed& placed, std::size_t shards, const std::string& comm,
-               std::uint32_t world, std::uint32_t domain, bool derive, bool in_place) {
+               std::uint32_t world, std::uint32_t domain, bool derive, bool in_place,
+               const std::vector<std::string>& plan_skipped) {
   json doc = {{"rank", r.rank},
           {"world", world},
           {"in_place", in_place},
@@ -167,6 +168,7 @@ json rank_json(const CooperativeLoadReport& r, const Placed& placed, std::size_t
     doc["derived_bytes"] = placed.derived_bytes;
     doc["row_maxima_bytes"] = placed.row_maxima_bytes;
     doc["skipped"] = placed.skipped;
+    doc["plan_skipped"] = plan_skipped;  // the whole plan's skips: no rank derives these
   }
   if (placed.residency) doc["residency"] = residency_stats_json(*placed.residency);
   return doc;
@@ -226,14 +228,29 @@ int run_load_ranks(const RanksOptions& opt) {
   const Model& model = ctx.model();
   // derive --comm: the whole model's plan, cut to each rank's shards later.
   std::optional<std::vector<PlannedDerivation>> derivations;
+  // What the whole model's plan skipped (a rule's kind that does not fit a
+  // weight it matches, a node the graph cannot derive for), as the
+  // single-process derive lists them: without this list plan_derivations
+  // fails on the first rule skip, so a --rules file that the single derive
+  // accepts failed every rank.
+  std::vector<std::string> plan_skipped;
   if (opt.derive) {
     PlanOptions planning;
     planning.max_amplification = opt.max_amplification;
     if (!opt.rules.empty())
       if (Status s = read_rules_file(opt.rules, planning); !s.ok()) return fail_all(s.error());
+    std::vector<PlanSkip> skips;
+    planning.skipped = &skips;
     auto planned = plan_derivations(model, planning);
     if (!planned) return fail_all(planned.error());
     derivations = std::move(*planned);
+    for (const PlanSkip& s : skips)
+      plan_skipped.push_back((s.rule.empty() ? "node " + s.node : "rule " + s.rule) +
+                             (s.weight.empty() ? "" : " on " + s.weight) + ": " + s.reason);
+    // Said once per job, by rank 0's process (every rank plans the same).
+    if (comms[0]->rank() == 0)
+      for (const std::string& why : plan_skipped)
+        std::cerr << "ballast " << opt.command << ": note: not planned: " << printable(why) << "\n";
   }
   ShardSpec spec;
   spec.world = world;
@@ -260,8 +277,7 @@ int run_load_ranks(const RanksOptions& opt) {
   // be is said (once, to the peers too) before the load, not after it.
   if (!opt.dump.empty())
     for (const auto& c : comms)
-      if (auto d = DumpDirectory::open(std::filesystem::path(opt.dump) / ("rank" + std::to_string(c->rank()))); !d)
-        return fail_all(d.error());
+      if (auto d = DumpDirectory::open(opt.dump, "rank" + std::to_string(c->rank())); !d) return fail_all(d.error());
   if (!ctx.open_backend(opt.backend)) return failed_step();
 
   CooperativeLoadOptions options;
@@ -330,7 +346,7 @@ int run_load_ranks(const RanksOptions& opt) {
     std::ostringstream out;
     if (opt.json) {
       out << rank_json(r, *placed, shard_count, comms[i]->name(), world, load->ranks[rank].domain, opt.derive,
-                       opt.comm.in_place)
+                       opt.comm.in_place, plan_skipped)
                  .dump()
           << '\n';
     } else if (opt.comm.in_place) {

@@ -58,8 +58,8 @@ std::vector<DumpOutput> dump_outputs(const PlannedDerivation& p, const Derivatio
   return out;
 }
 
-Result<DerivedDump> DerivedDump::open(const std::filesystem::path& dir) {
-  BALLAST_ASSIGN_OR_RETURN(auto d, DumpDirectory::open(dir));
+Result<DerivedDump> DerivedDump::open(const std::filesystem::path& dir, const std::string& sub) {
+  BALLAST_ASSIGN_OR_RETURN(auto d, DumpDirectory::open(dir, sub));
   return DerivedDump(std::move(d));
 }
 

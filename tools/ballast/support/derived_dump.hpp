@@ -52,7 +52,8 @@ std::vector<DumpOutput> dump_outputs(const PlannedDerivation& p, const Derivatio
 // path fails before any work.
 class DerivedDump {
  public:
-  static Result<DerivedDump> open(const std::filesystem::path& dir);
+  // `sub`: as DumpDirectory::open's (a rank's folder, never through a symlink).
+  static Result<DerivedDump> open(const std::filesystem::path& dir, const std::string& sub = {});
 
   // Reads the value at `first` (and a pair's `second`) back from `gpu` and
   // writes its file(s) under `stem`.

@@ -77,7 +77,7 @@ std::string safe_file_stem(std::string_view name) {
   return out;
 }
 
-Result<DumpDirectory> DumpDirectory::open(const std::filesystem::path& dir) {
+Result<DumpDirectory> DumpDirectory::open(const std::filesystem::path& dir, const std::string& sub) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
@@ -91,7 +91,22 @@ Result<DumpDirectory> DumpDirectory::open(const std::filesystem::path& dir) {
     e.file = dir.string();
     return e;
   }
-  return DumpDirectory(dir, fd);
+  if (sub.empty()) return DumpDirectory(dir, fd);
+  // Beneath the handle, never through a symlink (O_NOFOLLOW: ELOOP).
+  int sub_fd = -1;
+  if (sub.find('/') == std::string::npos && sub != "." && sub != ".." &&
+      (::mkdirat(fd, sub.c_str(), 0777) == 0 || errno == EEXIST))
+    sub_fd = ::openat(fd, sub.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  const int saved = errno;
+  ::close(fd);
+  if (sub_fd < 0) {
+    Error e = make_error(ErrorCode::io, std::string("cannot open dump directory (a folder of its own, not a symlink, "
+                                                    "is needed): ") +
+                                            std::strerror(saved));
+    e.file = (dir / sub).string();
+    return e;
+  }
+  return DumpDirectory(dir / sub, sub_fd);
 }
 
 DumpDirectory::DumpDirectory(DumpDirectory&& other) noexcept

@@ -25,8 +25,12 @@ std::string safe_file_stem(std::string_view name);
 // it is ever written.
 class DumpDirectory {
  public:
-  // Creates `dir` (and its parents) when missing and opens it.
-  static Result<DumpDirectory> open(const std::filesystem::path& dir);
+  // Creates `dir` (and its parents) when missing and opens it. With `sub`
+  // (one name: a rank's `rank<R>`), the folder `sub` inside it, made and
+  // opened beneath `dir`'s handle without following a symlink: the dump
+  // directory's contents are not trusted (docs/security.md), and a planted
+  // `rank0 -> elsewhere` must not send the files elsewhere.
+  static Result<DumpDirectory> open(const std::filesystem::path& dir, const std::string& sub = {});
 
   DumpDirectory(DumpDirectory&& other) noexcept;
   DumpDirectory& operator=(DumpDirectory&& other) noexcept;
