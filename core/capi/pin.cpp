@@ -75,10 +75,12 @@ ballast_status* ballast_pin_read(const ballast_pin* pin, size_t member, int half
                            ") are not inside the " + (half == 0 ? "first" : "second") + " half of " +
                            (member < p->names.size() ? p->names[member] : "member " + std::to_string(member)) + " (" +
                            std::to_string(bytes) + " bytes)");
-    if (length == 0) return nullptr;
     // Under the residency's gate: release() cannot free the value mid-copy.
     PassingLock lock(p->owner->gate);  // a use of a pin already held passes a waiting release (gate.hpp)
+    // Before the empty read's early return: a pin of a released residency
+    // reads nothing, not even nothing (as pin_value refuses it).
     if (p->owner->released) return invalid_argument("invalid_argument: the residency was released");
+    if (length == 0) return nullptr;
     return from_status(p->owner->backend->backend->copy_to_host(
         std::span<std::byte>(static_cast<std::byte*>(dst), length), half == 0 ? m.first() : m.second(), offset));
   });

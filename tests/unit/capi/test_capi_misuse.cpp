@@ -308,6 +308,7 @@ TEST_CASE("bad enum values, structs without their size, a released residency") {
   CHECK(td.bytes_freed > 0);
   float x = 0;
   CAPI_FAILS(ballast_pin_read(w.pin, 0, 0, 0, &x, sizeof x, sizeof x), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_FAILS(ballast_pin_read(w.pin, 0, 0, 0, &x, sizeof x, 0), BALLAST_E_INVALID_ARGUMENT);  // nor an empty read
   // Nor does it hand out its (freed) device addresses.
   ballast_value v = BALLAST_INIT(ballast_value);
   CAPI_FAILS(ballast_pin_value(w.pin, 0, &v), BALLAST_E_INVALID_ARGUMENT);
