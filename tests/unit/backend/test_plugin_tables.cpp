@@ -342,6 +342,26 @@ TEST_CASE("a plugin that sets one code and returns another: a known returned cod
   const Status s = gpu.synchronize();
   CHECK(s.code() == ErrorCode::io);
   CHECK(s.error().message == "the device said no");
+
+  // Nothing set: a known code is itself (internal, the last, too), an
+  // unknown one internal, naming the number.
+  ballast_backend silent = complete_backend();
+  silent.synchronize = [](void*, ballast_error*) -> int32_t { return g_returned_code; };
+  auto quiet = detail::adopt_backend_table(&silent);
+  REQUIRE_MESSAGE(quiet.ok(), quiet.error().to_string());
+  for (int32_t returned = 1; returned <= static_cast<int32_t>(ErrorCode::internal); ++returned) {
+    g_returned_code = returned;
+    CAPTURE(returned);
+    const Status q = (*quiet)->synchronize();
+    REQUIRE_FALSE(q.ok());
+    CHECK(q.code() == static_cast<ErrorCode>(returned));
+    CHECK(q.error().message == "the plugin reported an error without a message");
+  }
+  g_returned_code = static_cast<int32_t>(ErrorCode::internal) + 1;
+  const Status unknown = (*quiet)->synchronize();
+  CHECK(unknown.code() == ErrorCode::internal);
+  CHECK(unknown.error().message ==
+        "the plugin returned error code " + std::to_string(g_returned_code) + " without a message");
 }
 
 namespace {
