@@ -311,6 +311,60 @@ TEST_CASE(
 }
 
 namespace {
+int32_t g_set_code = 0;       // what the table's synchronize() sets
+int32_t g_returned_code = 0;  // and what it returns
+}  // namespace
+
+TEST_CASE("a plugin that sets one code and returns another: a known returned code wins, every known one") {
+  ballast_backend t = complete_backend();
+  t.synchronize = [](void*, ballast_error* e) -> int32_t {
+    e->set(e, g_set_code, "the device said no", "NATIVE_NO");
+    return g_returned_code;
+  };
+  auto adopted = detail::adopt_backend_table(&t);
+  REQUIRE_MESSAGE(adopted.ok(), adopted.error().to_string());
+  GpuBackend& gpu = **adopted;
+  // Every known code returned over another one set, the first and the last
+  // (internal) included; the message is the one set.
+  for (int32_t returned = 1; returned <= static_cast<int32_t>(ErrorCode::internal); ++returned) {
+    g_set_code = returned == BALLAST_DEVICE_ERROR ? BALLAST_OUT_OF_MEMORY : BALLAST_DEVICE_ERROR;
+    g_returned_code = returned;
+    CAPTURE(returned);
+    const Status s = gpu.synchronize();
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.code() == static_cast<ErrorCode>(returned));
+    CHECK(s.error().message == "the device said no");
+    CHECK(s.error().native == "NATIVE_NO");
+  }
+  // An unknown code returned: the code that was set stands.
+  g_set_code = BALLAST_IO;
+  g_returned_code = 999;
+  const Status s = gpu.synchronize();
+  CHECK(s.code() == ErrorCode::io);
+  CHECK(s.error().message == "the device said no");
+
+  // Nothing set: a known code is itself (internal, the last, too), an
+  // unknown one internal, naming the number.
+  ballast_backend silent = complete_backend();
+  silent.synchronize = [](void*, ballast_error*) -> int32_t { return g_returned_code; };
+  auto quiet = detail::adopt_backend_table(&silent);
+  REQUIRE_MESSAGE(quiet.ok(), quiet.error().to_string());
+  for (int32_t returned = 1; returned <= static_cast<int32_t>(ErrorCode::internal); ++returned) {
+    g_returned_code = returned;
+    CAPTURE(returned);
+    const Status q = (*quiet)->synchronize();
+    REQUIRE_FALSE(q.ok());
+    CHECK(q.code() == static_cast<ErrorCode>(returned));
+    CHECK(q.error().message == "the plugin reported an error without a message");
+  }
+  g_returned_code = static_cast<int32_t>(ErrorCode::internal) + 1;
+  const Status unknown = (*quiet)->synchronize();
+  CHECK(unknown.code() == ErrorCode::internal);
+  CHECK(unknown.error().message ==
+        "the plugin returned error code " + std::to_string(g_returned_code) + " without a message");
+}
+
+namespace {
 uint64_t g_returned = 0;  // the pointer the table's allocate() and register_host() hand back
 int g_given_back = 0;     // frees and unregistrations the core made of them
 }  // namespace

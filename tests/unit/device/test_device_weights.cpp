@@ -199,6 +199,38 @@ TEST_CASE("a failed free of an inline weight's upload names the weight by its va
   }
 }
 
+TEST_CASE("several failed frees: the first is the error, and the others are counted after it") {
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  Wrapper w(**gpu, Wrapper::Mode::no_capability);  // every weight uploaded: one free each
+  testing::FaultInjectingBackend faulty(w);
+  Fixture f;
+  struct Case {
+    std::vector<ValueId> ids;
+    const char* more;  // nullptr: no count at all
+  };
+  const Case cases[] = {{{f.head}, nullptr},
+                        {{f.head, f.straddle}, " (and 1 more refused free)"},
+                        {{f.head, f.straddle, f.inline_id}, " (and 2 more refused frees)"}};
+  for (const Case& c : cases) {
+    CAPTURE(c.ids.size());
+    DeviceWeights dw(faulty, f.store);
+    for (ValueId id : c.ids) REQUIRE(dw.resolve(id).ok());
+    faulty.fail_nth(testing::FaultOp::free, 1, testing::FaultInjectingBackend::Fault::op_from_then_on);
+    const Released r = dw.release(faulty);
+    REQUIRE_FALSE(r.status.ok());
+    CHECK(r.failed_frees == c.ids.size());
+    const std::string text = r.status.to_string();
+    CAPTURE(text);
+    if (c.more != nullptr)
+      CHECK(text.find(c.more) != std::string::npos);
+    else
+      CHECK(text.find("more refused free") == std::string::npos);
+    faulty.disarm();
+    for (DevicePtr p : faulty.kept_allocations()) CHECK(faulty.free(p).ok());
+  }
+}
+
 TEST_CASE("without registration every weight is uploaded, and the fallback says why") {
   auto gpu = open_backend("cpu");
   REQUIRE(gpu.ok());

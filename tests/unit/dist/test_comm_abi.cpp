@@ -75,8 +75,8 @@ TEST_CASE("communicator ABI: another major is refused naming both versions; half
 TEST_CASE("communicator names: lower-case letters, every digit and '_' look for a library; anything else is refused") {
   PluginPath path;
   // A plain name with no library is not_found (every folder searched named),
-  // whichever digits it holds.
-  for (const char* name : {"nosuch0", "nosuch9", "no_such_09"}) {
+  // whichever digits it holds, up to 32 characters long.
+  for (const char* name : {"nosuch0", "nosuch9", "no_such_09", "a2345678901234567890123456789012"}) {
     CAPTURE(name);
     auto c = open_communicator(name);
     REQUIRE_FALSE(c.ok());

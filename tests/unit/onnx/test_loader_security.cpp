@@ -2,6 +2,7 @@
 // while the model is opened, hard links, symlinked caches, small files that
 // ask for unbounded work, size arithmetic with raised limits, and what
 // error messages may say.
+#include "onnx/external_data.hpp"
 #include "store/safe_open.hpp"
 #include "unit/onnx/external_fixture.hpp"
 
@@ -168,6 +169,42 @@ TEST_CASE("Hugging Face cache layout: the model file's real directory is a secon
   }
 }
 
+TEST_CASE("the resolver admits a real directory it is given only with allow_model_real_dir") {
+  // The loader opens the real directory only with the option; the resolver
+  // holds to it too (external_data.hpp: "used only with
+  // LoadOptions::allow_model_real_dir") when it is handed one without it.
+  ScratchDir real("resolver-real");
+  real.write("blob.bin", filled(64, 0x5A));
+  ScratchDir dir("resolver-model");
+  fs::create_symlink(real / "blob.bin", dir / "blob.bin");
+  const onnx::ExternalEntry entries[] = {{"location", "blob.bin", 0}};
+  for (bool walk : {false, true}) {
+    for (bool allow : {false, true}) {
+      CAPTURE(walk);
+      CAPTURE(allow);
+      ResolverMode mode(walk);
+      auto real_root = store::open_root(real.path());
+      REQUIRE(real_root.ok());
+      LoadOptions options;
+      options.allow_model_real_dir = allow;
+      WeightStore store;
+      onnx::ExternalResolver resolver(dir.path(), "model.onnx", options, store, std::move(*real_root));
+      std::vector<LoadNote> notes;
+      ExternalLocation loc;
+      Status s = resolver.resolve(entries, "w", DataType::float32, 16, 0, notes, loc);
+      if (allow) {
+        REQUIRE_MESSAGE(s.ok(), s.to_string());
+        CHECK(loc.length == 64);
+        CHECK(store.mapping_count() == 1);
+      } else {
+        REQUIRE_FALSE(s.ok());
+        CHECK(s.code() == ErrorCode::path_escapes);
+        CHECK(store.mapping_count() == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("absolute symlinks that stay inside the model directory still work (openat2 refuses them; the walk admits)") {
   ScratchDir dir("abs-inner");
   const auto blob = dir.write("real/blob.bin", filled(64, 0x33));
@@ -321,6 +358,20 @@ TEST_CASE("error messages do not say where an outside symlink points, and cap wh
       CHECK(r.code() == ErrorCode::path_escapes);
       CHECK(r.error().to_string().find("SECRETMARKER") == std::string::npos);
       CHECK(r.error().to_string().find("/proc") == std::string::npos);
+    }
+  }
+  // A tensor's name in the error is whole up to 256 bytes, cut after:
+  // a range past the file's end and a file that is missing say it alike.
+  dir.write("short.bin", filled(8, 1));
+  for (const char* location : {"short.bin", "missing.bin"}) {
+    for (std::size_t n : {255u, 256u, 257u}) {
+      CAPTURE(location);
+      CAPTURE(n);
+      const std::string name(n, 't');
+      auto r = load_written(dir, {external_tensor(name, 16, at(location, 0))});
+      REQUIRE_FALSE(r.ok());
+      CHECK(r.code() == (location == std::string("short.bin") ? ErrorCode::out_of_bounds : ErrorCode::not_found));
+      CHECK(r.error().tensor == (n <= 256 ? name : "'" + std::string(256, 't') + "...' (257 bytes)"));
     }
   }
   const std::string long_name(100000, 'n');

@@ -507,6 +507,36 @@ TEST_CASE("a file changed before the read: refused, naming it") {
   CHECK(none.chunks.empty());
 }
 
+TEST_CASE("a plan with a range past the end of the file as this store mapped it is refused before anything is read") {
+  HandStore small("read-bounds-small");
+  const MappingId m = small.file("x.bin", 100);
+  small.weight(m, 0, 100);
+  // The same file grown to 200 bytes and mapped by another store: its
+  // plans name the same path, with ranges past the first store's 100.
+  { std::ofstream(small.paths[0], std::ios::binary | std::ios::app) << std::string(100, 'y'); }
+  struct Case {
+    std::uint64_t offset, length;
+  };
+  for (const Case c : {Case{50, 100}, Case{99, 2}, Case{100, 1}, Case{150, 50}}) {
+    CAPTURE(c.offset);
+    CAPTURE(c.length);
+    HandStore grown("read-bounds-grown");
+    grown.paths.push_back(small.paths[0]);
+    REQUIRE(grown.store.map_external(small.paths[0]).ok());
+    grown.weight(1, c.offset, c.length);
+    int calls = 0;
+    auto stats = read_plan(small.store, ReadPlan::of(grown.store), ReadOptions{}, [&](const ReadChunk&) -> Status {
+      ++calls;
+      return Status();
+    });
+    REQUIRE_FALSE(stats.ok());
+    CHECK(stats.code() == ErrorCode::out_of_bounds);
+    CHECK_MESSAGE(contains(stats.error().message, "lies outside the file as mapped"), stats.error().to_string());
+    CHECK(stats.error().offset == c.offset);
+    CHECK(calls == 0);
+  }
+}
+
 TEST_CASE("the consumer's error is returned as it is, and it is not called again") {
   GappyStore h;
   const ReadPlan plan = ReadPlan::of(h.store);

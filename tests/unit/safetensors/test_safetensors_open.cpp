@@ -492,6 +492,24 @@ TEST_CASE("a ModelProto is told by its first key, whichever field an exporter wr
     REQUIRE_FALSE(got.ok());
     CHECK(got.error().code == ErrorCode::unsupported);
   }
+  // The refusal shows the first bytes in hex: all of a short file, at
+  // most 8 of a longer one.
+  const std::vector<std::pair<std::vector<std::uint8_t>, std::string>> shown = {
+      {{0x0a}, "0a"},
+      {{0x0a, 0x00, 0xff}, "0a00ff"},
+      {{0x4a, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0xef}, "4a010203040506ef"},
+      {{0x4a, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0xef, 0x99}, "4a010203040506ef"},
+  };
+  for (const auto& [head, hex] : shown) {
+    CAPTURE(hex);
+    auto got = detect_model_format(dir.write("m.bin", head));
+    REQUIRE_FALSE(got.ok());
+    const std::string& message = got.error().message;
+    const std::string tail = "it begins with bytes " + hex;
+    CHECK_MESSAGE(
+        (message.size() >= tail.size() && message.compare(message.size() - tail.size(), tail.size(), tail) == 0),
+        message);
+  }
 }
 
 TEST_CASE("tensor names in UTF-8 of every length open; surrogates and overlong forms do not") {

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <memory>
 
@@ -371,4 +372,46 @@ TEST_CASE("a format's header bytes are counted per mapping, by its id; id 0 and 
   store::StoreAccess::set_header_bytes(store, *ib + 1, 1 << 20);        // past the last
   store::StoreAccess::set_header_bytes(store, ~MappingId{0}, 1 << 20);  // far past
   CHECK(store.format_header_bytes() == 50);
+}
+
+TEST_CASE("open errors are told apart: a symlink loop, a file as a directory, a long name, and any other errno") {
+  ScratchDir dir("store-errno");
+  auto blob = dir.write_pattern("blob.bin", 8);
+  std::filesystem::create_symlink(dir / "loop_b", dir / "loop_a");
+  std::filesystem::create_symlink(dir / "loop_a", dir / "loop_b");
+  WeightStore store;
+
+  auto loop = store.map_external(dir / "loop_a");  // open(2) says ELOOP
+  REQUIRE_FALSE(loop.ok());
+  CHECK(loop.code() == ErrorCode::io);
+  CHECK_MESSAGE(loop.error().message == "too many levels of symbolic links", loop.error().to_string());
+
+  auto under_file = store.map_external(blob / "x.bin");  // ENOTDIR
+  CHECK(under_file.code() == ErrorCode::not_found);
+  CHECK(under_file.error().message == "no such file");
+
+  auto long_name = store.map_external(dir / std::string(300, 'n'));  // ENAMETOOLONG
+  CHECK(long_name.code() == ErrorCode::io);
+  CHECK(long_name.error().message == "path or file name too long");
+
+  // Any other errno is said with its own text: EMFILE, with no descriptor
+  // allowed for the duration.
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  Result<MappingId> no_fd = make_error(ErrorCode::internal, "not run");
+  {
+    struct Restore {
+      rlimit limit;
+      ~Restore() { ::setrlimit(RLIMIT_NOFILE, &limit); }
+    } restore{saved};
+    rlimit none = saved;
+    none.rlim_cur = 0;
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &none) == 0);
+    no_fd = store.map_external(blob);
+  }
+  REQUIRE_FALSE(no_fd.ok());
+  CHECK(no_fd.code() == ErrorCode::io);
+  CHECK_MESSAGE(no_fd.error().message == std::string("cannot open: ") + std::strerror(EMFILE),
+                no_fd.error().to_string());
+  CHECK(store.mapping_count() == 0);
 }
