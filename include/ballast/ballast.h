@@ -279,8 +279,9 @@ BALLAST_C_API ballast_status* ballast_pin_free(ballast_pin* pin);
 /* Members: 1 for a value or weight; a group's derivations then its weights. */
 BALLAST_C_API ballast_status* ballast_pin_count(const ballast_pin* pin, size_t* out);
 BALLAST_C_API ballast_status* ballast_pin_value(const ballast_pin* pin, size_t member, ballast_value* out);
-/* Copies [offset, offset + length) of a member's half (0: first, 1: second)
- * from the device into dst (dst_length >= length). */
+/* Copies [offset, offset + length) of a member's half (0: first, 1: second;
+ * a single value's second half is empty) from the device into dst
+ * (dst_length >= length). */
 BALLAST_C_API ballast_status* ballast_pin_read(const ballast_pin* pin, size_t member, int half, uint64_t offset,
                                                void* dst, size_t dst_length, uint64_t length);
 
