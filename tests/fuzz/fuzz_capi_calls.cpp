@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -447,7 +448,10 @@ class Run {
     make_room(slot, ballast_residency_free);
     ballast_residency* out = nullptr;
     const ballast_code code = CALL(ballast_residency_create(b.handle, m.handle, &o, &out));
-    if (!b.live || !m.live || (o.plan != nullptr && !p.live))
+    // A struct cut short (rarely) hides its later fields: `plan` is read
+    // only when the size given reaches it.
+    const bool plan_read = o.size >= offsetof(ballast_residency_options, plan) + sizeof o.plan;
+    if (!b.live || !m.live || (plan_read && o.plan != nullptr && !p.live))
       require(code != BALLAST_OK, "residency_create on a freed handle succeeded");
     if (code != BALLAST_OK) return;
     slot = ResidencySlot{{out, true}, m.file, static_cast<std::size_t>(&b - w_.backends.data())};
