@@ -428,9 +428,16 @@ def main():
     expect(rc == 2 and err.startswith("ballast load: invalid_argument: --comm local needs --world N")
            and len(err.strip().splitlines()) == 1,
            "local without --world is refused, one line with its code (got %d: %s)" % (rc, err.strip()))
-    rc, _, err = run(cli, "load", models[1][1], "--comm", "local", "--world", "2", "--mmap")
-    expect(rc == 2 and err.startswith("ballast load: invalid_argument: --comm takes none of"),
-           "--comm with a single-process flag is refused with its code (got %d: %s)" % (rc, err.strip()))
+    # Every single-process option is refused when given at all, its default
+    # value too (--residency upload and --populate-threads 0 were let through
+    # for equalling the defaults).
+    for bad in (["--mmap"], ["--residency", "upload"], ["--populate-threads", "0"], ["--budget", "auto"],
+                ["--read-cached"]):
+        rc, _, err = run(cli, "load", models[1][1], "--comm", "local", "--world", "2", *bad)
+        expect(rc == 2 and err.startswith("ballast load: invalid_argument: --comm takes none of")
+               and "given: " + bad[0] in err and len(err.strip().splitlines()) == 1,
+               "--comm with %s is refused, one line with its code naming it (got %d: %s)"
+               % (" ".join(bad), rc, err.strip()))
     rc, _, err = run(cli, "load", models[1][1], "--comm", "gloo?x")
     expect(rc == 2 and "not_found" in err and "libballast_comm_gloo.so" in err,
            "a communicator library that is not there is not_found, naming it (got %d: %s)" % (rc, err.strip()[-300:]))
