@@ -293,11 +293,12 @@ def main():
         rc, _, err = run(cli, "derive", model, "--dump", singles[fmt])
         expect(rc == 0, "%s: the single-process derive (got %d: %s)" % (fmt, rc, err.strip()[-300:]))
 
-    # --round-bytes takes a byte count, not auto or zero.
-    for bad in ("auto", "0"):
+    # --round-bytes takes a byte count, not auto or zero; no reason offers
+    # auto (a bad count was answered "... 1.5GiB, or auto").
+    for bad in ("auto", "0", "-1", "12Q"):
         rc, _, err = run(cli, "load", models[0][1], "--comm", "local", "--world", "2", "--round-bytes", bad)
-        expect(rc != 0 and "--round-bytes" in err and "budget" not in err,
-               "--round-bytes %s is refused, naming the option, not a budget (got %d: %s)"
+        expect(rc == 2 and "--round-bytes" in err and "budget" not in err and "or auto" not in err,
+               "--round-bytes %s is refused, naming the option, not a budget, not suggesting auto (got %d: %s)"
                % (bad, rc, err.strip()[-200:]))
 
     round_counts = {}  # (format, world, how, rank) -> rounds traded

@@ -84,9 +84,9 @@ inline CLI::Option* add_comm_options(CLI::App& sub, CommOptions& o, const std::s
                      "K/M/G/T/KiB/MiB/GiB/TiB suffix; default 32 MiB)")
           ->check(CLI::Validator(
               [](const std::string& v) {
+                // No automatic round size: auto is refused, and no reason offers it.
                 std::optional<std::uint64_t> bytes;
-                std::string why = parse_budget(v, bytes, "round size");
-                return why.empty() && !bytes ? std::string("--round-bytes needs a byte count, not auto") : why;
+                return parse_budget(v, bytes, "round size", /*allow_auto=*/false);
               },
               "BYTES", "byte count"))
           ->needs(comm);
