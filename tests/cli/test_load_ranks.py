@@ -300,6 +300,16 @@ def main():
         expect(rc == 2 and "--round-bytes" in err and "budget" not in err and "or auto" not in err,
                "--round-bytes %s is refused, naming the option, not a budget, not suggesting auto (got %d: %s)"
                % (bad, rc, err.strip()[-200:]))
+    # --round-bytes sizes rounds only: where the ranks trade in messages
+    # (--exchange messages, or auto on local, which has them) it was
+    # silently ignored; now refused, one line. (With rounds: "small rounds" below.)
+    for command, exchange in (("load", ["--exchange", "messages"]), ("load", ["--exchange", "auto"]), ("load", []),
+                              ("derive", ["--exchange", "messages"])):
+        rc, _, err = run(cli, command, models[0][1], "--comm", "local", "--world", "2", *exchange, "--round-bytes", "1K")
+        expect(rc == 2 and err.startswith("ballast %s: invalid_argument: --round-bytes sizes the rounds" % command)
+               and len(err.strip().splitlines()) == 1,
+               "%s --round-bytes with %s is refused, one line (got %d: %s)"
+               % (command, " ".join(exchange) or "the default exchange", rc, err.strip()[-200:]))
 
     round_counts = {}  # (format, world, how, rank) -> rounds traded
     for fmt, model, arrays in models:

@@ -81,7 +81,8 @@ inline CLI::Option* add_comm_options(CLI::App& sub, CommOptions& o, const std::s
   auto* round_bytes =
       sub.add_option("--round-bytes", o.round_bytes,
                      "rounds: what a rank gathers for its peers before it trades (BYTES with an optional "
-                     "K/M/G/T/KiB/MiB/GiB/TiB suffix; default 32 MiB)")
+                     "K/M/G/T/KiB/MiB/GiB/TiB suffix; default 32 MiB); only where the ranks trade in rounds: "
+                     "--exchange rounds, or auto on nccl")
           ->check(CLI::Validator(
               [](const std::string& v) {
                 // No automatic round size: auto is refused, and no reason offers it.
