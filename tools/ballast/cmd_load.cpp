@@ -30,6 +30,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -104,7 +105,10 @@ Result<Run> run_once(const LoadCommandOptions& opt, GpuBackend& gpu, const Resid
   const auto start = Clock::now();
   auto model = open_model(opt.model, opt.load);
   if (!model.ok()) return model.error();
-  BALLAST_ASSIGN_OR_RETURN(auto residency, Residency::create(gpu, *model, ro, "load"));
+  // The label opens the load's errors ("loading <label>: ..."): the model's
+  // file name is what is being loaded (the label "load" read "loading load").
+  BALLAST_ASSIGN_OR_RETURN(auto residency,
+                           Residency::create(gpu, *model, ro, std::filesystem::path(opt.model).filename().string()));
   if (mmap) {
     // Today's path: each value pinned once, its bytes faulted in through the mapping.
     std::vector<PlannedDerivation> plan(residency->plan().begin(), residency->plan().end());
