@@ -396,6 +396,7 @@ const RegisterCommand kLoad{{
           ->excludes(mmap)
           ->excludes(anchor);
       add_model_real_dir_option(sub, opt->load);
+      add_allow_holes_option(sub, opt->load);
       sub.add_flag("--json", opt->json,
                    "print the report as one JSON document (schema in docs/tools.md); with --comm, one per rank, a line each");
       auto* comm = add_comm_options(sub, opt->comm, "reads its part and gets its shards");
