@@ -283,6 +283,26 @@ def test_hostile(cli, sample_dir, work):
             rc, _, err = cli(*command, flag, path)
             expect(rc == 0, "%s %s opens the HF cache checkpoint (got %d: %s)" % (command[0], flag, rc, err.strip()))
 
+    # A safetensors file with a hole (bytes no tensor covers): the library's
+    # refusal says --allow-holes opens it, so every command that opens a
+    # model takes the flag (load, derive and replay refused it as unknown).
+    holes = os.path.join(work, "holes.safetensors")
+    header = json.dumps({"model.layers.0.self_attn.q_proj.weight": {"dtype": "F32", "shape": [4, 4],
+                                                                    "data_offsets": [0, 64]},
+                         "b": {"dtype": "U8", "shape": [8], "data_offsets": [72, 80]}}).encode()
+    header += b" " * (-len(header) % 8)
+    with open(holes, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header + bytes(range(64)) + b"holehole" + bytes(8))
+    for command in (["inspect"], ["verify"], ["load", "--backend", "cpu"], ["derive", "--backend", "cpu"],
+                    ["replay", "--backend", "cpu", "--tokens", "1"], ["load", "--comm", "local", "--world", "1"],
+                    ["derive", "--comm", "local", "--world", "1"]):
+        rc, _, err = cli(*command, holes)
+        expect(rc == 2 and one_line_error(err, "malformed", "--allow-holes"),
+               "%s of a file with a hole without the flag: malformed naming --allow-holes (got %d: %s)"
+               % (" ".join(command), rc, err.strip()))
+        rc, _, err = cli(*command, "--allow-holes", holes)
+        expect(rc == 0, "%s --allow-holes opens the file with a hole (got %d: %s)" % (" ".join(command), rc, err.strip()))
+
     # A FIFO where the data file should be: refused, never opened for reading.
     path = copy_sample(sample_dir, os.path.join(work, "hostile_fifo"))
     os.remove(os.path.join(os.path.dirname(path), "sample.weights"))

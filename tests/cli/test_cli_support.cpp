@@ -320,6 +320,17 @@ TEST_CASE("parse_budget: garbage, zero, overflow and SI suffixes are refused wit
   const std::string round = cli::parse_budget("0", bytes, "round size");
   CHECK_MESSAGE(round.rfind("round size '0' is zero", 0) == 0, round);
   CHECK_MESSAGE(round.find("budget") == std::string::npos, round);
+  // A count with no automatic value (--round-bytes): auto is refused, and
+  // no reason suggests it (a bad count said "... or auto").
+  for (const char* bad : {"auto", "-1", "12Q", "1.5"}) {
+    std::optional<std::uint64_t> left = 7;
+    const std::string why = cli::parse_budget(bad, left, "round size", /*allow_auto=*/false);
+    CHECK_MESSAGE(why.rfind(std::string("round size '") + bad + "'", 0) == 0, why);
+    CHECK_MESSAGE(why.find("or auto") == std::string::npos, why);
+    CHECK(left == std::optional<std::uint64_t>(7));
+  }
+  CHECK(cli::parse_budget("4K", bytes, "round size", /*allow_auto=*/false).empty());
+  CHECK(bytes == std::optional<std::uint64_t>(4096));
 }
 
 TEST_CASE("prefetch_window_end: the next steps within max(one step, the window), at most one token, never past the run") {

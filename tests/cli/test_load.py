@@ -229,6 +229,20 @@ def main():
         rc, out, err = run(args.ballast, "load", model, "--backend", args.backend, *bad)
         expect(rc == 2 and one_line(err, "invalid_argument", bad[0], bad[1]),
                "%s: refused, one line naming both (%d: %s)" % (" ".join(bad), rc, err.strip()))
+    # A load that fails on the device: a safetensors weight of 1 TiB (a
+    # sparse file) no backend allocates. The error opens with what was being
+    # loaded, the model's file name (it read "loading load: ...").
+    huge = os.path.join(args.work, "huge.safetensors")
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1 << 20, 1 << 18], "data_offsets": [0, 1 << 40]}}).encode()
+    header += b" " * (-len(header) % 8)
+    with open(huge, "wb") as f:
+        f.write(len(header).to_bytes(8, "little") + header)
+        f.truncate(8 + len(header) + (1 << 40))
+    rc, out, err = run(args.ballast, "load", huge, "--backend", args.backend)
+    # (Another backend may refuse it before the load: the words only on cpu.)
+    expect(rc == 2 and "loading load" not in err and (args.backend != "cpu" or one_line(err, "loading huge.safetensors: ")),
+           "a load that fails on the device: exit 2, one line saying what was loading (%d: %s)" % (rc, err.strip()))
+    os.remove(huge)
     # The data file cut short after the model was written: an io error naming it.
     with open(os.path.join(model_dir, "llm.weights"), "r+b") as f:
         f.truncate(os.path.getsize(os.path.join(model_dir, "llm.weights")) - 4096)

@@ -293,12 +293,23 @@ def main():
         rc, _, err = run(cli, "derive", model, "--dump", singles[fmt])
         expect(rc == 0, "%s: the single-process derive (got %d: %s)" % (fmt, rc, err.strip()[-300:]))
 
-    # --round-bytes takes a byte count, not auto or zero.
-    for bad in ("auto", "0"):
+    # --round-bytes takes a byte count, not auto or zero; no reason offers
+    # auto (a bad count was answered "... 1.5GiB, or auto").
+    for bad in ("auto", "0", "-1", "12Q"):
         rc, _, err = run(cli, "load", models[0][1], "--comm", "local", "--world", "2", "--round-bytes", bad)
-        expect(rc != 0 and "--round-bytes" in err and "budget" not in err,
-               "--round-bytes %s is refused, naming the option, not a budget (got %d: %s)"
+        expect(rc == 2 and "--round-bytes" in err and "budget" not in err and "or auto" not in err,
+               "--round-bytes %s is refused, naming the option, not a budget, not suggesting auto (got %d: %s)"
                % (bad, rc, err.strip()[-200:]))
+    # --round-bytes sizes rounds only: where the ranks trade in messages
+    # (--exchange messages, or auto on local, which has them) it was
+    # silently ignored; now refused, one line. (With rounds: "small rounds" below.)
+    for command, exchange in (("load", ["--exchange", "messages"]), ("load", ["--exchange", "auto"]), ("load", []),
+                              ("derive", ["--exchange", "messages"])):
+        rc, _, err = run(cli, command, models[0][1], "--comm", "local", "--world", "2", *exchange, "--round-bytes", "1K")
+        expect(rc == 2 and err.startswith("ballast %s: invalid_argument: --round-bytes sizes the rounds" % command)
+               and len(err.strip().splitlines()) == 1,
+               "%s --round-bytes with %s is refused, one line (got %d: %s)"
+               % (command, " ".join(exchange) or "the default exchange", rc, err.strip()[-200:]))
 
     round_counts = {}  # (format, world, how, rank) -> rounds traded
     for fmt, model, arrays in models:
@@ -428,9 +439,16 @@ def main():
     expect(rc == 2 and err.startswith("ballast load: invalid_argument: --comm local needs --world N")
            and len(err.strip().splitlines()) == 1,
            "local without --world is refused, one line with its code (got %d: %s)" % (rc, err.strip()))
-    rc, _, err = run(cli, "load", models[1][1], "--comm", "local", "--world", "2", "--mmap")
-    expect(rc == 2 and err.startswith("ballast load: invalid_argument: --comm takes none of"),
-           "--comm with a single-process flag is refused with its code (got %d: %s)" % (rc, err.strip()))
+    # Every single-process option is refused when given at all, its default
+    # value too (--residency upload and --populate-threads 0 were let through
+    # for equalling the defaults).
+    for bad in (["--mmap"], ["--residency", "upload"], ["--populate-threads", "0"], ["--budget", "auto"],
+                ["--read-cached"]):
+        rc, _, err = run(cli, "load", models[1][1], "--comm", "local", "--world", "2", *bad)
+        expect(rc == 2 and err.startswith("ballast load: invalid_argument: --comm takes none of")
+               and "given: " + bad[0] in err and len(err.strip().splitlines()) == 1,
+               "--comm with %s is refused, one line with its code naming it (got %d: %s)"
+               % (" ".join(bad), rc, err.strip()))
     rc, _, err = run(cli, "load", models[1][1], "--comm", "gloo?x")
     expect(rc == 2 and "not_found" in err and "libballast_comm_gloo.so" in err,
            "a communicator library that is not there is not_found, naming it (got %d: %s)" % (rc, err.strip()[-300:]))

@@ -763,8 +763,7 @@ const RegisterCommand kCompact{{
           ->type_name("N")
           ->capture_default_str();
       sub.add_flag("--json", opt->json, "print one JSON document of the figures (schema in docs/tools.md)");
-      sub.add_flag("--allow-holes", opt->load.allow_holes,
-                   "open a safetensors file whose byte buffer has bytes no tensor covers (the copy has none)");
+      add_allow_holes_option(sub, opt->load, "the copy has none");
       add_model_real_dir_option(sub, opt->load);
       return [opt] { return compact_cmd::run(*opt); };
     },

@@ -249,6 +249,7 @@ const RegisterCommand kDerive{{
           ->capture_default_str();
       sub.add_option("--dump", opt->dump, "write every derived tensor to DIR as .npy (pairs as two files)");
       add_model_real_dir_option(sub, opt->load);
+      add_allow_holes_option(sub, opt->load);
       sub.add_flag("--json", opt->json,
                    "print the report as one JSON document (schema in docs/tools.md); with --comm, one per rank, a line each");
       add_amplification_option(sub, opt->max_amplification,

@@ -401,8 +401,7 @@ const RegisterCommand kInspect{{
       sub.add_flag("--hash", opt->hash, "add the SHA-256 of every weight's bytes (reads them all)");
       sub.add_option("--map", opt->map, "write an SVG map of referenced vs dead bytes per external file")
           ->type_name("FILE.svg");
-      sub.add_flag("--allow-holes", opt->load.allow_holes,
-                   "open a safetensors file whose byte buffer has bytes no tensor covers (reported as dead)");
+      add_allow_holes_option(sub, opt->load);
       add_model_real_dir_option(sub, opt->load);
       add_amplification_option(sub, opt->max_amplification, "refuse an auto budget above R times the referenced bytes");
       auto* world = sub.add_option("--world", opt->world,

@@ -30,6 +30,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -64,6 +65,11 @@ struct LoadCommandOptions {
   // The cooperative load of tensor-parallel shards (load_ranks.hpp).
   CommOptions comm;
   bool comm_given = false;
+  // The first single-process option given on the command line at all
+  // (CLI11's count), whatever its value: --residency upload or
+  // --populate-threads 0 beside --comm are refused as any other value is,
+  // not let through for equalling the default.
+  std::string single_process_given;
   std::string dump;
 };
 
@@ -99,7 +105,10 @@ Result<Run> run_once(const LoadCommandOptions& opt, GpuBackend& gpu, const Resid
   const auto start = Clock::now();
   auto model = open_model(opt.model, opt.load);
   if (!model.ok()) return model.error();
-  BALLAST_ASSIGN_OR_RETURN(auto residency, Residency::create(gpu, *model, ro, "load"));
+  // The label opens the load's errors ("loading <label>: ..."): the model's
+  // file name is what is being loaded (the label "load" read "loading load").
+  BALLAST_ASSIGN_OR_RETURN(auto residency,
+                           Residency::create(gpu, *model, ro, std::filesystem::path(opt.model).filename().string()));
   if (mmap) {
     // Today's path: each value pinned once, its bytes faulted in through the mapping.
     std::vector<PlannedDerivation> plan(residency->plan().begin(), residency->plan().end());
@@ -241,12 +250,12 @@ int run_load(const LoadCommandOptions& opt) {
   if (opt.comm_given) {
     // The cooperative load has its own report: the single-process path's
     // options would be ignored there, so they are refused.
-    if (opt.cold || opt.plan_only || opt.mmap || opt.anchor || opt.residency != "upload" || !opt.budget.empty() ||
-        opt.read_cached || opt.populate_threads != ResidencyLoadOptions{}.populate_threads)
+    if (!opt.single_process_given.empty())
       return ctx.fail(ErrorCode::invalid_argument,
                       "--comm takes none of --cold, --plan, --mmap, --anchor, --residency, --budget, --read-cached, "
-                      "--populate-threads (the cooperative load reads cold by design: drop the page cache before it "
-                      "to measure one)");
+                      "--populate-threads (given: " +
+                          opt.single_process_given +
+                          "; the cooperative load reads cold by design: drop the page cache before it to measure one)");
     RanksOptions ranks;
     ranks.model = opt.model;
     ranks.load = opt.load;
@@ -387,14 +396,18 @@ const RegisterCommand kLoad{{
           ->excludes(mmap)
           ->excludes(anchor);
       add_model_real_dir_option(sub, opt->load);
+      add_allow_holes_option(sub, opt->load);
       sub.add_flag("--json", opt->json,
                    "print the report as one JSON document (schema in docs/tools.md); with --comm, one per rank, a line each");
       auto* comm = add_comm_options(sub, opt->comm, "reads its part and gets its shards");
       sub.add_option("--dump", opt->dump, "write each rank's shards, read back from the device, to DIR/rank<R>/")
           ->type_name("DIR")
           ->needs(comm);
-      return [opt, comm] {
+      return [opt, comm, app = &sub] {  // the subcommand lives as long as main's app
         opt->comm_given = comm->count() > 0;
+        for (const char* name : {"--cold", "--plan", "--mmap", "--anchor", "--residency", "--budget", "--read-cached",
+                                 "--populate-threads"})
+          if (opt->single_process_given.empty() && app->get_option(name)->count() > 0) opt->single_process_given = name;
         return run_load(*opt);
       };
     },

@@ -235,6 +235,7 @@ const RegisterCommand kReplay{{
           ->type_name("FILE");
       sub.add_flag("--json", opt->json, "print the report as one JSON document (schema in docs/tools.md)");
       add_model_real_dir_option(sub, opt->load);
+      add_allow_holes_option(sub, opt->load);
       sub.add_flag("--anchor", opt->anchor, "after the run, time a plain memcpy of the paged bytes out of the mapped files");
       return [opt] { return run_replay(*opt); };
     },

@@ -66,8 +66,7 @@ const RegisterCommand kVerify{{
       auto opt = std::make_shared<VerifyOptions>();
       sub.add_option("MODEL", opt->model, "the model: .onnx, .safetensors, a *.safetensors.index.json, or .gguf")
           ->required();
-      sub.add_flag("--allow-holes", opt->load.allow_holes,
-                   "open a safetensors file whose byte buffer has bytes no tensor covers (reported as dead)");
+      add_allow_holes_option(sub, opt->load);
       add_model_real_dir_option(sub, opt->load);
       return [opt] { return run_verify(*opt); };
     },

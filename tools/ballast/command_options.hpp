@@ -31,6 +31,16 @@ inline void add_model_real_dir_option(CLI::App& sub, LoadOptions& load) {
                "also accept data files beneath the folder of the model file's real path (symlinked caches)");
 }
 
+// --allow-holes, for every command that opens a model: the library's
+// refusal of a safetensors file with holes names this flag, so each
+// command that can show that error takes it (inspect, verify and compact
+// had it alone, and load, derive and replay answered with a hint they
+// refused as an unknown option).
+inline void add_allow_holes_option(CLI::App& sub, LoadOptions& load, const std::string& what = "reported as dead") {
+  sub.add_flag("--allow-holes", load.allow_holes,
+               "open a safetensors file whose byte buffer has bytes no tensor covers (" + what + ")");
+}
+
 inline void add_residency_options(CLI::App& sub, std::string& residency, std::string& budget) {
   sub.add_option("--residency", residency, "upload, zero-copy or paged")
       ->check(CLI::Validator(check_residency, "STRATEGY", "residency strategy"))
@@ -81,12 +91,13 @@ inline CLI::Option* add_comm_options(CLI::App& sub, CommOptions& o, const std::s
   auto* round_bytes =
       sub.add_option("--round-bytes", o.round_bytes,
                      "rounds: what a rank gathers for its peers before it trades (BYTES with an optional "
-                     "K/M/G/T/KiB/MiB/GiB/TiB suffix; default 32 MiB)")
+                     "K/M/G/T/KiB/MiB/GiB/TiB suffix; default 32 MiB); only where the ranks trade in rounds: "
+                     "--exchange rounds, or auto on nccl")
           ->check(CLI::Validator(
               [](const std::string& v) {
+                // No automatic round size: auto is refused, and no reason offers it.
                 std::optional<std::uint64_t> bytes;
-                std::string why = parse_budget(v, bytes, "round size");
-                return why.empty() && !bytes ? std::string("--round-bytes needs a byte count, not auto") : why;
+                return parse_budget(v, bytes, "round size", /*allow_auto=*/false);
               },
               "BYTES", "byte count"))
           ->needs(comm);

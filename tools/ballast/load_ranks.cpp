@@ -178,6 +178,13 @@ json rank_json(const CooperativeLoadReport& r, const Placed& placed, std::size_t
 
 int run_load_ranks(const RanksOptions& opt) {
   CommandContext ctx(opt.command);
+  // --round-bytes sizes rounds and nothing else: where the ranks trade in
+  // messages it would be ignored, so it is refused (auto is checked once
+  // the communicator says whether it has messages, below).
+  const bool round_bytes_given = !opt.comm.round_bytes.empty();  // the parse refuses an empty count
+  if (round_bytes_given && opt.comm.exchange == "messages")
+    return ctx.fail(ErrorCode::invalid_argument,
+                    "--round-bytes sizes the rounds of --exchange rounds, and --exchange messages trades in none");
   // The ranks this process runs: all of them as threads, or its own.
   std::vector<std::unique_ptr<Communicator>> comms;
   std::uint32_t world = opt.comm.world;
@@ -203,6 +210,13 @@ int run_load_ranks(const RanksOptions& opt) {
     world = job;
     comms.push_back(std::move(*opened));
   }
+  // auto trades in messages where the communicator has them
+  // (CooperativeLoadOptions): there a round size would be ignored too.
+  if (round_bytes_given && opt.comm.exchange == "auto" && comms[0]->any_source())
+    return ctx.fail(ErrorCode::invalid_argument,
+                    "--round-bytes sizes the rounds of --exchange rounds, and --exchange "
+                    "auto trades in messages on " +
+                        comms[0]->name() + ": give --exchange rounds with it");
 
   // From here on a failure of this process is announced to the other
   // ranks, so theirs end at once instead of at their timeout.

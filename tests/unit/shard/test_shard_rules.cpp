@@ -122,6 +122,8 @@ TEST_CASE("rules file: overrides before the built-in rules, parts for a fused we
            {R"({"rules": [{"pattern": "x", "split": "column", "parts": [4, 0]}]})", "not a positive size"},
            {R"({"rules": [], "extra": 1})", "unknown key 'extra'"},
            {R"({"rules": [{"pattern": "x", "split": "column", "parts": []}]})", "\"parts\" is empty"},
+           {R"({"rules": [{"pattern": "x", "split": "column"}, {"name": "", "pattern": "y", "split": "row"}]})",
+            "rule 1: \"name\" is empty"},
            {R"({"rules": [{"pattern": "x", "split": "row", "split": "column"}]})", "'split' appears twice"},
            {R"({"rules": [], "rules": []})", "'rules' appears twice"},
            {R"([1, 2])", "not a JSON object"},

@@ -33,9 +33,14 @@ std::uint64_t multiplier(std::string_view suffix) {
 
 }  // namespace
 
-std::string parse_budget(std::string_view text, std::optional<std::uint64_t>& bytes, std::string_view what) {
+std::string parse_budget(std::string_view text, std::optional<std::uint64_t>& bytes, std::string_view what,
+                         bool allow_auto) {
   const std::string quoted = std::string(what) + " '" + std::string(text) + "'";
+  // The examples every reason ends with: auto among them only where it is accepted.
+  const std::string usage = allow_auto ? " (expected a byte count such as 4194304, 512M, 1.5GiB, or auto)"
+                                       : " (expected a byte count such as 4194304, 512M or 1.5GiB)";
   if (iequals(text, "auto")) {
+    if (!allow_auto) return quoted + " is not a byte count: it has no automatic value" + usage;
     bytes.reset();
     return {};
   }
@@ -61,8 +66,7 @@ std::string parse_budget(std::string_view text, std::optional<std::uint64_t>& by
     }
     if (!has_frac) return quoted + " is not a byte count (a digit must follow the '.')";
   }
-  const char* const kUsage = " (expected a byte count such as 4194304, 512M, 1.5GiB, or auto)";
-  if (!has_whole && !has_frac) return quoted + " is not a byte count" + kUsage;
+  if (!has_whole && !has_frac) return quoted + " is not a byte count" + usage;
   const std::string_view suffix = text.substr(at);
   const std::uint64_t mult = multiplier(suffix);
   if (mult == 0) {
@@ -71,9 +75,9 @@ std::string parse_budget(std::string_view text, std::optional<std::uint64_t>& by
              std::string(1, static_cast<char>(std::toupper(static_cast<unsigned char>(suffix[0])))) +
              " or " + std::string(1, static_cast<char>(std::toupper(static_cast<unsigned char>(suffix[0])))) +
              "iB (powers of 1024)";
-    return quoted + " has an unknown suffix '" + std::string(suffix) + "'" + kUsage;
+    return quoted + " has an unknown suffix '" + std::string(suffix) + "'" + usage;
   }
-  if (has_frac && mult == 1) return quoted + " is a fraction of a byte" + kUsage;
+  if (has_frac && mult == 1) return quoted + " is a fraction of a byte" + usage;
   const Wide total = whole * mult + frac * mult / frac_scale;
   if (total > ~std::uint64_t{0}) return quoted + " does not fit in 64 bits";
   if (total == 0) return quoted + " is zero: at least one byte is needed";

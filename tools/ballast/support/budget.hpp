@@ -14,8 +14,11 @@ namespace ballast::cli {
 // ("1.5G") and rounded down to whole bytes. Returns the empty string and
 // sets `bytes` (nullopt for `auto`) on success; otherwise a one-line reason
 // and leaves `bytes` alone. SI suffixes (KB, MB, GB) are refused rather than
-// guessed at. `what` opens each reason ("budget '0' is zero: ...").
-std::string parse_budget(std::string_view text, std::optional<std::uint64_t>& bytes, std::string_view what = "budget");
+// guessed at. `what` opens each reason ("budget '0' is zero: ..."). With
+// `allow_auto` false (a count that has no automatic value, as --round-bytes)
+// `auto` is refused too, and no reason suggests it.
+std::string parse_budget(std::string_view text, std::optional<std::uint64_t>& bytes, std::string_view what = "budget",
+                         bool allow_auto = true);
 
 // A CLI11-style check: the empty string when `text` parses, else the reason.
 inline std::string check_budget(const std::string& text) {

@@ -34,6 +34,9 @@ Result<std::vector<ShardRule>> read_shard_rules_file(const std::filesystem::path
     bool has_split = false;
     for (const auto& [key, value] : r.items()) {
       if (key == "name" && value.is_string()) {
+        // Written in a file, an empty name is a mistake, not "no name" (it
+        // became "file rule N" unsaid): the plan and the notes name rules by it.
+        if (value.get_ref<const std::string&>().empty()) return bad(where + ": \"name\" is empty");
         rule.name = value.get<std::string>();
       } else if (key == "pattern" && value.is_string()) {
         rule.pattern = value.get<std::string>();
