@@ -44,9 +44,11 @@
 
 #include "reference/reference.hpp"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -162,17 +164,32 @@ std::vector<std::uint8_t> split_part_two() {
 // plain one, and part 1 of a split set whose part 2 is written beside it once.
 std::string pid_text() { return std::to_string(::getpid()); }
 
-// This process's files, removed as it exits normally (libFuzzer's end of
-// -max_total_time). A crash, a timeout or a signal leaves them: a few KiB
-// each, in the build tree.
-void remove_own_files() {
-  // By their exact names: a prefix "input-" + pid would also match the
-  // files of a process whose pid starts with this one's (12 and 123).
+// The files of the process `pid`, by their exact names: a prefix
+// "input-" + pid would also match those of a process whose pid starts
+// with this one's (12 and 123).
+void remove_files_of(const std::string& pid) {
   std::error_code ignored;
-  const std::string pid = pid_text();
   for (const std::string& name :
        {"input-" + pid, "split" + pid + "-00001-of-00002.gguf", "split" + pid + "-00002-of-00002.gguf"})
     std::filesystem::remove(data_dir() / name, ignored);
+}
+
+// This process's files, removed as it exits normally (libFuzzer's end of
+// -max_total_time).
+void remove_own_files() { remove_files_of(pid_text()); }
+
+// A crash, a timeout or a signal leaves a process's files behind (a few KiB
+// each): the next process removes those of every process that is gone
+// (kill(pid, 0) says ESRCH). A pid reused meanwhile keeps its files.
+void remove_files_of_dead_processes() {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(data_dir(), error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("input-", 0) != 0) continue;
+    const std::string pid = name.substr(6);
+    if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (::kill(static_cast<pid_t>(std::stol(pid)), 0) != 0 && errno == ESRCH) remove_files_of(pid);
+  }
 }
 
 std::filesystem::path input_path(bool split_part) {
@@ -363,6 +380,7 @@ void derive_and_compare(const ballast::Model& model, const std::vector<ballast::
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   std::filesystem::create_directories(data_dir());
+  remove_files_of_dead_processes();
   write_shared_file(data_dir() / "shard_a.safetensors", shard("model.layers.0.self_attn.q_proj.weight", "F32", 3));
   write_shared_file(data_dir() / "shard_b.safetensors", shard("lm_head.weight", "BF16", 11));
   std::vector<std::uint8_t> blob(4096);
