@@ -21,7 +21,15 @@ using residency::bytes_text;
 extern thread_local std::uint64_t unpins_by_this_thread;
 
 Result<PinnedSet> Residency::Impl::pin_group(const ResidencyGroup& group, std::chrono::milliseconds wait_for_room) {
-  const auto deadline = std::chrono::steady_clock::now() + wait_for_room;
+  // Saturated: now + a wait past the clock's range (milliseconds::max() as
+  // "wait as long as it takes") overflowed into the past, and the group
+  // failed at once, saying it had waited that long.
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point now = Clock::now();
+  const auto reach = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::time_point::max() - now);
+  const Clock::time_point deadline = wait_for_room.count() <= 0 ? now
+                                     : wait_for_room >= reach   ? Clock::time_point::max()
+                                                                : now + wait_for_room;
   const std::string what = "group '" + group.name + "'";
   // Every member's entry first: an unknown weight or a derivation that
   // cannot be sized fails before anything is pinned.

@@ -185,6 +185,13 @@ Pinned Residency::Impl::handle(Entry& e) {
 
 Result<Pinned> Residency::Impl::pin_source(ValueId id, Use use) {
   if (strategy_of(id) == ResidencyStrategy::zero_copy) {
+    // As acquire(): after release() nothing is placed again. Resolving
+    // would register the file anew behind a teardown that reported every
+    // registration ended, and hand out a pointer into it.
+    {
+      std::lock_guard lock(mutex);
+      if (released) return make_error(ErrorCode::invalid_argument, label + ": pin after release()");
+    }
     // Registered for the model's life: nothing to pin.
     BALLAST_ASSIGN_OR_RETURN(const WeightRef* ref, weight_ref(id));
     BALLAST_ASSIGN_OR_RETURN(auto ptr, in_place(id));

@@ -156,6 +156,24 @@ TEST_CASE("paging groups: the wait for room succeeds when another thread release
     CHECK(got->derived.at(0).first_bytes() == kToF16W0);
   }
   CHECK(paged->stats().pinned_bytes == 0);
+  for (const std::chrono::milliseconds forever :
+       {std::chrono::milliseconds::max(), std::chrono::milliseconds(1ll << 62)}) {
+    // "As long as it takes": a wait past the clock's range waits too (it
+    // used to overflow the deadline into the past and fail at once).
+    auto t = paged->pin(f.planned("w0", Derivation::transpose));
+    REQUIRE(t.ok());
+    std::thread holder([&] {
+      std::this_thread::sleep_for(150ms);
+      t->reset();
+    });
+    const auto start = std::chrono::steady_clock::now();
+    auto got = paged->pin(f16, forever);
+    const auto waited = std::chrono::steady_clock::now() - start;
+    holder.join();
+    REQUIRE_MESSAGE(got.ok(), got.status().to_string());
+    CHECK(waited >= 100ms);
+  }
+  CHECK(paged->stats().pinned_bytes == 0);
   {
     // Nobody releases: out_of_memory once the deadline has passed.
     auto t = paged->pin(f.planned("w0", Derivation::transpose));

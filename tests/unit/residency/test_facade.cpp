@@ -10,6 +10,8 @@
 #include <doctest/doctest.h>
 
 #include "support/fault_injecting_backend.hpp"
+#include "support/orphaned_prefix_model.hpp"
+#include "unit/store/scratch_dir.hpp"
 #include "unit/onnx/load_helpers.hpp"
 
 #include <chrono>
@@ -632,4 +634,41 @@ TEST_CASE(
   auto twice = Residency::create(**gpu, m, o);
   REQUIRE(twice.code() == ErrorCode::invalid_argument);
   CHECK(twice.status().to_string().find("twice") != std::string::npos);
+}
+
+// A zero_copy weight is read in place: its pin allocates nothing, so the
+// check that refuses every other pin after release() (in the load path)
+// never saw it, and resolving it registered its file again behind the
+// teardown (outside review 13).
+TEST_CASE("no zero_copy pin after release(): refused, and the file is not registered again") {
+  ScratchDir dir("ballast_facade_zero_copy_release");
+  const auto files = test_models::OrphanedPrefixModel::write(dir.path());
+  auto m = load_onnx(files.onnx);
+  REQUIRE_MESSAGE(m.ok(), m.status().to_string());
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  ResidencyOptions o;
+  o.strategy = ResidencyStrategy::zero_copy;
+  o.group_by = group_by_node();
+  auto r = Residency::create(**gpu, *m, o);
+  REQUIRE_MESSAGE(r.ok(), r.status().to_string());
+  REQUIRE((*r)->strategy_of(*m->value_id("w1")) == ResidencyStrategy::zero_copy);
+  {
+    auto before = (*r)->pin("w1");
+    REQUIRE_MESSAGE(before.ok(), before.status().to_string());
+  }
+  REQUIRE((*gpu)->counters().live_registrations > 0);
+  CHECK((*r)->release(**gpu).status.ok());
+  REQUIRE((*gpu)->counters().live_registrations == 0);
+
+  auto late = (*r)->pin("w1");
+  CHECK(late.code() == ErrorCode::invalid_argument);
+  CHECK(late.status().to_string().find("pin after release()") != std::string::npos);
+  for (const ResidencyGroup& g : (*r)->groups()) {
+    auto set = (*r)->pin(g);
+    CHECK(set.code() == ErrorCode::invalid_argument);
+  }
+  CHECK((*gpu)->counters().live_registrations == 0);
+  CHECK((*gpu)->counters().live_allocations == 0);
+  CHECK((*r)->registrations().registered_bytes == 0);
 }
