@@ -85,7 +85,10 @@ BALLAST_C_API ballast_status* ballast_check_version(uint32_t version);
 
 typedef enum ballast_log_level { BALLAST_LOG_INFO = 0, BALLAST_LOG_WARNING = 1, BALLAST_LOG_ERROR = 2 } ballast_log_level;
 /* Called from any thread, one call at a time, maybe under a ballast lock:
- * return quickly, never call back into ballast. Strings live for the call. */
+ * return quickly, never call back into ballast, but for ballast_printable()
+ * (version 7) and the ballast_status_* functions, which take no lock and log
+ * nothing (a sink escapes `text` with it: it is raw, and may quote a model's
+ * names). Strings live for the call. */
 typedef void (*ballast_log_fn)(void* user, ballast_log_level level, const char* source, const char* text);
 /* Replaces the process-wide sink; NULL restores stderr. */
 BALLAST_C_API ballast_status* ballast_set_log_sink(ballast_log_fn fn, void* user);

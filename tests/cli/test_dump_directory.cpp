@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -79,7 +81,16 @@ TEST_CASE("a rank's folder is opened beneath the dump directory, never through a
     REQUIRE(rank1->write_npy("w", "shard", "|u1", {16}, payload('b')).ok());
     CHECK(fs::is_regular_file(root / "dump" / "rank1" / cli::DumpDirectory::file_name("w", "shard")));
   }
-  CHECK_FALSE(cli::DumpDirectory::open(root / "dump", "..").ok());
+  // A name that is no single folder's is refused as such, not with
+  // whatever errno an earlier call left.
+  for (const char* bad : {"..", ".", "rank0/x"}) {
+    CAPTURE(bad);
+    errno = 0;
+    auto refused = cli::DumpDirectory::open(root / "dump", bad);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().code == ballast::ErrorCode::io);
+    CHECK_MESSAGE(refused.error().message.find(std::strerror(EINVAL)) != std::string::npos, refused.error().message);
+  }
   fs::remove_all(root);
 }
 

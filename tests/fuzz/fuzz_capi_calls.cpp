@@ -399,16 +399,26 @@ class Run {
   void plan() {
     ModelSlot& m = pick(w_.models);
     PlanSlot& slot = pick(w_.plans);
+    // -1 and 4: bad sources; 5: a residency's own plan (ballast_residency_plan).
     const auto source =
-        rarely() ? in_.ConsumeIntegralInRange<std::int32_t>(-1, 4) : in_.ConsumeIntegralInRange<std::int32_t>(0, 3);
+        rarely() ? in_.ConsumeIntegralInRange<std::int32_t>(-1, 5) : in_.ConsumeIntegralInRange<std::int32_t>(0, 3);
     make_room(slot, ballast_plan_free);
     ballast_plan* out = nullptr;
-    const ballast_code code = CALL(ballast_plan_derivations(m.handle, source, &out));
-    const bool good_source = source >= 0 && source <= 3;
-    if (!m.live && good_source) require(code != BALLAST_OK, "plan_derivations on a freed model succeeded");
-    if (!good_source) require(code != BALLAST_OK, "plan_derivations took a bad source");
-    if (code != BALLAST_OK) return;
-    slot = PlanSlot{{out, true}, m.file, source};
+    if (source == 5) {
+      ResidencySlot& r = pick(w_.residencies);
+      const ballast_code code = CALL(ballast_residency_plan(r.handle, &out));
+      if (!r.live)
+        require(code == BALLAST_E_INVALID_HANDLE, "residency_plan of a freed residency: " + std::to_string(code));
+      if (code != BALLAST_OK) return;
+      slot = PlanSlot{{out, true}, r.model_file, -1};
+    } else {
+      const ballast_code code = CALL(ballast_plan_derivations(m.handle, source, &out));
+      const bool good_source = source >= 0 && source <= 3;
+      if (!m.live && good_source) require(code != BALLAST_OK, "plan_derivations on a freed model succeeded");
+      if (!good_source) require(code != BALLAST_OK, "plan_derivations took a bad source");
+      if (code != BALLAST_OK) return;
+      slot = PlanSlot{{out, true}, m.file, source};
+    }
     size_t count = 0;
     require(CALL(ballast_plan_count(out, &count)) == BALLAST_OK, "plan_count failed");
     for (std::size_t i = 0; i <= count; ++i) {

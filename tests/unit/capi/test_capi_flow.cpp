@@ -1001,4 +1001,26 @@ TEST_CASE("version 7: a model's bytes escaped as the command line shows them") {
   CAPI_FAILS(ballast_printable("x", 1, nullptr, 4, &needed), BALLAST_E_INVALID_ARGUMENT);
   CAPI_FAILS(ballast_printable("x", 1, nullptr, 0, nullptr), BALLAST_E_INVALID_ARGUMENT);  // a query with no answer
   CAPI_FAILS(ballast_printable("x", 1, out.data(), 0, &needed), BALLAST_E_OUT_OF_BOUNDS);
+
+  // A log sink may call it (ballast.h: it takes no lock and logs nothing),
+  // as examples/c_engine's does: the sink runs under the log's own lock,
+  // and the text it is handed is raw.
+  struct Shown {
+    int calls = 0;
+    std::string text;
+  } shown;
+  CAPI_OK(ballast_set_log_sink(
+      [](void* user, ballast_log_level, const char*, const char* text) {
+        auto* s = static_cast<Shown*>(user);
+        ++s->calls;
+        char buffer[64];
+        ballast_status* e = ballast_printable(text, std::strlen(text), buffer, sizeof buffer, nullptr);
+        s->text = e == nullptr ? buffer : ballast_status_message(e);
+        ballast_status_free(e);
+      },
+      &shown));
+  ballast::log_message(ballast::LogLevel::warning, "capi test", "weight \x1b[2Jname\r");
+  CAPI_OK(ballast_set_log_sink(nullptr, nullptr));
+  CHECK(shown.calls == 1);
+  CHECK(shown.text == "weight \\x1b[2Jname\\x0d");
 }

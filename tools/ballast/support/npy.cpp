@@ -94,8 +94,10 @@ Result<DumpDirectory> DumpDirectory::open(const std::filesystem::path& dir, cons
   if (sub.empty()) return DumpDirectory(dir, fd);
   // Beneath the handle, never through a symlink (O_NOFOLLOW: ELOOP).
   int sub_fd = -1;
-  if (sub.find('/') == std::string::npos && sub != "." && sub != ".." &&
-      (::mkdirat(fd, sub.c_str(), 0777) == 0 || errno == EEXIST))
+  const bool one_name = sub.find('/') == std::string::npos && sub != "." && sub != "..";
+  if (!one_name)
+    errno = EINVAL;  // said as such, not as whatever errno an earlier call left
+  else if (::mkdirat(fd, sub.c_str(), 0777) == 0 || errno == EEXIST)
     sub_fd = ::openat(fd, sub.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   const int saved = errno;
   ::close(fd);
