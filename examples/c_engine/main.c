@@ -17,36 +17,49 @@
 
 /* A model's bytes (a weight's name, a message quoting one) as the ballast
  * command shows them: a name may hold a carriage return or an escape
- * sequence, so it is escaped before it reaches the terminal. Into the
- * caller's buffer, since the log sink runs on the library's threads too. */
-typedef struct {
-  char text[4096];
-} shown_text;
-static const char* shown(const char* text, shown_text* out) {
-  ballast_status* s = ballast_printable(text, strlen(text), out->text, sizeof out->text, NULL);
-  if (s == NULL) return out->text;
-  ballast_status_free(s);
-  return "(a name too long to show)";
+ * sequence, so it is escaped before it reaches the terminal. Sized by a
+ * query first, so no name is too long; the caller frees it (NULL when
+ * memory ran out). Each call has its own, for the log sink runs on the
+ * library's threads too. */
+static char* shown(const char* text) {
+  size_t needed = 0;
+  char* out;
+  ballast_status* s = ballast_printable(text, strlen(text), NULL, 0, &needed);
+  if (s != NULL || (out = malloc(needed + 1)) == NULL) {
+    ballast_status_free(s);
+    return NULL;
+  }
+  s = ballast_printable(text, strlen(text), out, needed + 1, NULL);
+  if (s != NULL) {
+    ballast_status_free(s);
+    free(out);
+    return NULL;
+  }
+  return out;
 }
+#define OR_UNSHOWN(p) ((p) != NULL ? (p) : "(out of memory)")
 
 /* Prints a failed call's message and frees it; 1 when the call failed. */
 static int failed(ballast_status* s, const char* what) {
-  shown_text message;
+  char* message;
   if (s == NULL) return 0;
-  fprintf(stderr, "c_engine: %s: %s\n", what, shown(ballast_status_message(s), &message));
+  message = shown(ballast_status_message(s));
+  fprintf(stderr, "c_engine: %s: %s\n", what, OR_UNSHOWN(message));
+  free(message);
   ballast_status_free(s);
   return 1;
 }
 #define TRY(call) do { if (failed((call), #call)) return 1; } while (0)
 
 static void log_sink(void* user, ballast_log_level level, const char* source, const char* text) {
-  shown_text escaped;
+  char* escaped = shown(text); /* ballast_printable may be called from a sink (ballast.h) */
   (void)user;
   fprintf(stderr, "[ballast %s] %s: %s\n",
           level == BALLAST_LOG_ERROR     ? "error"
           : level == BALLAST_LOG_WARNING ? "warning"
                                          : "info",
-          source, shown(text, &escaped));
+          source, OR_UNSHOWN(escaped));
+  free(escaped);
 }
 
 static void progress(void* user, size_t done, size_t total) {
@@ -77,14 +90,16 @@ static int check_transpose(const ballast_model* model, ballast_residency* reside
   ballast_value value = BALLAST_INIT(ballast_value);
   ballast_pin* pin = NULL;
   float *stored, *transposed;
-  shown_text name;
+  char* name;
   size_t r, c, mismatches = 0;
   TRY(ballast_model_weight(model, weight, &w));
   TRY(ballast_residency_pin_derivation(residency, plan, entry, &pin));
   TRY(ballast_pin_value(pin, 0, &value));
   if (value.first_bytes != w.bytes) {
-    fprintf(stderr, "c_engine: transpose of %s has %llu bytes, the weight %llu\n", shown(w.name, &name),
+    name = shown(w.name);
+    fprintf(stderr, "c_engine: transpose of %s has %llu bytes, the weight %llu\n", OR_UNSHOWN(name),
             (unsigned long long)value.first_bytes, (unsigned long long)w.bytes);
+    free(name);
     return 1;
   }
   stored = malloc((size_t)w.bytes);
@@ -97,9 +112,11 @@ static int check_transpose(const ballast_model* model, ballast_residency* reside
     for (c = 0; c < (size_t)w.dims[1]; ++c)
       if (memcmp(&transposed[c * (size_t)w.dims[0] + r], &stored[r * (size_t)w.dims[1] + c], sizeof(float)) != 0)
         ++mismatches;
-  printf("transpose of %s [%lld, %lld]: %zu mismatches; first byte 0x%02x, expected 0x%02x\n", shown(w.name, &name),
+  name = shown(w.name);
+  printf("transpose of %s [%lld, %lld]: %zu mismatches; first byte 0x%02x, expected 0x%02x\n", OR_UNSHOWN(name),
          (long long)w.dims[0], (long long)w.dims[1], mismatches, ((unsigned char*)transposed)[0],
          ((unsigned char*)stored)[0]);
+  free(name);
   free(stored);
   free(transposed);
   return mismatches == 0 ? 0 : 1;

@@ -181,7 +181,7 @@ _TABLE = [
     ("backend_extension", _S, [_H, ctypes.c_char_p, _P(ctypes.c_void_p)]),
     ("plugin_extension", _S, [ctypes.c_char_p, ctypes.c_char_p, _P(ctypes.c_void_p)]),
     # version 7
-    ("printable", _S, [ctypes.c_char_p, _Z, ctypes.c_char_p, _Z, _P(_Z)]),
+    ("printable", _S, [ctypes.c_char_p, _Z, ctypes.c_void_p, _Z, _P(_Z)]),
 ]
 
 

@@ -9,7 +9,7 @@ shows"), so there is one implementation and nothing here to drift from it.
 """
 import ctypes
 
-from ._capi import api, check
+from ._capi import api, check, read_buffer
 
 
 def printable(raw):
@@ -19,6 +19,6 @@ def printable(raw):
     raw = bytes(raw)
     needed = ctypes.c_size_t(0)
     check(api.printable(raw, len(raw), None, 0, ctypes.byref(needed)))
-    out = ctypes.create_string_buffer(needed.value + 1)
-    check(api.printable(raw, len(raw), out, len(out), ctypes.byref(needed)))
-    return out.raw[:needed.value].decode("utf-8")
+    buf, out = read_buffer(needed.value + 1)  # the escaped text and its NUL
+    check(api.printable(raw, len(raw), out, len(buf), ctypes.byref(needed)))
+    return bytes(memoryview(buf)[:needed.value]).decode("utf-8")
