@@ -125,6 +125,10 @@ struct Residency::Impl {
   // Makes `e` resident (loading it once across threads) and, unless
   // prefetching, pins it.
   Status acquire(residency::Entry& e, Use use);
+  // With the lock held: after release() nothing is placed again, by
+  // acquire() or by a zero_copy pin (which would register the file anew
+  // behind a teardown that reported every registration ended).
+  Status refuse_after_release_locked() const;
   Pinned handle(residency::Entry& e);
   void unpin(residency::Entry& e) noexcept;
 

@@ -185,12 +185,9 @@ Pinned Residency::Impl::handle(Entry& e) {
 
 Result<Pinned> Residency::Impl::pin_source(ValueId id, Use use) {
   if (strategy_of(id) == ResidencyStrategy::zero_copy) {
-    // As acquire(): after release() nothing is placed again. Resolving
-    // would register the file anew behind a teardown that reported every
-    // registration ended, and hand out a pointer into it.
     {
       std::lock_guard lock(mutex);
-      if (released) return make_error(ErrorCode::invalid_argument, label + ": pin after release()");
+      BALLAST_RETURN_IF_ERROR(refuse_after_release_locked());
     }
     // Registered for the model's life: nothing to pin.
     BALLAST_ASSIGN_OR_RETURN(const WeightRef* ref, weight_ref(id));
@@ -214,11 +211,16 @@ Result<Pinned> Residency::Impl::pin_derived(const PlannedDerivation& p, Use use)
   return handle(*e);
 }
 
+Status Residency::Impl::refuse_after_release_locked() const {
+  if (released) return make_error(ErrorCode::invalid_argument, label + ": pin after release()");
+  return Status();
+}
+
 Status Residency::Impl::acquire(Entry& e, Use use) {
   std::unique_lock lock(mutex);
   // As load(): after release() nothing is placed again (a pin would
   // allocate behind a teardown that reported the device clean).
-  if (released) return make_error(ErrorCode::invalid_argument, label + ": pin after release()");
+  BALLAST_RETURN_IF_ERROR(refuse_after_release_locked());
   if ((use == Use::pin || use == Use::prefetch) && !e.requested) {
     e.requested = true;
     ++clock.distinct_entries;
