@@ -101,8 +101,9 @@ void print_plan(std::ostream& out, const std::vector<PlannedDerivation>& plan, c
       more += count;
       continue;
     }
-    out << "  skipped: " << (s->rule.empty() ? "node " + printable(s->node) : "rule " + printable(s->rule))
-        << (s->weight.empty() ? "" : " on " + printable(s->weight))
+    // Escaped whole: the parts it joins meet at ASCII (" on "), so this is
+    // the escape of each part.
+    out << "  skipped: " << printable(plan_skip_subject(*s))
         << (count > 1 ? " and " + std::to_string(count - 1) + " more weight" + (count > 2 ? "s" : "") : "") << ": "
         << printable(s->reason) << '\n';
   }

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -41,6 +42,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using json = nlohmann::ordered_json;
+
+// The single-process path's options, which the cooperative load refuses:
+// looked up by name when given, and listed so in its refusal.
+constexpr std::array<const char*, 8> kSingleProcessOptions = {
+    "--cold", "--plan", "--mmap", "--anchor", "--residency", "--budget", "--read-cached", "--populate-threads"};
 
 struct LoadCommandOptions {
   std::string model;
@@ -250,12 +256,13 @@ int run_load(const LoadCommandOptions& opt) {
   if (opt.comm_given) {
     // The cooperative load has its own report: the single-process path's
     // options would be ignored there, so they are refused.
-    if (!opt.single_process_given.empty())
+    if (!opt.single_process_given.empty()) {
+      std::string names;
+      for (const char* name : kSingleProcessOptions) names += (names.empty() ? "" : ", ") + std::string(name);
       return ctx.fail(ErrorCode::invalid_argument,
-                      "--comm takes none of --cold, --plan, --mmap, --anchor, --residency, --budget, --read-cached, "
-                      "--populate-threads (given: " +
-                          opt.single_process_given +
+                      "--comm takes none of " + names + " (given: " + opt.single_process_given +
                           "; the cooperative load reads cold by design: drop the page cache before it to measure one)");
+    }
     RanksOptions ranks;
     ranks.model = opt.model;
     ranks.load = opt.load;
@@ -405,8 +412,7 @@ const RegisterCommand kLoad{{
           ->needs(comm);
       return [opt, comm, app = &sub] {  // the subcommand lives as long as main's app
         opt->comm_given = comm->count() > 0;
-        for (const char* name : {"--cold", "--plan", "--mmap", "--anchor", "--residency", "--budget", "--read-cached",
-                                 "--populate-threads"})
+        for (const char* name : kSingleProcessOptions)
           if (opt->single_process_given.empty() && app->get_option(name)->count() > 0) opt->single_process_given = name;
         return run_load(*opt);
       };

@@ -258,9 +258,7 @@ int run_load_ranks(const RanksOptions& opt) {
     auto planned = plan_derivations(model, planning);
     if (!planned) return fail_all(planned.error());
     derivations = std::move(*planned);
-    for (const PlanSkip& s : skips)
-      plan_skipped.push_back((s.rule.empty() ? "node " + s.node : "rule " + s.rule) +
-                             (s.weight.empty() ? "" : " on " + s.weight) + ": " + s.reason);
+    for (const PlanSkip& s : skips) plan_skipped.push_back(plan_skip_subject(s) + ": " + s.reason);
     // Said once per job, by rank 0's process (every rank plans the same).
     if (comms[0]->rank() == 0)
       for (const std::string& why : plan_skipped)

@@ -120,4 +120,8 @@ Status read_rules_file(const std::filesystem::path& file, PlanOptions& options) 
   return {};
 }
 
+std::string plan_skip_subject(const PlanSkip& s) {
+  return (s.rule.empty() ? "node " + s.node : "rule " + s.rule) + (s.weight.empty() ? "" : " on " + s.weight);
+}
+
 }  // namespace ballast::cli

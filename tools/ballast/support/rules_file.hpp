@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <string>
 
 namespace ballast::cli {
 
@@ -23,5 +24,10 @@ Result<nlohmann::json> read_rules_json(const std::filesystem::path& file, const 
 // Reads FILE into `options.rules` and `options.source`. Errors name the
 // file and the rule (by its index and name) that is wrong.
 Status read_rules_file(const std::filesystem::path& file, PlanOptions& options);
+
+// What a plan skip is about, as derive's plan lines and the ranks' notes
+// name it: "rule R on W", or "node N on W" for the graph's (raw: escape it
+// to show it).
+std::string plan_skip_subject(const PlanSkip& s);
 
 }  // namespace ballast::cli
