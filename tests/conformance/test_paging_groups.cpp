@@ -137,43 +137,31 @@ TEST_CASE("paging groups: the wait for room succeeds when another thread release
   Fixture f;
   auto paged = f.open(kLargestNeed);
   const ResidencyGroup f16 = f.group("to_f16", {{"w0", Derivation::to_f16}});
-  {
-    // Held by another thread for 150 ms: to_f16 (w0 + 12288 beside the
-    // 24576 pinned) must wait for it, then succeed.
-    auto t = paged->pin(f.planned("w0", Derivation::transpose));
-    REQUIRE(t.ok());
-    std::thread holder([&] {
-      std::this_thread::sleep_for(150ms);
-      t->reset();
-    });
-    const auto start = std::chrono::steady_clock::now();
-    auto got = paged->pin(f16, 20s);
-    const auto waited = std::chrono::steady_clock::now() - start;
-    holder.join();
-    REQUIRE_MESSAGE(got.ok(), got.status().to_string());
-    CHECK(waited >= 100ms);
-    CHECK(waited < 15s);
-    CHECK(got->derived.at(0).first_bytes() == kToF16W0);
+  // Held by another thread for 150 ms: to_f16 (w0 + 12288 beside the
+  // 24576 pinned) must wait for it, then succeed. Also "as long as it
+  // takes": a wait past the clock's range waits too (it used to overflow
+  // the deadline into the past and fail at once).
+  for (const std::chrono::milliseconds wait :
+       {std::chrono::milliseconds(20s), std::chrono::milliseconds::max(), std::chrono::milliseconds(1ll << 62)}) {
+    CAPTURE(wait.count());
+    {
+      auto t = paged->pin(f.planned("w0", Derivation::transpose));
+      REQUIRE(t.ok());
+      std::thread holder([&] {
+        std::this_thread::sleep_for(150ms);
+        t->reset();
+      });
+      const auto start = std::chrono::steady_clock::now();
+      auto got = paged->pin(f16, wait);
+      const auto waited = std::chrono::steady_clock::now() - start;
+      holder.join();
+      REQUIRE_MESSAGE(got.ok(), got.status().to_string());
+      CHECK(waited >= 100ms);
+      CHECK(waited < 15s);
+      CHECK(got->derived.at(0).first_bytes() == kToF16W0);
+    }
+    CHECK(paged->stats().pinned_bytes == 0);
   }
-  CHECK(paged->stats().pinned_bytes == 0);
-  for (const std::chrono::milliseconds forever :
-       {std::chrono::milliseconds::max(), std::chrono::milliseconds(1ll << 62)}) {
-    // "As long as it takes": a wait past the clock's range waits too (it
-    // used to overflow the deadline into the past and fail at once).
-    auto t = paged->pin(f.planned("w0", Derivation::transpose));
-    REQUIRE(t.ok());
-    std::thread holder([&] {
-      std::this_thread::sleep_for(150ms);
-      t->reset();
-    });
-    const auto start = std::chrono::steady_clock::now();
-    auto got = paged->pin(f16, forever);
-    const auto waited = std::chrono::steady_clock::now() - start;
-    holder.join();
-    REQUIRE_MESSAGE(got.ok(), got.status().to_string());
-    CHECK(waited >= 100ms);
-  }
-  CHECK(paged->stats().pinned_bytes == 0);
   {
     // Nobody releases: out_of_memory once the deadline has passed.
     auto t = paged->pin(f.planned("w0", Derivation::transpose));
