@@ -106,8 +106,13 @@ Result<PinnedSet> Residency::Impl::pin_group(const ResidencyGroup& group, std::c
     const std::uint64_t own = unpins_by_this_thread - own_before;
     const auto others_released = [&] { return unpins - seen_unpins > own; };
     const bool others_may_release = pinned > 0 || prefetch_loads > 0;
+    // Past the deadline no attempt starts, whatever came: a thread that
+    // keeps releasing and pinning again would otherwise hold a 0 ms wait in
+    // this loop for as long as it runs. (The last attempt may start just
+    // before the deadline and end after it, by one attempt's time.)
     const bool room_came =
-        others_released() || (others_may_release && changed.wait_until(lock, deadline, others_released));
+        Clock::now() < deadline &&
+        (others_released() || (others_may_release && changed.wait_until(lock, deadline, others_released)));
     if (!room_came) {
       std::string message = "budget of " + bytes_text(budget) + " cannot take " + what + " (" +
                             bytes_text(group_bytes) + " in " + std::to_string(count) + " members) beside " +

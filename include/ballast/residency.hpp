@@ -349,8 +349,9 @@ class Residency final : public ModelResource<GpuBackend> {
   // meanwhile, so two threads waiting on each other cannot deadlock; one
   // group is taken at a time, so they cannot keep failing each other),
   // then fails with out_of_memory naming the budget, the bytes pinned and
-  // the group's bytes (milliseconds::max(): no deadline). A group larger
-  // than the whole budget fails at once.
+  // the group's bytes (milliseconds::max(): no deadline). No attempt starts
+  // past the deadline: a wait of 0 is one attempt. A group larger than the
+  // whole budget fails at once.
   // Pins the caller itself holds count as others' pins: it may wait on
   // itself until the deadline.
   Result<PinnedSet> pin(const ResidencyGroup& group, std::chrono::milliseconds wait_for_room = {});

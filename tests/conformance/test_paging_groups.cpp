@@ -9,6 +9,8 @@
 #include <ballast/derive.hpp>
 #include <ballast/residency.hpp>
 
+#include <support/fault_injecting_backend.hpp>
+
 #include <atomic>
 #include <chrono>
 #include <string>
@@ -17,6 +19,8 @@
 using namespace ballast;
 using namespace std::chrono_literals;
 using Model_ = conformance::OrphanedPrefix;
+using ballast::testing::FaultInjectingBackend;
+using ballast::testing::FaultOp;
 using conformance::kLargestNeed;
 
 namespace {
@@ -41,6 +45,14 @@ struct Fixture : conformance::PagingFixture {
     return g;
   }
   std::unique_ptr<Residency> open(std::uint64_t budget) { return PagingFixture::open(ResidencyStrategy::paged, budget); }
+  std::unique_ptr<Residency> open(GpuBackend& gpu, std::uint64_t budget) {
+    ResidencyOptions o;
+    o.strategy = ResidencyStrategy::paged;
+    o.budget_bytes = budget;
+    auto r = Residency::create(gpu, model, o);
+    REQUIRE_MESSAGE(r.ok(), r.status().to_string());
+    return std::move(*r);
+  }
 };
 
 bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
@@ -180,6 +192,61 @@ TEST_CASE("paging groups: the wait for room succeeds when another thread release
   }
   CHECK(paged->stats().pinned_bytes == 0);
   CHECK(paged->release(conformance::gpu()).status.ok());
+}
+
+TEST_CASE("paging groups: no attempt starts past the deadline, even when room came during the last one") {
+  // The group's first attempt fails (the backend refuses w2's page-in
+  // allocation, out of memory) while another thread releases a pin. A 0 ms
+  // wait is one attempt: it fails, though a second would succeed (a wait
+  // that retried whenever others had released could be held in its loop
+  // for as long as they kept releasing and pinning again). A positive wait
+  // tries again at once, since the room came before its deadline.
+  for (const std::chrono::milliseconds wait : {0ms, std::chrono::milliseconds(20s)}) {
+    CAPTURE(wait.count());
+    conformance::LeakCheck leaks;
+    Fixture f;
+    FaultInjectingBackend faulty(conformance::gpu());
+    {
+      auto paged = f.open(faulty, kLargestNeed);
+      auto other = paged->pin("w1");
+      REQUIRE_MESSAGE(other.ok(), other.status().to_string());
+      const ResidencyGroup w2 = f.group("w2 transpose", {{"w2", Derivation::transpose}});
+      // Allocations 1 and 2 fail: the first page-in of w2, then its retry
+      // after w1 (unpinned by the other thread meanwhile) is evicted for it.
+      // The third, a second attempt's, would succeed.
+      int allocations = 0;
+      faulty.before_call = [&](FaultOp op) {
+        if (op != FaultOp::allocate) return;
+        if (++allocations == 1) std::thread([&] { other->reset(); }).join();  // another thread's unpin
+        if (allocations == 3) faulty.disarm();
+      };
+      faulty.fail_nth(FaultOp::allocate, 1, FaultInjectingBackend::Fault::op_from_then_on);
+      auto got = paged->pin(w2, wait);
+      faulty.disarm();
+      faulty.before_call = nullptr;
+      CHECK(faulty.injected().size() == 2);
+      if (wait.count() == 0) {
+        REQUIRE_FALSE(got.ok());
+        CHECK(got.error().code == ErrorCode::out_of_memory);
+        const std::string message = got.status().to_string();
+        CHECK_MESSAGE(contains(message,
+                               "cannot take group 'w2 transpose' (4096 bytes in 1 members) beside 0 bytes "
+                               "pinned"),
+                      message);
+        CHECK_MESSAGE(contains(message, "(injected at call 2 of allocate)"), message);
+        CHECK(allocations == 2);
+        CHECK_FALSE(contains(message, "after waiting"));
+        CHECK(paged->stats().pinned_bytes == 0);
+      } else {
+        REQUIRE_MESSAGE(got.ok(), got.status().to_string());
+        CHECK(got->derived.at(0).first_bytes() == kTransposeW2);
+        CHECK(allocations == 4);  // w2's page-in, then the transpose's output
+        CHECK(paged->stats().pinned_bytes == kTransposeW2);
+        got->reset();
+      }
+      CHECK(paged->release(faulty).status.ok());
+    }
+  }
 }
 
 TEST_CASE("paging groups: two threads whose groups do not fit together take turns, never overshooting") {
