@@ -38,6 +38,10 @@ void describe(ModelObject& m) {
     }
     m.weights.push_back(std::move(row));
   }
+  // After the last push_back: a view into a string the vector moved would
+  // dangle. The first row of a name wins, as a scan in order would find.
+  m.index_of.reserve(m.weights.size());
+  for (std::size_t i = 0; i < m.weights.size(); ++i) m.index_of.emplace(m.weights[i].name, i);
   const ReferencedWeightBytes referenced = store.referenced_weight_bytes();
   m.accounting.size = sizeof(ballast_accounting);
   m.accounting.mapped_bytes = store.mapped_external_bytes();
@@ -158,11 +162,10 @@ ballast_status* ballast_model_find_weight(const ballast_model* model, const char
     auto m = lookup<ModelObject>(model, Kind::model, &e);
     if (!m) return e;
     if (name == nullptr) return invalid_argument("invalid_argument: the weight name is NULL");
-    for (std::size_t i = 0; i < m->weights.size(); ++i)
-      if (m->weights[i].name == name) {
-        *index = i;
-        return nullptr;
-      }
+    if (auto it = m->index_of.find(name); it != m->index_of.end()) {
+      *index = it->second;
+      return nullptr;
+    }
     return make_status(BALLAST_E_NOT_FOUND, "not_found: the model has no weight '" + std::string(name) + "'");
   });
 }

@@ -17,6 +17,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace ballast::capi {
@@ -37,6 +39,10 @@ struct ModelObject {
   Model model;
   std::string format;
   std::vector<WeightRow> weights;  // in the model's weight order
+  // Name to index in `weights` (views into the rows' names, made once the
+  // rows are final): an engine looks up every weight its plan names, so a
+  // scan per lookup would cost weights x lookups.
+  std::unordered_map<std::string_view, std::size_t> index_of;
   ballast_accounting accounting{};
   std::vector<std::string> dead_files;
   std::vector<DeadRow> dead;

@@ -179,6 +179,42 @@ TEST_CASE("an older caller's struct: fields past its size are left alone") {
   for (unsigned char c : tail) CHECK(c == 0xAB);
 }
 
+TEST_CASE("find_weight: every name of a large model at its own index, near names not found") {
+  // 3000 weights (names sharing long prefixes, some a prefix of another):
+  // each found where ballast_model_weight lists it, by a lookup that does
+  // not scan (an engine looks up every weight its plan names).
+  using namespace ballast::testing;
+  ScratchDir dir("capi-find");
+  std::vector<StTensor> tensors;
+  for (int i = 0; i < 3000; ++i)
+    tensors.push_back({"model.layers." + std::to_string(i / 10) + ".mlp." + std::to_string(i % 10),
+                       "F32",
+                       {1},
+                       pattern(4, static_cast<unsigned>(i))});
+  const auto path = dir.write("big.safetensors", st_file(tensors));
+  Opened o;
+  CAPI_OK(ballast_model_open(path.c_str(), &o.model));
+  size_t n = 0;
+  CAPI_OK(ballast_model_weight_count(o.model, &n));
+  REQUIRE(n == tensors.size());
+  std::size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) {
+    ballast_weight_info w = BALLAST_INIT(ballast_weight_info);
+    CAPI_OK(ballast_model_weight(o.model, i, &w));
+    size_t found = n;
+    CAPI_OK(ballast_model_find_weight(o.model, w.name, &found));
+    if (found != i) ++wrong;
+  }
+  CHECK(wrong == 0);
+  for (const char* near : {"model.layers.1.mlp", "model.layers.1.mlp.", "model.layers.299.mlp.10", "model.layers.0",
+                           "Model.layers.0.mlp.0", "model.layers.0.mlp.0 "}) {
+    CAPTURE(near);
+    size_t index = 7;
+    CAPI_FAILS(ballast_model_find_weight(o.model, near, &index), BALLAST_E_NOT_FOUND);
+    CHECK(index == 7);  // written only on success
+  }
+}
+
 TEST_CASE("safetensors and GGUF open through the same call") {
   using namespace ballast::testing;
   ScratchDir dir("capi-formats");
