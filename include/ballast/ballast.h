@@ -262,7 +262,8 @@ BALLAST_C_API ballast_status* ballast_residency_pin_derivation(ballast_residency
                                                                size_t index, ballast_pin** out);
 BALLAST_C_API ballast_status* ballast_residency_pin_weight(ballast_residency* residency, const char* weight,
                                                            ballast_pin** out);
-/* Every member of group `index` or none, waiting up to wait_ms for room. */
+/* Every member of group `index` or none, waiting up to wait_ms for room (no
+ * attempt starts past that: 0 is one attempt). */
 BALLAST_C_API ballast_status* ballast_residency_pin_group(ballast_residency* residency, size_t index,
                                                           uint32_t wait_ms, ballast_pin** out);
 /* Builds every entry of `plan` once (pinned, then unpinned: paged may evict
