@@ -90,6 +90,11 @@ struct PinObject {
   std::shared_ptr<ResidencyObject> owner;  // first: outlives the pins below
   std::vector<Pinned> members;             // a group: its derivations, then its weights
   std::vector<std::string> names;          // per member, what it is: "transpose of 'w' for node 'n'", "weight 'w'"
+  // Per member, the weight it reads in place (a zero_copy registration of
+  // its file's mapping), else nullptr: a read of that member reads the
+  // file's pages, so ballast_pin_read checks the file after it (a page a
+  // truncation took reads as zeros under the registration's guard).
+  std::vector<const WeightRef*> in_place;
   ~PinObject() {
     PassingLock lock(owner->gate);  // an unpin passes a waiting release (gate.hpp)
     members.clear();

@@ -81,8 +81,20 @@ ballast_status* ballast_pin_read(const ballast_pin* pin, size_t member, int half
     // reads nothing, not even nothing (as pin_value refuses it).
     if (p->owner->released) return invalid_argument("invalid_argument: the residency was released");
     if (length == 0) return nullptr;
-    return from_status(p->owner->backend->backend->copy_to_host(
-        std::span<std::byte>(static_cast<std::byte*>(dst), length), half == 0 ? m.first() : m.second(), offset));
+    Status copied = p->owner->backend->backend->copy_to_host(std::span<std::byte>(static_cast<std::byte*>(dst), length),
+                                                             half == 0 ? m.first() : m.second(), offset);
+    if (!copied.ok()) return from_status(copied);
+    // A weight read in place read its file's pages: a page a truncation took
+    // read as zeros (the registration's guard) and poisoned the file, so the
+    // file is checked now, or those zeros would pass for its bytes.
+    const WeightRef* in_place = member < p->in_place.size() ? p->in_place[member] : nullptr;
+    if (in_place == nullptr) return nullptr;
+    Status unchanged = p->owner->model->model.store().check_unchanged(*in_place);
+    if (unchanged.ok()) return nullptr;
+    Error error = unchanged.error();
+    error.with_context("reading " + (member < p->names.size() ? p->names[member] : "member " + std::to_string(member)) +
+                       " in place");
+    return from_error(error);
   });
 }
 

@@ -86,14 +86,26 @@ ballast_status* use(const ballast_residency* handle, Using& u) {
 // Drops the caller's share of the gate first: a PinObject takes the gate
 // itself to unpin, and one destroyed here (an allocation failing below)
 // must not take it a second time on this thread.
-ballast_status* hand_out_pin(Using& u, std::vector<Pinned> members, std::vector<std::string> names, ballast_pin** out) {
+ballast_status* hand_out_pin(Using& u, std::vector<Pinned> members, std::vector<std::string> names, ballast_pin** out,
+                             std::vector<const WeightRef*> in_place = {}) {
+  in_place.resize(members.size(), nullptr);
   u.lock.unlock();
   auto pin = std::make_shared<PinObject>();
   pin->owner = u.object;
   pin->members = std::move(members);
   pin->names = std::move(names);
+  pin->in_place = std::move(in_place);
   *out = static_cast<ballast_pin*>(insert_handle(Kind::pin, std::move(pin)));
   return nullptr;
+}
+
+// The weight `id` when the residency reads it in place (zero_copy, as carried
+// out: pinned, so registered), else nullptr (PinObject::in_place).
+const WeightRef* read_in_place(const ResidencyObject& r, std::optional<ValueId> id) {
+  if (!id || r.residency->strategy_of(*id) != ResidencyStrategy::zero_copy) return nullptr;
+  const auto& weights = r.model->model.store().weights();
+  auto it = weights.find(*id);
+  return it == weights.end() ? nullptr : &it->second;  // one not in a mapped file always checks ok
 }
 
 // `plan`, checked to be a plan of the residency's model.
@@ -282,7 +294,8 @@ ballast_status* ballast_residency_pin_weight(ballast_residency* residency, const
     if (!pinned.ok()) return from_error(pinned.error());
     std::vector<Pinned> members;
     members.push_back(std::move(*pinned));
-    return hand_out_pin(u, std::move(members), {"weight '" + echo_limited(weight) + "'"}, out);
+    const WeightRef* in_place = read_in_place(*u.object, u.object->model->model.value_id(weight));
+    return hand_out_pin(u, std::move(members), {"weight '" + echo_limited(weight) + "'"}, out, {in_place});
   });
 }
 
@@ -297,11 +310,13 @@ ballast_status* ballast_residency_pin_group(ballast_residency* residency, size_t
     auto set = u.object->residency->pin(groups[index], std::chrono::milliseconds(wait_ms));
     if (!set.ok()) return from_error(set.error());
     std::vector<Pinned> members = std::move(set->derived);
+    std::vector<const WeightRef*> in_place(members.size(), nullptr);
     for (Pinned& w : set->weights) members.push_back(std::move(w));
+    for (ValueId id : groups[index].weights) in_place.push_back(read_in_place(*u.object, id));
     std::vector<std::string> names;
     for (std::size_t i = 0; i < members.size(); ++i)
       names.push_back("member " + std::to_string(i) + " of group " + std::to_string(index));
-    return hand_out_pin(u, std::move(members), std::move(names), out);
+    return hand_out_pin(u, std::move(members), std::move(names), out, std::move(in_place));
   });
 }
 

@@ -285,7 +285,9 @@ BALLAST_C_API ballast_status* ballast_pin_count(const ballast_pin* pin, size_t* 
 BALLAST_C_API ballast_status* ballast_pin_value(const ballast_pin* pin, size_t member, ballast_value* out);
 /* Copies [offset, offset + length) of a member's half (0: first, 1: second;
  * a single value's second half is empty) from the device into dst
- * (dst_length >= length). */
+ * (dst_length >= length). A weight read in place (zero_copy) is its file's
+ * pages: a file truncated or changed since it was opened is BALLAST_E_IO
+ * (what dst got then is not the weight's bytes). */
 BALLAST_C_API ballast_status* ballast_pin_read(const ballast_pin* pin, size_t member, int half, uint64_t offset,
                                                void* dst, size_t dst_length, uint64_t length);
 

@@ -8,7 +8,21 @@ frees it) or a new handle of the model (so its mapping stays). A consumer
 (numpy.from_dlpack, torch.from_dlpack) takes the capsule and calls the
 deleter when its last array goes; a capsule nobody took releases at its
 own destruction. So the Python objects that made it may go first.
+
+Consumer errors. A consumer that refuses a capsule (NumPy has no
+bfloat16: "Unsupported dtype in DLTensor.") sets its exception and then
+drops the capsule. Had that drop destroyed the capsule, its destructor, a
+ctypes callback and so Python code, would have run with the exception
+pending: its first C call turns a pending exception into a SystemError,
+and a ctypes callback cannot leave one set when it returns. So the module
+holds its own reference to every capsule it makes until a consumer takes
+it or nothing else holds it (`collect()`, run by the module's next export,
+`live_exports()`, a residency's `stats`, pins and `release()`, and at
+exit): the consumer's drop never destroys it, and its error reaches the
+caller as raised.
 """
+import atexit
+import sys
 import ctypes
 import itertools
 import threading
@@ -75,6 +89,7 @@ _NAME = ctypes.create_string_buffer(b"dltensor")  # PyCapsule_New keeps the poin
 _lock = threading.Lock()
 _keys = itertools.count(1)
 _live = {}  # manager_ctx -> _Export, until the deleter runs
+_held = {}  # manager_ctx -> its capsule, until a consumer takes it or nothing else holds it (collect())
 
 
 class _Export:
@@ -131,8 +146,32 @@ def _capsule_destructor(capsule):
         pass
 
 
+def _let_go():
+    """Takes out of _held the capsules a consumer took (renamed
+    "used_dltensor": the consumer calls the deleter) and those nothing but
+    _held refers to (untaken, dropped): their last reference is the caller's."""
+    gone = []
+    with _lock:
+        for key in list(_held):
+            capsule = _held[key]
+            # References: _held's, `capsule`'s and getrefcount's argument.
+            if not _capsule_is_valid(id(capsule), b"dltensor") or sys.getrefcount(capsule) <= 3:
+                gone.append(_held.pop(key))
+            del capsule
+    return gone
+
+
+def collect():
+    """Destroys the capsules only the module still holds: an untaken one
+    releases its C handle here. Called where no exception is pending."""
+    if _held:
+        gone = _let_go()
+        del gone  # the destructors run here, outside the lock
+
+
 def live_exports():
     """How many capsules are still held (by a consumer, or untaken)."""
+    collect()
     with _lock:
         return len(_live)
 
@@ -144,6 +183,7 @@ def make_capsule(data, device, dtype_name, shape, nbytes, release):
     dtype = dl_dtype(dtype_name)
     if dtype is None:
         dtype, shape = (1, 8), (int(nbytes),)
+    collect()
     key = next(_keys)
     # `release` is owed from here whatever fails: building the export (no
     # memory for its structs) as much as the capsule.
@@ -151,12 +191,18 @@ def make_capsule(data, device, dtype_name, shape, nbytes, release):
         export = _Export(key, data, device, dtype, [int(d) for d in shape], release)
         with _lock:
             _live[key] = export
-        return _capsule_new(ctypes.addressof(export.managed), ctypes.addressof(_NAME), _capsule_destructor)
+        capsule = _capsule_new(ctypes.addressof(export.managed), ctypes.addressof(_NAME), _capsule_destructor)
     except BaseException:
         with _lock:
             _live.pop(key, None)
         release()
         raise
+    with _lock:
+        _held[key] = capsule  # a consumer's drop must not destroy it (module docstring)
+    return capsule
+
+
+atexit.register(collect)
 
 
 class Exportable:

@@ -64,6 +64,7 @@ class _ExportCount:
             self.n += 1
 
     def close(self):
+        dlpack.collect()  # capsules nothing holds any more release their pins first
         with self._lock:
             if self.n:
                 raise BallastError(Code.INVALID_ARGUMENT, "invalid_argument: %d exported array(s) still read this "
@@ -164,6 +165,7 @@ class Residency(_Handle):
 
     @property
     def stats(self):
+        dlpack.collect()  # an untaken capsule nothing holds is unpinned by now
         s = _capi.new(_capi.ResidencyStats)
         check(api.residency_stats_get(self._h, ctypes.byref(s)))
         return Stats(*(int(getattr(s, f)) for f in _capi.STAT_FIELDS))
@@ -244,6 +246,7 @@ class Residency(_Handle):
         """Pins a derived value (a Derivation of a plan of this model) or a
         weight (a Weight, or its name as a str or as the model's bytes): a
         Value, never evicted while held."""
+        dlpack.collect()  # a capsule nothing holds gives its pin back before this one takes room
         if isinstance(what, Derivation):
             layouts = [what.first] + ([what.second] if what.second else [])
             target = what
@@ -257,6 +260,7 @@ class Residency(_Handle):
 
     def pin_group(self, index, wait_ms=5000):
         """Every member of group `index` or none (a Pin; read() its members)."""
+        dlpack.collect()
         index = _capi.integer(index, "index", _capi.SIZE)
         wait_ms = _capi.integer(wait_ms, "wait_ms", _capi.U32, " (milliseconds)")
         h = _capi.c_handle()

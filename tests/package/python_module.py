@@ -328,6 +328,46 @@ elif step == "release":
     expect(not mapped(data_file), "the last weight array gone: the file unmapped")
     expect(ballast.live_exports() == 0, "no export left")
 
+    # A consumer that refuses a capsule (NumPy has no bfloat16) sets its
+    # error, then drops the capsule. Destroying it there ran the capsule's
+    # destructor (Python, through ctypes) under the pending error: NumPy's
+    # "Unsupported dtype" became a SystemError, and the pin and the export
+    # were never released, so release() was refused for good.
+    bf16_path = os.path.join(work, "python-release-bf16.safetensors")
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [2, 2], "data_offsets": [0, 8]}}).encode()
+    header += b" " * (-len(header) % 8)
+    with open(bf16_path, "wb") as f:
+        f.write(len(header).to_bytes(8, "little") + header + bytes(range(8)))
+    bf16_model = ballast.open_model(bf16_path)
+    bf16_res = ballast.Residency(backend, bf16_model, strategy="upload")
+    for label, target in (("a pinned bfloat16 value", lambda: bf16_res.pin("w")),
+                          ("a bfloat16 weight", lambda: bf16_model.weight("w"))):
+        source = target()
+        try:
+            numpy.from_dlpack(source)
+            expect(False, "numpy.from_dlpack of %s: accepted" % label)
+        except Exception as e:  # noqa: BLE001 - which exception is the point
+            expect(type(e) is RuntimeError and "Unsupported dtype" in str(e),
+                   "numpy.from_dlpack of %s: NumPy's own error reaches the caller, not %s: %s"
+                   % (label, type(e).__name__, e))
+        del source
+        expect(ballast.live_exports() == 0 and bf16_res.stats.pinned_bytes == 0,
+               "the refused capsule of %s is released (%d export(s), %d bytes pinned)"
+               % (label, ballast.live_exports(), bf16_res.stats.pinned_bytes))
+        # The same while an exception of the caller's own unwinds past an untaken capsule.
+        try:
+            capsule = target().__dlpack__()
+            raise KeyError("unwinding")
+        except KeyError as e:
+            expect(e.args == ("unwinding",), "the caller's exception survives an untaken capsule")
+        del capsule
+        expect(ballast.live_exports() == 0, "an untaken capsule dropped: released (%d)" % ballast.live_exports())
+    try:
+        bf16_res.release()
+    except ballast.BallastError as e:
+        expect(False, "release() after a refused capsule: %s" % e.message)
+    del bf16_res, bf16_model
+
     # Reference counting alone frees what a program drops: the cyclic
     # collector is off, so an object that points back at its owner (a Value
     # and its halves did) would keep its pin, or its residency, for good.

@@ -826,6 +826,50 @@ TEST_CASE("a weight's address in a file truncated since it was opened is an io e
   CHECK_MESSAGE(copied.message.find("tensor=t.weight") != std::string::npos, copied.message);
 }
 
+TEST_CASE("a pinned weight read in place from a file truncated since is an io error, not its zeros") {
+  // zero_copy pins a weight's registered mapping; the registration's guard
+  // answers a page a truncation took with zeros. ballast_pin_read handed
+  // those zeros back as the weight's bytes, with no error.
+  using namespace ballast::testing;
+  ScratchDir dir("capi-pin-read-truncated");
+  const auto bytes = gguf_file({kv_str("general.name", "t")},
+                               {tinfo("t.weight", {1024}, kF32, 4096), tinfo("u.weight", {1024}, kF32, 0)}, 3 * 4096);
+  Opened o;
+  CAPI_OK(ballast_backend_open("cpu", &o.backend));
+  for (const int strategy : {BALLAST_ZERO_COPY, BALLAST_UPLOAD}) {
+    CAPTURE(strategy);
+    const auto gg = dir.write(strategy == BALLAST_UPLOAD ? "upload.gguf" : "zero_copy.gguf", bytes);
+    const auto original_size = std::filesystem::file_size(gg);
+    Opened fresh;
+    CAPI_OK(ballast_model_open(gg.c_str(), &fresh.model));
+    ballast_residency_options opt = BALLAST_INIT(ballast_residency_options);
+    opt.strategy = strategy;
+    ballast_residency* res = nullptr;
+    CAPI_OK(ballast_residency_create(o.backend, fresh.model, &opt, &res));
+    ballast_pin* pin = nullptr;
+    CAPI_OK(ballast_residency_pin_weight(res, "t.weight", &pin));
+    std::vector<unsigned char> before(4096), after(4096, 0xAB);
+    CAPI_OK(ballast_pin_read(pin, 0, 0, 0, before.data(), before.size(), before.size()));
+    std::filesystem::resize_file(gg, 64);  // the weight's pages are gone
+    const capi_test::Outcome out =
+        capi_test::take(ballast_pin_read(pin, 0, 0, 0, after.data(), after.size(), after.size()));
+    if (strategy == BALLAST_UPLOAD) {
+      CHECK(out.code == BALLAST_OK);  // a copy on the device: the file no longer matters
+      CHECK(before == after);
+    } else {
+      CHECK(out.code == BALLAST_E_IO);
+      CHECK_MESSAGE(out.message.find("reading weight 't.weight' in place") != std::string::npos, out.message);
+      CHECK_MESSAGE(out.message.find("changed since it was opened") != std::string::npos, out.message);
+      // Put back at its old size, the file still read zeros there: refused too.
+      std::filesystem::resize_file(gg, original_size);
+      CHECK(capi_test::take(ballast_pin_read(pin, 0, 0, 0, after.data(), after.size(), after.size())).code ==
+            BALLAST_E_IO);
+    }
+    CAPI_OK(ballast_pin_free(pin));
+    CAPI_OK(ballast_residency_free(res));
+  }
+}
+
 TEST_CASE("version 4: the cold start from C, its report against the model, its options checked") {
   const auto* v3 = static_cast<const ballast_api_v3*>(ballast_get_api(3));
   const auto* v4 = static_cast<const ballast_api_v4*>(ballast_get_api(4));
