@@ -11,20 +11,55 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace ballast {
 
 namespace {
 
 // Enough to tell the formats apart: safetensors needs 9 bytes, GGUF 4, an
-// index's "weight_map" is among the first keys of any index written so far
-// (and the whole file is read when it is short).
+// index's "weight_map" is among the first keys of most indexes (and the
+// whole file is read when it is short).
 constexpr std::size_t kSniffBytes = 4096;
+
+// A JSON object whose first kSniffBytes lack "weight_map" may still be an
+// index: one whose "metadata" comes first and is long (keys sorted, as the
+// common writers sort them). The rest is searched in chunks up to the index
+// cap's default; an object without the key there is not a model.
+constexpr std::size_t kIndexScanChunk = std::size_t{1} << 20;
+
+bool begins_json_object(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size() && (text[i] == ' ' || text[i] == '\n' || text[i] == '\r' || text[i] == '\t')) ++i;
+  return i < text.size() && text[i] == '{';
+}
+
+// Whether the file holds "weight_map" past its first `from` bytes (and
+// before LoadOptions' default max_header_bytes). A read error is a no.
+bool weight_map_further_on(int fd, std::uint64_t size, std::uint64_t from) {
+  static constexpr std::string_view kKey = "\"weight_map\"";
+  const std::uint64_t end = std::min<std::uint64_t>(size, LoadOptions{}.max_header_bytes);
+  std::string chunk(kIndexScanChunk + kKey.size(), '\0');
+  // Each chunk starts kKey.size() - 1 bytes early, so a key cut by a chunk's
+  // end is whole in the next.
+  for (std::uint64_t at = from - (kKey.size() - 1); at < end;) {
+    const std::uint64_t want = std::min<std::uint64_t>(chunk.size(), end - at);
+    ssize_t n = 0;
+    do n = ::pread(fd, chunk.data(), static_cast<std::size_t>(want), static_cast<off_t>(at));
+    while (n < 0 && errno == EINTR);
+    if (n <= 0) return false;
+    if (std::string_view(chunk.data(), static_cast<std::size_t>(n)).find(kKey) != std::string_view::npos) return true;
+    if (static_cast<std::uint64_t>(n) < kKey.size()) return false;
+    at += static_cast<std::uint64_t>(n) - (kKey.size() - 1);
+  }
+  return false;
+}
 
 bool looks_like_onnx(const unsigned char* b, std::size_t n) {
   // A ModelProto starts with the key of one of its fields, with the wire
@@ -86,6 +121,9 @@ Result<ModelFormat> detect_unchecked(const std::filesystem::path& path) {
   if (safetensors::looks_like_safetensors(std::as_bytes(std::span(head.data(), head.size())), size))
     return ModelFormat::safetensors;
   if (safetensors::looks_like_index(head)) return ModelFormat::safetensors_index;
+  if (head.size() == kSniffBytes && size > kSniffBytes && begins_json_object(head) &&
+      weight_map_further_on(opened->fd.get(), size, kSniffBytes))
+    return ModelFormat::safetensors_index;
   if (looks_like_onnx(b, head.size())) return ModelFormat::onnx;
   if (head.empty()) return refuse("the file is empty");
   return refuse("not a model ballast reads (ONNX, safetensors, a safetensors index, GGUF); it begins with bytes " +

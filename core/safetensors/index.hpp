@@ -26,7 +26,8 @@ Result<IndexFile> parse_index(std::string_view json, std::uint32_t max_tensors,
                               std::uint64_t max_string_bytes = std::uint64_t{16} << 20);
 
 // Whether `json`'s first bytes look like an index: an object, and
-// "weight_map" among its first keys. Used to tell formats apart.
+// "weight_map" among its first bytes. Used to tell formats apart (open_model
+// searches the rest of an object that lacks it there).
 bool looks_like_index(std::string_view first_bytes) noexcept;
 
 // The index's `size` bytes from `fd` (the size its fstat gave), refused

@@ -147,6 +147,39 @@ def main():
     expect(len(err_lines) == 1 and b"\\x1b[8mmissing\\x0d\\x1b[2K.bin" in err_lines[0],
            "load error: one line naming the location, escaped (%r)" % err_lines)
 
+    # Every command's --json on the model in a folder whose name is not
+    # UTF-8 and holds ESC, a bidi override and a C1 control: ASCII JSON that
+    # parses, the path back as written (the invalid byte as U+FFFD). `load
+    # --json` aborted on the invalid byte (an uncaught json type_error), and
+    # `load` and `compact` wrote the other characters raw, which the
+    # terminal filter turned into `\u{202e}`, an invalid JSON escape.
+    odd = os.path.join(os.fsencode(a.work), b"dir\xff\x1b[2K\xe2\x80\xae\xc2\x85")
+    os.makedirs(odd)
+    for f in (b"hostile.onnx", b"hostile.bin"):
+        shutil.copy(os.path.join(os.fsencode(a.work), f), os.path.join(odd, f))
+    odd_model = os.path.join(odd, b"hostile.onnx")
+    odd_text = odd_model.decode("utf-8", "replace")
+    for args in ((b"inspect", odd_model, b"--json", b"--hash"),
+                 (b"derive", odd_model, b"--backend", b"cpu", b"--json"),
+                 (b"derive", odd_model, b"--backend", b"cpu", b"--residency", b"paged", b"--json"),
+                 (b"replay", odd_model, b"--backend", b"cpu", b"--tokens", b"2", b"--json"),
+                 (b"load", odd_model, b"--backend", b"cpu", b"--json"),
+                 (b"load", odd_model, b"--backend", b"cpu", b"--plan", b"--json"),
+                 (b"load", odd_model, b"--backend", b"cpu", b"--comm", b"local", b"--world", b"1", b"--json"),
+                 (b"derive", odd_model, b"--backend", b"cpu", b"--comm", b"local", b"--world", b"1", b"--json"),
+                 (b"compact", odd_model, os.path.join(odd, b"out\xfe\xe2\x80\xae"), b"--json")):
+        what = b" ".join(a for a in args if a != odd_model and b"/" not in a).decode("ascii")
+        rc, out, err = run(a.ballast, *args)
+        expect(rc == 0, "%s in an odd folder: exit 0 (got %d; %r)" % (what, rc, err[-300:]))
+        terminal_safe("%s in an odd folder stdout" % what, out)
+        try:
+            docs = [json.loads(line) for line in out.decode("ascii").splitlines() if line.strip()] \
+                if b"--comm" in args else [json.loads(out.decode("ascii"))]
+            expect(all(d.get("model", odd_text) in (odd_text, os.path.abspath(odd_text)) for d in docs),
+                   "%s in an odd folder: ASCII JSON, the model path back (%r)" % (what, [d.get("model") for d in docs]))
+        except (UnicodeDecodeError, ValueError) as e:
+            expect(False, "%s in an odd folder: ASCII JSON that parses (%s; %r)" % (what, e, out[:200]))
+
     if FAILURES:
         print("%d failed" % len(FAILURES))
         return 1

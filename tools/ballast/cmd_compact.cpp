@@ -13,6 +13,7 @@
 #include "support/onnx_rewrite.hpp"
 #include "support/progress.hpp"
 #include "support/temp_files.hpp"
+#include "support/terminal.hpp"
 
 #include <ballast/printable.hpp>
 
@@ -732,7 +733,7 @@ int run(const Options& opt) {
     doc["bytes_saved"] = saved;
     doc["saved_percent"] = saved_percent;
     doc["files_written"] = out.files().size();
-    std::cout << doc.dump(2, ' ', false, json::error_handler_t::replace) << '\n';
+    std::cout << json_text(doc) << '\n';
     return kExitOk;
   }
   std::cout << "compact: " << printable(model.path().string()) << " -> " << printable(out_dir.string()) << '\n';

@@ -17,6 +17,7 @@
 #include "support/budget.hpp"
 #include "support/format.hpp"
 #include "support/residency_report.hpp"
+#include "support/terminal.hpp"
 
 #include <ballast/read_plan.hpp>
 #include <ballast/residency.hpp>
@@ -292,7 +293,7 @@ int run_load(const LoadCommandOptions& opt) {
     const json doc = {
         {"model", ctx.model().path().string()}, {"referenced_bytes", referenced},    {"bytes", whole.bytes()},
         {"ranges", whole.range_count()},        {"weights", whole.weights().size()}, {"files", files}};
-    std::cout << doc.dump(2) << "\n";
+    std::cout << json_text(doc) << "\n";
     return kExitOk;
   }
   if (!ctx.open_backend(opt.backend)) return ctx.exit_code();
@@ -337,7 +338,7 @@ int run_load(const LoadCommandOptions& opt) {
                        {"hot_derive_seconds", *hot},
                        {"ratio", (anchor->seconds + *hot) / run->seconds}};
     }
-    std::cout << doc.dump(2) << "\n";
+    std::cout << json_text(doc) << "\n";
   } else {
     std::printf("load of %s on %s: %s, %s path%s\n", opt.model.c_str(), gpu.info().backend.c_str(),
                 opt.residency.c_str(), path, opt.cold ? (" (cold: page cache of " + cold_how + " dropped)").c_str() : "");

@@ -9,6 +9,7 @@
 #include "support/residency_report.hpp"
 #include "support/rules_file.hpp"
 #include "support/shard_rules_file.hpp"
+#include "support/terminal.hpp"
 
 #include <ballast/cooperative_load.hpp>
 #include <ballast/derive.hpp>
@@ -357,9 +358,8 @@ int run_load_ranks(const RanksOptions& opt) {
     const CooperativeLoadReport& r = report;
     std::ostringstream out;
     if (opt.json) {
-      out << rank_json(r, *placed, shard_count, comms[i]->name(), world, load->ranks[rank].domain, opt.derive,
-                       opt.comm.in_place, plan_skipped)
-                 .dump()
+      out << json_line(rank_json(r, *placed, shard_count, comms[i]->name(), world, load->ranks[rank].domain, opt.derive,
+                                 opt.comm.in_place, plan_skipped))
           << '\n';
     } else if (opt.comm.in_place) {
       // kept: the shards that are their mapping's bytes, read from it as

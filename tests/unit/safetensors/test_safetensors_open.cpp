@@ -512,6 +512,37 @@ TEST_CASE("a ModelProto is told by its first key, whichever field an exporter wr
   }
 }
 
+TEST_CASE("an index whose weight_map comes after 4 KiB of metadata is still an index") {
+  // Writers that sort keys put "metadata" first; a long one (a quantizer's
+  // settings) pushed "weight_map" past the first 4 KiB, and the index was
+  // refused as "not a model".
+  ScratchDir dir("st-index-late-map");
+  dir.write("w.safetensors", st_file({{"layers.0.w", "F32", {2}, pattern(8)}}));
+  const std::string map = ",\"weight_map\":{\"layers.0.w\":\"w.safetensors\"}}";
+  // The key wholly past 4 KiB, cut by the 4 KiB boundary, and past the
+  // first 1 MiB chunk of the search (cut by that chunk's end too).
+  for (const std::size_t before : {std::size_t{5000}, std::size_t{4090}, std::size_t{4096 - 5},
+                                   (std::size_t{1} << 20) + 4096 - 3, std::size_t{3} << 20}) {
+    CAPTURE(before);
+    std::string json = "{\"metadata\":{\"note\":\"";
+    json.append(before - json.size() - 2, 'x');
+    json += "\"}";
+    REQUIRE(json.size() == before);
+    const auto index = dir.write("model.safetensors.index.json", json + map);
+    auto format = detect_model_format(index);
+    REQUIRE_MESSAGE(format.ok(), format.error().to_string());
+    CHECK(*format == ModelFormat::safetensors_index);
+    auto model = open_model(index);
+    REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+    CHECK(bytes_of(*model, "layers.0.w") == pattern(8));
+  }
+  // A long JSON object without the key anywhere is still not a model.
+  const auto other = dir.write("config.json", "{\"note\":\"" + std::string(10000, 'y') + "\"}");
+  auto got = detect_model_format(other);
+  REQUIRE_FALSE(got.ok());
+  CHECK(got.error().code == ErrorCode::unsupported);
+}
+
 TEST_CASE("tensor names in UTF-8 of every length open; surrogates and overlong forms do not") {
   ScratchDir dir("st-utf8");
   // Two-, three- and four-byte sequences, and the edges of the ranges the

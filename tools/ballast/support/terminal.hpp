@@ -61,4 +61,10 @@ std::string json_text(const Json& doc) {
   return doc.dump(2, ' ', true, Json::error_handler_t::replace);
 }
 
+// The same on one line (a document per rank of `--comm`).
+template <typename Json>
+std::string json_line(const Json& doc) {
+  return doc.dump(-1, ' ', true, Json::error_handler_t::replace);
+}
+
 }  // namespace ballast::cli
