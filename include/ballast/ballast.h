@@ -309,7 +309,9 @@ typedef struct ballast_conformance_result {
  * UNAVAILABLE when the runner is not installed, IO when it cannot be started,
  * DEVICE_ERROR when it died of a signal, INVALID_ARGUMENT when it exits
  * non-zero with no summary (it refused its arguments; its message is on
- * stderr). A failing suite is not an error status: read exit_code. */
+ * stderr). A failing suite is not an error status: read exit_code. The
+ * child shares the caller's stderr: the suite's own report (each case, each
+ * failure's detail) goes there in every case, for a person to read. */
 BALLAST_C_API ballast_status* ballast_run_conformance(const char* backend_config, const char* filter,
                                                       ballast_conformance_result* out, char* json,
                                                       size_t json_capacity, size_t* json_length);
