@@ -84,7 +84,15 @@ class Plan(_Handle):
             index += n
         d = _capi.new(_capi.DerivationInfo)
         check(api.plan_entry(self._h, index, ctypes.byref(d)))
-        second = self._layout(index, 1) if d.second_bytes else None
+        # Whether the kind has a second half is the library's to say (its
+        # layout's `present`), not its size: quant_int8 of a [4, 0] weight
+        # has 0-byte scales, still a second half.
+        try:
+            second = self._layout(index, 1)
+        except BallastError as e:
+            if e.code != Code.OUT_OF_BOUNDS:
+                raise
+            second = None
         return Derivation(index, text(d.weight), text(d.kind), text(d.node), text(d.why), self._layout(index, 0),
                           second, self)
 

@@ -230,6 +230,30 @@ if step in ("numpy", "torch"):
                     expect(a.dtype == numpy.complex64 and list(a.shape) == list(w.dims), "%s: complex64 as complex64"
                            % w.name)
             del other, ws
+        # A pair kind keeps its second half when it holds no bytes: quant_int8
+        # of MatMul's B [4, 0] has int8 codes [0, 4] and float scales [0],
+        # each exported as an empty array (a plan's `second` came from its
+        # size, and was None here).
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+        empty_b = numpy_helper.from_array(numpy.zeros((4, 0), numpy.float32), "B")
+        graph = helper.make_graph([helper.make_node("MatMul", ["X", "B"], ["Y"])], "g",
+                                  [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 4])],
+                                  [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 0])], [empty_b])
+        empty_path = os.path.join(work, "python-empty-b.onnx")
+        onnx.save(helper.make_model(graph), empty_path)
+        empty = ballast.open_model(empty_path)
+        quant = [d for d in empty.plan() if d.kind == "quant_int8"]
+        expect(len(quant) == 1 and quant[0].second is not None and quant[0].second.bytes == 0
+               and quant[0].second.dims == (0,) and quant[0].first.dims == (0, 4),
+               "quant_int8 of an empty B: both halves planned (%s)" % quant)
+        empty_res = ballast.Residency(ballast.open_backend("cpu"), empty)
+        value = empty_res.pin(quant[0])
+        shapes = [(h.dtype, numpy.from_dlpack(h).shape) for h in value.halves]
+        expect(shapes == [("int8", (0, 4)), ("float", (0,))], "quant_int8 of an empty B pinned: %s" % shapes)
+        del value
+        empty_res.release()
+        del empty_res, empty, quant
     if step == "torch":
         ten = torch.from_dlpack(w0)
         expect(tuple(ten.shape) == w0.dims and ten.dtype == torch.float32 and ten.device.type == "cpu",
