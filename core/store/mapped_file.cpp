@@ -31,6 +31,11 @@ FileStamp stamp_of(const struct stat& st) noexcept {
   return s;
 }
 
+bool only_status_changed(const FileStamp& opened, const FileStamp& now) noexcept {
+  return now.size == opened.size && now.mtime_sec == opened.mtime_sec && now.mtime_nsec == opened.mtime_nsec &&
+         (now.ctime_sec != opened.ctime_sec || now.ctime_nsec != opened.ctime_nsec);
+}
+
 namespace {
 
 std::function<void(const MappedFile&)> g_read_hook;
@@ -133,8 +138,7 @@ Status MappedFile::check_descriptor(int fd) const {
                       path_.string() + ": the descriptor read is not the mapped file (inode " +
                           std::to_string(stamp_.identity.inode) + ", read " + std::to_string(now.identity.inode) + ")",
                       path_);
-  if (now.size == stamp_.size && now.mtime_sec == stamp_.mtime_sec && now.mtime_nsec == stamp_.mtime_nsec &&
-      (now.ctime_sec != stamp_.ctime_sec || now.ctime_nsec != stamp_.ctime_nsec)) {
+  if (only_status_changed(stamp_, now)) {
     // Only the status changed: unlinking the file, or renaming another over
     // its path (the safe re-export), does that to the mapped inode itself,
     // bytes untouched. Refused while the path still names this inode (a

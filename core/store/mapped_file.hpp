@@ -38,6 +38,12 @@ struct FileStamp {
   std::int64_t ctime_nsec = 0;
 };
 FileStamp stamp_of(const struct stat& st) noexcept;
+// Whether `now` differs from `opened` in its status-change time alone
+// (size and modification time equal): what unlinking a file, or renaming
+// another over its path, does to the inode, its bytes untouched. Either
+// field of that time alone is a change: on a file system whose times are
+// whole seconds, the nanoseconds never differ.
+bool only_status_changed(const FileStamp& opened, const FileStamp& now) noexcept;
 
 class MappedFile {
  public:

@@ -8,6 +8,7 @@
 // host copy, and its store references exactly the rank's in-place ranges.
 // A file cut under its mapping is an io error naming it on every path that
 // reads; a shard set that says it is in place and is not is refused.
+#include "dist/check_shards.hpp"
 #include "unit/dist/ranks.hpp"
 #include "unit/shard/models.hpp"
 
@@ -366,4 +367,34 @@ TEST_CASE("share_row_maxima: in-place shards with a miscounted flag list are ref
   const Status s = share_row_maxima(*m, plans->ranks[0], *shards, *plan, *(*comm)[0]);
   REQUIRE_FALSE(s.ok());
   CHECK(s.code() == ErrorCode::invalid_argument);
+}
+
+// read_shard()'s own bounds, for callers that did not run check_shards: an
+// index the shard set holds and the plan does not, or the reverse, is
+// refused, its bytes never handed on.
+TEST_CASE("read_shard: an index past the plan's weights or past the shard set's shards is refused") {
+  const Model none;
+  ShardPlan rank;
+  rank.weights.resize(1);
+  std::vector<std::byte> bytes(16);
+  RankShards shards;
+  shards.shards = {std::span(bytes).first(8), std::span(bytes).subspan(8)};  // one more than the plan
+  int handed = 0;
+  const auto sink = [&](Bytes b) {
+    ++handed;
+    CHECK(b.size() == 8);
+    return Status();
+  };
+  CHECK(dist::read_shard(none, rank, shards, 0, sink).ok());
+  CHECK(handed == 1);
+  for (std::size_t i : {std::size_t{1}, std::size_t{2}}) {
+    CAPTURE(i);
+    const Status s = dist::read_shard(none, rank, shards, i, sink);
+    CHECK(s.code() == ErrorCode::invalid_argument);
+    CHECK_MESSAGE(s.to_string().find("the shard set has no shard " + std::to_string(i)) != std::string::npos,
+                  s.to_string());
+  }
+  rank.weights.resize(3);  // now the plan names one more than the set holds
+  CHECK(dist::read_shard(none, rank, shards, 2, sink).code() == ErrorCode::invalid_argument);
+  CHECK(handed == 1);
 }

@@ -442,3 +442,29 @@ TEST_CASE(
   CHECK(memo.bind_sources(9).ok());
   static_cast<void>(memo.release(gpu));
 }
+
+// The key's text (in a failed free's error) names each operand that is
+// set, and no operand that is not.
+TEST_CASE("DerivationKey::to_string names the operands that are set, and only those") {
+  DerivationKey k;
+  k.source = 0x1000;
+  k.rows = 4;
+  k.cols = 64;
+  k.src_type = DataType::float16;
+  CHECK(k.to_string() == "source 0x1000 [4 x 64] float16");
+  k.block_size = 32;
+  k.scales = 0x2000;
+  CHECK(k.to_string() == "source 0x1000 [4 x 64] float16 block 32 scales 0x2000");
+  k.zero_point = 0x3000;
+  CHECK(k.to_string() == "source 0x1000 [4 x 64] float16 block 32 scales 0x2000 zero points 0x3000");
+  k.scales = 0;
+  CHECK(k.to_string() == "source 0x1000 [4 x 64] float16 block 32 zero points 0x3000");
+  k = DerivationKey{};
+  k.source = 0x1000;
+  k.rows = 4;
+  k.cols = 16;
+  k.src_type = DataType::float32;
+  k.src_cols = 64;
+  k.col_offset = 32;
+  CHECK(k.to_string() == "source 0x1000 [4 x 16] float columns 32+ of 64");
+}

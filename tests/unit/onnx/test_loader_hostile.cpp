@@ -1,5 +1,6 @@
 // Hostile inputs: each must give its typed error, never a crash, a hang or
 // a half-filled model.
+#include "onnx/external_data.hpp"
 #include "onnx/wire_reader.hpp"
 #include "unit/onnx/external_fixture.hpp"
 
@@ -385,4 +386,21 @@ TEST_CASE("empty and duplicate initializer names are refused, naming the weight"
   CHECK(nul.code() == ErrorCode::malformed);
   CHECK(nul.error().message.find("NUL byte; C callers would read it as 'a'") != std::string::npos);
   CHECK(nul.error().tensor == "a\\x00x");
+}
+
+// A drive letter is an ASCII letter, either case, the ends of both ranges
+// included, before a colon; the bytes just outside those ranges make an
+// ordinary relative name.
+TEST_CASE("drive-letter locations: every letter range's ends refused, the bytes beside them not") {
+  for (const char* drive : {"A:w.bin", "Z:w.bin", "a:w.bin", "z:w.bin", "m:\\w.bin"}) {
+    CAPTURE(drive);
+    const Status s = onnx::check_location_text(drive);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.code() == ErrorCode::path_escapes);
+    CHECK_MESSAGE(s.to_string().find("is absolute") != std::string::npos, s.to_string());
+  }
+  for (const char* name : {"@:w.bin", "[:w.bin", "`:w.bin", "{:w.bin", "0:w.bin", "ab:w.bin"}) {
+    CAPTURE(name);
+    CHECK(onnx::check_location_text(name).ok());
+  }
 }

@@ -112,3 +112,34 @@ TEST_CASE("drop_page_cache takes every mapped file out of the page cache") {
   std::filesystem::remove(h.paths[1]);
   CHECK(drop_page_cache(h.store).code() == ErrorCode::not_found);
 }
+
+// cached_bytes() checks each range against the file as this store mapped
+// it: one that starts inside and runs past the end is refused as one that
+// starts past it is (mincore would otherwise count the bytes of the last
+// page past the file's end, or fail on the page after the mapping).
+TEST_CASE("cached_bytes counts ranges inside the file; a range reaching past its end is refused") {
+  HandStore h("read-cached");
+  const std::uint64_t size = 4 * kPage + 100;  // the last page is part file, part past its end
+  const MappingId a = h.file("a.bin", size);
+  auto populated = populate_mapping(h.store, a, std::vector<ReadRange>{{0, size}});
+  REQUIRE_MESSAGE(populated.ok(), populated.status().to_string());
+  const Bytes mapping = *h.store.mmap_full_bytes(a);
+  auto inside = cached_bytes(h.store, a, std::vector<ReadRange>{{0, size}, {kPage + 3, 10}, {size - 1, 1}, {size, 0}});
+  REQUIRE_MESSAGE(inside.ok(), inside.status().to_string());
+  if (resident_pages(mapping, 0, size) == 5)
+    CHECK(*inside == size + 11);
+  else
+    MESSAGE("the page cache did not keep the populated pages: the count is not checked");
+  const ReadRange outside[] = {{size - 10, 11}, {size - 10, 200}, {size, 1},
+                               {0, size + 1},   {size + 1, 1},    {size - 10, UINT64_MAX}};
+  for (const ReadRange& r : outside) {
+    CAPTURE(r.offset);
+    CAPTURE(r.length);
+    auto got = cached_bytes(h.store, a, std::vector<ReadRange>{{0, 1}, r});
+    REQUIRE_FALSE(got.ok());
+    CHECK(got.code() == ErrorCode::out_of_bounds);
+    CHECK_MESSAGE(contains(got.status().to_string(), "a range lies outside " + h.paths[0].string()),
+                  got.status().to_string());
+  }
+  CHECK(cached_bytes(h.store, 9, std::vector<ReadRange>{{0, 1}}).code() == ErrorCode::not_found);
+}

@@ -672,3 +672,39 @@ TEST_CASE("no zero_copy pin after release(): refused, and the file is not regist
   CHECK((*gpu)->counters().live_allocations == 0);
   CHECK((*r)->registrations().registered_bytes == 0);
 }
+
+// A derivation's value takes one block from the budget, a pair's two: a
+// single value that also asked for an empty second block cost one more
+// pool miss and one more backend allocation on every build.
+TEST_CASE("a derivation's build takes one block for a single value, two for a pair") {
+  const Model m = layered_model();
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  auto plan = plan_derivations(m);
+  REQUIRE_MESSAGE(plan.ok(), plan.status().to_string());
+  bool saw_single = false, saw_pair = false;
+  for (const PlannedDerivation& p : *plan) {
+    if (p.of_transposed) continue;  // its operand is a derivation too
+    CAPTURE(p.weight);
+    const bool pair = derivation_yields_pair(p.kind());
+    (pair ? saw_pair : saw_single) = true;
+    ResidencyOptions o;
+    o.strategy = ResidencyStrategy::paged;
+    o.derivations = std::vector<PlannedDerivation>{p};
+    auto r = Residency::create(**gpu, m, o);
+    REQUIRE_MESSAGE(r.ok(), r.status().to_string());
+    const std::uint64_t live = (*gpu)->counters().live_allocations;
+    {
+      auto pinned = (*r)->pin(p);
+      REQUIRE_MESSAGE(pinned.ok(), pinned.status().to_string());
+      CHECK((pinned->second() != 0) == pair);
+    }
+    const std::uint64_t operands = 1 + (p.scales ? 1 : 0) + (p.zero_points ? 1 : 0);  // paged in, then kept
+    const std::uint64_t blocks = operands + (pair ? 2 : 1);
+    CHECK((*r)->stats().pool_misses == blocks);
+    CHECK((*gpu)->counters().live_allocations - live == blocks);
+    CHECK((*r)->release(**gpu).status.ok());
+  }
+  CHECK(saw_single);
+  CHECK(saw_pair);
+}

@@ -250,3 +250,37 @@ TEST_CASE("the SIGBUS guard catches its own copy's source range and nothing else
     CHECK_MESSAGE(died_of_sigbus(status), "status " << status);
   }
 }
+
+// check_descriptor() lets a read go on when only the status-change time
+// moved (the mapped file unlinked, or another renamed over its path):
+// either field of that time alone is such a move. On a file system whose
+// times are whole seconds the nanoseconds never differ, so a check that
+// needed both would refuse every read of an unlinked file there.
+TEST_CASE("only the status-change time changed: its seconds alone, its nanoseconds alone, or both") {
+  store::FileStamp opened;
+  opened.size = 65536;
+  opened.mtime_sec = 1000;
+  opened.mtime_nsec = 0;
+  opened.ctime_sec = 2000;
+  opened.ctime_nsec = 0;
+  CHECK_FALSE(store::only_status_changed(opened, opened));  // nothing changed
+  for (const auto& [seconds, nanoseconds] : {std::pair{1L, 0L}, std::pair{0L, 1L}, std::pair{1L, 1L}}) {
+    CAPTURE(seconds);
+    CAPTURE(nanoseconds);
+    store::FileStamp now = opened;
+    now.ctime_sec += seconds;
+    now.ctime_nsec += nanoseconds;
+    CHECK(store::only_status_changed(opened, now));
+    // With the size or the modification time changed too, the bytes may
+    // have: not a change of status alone.
+    store::FileStamp resized = now;
+    resized.size -= 1;
+    CHECK_FALSE(store::only_status_changed(opened, resized));
+    store::FileStamp modified = now;
+    modified.mtime_sec += 1;
+    CHECK_FALSE(store::only_status_changed(opened, modified));
+    modified = now;
+    modified.mtime_nsec += 1;
+    CHECK_FALSE(store::only_status_changed(opened, modified));
+  }
+}
