@@ -29,6 +29,17 @@ std::uint64_t next_epoch() noexcept {
   static std::atomic<std::uint64_t> next{1};
   return next.fetch_add(1, std::memory_order_relaxed);
 }
+
+Error foreign_backend(const std::string& label, const GpuBackend& own, const GpuBackend& given) {
+  const auto name = [](const GpuBackend& g) {
+    const DeviceInfo& d = g.info();
+    return d.backend + ":" + std::to_string(d.index) + " (" + d.name + ")";
+  };
+  return make_error(ErrorCode::invalid_argument,
+                    label + ": release on " + name(given) + ", not on the backend it was made on, " + name(own) +
+                        (name(own) == name(given) ? " (another open of the same device)" : "") +
+                        ": refused, nothing freed; release it on its own backend");
+}
 }  // namespace
 
 struct DeviceWeights::Impl {
@@ -335,6 +346,14 @@ Released DeviceWeights::release(GpuBackend& backend) {
   Impl& m = *impl_;
   std::lock_guard lock(m.mutex);
   Released out;
+  // Every upload and registration is the backend's it was made on: freed
+  // on another, each would be refused (or, where two devices hand out the
+  // same addresses, free someone else's), and clearing the lists would
+  // then lose them. Refused whole instead, nothing touched.
+  if (&backend != m.backend) {
+    out.status = foreign_backend(m.label, *m.backend, backend);
+    return out;
+  }
   // The first failure is the report's, named by the weight's file and
   // offset (the store knows no names); later ones are counted in it.
   // Naming is a courtesy: without host memory for it, the backend's error

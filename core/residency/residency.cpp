@@ -443,8 +443,24 @@ std::string Residency::label() const { return impl_->label; }
 
 Released Residency::release(GpuBackend& backend) {
   Impl& m = *impl_;
-  m.prefetcher.stop();
   Released out;
+  // Everything here was allocated or registered on m.gpu: freed on another
+  // backend, each free would be refused (or, where two devices hand out
+  // the same addresses, free someone else's) and the entries would be
+  // forgotten all the same. Refused whole, nothing touched.
+  if (&backend != &m.gpu) {
+    const auto name = [](const GpuBackend& g) {
+      const DeviceInfo& d = g.info();
+      return d.backend + ":" + std::to_string(d.index) + " (" + d.name + ")";
+    };
+    out.status =
+        make_error(ErrorCode::invalid_argument,
+                   label() + ": release on " + name(backend) + ", not on the backend it was made on, " + name(m.gpu) +
+                       (name(backend) == name(m.gpu) ? " (another open of the same device)" : "") +
+                       ": refused, nothing freed; release it on its own backend");
+    return out;
+  }
+  m.prefetcher.stop();
   auto note = [&](Status s) {
     if (s.ok()) return;
     ++out.failed_frees;

@@ -26,6 +26,9 @@ namespace reference = ballast::reference;
 namespace {
 
 // Allocates the outputs of `l`, launches and waits; what the memo builds.
+// On failure it frees what it allocated, as the memo's build contract
+// asks: otherwise a backend whose launch fails would also be reported as
+// leaking the suite's own allocations.
 Result<DerivedPair> run(DerivationLaunch l) {
   auto& g = gpu();
   auto sizes = ballast::derivation_sizes(l);
@@ -35,12 +38,19 @@ Result<DerivedPair> run(DerivationLaunch l) {
   l.dst = *dst;
   if (sizes->dst2_bytes != 0) {
     auto second = g.allocate(sizes->dst2_bytes);
-    if (!second.ok()) return second.error();
+    if (!second.ok()) {
+      static_cast<void>(g.free(l.dst));
+      return second.error();
+    }
     l.dst2 = *second;
   }
   ballast::Status s = g.launch(l);
   if (s.ok()) s = g.synchronize();
-  if (!s.ok()) return s.error();
+  if (!s.ok()) {
+    static_cast<void>(g.free(l.dst));
+    if (l.dst2 != 0) static_cast<void>(g.free(l.dst2));
+    return s.error();
+  }
   return DerivedPair{{l.dst, sizes->dst_bytes}, {l.dst2, sizes->dst2_bytes}};
 }
 

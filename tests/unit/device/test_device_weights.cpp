@@ -445,3 +445,64 @@ TEST_CASE(
   CHECK((*again)->release(w).status.ok());
   CHECK(w.counters().live_allocations == before.live_allocations);
 }
+
+TEST_CASE("release on another backend than the one made on is refused whole: nothing freed, nothing forgotten") {
+  // Two opens of cpu: the same device, two GpuBackends, each with its own
+  // record of live ranges. Freed on the other one, every upload would be
+  // refused and then dropped from the lists: lost until the backend closes
+  // (and on devices that hand out the same addresses, another's freed).
+  auto own = open_backend("cpu");
+  auto other = open_backend("cpu");
+  REQUIRE(own.ok());
+  REQUIRE(other.ok());
+  GpuBackend& g = **own;
+  const AllocationCounters before = g.counters();
+  Fixture f;
+  {
+    DeviceWeights dw(g, f.store);
+    REQUIRE(dw.resolve(f.head).ok());
+    REQUIRE(dw.resolve(f.inline_id).ok());
+    const AllocationCounters held = g.counters();
+    const Released wrong = dw.release(**other);
+    REQUIRE_FALSE(wrong.status.ok());
+    CHECK(wrong.status.error().code == ErrorCode::invalid_argument);
+    CHECK_MESSAGE(wrong.status.error().message.find("not on the backend it was made on") != std::string::npos,
+                  wrong.status.error().to_string());
+    CHECK(wrong.bytes_freed == 0);
+    CHECK(wrong.failed_frees == 0);
+    CHECK(g.counters().live_allocations == held.live_allocations);
+    CHECK(g.counters().live_registrations == held.live_registrations);
+    CHECK(dw.residency().uploaded_weights == 1);  // still its own
+    const Released right = dw.release(g);
+    CHECK(right.status.ok());
+    CHECK(right.bytes_freed == 96);
+  }
+  CHECK(g.counters().live_allocations == before.live_allocations);
+  CHECK(g.counters().live_registrations == before.live_registrations);
+
+  using test_models::OrphanedPrefixModel;
+  testing::ScratchDir dir("release-on-another-backend");
+  const auto files = OrphanedPrefixModel::write(dir.path());
+  auto model = load_onnx(files.onnx);
+  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+  for (auto strategy : {ResidencyStrategy::upload, ResidencyStrategy::zero_copy, ResidencyStrategy::paged}) {
+    CAPTURE(static_cast<int>(strategy));
+    ResidencyOptions o;
+    o.strategy = strategy;
+    o.derivations = std::vector<PlannedDerivation>{};
+    auto r = Residency::create(g, *model, o);
+    REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+    for (const auto& [id, weight] : model->store().weights()) REQUIRE((*r)->pin(id).ok());
+    const AllocationCounters held = g.counters();
+    const Released wrong = (*r)->release(**other);
+    REQUIRE_FALSE(wrong.status.ok());
+    CHECK(wrong.status.error().code == ErrorCode::invalid_argument);
+    CHECK(wrong.bytes_freed == 0);
+    CHECK(g.counters().live_allocations == held.live_allocations);
+    CHECK(g.counters().live_registrations == held.live_registrations);
+    for (const auto& [id, weight] : model->store().weights()) CHECK((*r)->pin(id).ok());  // still usable
+    CHECK((*r)->release(g).status.ok());
+    CHECK(g.counters().live_allocations == before.live_allocations);
+    CHECK(g.counters().live_registrations == before.live_registrations);
+  }
+}
