@@ -150,7 +150,7 @@ Result<Derived> build(const DeriveContext& ctx, const PlannedDerivation& p, Deri
 }
 
 Result<DerivedValue> derive_unwrapped(const DeriveContext& ctx, const PlannedDerivation& p) {
-  BALLAST_RETURN_IF_ERROR(ctx.memo.bind_sources(ctx.sources.epoch()));
+  BALLAST_RETURN_IF_ERROR(ctx.memo.bind_sources(ctx.sources.epoch(), ctx.backend));
   BALLAST_RETURN_IF_ERROR(derive::check_planned(ctx.model, p));
   DerivationLaunch l = p.launch;
   BALLAST_ASSIGN_OR_RETURN(auto sizes, derivation_sizes(l));
@@ -382,7 +382,7 @@ Status settle(Wave& wave, Status added, const char* finishing) {
 
 Result<std::vector<DerivedValue>> derive_all_unwrapped(const DeriveContext& ctx, std::span<const PlannedDerivation> plan,
                                                        const DeriveProgressFn& report) {
-  BALLAST_RETURN_IF_ERROR(ctx.memo.bind_sources(ctx.sources.epoch()));
+  BALLAST_RETURN_IF_ERROR(ctx.memo.bind_sources(ctx.sources.epoch(), ctx.backend));
   for (const PlannedDerivation& p : plan) BALLAST_RETURN_IF_ERROR(derive::check_planned(ctx.model, p));
   std::vector<DerivedValue> results(plan.size());
   DeriveProgress progress;

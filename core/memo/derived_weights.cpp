@@ -18,6 +18,9 @@ struct DerivedWeights::Impl {
   memo::HitCounters counters;
   // bind_sources(): the epoch the keys' pointers belong to (0: none yet).
   std::atomic<std::uint64_t> sources_epoch{0};
+  // bind_sources(epoch, backend): the backend the values are built on
+  // (null: not told), under bind_mutex.
+  const GpuBackend* backend = nullptr;
   std::mutex bind_mutex;
   std::unique_ptr<memo::MemoMap<DerivedPtr>> singles[kDerivationCount];
   std::unique_ptr<memo::MemoMap<DerivedPair>> pairs[kDerivationCount];
@@ -139,6 +142,29 @@ Status DerivedWeights::bind_sources(std::uint64_t epoch) {
   return {};
 }
 
+namespace {
+std::string backend_text(const GpuBackend& g) {
+  const DeviceInfo& d = g.info();
+  return d.backend + ":" + std::to_string(d.index) + " (" + d.name + ")";
+}
+}  // namespace
+
+Status DerivedWeights::bind_sources(std::uint64_t epoch, const GpuBackend& backend) {
+  Impl& m = *impl_;
+  {
+    std::lock_guard lock(m.bind_mutex);
+    if (m.backend != nullptr && m.backend != &backend && len() != 0)
+      return make_error(ErrorCode::invalid_argument, "memo '" + label_ + "' holds " + std::to_string(len()) +
+                                                         " values built on " + backend_text(*m.backend) + ", not on " +
+                                                         backend_text(backend) +
+                                                         ": a memo serves one backend; derive into a fresh one");
+  }
+  BALLAST_RETURN_IF_ERROR(bind_sources(epoch));
+  std::lock_guard lock(m.bind_mutex);
+  m.backend = &backend;
+  return {};
+}
+
 std::size_t DerivedWeights::len() const noexcept {
   std::size_t n = 0;
   impl_->each([&](const auto& map) { n += map.len(); });
@@ -207,8 +233,19 @@ class Freer {
 }  // namespace
 
 Released DerivedWeights::release(GpuBackend& backend) {
-  Freer freer(backend, label_);
   Impl& m = *impl_;
+  {
+    std::lock_guard lock(m.bind_mutex);
+    if (m.backend != nullptr && m.backend != &backend && len() != 0) {
+      Released out;
+      out.status = make_error(ErrorCode::invalid_argument,
+                              label_ + ": release on " + backend_text(backend) +
+                                  ", not on the backend its values were built on, " + backend_text(*m.backend) +
+                                  ": refused, nothing freed; release it on its own backend");
+      return out;
+    }
+  }
+  Freer freer(backend, label_);
   for (auto& map : m.singles)
     if (map)
       for (const auto& [key, value] : map->take_all()) freer.free_value(map->kind(), key, value, "");
@@ -221,6 +258,7 @@ Released DerivedWeights::release(GpuBackend& backend) {
   {
     std::lock_guard lock(m.bind_mutex);
     m.sources_epoch.store(0, std::memory_order_release);  // empty: free to serve any sources
+    m.backend = nullptr;                                  // ...on any backend
   }
   return std::move(freer).finish();
 }

@@ -57,8 +57,9 @@
 // Thread safety: every method may be called concurrently, except release()
 // and destruction (teardown), which must not overlap other use. Hits take
 // no lock and write no shared cache line. The destructor frees nothing
-// (the memo holds no backend): call release() first, e.g. through a
-// TeardownHost. Full story: docs/derived_weights.md.
+// (the memo owns no backend to free on): call release() first, on the
+// backend the values were built on, e.g. through a TeardownHost. Full
+// story: docs/derived_weights.md.
 #pragma once
 
 #include <ballast/export.hpp>
@@ -264,6 +265,11 @@ class DerivedWeights final : public ModelResource<GpuBackend> {
   // a lookup would return another weight's value). derive_weight() and
   // derive_weights() call it; release() unties the memo.
   Status bind_sources(std::uint64_t epoch);
+  // The same, and ties the memo to `backend`, the one its values are built
+  // on (derive_weight() and derive_weights() pass ctx.backend):
+  // invalid_argument while it holds values built on another, and release()
+  // on another backend is then refused whole, nothing freed or forgotten.
+  Status bind_sources(std::uint64_t epoch, const GpuBackend& backend);
 
   // --- accounting ----------------------------------------------------------
   std::size_t len() const noexcept;  // memoized entries, every kind (builds in flight excluded)
@@ -277,6 +283,9 @@ class DerivedWeights final : public ModelResource<GpuBackend> {
   // empty afterwards even when frees fail: a refused free is counted and
   // reported (the first error, with its kind and key) rather than retried,
   // since a pointer the backend refused once is not one it will take later.
+  // A memo tied to a backend (bind_sources) refuses a release on another
+  // one whole, invalid_argument, keeping every value: each free there would
+  // be refused, and the values forgotten would stay live on their own.
   Released release(GpuBackend& backend) override;
 
  private:

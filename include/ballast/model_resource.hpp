@@ -52,6 +52,9 @@ class ModelResource {
   // Releases everything the resource owns on `backend`. Idempotent: after it
   // returns the resource owns nothing, even when some frees failed (those are
   // reported, not retried), so a second call frees nothing and succeeds.
+  // The one exception: a resource that knows its backend (DeviceWeights,
+  // Residency, a DerivedWeights tied by derive) refuses a release on
+  // another one whole, invalid_argument, owning all it did.
   // Must not throw.
   virtual Released release(Backend& backend) = 0;
 };

@@ -443,6 +443,50 @@ TEST_CASE(
   static_cast<void>(memo.release(gpu));
 }
 
+// A memo tied to a backend (bind_sources(epoch, backend), as derive_weight
+// ties it) serves that backend only: deriving on another is refused while
+// it holds values, and a release on another is refused whole, every value
+// kept and still live, so the release on its own backend frees them all.
+TEST_CASE(
+    "bind_sources with a backend: another backend is refused, for deriving and for release, while values remain") {
+  RecordingBackend own, other;
+  const DevicePtr key = alloc(own, 64);
+  DerivedWeights memo("tied memo");
+  CHECK(memo.bind_sources(3, other).ok());  // empty: any backend, and the last one told is the memo's
+  CHECK(memo.bind_sources(3, own).ok());
+  const DerivedPtr value = derived(own, 64);
+  REQUIRE(memo.insert_ptr(derive::transpose, key_of(key), value).ok());
+  CHECK(memo.bind_sources(3, own).ok());
+  CHECK(memo.bind_sources(3).ok());  // told no backend: the epoch's rule alone
+  Status refused = memo.bind_sources(3, other);
+  REQUIRE(refused.code() == ErrorCode::invalid_argument);
+  CHECK_MESSAGE(
+      refused.error().to_string().find("memo 'tied memo' holds 1 values built on recording:0") != std::string::npos,
+      refused.error().to_string());
+
+  const Released wrong = memo.release(other);
+  REQUIRE(wrong.status.code() == ErrorCode::invalid_argument);
+  const std::string text = wrong.status.error().to_string();
+  CHECK_MESSAGE(text.find("tied memo: release on recording:0") != std::string::npos, text);
+  CHECK_MESSAGE(text.find("not on the backend its values were built on") != std::string::npos, text);
+  CHECK(wrong.allocations_freed == 0);
+  CHECK(wrong.failed_frees == 0);
+  CHECK(other.freed().empty());  // nothing reached the other backend
+  CHECK(memo.len() == 1);        // nothing forgotten
+  CHECK(own.is_live(value.first));
+  CHECK(memo.get_ptr(derive::transpose, key_of(key)).has_value());
+
+  const Released right = memo.release(own);
+  CHECK(right.status.ok());
+  CHECK(right.allocations_freed == 1);
+  CHECK_FALSE(own.is_live(value.first));
+  // Released, the memo is untied: another backend may take it, and a
+  // release on any backend of an empty memo frees nothing and succeeds.
+  CHECK(memo.release(other).status.ok());
+  CHECK(memo.bind_sources(4, other).ok());
+  static_cast<void>(own.free(key));
+}
+
 // The key's text (in a failed free's error) names each operand that is
 // set, and no operand that is not.
 TEST_CASE("DerivationKey::to_string names the operands that are set, and only those") {
