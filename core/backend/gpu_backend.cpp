@@ -211,6 +211,24 @@ Status GpuBackend::unregister_host(DevicePtr ptr) {
   return s;
 }
 
+Status GpuBackend::unregister_host(DevicePtr ptr, std::uint64_t bytes, HostAccess access) {
+  detail::Registration made;
+  made.bytes = bytes;
+  made.access = access;
+  auto node = live_->take_registration(ptr, &made);
+  if (!node)
+    return make_error(ErrorCode::invalid_argument, hex(ptr) + " is not a live " +
+                                                       (access == HostAccess::read_only ? "read-only" : "read-write") +
+                                                       " host registration of " + std::to_string(bytes) + " bytes")
+        .with_context(info().backend + ": unregister host memory");
+  Status s = do_unregister_host({ptr, node.mapped().cookie}, node.mapped().bytes, node.mapped().access);
+  if (!s) {
+    live_->restore_registration(std::move(node));
+    return std::move(s).with_context(info().backend + ": unregister host memory at " + hex(ptr));
+  }
+  return s;
+}
+
 Status GpuBackend::launch(const DerivationLaunch& l) {
   const auto doing = [&] { return info().backend + ": launch " + std::string(derivation_name(l.kind)); };
   auto sizes = derivation_sizes(l);

@@ -57,11 +57,15 @@ void LiveRanges::add_registration(DevicePtr start, const Registration& r) {
   registrations_.emplace(start, r);
 }
 
-LiveRanges::RegistrationNode LiveRanges::take_registration(DevicePtr start) {
+LiveRanges::RegistrationNode LiveRanges::take_registration(DevicePtr start, const Registration* made) {
   std::lock_guard lock(mutex_);
   auto [first, last] = registrations_.equal_range(start);
-  if (first == last) return {};
-  return registrations_.extract(std::prev(last));
+  for (auto it = last; it != first;) {
+    --it;
+    if (made == nullptr || (it->second.bytes == made->bytes && it->second.access == made->access))
+      return registrations_.extract(it);
+  }
+  return {};
 }
 
 void LiveRanges::restore_registration(RegistrationNode node) {

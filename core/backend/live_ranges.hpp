@@ -48,8 +48,10 @@ class LiveRanges {
 
   void add_registration(DevicePtr start, const Registration& r);
   using RegistrationNode = std::multimap<DevicePtr, Registration>::node_type;
-  // The most recent registration starting exactly at `start`.
-  RegistrationNode take_registration(DevicePtr start);
+  // The most recent registration starting exactly at `start` (and, given
+  // `made`, of its size and access: a registration's identity is all
+  // three, since registrations may share a start).
+  RegistrationNode take_registration(DevicePtr start, const Registration* made = nullptr);
   void restore_registration(RegistrationNode node);
 
   // [ptr, ptr + bytes) lies inside one live allocation, or one registration

@@ -391,7 +391,10 @@ Released DeviceWeights::release(GpuBackend& backend) {
   for (auto& [mapping, regs] : m.registrations) {
     for (const Impl::Registration& r : regs) {
       if (r.ptr == 0) continue;
-      if (Status s = backend.unregister_host(r.ptr); !s.ok())
+      // By pointer, size and access: another DeviceWeights (or Residency)
+      // over this store may hold a registration from the same start with
+      // another length, which a pointer alone would end instead of this one.
+      if (Status s = backend.unregister_host(r.ptr, r.length, HostAccess::read_only); !s.ok())
         note_failure(std::move(s), [&, mapping = mapping](Error& e) {
           const std::string path = m.store->mapping_path(mapping).value_or("?").string();
           if (e.file.empty()) e.file = path;

@@ -139,6 +139,12 @@ class GpuBackend {
   Result<DevicePtr> register_host(const void* host, std::uint64_t bytes, HostAccess access);
   // Ends the most recent registration returned as `ptr`.
   Status unregister_host(DevicePtr ptr);
+  // Ends the most recent registration returned as `ptr` that was made with
+  // `bytes` and `access`: an owner that shares a start with another (two
+  // DeviceWeights over one mapping planning other ranges; on the CPU the
+  // pointer is the host address itself) ends its own registration in any
+  // order, never the other's. invalid_argument when none matches.
+  Status unregister_host(DevicePtr ptr, std::uint64_t bytes, HostAccess access);
 
   // Enqueues one derivation after the checks above.
   Status launch(const DerivationLaunch& launch);

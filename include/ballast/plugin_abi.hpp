@@ -438,8 +438,10 @@ class ForwardingDevice final : public BackendDevice {
     if (!p) return std::move(p.error());
     return BackendRange{*p, *p};
   }
-  Status do_unregister_host(const BackendRange& r, std::uint64_t, HostAccess) override {
-    return inner_->unregister_host(r.ptr);
+  // By size and access too: the inner backend may hold another registration
+  // from the same start (registrations may overlap).
+  Status do_unregister_host(const BackendRange& r, std::uint64_t bytes, HostAccess access) override {
+    return inner_->unregister_host(r.ptr, bytes, access);
   }
   Status do_launch(const DerivationLaunch& l, const DerivationSizes&, const LaunchOperands&) override {
     return inner_->launch(l);

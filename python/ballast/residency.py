@@ -251,6 +251,13 @@ class Residency(_Handle):
             layouts = [what.first] + ([what.second] if what.second else [])
             target = what
         else:
+            # A Weight is pinned by its name, and its dtype, dims and bytes
+            # shape what the Value exports: both are its model's. Another
+            # model's weight of the same name may be another tensor, so it
+            # is refused, as the C API refuses another model's plan.
+            if isinstance(what, Weight) and what.model is not self.model:
+                raise BallastError(Code.INVALID_ARGUMENT, "invalid_argument: weight '%s' is a weight of another "
+                                   "model, not of this residency's" % _capi.echo(what.name))
             w = what if isinstance(what, Weight) else self.model.weight(what)
             layouts = [Layout(w.dtype, w.dims, w.bytes)]
             # Pinned by the name's bytes as the model spells them: `name`,

@@ -270,6 +270,29 @@ def test_replay(cli, model, label):
            "replay %s (text): per-token table and summary, no progress bar in a pipe" % label)
 
 
+def test_replay_aliases(cli, model):
+    """Names that share bytes (tools/gen/make_alias_model.py): the walk
+    tells its values apart as the residency does, by where the bytes are, so
+    tied names are one value and the auto budget covers the walk (it once
+    counted same.c and same.d, and tied.a and tied.b as stored, twice)."""
+    rc, out, err = cli("inspect", model, "--json")
+    ab = json.loads(out)["auto_budget"]
+    for derived, entries in (("none", 6), ("first", 5)):
+        # none: tied.a/b, same.c/d, shared.qweight, scales.a, scales.b, zero_points.a: 6 ranges;
+        # first: the transposes of tied.a and tied.b (other shapes), of same.c/d (one), two dequant_int4.
+        rc, doc, err = cli.json("replay", model, "--tokens", 3, "--derived", derived)
+        clean(doc, "replay alias --derived %s" % derived)
+        w, s = doc.get("walk", {}), doc.get("summary", {})
+        expect(rc == 0 and w.get("entries") == entries and w.get("source_bytes") == ab["source_bytes"]
+               and s.get("minimum_paged_bytes_per_token") == 0 and s.get("budget_bytes", 0) >= w.get("touched_bytes")
+               and all(t["paged_in_bytes"] == 0 for t in doc.get("tokens", [{}])[1:]),
+               "replay alias --derived %s at auto: %d distinct values, tied names once, minimum 0 (got %d: %s; %s; %s)"
+               % (derived, entries, rc, err.strip(), w, s.get("budget_bytes")))
+        if derived == "none":
+            expect(w.get("touched_bytes") == ab["source_bytes"],
+                   "replay alias --derived none: touches the source bytes once (%s, %d)" % (w, ab["source_bytes"]))
+
+
 def test_replay_no_graph(cli, model, label):
     """A model without a graph (GGUF, sharded safetensors): replay walks its
     weights with the derivations the built-in rules plan, never an empty walk."""
@@ -372,6 +395,12 @@ def main():
     test_replay(cli, models["llm"], "llm")
     test_replay(cli, models["sample"], "sample")
     test_errors(cli, models["sample"])
+    alias = os.path.join(work, "alias")
+    gen = subprocess.run([sys.executable, os.path.join(a.gen, "make_alias_model.py"), alias], capture_output=True,
+                         text=True)
+    if not expect(gen.returncode == 0, "make_alias_model.py: exit 0 (%s)" % gen.stderr.strip()[-300:]):
+        return 1
+    test_replay_aliases(cli, os.path.join(alias, "alias.onnx"))
     gguf, st = os.path.join(work, "gguf"), os.path.join(work, "st")
     for script, out in (("make_gguf_models.py", gguf), ("make_safetensors_models.py", st)):
         gen = subprocess.run([sys.executable, os.path.join(a.gen, script), out], capture_output=True, text=True)

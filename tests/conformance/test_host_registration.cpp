@@ -234,4 +234,26 @@ TEST_CASE("host registration: a read-only file mapping read in place by copies a
     CHECK_FALSE(g.free(*again).ok());
     CHECK(g.unregister_host(*again).ok());
   }
+
+  SUBCASE("two registrations from one start: each owner ends its own, in any order") {
+    // Two owners of one mapping (two DeviceWeights planning other ranges)
+    // may register from the same byte; where the device pointer is the
+    // host address both get one pointer. By size and access, the first
+    // owner's end leaves the second's whole range readable.
+    auto page = g.register_host(base, 4096, HostAccess::read_only);
+    REQUIRE(page.ok());
+    auto three = g.register_host(base, 3 * 4096, HostAccess::read_only);
+    if (!three.ok()) {  // a driver that refuses overlapping registrations: no shared start to tell apart
+      MESSAGE("overlapping registration refused: " << describe(three.status()));
+      CHECK(g.unregister_host(*page, 4096, HostAccess::read_only).ok());
+      return;
+    }
+    CHECK_FALSE(g.unregister_host(*page, 2 * 4096, HostAccess::read_only).ok());  // no such registration
+    CHECK_FALSE(g.unregister_host(*page, 4096, HostAccess::read_write).ok());
+    REQUIRE(g.unregister_host(*page, 4096, HostAccess::read_only).ok());
+    CHECK(download(*three, 64, 2 * 4096) ==
+          std::vector<std::byte>(contents.begin() + 2 * 4096, contents.begin() + 2 * 4096 + 64));
+    REQUIRE(g.unregister_host(*three, 3 * 4096, HostAccess::read_only).ok());
+    CHECK_FALSE(g.unregister_host(*three, 3 * 4096, HostAccess::read_only).ok());  // ended already
+  }
 }

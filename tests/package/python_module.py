@@ -618,6 +618,23 @@ elif step == "misuse":
     other = ballast.open_model(model_path)
     raises(lambda: ballast.Residency(backend, other).pin(plan[0]), ballast.Code.INVALID_ARGUMENT,
            "a plan of another model")
+    # A Weight is pinned by its name and exported with its own dtype and
+    # dims: another model's weight of the same name (here a [2, 2] float32
+    # "layer0.weight", 16 bytes) is refused, never exported with its
+    # layout over this model's value (which read past the 16-byte value).
+    tiny = os.path.join(work, "python-misuse-tiny.safetensors")
+    header = json.dumps({"layer0.weight": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}}).encode()
+    with open(tiny, "wb") as f:
+        f.write(len(header).to_bytes(8, "little") + header + bytes(16))
+    small = ballast.open_model(tiny)
+    with ballast.Residency(backend, small, strategy="upload", derivations=False) as own:
+        with own.pin("layer0.weight") as v:
+            expect(v.first.bytes == v.value()[2] == 16, "a weight pinned by name in its own model: 16 bytes")
+        raises(lambda: own.pin(model.weight("layer0.weight")), ballast.Code.INVALID_ARGUMENT,
+               "a Weight of another model, of another shape under the same name")
+        raises(lambda: own.pin(ballast.open_model(tiny).weight("layer0.weight")), ballast.Code.INVALID_ARGUMENT,
+               "a Weight of another opening of the same file")
+    small.close()
     raises(lambda: plan[len(plan)], ballast.Code.OUT_OF_BOUNDS, "a plan index past the end")
     model.close()
     raises(lambda: model.weights, ballast.Code.INVALID_HANDLE, "a freed model's weights")

@@ -126,8 +126,12 @@ class MemoStrategy final : public DeriveStrategy {
     if (!v.ok()) return v.error();
     const DerivationKey& k = v->key;
     const int kind = static_cast<int>(p.kind());
-    if (!keys_.emplace(kind, std::make_tuple(k.source, k.scales, k.zero_point, k.rows, k.cols, k.block_size,
-                                             static_cast<int>(k.src_type), static_cast<int>(k.zero_points)))
+    // Every field of the memo's key (DerivationKey): the report's "shared"
+    // must be the memo's own sharing.
+    if (!keys_
+             .emplace(kind, std::make_tuple(k.source, k.scales, k.zero_point, k.rows, k.cols, k.block_size,
+                                            static_cast<int>(k.src_type), static_cast<int>(k.zero_points), k.src_cols,
+                                            k.col_offset))
              .second) {
       shared_ += 1;
     } else {
@@ -157,7 +161,8 @@ class MemoStrategy final : public DeriveStrategy {
   std::array<KindTotals, kDerivationCount> totals_{};
   // (derivation, every key field) and (derivation, source) seen so far:
   // ordered sets, so a model with 10,000 derivations is not a quadratic scan.
-  std::set<std::pair<int, std::tuple<DevicePtr, DevicePtr, DevicePtr, std::uint64_t, std::uint64_t, std::uint32_t, int, int>>>
+  std::set<std::pair<int, std::tuple<DevicePtr, DevicePtr, DevicePtr, std::uint64_t, std::uint64_t, std::uint32_t, int,
+                                     int, std::uint64_t, std::uint64_t>>>
       keys_;
   std::set<std::pair<int, DevicePtr>> sources_seen_;
   std::uint64_t shared_ = 0;

@@ -178,6 +178,42 @@ TEST_CASE("external weights are registered once, referenced bytes only, and read
   CHECK(g.counters().live_registrations == before.live_registrations);
 }
 
+TEST_CASE("two DeviceWeights over one mapping whose ranges share a start each end their own registration") {
+  // On the CPU a registration's pointer is the host address, so two
+  // owners registering from the same byte get the same pointer. One that
+  // splits at the dead gap registers [0, 64); one that does not, the hull
+  // [0, straddle end). Ending the first by its pointer alone ended the
+  // most recent registration there, the second's: its straddling weight,
+  // still handed out, was then "not inside any live ... host registration".
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  GpuBackend& g = **gpu;
+  const AllocationCounters before = g.counters();
+  Fixture f;
+  {
+    DeviceWeightsOptions split;
+    split.split_gap_bytes = 4096;
+    DeviceWeights small(g, f.store, split, "split at the gap");
+    DeviceWeights hull(g, f.store, "the hull");
+    REQUIRE(small.resolve(f.head).ok());
+    REQUIRE(small.resolve(f.straddle).ok());
+    auto head = hull.resolve(f.head);
+    auto straddle = hull.resolve(f.straddle);
+    REQUIRE(head.ok());
+    REQUIRE(straddle.ok());
+    CHECK(small.residency().registered_ranges == 2);
+    CHECK(hull.residency().registered_ranges == 1);
+    CHECK(small.resolve(f.head).value() == *head);  // one start, two registrations
+    CHECK(g.counters().live_registrations == before.live_registrations + 3);
+    CHECK(small.release(g).status.ok());  // released first: not last-in, first-out
+    CHECK(f.read_back(g, *straddle, 2000) == f.expected(f.straddle));
+    CHECK(f.read_back(g, *head, 64) == f.expected(f.head));
+    CHECK(g.counters().live_registrations == before.live_registrations + 1);
+    CHECK(hull.release(g).status.ok());
+  }
+  CHECK(g.counters().live_registrations == before.live_registrations);
+}
+
 TEST_CASE("a failed free of an inline weight's upload names the weight by its value id") {
   auto gpu = open_backend("cpu");
   REQUIRE(gpu.ok());

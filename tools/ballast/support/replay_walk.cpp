@@ -8,19 +8,37 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
+#include <utility>
 
 namespace ballast::cli {
 namespace {
 
-// What makes two derived steps the same value (the memo's view: kind,
-// operands, shape, types and a slice's columns; plan_derivations() tells
-// entries apart by the same tuple).
-auto identity(const PlannedDerivation& p) {
+// What makes two steps the same value, as the residency they pin through
+// keys its entries (docs/residency.md, "What an entry is"): where the
+// bytes are, never which name reached them, so tied weights (two names on
+// one byte range) are one value: (1, mapping, offset, length) in a mapped
+// file, (2, address, length, 0) inline, (3, value index, 0, 0) otherwise.
+using BytesId = std::tuple<int, std::uint64_t, std::uint64_t, std::uint64_t>;
+BytesId bytes_id(const WeightStore& store, std::optional<ValueId> id) {
+  if (!id) return {0, 0, 0, 0};
+  auto it = store.weights().find(*id);
+  if (it != store.weights().end()) {
+    const WeightRef& w = it->second;
+    if (!w.is_external()) return {2, reinterpret_cast<std::uintptr_t>(w.inline_bytes.data()), w.inline_bytes.size(), 0};
+    if (auto p = store.external_mmap_provenance(w)) return {1, p->mapping, p->offset, p->length};
+  }
+  return {3, id->index, 0, 0};
+}
+
+// A derived step's value: its kind, its operands' bytes and every launch
+// parameter (a slice's columns too), as the residency's entries.
+auto identity(const WeightStore& store, const PlannedDerivation& p) {
   const DerivationLaunch& l = p.launch;
-  return std::make_tuple(static_cast<int>(p.kind()), p.source.index, p.scales ? p.scales->index + 1 : 0,
-                         p.zero_points ? p.zero_points->index + 1 : 0, p.of_transposed, l.rows, l.cols, l.block_size,
+  return std::make_tuple(static_cast<int>(p.kind()), bytes_id(store, p.source), bytes_id(store, p.scales),
+                         bytes_id(store, p.zero_points), p.of_transposed, l.rows, l.cols, l.block_size,
                          static_cast<int>(l.src_type), static_cast<int>(l.zero_points), l.src_cols, l.col_offset);
 }
 
@@ -40,7 +58,7 @@ class WalkBuilder {
                              derivation_name(p.kind()), " of ", p.weight);
     s.first_bytes = sizes.dst_bytes;
     s.second_bytes = sizes.dst2_bytes;
-    const auto [it, fresh] = derived_.emplace(identity(p), walk_.entry_bytes.size());
+    const auto [it, fresh] = derived_.emplace(identity(model_.store(), p), walk_.entry_bytes.size());
     s.entry = it->second;
     if (fresh) add_entry(s.bytes());
     add_source(p.source);
@@ -55,7 +73,7 @@ class WalkBuilder {
     s.label = (node.empty() ? "" : std::string(node) + ": ") + std::string(name);
     s.weight = id;
     s.first_bytes = model_.store().weights().at(id).byte_length();
-    const auto [it, fresh] = pinned_sources_.emplace(id, walk_.entry_bytes.size());
+    const auto [it, fresh] = pinned_sources_.emplace(bytes_id(model_.store(), id), walk_.entry_bytes.size());
     s.entry = it->second;
     if (fresh) add_entry(s.bytes());
     add_source(id);
@@ -72,16 +90,16 @@ class WalkBuilder {
   }
 
   void add_source(ValueId id) {
-    if (!sources_seen_.insert(id).second) return;
+    if (!sources_seen_.insert(bytes_id(model_.store(), id)).second) return;  // tied names: one copy
     walk_.sources.push_back(id);
     walk_.source_bytes += model_.store().weights().at(id).byte_length();
   }
 
   const Model& model_;
   Walk walk_;
-  std::map<decltype(identity(PlannedDerivation{})), std::size_t> derived_;
-  std::map<ValueId, std::size_t> pinned_sources_;
-  std::set<ValueId> sources_seen_;
+  std::map<decltype(identity(std::declval<const WeightStore&>(), PlannedDerivation{})), std::size_t> derived_;
+  std::map<BytesId, std::size_t> pinned_sources_;
+  std::set<BytesId> sources_seen_;
 };
 
 }  // namespace

@@ -35,13 +35,16 @@ struct WalkStep {
 
 struct Walk {
   std::vector<WalkStep> steps;
-  // One per distinct value the steps pin (a derivation with the same
-  // operands and parameters, or the same source weight, is one entry).
+  // One per distinct value the steps pin, told apart as the residency
+  // tells its entries apart: by where the bytes are, never by name (a
+  // derivation with the same operand bytes and parameters, or a source
+  // weight on the same byte range, tied names included, is one entry).
   std::vector<std::uint64_t> entry_bytes;
   std::uint64_t touched_bytes = 0;  // sum of entry_bytes: what one token touches
   std::uint64_t largest_entry = 0;
   // The source weights the walk reads (pinned ones, and the operands of
-  // derived ones), each once, in walk order, and their bytes.
+  // derived ones), each byte range once (tied names: the first), in walk
+  // order, and their bytes.
   std::vector<ValueId> sources;
   std::uint64_t source_bytes = 0;
 };
