@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 
@@ -541,6 +542,26 @@ TEST_CASE("an index whose weight_map comes after 4 KiB of metadata is still an i
   auto got = detect_model_format(other);
   REQUIRE_FALSE(got.ok());
   CHECK(got.error().code == ErrorCode::unsupported);
+  // Only a JSON object is searched past 4 KiB: a file that begins with
+  // anything else (an array, text, whitespace before either) holding the key
+  // later is not a model, and whitespace before the '{' is still an object.
+  const std::string note = std::string(5000, 'z');
+  for (const std::string start : {"[\"", "note: \"", " \r\n\t[\"", "0 \""}) {
+    CAPTURE(start);
+    auto refused = detect_model_format(dir.write("notes.json", start + note + "\"" + map));
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().code == ErrorCode::unsupported);
+  }
+  auto spaced = detect_model_format(dir.write("spaced.json", " \r\n\t{\"metadata\":{\"note\":\"" + note + "\"}" + map));
+  REQUIRE_MESSAGE(spaced.ok(), spaced.error().to_string());
+  CHECK(*spaced == ModelFormat::safetensors_index);
+  // A caller's errno left at EINTR (a signal that interrupted its own call)
+  // makes no read of the search retry: only a read that failed is retried.
+  const auto stale_path = dir.write("stale.json", "{\"metadata\":{\"note\":\"" + note + "\"}" + map);
+  errno = EINTR;
+  auto stale = detect_model_format(stale_path);
+  REQUIRE_MESSAGE(stale.ok(), stale.error().to_string());
+  CHECK(*stale == ModelFormat::safetensors_index);
 }
 
 TEST_CASE("tensor names in UTF-8 of every length open; surrogates and overlong forms do not") {
