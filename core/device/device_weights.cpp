@@ -1,6 +1,7 @@
 #include <ballast/device_weights.hpp>
 #include <ballast/log.hpp>
 
+#include "device/foreign_backend.hpp"
 #include "device/registration_plan.hpp"
 #include "store/sigbus_guard.hpp"
 #include "store/store_access.hpp"
@@ -30,6 +31,9 @@ std::uint64_t next_epoch() noexcept {
   return next.fetch_add(1, std::memory_order_relaxed);
 }
 
+}  // namespace
+
+namespace device {
 Error foreign_backend(const std::string& label, const GpuBackend& own, const GpuBackend& given) {
   const auto name = [](const GpuBackend& g) {
     const DeviceInfo& d = g.info();
@@ -40,7 +44,7 @@ Error foreign_backend(const std::string& label, const GpuBackend& own, const Gpu
                         (name(own) == name(given) ? " (another open of the same device)" : "") +
                         ": refused, nothing freed; release it on its own backend");
 }
-}  // namespace
+}  // namespace device
 
 struct DeviceWeights::Impl {
   std::atomic<std::uint64_t> epoch{next_epoch()};
@@ -351,7 +355,7 @@ Released DeviceWeights::release(GpuBackend& backend) {
   // same addresses, free someone else's), and clearing the lists would
   // then lose them. Refused whole instead, nothing touched.
   if (&backend != m.backend) {
-    out.status = foreign_backend(m.label, *m.backend, backend);
+    out.status = device::foreign_backend(m.label, *m.backend, backend);
     return out;
   }
   // The first failure is the report's, named by the weight's file and

@@ -3,6 +3,7 @@
 // eviction.cpp.
 #include "residency/impl.hpp"
 #include "derive/check_planned.hpp"
+#include "device/foreign_backend.hpp"
 
 #include <ballast/log.hpp>
 
@@ -449,15 +450,7 @@ Released Residency::release(GpuBackend& backend) {
   // the same addresses, free someone else's) and the entries would be
   // forgotten all the same. Refused whole, nothing touched.
   if (&backend != &m.gpu) {
-    const auto name = [](const GpuBackend& g) {
-      const DeviceInfo& d = g.info();
-      return d.backend + ":" + std::to_string(d.index) + " (" + d.name + ")";
-    };
-    out.status =
-        make_error(ErrorCode::invalid_argument,
-                   label() + ": release on " + name(backend) + ", not on the backend it was made on, " + name(m.gpu) +
-                       (name(backend) == name(m.gpu) ? " (another open of the same device)" : "") +
-                       ": refused, nothing freed; release it on its own backend");
+    out.status = device::foreign_backend(label(), m.gpu, backend);
     return out;
   }
   m.prefetcher.stop();
