@@ -154,13 +154,13 @@ bool plain_name(std::string_view name) {
 }
 
 // The first admissible libballast_comm_<name>.so on the plugin search
-// path (the checks of backend plugins: owner, mode, no symlink), opened
-// but not loaded; not_found naming every folder searched and every file
-// refused.
+// path (the folders backend plugins are looked for in, set_plugin_search_path's
+// included, and their checks: owner, mode, no symlink), opened but not
+// loaded; not_found naming every folder searched and every file refused.
 Result<registry::PluginCandidate> find_library(const std::string& name) {
   const std::string file = "libballast_comm_" + name + ".so";
   std::string searched, refusals;
-  for (const std::string& dir : registry::default_plugin_search_dirs()) {
+  for (const std::string& dir : registry::process_plugin_loader().search_dirs()) {
     registry::PluginCandidate candidate = registry::check_plugin_candidate(dir, file);
     searched += (searched.empty() ? "" : ", ") + candidate.path;
     if (candidate.verdict == registry::PluginCandidate::Verdict::absent) continue;
@@ -176,13 +176,29 @@ Result<registry::PluginCandidate> find_library(const std::string& name) {
   return make_error(ErrorCode::not_found, message);
 }
 
-// Loaded libraries' tables by name, for the life of the process (a library
-// is never closed: its communicators may outlive any one caller).
+// A loaded library: its table and the file it came from.
+struct LoadedLibrary {
+  const ballast_comm_plugin* table;
+  std::string path;
+};
+
+// Loaded libraries by name, for the life of the process (a library is never
+// closed: its communicators may outlive any one caller). As with backend
+// plugins, a loaded library stays the one used, whatever the search path
+// says later; find_communicator answers its file, not the search's.
+struct LoadedLibraries {
+  std::mutex mutex;
+  std::map<std::string, LoadedLibrary> by_name;
+};
+LoadedLibraries& loaded_libraries() {
+  static LoadedLibraries libraries;
+  return libraries;
+}
+
 Result<const ballast_comm_plugin*> load_table(const std::string& name) {
-  static std::mutex mutex;
-  static std::map<std::string, const ballast_comm_plugin*> loaded;
-  std::lock_guard lock(mutex);
-  if (auto it = loaded.find(name); it != loaded.end()) return it->second;
+  LoadedLibraries& libraries = loaded_libraries();
+  std::lock_guard lock(libraries.mutex);
+  if (auto it = libraries.by_name.find(name); it != libraries.by_name.end()) return it->second.table;
   BALLAST_ASSIGN_OR_RETURN(registry::PluginCandidate candidate, find_library(name));
   const std::string path = candidate.path;
   BALLAST_ASSIGN_OR_RETURN(auto lib, registry::open_checked_library(std::move(candidate)), "loading " + path);
@@ -201,7 +217,7 @@ Result<const ballast_comm_plugin*> load_table(const std::string& name) {
       !t->fail || !(messages || (neither && has_exchange)))
     return make_error(ErrorCode::abi_mismatch, path + ": its communicator table is not for \"" + name +
                                                    "\" or lacks a function");
-  loaded.emplace(name, t);
+  libraries.by_name.emplace(name, LoadedLibrary{t, path});
   return t;
 }
 
@@ -211,6 +227,11 @@ Result<std::string> find_communicator(std::string_view name) {
   const std::string n(name);
   if (!plain_name(n) || n == "local")
     return make_error(ErrorCode::invalid_argument, "\"" + n + "\" names no communicator library");
+  {
+    LoadedLibraries& libraries = loaded_libraries();
+    std::lock_guard lock(libraries.mutex);
+    if (auto it = libraries.by_name.find(n); it != libraries.by_name.end()) return it->second.path;
+  }
   BALLAST_ASSIGN_OR_RETURN(registry::PluginCandidate candidate, find_library(n));
   return candidate.path;  // its descriptor closes here: nothing was loaded
 }

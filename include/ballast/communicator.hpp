@@ -123,15 +123,19 @@ Result<std::vector<std::unique_ptr<Communicator>>> make_local_communicators(std:
 // "mpi" a pointer to its MPI_Comm, duplicated, never freed; for "nccl" a
 // pointer to its ncclComm_t, used, never destroyed), so an engine
 // that already runs on MPI hands ballast its communicator. The library is
-// found and checked as backend plugins are (docs/plugins.md, "Which files
-// are loaded": BALLAST_PLUGIN_PATH, then beside libballast). "local" is
+// found and checked as backend plugins are, in the same folders
+// (plugin_search_paths(): BALLAST_PLUGIN_PATH, set_plugin_search_path's,
+// then beside libballast; docs/plugins.md). A library once loaded stays the
+// one used for the life of the process. "local" is
 // refused here (its ranks are threads: make_local_communicators).
 // Errors: invalid_argument (a bad string), not_found (no such library,
 // with the folders searched), abi_mismatch, and the library's own.
 Result<std::unique_ptr<Communicator>> open_communicator(std::string_view config, void* native = nullptr);
 
 // Where open_communicator would find the library for `name` ("mpi", "nccl"),
-// found and checked but not loaded (`ballast backends` lists it):
+// found and checked but not loaded (`ballast backends` lists it); once
+// loaded, the file it was loaded from (a loaded library stays the one used
+// after set_plugin_search_path, as backend plugins do):
 // not_found with the folders searched; invalid_argument for "local" and
 // names that cannot be a library's.
 Result<std::string> find_communicator(std::string_view name);

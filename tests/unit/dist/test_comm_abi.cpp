@@ -2,14 +2,21 @@
 // C (fake_comm.c): a 1.0 library (no exchange) loads and gets rounds built
 // from its messages; a 1.1 library of rounds only loads, says so and
 // refuses send; another major is refused naming both versions; a library
-// with half of messages and no exchange is refused.
+// with half of messages and no exchange is refused; a loaded library stays
+// the one used and named after the search path changes.
 #include <ballast/comm_plugin.h>
+#include <ballast/backend_registry.hpp>
 #include <ballast/communicator.hpp>
 
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 
 using namespace ballast;
 using namespace std::chrono_literals;
@@ -88,4 +95,42 @@ TEST_CASE("communicator names: lower-case letters, every digit and '_' look for 
     REQUIRE_FALSE(c.ok());
     CHECK(c.error().code == ErrorCode::invalid_argument);
   }
+}
+
+TEST_CASE("communicators are looked for in set_plugin_search_path's folders; a loaded one stays the one named") {
+  // Copies of fakeold and fakenext in another folder, set with
+  // set_plugin_search_path after fakeold was loaded from FAKE_COMM_DIR:
+  // fakenext (never loaded) is found in the new folder; fakeold stays the
+  // loaded library, and find_communicator names its file, not the copy.
+  const std::string dir = FAKE_COMM_DIR;
+  {
+    PluginPath path;
+    auto c = open_communicator("fakeold");
+    REQUIRE_MESSAGE(c.ok(), c.error().to_string());
+  }
+  char folder[] = "/tmp/ballast_comm_copyXXXXXX";
+  REQUIRE(::mkdtemp(folder) != nullptr);
+  for (const char* name : {"fakeold", "fakenext"}) {
+    const std::string file = std::string("/libballast_comm_") + name + ".so";
+    {
+      std::ifstream in(dir + file, std::ios::binary);
+      std::ofstream out(folder + file, std::ios::binary);
+      out << in.rdbuf();
+    }
+    REQUIRE(::chmod((folder + file).c_str(), 0755) == 0);
+  }
+  const auto before = plugin_search_paths();
+  set_plugin_search_path({folder});  // BALLAST_PLUGIN_PATH is unset here
+  auto loaded = find_communicator("fakeold");
+  auto again = open_communicator("fakeold");
+  auto unloaded = find_communicator("fakenext");
+  set_plugin_search_path(before);
+  for (const char* name : {"fakeold", "fakenext"})
+    std::remove((folder + std::string("/libballast_comm_") + name + ".so").c_str());
+  ::rmdir(folder);
+  REQUIRE_MESSAGE(loaded.ok(), loaded.error().to_string());
+  CHECK(*loaded == dir + "/libballast_comm_fakeold.so");
+  REQUIRE_MESSAGE(again.ok(), again.error().to_string());
+  REQUIRE_MESSAGE(unloaded.ok(), unloaded.error().to_string());
+  CHECK(*unloaded == folder + std::string("/libballast_comm_fakenext.so"));
 }
