@@ -182,16 +182,15 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
       if (!w.is_external() || !registers) return true;
       return !caps.unaligned_operands && w.external->offset % derivation_operand_alignment(w.dtype) != 0;
     };
+    // Tied names count once; a paged name tied to one that stays is kept
+    // with it (Impl::evictable), whichever name reaches the entry first.
     std::uint64_t kept = 0;
-    std::set<identity::Bytes> counted_weights;  // tied names: one copy
     for (const auto& [id, w] : model.store().weights())
-      if (device_copy(id, w) && counted_weights.insert(identity::of_bytes(model.store(), id)).second)
+      if (device_copy(id, w) && m->kept_bytes.insert(identity::of_bytes(model.store(), id)).second)
         kept = sum({kept, w.byte_length()});
     std::set<identity::Entry> counted;
     for (const PlannedDerivation& p : plan) {
-      if (m->strategy_of(p.source) == ResidencyStrategy::paged ||
-          !counted.insert(identity::of_derivation(model.store(), p)).second)
-        continue;
+      if (m->evictable(p.source) || !counted.insert(identity::of_derivation(model.store(), p)).second) continue;
       BALLAST_ASSIGN_OR_RETURN(auto out, outputs(p));
       kept = sum({kept, out});
     }

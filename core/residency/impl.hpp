@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <unordered_map>
 #include <unordered_set>
@@ -105,6 +106,12 @@ struct Residency::Impl {
   // cannot be read in place (inline; misaligned or its file not
   // registrable, once in_place() found so) is upload.
   ResidencyStrategy strategy_of(ValueId id) const noexcept;
+  // Whether the entries of `source` (itself, and what is derived from it)
+  // may be evicted: it is paged, and no other name of the same bytes (a
+  // tied weight) stays on the device (kept_bytes). Decided by the bytes, so
+  // whichever name reaches a shared entry first, it is the same.
+  bool evictable(ValueId source) const;
+  std::set<identity::Bytes> kept_bytes;  // weights that stay once placed, by bytes (create(), under a budget)
   // A zero_copy weight's pointer in its registration; nullopt (and upload
   // from then on) when it cannot be read in place.
   Result<std::optional<DevicePtr>> in_place(ValueId id);

@@ -113,6 +113,11 @@ ResidencyStrategy Residency::Impl::strategy_of(ValueId id) const noexcept {
   return uploaded_instead.contains(id) ? ResidencyStrategy::upload : chosen;
 }
 
+bool Residency::Impl::evictable(ValueId source) const {
+  return strategy_of(source) == ResidencyStrategy::paged &&
+         (kept_bytes.empty() || !kept_bytes.contains(identity::of_bytes(store, source)));
+}
+
 Result<std::optional<DevicePtr>> Residency::Impl::in_place(ValueId id) {
   auto resolved = registrations->resolve_in_place(id);
   // Named as a page-in is ("paging in weight 'x'"): a file changed under a
@@ -151,7 +156,7 @@ Result<Entry*> Residency::Impl::source_entry(ValueId id) {
   auto e = std::make_unique<Entry>();
   e->weight = id;
   e->name = "weight '" + std::string(model.value_name(id)) + "'";
-  e->evictable = strategy_of(id) == ResidencyStrategy::paged;
+  e->evictable = evictable(id);
   e->first_bytes = ref->byte_length();
   return add_locked(key, std::move(e));
 }
@@ -173,7 +178,7 @@ Result<Entry*> Residency::Impl::derived_entry(const PlannedDerivation& p) {
   e->weight = p.source;
   e->plan = p;
   e->name = std::move(name);
-  e->evictable = strategy_of(p.source) == ResidencyStrategy::paged;
+  e->evictable = evictable(p.source);
   e->first_bytes = sizes->dst_bytes;
   e->second_bytes = sizes->dst2_bytes;
   return add_locked(key, std::move(e));

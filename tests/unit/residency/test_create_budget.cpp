@@ -206,3 +206,70 @@ TEST_CASE("create(): a derived value too large for the budget is named with the 
                     std::string::npos,
                 text);
 }
+
+namespace {
+
+// `a` and `b` name the same bytes (tied, offset 0 of model.data), `c` and
+// `d` other bytes; all [8, 16] float32.
+Model tied_model(const std::filesystem::path& dir) {
+  using namespace testing::onnx_proto;
+  std::vector<char> blob(3 * kMatrix, 0x33);
+  std::ofstream(dir / "model.data", std::ios::binary).write(blob.data(), static_cast<std::streamsize>(blob.size()));
+  auto external_at = [](const char* name, std::uint64_t offset) {
+    testing::Proto t = tensor(name, 1, {8, 16});
+    const std::string off = std::to_string(offset), len = std::to_string(kMatrix);
+    external(t, {{"location", "model.data"}, {"offset", off}, {"length", len}});
+    return t;
+  };
+  const testing::Proto m = model(
+      graph({node("Add", {"X", "a"}, {"ya"}), node("Add", {"X", "b"}, {"yb"}), node("Add", {"X", "c"}, {"yc"}),
+             node("Add", {"X", "d"}, {"yd"})},
+            {external_at("a", 0), external_at("b", 0), external_at("c", kMatrix), external_at("d", 2 * kMatrix)}));
+  std::ofstream(dir / "model.onnx", std::ios::binary)
+      .write(reinterpret_cast<const char*>(m.data.data()), static_cast<std::streamsize>(m.data.size()));
+  auto loaded = load_onnx(dir / "model.onnx");
+  REQUIRE_MESSAGE(loaded.ok(), loaded.error().to_string());
+  return std::move(*loaded);
+}
+
+}  // namespace
+
+TEST_CASE("tied names, one uploaded and one paged: their one entry stays, whichever name reaches it first") {
+  // The entry of bytes that an uploaded name keeps is never evicted, also
+  // when a paged name of the same bytes made it: evictability is the
+  // bytes', decided at create(), not the first caller's.
+  auto cpu = open_backend("cpu");
+  REQUIRE(cpu.ok());
+  testing::ScratchDir dir("residency-tied-overrides");
+  const Model m = tied_model(dir.path());
+  for (const char* first : {"a", "b"}) {
+    CAPTURE(first);
+    const char* second = std::string_view(first) == "a" ? "b" : "a";
+    ResidencyOptions o;
+    o.derivations = std::vector<PlannedDerivation>{};
+    o.strategy = ResidencyStrategy::paged;
+    o.overrides = {{id_of(m, "a"), ResidencyStrategy::upload}};
+    // What stays (the tied bytes, once) beside the largest paged pin.
+    o.budget_bytes = 2 * kMatrix - 1;
+    CHECK(Residency::create(**cpu, m, o).code() == ErrorCode::invalid_argument);
+    o.budget_bytes = 2 * kMatrix;
+    auto r = Residency::create(**cpu, m, o);
+    REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+    Residency& res = **r;
+    REQUIRE(res.pin(first).ok());
+    REQUIRE(res.pin(second).ok());
+    ResidencyStats s = res.stats();
+    CHECK(s.uploaded_bytes == kMatrix);  // an upload, counted once, never a page-in
+    CHECK(s.page_ins == 0);
+    // c then d through the one paged slot: c is evicted, the tied entry stays.
+    REQUIRE(res.pin("c").ok());
+    REQUIRE(res.pin("d").ok());
+    s = res.stats();
+    CHECK(s.source_evictions == 1);
+    CHECK(s.page_ins == 2);
+    REQUIRE(res.pin(first).ok());
+    REQUIRE(res.pin(second).ok());
+    CHECK(res.stats().page_ins == 2);
+    CHECK(res.release(**cpu).status.ok());
+  }
+}
