@@ -153,7 +153,7 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
   std::vector<PlannedDerivation> transposes;  // the copies of_transposed entries read
   transposes.reserve(plan.size());
   std::set<const Entry*> seen;
-  std::set<ValueId> zero_copy_seen;
+  std::set<identity::Bytes> zero_copy_seen;  // tied names: one value, registered and counted once
   std::uint64_t need = 0;  // device bytes the items taken so far add
   bool full = false;
   std::uint64_t room;  // what the budget has left now
@@ -186,7 +186,7 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
   };
   auto take_source = [&](ValueId id) -> Status {
     if (m.strategy_of(id) == ResidencyStrategy::zero_copy) {
-      if (zero_copy_seen.insert(id).second) items.push_back(Item{nullptr, id, nullptr});
+      if (zero_copy_seen.insert(identity::of_bytes(store, id)).second) items.push_back(Item{nullptr, id, nullptr});
       return Status();
     }
     BALLAST_ASSIGN_OR_RETURN(Entry * e, m.source_entry(id));

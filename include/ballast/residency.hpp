@@ -253,10 +253,10 @@ struct ResidencyLoadReport {
   std::uint64_t sources_cached = 0;   // source values the page cache held whole: copied from the mapping
   std::uint64_t cached_bytes = 0;     // their bytes
   std::uint64_t inline_sources = 0;   // source values copied from the model file's mapping (inline weights)
-  std::uint64_t zero_copy_weights = 0;  // weights registered in place
+  std::uint64_t zero_copy_weights = 0;  // source values registered in place (tied names: one value)
   std::uint64_t populated_bytes = 0;  // their pages faulted in ahead (populate_mapping)
-  std::uint64_t zero_copy_uploads = 0;  // zero_copy weights not readable in place (misaligned, file not
-                                        // registrable), uploaded instead under the budget
+  std::uint64_t zero_copy_uploads = 0;  // zero_copy source values not readable in place (misaligned, file
+                                        // not registrable), uploaded instead under the budget
   std::uint64_t derived_built = 0;    // derivation kernels run
   std::uint64_t already_resident = 0; // values load() found on the device and left alone
   std::uint64_t left_for_demand = 0;  // values that did not fit the budget beside the ones before them

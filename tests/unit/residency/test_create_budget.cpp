@@ -273,3 +273,20 @@ TEST_CASE("tied names, one uploaded and one paged: their one entry stays, whiche
     CHECK(res.release(**cpu).status.ok());
   }
 }
+
+TEST_CASE("load(): tied zero_copy names are one value, registered and counted once") {
+  auto cpu = open_backend("cpu");
+  REQUIRE(cpu.ok());
+  testing::ScratchDir dir("residency-tied-zero-copy");
+  const Model m = tied_model(dir.path());
+  ResidencyOptions o;
+  o.derivations = std::vector<PlannedDerivation>{};
+  o.strategy = ResidencyStrategy::zero_copy;
+  auto r = Residency::create(**cpu, m, o);
+  REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  auto report = (*r)->load();
+  REQUIRE_MESSAGE(report.ok(), report.error().to_string());
+  CHECK(report->zero_copy_weights + report->zero_copy_uploads == 3);  // a and b, c, d
+  for (const char* name : {"a", "b", "c", "d"}) CHECK((*r)->pin(name).ok());
+  CHECK((*r)->release(**cpu).status.ok());
+}
