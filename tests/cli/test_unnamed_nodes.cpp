@@ -131,3 +131,24 @@ TEST_CASE("two consumers of one B that share a node name get unique plan nodes a
   CHECK(b_nodes == std::set<std::string>{"dup", "dup#2"});
   CHECK(b_stems == std::set<std::string>{"B@dup", "B@dup#2"});
 }
+
+TEST_CASE("a weight named like another's <weight>@<node> stem gets a stem of its own") {
+  // The plan as the planner would give it: B shared by two nodes, and a
+  // weight literally named "B@n1" with one consumer, all dequant_int4; two
+  // node-less entries of one weight with one `why`.
+  auto entry = [](std::string weight, std::string node, Derivation kind, std::string why = "") {
+    PlannedDerivation p;
+    p.weight = std::move(weight);
+    p.node = std::move(node);
+    p.why = std::move(why);
+    p.launch.kind = kind;
+    return p;
+  };
+  const std::vector<PlannedDerivation> plan = {
+      entry("B@n1", "n0", Derivation::dequant_int4),     entry("B", "n1", Derivation::dequant_int4),
+      entry("B", "n2", Derivation::dequant_int4),        entry("B@n1", "n0", Derivation::transpose),
+      entry("C", "", Derivation::to_f16, "weight rule"), entry("C", "", Derivation::to_f16, "weight rule"),
+  };
+  const std::vector<std::string> stems = ballast::cli::dump_stems(plan);
+  CHECK(stems == std::vector<std::string>{"B@n1", "B@n1#2", "B@n2", "B@n1", "C@weight rule", "C@weight rule#2"});
+}

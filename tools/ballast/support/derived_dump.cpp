@@ -1,6 +1,7 @@
 #include "support/derived_dump.hpp"
 
 #include <map>
+#include <set>
 #include <utility>
 
 namespace ballast::cli {
@@ -31,11 +32,22 @@ std::string npy_descr(DataType t) {
 std::vector<std::string> dump_stems(std::span<const PlannedDerivation> plan) {
   std::map<std::pair<std::string, int>, int> uses;
   for (const auto& p : plan) uses[{p.weight, static_cast<int>(p.kind())}] += 1;
+  // A weight may itself be named like another's "<weight>@<node>" stem:
+  // a (stem, kind) already taken gets "#2", "#3", ... in plan order, so
+  // every entry has a file of its own.
+  std::set<std::pair<std::string, int>> taken;
+  for (const auto& p : plan)
+    if (uses[{p.weight, static_cast<int>(p.kind())}] == 1) taken.insert({p.weight, static_cast<int>(p.kind())});
   std::vector<std::string> stems;
   stems.reserve(plan.size());
   for (const auto& p : plan) {
+    const int kind = static_cast<int>(p.kind());
     std::string stem = p.weight;
-    if (uses[{p.weight, static_cast<int>(p.kind())}] > 1) stem += "@" + (p.node.empty() ? p.why : p.node);
+    if (uses[{p.weight, kind}] > 1) {
+      stem += "@" + (p.node.empty() ? p.why : p.node);
+      const std::string base = stem;
+      for (int n = 2; !taken.insert({stem, kind}).second; ++n) stem = base + "#" + std::to_string(n);
+    }
     stems.push_back(std::move(stem));
   }
   return stems;

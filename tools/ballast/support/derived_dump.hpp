@@ -29,8 +29,11 @@ std::string npy_descr(DataType t);
 // also names its consumer node: "<weight>@<node>". Node names are never
 // empty in a loaded model (an unnamed node is "<op_type>#<index>"); a plan
 // entry without a node (planned from the weight alone) uses its `why`.
-// A stem depends only on the plan's entries of the same weight and kind, so
-// a plan filtered by kind (derive --only) keeps the whole plan's names.
+// A stem that would repeat one already taken for the same kind (a weight
+// literally named "<weight>@<node>", two node-less entries with one `why`)
+// gets "#2", "#3", ... in plan order. A stem depends only on the plan's
+// entries of the same kind, so a plan filtered by kind (derive --only)
+// keeps the whole plan's names.
 std::vector<std::string> dump_stems(std::span<const PlannedDerivation> plan);
 
 // One file of a derived value: the value, or one half of a pair
