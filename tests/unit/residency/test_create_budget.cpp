@@ -65,27 +65,34 @@ class EditedCaps final : public GpuBackend {
 constexpr std::uint64_t kMatrix = 8 * 16 * 4;  // 512
 constexpr std::uint64_t kInline = 16 * 4;      // 64
 
-Model footprint_model(const std::filesystem::path& dir) {
+// A [8, 16] float32 weight at `offset` of model.data.
+testing::Proto external_matrix(const char* name, std::uint64_t offset) {
   using namespace testing::onnx_proto;
-  std::vector<char> blob(1040, 0x11);
+  testing::Proto t = tensor(name, 1, {8, 16});
+  const std::string off = std::to_string(offset), len = std::to_string(kMatrix);
+  external(t, {{"location", "model.data"}, {"offset", off}, {"length", len}});
+  return t;
+}
+
+// `blob_bytes` of `fill` as model.data, `m` as model.onnx, loaded.
+Model write_and_load(const std::filesystem::path& dir, std::size_t blob_bytes, char fill, const testing::Proto& m) {
+  std::vector<char> blob(blob_bytes, fill);
   std::ofstream(dir / "model.data", std::ios::binary).write(blob.data(), static_cast<std::streamsize>(blob.size()));
-  auto external_at = [](const char* name, std::uint64_t offset) {
-    testing::Proto t = tensor(name, 1, {8, 16});
-    const std::string off = std::to_string(offset), len = std::to_string(kMatrix);
-    external(t, {{"location", "model.data"}, {"offset", off}, {"length", len}});
-    return t;
-  };
-  testing::Proto inline_w = tensor("inline_w", 1, {16});
-  raw_data(inline_w, std::vector<std::uint8_t>(kInline, 0x22));
-  const testing::Proto m =
-      model(graph({node("MatMul", {"X", "aligned"}, {"a"}), node("MatMul", {"X", "misaligned"}, {"b"}),
-                   node("Mul", {"X", "inline_w"}, {"c"})},
-                  {external_at("aligned", 0), external_at("misaligned", 514), inline_w}));
   std::ofstream(dir / "model.onnx", std::ios::binary)
       .write(reinterpret_cast<const char*>(m.data.data()), static_cast<std::streamsize>(m.data.size()));
   auto loaded = load_onnx(dir / "model.onnx");
   REQUIRE_MESSAGE(loaded.ok(), loaded.error().to_string());
   return std::move(*loaded);
+}
+
+Model footprint_model(const std::filesystem::path& dir) {
+  using namespace testing::onnx_proto;
+  testing::Proto inline_w = tensor("inline_w", 1, {16});
+  raw_data(inline_w, std::vector<std::uint8_t>(kInline, 0x22));
+  return write_and_load(dir, 1040, 0x11,
+                        model(graph({node("MatMul", {"X", "aligned"}, {"a"}),
+                                     node("MatMul", {"X", "misaligned"}, {"b"}), node("Mul", {"X", "inline_w"}, {"c"})},
+                                    {external_matrix("aligned", 0), external_matrix("misaligned", 514), inline_w})));
 }
 
 ValueId id_of(const Model& m, std::string_view name) {
@@ -213,23 +220,11 @@ namespace {
 // `d` other bytes; all [8, 16] float32.
 Model tied_model(const std::filesystem::path& dir) {
   using namespace testing::onnx_proto;
-  std::vector<char> blob(3 * kMatrix, 0x33);
-  std::ofstream(dir / "model.data", std::ios::binary).write(blob.data(), static_cast<std::streamsize>(blob.size()));
-  auto external_at = [](const char* name, std::uint64_t offset) {
-    testing::Proto t = tensor(name, 1, {8, 16});
-    const std::string off = std::to_string(offset), len = std::to_string(kMatrix);
-    external(t, {{"location", "model.data"}, {"offset", off}, {"length", len}});
-    return t;
-  };
-  const testing::Proto m = model(
-      graph({node("Add", {"X", "a"}, {"ya"}), node("Add", {"X", "b"}, {"yb"}), node("Add", {"X", "c"}, {"yc"}),
-             node("Add", {"X", "d"}, {"yd"})},
-            {external_at("a", 0), external_at("b", 0), external_at("c", kMatrix), external_at("d", 2 * kMatrix)}));
-  std::ofstream(dir / "model.onnx", std::ios::binary)
-      .write(reinterpret_cast<const char*>(m.data.data()), static_cast<std::streamsize>(m.data.size()));
-  auto loaded = load_onnx(dir / "model.onnx");
-  REQUIRE_MESSAGE(loaded.ok(), loaded.error().to_string());
-  return std::move(*loaded);
+  return write_and_load(dir, 3 * kMatrix, 0x33,
+                        model(graph({node("Add", {"X", "a"}, {"ya"}), node("Add", {"X", "b"}, {"yb"}),
+                                     node("Add", {"X", "c"}, {"yc"}), node("Add", {"X", "d"}, {"yd"})},
+                                    {external_matrix("a", 0), external_matrix("b", 0), external_matrix("c", kMatrix),
+                                     external_matrix("d", 2 * kMatrix)})));
 }
 
 }  // namespace
