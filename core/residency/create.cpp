@@ -111,6 +111,26 @@ Result<std::vector<PlannedDerivation>> Residency::Impl::make_plan(const Model& m
   return apply_policy(*planned, options.policy);
 }
 
+Status Residency::Impl::check_budget(std::uint64_t bytes) const {
+  const BudgetMinimum& need = minimum;
+  // Beside what stays, the largest pin of a paged value; with nothing
+  // paged, what stays covers every pin (the largest is part of it).
+  const std::uint64_t needed = need.any_paged ? sum({need.largest, need.kept}) : std::max(need.largest, need.kept);
+  if (needed <= bytes) return Status();
+  const std::string kept_text = std::to_string(need.kept) +
+                                " bytes that stay on the device once placed (weights that are not paged, "
+                                "uploaded or copied where they cannot be read in place, and their derived "
+                                "values, which are never evicted)";
+  if (!need.any_paged && need.kept >= need.largest)
+    return make_error(ErrorCode::invalid_argument, "a budget of " + std::to_string(bytes) + " bytes is below the " +
+                                                       kept_text + ": nothing is paged, so everything placed stays");
+  return make_error(ErrorCode::invalid_argument,
+                    "a budget of " + std::to_string(bytes) + " bytes is below the " + std::to_string(need.largest) +
+                        " bytes that " + need.largest_what +
+                        " needs on the device at once (with the operands it is built from)" +
+                        (need.kept == 0 ? std::string() : " beside the " + kept_text));
+}
+
 Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const Model& model,
                                                      const ResidencyOptions& options, std::string label) {
   auto m = std::make_unique<Impl>(backend, model, options, std::move(label));
@@ -194,24 +214,8 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
       BALLAST_ASSIGN_OR_RETURN(auto out, outputs(p));
       kept = sum({kept, out});
     }
-    // Beside what stays, the largest pin of a paged value; with nothing
-    // paged, what stays covers every pin (the largest is part of it).
-    const std::uint64_t needed = any_paged ? sum({largest.bytes, kept}) : std::max(largest.bytes, kept);
-    if (needed > m->budget) {
-      const std::string kept_text = std::to_string(kept) +
-                                    " bytes that stay on the device once placed (weights that are not paged, "
-                                    "uploaded or copied where they cannot be read in place, and their derived "
-                                    "values, which are never evicted)";
-      if (!any_paged && kept >= largest.bytes)
-        return make_error(ErrorCode::invalid_argument, "a budget of " + std::to_string(m->budget) +
-                                                           " bytes is below the " + kept_text +
-                                                           ": nothing is paged, so everything placed stays");
-      return make_error(ErrorCode::invalid_argument,
-                        "a budget of " + std::to_string(m->budget) + " bytes is below the " +
-                            std::to_string(largest.bytes) + " bytes that " + largest.what +
-                            " needs on the device at once (with the operands it is built from)" +
-                            (kept == 0 ? std::string() : " beside the " + kept_text));
-    }
+    m->minimum = {largest.bytes, std::move(largest.what), kept, any_paged};
+    BALLAST_RETURN_IF_ERROR(m->check_budget(m->budget));
   }
   return std::unique_ptr<Residency>(new Residency(std::move(m)));
 }

@@ -59,7 +59,7 @@ struct Residency::Impl {
   ResidencyOptions options;
   std::string label;
   Residency* self = nullptr;
-  std::uint64_t budget = kUnlimitedBudget;
+  std::uint64_t budget = kUnlimitedBudget;  // under `mutex` after create(): set_budget() changes it
   std::unordered_map<ValueId, ResidencyStrategy> overrides;
   std::unique_ptr<DeviceWeights> registrations;  // the zero_copy weights, when any
 
@@ -98,7 +98,7 @@ struct Residency::Impl {
   std::vector<ResidencyGroup> groups;
   // pin(group): unpins that left an entry unpinned (room another group may
   // wait for), and the one group taken at a time (pin_group.cpp).
-  std::uint64_t unpins = 0;
+  std::uint64_t unpins = 0;  // and budget raises: room another group may wait for
   std::mutex group_admission;
   residency::Prefetcher prefetcher;  // last: stopped before the rest goes
 
@@ -112,6 +112,18 @@ struct Residency::Impl {
   // whichever name reaches a shared entry first, it is the same.
   bool evictable(ValueId source) const;
   std::set<identity::Bytes> kept_bytes;  // weights that stay once placed, by bytes (create(), under a budget)
+  // What any budget of this residency must hold (create(), under a
+  // budget): the largest pin, beside (when anything is paged) the bytes
+  // that stay once placed. check_budget says whether `bytes` does, and if
+  // not, why, naming both (create() and set_budget()).
+  struct BudgetMinimum {
+    std::uint64_t largest = 0;
+    std::string largest_what;
+    std::uint64_t kept = 0;
+    bool any_paged = false;
+  };
+  BudgetMinimum minimum;
+  Status check_budget(std::uint64_t bytes) const;
   // A zero_copy weight's pointer in its registration; nullopt (and upload
   // from then on) when it cannot be read in place.
   Result<std::optional<DevicePtr>> in_place(ValueId id);

@@ -48,10 +48,15 @@ Result<PinnedSet> Residency::Impl::pin_group(const ResidencyGroup& group, std::c
   std::uint64_t group_bytes = 0;
   for (const Entry* e : members) group_bytes += e->bytes();
   const std::size_t count = group.derivations.size() + group.weights.size();
-  if (group_bytes > budget)
+  std::uint64_t budget_now;
+  {
+    std::lock_guard lock(mutex);  // set_budget() may change it
+    budget_now = budget;
+  }
+  if (group_bytes > budget_now)
     return make_error(ErrorCode::out_of_memory, what + " needs " + bytes_text(group_bytes) + " pinned at once (" +
                                                     std::to_string(count) + " members), more than the budget of " +
-                                                    bytes_text(budget));
+                                                    bytes_text(budget_now));
 
   std::unique_lock admitted(group_admission);
   Status refused;  // the last member refusal, for the final error

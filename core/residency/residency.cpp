@@ -423,9 +423,9 @@ ResidencyStats Residency::stats() const {
     s.pinned_bytes = impl_->pinned;
     s.pooled_bytes = impl_->pool.bytes();
     s.stuck_bytes = impl_->stuck_bytes();
+    s.budget_bytes = impl_->budget;
   }
   s.strategy = impl_->options.strategy;
-  s.budget_bytes = impl_->budget;
   s.paging_seconds = static_cast<double>(impl_->paging_ns.load()) * 1e-9;
   s.host_copy_bytes = impl_->host_copies.load();
   if (impl_->registrations) {
@@ -437,7 +437,10 @@ ResidencyStats Residency::stats() const {
   return s;
 }
 
-std::uint64_t Residency::budget() const noexcept { return impl_->budget; }
+std::uint64_t Residency::budget() const noexcept {
+  std::lock_guard lock(impl_->mutex);  // set_budget() may change it
+  return impl_->budget;
+}
 
 ResidencyStrategy Residency::strategy_of(ValueId weight) const noexcept { return impl_->strategy_of(weight); }
 

@@ -188,7 +188,7 @@ struct ResidencyStats {
   ResidencyStrategy strategy = ResidencyStrategy::zero_copy;
   std::uint64_t budget_bytes = kUnlimitedBudget;
   std::uint64_t device_bytes = 0;         // held now: sources copied in plus derived values
-  std::uint64_t peak_device_bytes = 0;    // the most ever held at once (never above the budget)
+  std::uint64_t peak_device_bytes = 0;    // the most ever held at once (never above the budget in force then)
   std::uint64_t pinned_bytes = 0;         // of device_bytes, pinned now: by Pinned handles, and the operands
                                           // a build (a demand load's or a prefetch's) holds while its kernel runs
   std::uint64_t registered_bytes = 0;     // zero_copy registrations (page-locked host memory)
@@ -409,6 +409,17 @@ class Residency final : public ModelResource<GpuBackend> {
 
   ResidencyStats stats() const;
   std::uint64_t budget() const noexcept;  // kUnlimitedBudget when none
+  // Changes the budget of a live residency: an engine giving device memory
+  // to a growing KV cache, or taking it back. Raised, pins waiting for room
+  // (pin(group, wait)) try again at once. Lowered below what is held, the
+  // pool and unpinned evictable values go, in the policy's order, until
+  // what is held fits. Refused, with the budget and everything resident
+  // left as they were: invalid_argument for a budget below the minimum
+  // create() would refuse (the largest pin beside what stays, named), or
+  // for a residency created without a budget; out_of_memory when what
+  // cannot be evicted now (pinned, being loaded, kept for the model's
+  // life) is above it; invalid_argument after release(). Thread-safe.
+  Status set_budget(std::uint64_t bytes);
   // The weight's strategy as carried out: a zero_copy weight that cannot be
   // read in place (inline; misaligned, or its file not registrable, once a
   // pin or load found so) is upload, counted in device_bytes and the budget.

@@ -6,7 +6,9 @@
 // block rather than evicting more or failing; values are the unpooled
 // path's byte for byte; a failed copy leaves its block pooled, a failed
 // allocation with blocks pooled leaves everything consistent, and release
-// frees every pooled block. Model: tests/support/uniform_layers_model.hpp.
+// frees every pooled block. set_budget: lowered, it evicts down to the new
+// budget (or is refused, changing nothing); raised, a waiting group gets in.
+// Model: tests/support/uniform_layers_model.hpp.
 #include "conformance/conformance.hpp"
 
 #include <ballast/onnx_loader.hpp>
@@ -15,9 +17,12 @@
 #include <support/fault_injecting_backend.hpp>
 #include <support/uniform_layers_model.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <string>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -267,4 +272,106 @@ TEST_CASE("paging_pool: the same size after a failed copy takes the pooled block
   CHECK(paged->stats().pool_hits == 1);
   CHECK(paged->stats().pooled_bytes == 0);
   CHECK(paged->release(faulty).status.ok());
+}
+
+TEST_CASE("paging_pool: set_budget lowered evicts down to it, in the policy's order; values stay their files'") {
+  conformance::LeakCheck leaks;
+  PoolFixture f;
+  FaultInjectingBackend counting(conformance::gpu());
+  const std::uint64_t base = counting.counters().live_bytes;
+  auto paged = f.open(counting, ResidencyStrategy::paged, 4 * kLayer);
+  for (int i = 0; i < 4; ++i) pin_and_check(f, *paged, counting, f.layers[i]);
+  REQUIRE(paged->stats().device_bytes == 4 * kLayer);
+  REQUIRE(paged->set_budget(2 * kLayer).ok());
+  CHECK(paged->budget() == 2 * kLayer);
+  ResidencyStats s = paged->stats();
+  CHECK(s.budget_bytes == 2 * kLayer);
+  CHECK(s.device_bytes == 2 * kLayer);  // two evicted and given back, not pooled
+  CHECK(s.pooled_bytes == 0);
+  CHECK(s.source_evictions == 2);
+  CHECK(s.device_bytes == counting.counters().live_bytes - base);
+  // The walk goes on under the new budget, never above it.
+  for (int round = 0; round < 2; ++round)
+    for (ValueId id : f.layers) {
+      pin_and_check(f, *paged, counting, id);
+      CHECK(paged->stats().device_bytes <= 2 * kLayer);
+      CHECK(paged->stats().device_bytes == counting.counters().live_bytes - base);
+    }
+  // Raised again: room for more, nothing evicted for it.
+  const std::uint64_t evicted = paged->stats().source_evictions;
+  REQUIRE(paged->set_budget(5 * kLayer).ok());
+  CHECK(paged->stats().source_evictions == evicted);
+  for (int i = 0; i < 3; ++i) pin_and_check(f, *paged, counting, f.layers[i]);
+  check_accounting(*paged, counting, base);
+  CHECK(paged->release(counting).status.ok());
+  CHECK(paged->set_budget(4 * kLayer).code() == ErrorCode::invalid_argument);  // after release()
+}
+
+TEST_CASE("paging_pool: set_budget refused leaves the budget and everything resident as they were") {
+  conformance::LeakCheck leaks;
+  PoolFixture f;
+  auto& gpu = conformance::gpu();
+  auto paged = f.open(gpu, ResidencyStrategy::paged, 4 * kLayer);
+  // Below the largest pin (one layer): refused as create() would, naming it.
+  auto small = paged->set_budget(kLayer - 1);
+  REQUIRE(small.code() == ErrorCode::invalid_argument);
+  CHECK_MESSAGE(small.error().to_string().find("16384 bytes that weight 'layer") != std::string::npos,
+                small.error().to_string());
+  // Three layers pinned and one resident unpinned: two layers' budget
+  // cannot hold the pins, so nothing is evicted for it.
+  auto p0 = paged->pin(f.layers[0]);
+  auto p1 = paged->pin(f.layers[1]);
+  auto p2 = paged->pin(f.layers[2]);
+  REQUIRE((p0.ok() && p1.ok() && p2.ok()));
+  pin_and_check(f, *paged, gpu, f.layers[3]);
+  const ResidencyStats before = paged->stats();
+  auto refused = paged->set_budget(2 * kLayer);
+  REQUIRE(refused.code() == ErrorCode::out_of_memory);
+  CHECK_MESSAGE(refused.error().to_string().find("49152 bytes pinned") != std::string::npos,
+                refused.error().to_string());
+  const ResidencyStats after = paged->stats();
+  CHECK(after.source_evictions == before.source_evictions);
+  CHECK(after.device_bytes == before.device_bytes);
+  CHECK(paged->budget() == 4 * kLayer);
+  // Exactly what the pins hold: layer3 goes, the pins stay.
+  REQUIRE(paged->set_budget(3 * kLayer).ok());
+  CHECK(paged->stats().device_bytes == 3 * kLayer);
+  CHECK(read(gpu, *p0) == f.file.at(f.layers[0]));
+  p0->reset();
+  p1->reset();
+  p2->reset();
+  CHECK(paged->release(gpu).status.ok());
+
+  // A residency created without a budget has nothing to change.
+  auto uploaded = f.open(gpu, ResidencyStrategy::upload, std::nullopt);
+  CHECK(uploaded->set_budget(4 * kLayer).code() == ErrorCode::invalid_argument);
+  CHECK(uploaded->release(gpu).status.ok());
+}
+
+TEST_CASE("paging_pool: a raised budget lets a group waiting for room in at once") {
+  conformance::LeakCheck leaks;
+  PoolFixture f;
+  auto& gpu = conformance::gpu();
+  auto paged = f.open(gpu, ResidencyStrategy::paged, 2 * kLayer);
+  auto held = paged->pin(f.layers[0]);  // pinned for the whole test: only a raise makes room
+  REQUIRE(held.ok());
+  ResidencyGroup group;
+  group.name = "layers 1 and 2";
+  group.weights = {f.layers[1], f.layers[2]};
+  std::atomic<bool> done{false};
+  Result<PinnedSet> waited = make_error(ErrorCode::internal, "not run");
+  const auto start = std::chrono::steady_clock::now();
+  std::thread waiter([&] {
+    waited = paged->pin(group, std::chrono::milliseconds(30000));
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK_FALSE(done.load());  // waiting: the group cannot fit beside the pin
+  REQUIRE(paged->set_budget(3 * kLayer).ok());
+  waiter.join();
+  REQUIRE_MESSAGE(waited.ok(), waited.status().to_string());
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));  // not the deadline
+  waited->reset();
+  held->reset();
+  CHECK(paged->release(gpu).status.ok());
 }
