@@ -9,8 +9,6 @@ namespace {
 // reads as computed at run time.
 constexpr int kMaxForwarding = 16;
 
-bool onnx_domain(std::string_view domain) { return domain.empty() || domain == "ai.onnx"; }
-
 }  // namespace
 
 const WeightRef* weight_named(const Model& model, std::string_view name, ValueId& id) {

@@ -13,6 +13,11 @@
 
 namespace ballast::derive {
 
+// The ONNX operators' domain, which a node may spell "" or "ai.onnx" (both
+// run alike); every reader of op types asks this, so no node of the one
+// spelling is read and one of the other skipped.
+inline bool onnx_domain(std::string_view domain) noexcept { return domain.empty() || domain == "ai.onnx"; }
+
 struct Operand {
   const WeightRef* w = nullptr;  // nullptr: computed at run time (or past the walk's bound)
   ValueId id{};

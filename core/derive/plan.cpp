@@ -182,7 +182,7 @@ Result<std::vector<PlannedDerivation>> plan_dense(const Model& model, const Node
 Result<std::vector<PlannedDerivation>> plan_node(const Model& model, const NodeInfo& node, DensePlanned& planned_dense,
                                                  std::vector<PlanSkip>* skips) {
   if (node.op_type == "MatMulNBits" && node.domain == "com.microsoft") return plan_nbits(model, node, skips);
-  if ((node.op_type == "MatMul" || node.op_type == "Gemm") && node.domain.empty())
+  if ((node.op_type == "MatMul" || node.op_type == "Gemm") && derive::onnx_domain(node.domain))
     return plan_dense(model, node, planned_dense, skips);
   return std::vector<PlannedDerivation>{};
 }

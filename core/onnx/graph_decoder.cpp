@@ -21,7 +21,10 @@ namespace opset_field {
 constexpr std::uint32_t kDomain = 1, kVersion = 2;
 }
 namespace graph_field {
-constexpr std::uint32_t kNode = 1, kInitializer = 5, kSparseInitializer = 15;
+constexpr std::uint32_t kNode = 1, kInitializer = 5, kInput = 11, kSparseInitializer = 15;
+}
+namespace value_info_field {
+constexpr std::uint32_t kName = 1;
 }
 namespace node_field {
 constexpr std::uint32_t kInput = 1, kOutput = 2, kName = 3, kOpType = 4, kAttribute = 5, kDomain = 7;
@@ -229,7 +232,28 @@ Status ModelDecoder::decode(Bytes bytes) {
       default: break;  // producer, metadata, training info
     }
   }
+  note_overridable_initializers();
   return {};
+}
+
+// From IR version 4 an initializer named like a graph input is that input's
+// default, which the caller may feed instead (ONNX Runtime then does not
+// treat it as a constant); up to IR version 3 every initializer had to be an
+// input and is a constant. Loaded as a weight either way (its bytes are the
+// default), and said, so an engine that lets callers feed it knows which.
+void ModelDecoder::note_overridable_initializers() {
+  if (model_.ir_version < 4) return;
+  const auto& weights = store::StoreAccess::weights(model_.store);
+  for (std::string_view input : main_graph_inputs_) {
+    const auto id = model_.names.find(input);
+    if (!id) continue;
+    const auto it = weights.find(ValueId{*id});
+    if (it == weights.end() || it->second.source != WeightSource::initializer) continue;
+    model_.notes.push_back({std::string(input),
+                            "initializer is also a graph input: from IR version 4 that makes it the input's default, "
+                            "which a caller may override; loaded as a weight holding the default (ballast plans "
+                            "derivations from it as from any weight)"});
+  }
 }
 
 Status ModelDecoder::decode_graph(const WireField& graph, unsigned depth) {
@@ -262,7 +286,17 @@ Status ModelDecoder::decode_graph(const WireField& graph, unsigned depth) {
         model_.notes.push_back({std::string(name), "sparse_initializer is not supported: not loaded as a weight"});
         break;
       }
-      default: break;  // name, inputs, outputs, value_info, annotations
+      case graph_field::kInput:
+        // The main graph's inputs, for note_overridable_initializers; a
+        // subgraph's are its formal parameters.
+        if (depth == 0 && f.type == WireType::len) {
+          WireReader info(f.payload, f.payload_offset);
+          WireField g;
+          while (!info.at_end() && info.next(g))
+            if (g.number == value_info_field::kName && g.type == WireType::len) main_graph_inputs_.push_back(g.text());
+        }
+        break;
+      default: break;  // name, outputs, value_info, annotations
     }
   }
   return {};

@@ -7,6 +7,9 @@
 #include "onnx/tensor_decoder.hpp"
 #include "onnx/wire_reader.hpp"
 
+#include <string_view>
+#include <vector>
+
 namespace ballast::onnx {
 
 // Subgraphs nest through attributes; deeper than this is an attack, not a model.
@@ -27,6 +30,7 @@ class ModelDecoder {
  private:
   Status decode_graph(const WireField& graph, unsigned depth);
   void reserve_for(const WireField& graph);
+  void note_overridable_initializers();
   Status decode_node(const WireField& node, unsigned depth);
   // `output`: the Constant node's first output, which names the weight (never empty).
   Status decode_constant(const WireField& attribute, std::string_view attr_name, std::string_view output,
@@ -40,6 +44,7 @@ class ModelDecoder {
   ExternalResolver external_;
   TensorDecoder tensors_;
   DecodedTensor decoded_;  // reused for every tensor
+  std::vector<std::string_view> main_graph_inputs_;  // names in the mapped bytes
 };
 
 }  // namespace ballast::onnx

@@ -69,7 +69,7 @@ Consumers::Consumers(const Model& model) : model_(model) {
       }
       continue;
     }
-    if (!node.domain.empty()) continue;
+    if (!derive::onnx_domain(node.domain)) continue;
     if (node.op_type == "MatMul" || node.op_type == "Gemm") {
       const bool trans_b = node.op_type == "Gemm" && node.int_attribute("transB").value_or(0) != 0;
       // MatMul broadcasts a B of rank > 2 as a stack of [K, N] matrices; a

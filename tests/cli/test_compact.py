@@ -80,7 +80,7 @@ def external(name, arr, location, offset, checksum=False, write_length=True, dat
     return t
 
 
-def write_onnx_model(folder, sparse=False):
+def write_onnx_model(folder, sparse=False, function=False):
     os.makedirs(os.path.join(folder, "extra"), exist_ok=True)
     r = np.random.default_rng(26)
     w1 = r.standard_normal((64, 32)).astype(np.float32)
@@ -108,7 +108,7 @@ def write_onnx_model(folder, sparse=False):
     second += w2.tobytes()
     sparse_values = np.arange(4, dtype=np.float32)
     off_sparse = len(second)
-    if sparse:
+    if sparse or function:
         second += sparse_values.tobytes()
     with open(os.path.join(folder, "extra", "second.bin"), "wb") as f:
         f.write(second)
@@ -142,7 +142,20 @@ def write_onnx_model(folder, sparse=False):
         values = external("S_values", sparse_values, "extra/second.bin", off_sparse)
         indices = numpy_helper.from_array(np.array([0, 3, 5, 7], dtype=np.int64), "S_indices")
         graph.sparse_initializer.append(helper.make_sparse_tensor(values, indices, [8]))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="test_compact")
+    functions = []
+    if function:
+        # A model-local function whose Constant holds its value as external
+        # data: ballast does not read function bodies, so no weight covers
+        # those bytes; compact must refuse, not drop them.
+        body = [helper.make_node("Constant", [], ["fc"], value=external("", sparse_values, "extra/second.bin", off_sparse)),
+                helper.make_node("Add", ["fx", "fc"], ["fy"])]
+        functions.append(helper.make_function("test.fn", "AddConst", ["fx"], ["fy"], body,
+                                              [helper.make_opsetid("", 17)]))
+        graph.node.append(helper.make_node("AddConst", ["B2"], ["F"], domain="test.fn", name="call_fn"))
+        graph.output.append(helper.make_tensor_value_info("F", TensorProto.FLOAT, [32]))
+    model = helper.make_model(graph, producer_name="test_compact", functions=functions,
+                              opset_imports=[helper.make_opsetid("", 17)] +
+                              ([helper.make_opsetid("test.fn", 1)] if function else []))
     model.ir_version = 8
     path = os.path.join(folder, "model.onnx")
     with open(path, "wb") as f:
@@ -377,6 +390,16 @@ def test_refusals(cli, work):
     rc, out, err = cli("compact", sp_model, sp_out)
     expect(rc == 2 and one_line_error(err, "unsupported") and not os.path.exists(sp_out),
            "compact of external sparse values: exit 2, one line, no partial outputs (%d; %s)" % (rc, err.strip()))
+    fn_src = os.path.join(work, "function_src")
+    shutil.rmtree(fn_src, ignore_errors=True)
+    os.makedirs(fn_src)
+    fn_model = write_onnx_model(fn_src, function=True)
+    fn_out = os.path.join(work, "function_out")
+    shutil.rmtree(fn_out, ignore_errors=True)
+    rc, out, err = cli("compact", fn_model, fn_out)
+    expect(rc == 2 and one_line_error(err, "unsupported", "model-local function") and not os.path.exists(fn_out),
+           "compact of a function's external Constant: exit 2, one line naming the cause, no partial outputs "
+           "(%d; %s)" % (rc, err.strip()))
 
 
 def one_external_model(folder, location, floats):

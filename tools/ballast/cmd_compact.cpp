@@ -444,7 +444,8 @@ Status compact_onnx(const Model& model, std::vector<SourceFile>& files, std::uin
       if (!r)
         return refuse("bytes [" + std::to_string(old_offset) + ", " + std::to_string(old_offset + *length) + ") of " +
                       printable(*location) +
-                      " are no weight ballast reads (a sparse tensor?); compact would drop them");
+                      " are no weight ballast reads (a sparse tensor's values, or a tensor in a model-local function, "
+                      "whose nodes ballast does not read); compact would drop them");
       new_offset = f.new_start[*r] + (old_offset - f.ranges[*r].offset);
     }
     std::vector<std::pair<std::string, std::string>> entries;

@@ -114,6 +114,28 @@ TEST_CASE("a bfloat16 MatMul or Gemm B: transpose and to_f16 planned, quant_int8
   CHECK_MESSAGE(contains(q.error().message, "quant_int8 reads float32 or float16"), q.error().to_string());
 }
 
+TEST_CASE(
+    "MatMul and Gemm whose domain is spelled 'ai.onnx' are the ONNX operators: planned as with the empty domain") {
+  // ONNX names its own domain "" or "ai.onnx" (both run alike under ONNX
+  // Runtime); the loader's Constant and the Identity/Transpose walk already
+  // took both, the planner took only "" and planned nothing, silently.
+  for (std::string_view domain : {"", "ai.onnx"}) {
+    CAPTURE(domain);
+    const Proto bytes =
+        model(graph({named_node("mm", "MatMul", {"X", "Wk"}, {"Y"}, {}, domain),
+                     named_node("gemm", "Gemm", {"Y", "Wn"}, {"Z"}, {attribute_int("transB", 1)}, domain)},
+                    {weight("Wk", 1, 8, 4), weight("Wn", 1, 6, 4)}));
+    const Model m = load(bytes);
+    auto plan = plan_derivations(m);
+    REQUIRE_MESSAGE(plan.ok(), plan.error().to_string());
+    for (std::string_view w : {"Wk", "Wn"})
+      CHECK(kinds_of(*plan, w) ==
+            std::vector<Derivation>{Derivation::transpose, Derivation::to_f16, Derivation::quant_int8});
+    CHECK(get(*plan, "Wn", Derivation::transpose).why == "Gemm B [N, K] = [6, 4]");
+    CHECK(plan_derivation(m, node_named(m, "mm"), Derivation::transpose).ok());
+  }
+}
+
 TEST_CASE("MatMul(x, Transpose(W)) plans W as stored [N, K], as Gemm transB=1 does, once for two consumers") {
   // W [N, K] = [6, 4] read by two Transpose+MatMul pairs (torch without
   // constant folding, a shared module) and by a Gemm transB=1; V [K, N]

@@ -295,6 +295,47 @@ TEST_CASE("sparse_initializer is reported by name in notes") {
   CHECK(model_r->store().weights().size() == 1);
 }
 
+TEST_CASE("an initializer that is also a graph input: noted as an overridable default from IR version 4, not before") {
+  // ONNX: from IR version 4 an initializer named like a graph input is that
+  // input's default, which the caller may feed (ONNX Runtime then does not
+  // treat it as a constant); up to IR version 3 every initializer had to be
+  // listed as an input, and it is a constant. torch.onnx.export writes the
+  // first with keep_initializers_as_inputs=True.
+  auto value_info = [](std::string_view name) {
+    Proto v;
+    v.str(1, name);
+    return v;
+  };
+  for (std::uint64_t ir : {3u, 4u, 8u}) {
+    CAPTURE(ir);
+    Proto g = graph({node("MatMul", {"X", "W"}, {"Y"})}, {f32_tensor("W", {1.0f, 2.0f}), f32_tensor("C", {3.0f})});
+    g.msg(11, value_info("X")).msg(11, value_info("W"));
+    Proto opset;
+    opset.str(1, "").varint(2, 17);
+    Proto m;
+    m.varint(1, ir).msg(8, opset).msg(7, g);
+    auto loaded = load_proto(m);
+    REQUIRE_MESSAGE(loaded.ok(), loaded.error().to_string());
+    CHECK(loaded->store().weights().size() == 2);  // loaded either way: its bytes are the default
+    if (ir < 4) {
+      CHECK(loaded->notes().empty());
+    } else {
+      REQUIRE(loaded->notes().size() == 1);
+      CHECK(loaded->notes()[0].tensor == "W");
+      CHECK_MESSAGE(loaded->notes()[0].message.find("also a graph input") != std::string::npos,
+                    loaded->notes()[0].message);
+    }
+  }
+  // A subgraph's inputs are its formal parameters, not the model's: no note.
+  Proto body = graph({node("Identity", {"B"}, {"o"})}, {f32_tensor("B", {1.0f})});
+  Proto in_body;
+  in_body.str(1, "B");
+  body.msg(11, in_body);
+  auto sub = load_proto(model(graph({node("If", {"c"}, {"y"}, {attribute_graph("then_branch", body)})}, {})));
+  REQUIRE_MESSAGE(sub.ok(), sub.error().to_string());
+  CHECK(sub->notes().empty());
+}
+
 TEST_CASE("load_onnx maps the file: inline weights borrow from the live mapping") {
   ScratchDir dir("onnx-file");
   Proto m = model(graph({}, {f32_tensor("w", {1.0f, 2.0f})}));

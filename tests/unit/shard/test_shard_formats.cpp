@@ -231,6 +231,30 @@ TEST_CASE("ONNX Gemm: transB stores [N, K], so column is the outer axis; C is [N
   }
 }
 
+TEST_CASE("ONNX MatMul and Gemm of the domain spelled 'ai.onnx': the layouts of the empty domain's") {
+  using namespace onnx_proto;
+  ScratchDir dir("shard-ai-onnx");
+  OnnxWriter w;
+  w.add("fc.up_proj.weight", kFloat, {4, 8}, 128);    // [N=4, K=8] under Gemm transB=1
+  w.add("fc.down_proj.weight", kFloat, {8, 4}, 128);  // [K=8, N=4] under MatMul
+  w.nodes.push_back(
+      named_node("up", "Gemm", {"x", "fc.up_proj.weight"}, {"h"}, {attribute_int("transB", 1)}, "ai.onnx"));
+  w.nodes.push_back(named_node("down", "MatMul", {"h", "fc.down_proj.weight"}, {"y"}, {}, "ai.onnx"));
+  auto m = w.write(dir);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  const ShardPlans p = all(*m, 2);
+  check_exact_cover(*m, p);
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    const WeightShard& up = shard_of(p.ranks[r], "fc.up_proj.weight");
+    CHECK(up.layout.find("Gemm B [N, K] (transB)") != std::string::npos);
+    CHECK(up.ranges == std::vector<ByteRange>{{base_of(*m, "fc.up_proj.weight") + r * 64, 64}});
+    // down_proj is row-parallel: [K, N] is cut on K, the outer axis.
+    const WeightShard& down = shard_of(p.ranks[r], "fc.down_proj.weight");
+    CHECK(down.layout.find("MatMul B [K, N]") != std::string::npos);
+    CHECK(down.ranges == std::vector<ByteRange>{{base_of(*m, "fc.down_proj.weight") + r * 64, 64}});
+  }
+}
+
 TEST_CASE("ONNX MatMul/Gemm B through Identity and Transpose: the weight's own axes, as the planner reads them") {
   using namespace onnx_proto;
   ScratchDir dir("shard-forwarded");
