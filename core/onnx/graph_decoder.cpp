@@ -241,19 +241,32 @@ Status ModelDecoder::decode(Bytes bytes) {
 // treat it as a constant); up to IR version 3 every initializer had to be an
 // input and is a constant. Loaded as a weight either way (its bytes are the
 // default), and said, so an engine that lets callers feed it knows which.
+// One note for all of them, on the first (torch's keep_initializers_as_inputs
+// makes every weight one: a note each would bury the others).
 void ModelDecoder::note_overridable_initializers() {
   if (model_.ir_version < 4) return;
   const auto& weights = store::StoreAccess::weights(model_.store);
+  std::vector<std::string_view> found;
   for (std::string_view input : main_graph_inputs_) {
     const auto id = model_.names.find(input);
     if (!id) continue;
     const auto it = weights.find(ValueId{*id});
     if (it == weights.end() || it->second.source != WeightSource::initializer) continue;
-    model_.notes.push_back({std::string(input),
-                            "initializer is also a graph input: from IR version 4 that makes it the input's default, "
-                            "which a caller may override; loaded as a weight holding the default (ballast plans "
-                            "derivations from it as from any weight)"});
+    found.push_back(input);
   }
+  if (found.empty()) return;
+  std::string named;
+  constexpr std::size_t kNamed = 3;
+  for (std::size_t i = 0; i < found.size() && i < kNamed; ++i)
+    named += std::string(i == 0 ? "'" : ", '") + std::string(found[i]) + "'";
+  if (found.size() > kNamed) named += " and " + std::to_string(found.size() - kNamed) + " more";
+  const std::string subject =
+      found.size() == 1 ? "initializer is also a graph input"
+                        : std::to_string(found.size()) + " initializers are also graph inputs (" + named + ")";
+  model_.notes.push_back({std::string(found.front()),
+                          subject + ": from IR version 4 that makes each the input's default, which a caller may "
+                                    "override; loaded as weights holding the defaults (ballast plans derivations "
+                                    "from them as from any weight)"});
 }
 
 Status ModelDecoder::decode_graph(const WireField& graph, unsigned depth) {

@@ -326,6 +326,25 @@ TEST_CASE("an initializer that is also a graph input: noted as an overridable de
                     loaded->notes()[0].message);
     }
   }
+  // Every weight an input (torch's keep_initializers_as_inputs): one note
+  // for all, on the first, with the count.
+  {
+    Proto g = graph({}, {});
+    for (int i = 0; i < 500; ++i) g.msg(5, f32_tensor("w" + std::to_string(i), {1.0f}));
+    for (int i = 0; i < 500; ++i) g.msg(11, value_info("w" + std::to_string(i)));
+    Proto opset;
+    opset.str(1, "").varint(2, 17);
+    Proto m;
+    m.varint(1, 8).msg(8, opset).msg(7, g);
+    auto loaded = load_proto(m);
+    REQUIRE_MESSAGE(loaded.ok(), loaded.error().to_string());
+    CHECK(loaded->store().weights().size() == 500);
+    REQUIRE(loaded->notes().size() == 1);
+    CHECK(loaded->notes()[0].tensor == "w0");
+    CHECK_MESSAGE(loaded->notes()[0].message.find("500 initializers are also graph inputs ('w0', 'w1', 'w2' and "
+                                                  "497 more)") != std::string::npos,
+                  loaded->notes()[0].message);
+  }
   // A subgraph's inputs are its formal parameters, not the model's: no note.
   Proto body = graph({node("Identity", {"B"}, {"o"})}, {f32_tensor("B", {1.0f})});
   Proto in_body;
