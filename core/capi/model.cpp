@@ -210,4 +210,29 @@ ballast_status* ballast_model_read_weight(const ballast_model* model, size_t ind
   });
 }
 
+ballast_status* ballast_model_note_count(const ballast_model* model, size_t* out) {
+  return guarded([&]() -> ballast_status* {
+    ballast_status* e = null_out(out, "the output");
+    if (e) return e;
+    auto m = lookup<ModelObject>(model, Kind::model, &e);
+    if (!m) return e;
+    *out = m->model.notes().size();
+    return nullptr;
+  });
+}
+
+ballast_status* ballast_model_note(const ballast_model* model, size_t index, const char** tensor,
+                                   const char** message) {
+  return guarded([&]() -> ballast_status* {
+    ballast_status* e = nullptr;
+    auto m = lookup<ModelObject>(model, Kind::model, &e);
+    if (!m) return e;
+    const auto& notes = m->model.notes();
+    if (auto* bad = check_index(index, notes.size(), "note")) return bad;
+    if (tensor) *tensor = notes[index].tensor.c_str();
+    if (message) *message = notes[index].message.c_str();
+    return nullptr;
+  });
+}
+
 }  // extern "C"

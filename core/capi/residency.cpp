@@ -373,6 +373,14 @@ ballast_status* ballast_residency_prefetch_group(ballast_residency* residency, s
   });
 }
 
+ballast_status* ballast_residency_set_budget(ballast_residency* residency, uint64_t bytes) {
+  return guarded([&]() -> ballast_status* {
+    Using u;
+    if (auto* e = use(residency, u)) return e;
+    return from_status(u.object->residency->set_budget(bytes));
+  });
+}
+
 ballast_status* ballast_residency_wait_prefetches(ballast_residency* residency) {
   return guarded([&]() -> ballast_status* {
     Using u;

@@ -260,13 +260,15 @@ void ModelDecoder::note_overridable_initializers() {
   for (std::size_t i = 0; i < found.size() && i < kNamed; ++i)
     named += std::string(i == 0 ? "'" : ", '") + std::string(found[i]) + "'";
   if (found.size() > kNamed) named += " and " + std::to_string(found.size() - kNamed) + " more";
-  const std::string subject =
-      found.size() == 1 ? "initializer is also a graph input"
-                        : std::to_string(found.size()) + " initializers are also graph inputs (" + named + ")";
-  model_.notes.push_back({std::string(found.front()),
-                          subject + ": from IR version 4 that makes each the input's default, which a caller may "
-                                    "override; loaded as weights holding the defaults (ballast plans derivations "
-                                    "from them as from any weight)"});
+  model_.notes.push_back(
+      {std::string(found.front()),
+       found.size() == 1
+           ? std::string("initializer is also a graph input: from IR version 4 that makes it the input's default, "
+                         "which a caller may override; loaded as a weight holding the default (ballast plans "
+                         "derivations from it as from any weight)")
+           : std::to_string(found.size()) + " initializers are also graph inputs (" + named +
+                 "): from IR version 4 that makes each the input's default, which a caller may override; loaded "
+                 "as weights holding the defaults (ballast plans derivations from them as from any weight)"});
 }
 
 Status ModelDecoder::decode_graph(const WireField& graph, unsigned depth) {

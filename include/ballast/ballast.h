@@ -48,7 +48,7 @@
 #define BALLAST_C_API
 #endif
 
-#define BALLAST_C_API_VERSION 7u
+#define BALLAST_C_API_VERSION 8u
 /* type x = BALLAST_INIT(type);  sets x.size, zeroes the rest */
 #ifdef __cplusplus
 template <class T>
@@ -426,6 +426,27 @@ BALLAST_C_API ballast_status* ballast_plugin_extension(const char* backend_name,
 BALLAST_C_API ballast_status* ballast_printable(const char* text, size_t length, char* out, size_t capacity,
                                                 size_t* needed);
 
+/* ------------------------------------------------------------ version 8 */
+/* The model's load notes: what the file holds that ballast read past or that
+ * an engine should know (a sparse initializer not loaded, an initializer a
+ * caller may override as a graph input, an unknown external-data key;
+ * docs/weight_store.md), as `ballast inspect` lists them. *tensor (the
+ * tensor or node the note is about, maybe "") and *message live as long as
+ * the model handle; either output may be NULL. An index past the count is
+ * OUT_OF_BOUNDS. */
+BALLAST_C_API ballast_status* ballast_model_note_count(const ballast_model* model, size_t* out);
+BALLAST_C_API ballast_status* ballast_model_note(const ballast_model* model, size_t index, const char** tensor,
+                                                 const char** message);
+/* Changes a live residency's budget (docs/residency.md, "Changing the budget
+ * of a live residency"): raised, pins waiting for room try again at once;
+ * lowered below what is held, pooled blocks and unpinned evictable values
+ * go in the policy's order until it fits. Refused, changing nothing:
+ * INVALID_ARGUMENT below the minimum create would refuse (the largest pin
+ * beside what stays), for a residency created without a budget (budget_bytes
+ * 0 and not paged), or after release; OUT_OF_MEMORY when what cannot be
+ * evicted now (pinned, being loaded, kept for the model's life) is above it. */
+BALLAST_C_API ballast_status* ballast_residency_set_budget(ballast_residency* residency, uint64_t bytes);
+
 /* ---------------------------------------------------- the function table */
 /* Version 1: every function of version 1, in header order. Later versions append. */
 typedef struct ballast_api_v1 {
@@ -513,6 +534,14 @@ typedef struct ballast_api_v7 {
   ballast_api_v6 v6;
   ballast_status* (*printable)(const char*, size_t, char*, size_t, size_t*);
 } ballast_api_v7;
+
+/* Version 8: version 7's table, then the version 8 functions. */
+typedef struct ballast_api_v8 {
+  ballast_api_v7 v7;
+  ballast_status* (*model_note_count)(const ballast_model*, size_t*);
+  ballast_status* (*model_note)(const ballast_model*, size_t, const char**, const char**);
+  ballast_status* (*residency_set_budget)(ballast_residency*, uint64_t);
+} ballast_api_v8;
 
 /* The table for `version` (a pointer to static data, never freed; cast it to
  * that version's struct), or NULL when this library is older than `version`. */

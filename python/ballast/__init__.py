@@ -13,12 +13,12 @@ docs/python.md has the flow, the lifetimes and why ctypes.
 from ._capi import API_VERSION, api as _api
 from .backend import Backend, ConformanceResult, Counters, DeviceInfo, open_backend, plugin_extension, run_conformance
 from .errors import BallastError, Code
-from .model import Accounting, DeadRange, Model, Weight, open_model
+from .model import Accounting, DeadRange, Model, Note, Weight, open_model
 from .plan import KINDS, Derivation, Layout, Plan
 from .residency import CACHE_POLICIES, READ_ENGINES, STRATEGIES, Half, LoadReport, Pin, Residency, Stats, Teardown, Value
 from .dlpack import live_exports
 
-__all__ = ["API_VERSION", "open_model", "open_backend", "Model", "Weight", "Accounting", "DeadRange", "Backend",
+__all__ = ["API_VERSION", "open_model", "open_backend", "Model", "Weight", "Note", "Accounting", "DeadRange", "Backend",
            "DeviceInfo", "Counters", "Plan", "Derivation", "Layout", "KINDS", "Residency", "STRATEGIES", "Stats", "Teardown",
            "LoadReport", "READ_ENGINES", "CACHE_POLICIES",
            "Pin", "Value", "Half", "BallastError", "Code", "live_exports", "library_path", "library_version",

@@ -1,4 +1,4 @@
-"""python3 -m ballast inspect MODEL [--json]: the weights and the accounting.
+"""python3 -m ballast inspect MODEL [--json]: the weights, the accounting and the load notes.
 
 Exit codes and errors as the `ballast` command line's (docs/tools.md):
 0 ok, 2 bad input or usage (a model that cannot be opened, a wrong flag,
@@ -15,7 +15,7 @@ from .printable import printable
 
 def _inspect(path, as_json):
     model = open_model(path)
-    weights, acc = model.weights, model.accounting
+    weights, acc, notes = model.weights, model.accounting, model.notes
     if as_json:
         json.dump({"model": path, "format": model.format,
                    "weights": [dict({"name": w.name, "dtype": w.dtype, "dims": list(w.dims), "bytes": w.bytes,
@@ -25,7 +25,8 @@ def _inspect(path, as_json):
                                   "header_bytes": acc.header_bytes, "dead_bytes": acc.dead_bytes,
                                   "files": acc.files,
                                   "dead_ranges": [{"file": r.file, "offset": r.offset, "length": r.length}
-                                                  for r in acc.dead_ranges]}}, sys.stdout, indent=2)
+                                                  for r in acc.dead_ranges]},
+                   "notes": [{"tensor": n.tensor, "message": n.message} for n in notes]}, sys.stdout, indent=2)
         print()
         return
     # Names and paths are the model's bytes, chosen by whoever made it: each
@@ -42,6 +43,10 @@ def _inspect(path, as_json):
              acc.files))
     for r in acc.dead_ranges:
         print("  dead: %s [%d, +%d)" % (printable(r.raw_file), r.offset, r.length))
+    if notes:  # as the command line's: what the file holds that was read past
+        print("\nnotes:")
+        for n in notes:
+            print("  %s: %s" % (printable(n.raw_tensor) if n.raw_tensor else "(model)", printable(n.raw_message)))
 
 
 def main(argv=None):

@@ -15,7 +15,7 @@ import os
 
 from .errors import BallastError
 
-API_VERSION = 7  # the C API version this module is written against
+API_VERSION = 8  # the C API version this module is written against
 
 c_status = ctypes.c_void_p  # ballast_status*
 c_handle = ctypes.c_void_p  # every opaque handle
@@ -125,7 +125,7 @@ PROGRESS_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_
 _P = ctypes.POINTER
 _S, _H, _Z, _U64, _I32 = c_status, c_handle, ctypes.c_size_t, ctypes.c_uint64, ctypes.c_int32
 
-# ballast_api_v1's members, then version 2's to 7's (6 added none), in header order: (name, result, arguments).
+# ballast_api_v1's members, then version 2's to 8's (6 added none), in header order: (name, result, arguments).
 _TABLE = [
     ("status_code", ctypes.c_int, [_S]),
     ("status_message", ctypes.c_char_p, [_S]),
@@ -182,6 +182,10 @@ _TABLE = [
     ("plugin_extension", _S, [ctypes.c_char_p, ctypes.c_char_p, _P(ctypes.c_void_p)]),
     # version 7
     ("printable", _S, [ctypes.c_char_p, _Z, ctypes.c_void_p, _Z, _P(_Z)]),
+    # version 8
+    ("model_note_count", _S, [_H, _P(_Z)]),
+    ("model_note", _S, [_H, _Z, _P(ctypes.c_char_p), _P(ctypes.c_char_p)]),
+    ("residency_set_budget", _S, [_H, _U64]),
 ]
 
 

@@ -19,6 +19,19 @@ class DeadRange:
 
 
 @dataclass(frozen=True)
+class Note:
+    """A load note (ballast_model_note): what the file holds that ballast
+    read past, or that an engine should know (a sparse initializer not
+    loaded, initializers a caller may override as graph inputs)."""
+    tensor: str   # the tensor or node it is about ("" when none)
+    message: str
+    # Both as the library gives them (a name need not be UTF-8): what
+    # `python3 -m ballast inspect` escapes, as the command line does.
+    raw_tensor: bytes = field(default=b"", repr=False, compare=False)
+    raw_message: bytes = field(default=b"", repr=False, compare=False)
+
+
+@dataclass(frozen=True)
 class Accounting:
     """Every mapped byte accounted for (ballast_accounting)."""
     mapped_bytes: int
@@ -166,6 +179,18 @@ class Model(_Handle):
             ranges.append(DeadRange(text(r.file), int(r.offset), int(r.length), r.file or b""))
         return Accounting(int(a.mapped_bytes), int(a.referenced_bytes), int(a.header_bytes), int(a.dead_bytes),
                           int(a.files), tuple(ranges))
+
+    @property
+    def notes(self):
+        """The load notes, as `ballast inspect` lists them (a list of Note)."""
+        n = ctypes.c_size_t()
+        check(api.model_note_count(self._h, ctypes.byref(n)))
+        out = []
+        for i in range(n.value):
+            tensor, message = ctypes.c_char_p(), ctypes.c_char_p()
+            check(api.model_note(self._h, i, ctypes.byref(tensor), ctypes.byref(message)))
+            out.append(Note(text(tensor.value), text(message.value), tensor.value or b"", message.value or b""))
+        return out
 
     def plan(self, source="automatic"):
         """The derivations the model's kernels want (a Plan): from the graph,

@@ -284,6 +284,14 @@ class Residency(_Handle):
     def wait_prefetches(self):
         check(api.residency_wait_prefetches(self._h))
 
+    def set_budget(self, budget):
+        """Changes the budget (ballast_residency_set_budget): raised, waiting
+        group pins try again; lowered, evicts down to it, or raises
+        BallastError (INVALID_ARGUMENT below the minimum, OUT_OF_MEMORY when
+        pins hold more) changing nothing."""
+        dlpack.collect()  # an untaken capsule nothing holds is unpinned by now
+        check(api.residency_set_budget(self._h, _capi.integer(budget, "budget", _capi.U64)))
+
     def release(self):
         """Frees every device value now (the teardown report). Refused while
         an exported array still reads one: the C call would free it under

@@ -481,6 +481,54 @@ elif step == "release":
     gc.set_debug(0)
     gc.garbage.clear()
     gc.enable()
+
+    # set_budget: arrays that hold pins keep a lowering they would not fit
+    # in refused, changing nothing; once they go, the same lowering evicts
+    # down to it.
+    paged = ballast.Residency(backend, model, strategy="paged", budget=4 << 20)
+    for w in ("layer0.weight", "layer1.weight", "layer2.weight", "layer3.qweight"):
+        paged.pin(w).read()
+    arrays = [paged.pin(w).numpy() for w in ("layer0.weight", "layer1.weight", "layer2.weight")]
+    before = paged.stats
+    code = None
+    try:
+        paged.set_budget(1 << 20)  # the minimum: the transpose of layer0.weight with its source
+    except ballast.BallastError as e:
+        code = e.code
+    after = paged.stats
+    expect(code == ballast.Code.OUT_OF_MEMORY and after.budget_bytes == 4 << 20
+           and after.device_bytes == before.device_bytes and after.source_evictions == before.source_evictions,
+           "set_budget below what three arrays pin: refused (%s), nothing changed" % code)
+    code = None
+    try:
+        paged.set_budget((1 << 20) - 1)
+    except ballast.BallastError as e:
+        code = e.code
+    expect(code == ballast.Code.INVALID_ARGUMENT, "set_budget below the minimum: INVALID_ARGUMENT (%s)" % code)
+    del arrays
+    gc.collect()
+    paged.set_budget(1 << 20)
+    expect(paged.stats.budget_bytes == 1 << 20 and paged.stats.device_bytes <= 1 << 20,
+           "set_budget once the arrays went: %d bytes held under %d" % (paged.stats.device_bytes,
+                                                                       paged.stats.budget_bytes))
+    expect(paged.pin("layer1.weight").read() == model.weight("layer1.weight").read(),
+           "a value evicted by set_budget pages in again as its file holds it")
+    paged.release()
+
+    # Load notes reach Python: an initializer that is also a graph input.
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    w = numpy_helper.from_array(numpy.ones((2, 2), numpy.float32), "W")
+    graph = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["Y"])], "g",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 2]),
+                               helper.make_tensor_value_info("W", TensorProto.FLOAT, [2, 2])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 2])], [w])
+    noted_path = os.path.join(work, "python-input-initializer.onnx")
+    onnx.save(helper.make_model(graph), noted_path)
+    notes = ballast.open_model(noted_path).notes
+    expect(len(notes) == 1 and notes[0].tensor == "W" and "also a graph input" in notes[0].message,
+           "a model's notes in Python: %r" % (notes,))
+    expect(ballast.open_model(model_path).notes == [], "the sample has no notes")
     done()
 
 elif step == "misuse":

@@ -5,6 +5,7 @@
 #include "capi_test.hpp"
 #include "support/orphaned_prefix_model.hpp"
 #include "unit/gguf/writer.hpp"
+#include "unit/onnx/proto_builder.hpp"
 #include "unit/safetensors/writer.hpp"
 #include "unit/store/scratch_dir.hpp"
 
@@ -1103,4 +1104,87 @@ TEST_CASE("version 7: a model's bytes escaped as the command line shows them") {
   CAPI_OK(ballast_set_log_sink(nullptr, nullptr));
   CHECK(shown.calls == 1);
   CHECK(shown.text == "weight \\x1b[2Jname\\x0d");
+}
+
+TEST_CASE("version 8: a model's notes; a live residency's budget changed") {
+  const auto* v7 = static_cast<const ballast_api_v7*>(ballast_get_api(7));
+  const auto* v8 = static_cast<const ballast_api_v8*>(ballast_get_api(8));
+  REQUIRE(v7 != nullptr);
+  REQUIRE(v8 != nullptr);
+  CHECK(static_cast<const void*>(v7) == static_cast<const void*>(&v8->v7));  // version 7's table is a prefix
+  CHECK((v8->model_note_count == &ballast_model_note_count));
+  CHECK((v8->model_note == &ballast_model_note));
+  CHECK((v8->residency_set_budget == &ballast_residency_set_budget));
+  CAPI_OK(ballast_check_version(8));
+
+  SampleOnCpu sample("capi-v8");
+  auto& [dir, m, o] = sample;
+  // The sample has no notes; a model whose initializer is also a graph
+  // input (IR version 8) has one, on that initializer.
+  size_t notes = 7;
+  CAPI_OK(ballast_model_note_count(o.model, &notes));
+  CHECK(notes == 0);
+  const char* tensor = nullptr;
+  CAPI_FAILS(ballast_model_note(o.model, 0, &tensor, nullptr), BALLAST_E_OUT_OF_BOUNDS);
+  {
+    using ballast::testing::Proto;
+    Proto w = ballast::testing::onnx_proto::tensor("W", 1, {2});
+    ballast::testing::onnx_proto::raw_data(w, std::vector<std::uint8_t>(8, 0));  // two float32 zeros
+    Proto g;
+    g.str(2, "g").msg(5, w);
+    Proto input;
+    input.str(1, "W");
+    g.msg(11, input);
+    Proto opset;
+    opset.str(1, "").varint(2, 17);
+    Proto model;
+    model.varint(1, 8).msg(8, opset).msg(7, g);
+    const auto path = dir.path() / "input.onnx";
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(model.data.data()), static_cast<std::streamsize>(model.data.size()));
+    ballast_model* noted = nullptr;
+    CAPI_OK(ballast_model_open(path.c_str(), &noted));
+    CAPI_OK(ballast_model_note_count(noted, &notes));
+    REQUIRE(notes == 1);
+    const char* message = nullptr;
+    CAPI_OK(ballast_model_note(noted, 0, &tensor, &message));
+    CHECK(std::string(tensor) == "W");
+    CHECK(std::string(message).find("also a graph input") != std::string::npos);
+    CAPI_OK(ballast_model_note(noted, 0, nullptr, nullptr));  // either output may be NULL
+    CAPI_FAILS(ballast_model_note(noted, 1, &tensor, &message), BALLAST_E_OUT_OF_BOUNDS);
+    CAPI_FAILS(ballast_model_note_count(noted, nullptr), BALLAST_E_INVALID_ARGUMENT);
+    CAPI_OK(ballast_model_free(noted));
+    CAPI_FAILS(ballast_model_note_count(noted, &notes), BALLAST_E_INVALID_HANDLE);
+  }
+
+  // Paged, transposes only: the auto budget holds everything; the minimum
+  // is the transpose of w0 with w0 pinned while it is built.
+  ballast_residency_options opt = BALLAST_INIT(ballast_residency_options);
+  opt.strategy = BALLAST_PAGED;
+  opt.kinds = 1u << 0;
+  ballast_residency* res = nullptr;
+  CAPI_OK(ballast_residency_create(o.backend, o.model, &opt, &res));
+  ballast_plan* plan = nullptr;
+  CAPI_OK(ballast_residency_plan(res, &plan));
+  CAPI_OK(ballast_residency_derive_all(res, plan, nullptr, nullptr));
+  ballast_residency_stats st = BALLAST_INIT(ballast_residency_stats);
+  CAPI_OK(ballast_residency_stats_get(res, &st));
+  const std::uint64_t minimum = 2 * OrphanedPrefixModel::kW0Bytes;
+  REQUIRE(st.device_bytes > minimum);
+  CAPI_FAILS(ballast_residency_set_budget(res, minimum - 1), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_OK(ballast_residency_stats_get(res, &st));
+  CHECK(st.budget_bytes > minimum);  // unchanged
+  CAPI_OK(ballast_residency_set_budget(res, minimum));
+  CAPI_OK(ballast_residency_stats_get(res, &st));
+  CHECK(st.budget_bytes == minimum);
+  CHECK(st.device_bytes <= minimum);
+  CHECK(st.source_evictions + st.derived_evictions > 0);
+  CHECK(counters(o.backend).live_bytes == st.device_bytes);
+  // Everything still pins, paged in again under the new budget.
+  CAPI_OK(ballast_residency_derive_all(res, plan, nullptr, nullptr));
+  CAPI_OK(ballast_residency_stats_get(res, &st));
+  CHECK(st.device_bytes <= minimum);
+  CAPI_OK(ballast_plan_free(plan));
+  CAPI_OK(ballast_residency_free(res));
+  CAPI_FAILS(ballast_residency_set_budget(res, minimum), BALLAST_E_INVALID_HANDLE);
 }
