@@ -215,6 +215,7 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
       kept = sum({kept, out});
     }
     m->minimum = {largest.bytes, std::move(largest.what), kept, any_paged};
+    m->sized = true;
     BALLAST_RETURN_IF_ERROR(m->check_budget(m->budget));
   }
   return std::unique_ptr<Residency>(new Residency(std::move(m)));

@@ -123,6 +123,7 @@ struct Residency::Impl {
     bool any_paged = false;
   };
   BudgetMinimum minimum;
+  bool sized = false;  // create() sized a budget (and `minimum`): set_budget() may change it
   Status check_budget(std::uint64_t bytes) const;
   // A zero_copy weight's pointer in its registration; nullopt (and upload
   // from then on) when it cannot be read in place.

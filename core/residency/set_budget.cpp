@@ -15,7 +15,7 @@ Status Residency::set_budget(std::uint64_t bytes) {
   const std::string context = m.label + ": setting the budget to " + bytes_text(bytes);
   std::lock_guard lock(m.mutex);
   BALLAST_RETURN_IF_ERROR(m.refuse_after_release_locked(), context);
-  if (m.budget == kUnlimitedBudget)
+  if (!m.sized)
     return make_error(ErrorCode::invalid_argument,
                       "this residency was created without a budget, so nothing sized one for it: create it with "
                       "budget_bytes (or paged, for the auto budget) to change its budget later")

@@ -303,6 +303,13 @@ TEST_CASE("paging_pool: set_budget lowered evicts down to it, in the policy's or
   CHECK(paged->stats().source_evictions == evicted);
   for (int i = 0; i < 3; ++i) pin_and_check(f, *paged, counting, f.layers[i]);
   check_accounting(*paged, counting, base);
+  // Unlimited, then bounded again: the bound a later call sets holds.
+  REQUIRE(paged->set_budget(kUnlimitedBudget).ok());
+  for (ValueId id : f.layers) pin_and_check(f, *paged, counting, id);
+  CHECK(paged->stats().device_bytes == Uniform::kLayers * kLayer);
+  REQUIRE(paged->set_budget(3 * kLayer).ok());
+  CHECK(paged->stats().device_bytes == 3 * kLayer);
+  CHECK(paged->stats().device_bytes == counting.counters().live_bytes - base);
   CHECK(paged->release(counting).status.ok());
   CHECK(paged->set_budget(4 * kLayer).code() == ErrorCode::invalid_argument);  // after release()
 }

@@ -157,6 +157,7 @@ struct ModelSlot : Slot<ballast_model> {
 struct ResidencySlot : Slot<ballast_residency> {
   std::size_t model_file = 0;
   std::size_t backend = 0;
+  std::uint64_t highest_budget = 0;  // of every budget it has had (set_budget may lower it under its peak)
 };
 struct PinSlot : Slot<ballast_pin> {
   std::size_t residency = 0;
@@ -220,7 +221,7 @@ class Run {
   }
 
   void step() {
-    switch (in_.ConsumeIntegralInRange<int>(0, 21)) {
+    switch (in_.ConsumeIntegralInRange<int>(0, 23)) {
       case 0: open_model(); break;
       case 1: free_model(); break;
       case 2: read_weight(); break;
@@ -242,6 +243,8 @@ class Run {
       case 18: stats(); break;
       case 19: wrong_kind(); break;
       case 20: made_up(); break;
+      case 22: set_budget(); break;
+      case 23: notes(); break;
       default: freed_handles(); break;
     }
   }
@@ -628,8 +631,44 @@ class Run {
     ballast_residency_stats s = BALLAST_INIT(ballast_residency_stats);
     const ballast_code code = CALL(ballast_residency_stats_get(r.handle, &s));
     if (!r.live) require(code != BALLAST_OK, "stats_get on a freed residency succeeded");
-    if (code == BALLAST_OK && s.budget_bytes != 0)
-      require(s.peak_device_bytes <= s.budget_bytes + s.stuck_bytes, "a residency above its budget");
+    if (code != BALLAST_OK || s.budget_bytes == 0) return;
+    r.highest_budget = std::max(r.highest_budget, s.budget_bytes);
+    require(s.device_bytes <= s.budget_bytes + s.stuck_bytes, "a residency above its budget");
+    require(s.peak_device_bytes <= r.highest_budget + s.stuck_bytes, "a residency's peak above every budget it had");
+  }
+
+  // A live residency's budget changed to anything: refused, or in force
+  // with what is held inside it.
+  void set_budget() {
+    ResidencySlot& r = pick(w_.residencies);
+    ballast_residency_stats s = BALLAST_INIT(ballast_residency_stats);
+    if (r.live && CALL(ballast_residency_stats_get(r.handle, &s)) == BALLAST_OK && s.budget_bytes != 0 &&
+        s.budget_bytes != ~std::uint64_t{0})
+      r.highest_budget = std::max(r.highest_budget, s.budget_bytes);
+    const std::uint64_t bytes = in_.ConsumeBool() ? in_.ConsumeIntegral<std::uint64_t>()
+                                                  : in_.ConsumeIntegralInRange<std::uint64_t>(0, 8u << 20);
+    const ballast_code code = CALL(ballast_residency_set_budget(r.handle, bytes));
+    if (!r.live) require(code != BALLAST_OK, "set_budget on a freed residency succeeded");
+    if (code != BALLAST_OK) return;
+    require(CALL(ballast_residency_stats_get(r.handle, &s)) == BALLAST_OK, "stats after set_budget");
+    require(s.budget_bytes == bytes, "set_budget succeeded but the budget is another");
+    require(s.device_bytes <= bytes, "set_budget succeeded with more held than the budget");
+    r.highest_budget = std::max(r.highest_budget, bytes);
+  }
+
+  // A model's notes, each index in range readable, the next out of bounds.
+  void notes() {
+    ModelSlot& m = pick(w_.models);
+    size_t n = 0;
+    const ballast_code code = CALL(ballast_model_note_count(m.handle, &n));
+    if (!m.live) require(code != BALLAST_OK, "note_count on a freed model succeeded");
+    if (code != BALLAST_OK) return;
+    const char *tensor = nullptr, *message = nullptr;
+    for (size_t i = 0; i < n; ++i)
+      require(CALL(ballast_model_note(m.handle, i, &tensor, &message)) == BALLAST_OK && message != nullptr,
+              "a note in range");
+    require(CALL(ballast_model_note(m.handle, n, &tensor, &message)) == BALLAST_E_OUT_OF_BOUNDS,
+            "the note past the last");
   }
 
   // Every kind of handle passed where another is expected: INVALID_HANDLE.
