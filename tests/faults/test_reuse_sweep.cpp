@@ -486,3 +486,124 @@ TEST_CASE("the device lost at every call of a Residency's pins and load") {
   }
   MESSAGE(runs << " runs with the device lost");
 }
+
+namespace {
+
+// Every group pinned whole, each member read back; the set then dropped.
+PinPass group_pass(GpuBackend& gpu, Residency& r, bool check_none_pinned_on_failure) {
+  PinPass out;
+  for (const ResidencyGroup& g : r.groups()) {
+    auto set = r.pin(g);
+    if (!set.ok()) {
+      if (out.failures++ == 0) out.first_failure = set.status();
+      // All or nothing: a failed group leaves none of its members pinned.
+      if (check_none_pinned_on_failure) CHECK_MESSAGE(r.stats().pinned_bytes == 0, g.name);
+      continue;
+    }
+    for (std::size_t i = 0; i < g.derivations.size(); ++i) {
+      const Pinned& p = set->derived[i];
+      auto bytes = read_back(gpu, p.first(), p.second(), g.derivations[i]);
+      if (!bytes.ok()) {
+        if (out.failures++ == 0) out.first_failure = bytes.status();
+        continue;
+      }
+      out.values.push_back(std::move(*bytes));
+    }
+    for (const Pinned& p : set->weights) {
+      std::vector<std::byte> bytes(p.bytes());
+      if (Status s = gpu.copy_to_host(bytes, p.first(), 0); !s.ok()) {
+        if (out.failures++ == 0) out.first_failure = s;
+        continue;
+      }
+      out.values.push_back(std::move(bytes));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// pin(group) is every member or none; a prefetch that fails is counted and
+// the next pin tries again. With the Nth call failing: a failed group pin
+// leaves nothing of the group pinned, the same Residency pins every group
+// again afterwards with the values of a fault-free run, and a prefetch pass
+// under the fault leaves pins that succeed with the same values.
+TEST_CASE("reuse after a device fault: layer groups pinned whole, and prefetches") {
+  GpuBackend& inner = ballast::faults::backend();
+  FaultInjectingBackend gpu(inner);
+  const AllocationCounters baseline = gpu.counters();
+  auto& dog = ballast::faults::watchdog();
+  auto model = load_onnx(models()[1]);
+  REQUIRE_MESSAGE(model.ok(), model.error().to_string());
+  auto plan = plan_derivations(*model);
+  REQUIRE(plan.ok());
+  std::uint64_t runs = 0;
+  for (const ResidencyCase& base_case : residency_cases(inner, *model)) {
+    ResidencyCase c = base_case;
+    c.options.group_by = group_by_layer("layers.");
+    if (c.options.strategy == ResidencyStrategy::paged) {
+      c.options.budget_bytes.reset();  // create() needs room for the largest group: find the least it takes
+      auto full = auto_budget(*model);
+      REQUIRE(full.ok());
+      for (std::uint64_t b = full->total / 2; b <= full->total; b += full->total / 20) {
+        c.options.budget_bytes = b;
+        if (Residency::create(inner, *model, c.options).ok()) break;
+      }
+    }
+    for (bool prefetch : {false, true}) {
+      gpu.reset_counts();
+      PinPass clean;
+      {
+        auto r = Residency::create(gpu, *model, c.options);
+        REQUIRE_MESSAGE(r.ok(), r.status().to_string());
+        REQUIRE(!(*r)->groups().empty());
+        if (prefetch) {
+          (*r)->prefetch(std::span<const PlannedDerivation>(*plan));
+          (*r)->wait_for_prefetches();
+        }
+        clean = group_pass(gpu, **r, false);
+        REQUIRE_MESSAGE(clean.failures == 0, clean.first_failure.to_string());
+        REQUIRE((*r)->release(gpu).status.ok());
+      }
+      std::map<FaultOp, std::uint64_t> calls;
+      for (FaultOp op : kAllFaultOps) calls[op] = gpu.calls(op);
+      for (FaultOp op : kAllFaultOps) {
+        for (std::uint64_t n = 1; n <= calls[op]; ++n) {
+          const std::string run = c.name + (prefetch ? ", prefetch then groups" : ", groups") + ", " +
+                                  std::string(fault_op_name(op)) + " call " + std::to_string(n) + " of " +
+                                  std::to_string(calls[op]);
+          CAPTURE(run);
+          dog.arm(run, std::chrono::seconds(60));
+          auto r = Residency::create(gpu, *model, c.options);
+          REQUIRE_MESSAGE(r.ok(), r.status().to_string());
+          gpu.fail_nth(op, n);
+          PinPass first;
+          if (prefetch) {
+            (*r)->prefetch(std::span<const PlannedDerivation>(*plan));
+            (*r)->wait_for_prefetches();
+            first = group_pass(gpu, **r, true);
+          } else {
+            first = group_pass(gpu, **r, true);
+          }
+          gpu.disarm();
+          const PinPass again = group_pass(gpu, **r, true);
+          dog.disarm();
+          ++runs;
+          CHECK_MESSAGE(first.failures <= 1,
+                        first.failures << " failures, the first: " << first.first_failure.to_string());
+          REQUIRE_MESSAGE(again.failures == 0, again.first_failure.to_string());
+          CHECK(again.values == clean.values);
+          const ResidencyStats st = (*r)->stats();
+          CAPTURE(st.to_string());
+          CHECK(st.pinned_bytes == 0);
+          CHECK(st.device_bytes == gpu.counters().live_bytes - baseline.live_bytes);
+          const Released rel = (*r)->release(gpu);
+          CHECK_MESSAGE(rel.status.ok(), rel.status.to_string());
+          free_kept(gpu);
+          CHECK_MESSAGE(same(gpu.counters(), baseline), "live after release: " << text(gpu.counters()));
+        }
+      }
+    }
+  }
+  MESSAGE(runs << " faulted runs of group pins and prefetches");
+}
