@@ -141,7 +141,34 @@ struct DeviceWeights::Impl {
   // a range whose registration is refused has ptr 0 ("upload its weights").
   const std::vector<Registration>& registrations_for(MappingId mapping) {
     if (auto it = registrations.find(mapping); it != registrations.end()) return it->second;
+    // Host memory can run out (std::bad_alloc) anywhere below, also after
+    // the backend made a registration. So the entry is made first, while
+    // nothing is registered, and filled with a move that cannot throw; on
+    // the way out by an exception each registration made is ended, the
+    // entry removed and the account put back: none stays live owned by no
+    // one, and the next call plans the file again.
+    const auto slot = registrations.try_emplace(mapping).first;
     std::vector<Registration> regs;
+    WeightResidency account_before = residency;
+    struct Undo {
+      Impl& self;
+      std::vector<Registration>& regs;
+      WeightResidency& account_before;
+      decltype(slot) entry;
+      bool armed = true;
+      ~Undo() {
+        if (!armed) return;
+        for (const Registration& r : regs) {
+          if (r.ptr == 0) continue;
+          try {
+            static_cast<void>(self.backend->unregister_host(r.ptr, r.length, HostAccess::read_only));
+          } catch (...) {  // its error's text found no memory either: nothing to tell it to
+          }
+        }
+        self.registrations.erase(entry);
+        self.residency = std::move(account_before);
+      }
+    } undo{*this, regs, account_before, slot};
     std::string why;
     bool by_policy = false;  // a rule of ballast's, not a failure: residency() says it, the log does not
     const Capabilities& caps = backend->capabilities();
@@ -180,7 +207,9 @@ struct DeviceWeights::Impl {
       in.max_range = backend->capabilities().max_single_allocation;
       bool any = false;
       std::size_t next_ref = 0;  // both sorted: each referenced range lies inside one planned range
-      for (const ByteRange& r : device::plan_registrations(in)) {
+      const std::vector<ByteRange> planned = device::plan_registrations(in);
+      regs.reserve(planned.size());  // filing a registration once made allocates nothing
+      for (const ByteRange& r : planned) {
         std::uint64_t inside = 0;
         for (; next_ref < refs.size() && refs[next_ref].offset < r.offset + r.length; ++next_ref) {
           const ByteRange& x = refs[next_ref];
@@ -225,7 +254,9 @@ struct DeviceWeights::Impl {
                         " instead of registering the mapping: " + why);
       if (residency.fallback_reason.empty()) residency.fallback_reason = why;
     }
-    return registrations.emplace(mapping, std::move(regs)).first->second;
+    slot->second = std::move(regs);
+    undo.armed = false;
+    return slot->second;
   }
 
   // The registration wholly containing [offset, offset + length); nullptr

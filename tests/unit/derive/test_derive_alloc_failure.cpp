@@ -1,0 +1,145 @@
+// Running out of host memory on the derive path: every allocation of this
+// thread during derive_weights() (the batch), and during derive_weight()
+// entry by entry, is made to fail in turn (std::bad_alloc), on one
+// DeviceWeights and one memo. After each, with memory back, the same two
+// objects derive the whole plan again: every value byte-identical to a run
+// without a failure, the memo holding the same entries and bytes, the
+// backend the same allocations and registrations; release() then frees
+// everything. A bad_alloc escapes only where an allocation failed. This
+// binary replaces the global operator new, so it is a test of its own.
+#include "support/thread_failing_new.hpp"
+
+#include <ballast/backend_registry.hpp>
+#include <ballast/derive.hpp>
+#include <ballast/onnx_loader.hpp>
+
+#include "support/orphaned_prefix_model.hpp"
+#include "unit/store/scratch_dir.hpp"
+
+#include <doctest/doctest.h>
+
+#include <new>
+#include <string>
+#include <vector>
+
+using namespace ballast;
+using namespace ballast::testing;
+
+namespace {
+
+enum class Way { batch, one_by_one };
+
+Result<std::vector<std::vector<std::byte>>> derive_all(GpuBackend& gpu, const DeriveContext& ctx,
+                                                       const std::vector<PlannedDerivation>& plan, Way way) {
+  std::vector<DerivedValue> values;
+  if (way == Way::batch) {
+    BALLAST_ASSIGN_OR_RETURN(values, derive_weights(ctx, plan));
+  } else {
+    for (const PlannedDerivation& p : plan) {
+      BALLAST_ASSIGN_OR_RETURN(auto v, derive_weight(ctx, p));
+      values.push_back(v);
+    }
+  }
+  std::vector<std::vector<std::byte>> out;
+  for (std::size_t i = 0; i < plan.size(); ++i) {
+    DerivationLaunch l = plan[i].launch;
+    BALLAST_ASSIGN_OR_RETURN(auto sizes, derivation_sizes(l));
+    std::vector<std::byte> bytes(sizes.dst_bytes + sizes.dst2_bytes);
+    const std::span<std::byte> all(bytes);
+    BALLAST_RETURN_IF_ERROR(gpu.copy_to_host(all.first(sizes.dst_bytes), values[i].first, 0));
+    if (sizes.dst2_bytes != 0)
+      BALLAST_RETURN_IF_ERROR(gpu.copy_to_host(all.subspan(sizes.dst_bytes), values[i].second, 0));
+    out.push_back(std::move(bytes));
+  }
+  return out;
+}
+
+bool same(const AllocationCounters& a, const AllocationCounters& b) {
+  return a.live_allocations == b.live_allocations && a.live_bytes == b.live_bytes &&
+         a.live_registrations == b.live_registrations;
+}
+
+std::string text(const AllocationCounters& c) {
+  return std::to_string(c.live_allocations) + " allocations (" + std::to_string(c.live_bytes) + " B), " +
+         std::to_string(c.live_registrations) + " registrations";
+}
+
+}  // namespace
+
+TEST_CASE("each host allocation of the derive path failing in turn: the same objects derive right afterwards") {
+  using test_models::OrphanedPrefixModel;
+  ScratchDir dir("derive-alloc-failure");
+  const auto files = OrphanedPrefixModel::write(dir.path());
+  auto m = load_onnx(files.onnx);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  GpuBackend& backend = **gpu;
+  auto plan = plan_derivations(*m);
+  REQUIRE(plan.ok());
+  REQUIRE(plan->size() == OrphanedPrefixModel::kDerivations);
+  const AllocationCounters baseline = backend.counters();
+
+  for (Way way : {Way::batch, Way::one_by_one}) {
+    CAPTURE((way == Way::batch ? "derive_weights" : "derive_weight per entry"));
+    std::vector<std::vector<std::byte>> clean;
+    std::size_t clean_entries = 0;
+    std::uint64_t clean_bytes = 0;
+    AllocationCounters clean_live;
+    {
+      DeviceWeights sources(backend, m->store());
+      DerivedWeights memo;
+      auto v = derive_all(backend, DeriveContext{backend, *m, sources, memo}, *plan, way);
+      REQUIRE_MESSAGE(v.ok(), v.status().to_string());
+      clean = std::move(*v);
+      clean_entries = memo.len();
+      clean_bytes = memo.bytes();
+      clean_live = backend.counters();
+      REQUIRE(memo.release(backend).status.ok());
+      REQUIRE(sources.release(backend).status.ok());
+    }
+    int runs_failed = 0;
+    for (long n = 0; n < 100000; ++n) {
+      CAPTURE(n);
+      DeviceWeights sources(backend, m->store());
+      DerivedWeights memo;
+      const DeriveContext ctx{backend, *m, sources, memo};
+      t_failed = false;
+      t_allocations_left = n;
+      bool threw = false;
+      Status first;
+      try {
+        auto v = derive_all(backend, ctx, *plan, way);
+        if (!v.ok()) first = v.status();
+      } catch (const std::bad_alloc&) {
+        threw = true;
+      }
+      t_allocations_left = -1;
+      const bool failed = t_failed;
+      CHECK((failed || !threw));
+      CHECK((failed || first.ok()));
+      if (!first.ok()) CHECK_MESSAGE(first.code() == ErrorCode::out_of_memory, first.to_string());
+      auto again = derive_all(backend, ctx, *plan, way);
+      REQUIRE_MESSAGE(again.ok(), again.status().to_string());
+      CHECK(*again == clean);
+      CHECK(memo.len() == clean_entries);
+      CHECK(memo.bytes() == clean_bytes);
+      // A registration refused for want of host memory falls back to
+      // uploading that file (residency() says why): more allocations.
+      if (sources.residency().fallback_reason.empty())
+        CHECK_MESSAGE(same(backend.counters(), clean_live),
+                      text(backend.counters())
+                          << " after a clean run: " << text(clean_live) << "; threw " << threw
+                          << ", first: " << first.to_string() << "; " << sources.residency().fallback_reason);
+      const Released mr = memo.release(backend);
+      const Released sr = sources.release(backend);
+      CHECK_MESSAGE(mr.status.ok(), mr.status.to_string());
+      CHECK_MESSAGE(sr.status.ok(), sr.status.to_string());
+      CHECK_MESSAGE(same(backend.counters(), baseline), text(backend.counters()) << " at first: " << text(baseline));
+      if (!failed) break;
+      ++runs_failed;
+    }
+    MESSAGE(runs_failed << " runs with an allocation failed");
+    CHECK(runs_failed > 5);
+  }
+}
