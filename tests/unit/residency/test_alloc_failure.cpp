@@ -54,9 +54,11 @@ Model small_model() {
 template <class Step, class Whole>
 void each_allocation_failing(GpuBackend& gpu, const Model& m, const std::vector<PlannedDerivation>& plan,
                              const char* what, Step step, Whole whole) {
-  for (ResidencyStrategy strategy : {ResidencyStrategy::upload, ResidencyStrategy::paged}) {
+  for (ResidencyStrategy strategy :
+       {ResidencyStrategy::upload, ResidencyStrategy::zero_copy, ResidencyStrategy::paged}) {
     CAPTURE(residency_strategy_name(strategy));
     const std::uint64_t live_before = gpu.counters().live_allocations;
+    const std::uint64_t registrations_before = gpu.counters().live_registrations;
     int runs_failed = 0;
     for (long n = 0; n < 100000; ++n) {
       CAPTURE(n);
@@ -81,6 +83,7 @@ void each_allocation_failing(GpuBackend& gpu, const Model& m, const std::vector<
       const Released out = residency.release(gpu);
       CHECK(out.status.ok());
       CHECK(gpu.counters().live_allocations == live_before);
+      CHECK(gpu.counters().live_registrations == registrations_before);  // zero_copy: none ended by no one
       if (!failed) break;
       ++runs_failed;
     }
