@@ -100,8 +100,23 @@ struct DeviceWeights::Impl {
   // error here, never SIGBUS inside a backend (docs/reliability.md).
   Result<DevicePtr> upload(ValueId id, const WeightRef& ref) {
     const std::uint64_t length = ref.byte_length();
+    uploads.reserve(uploads.size() + 1);  // filing the copy once made allocates nothing
     auto ptr = backend->allocate(length);
     if (!ptr.ok()) return ptr.error();
+    // Host memory running out (std::bad_alloc) while the copy is made frees
+    // it before the exception goes on: never a device copy owned by no one.
+    struct FreeOnThrow {
+      GpuBackend& backend;
+      DevicePtr ptr;
+      bool armed = true;
+      ~FreeOnThrow() {
+        if (!armed) return;
+        try {
+          static_cast<void>(backend.free(ptr));
+        } catch (...) {  // no memory for the free's own words either
+        }
+      }
+    } free_on_throw{*backend, *ptr};
     // A device that refuses the free too (a lost one) leaves the copy live
     // and owned by no one: the error says so, with its pointer.
     auto failed = [&](Error e) -> Result<DevicePtr> {
@@ -120,8 +135,12 @@ struct DeviceWeights::Impl {
         if (!own || bytes.data() != own->data()) residency.host_copy_bytes += bytes.size();
         return backend->copy_to_device(*ptr, 0, bytes);
       });
-      if (!s.ok()) return failed(std::move(s.error()));
+      if (!s.ok()) {
+        free_on_throw.armed = false;  // failed() frees it, or names it when the device refuses
+        return failed(std::move(s.error()));
+      }
     }
+    free_on_throw.armed = false;
     uploads.push_back(Upload{*ptr, length, id});
     residency.uploaded_weights += 1;
     residency.uploaded_bytes += length;
@@ -367,10 +386,21 @@ Result<std::optional<DevicePtr>> DeviceWeights::locate(ValueId id, bool may_uplo
     if (auto same = m.uploaded_by_bytes.find(key); same != m.uploaded_by_bytes.end()) {
       ptr = same->second;
     } else {
-      auto up = m.upload(id, ref);
-      if (!up.ok()) return std::move(up.error()).with_context("making weight visible to " + m.backend->info().backend);
-      ptr = *up;
-      m.uploaded_by_bytes.emplace(key, ptr);
+      // Its entry first (host memory may run out), filled once uploaded:
+      // an upload is never made without being found by the next caller.
+      const auto slot = m.uploaded_by_bytes.emplace(key, 0).first;
+      Result<DevicePtr> up = make_error(ErrorCode::internal, "not uploaded");
+      try {
+        up = m.upload(id, ref);
+      } catch (...) {
+        m.uploaded_by_bytes.erase(slot);
+        throw;
+      }
+      if (!up.ok()) {
+        m.uploaded_by_bytes.erase(slot);
+        return std::move(up.error()).with_context("making weight visible to " + m.backend->info().backend);
+      }
+      ptr = slot->second = *up;
     }
   }
   m.resolved.emplace(id, Impl::Resolved{ptr, read_in_place});

@@ -15,6 +15,7 @@
 #include <ballast/onnx_loader.hpp>
 
 #include "support/orphaned_prefix_model.hpp"
+#include "unit/onnx/load_helpers.hpp"
 #include "unit/store/scratch_dir.hpp"
 
 #include <doctest/doctest.h>
@@ -66,6 +67,25 @@ std::vector<std::vector<std::byte>> buffers_for(const std::vector<PlannedDerivat
   return out;
 }
 
+// Two float32 MatMul weights stored inline in the .onnx: uploaded, never
+// registered (the orphaned-prefix model's are registered in place).
+Model inline_model() {
+  using namespace onnx_proto;
+  auto f32 = [](const char* name, std::initializer_list<std::int64_t> dims, std::size_t n, unsigned seed) {
+    Proto t = tensor(name, 1, dims);
+    std::vector<std::uint8_t> bytes(n * 4);
+    for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>((i * 37 + seed * 11) % 64);
+    raw_data(t, bytes);
+    return t;
+  };
+  static const Proto bytes = onnx_proto::model(
+      graph({named_node("q", "MatMul", {"x", "q.weight"}, {"y"}), named_node("o", "MatMul", {"y", "o.weight"}, {"z"})},
+            {f32("q.weight", {8, 16}, 128, 1), f32("o.weight", {16, 8}, 128, 2)}));
+  auto m = load_proto(bytes);
+  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  return std::move(*m);
+}
+
 bool same(const AllocationCounters& a, const AllocationCounters& b) {
   return a.live_allocations == b.live_allocations && a.live_bytes == b.live_bytes &&
          a.live_registrations == b.live_registrations;
@@ -82,80 +102,85 @@ TEST_CASE("each host allocation of the derive path failing in turn: the same obj
   using test_models::OrphanedPrefixModel;
   ScratchDir dir("derive-alloc-failure");
   const auto files = OrphanedPrefixModel::write(dir.path());
-  auto m = load_onnx(files.onnx);
-  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
+  auto from_file = load_onnx(files.onnx);
+  REQUIRE_MESSAGE(from_file.ok(), from_file.error().to_string());
+  const Model inline_weights = inline_model();
   auto gpu = open_backend("cpu");
   REQUIRE(gpu.ok());
   GpuBackend& backend = **gpu;
-  auto plan = plan_derivations(*m);
-  REQUIRE(plan.ok());
-  REQUIRE(plan->size() == OrphanedPrefixModel::kDerivations);
-  const AllocationCounters baseline = backend.counters();
+  for (const Model* m : std::initializer_list<const Model*>{&*from_file, &inline_weights}) {
+    const std::string model_name = m == &inline_weights ? "inline weights (uploaded)" : "a registered data file";
+    CAPTURE(model_name);
+    auto plan = plan_derivations(*m);
+    REQUIRE(plan.ok());
+    REQUIRE_FALSE(plan->empty());
+    const AllocationCounters baseline = backend.counters();
 
-  for (Way way : {Way::batch, Way::one_by_one}) {
-    const std::string way_name = way == Way::batch ? "derive_weights" : "derive_weight per entry";
-    CAPTURE(way_name);
-    std::vector<std::vector<std::byte>> clean;
-    std::size_t clean_entries = 0;
-    std::uint64_t clean_bytes = 0;
-    AllocationCounters clean_live;
-    {
-      DeviceWeights sources(backend, m->store());
-      DerivedWeights memo;
-      std::vector<DerivedValue> values;
-      clean = buffers_for(*plan);
-      const Status s = derive_all(backend, DeriveContext{backend, *m, sources, memo}, *plan, way, values, clean);
-      REQUIRE_MESSAGE(s.ok(), s.to_string());
-      clean_entries = memo.len();
-      clean_bytes = memo.bytes();
-      clean_live = backend.counters();
-      REQUIRE(memo.release(backend).status.ok());
-      REQUIRE(sources.release(backend).status.ok());
-    }
-    int runs_failed = 0;
-    for (long n = 0; n < 100000; ++n) {
-      CAPTURE(n);
-      DeviceWeights sources(backend, m->store());
-      DerivedWeights memo;
-      const DeriveContext ctx{backend, *m, sources, memo};
-      std::vector<DerivedValue> values;
-      values.reserve(plan->size());
-      std::vector<std::vector<std::byte>> got = buffers_for(*plan);
-      t_failed = false;
-      t_allocations_left = n;
-      bool threw = false;
-      Status first;
-      try {
-        first = derive_all(backend, ctx, *plan, way, values, got);
-      } catch (const std::bad_alloc&) {
-        threw = true;
+    for (Way way : {Way::batch, Way::one_by_one}) {
+      const std::string way_name = way == Way::batch ? "derive_weights" : "derive_weight per entry";
+      CAPTURE(way_name);
+      std::vector<std::vector<std::byte>> clean;
+      std::size_t clean_entries = 0;
+      std::uint64_t clean_bytes = 0;
+      AllocationCounters clean_live;
+      {
+        DeviceWeights sources(backend, m->store());
+        DerivedWeights memo;
+        std::vector<DerivedValue> values;
+        clean = buffers_for(*plan);
+        const Status s = derive_all(backend, DeriveContext{backend, *m, sources, memo}, *plan, way, values, clean);
+        REQUIRE_MESSAGE(s.ok(), s.to_string());
+        clean_entries = memo.len();
+        clean_bytes = memo.bytes();
+        clean_live = backend.counters();
+        REQUIRE(memo.release(backend).status.ok());
+        REQUIRE(sources.release(backend).status.ok());
       }
-      t_allocations_left = -1;
-      const bool failed = t_failed;
-      CHECK_FALSE(threw);  // an error value, never an exception across the API
-      CHECK((failed || first.ok()));
-      if (!first.ok()) CHECK_MESSAGE(first.code() == ErrorCode::out_of_memory, first.to_string());
-      const Status again = derive_all(backend, ctx, *plan, way, values, got);
-      REQUIRE_MESSAGE(again.ok(), again.to_string());
-      CHECK(got == clean);
-      CHECK(memo.len() == clean_entries);
-      CHECK(memo.bytes() == clean_bytes);
-      // A registration refused for want of host memory falls back to
-      // uploading that file (residency() says why): more allocations.
-      if (sources.residency().fallback_reason.empty())
-        CHECK_MESSAGE(same(backend.counters(), clean_live),
-                      text(backend.counters())
-                          << " after a clean run: " << text(clean_live) << "; threw " << threw
-                          << ", first: " << first.to_string() << "; " << sources.residency().fallback_reason);
-      const Released mr = memo.release(backend);
-      const Released sr = sources.release(backend);
-      CHECK_MESSAGE(mr.status.ok(), mr.status.to_string());
-      CHECK_MESSAGE(sr.status.ok(), sr.status.to_string());
-      CHECK_MESSAGE(same(backend.counters(), baseline), text(backend.counters()) << " at first: " << text(baseline));
-      if (!failed) break;
-      ++runs_failed;
+      int runs_failed = 0;
+      for (long n = 0; n < 100000; ++n) {
+        CAPTURE(n);
+        DeviceWeights sources(backend, m->store());
+        DerivedWeights memo;
+        const DeriveContext ctx{backend, *m, sources, memo};
+        std::vector<DerivedValue> values;
+        values.reserve(plan->size());
+        std::vector<std::vector<std::byte>> got = buffers_for(*plan);
+        t_failed = false;
+        t_allocations_left = n;
+        bool threw = false;
+        Status first;
+        try {
+          first = derive_all(backend, ctx, *plan, way, values, got);
+        } catch (const std::bad_alloc&) {
+          threw = true;
+        }
+        t_allocations_left = -1;
+        const bool failed = t_failed;
+        CHECK_FALSE(threw);  // an error value, never an exception across the API
+        CHECK((failed || first.ok()));
+        if (!first.ok()) CHECK_MESSAGE(first.code() == ErrorCode::out_of_memory, first.to_string());
+        const Status again = derive_all(backend, ctx, *plan, way, values, got);
+        REQUIRE_MESSAGE(again.ok(), again.to_string());
+        CHECK(got == clean);
+        CHECK(memo.len() == clean_entries);
+        CHECK(memo.bytes() == clean_bytes);
+        // A registration refused for want of host memory falls back to
+        // uploading that file (residency() says why): more allocations.
+        if (sources.residency().fallback_reason.empty())
+          CHECK_MESSAGE(same(backend.counters(), clean_live),
+                        text(backend.counters())
+                            << " after a clean run: " << text(clean_live) << "; threw " << threw
+                            << ", first: " << first.to_string() << "; " << sources.residency().fallback_reason);
+        const Released mr = memo.release(backend);
+        const Released sr = sources.release(backend);
+        CHECK_MESSAGE(mr.status.ok(), mr.status.to_string());
+        CHECK_MESSAGE(sr.status.ok(), sr.status.to_string());
+        CHECK_MESSAGE(same(backend.counters(), baseline), text(backend.counters()) << " at first: " << text(baseline));
+        if (!failed) break;
+        ++runs_failed;
+      }
+      MESSAGE(runs_failed << " runs with an allocation failed");
+      CHECK(runs_failed > 5);
     }
-    MESSAGE(runs_failed << " runs with an allocation failed");
-    CHECK(runs_failed > 5);
   }
 }
