@@ -322,12 +322,35 @@ WeightResidency DeviceWeights::residency() const {
   return impl_->residency;
 }
 
+namespace {
+// Host memory ran out (std::bad_alloc caught): an error whose message fits
+// std::string's inline buffer, so making it allocates nothing.
+Error out_of_host_memory() noexcept {
+  Error e;
+  e.code = ErrorCode::out_of_memory;
+  e.message = "host memory";
+  return e;
+}
+}  // namespace
+
+// An error value, never an exception: locate() leaves nothing behind when
+// host memory runs out (a registration ended, an upload freed).
 Result<DevicePtr> DeviceWeights::resolve(ValueId id) {
-  BALLAST_ASSIGN_OR_RETURN(auto ptr, locate(id, /*may_upload=*/true));
-  return *ptr;
+  try {
+    BALLAST_ASSIGN_OR_RETURN(auto ptr, locate(id, /*may_upload=*/true));
+    return *ptr;
+  } catch (const std::bad_alloc&) {
+    return out_of_host_memory();
+  }
 }
 
-Result<std::optional<DevicePtr>> DeviceWeights::resolve_in_place(ValueId id) { return locate(id, /*may_upload=*/false); }
+Result<std::optional<DevicePtr>> DeviceWeights::resolve_in_place(ValueId id) {
+  try {
+    return locate(id, /*may_upload=*/false);
+  } catch (const std::bad_alloc&) {
+    return out_of_host_memory();
+  }
+}
 
 Result<std::optional<DevicePtr>> DeviceWeights::locate(ValueId id, bool may_upload) {
   Impl& m = *impl_;

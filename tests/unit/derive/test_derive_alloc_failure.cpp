@@ -184,3 +184,51 @@ TEST_CASE("each host allocation of the derive path failing in turn: the same obj
     }
   }
 }
+
+TEST_CASE(
+    "each host allocation of DeviceWeights::resolve failing in turn: an error, never an exception, nothing left") {
+  using test_models::OrphanedPrefixModel;
+  ScratchDir dir("resolve-alloc-failure");
+  const auto files = OrphanedPrefixModel::write(dir.path());
+  auto from_file = load_onnx(files.onnx);
+  REQUIRE_MESSAGE(from_file.ok(), from_file.error().to_string());
+  const Model inline_weights = inline_model();
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  GpuBackend& backend = **gpu;
+  const AllocationCounters baseline = backend.counters();
+  for (const Model* m : std::initializer_list<const Model*>{&*from_file, &inline_weights}) {
+    std::vector<ValueId> ids;
+    for (const auto& [id, ref] : m->store().weights()) ids.push_back(id);
+    int runs_failed = 0;
+    for (long n = 0; n < 100000; ++n) {
+      CAPTURE(n);
+      DeviceWeights sources(backend, m->store());
+      std::vector<Result<DevicePtr>> got;
+      got.reserve(ids.size());
+      t_failed = false;
+      t_allocations_left = n;
+      bool threw = false;
+      try {
+        for (ValueId id : ids) got.push_back(sources.resolve(id));
+      } catch (const std::bad_alloc&) {
+        threw = true;
+      }
+      t_allocations_left = -1;
+      CHECK_FALSE(threw);
+      for (const auto& r : got)
+        if (!r.ok()) CHECK_MESSAGE(r.status().code() == ErrorCode::out_of_memory, r.status().to_string());
+      for (ValueId id : ids) {
+        auto again = sources.resolve(id);
+        CHECK_MESSAGE(again.ok(), again.status().to_string());
+      }
+      const Released out = sources.release(backend);
+      CHECK_MESSAGE(out.status.ok(), out.status.to_string());
+      CHECK(same(backend.counters(), baseline));
+      if (!t_failed) break;
+      ++runs_failed;
+    }
+    MESSAGE(runs_failed << " runs with an allocation failed");
+    CHECK(runs_failed > 2);
+  }
+}
