@@ -100,7 +100,8 @@ struct DeviceWeights::Impl {
   // error here, never SIGBUS inside a backend (docs/reliability.md).
   Result<DevicePtr> upload(ValueId id, const WeightRef& ref) {
     const std::uint64_t length = ref.byte_length();
-    uploads.reserve(uploads.size() + 1);  // filing the copy once made allocates nothing
+    // Filing the copy once made allocates nothing (room made now, doubling).
+    if (uploads.size() == uploads.capacity()) uploads.reserve(std::max<std::size_t>(16, 2 * uploads.capacity()));
     auto ptr = backend->allocate(length);
     if (!ptr.ok()) return ptr.error();
     // Host memory running out (std::bad_alloc) while the copy is made frees
