@@ -99,10 +99,13 @@ Result<ResolvedOperand> LiveRanges::resolve(std::string_view operand, DevicePtr 
   if (bytes > std::numeric_limits<DevicePtr>::max() - ptr)
     return make_error(ErrorCode::overflow, describe_range(operand, ptr, bytes) + " wraps the address space");
   const bool write = access == Access::write;
-  const std::string range = describe_range(operand, ptr, bytes);
+  // Described only for an error: a check that passes allocates nothing, so
+  // a copy or launch never fails (or throws) for want of host memory.
+  const auto range = [&] { return describe_range(operand, ptr, bytes); };
   std::lock_guard lock(mutex_);
   if (write && overlaps_read_only(ptr, bytes))
-    return make_error(ErrorCode::invalid_argument, range + " lies in a read-only host registration, which is never written");
+    return make_error(ErrorCode::invalid_argument,
+                      range() + " lies in a read-only host registration, which is never written");
   auto next = allocations_.upper_bound(ptr);
   const bool in_allocation = next != allocations_.begin() &&
                              ptr - std::prev(next)->first < footprint(std::prev(next)->second.bytes);
@@ -113,12 +116,12 @@ Result<ResolvedOperand> LiveRanges::resolve(std::string_view operand, DevicePtr 
   if (in_allocation) {
     const auto& [base, a] = *std::prev(next);
     return make_error(ErrorCode::out_of_bounds,
-                      range + " runs past the end of its allocation " + format_range(base, a.bytes));
+                      range() + " runs past the end of its allocation " + format_range(base, a.bytes));
   }
   if (const Registration* r = registration_holding(ptr, 1, false, start))
     return make_error(ErrorCode::out_of_bounds,
-                      range + " runs past the end of its host registration " + format_range(start, r->bytes));
-  return make_error(ErrorCode::invalid_argument, range + " is not inside any live allocation or host registration");
+                      range() + " runs past the end of its host registration " + format_range(start, r->bytes));
+  return make_error(ErrorCode::invalid_argument, range() + " is not inside any live allocation or host registration");
 }
 
 std::vector<std::pair<DevicePtr, Allocation>> LiveRanges::take_all_allocations() {

@@ -8,6 +8,7 @@
 #include "derive/transposed_source.hpp"
 #include "memo/memo_map.hpp"
 
+#include <algorithm>
 #include <array>
 #include <new>
 #include <optional>
@@ -263,9 +264,15 @@ class Wave {
       pending_[it->second].results.push_back(result_index);
       return Status();
     }
+    // Everything the launch is filed with is allocated before its blocks
+    // are: once launched it is in pending_ (freed by discard() or, on an
+    // exception, by ~Wave), and never lost to a bad_alloc in between.
+    Pending next{id, l, sizes, {result_index}, &origin, source_operands(p)};
+    if (pending_.size() == pending_.capacity()) pending_.reserve(std::max<std::size_t>(16, 2 * pending_.capacity()));
+    index_.reserve(index_.size() + 1);  // rehashes only past the load factor
     Allocations blocks(ctx_.backend);
-    BALLAST_RETURN_IF_ERROR(derive::start(ctx_.backend, l, sizes, blocks));
-    pending_.push_back(Pending{id, l, sizes, {result_index}, &origin, source_operands(p)});
+    BALLAST_RETURN_IF_ERROR(derive::start(ctx_.backend, next.launch, sizes, blocks));
+    pending_.push_back(std::move(next));
     index_.emplace(id, pending_.size() - 1);
     return Status();
   }

@@ -100,8 +100,24 @@ struct DeviceWeights::Impl {
   // error here, never SIGBUS inside a backend (docs/reliability.md).
   Result<DevicePtr> upload(ValueId id, const WeightRef& ref) {
     const std::uint64_t length = ref.byte_length();
+    // Filing the copy once made allocates nothing (room made now, doubling).
+    if (uploads.size() == uploads.capacity()) uploads.reserve(std::max<std::size_t>(16, 2 * uploads.capacity()));
     auto ptr = backend->allocate(length);
     if (!ptr.ok()) return ptr.error();
+    // Host memory running out (std::bad_alloc) while the copy is made frees
+    // it before the exception goes on: never a device copy owned by no one.
+    struct FreeOnThrow {
+      GpuBackend& backend;
+      DevicePtr ptr;
+      bool armed = true;
+      ~FreeOnThrow() {
+        if (!armed) return;
+        try {
+          static_cast<void>(backend.free(ptr));
+        } catch (...) {  // no memory for the free's own words either
+        }
+      }
+    } free_on_throw{*backend, *ptr};
     // A device that refuses the free too (a lost one) leaves the copy live
     // and owned by no one: the error says so, with its pointer.
     auto failed = [&](Error e) -> Result<DevicePtr> {
@@ -120,8 +136,12 @@ struct DeviceWeights::Impl {
         if (!own || bytes.data() != own->data()) residency.host_copy_bytes += bytes.size();
         return backend->copy_to_device(*ptr, 0, bytes);
       });
-      if (!s.ok()) return failed(std::move(s.error()));
+      if (!s.ok()) {
+        free_on_throw.armed = false;  // failed() frees it, or names it when the device refuses
+        return failed(std::move(s.error()));
+      }
     }
+    free_on_throw.armed = false;
     uploads.push_back(Upload{*ptr, length, id});
     residency.uploaded_weights += 1;
     residency.uploaded_bytes += length;
@@ -141,7 +161,34 @@ struct DeviceWeights::Impl {
   // a range whose registration is refused has ptr 0 ("upload its weights").
   const std::vector<Registration>& registrations_for(MappingId mapping) {
     if (auto it = registrations.find(mapping); it != registrations.end()) return it->second;
+    // Host memory can run out (std::bad_alloc) anywhere below, also after
+    // the backend made a registration. So the entry is made first, while
+    // nothing is registered, and filled with a move that cannot throw; on
+    // the way out by an exception each registration made is ended, the
+    // entry removed and the account put back: none stays live owned by no
+    // one, and the next call plans the file again.
+    const auto slot = registrations.try_emplace(mapping).first;
     std::vector<Registration> regs;
+    WeightResidency account_before = residency;
+    struct Undo {
+      Impl& self;
+      std::vector<Registration>& regs;
+      WeightResidency& account_before;
+      decltype(slot) entry;
+      bool armed = true;
+      ~Undo() {
+        if (!armed) return;
+        for (const Registration& r : regs) {
+          if (r.ptr == 0) continue;
+          try {
+            static_cast<void>(self.backend->unregister_host(r.ptr, r.length, HostAccess::read_only));
+          } catch (...) {  // its error's text found no memory either: nothing to tell it to
+          }
+        }
+        self.registrations.erase(entry);
+        self.residency = std::move(account_before);
+      }
+    } undo{*this, regs, account_before, slot};
     std::string why;
     bool by_policy = false;  // a rule of ballast's, not a failure: residency() says it, the log does not
     const Capabilities& caps = backend->capabilities();
@@ -180,7 +227,9 @@ struct DeviceWeights::Impl {
       in.max_range = backend->capabilities().max_single_allocation;
       bool any = false;
       std::size_t next_ref = 0;  // both sorted: each referenced range lies inside one planned range
-      for (const ByteRange& r : device::plan_registrations(in)) {
+      const std::vector<ByteRange> planned = device::plan_registrations(in);
+      regs.reserve(planned.size());  // filing a registration once made allocates nothing
+      for (const ByteRange& r : planned) {
         std::uint64_t inside = 0;
         for (; next_ref < refs.size() && refs[next_ref].offset < r.offset + r.length; ++next_ref) {
           const ByteRange& x = refs[next_ref];
@@ -225,7 +274,9 @@ struct DeviceWeights::Impl {
                         " instead of registering the mapping: " + why);
       if (residency.fallback_reason.empty()) residency.fallback_reason = why;
     }
-    return registrations.emplace(mapping, std::move(regs)).first->second;
+    slot->second = std::move(regs);
+    undo.armed = false;
+    return slot->second;
   }
 
   // The registration wholly containing [offset, offset + length); nullptr
@@ -272,12 +323,35 @@ WeightResidency DeviceWeights::residency() const {
   return impl_->residency;
 }
 
+namespace {
+// Host memory ran out (std::bad_alloc caught): an error whose message fits
+// std::string's inline buffer, so making it allocates nothing.
+Error out_of_host_memory() noexcept {
+  Error e;
+  e.code = ErrorCode::out_of_memory;
+  e.message = "host memory";
+  return e;
+}
+}  // namespace
+
+// An error value, never an exception: locate() leaves nothing behind when
+// host memory runs out (a registration ended, an upload freed).
 Result<DevicePtr> DeviceWeights::resolve(ValueId id) {
-  BALLAST_ASSIGN_OR_RETURN(auto ptr, locate(id, /*may_upload=*/true));
-  return *ptr;
+  try {
+    BALLAST_ASSIGN_OR_RETURN(auto ptr, locate(id, /*may_upload=*/true));
+    return *ptr;
+  } catch (const std::bad_alloc&) {
+    return out_of_host_memory();
+  }
 }
 
-Result<std::optional<DevicePtr>> DeviceWeights::resolve_in_place(ValueId id) { return locate(id, /*may_upload=*/false); }
+Result<std::optional<DevicePtr>> DeviceWeights::resolve_in_place(ValueId id) {
+  try {
+    return locate(id, /*may_upload=*/false);
+  } catch (const std::bad_alloc&) {
+    return out_of_host_memory();
+  }
+}
 
 Result<std::optional<DevicePtr>> DeviceWeights::locate(ValueId id, bool may_upload) {
   Impl& m = *impl_;
@@ -336,10 +410,21 @@ Result<std::optional<DevicePtr>> DeviceWeights::locate(ValueId id, bool may_uplo
     if (auto same = m.uploaded_by_bytes.find(key); same != m.uploaded_by_bytes.end()) {
       ptr = same->second;
     } else {
-      auto up = m.upload(id, ref);
-      if (!up.ok()) return std::move(up.error()).with_context("making weight visible to " + m.backend->info().backend);
-      ptr = *up;
-      m.uploaded_by_bytes.emplace(key, ptr);
+      // Its entry first (host memory may run out), filled once uploaded:
+      // an upload is never made without being found by the next caller.
+      const auto slot = m.uploaded_by_bytes.emplace(key, 0).first;
+      Result<DevicePtr> up = make_error(ErrorCode::internal, "not uploaded");
+      try {
+        up = m.upload(id, ref);
+      } catch (...) {
+        m.uploaded_by_bytes.erase(slot);
+        throw;
+      }
+      if (!up.ok()) {
+        m.uploaded_by_bytes.erase(slot);
+        return std::move(up.error()).with_context("making weight visible to " + m.backend->info().backend);
+      }
+      ptr = slot->second = *up;
     }
   }
   m.resolved.emplace(id, Impl::Resolved{ptr, read_in_place});

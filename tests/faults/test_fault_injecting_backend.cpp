@@ -137,6 +137,40 @@ TEST_CASE("a refused free keeps the allocation live in both records, and it can 
   CHECK(base.back());
 }
 
+// A Residency asks again for a free the device refused whenever room is
+// short, so a lost device refuses the same pointer many times: it is listed
+// once, and one successful free ends it (a stale entry would later free
+// whatever allocation reused the address).
+TEST_CASE("a free refused twice is kept once; one free after the fault ends it") {
+  Baseline base(backend());
+  FaultInjectingBackend gpu(backend());
+  auto a = gpu.allocate(100);
+  REQUIRE(a.ok());
+  const std::size_t page = 4096;
+  std::vector<std::byte> storage(2 * page);
+  void* host = storage.data() + (page - reinterpret_cast<std::uintptr_t>(storage.data()) % page) % page;
+  Result<DevicePtr> r = make_error(ErrorCode::unsupported, "no host registration");
+  if (backend().capabilities().host_registration) {
+    r = gpu.register_host(host, page, HostAccess::read_write);
+    REQUIRE_MESSAGE(r.ok(), r.error().to_string());
+  }
+  gpu.fail_nth(FaultOp::free, 1, FaultInjectingBackend::Fault::from_then_on);
+  CHECK_FALSE(gpu.free(*a).ok());
+  CHECK_FALSE(gpu.free(*a).ok());
+  if (r.ok()) {
+    CHECK_FALSE(gpu.unregister_host(*r).ok());
+    CHECK_FALSE(gpu.unregister_host(*r).ok());
+    CHECK(gpu.kept_registrations() == std::vector<DevicePtr>{*r});
+  }
+  CHECK(gpu.kept_allocations() == std::vector<DevicePtr>{*a});
+  gpu.disarm();
+  for (DevicePtr p : gpu.kept_allocations()) CHECK(gpu.free(p).ok());
+  for (DevicePtr p : gpu.kept_registrations()) CHECK(gpu.unregister_host(p).ok());
+  CHECK(gpu.kept_allocations().empty());
+  CHECK(gpu.kept_registrations().empty());
+  CHECK(base.back());
+}
+
 TEST_CASE("failed copies and launches leave the device as it was") {
   Baseline base(backend());
   FaultInjectingBackend gpu(backend());

@@ -167,8 +167,13 @@ std::optional<Error> FaultInjectingBackend::count(FaultOp op, DevicePtr ptr, std
     e.message += " (injected at call " + std::to_string(call) + " of " + std::string(fault_op_name(op)) + ")";
   }
   injected_.push_back(InjectedFault{op, call, e, ptr, bytes});
-  if (op == FaultOp::free) kept_allocations_.push_back(ptr);
-  if (op == FaultOp::unregister_host) kept_registrations_.push_back(ptr);
+  // Listed once however often its free is refused (a Residency asks again
+  // for a stuck free whenever room is short): one later free ends it.
+  auto keep = [ptr](std::vector<DevicePtr>& kept) {
+    if (std::find(kept.begin(), kept.end(), ptr) == kept.end()) kept.push_back(ptr);
+  };
+  if (op == FaultOp::free) keep(kept_allocations_);
+  if (op == FaultOp::unregister_host) keep(kept_registrations_);
   return e;
 }
 

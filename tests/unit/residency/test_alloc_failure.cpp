@@ -54,9 +54,11 @@ Model small_model() {
 template <class Step, class Whole>
 void each_allocation_failing(GpuBackend& gpu, const Model& m, const std::vector<PlannedDerivation>& plan,
                              const char* what, Step step, Whole whole) {
-  for (ResidencyStrategy strategy : {ResidencyStrategy::upload, ResidencyStrategy::paged}) {
+  for (ResidencyStrategy strategy :
+       {ResidencyStrategy::upload, ResidencyStrategy::zero_copy, ResidencyStrategy::paged}) {
     CAPTURE(residency_strategy_name(strategy));
     const std::uint64_t live_before = gpu.counters().live_allocations;
+    const std::uint64_t registrations_before = gpu.counters().live_registrations;
     int runs_failed = 0;
     for (long n = 0; n < 100000; ++n) {
       CAPTURE(n);
@@ -81,6 +83,7 @@ void each_allocation_failing(GpuBackend& gpu, const Model& m, const std::vector<
       const Released out = residency.release(gpu);
       CHECK(out.status.ok());
       CHECK(gpu.counters().live_allocations == live_before);
+      CHECK(gpu.counters().live_registrations == registrations_before);  // zero_copy: none ended by no one
       if (!failed) break;
       ++runs_failed;
     }
@@ -153,4 +156,43 @@ TEST_CASE("each allocation of a cold load failing in turn leaves nothing loading
           CHECK(std::equal(back.begin(), back.end(), data.begin() + static_cast<std::ptrdiff_t>(offset)));
         }
       });
+}
+
+// The pins of a model whose weights live in a data file (registered in
+// place by zero_copy, paged in or uploaded from the mapping by the others),
+// with each allocation failing in turn: no registration or device block
+// left live, every value pins and reads right afterwards.
+TEST_CASE("each allocation of the pins of a file-backed model failing in turn leaves the residency whole") {
+  using test_models::OrphanedPrefixModel;
+  ScratchDir dir("residency-pin-alloc-failure");
+  const auto files = OrphanedPrefixModel::write(dir.path());
+  auto loaded = load_onnx(files.onnx);
+  REQUIRE_MESSAGE(loaded.ok(), loaded.error().to_string());
+  const Model& m = *loaded;
+  std::vector<std::byte> data(OrphanedPrefixModel::kFileBytes);
+  std::ifstream(files.data, std::ios::binary)
+      .read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(data.size()));
+  auto gpu = open_backend("cpu");
+  REQUIRE(gpu.ok());
+  auto plan = plan_derivations(m);
+  REQUIRE(plan.ok());
+  auto pin_all = [&](Residency& residency, bool must) {
+    for (const PlannedDerivation& d : *plan) {
+      auto p = residency.pin(d);
+      if (must) REQUIRE_MESSAGE(p.ok(), p.error().to_string());
+    }
+    for (const auto& [name, offset] :
+         {std::pair{"w0", OrphanedPrefixModel::kW0Offset}, std::pair{"w1", OrphanedPrefixModel::kW1Offset},
+          std::pair{"w2", OrphanedPrefixModel::kW2Offset}}) {
+      auto p = residency.pin(*m.value_id(name));
+      if (!must) continue;
+      REQUIRE_MESSAGE(p.ok(), p.error().to_string());
+      std::vector<std::byte> back(p->first_bytes());
+      REQUIRE((*gpu)->copy_to_host(back, p->first(), 0).ok());
+      CHECK(std::equal(back.begin(), back.end(), data.begin() + static_cast<std::ptrdiff_t>(offset)));
+    }
+  };
+  each_allocation_failing(
+      **gpu, m, *plan, "runs", [&](Residency& residency) { pin_all(residency, false); },
+      [&](Residency& residency) { pin_all(residency, true); });
 }
