@@ -28,7 +28,9 @@
 #include <exception>
 #include <map>
 #include <mutex>
+#include <new>
 #include <set>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 
@@ -124,8 +126,21 @@ class Builder {
 
 }  // namespace
 
+// No exception leaves load(): host memory running out is out_of_memory, a
+// thread the system refused unavailable. What was marked loading is
+// abandoned on the way out (AbandonOnThrow, below), so waiters hear it.
 Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options) {
-  Impl& m = *impl_;
+  try {
+    return impl_->load(options);
+  } catch (const std::bad_alloc&) {
+    return residency::out_of_host_memory();
+  } catch (const std::system_error& e) {
+    return make_error(ErrorCode::unavailable, std::string("load(): the system refused a thread: ") + e.what());
+  }
+}
+
+Result<ResidencyLoadReport> Residency::Impl::load(const ResidencyLoadOptions& options) {
+  Impl& m = *this;
   const auto start = std::chrono::steady_clock::now();
   ResidencyLoadReport report;
   {
@@ -279,7 +294,8 @@ Result<ResidencyLoadReport> Residency::load(const ResidencyLoadOptions& options)
     int uncaught = std::uncaught_exceptions();
     ~AbandonOnThrow() {
       if (std::uncaught_exceptions() <= uncaught) return;
-      // The exception itself reaches load()'s caller; a pin that waited
+      // The exception itself reaches Residency::load(), which says it as
+      // an error; a pin that waited
       // for one of these values hears this. Ok when even this cannot be
       // made: such a waiter then loads the value itself.
       Status why;

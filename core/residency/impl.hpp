@@ -152,6 +152,13 @@ struct Residency::Impl {
   Pinned handle(residency::Entry& e);
   void unpin(residency::Entry& e) noexcept;
 
+  // Residency::load's work (cold_load.cpp), which may throw.
+  Result<ResidencyLoadReport> load(const ResidencyLoadOptions& options);
+  // Residency::set_budget's work (set_budget.cpp).
+  Status set_budget(std::uint64_t bytes);
+  // Counts a prefetch that could not be queued (residency.cpp).
+  void prefetch_not_queued() noexcept;
+
   // ---- groups (pin_group.cpp)
   Result<PinnedSet> pin_group(const ResidencyGroup& group, std::chrono::milliseconds wait_for_room);
 

@@ -388,14 +388,36 @@ Result<Pinned> Residency::pin(const PlannedDerivation& derivation) {
   return without_throwing([&] { return impl_->pin_derived(derivation, Impl::Use::pin); });
 }
 
+// A prefetch that cannot even be queued (no host memory for the job, no
+// thread for the worker) is a failed prefetch, counted: prefetch() returns
+// nothing, so it throws nothing, and the next pin of the value tries again.
+void Residency::Impl::prefetch_not_queued() noexcept {
+  try {
+    std::lock_guard lock(mutex);
+    ++counters.prefetches_failed;
+  } catch (...) {  // the lock itself failed: uncounted, still not thrown
+  }
+}
+
 void Residency::prefetch(std::span<const ValueId> weights) {
-  for (ValueId id : weights)
-    impl_->prefetcher.post([impl = impl_.get(), id] { static_cast<void>(impl->pin_source(id, Impl::Use::prefetch)); });
+  for (ValueId id : weights) {
+    try {
+      impl_->prefetcher.post(
+          [impl = impl_.get(), id] { static_cast<void>(impl->pin_source(id, Impl::Use::prefetch)); });
+    } catch (...) {
+      impl_->prefetch_not_queued();
+    }
+  }
 }
 
 void Residency::prefetch(std::span<const PlannedDerivation> derivations) {
-  for (const PlannedDerivation& p : derivations)
-    impl_->prefetcher.post([impl = impl_.get(), p] { static_cast<void>(impl->pin_derived(p, Impl::Use::prefetch)); });
+  for (const PlannedDerivation& p : derivations) {
+    try {
+      impl_->prefetcher.post([impl = impl_.get(), p] { static_cast<void>(impl->pin_derived(p, Impl::Use::prefetch)); });
+    } catch (...) {
+      impl_->prefetch_not_queued();
+    }
+  }
 }
 
 void Residency::prefetch(const ResidencyGroup& group) {

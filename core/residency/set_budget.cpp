@@ -4,6 +4,7 @@
 #include "residency/impl.hpp"
 
 #include <algorithm>
+#include <new>
 
 namespace ballast {
 
@@ -11,7 +12,17 @@ using residency::bytes_text;
 using residency::Entry;
 
 Status Residency::set_budget(std::uint64_t bytes) {
-  Impl& m = *impl_;
+  // Host memory running out builds no message: out_of_memory, nothing
+  // changed (every step that changes anything allocates nothing).
+  try {
+    return impl_->set_budget(bytes);
+  } catch (const std::bad_alloc&) {
+    return residency::out_of_host_memory();
+  }
+}
+
+Status Residency::Impl::set_budget(std::uint64_t bytes) {
+  Impl& m = *this;
   const std::string context = m.label + ": setting the budget to " + bytes_text(bytes);
   std::lock_guard lock(m.mutex);
   BALLAST_RETURN_IF_ERROR(m.refuse_after_release_locked(), context);
