@@ -434,6 +434,30 @@ def test_map_writes(cli, sample_dir, work):
            % (proc.returncode, proc.stderr.strip()))
     expect(open(svg).read() == "earlier map" and os.listdir(os.path.dirname(svg)) == ["map.svg"],
            "  ... the earlier map is whole and no temporary is left (%s)" % os.listdir(os.path.dirname(svg)))
+def test_rules_file(cli, sample, work):
+    """`derive --rules FILE`: a rule's unknown key, and a known key with a
+    value of the wrong type, are refused (exit 2, one line naming the file,
+    the rule and the key), not read as another key."""
+    rules = os.path.join(work, "rules.json")
+    good = {"name": "all", "pattern": "*", "derive": ["transpose"]}
+    for extra, what in (({"note": "x"}, "an unknown key with a string value"),
+                        ({"unless_present": 5}, "unless_present that is not a string"),
+                        ({"pattern": 5}, "a pattern that is not a string"),
+                        ({"name": ["a"]}, "a name that is not a string")):
+        rule = dict(good)
+        rule.update(extra)
+        with open(rules, "w") as f:
+            json.dump({"rules": [rule]}, f)
+        key = next(iter(extra))
+        rc, out, err = cli("derive", sample, "--backend", "cpu", "--rules", rules)
+        expect(rc == 2 and one_line_error(err, "invalid_argument", "rule 0: unknown key '%s'" % key, rules),
+               "derive --rules with %s: exit 2, one line naming the rule and the key (%d; %s)"
+               % (what, rc, err.strip()))
+    with open(rules, "w") as f:
+        json.dump({"rules": [dict(good, unless_present="no.such.weight")]}, f)
+    rc, out, err = cli("derive", sample, "--backend", "cpu", "--rules", rules)
+    expect(rc == 0, "derive --rules with a string unless_present: exit 0 (%d; %s)" % (rc, err.strip()))
+
 
 def test_conformance_command(cli, work):
     """`ballast conformance` finds ballast-conformance beside its own
@@ -504,6 +528,7 @@ def main():
     test_amplification(cli, a.work)
     test_map_writes(cli, sample_dir, a.work)
     test_conformance_command(cli, a.work)
+    test_rules_file(cli, sample, a.work)
     print("%d check(s) failed" % len(FAILURES) if FAILURES else "all CLI checks passed")
     return 1 if FAILURES else 0
 
