@@ -457,6 +457,15 @@ def test_rules_file(cli, sample, work):
         json.dump({"rules": [dict(good, unless_present="no.such.weight")]}, f)
     rc, out, err = cli("derive", sample, "--backend", "cpu", "--rules", rules)
     expect(rc == 0, "derive --rules with a string unless_present: exit 0 (%d; %s)" % (rc, err.strip()))
+    # Each name in "derive" plans that derivation, and only it.
+    for kind in ("transpose", "to_f16", "quant_int8"):
+        with open(rules, "w") as f:
+            json.dump({"source": "rules", "rules": [dict(good, derive=[kind])]}, f)
+        rc, out, err = cli("derive", sample, "--backend", "cpu", "--rules", rules, "--json")
+        planned = json.loads(out)["plan"]["planned"] if rc == 0 else []
+        got = sorted({(p["derivation"], p["source"]) for p in planned})
+        expect(rc == 0 and got == [(kind, "all")],
+               "derive --rules deriving %s plans %s alone, from the rule (%d; %s; %s)" % (kind, kind, rc, got, err.strip()))
 
 
 def test_conformance_command(cli, work):
