@@ -434,6 +434,79 @@ def test_map_writes(cli, sample_dir, work):
            % (proc.returncode, proc.stderr.strip()))
     expect(open(svg).read() == "earlier map" and os.listdir(os.path.dirname(svg)) == ["map.svg"],
            "  ... the earlier map is whole and no temporary is left (%s)" % os.listdir(os.path.dirname(svg)))
+def test_rules_file(cli, sample, work):
+    """`derive --rules FILE`: a rule's unknown key, and a known key with a
+    value of the wrong type, are refused (exit 2, one line naming the file,
+    the rule and the key), not read as another key."""
+    rules = os.path.join(work, "rules.json")
+    good = {"name": "all", "pattern": "*", "derive": ["transpose"]}
+    for extra, what in (({"note": "x"}, "an unknown key with a string value"),
+                        ({"unless_present": 5}, "unless_present that is not a string"),
+                        ({"pattern": 5}, "a pattern that is not a string"),
+                        ({"name": ["a"]}, "a name that is not a string")):
+        rule = dict(good)
+        rule.update(extra)
+        with open(rules, "w") as f:
+            json.dump({"rules": [rule]}, f)
+        key = next(iter(extra))
+        rc, out, err = cli("derive", sample, "--backend", "cpu", "--rules", rules)
+        expect(rc == 2 and one_line_error(err, "invalid_argument", "rule 0: unknown key '%s'" % key, rules),
+               "derive --rules with %s: exit 2, one line naming the rule and the key (%d; %s)"
+               % (what, rc, err.strip()))
+    with open(rules, "w") as f:
+        json.dump({"rules": [dict(good, unless_present="no.such.weight")]}, f)
+    rc, out, err = cli("derive", sample, "--backend", "cpu", "--rules", rules)
+    expect(rc == 0, "derive --rules with a string unless_present: exit 0 (%d; %s)" % (rc, err.strip()))
+    # Each name in "derive" plans that derivation, and only it.
+    for kind in ("transpose", "to_f16", "quant_int8"):
+        with open(rules, "w") as f:
+            json.dump({"source": "rules", "rules": [dict(good, derive=[kind])]}, f)
+        rc, out, err = cli("derive", sample, "--backend", "cpu", "--rules", rules, "--json")
+        planned = json.loads(out)["plan"]["planned"] if rc == 0 else []
+        got = sorted({(p["derivation"], p["source"]) for p in planned})
+        expect(rc == 0 and got == [(kind, "all")],
+               "derive --rules deriving %s plans %s alone, from the rule (%d; %s; %s)" % (kind, kind, rc, got, err.strip()))
+
+
+def test_conformance_command(cli, work):
+    """`ballast conformance` finds ballast-conformance beside its own
+    executable and hands over (arguments, output and exit code are the
+    runner's); without a runner there, or one it cannot run, exit 2 and one
+    line naming the path. Run from a scratch prefix holding a link to the
+    binary and a scripted runner, so no suite runs."""
+    prefix = os.path.join(work, "conformance_prefix")
+    shutil.rmtree(prefix, ignore_errors=True)
+    os.makedirs(os.path.join(prefix, "bin"))
+    os.symlink(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(cli.ballast))), "lib"),
+               os.path.join(prefix, "lib"))
+    exe = os.path.join(prefix, "bin", "ballast")
+    try:
+        os.link(cli.ballast, exe)  # /proc/self/exe is then this path
+    except OSError:
+        shutil.copy2(cli.ballast, exe)
+    runner = os.path.join(prefix, "bin", "ballast-conformance")
+    local = Cli(exe)
+
+    rc, out, err = local("conformance", "--backend", "cpu")
+    expect(rc == 2 and one_line_error(err, "not installed", runner),
+           "conformance without a runner beside it: exit 2, one line naming it (%d; %s)" % (rc, err.strip()))
+
+    with open(runner, "w") as f:
+        f.write('#!/bin/sh\nprintf "%s\\n" "$@" > "$0.args"\necho "runner output"\nexit 7\n')
+    os.chmod(runner, 0o644)
+    rc, out, err = local("conformance", "--backend", "cpu")
+    expect(rc == 2 and one_line_error(err, "cannot run", runner),
+           "conformance with a runner it cannot execute: exit 2, one line naming it (%d; %s)" % (rc, err.strip()))
+
+    os.chmod(runner, 0o755)
+    rc, out, err = local("conformance", "--backend", "cpu:threads=2", "--json", "--", "-tc=device weights*")
+    with open(runner + ".args") as f:
+        args = f.read().splitlines()
+    expect(rc == 7 and out == "runner output\n" and args == ["--backend", "cpu:threads=2", "--json",
+                                                              "-tc=device weights*"],
+           "conformance hands over to the runner beside it: its arguments, output and exit code (%d; %r; %s)"
+           % (rc, out, args))
+    shutil.rmtree(prefix, ignore_errors=True)
 
 
 def main():
@@ -463,6 +536,8 @@ def main():
     test_progress_bar(cli, a.work)
     test_amplification(cli, a.work)
     test_map_writes(cli, sample_dir, a.work)
+    test_conformance_command(cli, a.work)
+    test_rules_file(cli, sample, a.work)
     print("%d check(s) failed" % len(FAILURES) if FAILURES else "all CLI checks passed")
     return 1 if FAILURES else 0
 

@@ -558,6 +558,94 @@ def test_safetensors(cli, work, gen):
                "compacted holes.safetensors: opens without --allow-holes, 0 dead bytes, same hashes (%s)" % err.strip())
 
 
+
+def training_model(folder, t_entries, w_offset=True):
+    """model.onnx whose weight W (4x16 float32) is the first 256 bytes of
+    weights.bin (its entry with or without an "offset" key), and whose
+    training_info holds a tensor T with the external_data `t_entries`. The
+    loader reads no training info, so only compact meets T's entries."""
+    os.makedirs(folder, exist_ok=True)
+    w = np.arange(64, dtype=np.float32).reshape(4, 16)
+    with open(os.path.join(folder, "weights.bin"), "wb") as f:
+        f.write(w.tobytes() + b"\xaa" * 100)
+
+    def tensor(name, entries):
+        t = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=[4, 16])
+        t.data_location = TensorProto.EXTERNAL
+        for k, v in entries:
+            e = t.external_data.add()
+            e.key, e.value = k, v
+        return t
+    w_entries = [("location", "weights.bin")] + ([("offset", "0")] if w_offset else []) + [("length", "256")]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["X", "W"], ["Y"], name="mm")], "compact_entries",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 16])],
+        initializer=[tensor("W", w_entries)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    if t_entries is not None:
+        info = model.training_info.add()
+        info.initialization.CopyFrom(helper.make_graph([], "init", [], [], initializer=[tensor("T", t_entries)]))
+    path = os.path.join(folder, "model.onnx")
+    with open(path, "wb") as f:
+        f.write(model.SerializeToString())
+    return path
+
+
+def test_entries(cli, work):
+    """The external_data entries compact writes: no key the input lacked, and
+    an offset or length that is not a 64-bit decimal refused, never read as
+    0 (a tensor the loader does not read, in training_info, pointed at W's
+    bytes after the rewrite)."""
+    src = os.path.join(work, "entries_src")
+    out_dir = os.path.join(work, "entries_out")
+    for label, w_offset in (("with", True), ("without", False)):
+        shutil.rmtree(src, ignore_errors=True)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        model = training_model(src, None, w_offset=w_offset)
+        rc, out, err = cli("compact", model, out_dir)
+        keys = []
+        if rc == 0:
+            m = onnx.load(os.path.join(out_dir, "model.onnx"), load_external_data=False)
+            keys = [e.key for e in m.graph.initializer[0].external_data]
+        expected = ["location", "offset", "length"] if w_offset else ["location", "length"]
+        expect(rc == 0 and keys == expected,
+               "compact of a weight %s an \"offset\" entry keeps its keys as they were (%d; %s; %s)"
+               % (label, rc, keys, err.strip()))
+
+    t_at_w = [("location", "weights.bin"), ("offset", "0"), ("length", "256")]
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    rc, out, err = cli("compact", training_model(src, t_at_w), out_dir)
+    expect(rc == 0, "compact of a training tensor on W's bytes: exit 0 (%d; %s)" % (rc, err.strip()))
+
+    for key, value, phrase in (("offset", "abc", "offset 'abc' is not a decimal number"),
+                               ("offset", "-1", "offset '-1' is not a decimal number"),
+                               ("offset", "", "offset '' is not a decimal number"),
+                               ("offset", "18446744073709551616", "offset '18446744073709551616' is not a decimal"),
+                               ("offset", "99999999999999999999", "offset '99999999999999999999' is not a decimal"),
+                               ("length", "25x", "length '25x' is not a decimal number"),
+                               ("offset", "18446744073709551615", "offset 18446744073709551615 with length 256 of "
+                                                                  "weights.bin runs past 2^64"),
+                               ("offset", "18446744073709551360", "offset 18446744073709551360 with length 256 of "
+                                                                  "weights.bin runs past 2^64")):
+        entries = [(k, value if k == key else v) for k, v in t_at_w]
+        shutil.rmtree(src, ignore_errors=True)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        rc, out, err = cli("compact", training_model(src, entries), out_dir)
+        expect(rc == 2 and one_line_error(err, "malformed", phrase, "tensor=T") and not os.path.exists(out_dir),
+               "compact of a training tensor with %s %r: exit 2, one line, nothing written (%d; %s)"
+               % (key, value, rc, err.strip()))
+    # The last offset whose range still ends within 2^64 is not refused as past it.
+    entries = [(k, "18446744073709551359" if k == "offset" else v) for k, v in t_at_w]
+    shutil.rmtree(src, ignore_errors=True)
+    rc, out, err = cli("compact", training_model(src, entries), out_dir)
+    expect(rc == 2 and one_line_error(err, "unsupported", "bytes [18446744073709551359, 18446744073709551615)"),
+           "compact of a training tensor ending at 2^64 - 1: refused as no weight's bytes (%d; %s)"
+           % (rc, err.strip()))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ballast", required=True)
@@ -577,6 +665,7 @@ def main():
         test_corpus(cli, work, args.gen)
         test_refusals(cli, work)
         test_writes(cli, work)
+        test_entries(cli, work)
         test_safetensors(cli, work, args.gen)
     if FAILURES:
         print("%d check(s) failed" % len(FAILURES))

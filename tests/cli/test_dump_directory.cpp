@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -19,6 +20,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace cli = ballast::cli;
@@ -62,6 +64,37 @@ TEST_CASE("a symlink planted in the dump directory is not followed; its target i
 
 // `load|derive --comm --dump DIR` writes each rank under DIR/rank<R>: a
 // `rank0` symlink planted in DIR sent every file of rank 0 to its target.
+TEST_CASE("a .npy header spells the shape as NumPy does: (), (5,), (3, 4), (2, 3, 4)") {
+  // A reader that counts dimensions by the commas (one when the tuple ends
+  // in a comma) must read the rank right: "(5, )" is not one dimension to
+  // it, and "(3, 4,)" is.
+  const fs::path root = fresh_dir("dump-npy-header");
+  auto dir = cli::DumpDirectory::open(root);
+  REQUIRE(dir.ok());
+  const std::vector<std::pair<std::vector<std::uint64_t>, std::string>> cases = {
+      {{}, "()"}, {{5}, "(5,)"}, {{3, 4}, "(3, 4)"}, {{2, 3, 4}, "(2, 3, 4)"}};
+  for (const auto& [shape, tuple] : cases) {
+    CAPTURE(tuple);
+    std::uint64_t elements = 1;
+    for (std::uint64_t d : shape) elements *= d;
+    const std::vector<std::byte> data(elements * 4, std::byte{0x5a});
+    auto path = dir->write_npy("w" + std::to_string(shape.size()), "f32", "<f4", shape, data);
+    REQUIRE(path.ok());
+    const std::string file = slurp(*path);
+    REQUIRE(file.size() > 10);
+    CHECK(file.compare(0, 8, std::string("\x93NUMPY\x01\x00", 8)) == 0);
+    const std::size_t length = static_cast<unsigned char>(file[8]) | (static_cast<unsigned char>(file[9]) << 8);
+    CHECK((10 + length) % 64 == 0);
+    REQUIRE(file.size() == 10 + length + data.size());
+    const std::string header = file.substr(10, length);
+    const std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': " + tuple + ", }";
+    CHECK(header.substr(0, dict.size()) == dict);
+    CHECK(header.find_first_not_of(' ', dict.size()) == length - 1);
+    CHECK(header.back() == '\n');
+  }
+  fs::remove_all(root);
+}
+
 TEST_CASE("a rank's folder is opened beneath the dump directory, never through a planted symlink") {
   const fs::path root = fresh_dir("dump-rank-symlink");
   const fs::path elsewhere = root / "elsewhere";

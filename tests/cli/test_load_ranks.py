@@ -311,6 +311,16 @@ def main():
                "%s --round-bytes with %s is refused, one line (got %d: %s)"
                % (command, " ".join(exchange) or "the default exchange", rc, err.strip()[-200:]))
 
+    # The text report's summary: in place, the shards each rank read from
+    # its own mapping; otherwise what the ranks read together. (Every run
+    # below is --json, which prints neither.)
+    for extra, want, other in (([], "the ranks read ", "in place: "),
+                               (["--in-place"], "in place: the ranks' shards are ", "the ranks read ")):
+        rc, out, err = run(cli, "load", models[0][1], "--comm", "local", "--world", "2", *extra)
+        expect(rc == 0 and want in out and other not in out,
+               "load --comm local --world 2 %s: the text summary says %r (got %d: %s)"
+               % (" ".join(extra), want.strip(), rc, (out + err).strip()[-300:]))
+
     round_counts = {}  # (format, world, how, rank) -> rounds traded
     for fmt, model, arrays in models:
         for world in (1, 2, 4):

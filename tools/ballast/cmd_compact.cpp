@@ -411,8 +411,8 @@ Status compact_onnx(const Model& model, std::vector<SourceFile>& files, std::uin
 
   BALLAST_ASSIGN_OR_RETURN(const std::string onnx, read_whole(model.path(), model.file_size()));
   const auto rewrite = [&](const ExternalTensor& t) -> Result<std::vector<std::pair<std::string, std::string>>> {
-    const auto refuse = [&](std::string message) {
-      Error e = error_at(ErrorCode::unsupported, std::move(message), model.path());
+    const auto refuse = [&](std::string message, ErrorCode code = ErrorCode::unsupported) {
+      Error e = error_at(code, std::move(message), model.path());
       e.tensor = std::string(t.name);
       e.offset = t.at;
       return e;
@@ -421,8 +421,14 @@ Status compact_onnx(const Model& model, std::vector<SourceFile>& files, std::uin
     std::optional<std::uint64_t> offset, length;
     for (const auto& [key, value] : t.entries) {
       if (key == "location") location = value;
-      if (key == "offset") offset = parse_u64(value);
-      if (key == "length") length = parse_u64(value);
+      if (key != "offset" && key != "length") continue;
+      // Not a number: refused, never read as absent (offset 0), which would
+      // point the rewritten entry at another tensor's bytes.
+      const std::optional<std::uint64_t> v = parse_u64(value);
+      if (!v)
+        return refuse("external data " + key + " '" + printable(value) + "' is not a decimal number of 64 bits",
+                      ErrorCode::malformed);
+      (key == "offset" ? offset : length) = v;
     }
     const auto found = location ? by_location.find(*location) : by_location.end();
     if (found == by_location.end())
@@ -440,6 +446,10 @@ Status compact_onnx(const Model& model, std::vector<SourceFile>& files, std::uin
       return refuse("external data at offset " + std::to_string(old_offset) + " of " + printable(*location) +
                     " with no length that no weight ballast reads has; compact cannot place it");
     if (*length != 0) {
+      if (old_offset > UINT64_MAX - *length)
+        return refuse("external data at offset " + std::to_string(old_offset) + " with length " +
+                          std::to_string(*length) + " of " + printable(*location) + " runs past 2^64 bytes",
+                      ErrorCode::malformed);
       const std::optional<std::size_t> r = range_holding(f, old_offset, *length);
       if (!r)
         return refuse("bytes [" + std::to_string(old_offset) + ", " + std::to_string(old_offset + *length) + ") of " +

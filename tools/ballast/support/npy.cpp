@@ -19,8 +19,10 @@ namespace {
 // The .npy header (magic, version, length, dict, padding) for these values.
 std::string npy_header(std::string_view descr, const std::vector<std::uint64_t>& shape) {
   std::string dims;
-  for (std::uint64_t d : shape) dims += std::to_string(d) + ", ";
-  if (shape.size() > 1) dims.resize(dims.size() - 1);  // "(3, 4)" but "(3,)"
+  // As NumPy spells the tuple: "()", "(5,)", "(3, 4)". A reader that counts
+  // dimensions by the commas reads "(5, )" as two and "(3, 4,)" as one.
+  for (std::size_t i = 0; i < shape.size(); ++i) dims += (i == 0 ? "" : ", ") + std::to_string(shape[i]);
+  if (shape.size() == 1) dims += ',';
   std::string header = "{'descr': '" + std::string(descr) + "', 'fortran_order': False, 'shape': (" + dims + "), }";
   // Magic (6) + version (2) + length (2) + header + '\n', padded to 64 bytes.
   const std::size_t unpadded = 10 + header.size() + 1;
