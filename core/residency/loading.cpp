@@ -227,7 +227,9 @@ Result<Residency::Impl::Loaded> Residency::Impl::page_in(const Entry& e, Request
   const std::uint64_t length = e.first_bytes;
   const PagingTimer timer(paging_ns);
   const std::uint64_t sizes[] = {length};
-  BALLAST_ASSIGN_OR_RETURN(Blocks blocks, obtain(sizes, e.name, "paging in " + e.name, who));
+  // Said as the strategy does it: an upload entry is copied in once.
+  const std::string doing = (e.evictable ? "paging in " : "uploading ") + e.name;
+  BALLAST_ASSIGN_OR_RETURN(Blocks blocks, obtain(sizes, e.name, doing, who));
   const DevicePtr ptr = blocks.ptr[0];
   Status copied;
   if (length != 0) {
@@ -253,7 +255,7 @@ Result<Residency::Impl::Loaded> Residency::Impl::page_in(const Entry& e, Request
       std::lock_guard lock(mutex);
       pool_locked(ptr, length);
     }
-    return std::move(copied).with_context("paging in " + e.name);
+    return std::move(copied).with_context(doing);
   }
   return Loaded{ptr, 0};
 }

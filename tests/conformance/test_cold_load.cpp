@@ -409,6 +409,22 @@ TEST_CASE("cold load: a data file truncated before the read is an io error namin
   REQUIRE(r->release(conformance::gpu()).status.ok());
 }
 
+TEST_CASE("a data file truncated under an uploaded weight: the io error says uploading, naming the file and weight") {
+  conformance::LeakCheck leaks;
+  PagingFixture f;
+  auto r = f.open(ResidencyStrategy::upload);
+  REQUIRE(::truncate((f.dir / "model.data").c_str(), OrphanedPrefix::kPrefix + 1000) == 0);
+  const ValueId w = f.model.weight_order().back();
+  auto pin = r->pin(w);
+  REQUIRE_FALSE(pin.ok());
+  CHECK(pin.error().code == ErrorCode::io);
+  const std::string message = pin.error().to_string(), name(f.model.value_name(w));
+  CHECK_MESSAGE(message.find("uploading weight '" + name + "'") != std::string::npos, message);
+  CHECK_MESSAGE(message.find("model.data") != std::string::npos, message);
+  CHECK(message.find("paging in") == std::string::npos);
+  REQUIRE(r->release(conformance::gpu()).status.ok());
+}
+
 TEST_CASE("a data file truncated under a zero-copy weight: the io error names the file and the weight") {
   conformance::LeakCheck leaks;
   PagingFixture f;
@@ -422,9 +438,9 @@ TEST_CASE("a data file truncated under a zero-copy weight: the io error names th
   CAPTURE(message);
   CHECK(message.find("model.data") != std::string::npos);
   // Registered where the backend reads host memory in place, uploaded
-  // where it does not: either way the weight is named, as a page-in is.
+  // where it does not: either way the weight is named, and how.
   CHECK((message.find("registering weight '" + name + "'") != std::string::npos ||
-         message.find("paging in weight '" + name + "'") != std::string::npos));
+         message.find("uploading weight '" + name + "'") != std::string::npos));
   REQUIRE(r->release(conformance::gpu()).status.ok());
 }
 
