@@ -81,6 +81,15 @@ void free_kept(FaultInjectingBackend& gpu) {
   }
 }
 
+// Releases `r` (which must succeed), frees what a refused free kept, and
+// finds the backend back at `baseline`: nothing the Residency lost track of.
+void release_to_baseline(FaultInjectingBackend& gpu, Residency& r, const AllocationCounters& baseline) {
+  const Released rel = r.release(gpu);
+  CHECK_MESSAGE(rel.status.ok(), rel.status.to_string());
+  free_kept(gpu);
+  CHECK_MESSAGE(same(gpu.counters(), baseline), "live after release: " << text(gpu.counters()));
+}
+
 Result<std::vector<std::byte>> read_back(GpuBackend& gpu, DevicePtr first, DevicePtr second,
                                          const PlannedDerivation& d) {
   DerivationLaunch l = d.launch;
@@ -326,10 +335,7 @@ TEST_CASE("reuse after a device fault: the same Residency pins again, every stra
                               (*r)->registrations().registered_ranges,
                           text(gpu.counters()));
           }
-          const Released rel = (*r)->release(gpu);
-          CHECK_MESSAGE(rel.status.ok(), rel.status.to_string());
-          free_kept(gpu);
-          CHECK_MESSAGE(same(gpu.counters(), baseline), "live after release: " << text(gpu.counters()));
+          release_to_baseline(gpu, **r, baseline);
         }
       }
     }
@@ -402,10 +408,7 @@ TEST_CASE("reuse after a device fault: load() again on the same Residency") {
           ++runs;
           REQUIRE_MESSAGE(pass.failures == 0, pass.first_failure.to_string());
           CHECK(pass.values == clean.values);
-          const Released rel = (*r)->release(gpu);
-          CHECK_MESSAGE(rel.status.ok(), rel.status.to_string());
-          free_kept(gpu);
-          CHECK_MESSAGE(same(gpu.counters(), baseline), "live after release: " << text(gpu.counters()));
+          release_to_baseline(gpu, **r, baseline);
         }
       }
     }
@@ -597,10 +600,7 @@ TEST_CASE("reuse after a device fault: layer groups pinned whole, and prefetches
           CAPTURE(st.to_string());
           CHECK(st.pinned_bytes == 0);
           CHECK(st.device_bytes == gpu.counters().live_bytes - baseline.live_bytes);
-          const Released rel = (*r)->release(gpu);
-          CHECK_MESSAGE(rel.status.ok(), rel.status.to_string());
-          free_kept(gpu);
-          CHECK_MESSAGE(same(gpu.counters(), baseline), "live after release: " << text(gpu.counters()));
+          release_to_baseline(gpu, **r, baseline);
         }
       }
     }
