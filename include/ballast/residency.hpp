@@ -418,7 +418,9 @@ class Residency final : public ModelResource<GpuBackend> {
   // create() would refuse (the largest pin beside what stays, named), or
   // for a residency created without a budget; out_of_memory when what
   // cannot be evicted now (pinned, being loaded, kept for the model's
-  // life) is above it; invalid_argument after release(). kUnlimitedBudget
+  // life) is above it (decided before anything is evicted; only a free the
+  // backend refuses on the way can leave values evicted and the budget as
+  // it was); invalid_argument after release(). kUnlimitedBudget
   // lifts the bound (a later call may set one again). Thread-safe.
   Status set_budget(std::uint64_t bytes);
   // The weight's strategy as carried out: a zero_copy weight that cannot be
