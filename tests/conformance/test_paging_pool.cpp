@@ -382,3 +382,32 @@ TEST_CASE("paging_pool: a raised budget lets a group waiting for room in at once
   held->reset();
   CHECK(paged->release(gpu).status.ok());
 }
+
+TEST_CASE("paging_pool: set_budget with the backend refusing frees: refused, the bytes held as stuck, asked again") {
+  conformance::LeakCheck leaks;
+  PoolFixture f;
+  FaultInjectingBackend faulty(conformance::gpu());
+  const std::uint64_t base = faulty.counters().live_bytes;
+  auto paged = f.open(faulty, ResidencyStrategy::paged, 4 * kLayer);
+  for (int i = 0; i < 4; ++i) pin_and_check(f, *paged, faulty, f.layers[i]);
+  // Every free refused from the first on: the evictions cannot give
+  // anything back, so the lowering fails with the budget as it was.
+  faulty.fail_nth(FaultOp::free, 1, FaultInjectingBackend::Fault::op_from_then_on);
+  auto refused = paged->set_budget(2 * kLayer);
+  REQUIRE(refused.code() == ErrorCode::out_of_memory);
+  CHECK_MESSAGE(refused.error().to_string().find("frees the device refused") != std::string::npos,
+                refused.error().to_string());
+  CHECK(paged->budget() == 4 * kLayer);
+  CHECK(paged->stats().stuck_bytes > 0);
+  CHECK(paged->stats().device_bytes == faulty.counters().live_bytes - base);
+  // The device takes frees again: the same call asks the stuck ones first
+  // and goes through; every value still pins as its file holds it.
+  faulty.disarm();
+  REQUIRE(paged->set_budget(2 * kLayer).ok());
+  CHECK(paged->stats().stuck_bytes == 0);
+  CHECK(paged->stats().device_bytes <= 2 * kLayer);
+  for (ValueId id : f.layers) pin_and_check(f, *paged, faulty, id);
+  CHECK(paged->stats().device_bytes == faulty.counters().live_bytes - base);
+  CHECK(paged->release(faulty).status.ok());
+  CHECK(faulty.counters().live_allocations == 0);
+}
