@@ -135,6 +135,16 @@ def unique_snippet(lines, i, start, end, replacement):
     return None
 
 
+def mutant_id(folder, path, i, name):
+    """g.<folder>.<file>.<line>.<operator>: the file by its stem for a .cpp
+    (the ids of earlier runs), with its extension for any other, so a .cpp
+    and a .hpp of one name never share an id (the second was dropped)."""
+    stem, ext = os.path.splitext(os.path.basename(path))
+    if ext != ".cpp":
+        stem += "_" + ext.lstrip(".")
+    return f"g.{folder.replace('/', '.')}.{stem}.{i + 1}.{name}"
+
+
 def escape(s):
     return s.replace("\n", "\\n")
 
@@ -178,8 +188,7 @@ def main():
             snippet = unique_snippet(lines, i, start, end, replacement)
             if snippet is None:
                 continue
-            stem = os.path.splitext(os.path.basename(path))[0]
-            ident = f"g.{folder.replace('/', '.')}.{stem}.{i + 1}.{name}"
+            ident = mutant_id(folder, path, i, name)
             if ident in seen:  # two matches of one operator on a line: the first is enough
                 continue
             seen.add(ident)

@@ -41,7 +41,14 @@ text = ["int f() {", "  if (a == b) return 1;", "}", "int g() {", "  if (a == b)
 snip = generate.unique_snippet(text, 4, text[4].index(" == "), text[4].index(" == ") + 4, " != ")
 check(snip == ("int g() {\n  if (a == b) return 1;", "int g() {\n  if (a != b) return 1;"), f"widened: {snip!r}")
 
-# 3. On the real tree: every generated mutant parses, applies exactly once and
+# 3. A .cpp and a .hpp of one name, the same line and operator: two ids (the
+# second was dropped as a repeat); a .cpp keeps the id earlier runs used.
+cpp = generate.mutant_id("core/read", "core/read/reader.cpp", 9, "rel_lt")
+hpp = generate.mutant_id("core/read", "core/read/reader.hpp", 9, "rel_lt")
+check(cpp == "g.core.read.reader.10.rel_lt", f"a .cpp's id: {cpp}")
+check(hpp != cpp and hpp == "g.core.read.reader_hpp.10.rel_lt", f"a .hpp's id: {hpp}")
+
+# 4. On the real tree: every generated mutant parses, applies exactly once and
 # changes its file; the same seed gives the same list, another seed another.
 def generated(seed):
     out = subprocess.run([sys.executable, generate.__file__, "--per-folder", "6", "--seed", str(seed)],
