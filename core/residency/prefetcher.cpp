@@ -10,8 +10,10 @@ namespace ballast::residency {
 void Prefetcher::post(std::function<void()> job) {
   std::lock_guard lock(mutex_);
   if (stopping_) return;
-  queue_.push_back(std::move(job));
+  // The worker first: a thread the system refuses then leaves no job queued
+  // that no one would run (wait_idle() would wait for it for good).
   if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
+  queue_.push_back(std::move(job));
   changed_.notify_all();
 }
 
