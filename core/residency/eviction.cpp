@@ -1,11 +1,10 @@
 #include "residency/eviction.hpp"
 
 namespace ballast::residency {
-namespace {
 
-bool candidate(const Entry& e) noexcept {
-  return e.state == Entry::State::resident && e.evictable && e.pins == 0;
-}
+bool evictable_now(const Entry& e) noexcept { return e.state == Entry::State::resident && e.evictable && e.pins == 0; }
+
+namespace {
 
 // Classes in order of eviction; 3 and 4 are the rest, no larger and
 // larger than the request.
@@ -37,7 +36,7 @@ Entry* choose_victim(std::span<Entry* const> resident, const EvictionClock& cloc
   Entry* best = nullptr;
   int best_class = 6;
   for (Entry* e : resident) {
-    if (!candidate(*e)) continue;
+    if (!evictable_now(*e)) continue;
     const int cls = class_of(*e, clock, request_bytes);
     if (cls == 5 && who == Requester::prefetch) continue;
     if (cls < best_class || (cls == best_class && sooner(*e, *best, cls))) {
@@ -182,7 +181,7 @@ void EvictionIndex::erase(Entry& e) noexcept {
 
 void EvictionIndex::update(Entry& e) {
   erase(e);
-  if (!candidate(e)) return;
+  if (!evictable_now(e)) return;
   Sets& s = *sets_;
   // Filed before the keys are recorded: an insertion that throws leaves the
   // entry unfiled (and not half in two sets).

@@ -45,6 +45,10 @@ struct EvictionClock {
 
 enum class Requester : std::uint8_t { demand, prefetch };
 
+// Whether `e` may be evicted now: resident, evictable, unpinned (the
+// candidates every choice below is made among).
+bool evictable_now(const Entry& e) noexcept;
+
 // The entry to evict next to make room for `request_bytes`, or nullptr
 // when none may be: the policy as a scan of every entry (O(n)), the
 // reference EvictionIndex is tested against.

@@ -42,7 +42,7 @@ Status Residency::Impl::set_budget(std::uint64_t bytes) {
     }
     std::uint64_t movable = m.pool.bytes();
     for (const Entry* e : m.all)
-      if (e->state == Entry::State::resident && e->evictable && e->pins == 0) movable += e->bytes();
+      if (residency::evictable_now(*e)) movable += e->bytes();
     if (m.held - std::min(m.held, movable) > bytes) {
       std::string message = bytes_text(m.held) + " held, of which " + bytes_text(m.pinned) + " pinned and " +
                             bytes_text(m.held - std::min(m.held, movable)) +

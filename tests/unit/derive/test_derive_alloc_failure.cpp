@@ -15,6 +15,7 @@
 #include <ballast/onnx_loader.hpp>
 
 #include "support/orphaned_prefix_model.hpp"
+#include "support/inline_matmul_model.hpp"
 #include "unit/onnx/load_helpers.hpp"
 #include "unit/store/scratch_dir.hpp"
 
@@ -67,25 +68,6 @@ std::vector<std::vector<std::byte>> buffers_for(const std::vector<PlannedDerivat
   return out;
 }
 
-// Two float32 MatMul weights stored inline in the .onnx: uploaded, never
-// registered (the orphaned-prefix model's are registered in place).
-Model inline_model() {
-  using namespace onnx_proto;
-  auto f32 = [](const char* name, std::initializer_list<std::int64_t> dims, std::size_t n, unsigned seed) {
-    Proto t = tensor(name, 1, dims);
-    std::vector<std::uint8_t> bytes(n * 4);
-    for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>((i * 37 + seed * 11) % 64);
-    raw_data(t, bytes);
-    return t;
-  };
-  static const Proto bytes = onnx_proto::model(
-      graph({named_node("q", "MatMul", {"x", "q.weight"}, {"y"}), named_node("o", "MatMul", {"y", "o.weight"}, {"z"})},
-            {f32("q.weight", {8, 16}, 128, 1), f32("o.weight", {16, 8}, 128, 2)}));
-  auto m = load_proto(bytes);
-  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
-  return std::move(*m);
-}
-
 bool same(const AllocationCounters& a, const AllocationCounters& b) {
   return a.live_allocations == b.live_allocations && a.live_bytes == b.live_bytes &&
          a.live_registrations == b.live_registrations;
@@ -104,7 +86,7 @@ TEST_CASE("each host allocation of the derive path failing in turn: the same obj
   const auto files = OrphanedPrefixModel::write(dir.path());
   auto from_file = load_onnx(files.onnx);
   REQUIRE_MESSAGE(from_file.ok(), from_file.error().to_string());
-  const Model inline_weights = inline_model();
+  const Model inline_weights = test_models::inline_matmul_model();
   auto gpu = open_backend("cpu");
   REQUIRE(gpu.ok());
   GpuBackend& backend = **gpu;
@@ -192,7 +174,7 @@ TEST_CASE(
   const auto files = OrphanedPrefixModel::write(dir.path());
   auto from_file = load_onnx(files.onnx);
   REQUIRE_MESSAGE(from_file.ok(), from_file.error().to_string());
-  const Model inline_weights = inline_model();
+  const Model inline_weights = test_models::inline_matmul_model();
   auto gpu = open_backend("cpu");
   REQUIRE(gpu.ok());
   GpuBackend& backend = **gpu;

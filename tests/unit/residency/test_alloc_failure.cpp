@@ -13,6 +13,7 @@
 #include <ballast/residency.hpp>
 
 #include "support/orphaned_prefix_model.hpp"
+#include "support/inline_matmul_model.hpp"
 #include "unit/onnx/load_helpers.hpp"
 #include "unit/store/scratch_dir.hpp"
 
@@ -29,23 +30,6 @@ using namespace ballast;
 using namespace ballast::testing;
 
 namespace {
-
-Model small_model() {
-  using namespace onnx_proto;
-  auto f32 = [](const char* name, std::initializer_list<std::int64_t> dims, std::size_t n, unsigned seed) {
-    Proto t = tensor(name, 1, dims);
-    std::vector<std::uint8_t> bytes(n * 4);
-    for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>((i * 37 + seed * 11) % 64);
-    raw_data(t, bytes);
-    return t;
-  };
-  static const Proto bytes = onnx_proto::model(
-      graph({named_node("q", "MatMul", {"x", "q.weight"}, {"y"}), named_node("o", "MatMul", {"y", "o.weight"}, {"z"})},
-            {f32("q.weight", {8, 16}, 128, 1), f32("o.weight", {16, 8}, 128, 2)}));
-  auto m = load_proto(bytes);
-  REQUIRE_MESSAGE(m.ok(), m.error().to_string());
-  return std::move(*m);
-}
 
 // For each strategy, `step` on a fresh residency of `m` with its nth
 // allocation on this thread failing, n = 0, 1, ... until a run in which
@@ -96,7 +80,7 @@ void each_allocation_failing(GpuBackend& gpu, const Model& m, const std::vector<
 }  // namespace
 
 TEST_CASE("each allocation of a pin failing in turn leaves the residency whole: right values, nothing leaked") {
-  const Model m = small_model();
+  const Model m = test_models::inline_matmul_model();
   auto gpu = open_backend("cpu");
   REQUIRE(gpu.ok());
   auto plan = plan_derivations(m);
@@ -124,7 +108,7 @@ TEST_CASE("each allocation of a pin failing in turn leaves the residency whole: 
 // prefetch() returns nothing: a job that cannot be queued is a failed
 // prefetch, counted, never an exception; set_budget() says out_of_memory.
 TEST_CASE("each allocation of prefetch() and set_budget() failing in turn: no exception, the residency whole") {
-  const Model m = small_model();
+  const Model m = test_models::inline_matmul_model();
   auto gpu = open_backend("cpu");
   REQUIRE(gpu.ok());
   auto plan = plan_derivations(m);
