@@ -25,6 +25,7 @@
 //   - finish (each run is under a watchdog), and tear down idempotently.
 #include "faults/fault_sweep.hpp"
 #include "support/fault_injecting_backend.hpp"
+#include "support/live_counters.hpp"
 
 #include <ballast/derive.hpp>
 #include <ballast/log.hpp>
@@ -121,16 +122,6 @@ RunResult run_once(GpuBackend& gpu, const Model& model, const std::vector<Planne
   return out;
 }
 
-bool same_counters(const AllocationCounters& a, const AllocationCounters& b) {
-  return a.live_allocations == b.live_allocations && a.live_bytes == b.live_bytes &&
-         a.live_registrations == b.live_registrations;
-}
-
-std::string counters_text(const AllocationCounters& c) {
-  return std::to_string(c.live_allocations) + " allocations (" + std::to_string(c.live_bytes) + " bytes), " +
-         std::to_string(c.live_registrations) + " registrations";
-}
-
 // Every name an error may use for a weight of the plan.
 std::set<std::string> weight_names(const Model& model, const std::vector<PlannedDerivation>& plan) {
   std::set<std::string> names;
@@ -212,8 +203,8 @@ void sweep(Way way, FaultInjectingBackend::Fault mode) {
   dog.disarm();
   REQUIRE_MESSAGE(clean.failure.ok(), clean.failure.to_string());
   REQUIRE_MESSAGE(clean.report.ok(), clean.report.to_string());
-  REQUIRE(same_counters(gpu.counters(), baseline));
-  REQUIRE(same_counters(inner.counters(), inner_baseline));
+  REQUIRE(same_live(gpu.counters(), baseline));
+  REQUIRE(same_live(inner.counters(), inner_baseline));
   CHECK(logged.empty());
   SweepTotals totals;
   for (FaultOp op : kAllFaultOps) totals.calls[op] = gpu.calls(op);
@@ -370,9 +361,9 @@ void sweep(Way way, FaultInjectingBackend::Fault mode) {
       gpu.disarm();
       for (DevicePtr p : gpu.kept_allocations()) CHECK(gpu.free(p).ok());
       for (DevicePtr p : gpu.kept_registrations()) CHECK(gpu.unregister_host(p).ok());
-      CHECK_MESSAGE(same_counters(gpu.counters(), baseline), counters_text(gpu.counters()));
-      CHECK_MESSAGE(same_counters(inner.counters(), inner_baseline), counters_text(inner.counters()));
-      if (!same_counters(inner.counters(), inner_baseline)) {
+      CHECK_MESSAGE(same_live(gpu.counters(), baseline), live_text(gpu.counters()));
+      CHECK_MESSAGE(same_live(inner.counters(), inner_baseline), live_text(inner.counters()));
+      if (!same_live(inner.counters(), inner_baseline)) {
         set_log_sink({});
         FAIL("the wrapped backend did not return to its baseline; stopping the sweep");
       }

@@ -21,6 +21,7 @@
 // and Residency::load(), called again after the failed one.
 #include "faults/fault_sweep.hpp"
 #include "support/fault_injecting_backend.hpp"
+#include "support/live_counters.hpp"
 
 #include <ballast/derive.hpp>
 #include <ballast/derived_weights.hpp>
@@ -59,16 +60,6 @@ std::vector<std::filesystem::path> models() {
   return paths;
 }
 
-bool same(const AllocationCounters& a, const AllocationCounters& b) {
-  return a.live_allocations == b.live_allocations && a.live_bytes == b.live_bytes &&
-         a.live_registrations == b.live_registrations;
-}
-
-std::string text(const AllocationCounters& c) {
-  return std::to_string(c.live_allocations) + " allocations (" + std::to_string(c.live_bytes) + " B), " +
-         std::to_string(c.live_registrations) + " registrations";
-}
-
 // Frees what a refused free or unregistration kept live (the fault cleared).
 void free_kept(FaultInjectingBackend& gpu) {
   for (DevicePtr p : gpu.kept_allocations()) {
@@ -87,7 +78,7 @@ void release_to_baseline(FaultInjectingBackend& gpu, Residency& r, const Allocat
   const Released rel = r.release(gpu);
   CHECK_MESSAGE(rel.status.ok(), rel.status.to_string());
   free_kept(gpu);
-  CHECK_MESSAGE(same(gpu.counters(), baseline), "live after release: " << text(gpu.counters()));
+  CHECK_MESSAGE(same_live(gpu.counters(), baseline), "live after release: " << live_text(gpu.counters()));
 }
 
 Result<std::vector<std::byte>> read_back(GpuBackend& gpu, DevicePtr first, DevicePtr second,
@@ -185,13 +176,13 @@ TEST_CASE("reuse after a device fault: derive_weights / derive_weight on the sam
           // A refused registration leaves the file uploaded instead (said by
           // residency()): more allocations, no registration; values the same.
           if (op != FaultOp::register_host)
-            CHECK_MESSAGE(same(gpu.counters(), clean.live),
-                          "live: " << text(gpu.counters()) << "; after a clean pass: " << text(clean.live));
+            CHECK_MESSAGE(same_live(gpu.counters(), clean.live),
+                          "live: " << live_text(gpu.counters()) << "; after a clean pass: " << live_text(clean.live));
           const Released m = memo.release(gpu);
           const Released s = sources.release(gpu);
           CHECK_MESSAGE(m.status.ok(), m.status.to_string());
           CHECK_MESSAGE(s.status.ok(), s.status.to_string());
-          CHECK_MESSAGE(same(gpu.counters(), baseline), "live after release: " << text(gpu.counters()));
+          CHECK_MESSAGE(same_live(gpu.counters(), baseline), "live after release: " << live_text(gpu.counters()));
         }
       }
     }
@@ -333,7 +324,7 @@ TEST_CASE("reuse after a device fault: the same Residency pins again, every stra
             CHECK(st.registered_bytes == clean_stats.registered_bytes);
             CHECK_MESSAGE(gpu.counters().live_registrations - baseline.live_registrations ==
                               (*r)->registrations().registered_ranges,
-                          text(gpu.counters()));
+                          live_text(gpu.counters()));
           }
           release_to_baseline(gpu, **r, baseline);
         }
@@ -480,8 +471,8 @@ TEST_CASE("the device lost at every call of a Residency's pins and load") {
                               s.to_string());
             (void)rel;
             free_kept(gpu);
-            CHECK_MESSAGE(same(gpu.counters(), baseline),
-                          "live after release and the kept frees: " << text(gpu.counters()));
+            CHECK_MESSAGE(same_live(gpu.counters(), baseline),
+                          "live after release and the kept frees: " << live_text(gpu.counters()));
           }
         }
       }

@@ -14,6 +14,7 @@
 #include <ballast/derive.hpp>
 #include <ballast/onnx_loader.hpp>
 
+#include "support/live_counters.hpp"
 #include "support/orphaned_prefix_model.hpp"
 #include "support/inline_matmul_model.hpp"
 #include "unit/onnx/load_helpers.hpp"
@@ -66,16 +67,6 @@ std::vector<std::vector<std::byte>> buffers_for(const std::vector<PlannedDerivat
     out.emplace_back(sizes->dst_bytes + sizes->dst2_bytes);
   }
   return out;
-}
-
-bool same(const AllocationCounters& a, const AllocationCounters& b) {
-  return a.live_allocations == b.live_allocations && a.live_bytes == b.live_bytes &&
-         a.live_registrations == b.live_registrations;
-}
-
-std::string text(const AllocationCounters& c) {
-  return std::to_string(c.live_allocations) + " allocations (" + std::to_string(c.live_bytes) + " B), " +
-         std::to_string(c.live_registrations) + " registrations";
 }
 
 }  // namespace
@@ -149,15 +140,16 @@ TEST_CASE("each host allocation of the derive path failing in turn: the same obj
         // A registration refused for want of host memory falls back to
         // uploading that file (residency() says why): more allocations.
         if (sources.residency().fallback_reason.empty())
-          CHECK_MESSAGE(same(backend.counters(), clean_live),
-                        text(backend.counters())
-                            << " after a clean run: " << text(clean_live) << "; threw " << threw
+          CHECK_MESSAGE(same_live(backend.counters(), clean_live),
+                        live_text(backend.counters())
+                            << " after a clean run: " << live_text(clean_live) << "; threw " << threw
                             << ", first: " << first.to_string() << "; " << sources.residency().fallback_reason);
         const Released mr = memo.release(backend);
         const Released sr = sources.release(backend);
         CHECK_MESSAGE(mr.status.ok(), mr.status.to_string());
         CHECK_MESSAGE(sr.status.ok(), sr.status.to_string());
-        CHECK_MESSAGE(same(backend.counters(), baseline), text(backend.counters()) << " at first: " << text(baseline));
+        CHECK_MESSAGE(same_live(backend.counters(), baseline), live_text(backend.counters())
+                                                                   << " at first: " << live_text(baseline));
         if (!failed) break;
         ++runs_failed;
       }
@@ -206,7 +198,7 @@ TEST_CASE(
       }
       const Released out = sources.release(backend);
       CHECK_MESSAGE(out.status.ok(), out.status.to_string());
-      CHECK(same(backend.counters(), baseline));
+      CHECK(same_live(backend.counters(), baseline));
       if (!t_failed) break;
       ++runs_failed;
     }
