@@ -233,7 +233,33 @@ Status ModelDecoder::decode(Bytes bytes) {
     }
   }
   note_overridable_initializers();
+  note_functions();
   return {};
+}
+
+// Model-local functions are counted, not read (docs/derivations.md): one
+// note says so where a person looks (inspect, the C API, Python), because a
+// Constant inside one is no weight and the external bytes it references are
+// then counted as dead (and `compact` refuses to drop them).
+void ModelDecoder::note_functions() {
+  const auto& functions = model_.functions;
+  if (functions.empty()) return;
+  auto shown = [](const ModelFunction& f) { return f.domain.empty() ? f.name : f.domain + ":" + f.name; };
+  std::string named;
+  constexpr std::size_t kNamed = 3;
+  for (std::size_t i = 0; i < functions.size() && i < kNamed; ++i)
+    named += std::string(i == 0 ? "'" : ", '") + shown(functions[i]) + "'";
+  if (functions.size() > kNamed) named += " and " + std::to_string(functions.size() - kNamed) + " more";
+  std::uint64_t nodes = 0;
+  for (const ModelFunction& f : functions) nodes += f.nodes;
+  model_.notes.push_back(
+      {shown(functions.front()),
+       (functions.size() == 1 ? std::string("a model-local function (")
+                              : std::to_string(functions.size()) + " model-local functions (") +
+           named + ", " + std::to_string(nodes) + (nodes == 1 ? " node" : " nodes") +
+           " in all): ballast does not read their nodes, so a weight passed to a call is planned for no "
+           "derivation inside it, and a Constant inside one is no weight (external bytes it references count as "
+           "dead)"});
 }
 
 // From IR version 4 an initializer named like a graph input is that input's

@@ -31,6 +31,7 @@ class ModelDecoder {
   Status decode_graph(const WireField& graph, unsigned depth);
   void reserve_for(const WireField& graph);
   void note_overridable_initializers();
+  void note_functions();
   Status decode_node(const WireField& node, unsigned depth);
   // `output`: the Constant node's first output, which names the weight (never empty).
   Status decode_constant(const WireField& attribute, std::string_view attr_name, std::string_view output,

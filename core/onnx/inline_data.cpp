@@ -105,13 +105,13 @@ Result<InlineData> gather_varints(const WireField& message, std::uint32_t number
   const bool checked = field != VarintField::unchecked && !as_bool && bits < 64;
   auto fits = [&](std::uint64_t v) {
     if (!checked) return true;
-    if (field == VarintField::unsigned_values) return (v >> bits) == 0;
+    if (field != VarintField::signed_values) return (v >> bits) == 0;
     const auto s = static_cast<std::int64_t>(v);
     return s >= -(std::int64_t{1} << (bits - 1)) && s < (std::int64_t{1} << bits);
   };
   auto too_wide = [&](std::uint64_t v, std::uint64_t offset) {
-    const std::string shown = field == VarintField::signed_values ? std::to_string(static_cast<std::int64_t>(v))
-                                                                  : std::to_string(v);
+    const std::string shown =
+        field != VarintField::unsigned_values ? std::to_string(static_cast<std::int64_t>(v)) : std::to_string(v);
     return wire_error(std::string(what) + " value " + shown + " does not fit in the " + std::to_string(bits) +
                           " bits of an element",
                       offset);

@@ -32,6 +32,7 @@ enum class VarintField {
   unchecked,        // every value kept as its low bytes (Constant value_ints: 8 bytes anyway)
   signed_values,    // int32_data, int64_data: sign-extended two's complement
   unsigned_values,  // uint64_data
+  bit_patterns,     // int32_data of a float type (float16, bfloat16, float8, float4): its bits, never negative
 };
 
 // Field `number` of `message` holds varints: each becomes `out_width` bytes
@@ -40,6 +41,8 @@ enum class VarintField {
 // `out_width` bytes, read as `field` says (signed fields admit both the
 // signed and the unsigned range of the width: writers store bit patterns),
 // is malformed: dropping its high bits silently would change the weight.
+// A float type's bits admit only the unsigned range: -1 is no float16, and
+// reading it as 0xffff (a NaN) would turn a writer's bug into a weight.
 Result<InlineData> gather_varints(const WireField& message, std::uint32_t number, std::uint64_t count,
                                   std::size_t out_width, bool as_bool, std::string_view what,
                                   VarintField field = VarintField::unchecked);

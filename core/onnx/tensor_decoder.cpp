@@ -74,6 +74,21 @@ std::size_t varint_out_width(DataType t) {
   return bits <= 8 ? 1 : bits / 8;
 }
 
+// The types whose int32_data values are a float's bits (the spec: "bit
+// representation ... stored as uint16" and its float8/float4 kin).
+bool float_bits(DataType t) {
+  switch (t) {
+    case DataType::float16:
+    case DataType::bfloat16:
+    case DataType::float8e4m3fn:
+    case DataType::float8e4m3fnuz:
+    case DataType::float8e5m2:
+    case DataType::float8e5m2fnuz:
+    case DataType::float4e2m1: return true;
+    default: return false;
+  }
+}
+
 struct Scan {
   std::string_view name;
   Dims dims;
@@ -378,8 +393,10 @@ Status TensorDecoder::decode(const WireField& field, WeightSource source, std::s
     auto count = count_varints(field, typed, what);
     if (!count) return located(std::move(count.error()));
     if (*count != values) return mismatch(*count);
-    data = gather_varints(field, typed, values, varint_out_width(dtype), dtype == DataType::bool_, what,
-                          typed == kUint64Data ? VarintField::unsigned_values : VarintField::signed_values);
+    const VarintField range = typed == kUint64Data ? VarintField::unsigned_values
+                              : float_bits(dtype)  ? VarintField::bit_patterns
+                                                   : VarintField::signed_values;
+    data = gather_varints(field, typed, values, varint_out_width(dtype), dtype == DataType::bool_, what, range);
     if (!data) return located(std::move(data.error()));
   }
   w.inline_bytes = data->bytes;

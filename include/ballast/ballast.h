@@ -35,6 +35,9 @@
  * under a lock and the object is held for the call, so a *_free racing a
  * use of the same handle either waits for nothing or makes the use fail
  * with BALLAST_E_INVALID_HANDLE. A status is one thread's: free it once.
+ *
+ * Not with plugin_api.h in one file: that is a backend plugin's side, and
+ * names its own ballast_device_info, ballast_backend and BALLAST_OK.
  */
 #ifndef BALLAST_BALLAST_H
 #define BALLAST_BALLAST_H

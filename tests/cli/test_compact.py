@@ -394,6 +394,20 @@ def test_refusals(cli, work):
     shutil.rmtree(fn_src, ignore_errors=True)
     os.makedirs(fn_src)
     fn_model = write_onnx_model(fn_src, function=True)
+    # inspect says what compact will refuse: the function is listed and one
+    # note says its Constant's external bytes count as dead.
+    fn_doc, err = inspect(cli, fn_model)
+    if expect(fn_doc is not None, "inspect the function model (%s)" % err.strip()):
+        expect(fn_doc["functions"] == [{"domain": "test.fn", "name": "AddConst", "nodes": 2}],
+               "inspect --json lists the model-local function (got %r)" % fn_doc["functions"])
+        notes = [n for n in fn_doc["notes"] if "model-local function" in n["message"]]
+        expect(len(notes) == 1 and notes[0]["tensor"] == "test.fn:AddConst" and "'test.fn:AddConst'" in
+               notes[0]["message"] and "2 nodes in all" in notes[0]["message"] and "count as dead" in
+               notes[0]["message"], "one note names the function, counts its nodes and says its bytes are dead (%r)"
+               % notes)
+    rc, out, err = cli("inspect", fn_model)
+    expect(rc == 0 and "a model-local function ('test.fn:AddConst', 2 nodes in all)" in out,
+           "inspect's text prints the function note (%d; %s)" % (rc, out[-600:]))
     fn_out = os.path.join(work, "function_out")
     shutil.rmtree(fn_out, ignore_errors=True)
     rc, out, err = cli("compact", fn_model, fn_out)

@@ -4,6 +4,7 @@
 // without deadlock or overshoot; create() refuses a budget below what the
 // largest group needs. Model: the orphaned-prefix model
 // (tests/support/orphaned_prefix_model.hpp), budgets exact from its sizes.
+#include "support/text.hpp"
 #include "conformance/paging_fixture.hpp"
 
 #include <ballast/derive.hpp>
@@ -29,7 +30,7 @@ constexpr std::uint64_t kTransposeW0 = 24576, kToF16W0 = 12288, kQuantW0 = 6144 
 constexpr std::uint64_t kTransposeW2 = 4096, kQuantW2 = 2048 + 128;
 
 // The paging fixture, plus groups made by hand from its plan.
-struct Fixture : conformance::PagingFixture {
+struct GroupsFixture : conformance::PagingFixture {
   const PlannedDerivation& planned(std::string_view weight, Derivation kind) const {
     for (const PlannedDerivation& d : plan)
       if (d.weight == weight && d.kind() == kind) return d;
@@ -55,13 +56,13 @@ struct Fixture : conformance::PagingFixture {
   }
 };
 
-bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
+using ballast::testing::contains;
 
 }  // namespace
 
 TEST_CASE("paging groups: a member that cannot be had leaves nothing of its group pinned") {
   conformance::LeakCheck leaks;
-  Fixture f;
+  GroupsFixture f;
   const std::uint64_t live_before = conformance::gpu().counters().live_bytes;
   auto paged = f.open(kLargestNeed);
   auto t = paged->pin(f.planned("w0", Derivation::transpose));
@@ -116,7 +117,7 @@ TEST_CASE("paging groups: a member that cannot be had leaves nothing of its grou
 
 TEST_CASE("paging groups: a group larger than the whole budget fails at once") {
   conformance::LeakCheck leaks;
-  Fixture f;
+  GroupsFixture f;
   auto paged = f.open(kLargestNeed);
   const ResidencyGroup all = f.group("everything", {{"w0", Derivation::transpose}, {"w0", Derivation::to_f16},
                                                     {"w0", Derivation::quant_int8}});
@@ -146,7 +147,7 @@ TEST_CASE("paging groups: a group larger than the whole budget fails at once") {
 
 TEST_CASE("paging groups: the wait for room succeeds when another thread releases in time, fails when not") {
   conformance::LeakCheck leaks;
-  Fixture f;
+  GroupsFixture f;
   auto paged = f.open(kLargestNeed);
   const ResidencyGroup f16 = f.group("to_f16", {{"w0", Derivation::to_f16}});
   // Held by another thread for 150 ms: to_f16 (w0 + 12288 beside the
@@ -204,7 +205,7 @@ TEST_CASE("paging groups: no attempt starts past the deadline, even when room ca
   for (const std::chrono::milliseconds wait : {0ms, std::chrono::milliseconds(20s)}) {
     CAPTURE(wait.count());
     conformance::LeakCheck leaks;
-    Fixture f;
+    GroupsFixture f;
     FaultInjectingBackend faulty(conformance::gpu());
     {
       auto paged = f.open(faulty, kLargestNeed);
@@ -251,7 +252,7 @@ TEST_CASE("paging groups: no attempt starts past the deadline, even when room ca
 
 TEST_CASE("paging groups: two threads whose groups do not fit together take turns, never overshooting") {
   conformance::LeakCheck leaks;
-  Fixture f;
+  GroupsFixture f;
   const std::uint64_t before = conformance::gpu().counters().live_bytes;
   auto paged = f.open(kLargestNeed);
   // a: 24576 bytes pinned; b: 29440. Each fits alone, not both (54016 >
@@ -303,7 +304,7 @@ TEST_CASE("paging groups: two threads whose groups do not fit together take turn
 }
 
 TEST_CASE("paging groups: create() refuses a budget below the largest group, naming it") {
-  Fixture f;
+  GroupsFixture f;
   ResidencyOptions o;
   o.strategy = ResidencyStrategy::paged;
   o.budget_bytes = 60000;  // above the largest single need (49152)

@@ -7,12 +7,31 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace ballast::faults {
+
+// Whether two runs read back the same bytes, value by value. memcmp, not
+// operator==: the asan preset builds at -O0, where comparing vectors of
+// std::byte element by element took a quarter of the longest sweep's time.
+inline bool same_bytes(const std::vector<std::byte>& a, const std::vector<std::byte>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size()) == 0);
+}
+inline bool same_values(const std::vector<std::vector<std::byte>>& a, const std::vector<std::vector<std::byte>>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!same_bytes(a[i], b[i])) return false;
+  return true;
+}
+
+// How a sweep derives: one derive_weights batch, or derive_weight per entry.
+enum class Way { batch, one_by_one };
 
 GpuBackend& backend();
 const std::string& backend_config();

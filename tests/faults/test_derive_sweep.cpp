@@ -23,6 +23,7 @@
 //     refused); freeing that returns the decorator's and the wrapped
 //     backend's counters to their baseline;
 //   - finish (each run is under a watchdog), and tear down idempotently.
+#include "support/text.hpp"
 #include "faults/fault_sweep.hpp"
 #include "support/fault_injecting_backend.hpp"
 #include "support/live_counters.hpp"
@@ -48,7 +49,7 @@ using ballast::faults::backend;
 
 namespace {
 
-enum class Way { batch, one_by_one };
+using ballast::faults::Way;
 
 const char* way_name(Way w) { return w == Way::batch ? "derive_weights" : "derive_weight per entry"; }
 
@@ -58,7 +59,7 @@ std::string hex_of(std::uint64_t v) {
   return buf;
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using ballast::testing::contains;
 
 struct RunResult {
   Status failure;  // the first error of deriving or reading back; ok if none
@@ -255,14 +256,14 @@ void sweep(Way way, FaultInjectingBackend::Fault mode) {
           CHECK(r.residency.uploaded_weights > clean.residency.uploaded_weights);
           CHECK_MESSAGE(names_operation(r.residency.fallback_reason, prefix, op), r.residency.fallback_reason);
           CHECK_MESSAGE(contains(r.residency.fallback_reason, fault.error.native), r.residency.fallback_reason);
-          CHECK(r.values == clean.values);  // the same bytes, read from uploads
+          CHECK(ballast::faults::same_values(r.values, clean.values));  // the same bytes, read from uploads
           REQUIRE(logged.size() == 1);
           CHECK(contains(logged[0], fault.error.native));
         } else if (op == FaultOp::free || op == FaultOp::unregister_host) {
           // Only teardown frees on this path: the report names and counts
           // the one it could not do; everything else was freed.
           CHECK_MESSAGE(r.failure.ok(), r.failure.to_string());
-          CHECK(r.values == clean.values);
+          CHECK(ballast::faults::same_values(r.values, clean.values));
           CHECK_FALSE(r.report.ok());
           CHECK(r.report.failed_resources() == 1);
           std::uint64_t failed = 0;

@@ -1,6 +1,7 @@
 // FaultInjectingBackend itself, around the backend under test: what it
 // counts, what a failed call of each operation does (and does not do) to
 // the wrapped backend, and the lost-device mode.
+#include "support/text.hpp"
 #include "faults/fault_sweep.hpp"
 #include "support/fault_injecting_backend.hpp"
 
@@ -20,7 +21,7 @@ using ballast::faults::backend;
 
 namespace {
 
-bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
+using ballast::testing::contains;
 
 std::vector<float> matrix(std::size_t rows, std::size_t cols) {
   std::vector<float> m(rows * cols);

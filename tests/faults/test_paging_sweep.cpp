@@ -21,6 +21,7 @@
 //     release's is reported (named, counted);
 //   - end with the backend's counters at their baseline once what release
 //     could not free is freed; finish under the watchdog.
+#include "support/text.hpp"
 #include "faults/fault_sweep.hpp"
 #include "support/fault_injecting_backend.hpp"
 
@@ -43,7 +44,7 @@ using ballast::faults::backend;
 
 namespace {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using ballast::testing::contains;
 
 struct PagedRun {
   std::vector<Status> failures;                // every pin or read that failed (then retried)
@@ -136,7 +137,8 @@ TEST_CASE("paged residency: a device fault at every call leaves nothing half-bui
         REQUIRE(inner.copy_to_host(std::span(bytes).first(sizes->dst_bytes), (*values)[i].first, 0).ok());
         if (sizes->dst2_bytes != 0)
           REQUIRE(inner.copy_to_host(std::span(bytes).subspan(sizes->dst_bytes), (*values)[i].second, 0).ok());
-        CHECK_MESSAGE(bytes == clean.values[i], derivation_name((*plan)[i].kind()) << " of " << (*plan)[i].weight);
+        CHECK_MESSAGE(ballast::faults::same_bytes(bytes, clean.values[i]), derivation_name((*plan)[i].kind())
+                                                                               << " of " << (*plan)[i].weight);
       }
       CHECK(memo.release(inner).status.ok());
       CHECK(sources.release(inner).status.ok());
@@ -161,7 +163,7 @@ TEST_CASE("paged residency: a device fault at every call leaves nothing half-bui
         REQUIRE(injected.size() == 1);
         const std::string marker = "injected at call " + std::to_string(n) + " of " + std::string(fault_op_name(op));
         CHECK_MESSAGE(r.retry.ok(), r.retry.to_string());
-        CHECK(r.values == clean.values);
+        CHECK(ballast::faults::same_values(r.values, clean.values));
         if (op == FaultOp::free) {
           CHECK(r.failures.empty());
           if (!r.released.status.ok()) {  // the release's own free: named and counted

@@ -1,6 +1,7 @@
 // Output comparison under the documented tolerances, reporting the first
 // mismatch in terms a person can check by hand.
 #include <reference/reference.hpp>
+#include "reference/element_bytes.hpp"
 
 #include <ballast/dtype.hpp>
 
@@ -12,13 +13,6 @@
 namespace ballast::reference {
 
 namespace {
-
-template <class T>
-T load(std::span<const std::byte> bytes, std::uint64_t index) {
-  T v;
-  std::memcpy(&v, bytes.data() + index * sizeof(T), sizeof(T));
-  return v;
-}
 
 std::string hex(std::uint64_t v, int digits) {
   char buf[32];

@@ -1,6 +1,7 @@
 // The derivations (the GGUF kinds in gguf_reference.cpp), one element at a time, indexed exactly as the format
 // description reads (docs/derivations.md). Bytes are little-endian.
 #include <reference/reference.hpp>
+#include "reference/element_bytes.hpp"
 
 #include <ballast/dtype.hpp>
 
@@ -11,18 +12,6 @@
 namespace ballast::reference {
 
 namespace {
-
-template <class T>
-T load(std::span<const std::byte> bytes, std::uint64_t index) {
-  T v;
-  std::memcpy(&v, bytes.data() + index * sizeof(T), sizeof(T));
-  return v;
-}
-
-template <class T>
-void store(std::vector<std::byte>& bytes, std::uint64_t index, T v) {
-  std::memcpy(bytes.data() + index * sizeof(T), &v, sizeof(T));
-}
 
 Status need(std::span<const std::byte> have, std::uint64_t bytes, const char* operand) {
   if (have.size() >= bytes) return {};

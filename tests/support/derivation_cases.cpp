@@ -3,6 +3,7 @@
 
 #include <ballast/dtype.hpp>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -22,12 +23,6 @@ std::uint32_t f32_bits(float f) {
   return u;
 }
 
-float from_bits(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 std::string shape_label(std::uint64_t rows, std::uint64_t cols) {
   return std::to_string(rows) + "x" + std::to_string(cols);
 }
@@ -39,12 +34,12 @@ float mixed_f32(std::mt19937_64& rng, bool wild) {
   const std::uint64_t r = rng();
   const auto sign_and_mantissa = static_cast<std::uint32_t>(r) & 0x807fffffu;
   const unsigned pick = static_cast<unsigned>(r >> 32) % 16;
-  if (wild && pick == 0) return from_bits(static_cast<std::uint32_t>(r >> 24));
+  if (wild && pick == 0) return std::bit_cast<float>(static_cast<std::uint32_t>(r >> 24));
   // f32 exponent field 127+e: f16 normals are e in [-14, 15].
   const unsigned e = wild && pick == 1   ? 127 - 26 + static_cast<unsigned>(r >> 40) % 13  // f16 subnormal range
                      : wild && pick == 2 ? 127 + 15 + static_cast<unsigned>(r >> 40) % 4   // around f16 overflow
                                          : 127 - 12 + static_cast<unsigned>(r >> 40) % 24;
-  return from_bits(sign_and_mantissa | (e << 23));
+  return std::bit_cast<float>(sign_and_mantissa | (e << 23));
 }
 
 std::uint16_t f16_of(float f) { return ballast::reference::f16_from_f32(f); }

@@ -1,18 +1,13 @@
 // The value generators of derivation_cases.hpp.
 #include "support/derivation_cases.hpp"
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 namespace ballast::test_cases {
 namespace {
-
-float from_bits(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 }  // namespace
 
@@ -74,9 +69,9 @@ float awkward_f32(std::mt19937& rng) {
   if (pick < 4) {  // in f16 range, including its subnormals
     const std::uint32_t e = 127 - 26 + rng() % 42;
     std::uint32_t bits = (rng() & 0x807fffffu) | (e << 23);
-    return from_bits(bits);
+    return std::bit_cast<float>(bits);
   }
-  return from_bits(static_cast<std::uint32_t>(rng()));
+  return std::bit_cast<float>(static_cast<std::uint32_t>(rng()));
 }
 
 std::vector<float> awkward_floats(std::size_t count, std::uint32_t seed) {
@@ -86,11 +81,11 @@ std::vector<float> awkward_floats(std::size_t count, std::uint32_t seed) {
   // clang-format on
   const std::uint32_t specials[] = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc12345u, 0x7f800001u,
                                     0x387fe000u, 0x33000000u, 0x33000001u, 0x337fffffu, 0x38800000u - 1u};
-  for (std::uint32_t s : specials) v.push_back(from_bits(s));
+  for (std::uint32_t s : specials) v.push_back(std::bit_cast<float>(s));
   std::mt19937 rng(seed);
   std::uniform_int_distribution<std::uint32_t> bits;
   std::normal_distribution<float> normal(0.0f, 3.0f);
-  while (v.size() < count) v.push_back(v.size() % 3 == 0 ? from_bits(bits(rng)) : normal(rng));
+  while (v.size() < count) v.push_back(v.size() % 3 == 0 ? std::bit_cast<float>(bits(rng)) : normal(rng));
   v.resize(count);
   return v;
 }
@@ -99,8 +94,8 @@ const std::vector<float>& f32_specials() {
   // clang-format off
   static const std::vector<float> v = {
       0.0f, -0.0f, std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
-      from_bits(0x7fc00000u), from_bits(0xffc00000u), from_bits(0x7f800001u), from_bits(0x7fbfffffu),
-      from_bits(0xffc12345u), 65504.0f, -65504.0f, 65519.99f, 65520.0f, -65520.0f, 1e10f, -3.0e38f,
+      std::bit_cast<float>(0x7fc00000u), std::bit_cast<float>(0xffc00000u), std::bit_cast<float>(0x7f800001u), std::bit_cast<float>(0x7fbfffffu),
+      std::bit_cast<float>(0xffc12345u), 65504.0f, -65504.0f, 65519.99f, 65520.0f, -65520.0f, 1e10f, -3.0e38f,
       std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(), 1e-40f, -1e-42f,
       std::ldexp(1.0f, -24), std::ldexp(1.0f, -25), std::ldexp(3.0f, -26), std::ldexp(1.0f, -26),
       -std::ldexp(5.0f, -26), std::ldexp(1.0f, -14), std::ldexp(1023.0f, -24), std::ldexp(2047.0f, -25),
@@ -122,13 +117,13 @@ float quant_int8_ties_row_value(std::uint64_t col) { return col == 0 ? -127.0f :
 float quant_int8_clamp_row_value(std::uint64_t col) {
   static const int units[] = {-190, 189, -128, 128, -127, 127, -126, 1, -1, 0};
   const int u = units[col % 10];
-  return from_bits(static_cast<std::uint32_t>(u < 0 ? -u : u) | (u < 0 ? 0x80000000u : 0u));
+  return std::bit_cast<float>(static_cast<std::uint32_t>(u < 0 ? -u : u) | (u < 0 ? 0x80000000u : 0u));
 }
 
 std::vector<float> quant_int8_awkward_rows(std::uint64_t k) {
   std::vector<float> w(8 * k, 0.0f);  // row 0: all zero
   for (std::uint64_t c = 0; c < k; ++c) {
-    w[1 * k + c] = from_bits(static_cast<std::uint32_t>(1 + 37 * c)) * (c % 2 ? -1.0f : 1.0f);  // subnormals
+    w[1 * k + c] = std::bit_cast<float>(static_cast<std::uint32_t>(1 + 37 * c)) * (c % 2 ? -1.0f : 1.0f);  // subnormals
     w[2 * k + c] = static_cast<float>(c) - 9.0f;
     w[3 * k + c] = static_cast<float>(c) * 0.25f;
     w[4 * k + c] = 1.0e-37f * static_cast<float>(c + 1);  // scale underflows into subnormals

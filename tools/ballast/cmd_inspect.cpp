@@ -184,6 +184,9 @@ int print_json(const Model& model, const std::vector<NamedWeight>& weights,
   json jn = json::array();
   for (const auto& n : model.notes()) jn.push_back({{"tensor", n.tensor}, {"message", n.message}});
   doc["notes"] = std::move(jn);
+  json jfn = json::array();
+  for (const auto& f : model.functions()) jfn.push_back({{"domain", f.domain}, {"name", f.name}, {"nodes", f.nodes}});
+  doc["functions"] = std::move(jfn);
   doc["totals"] = {{"weights", t.weights},
                    {"inline_weights", t.inline_weights},
                    {"external_weights", t.external_weights},

@@ -3,6 +3,7 @@
 // referenced source bytes, the auto budget counts overlapping ranges the
 // way residency keys them (and is capped the same way), and a block_size
 // that does not fit the launch's 32 bits is refused before narrowing.
+#include "support/text.hpp"
 #include <ballast/derive.hpp>
 #include <ballast/residency.hpp>
 #include <doctest/doctest.h>
@@ -21,7 +22,7 @@ using namespace ballast::testing;
 
 namespace {
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using ballast::testing::contains;
 
 // `bytes` must outlive the model (its names are views into them).
 Result<Model> load_proto_bytes(const std::vector<std::uint8_t>& bytes) {
@@ -55,7 +56,7 @@ std::vector<std::uint8_t> shared_b_model(int consumers, std::int64_t block_size 
     g.msg(1, n);
   }
   g.str(2, "g");
-  return model(g).data;
+  return onnx_proto::model(g).data;
 }
 
 }  // namespace
@@ -111,7 +112,7 @@ TEST_CASE("overlapping ranges count once each in the auto budget, as residency k
     g.msg(5, t);
   }
   g.str(2, "g");
-  auto m = load_onnx(dir.write("model.onnx", model(g).data));
+  auto m = load_onnx(dir.write("model.onnx", onnx_proto::model(g).data));
   REQUIRE_MESSAGE(m.ok(), m.error().to_string());
   // Sources only: the union is 1,820 bytes, residency would hold 200 KiB.
   auto capped = auto_budget(m->store(), {});

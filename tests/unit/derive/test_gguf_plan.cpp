@@ -2,6 +2,7 @@
 // names, dequant_gguf of each tensor as stored (rows = the outer dims), the
 // refusals by type and size, and the memo and residency identities keeping
 // one byte range read as two block types apart.
+#include "unit/derive/plan_queries.hpp"
 #include <ballast/backend_registry.hpp>
 #include <ballast/derive.hpp>
 #include <ballast/model.hpp>
@@ -51,11 +52,7 @@ const std::vector<Tensor> kLlama = {
     {"output.weight", {8, 4}, kF32, 128},
 };
 
-std::size_t count(const std::vector<PlannedDerivation>& plan, std::string_view weight, Derivation kind) {
-  return static_cast<std::size_t>(std::count_if(plan.begin(), plan.end(), [&](const PlannedDerivation& p) {
-    return p.weight == weight && p.kind() == kind;
-  }));
-}
+using ballast::testing::count;
 
 const PlannedDerivation& find(const std::vector<PlannedDerivation>& plan, std::string_view weight, Derivation kind) {
   auto it = std::find_if(plan.begin(), plan.end(),

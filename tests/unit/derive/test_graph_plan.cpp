@@ -2,6 +2,7 @@
 // gaps found with tools/gen/make_torch_model.py): a bfloat16 MatMul B, a B
 // read through Transpose (no constant folding) or Identity (a shared
 // module) nodes, and model-local functions, whose nodes are not read.
+#include "support/text.hpp"
 #include <ballast/derive.hpp>
 #include <ballast/model.hpp>
 #include <doctest/doctest.h>
@@ -61,7 +62,7 @@ const NodeInfo& node_named(const Model& m, std::string_view name) {
   return m.nodes().front();
 }
 
-bool contains(const std::string& text, std::string_view part) { return text.find(part) != std::string::npos; }
+using ballast::testing::contains;
 
 // The skips of a model whose plan must come out empty (and must plan).
 std::vector<PlanSkip> skips_of_empty_plan(const Model& m) {

@@ -1,6 +1,7 @@
 // Derivation rules (issue 26, "Derivations without a graph"): name patterns,
 // the built-in Hugging Face rules on a safetensors checkpoint, the sources a
 // plan may come from, and skips that are listed or errors, never dropped.
+#include "unit/derive/plan_queries.hpp"
 #include <ballast/derive.hpp>
 #include <ballast/model.hpp>
 #include <doctest/doctest.h>
@@ -17,11 +18,7 @@ using namespace ballast::testing;
 
 namespace {
 
-std::size_t count(const std::vector<PlannedDerivation>& plan, std::string_view weight, Derivation kind) {
-  return static_cast<std::size_t>(std::count_if(plan.begin(), plan.end(), [&](const PlannedDerivation& p) {
-    return p.weight == weight && p.launch.kind == kind;
-  }));
-}
+using ballast::testing::count;
 
 std::vector<std::uint8_t> zeros(std::size_t n) { return std::vector<std::uint8_t>(n, 0); }
 

@@ -74,7 +74,12 @@ bool run_once(long n, BuildOutcome outcome) {
   RecordingBackend gpu;
   DerivedWeights memo;
   const DerivationKey key = key_of(0x1000);
-  std::promise<void> started;
+  // Set by the builder thread: true when the build starts, false when
+  // get_or_build returns without starting it (the armed allocation hit
+  // first: then there is no flight to wait on, and waiting out a timeout
+  // for a start that never comes made this test take 75 s).
+  std::promise<bool> started;
+  bool build_started = false;
   std::promise<void> go;
   auto go_future = go.get_future().share();
   std::future<Result<DevicePtr>> waiter;
@@ -83,7 +88,8 @@ bool run_once(long n, BuildOutcome outcome) {
     auto builder = std::async(std::launch::async, [&]() -> Result<DevicePtr> {
       t_allocations_left = n;
       auto r = memo.get_or_build_ptr(derive::transpose, key, [&]() -> Result<DerivedPtr> {
-        started.set_value();
+        build_started = true;
+        started.set_value(true);
         go_future.wait();  // the waiter is queued on this build by now
         switch (outcome) {
           case BuildOutcome::fails: return make_error(ErrorCode::device_error, "the kernel failed");
@@ -97,12 +103,14 @@ bool run_once(long n, BuildOutcome outcome) {
       reached = t_failed;
       t_allocations_left = -1;
       t_failed = false;
+      if (!build_started) started.set_value(false);
       return r;
     });
-    // If the armed allocation hits before the build starts, `started` is
-    // never set: the builder returns out_of_memory and there is no flight.
+    // If the armed allocation hits before the build starts, the builder
+    // returns out_of_memory and there is no flight to join.
     auto s = started.get_future();
-    if (s.wait_for(std::chrono::seconds(5)) == std::future_status::ready) {
+    REQUIRE(s.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+    if (s.get()) {
       waiter = std::async(std::launch::async, [&] {
         return memo.get_or_build_ptr(derive::transpose, key, [&]() -> Result<DerivedPtr> {
           auto p = gpu.allocate(64);

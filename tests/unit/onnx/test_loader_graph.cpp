@@ -263,6 +263,17 @@ TEST_CASE("model-local functions are counted, not read: their nodes are not in n
   CHECK(model_r->functions()[1].domain.empty());
   CHECK(model_r->functions()[1].name == "Nothing");
   CHECK(model_r->functions()[1].nodes == 0);
+  // One note for both, naming them and counting their nodes: inspect, the C
+  // API and Python see what the planner's skips say.
+  REQUIRE(model_r->notes().size() == 1);
+  CHECK(model_r->notes()[0].tensor == "local:Block");
+  CHECK(model_r->notes()[0].message.find("2 model-local functions ('local:Block', 'Nothing', 2 nodes in all)") == 0);
+  CHECK(model_r->notes()[0].message.find("count as dead") != std::string::npos);
+
+  Proto none = model(graph({}, {f32_tensor("W", {1.0f})}));
+  auto plain = load_proto(none);
+  REQUIRE(plain.ok());
+  CHECK(plain->notes().empty());
 }
 
 TEST_CASE("a duplicate weight name is malformed and names the weight") {

@@ -305,37 +305,144 @@ TEST_CASE("tensor fields the loader used to accept without checking are refused 
   };
   const Case cases[] = {
       {"string_data on a float tensor",
-       [] { Proto t = tensor("x", 1, {1}); raw_data(t, {0, 0, 0, 0}); t.str(6, "a"); return t; },
+       [] {
+         Proto t = tensor("x", 1, {1});
+         raw_data(t, {0, 0, 0, 0});
+         t.str(6, "a");
+         return t;
+       },
        ErrorCode::malformed, "string_data holds 1 values but data_type is float"},
-      {"string_data alone on a float tensor", [] { Proto t = tensor("x", 1, {1}); t.str(6, "abcd"); return t; },
+      {"string_data alone on a float tensor",
+       [] {
+         Proto t = tensor("x", 1, {1});
+         t.str(6, "abcd");
+         return t;
+       },
        ErrorCode::malformed, "string_data"},
-      {"string tensor with raw_data", [] { Proto t = tensor("x", 8, {1}); t.str(6, "a"); raw_data(t, {1}); return t; },
+      {"string tensor with raw_data",
+       [] {
+         Proto t = tensor("x", 8, {1});
+         t.str(6, "a");
+         raw_data(t, {1});
+         return t;
+       },
        ErrorCode::malformed, "string_data only, but raw_data"},
-      {"string tensor with int32_data", [] { Proto t = tensor("x", 8, {1}); t.str(6, "a"); t.packed_varints(5, {1}); return t; },
+      {"string tensor with int32_data",
+       [] {
+         Proto t = tensor("x", 8, {1});
+         t.str(6, "a");
+         t.packed_varints(5, {1});
+         return t;
+       },
        ErrorCode::malformed, "string_data only"},
-      {"string tensor with fewer strings than dims", [] { Proto t = tensor("x", 8, {3}); t.str(6, "a").str(6, "b"); return t; },
+      {"string tensor with fewer strings than dims",
+       [] {
+         Proto t = tensor("x", 8, {3});
+         t.str(6, "a").str(6, "b");
+         return t;
+       },
        ErrorCode::size_mismatch, "string_data has 2 values but dims need 3"},
-      {"string tensor with more strings than dims", [] { Proto t = tensor("x", 8, {}); t.str(6, "a").str(6, "b"); return t; },
+      {"string tensor with more strings than dims",
+       [] {
+         Proto t = tensor("x", 8, {});
+         t.str(6, "a").str(6, "b");
+         return t;
+       },
        ErrorCode::size_mismatch, "string_data has 2 values but dims need 1"},
-      {"int8 value 300 in int32_data", [] { Proto t = tensor("x", 3, {2}); t.packed_varints(5, {1, 300}); return t; },
+      {"int8 value 300 in int32_data",
+       [] {
+         Proto t = tensor("x", 3, {2});
+         t.packed_varints(5, {1, 300});
+         return t;
+       },
        ErrorCode::malformed, "int32_data value 300 does not fit in the 8 bits"},
-      {"int8 value -129 in int32_data (unpacked)", [] { Proto t = tensor("x", 3, {1}); t.sint(5, -129); return t; },
+      {"int8 value -129 in int32_data (unpacked)",
+       [] {
+         Proto t = tensor("x", 3, {1});
+         t.sint(5, -129);
+         return t;
+       },
        ErrorCode::malformed, "value -129 does not fit"},
-      {"uint8 value 256 in int32_data", [] { Proto t = tensor("x", 2, {1}); t.packed_varints(5, {256}); return t; },
+      {"uint8 value 256 in int32_data",
+       [] {
+         Proto t = tensor("x", 2, {1});
+         t.packed_varints(5, {256});
+         return t;
+       },
        ErrorCode::malformed, "int32_data value 256 does not fit in the 8 bits"},
-      {"float16 bits 70000 in int32_data", [] { Proto t = tensor("x", 10, {1}); t.packed_varints(5, {70000}); return t; },
+      {"float16 bits 70000 in int32_data",
+       [] {
+         Proto t = tensor("x", 10, {1});
+         t.packed_varints(5, {70000});
+         return t;
+       },
        ErrorCode::malformed, "does not fit in the 16 bits"},
-      {"uint32 value 2^32 in uint64_data", [] { Proto t = tensor("x", 12, {1}); t.packed_varints(11, {std::int64_t{1} << 32}); return t; },
+      {"float16 bits -1 in int32_data (a writer's sign, not a float)",
+       [] {
+         Proto t = tensor("x", 10, {1});
+         t.sint(5, -1);
+         return t;
+       },
+       ErrorCode::malformed, "int32_data value -1 does not fit in the 16 bits"},
+      {"bfloat16 bits -16512 in int32_data",
+       [] {
+         Proto t = tensor("x", 16, {1});
+         t.packed_varints(5, {-16512});
+         return t;
+       },
+       ErrorCode::malformed, "int32_data value -16512 does not fit in the 16 bits"},
+      {"float8e4m3fn bits -2 in int32_data",
+       [] {
+         Proto t = tensor("x", 17, {1});
+         t.packed_varints(5, {-2});
+         return t;
+       },
+       ErrorCode::malformed, "int32_data value -2 does not fit in the 8 bits"},
+      {"uint32 value 2^32 in uint64_data",
+       [] {
+         Proto t = tensor("x", 12, {1});
+         t.packed_varints(11, {std::int64_t{1} << 32});
+         return t;
+       },
        ErrorCode::malformed, "uint64_data value 4294967296 does not fit in the 32 bits"},
-      {"int32 value 2^40 in int32_data", [] { Proto t = tensor("x", 6, {1}); t.packed_varints(5, {std::int64_t{1} << 40}); return t; },
+      {"int32 value 2^40 in int32_data",
+       [] {
+         Proto t = tensor("x", 6, {1});
+         t.packed_varints(5, {std::int64_t{1} << 40});
+         return t;
+       },
        ErrorCode::malformed, "does not fit in the 32 bits"},
-      {"raw_data and float_data", [] { Proto t = tensor("x", 1, {1}); raw_data(t, {0, 0, 0, 0}); t.packed_floats(4, {1.0f}); return t; },
+      {"raw_data and float_data",
+       [] {
+         Proto t = tensor("x", 1, {1});
+         raw_data(t, {0, 0, 0, 0});
+         t.packed_floats(4, {1.0f});
+         return t;
+       },
        ErrorCode::malformed, "both raw_data and float_data"},
-      {"float_data and int32_data", [] { Proto t = tensor("x", 1, {1}); t.packed_floats(4, {1.0f}); t.packed_varints(5, {1}); return t; },
+      {"float_data and int32_data",
+       [] {
+         Proto t = tensor("x", 1, {1});
+         t.packed_floats(4, {1.0f});
+         t.packed_varints(5, {1});
+         return t;
+       },
        ErrorCode::malformed, "both float_data and int32_data"},
-      {"data_location 2", [] { Proto t = tensor("x", 1, {1}); raw_data(t, {0, 0, 0, 0}); t.varint(14, 2); return t; },
+      {"data_location 2",
+       [] {
+         Proto t = tensor("x", 1, {1});
+         raw_data(t, {0, 0, 0, 0});
+         t.varint(14, 2);
+         return t;
+       },
        ErrorCode::unsupported, "unknown data_location 2"},
-      {"EXTERNAL with raw_data too", [] { Proto t = tensor("x", 1, {1}); raw_data(t, {0, 0, 0, 0}); t.varint(14, 1); return t; },
+      {"EXTERNAL with raw_data too",
+       [] {
+         Proto t = tensor("x", 1, {1});
+         raw_data(t, {0, 0, 0, 0});
+         t.varint(14, 1);
+         return t;
+       },
        ErrorCode::malformed, "also carries inline data"},
   };
   for (const Case& c : cases) {

@@ -4,6 +4,7 @@
 // rebuilds each file from the chunks it is handed.
 #pragma once
 
+#include "support/text.hpp"
 #include <ballast/read_plan.hpp>
 #include <ballast/weight_store.hpp>
 
@@ -28,7 +29,7 @@ inline std::uint8_t pattern_byte(std::uint32_t seed, std::uint64_t i) {
   return static_cast<std::uint8_t>((i * 31 + (i >> 9) + seed * 101 + 7) & 0xff);
 }
 
-inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using ballast::testing::contains;
 
 struct HandStore {
   explicit HandStore(std::string_view name) : dir(name) {}

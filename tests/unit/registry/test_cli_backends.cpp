@@ -1,5 +1,6 @@
 // `ballast backends` end to end: the real binary, with the plugin search
 // path pointed at the fake plugins (the one documented variable).
+#include "unit/registry/fake_plugins.hpp"
 #include <ballast/read_plan.hpp>
 #include <doctest/doctest.h>
 #include <ballast/plugin_abi.hpp>
@@ -21,7 +22,7 @@ Run run(const std::string& plugin_dir, const std::string& args) {
   return run_program("BALLAST_PLUGIN_PATH='" + plugin_dir + "' '" BALLAST_CLI "' backends " + args);
 }
 
-const std::string kFakes = FAKE_PLUGIN_ROOT;
+using ballast::testing::kFakes;
 
 }  // namespace
 

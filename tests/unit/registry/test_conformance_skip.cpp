@@ -1,5 +1,6 @@
 // ballast-conformance's decision between "skipped" (the backend is not on
 // this machine) and "failed" (anything else), run as ctest runs it.
+#include "unit/registry/fake_plugins.hpp"
 #include <doctest/doctest.h>
 
 #include "run_program.hpp"
@@ -19,7 +20,7 @@ Run conformance(const std::string& plugin_dir, const std::string& config, const 
                      "' '-tc=" + test_cases + "'");
 }
 
-const std::string kFakes = FAKE_PLUGIN_ROOT;
+using ballast::testing::kFakes;
 
 }  // namespace
 

@@ -2,6 +2,8 @@
 // them runs nothing (plugin_file.hpp, docs/plugins.md "Which files are
 // loaded"). The fake plugins are copied into fresh folders whose owner and
 // modes each test sets itself, so the umask of whoever runs it is no factor.
+#include "support/text.hpp"
+#include "unit/registry/fake_plugins.hpp"
 #include "registry/plugin_file.hpp"
 #include "registry/plugin_loader.hpp"
 #include "registry/registry.hpp"
@@ -31,13 +33,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string fake_library(const std::string& kind, const std::string& name = "vulkan") {
-  return std::string(FAKE_PLUGIN_ROOT) + "/" + kind + "/libballast-" + name + ".so";
-}
+using ballast::testing::fake_library;
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using ballast::testing::contains;
 
 // A fresh folder, mode 0755 whatever the umask, removed at the end.
 struct Folder {

@@ -1,5 +1,7 @@
 // The loader against fake plugin libraries: each lives alone in its own
 // folder under FAKE_PLUGIN_ROOT (see CMakeLists.txt).
+#include "support/text.hpp"
+#include "unit/registry/fake_plugins.hpp"
 #include "registry/plugin_loader.hpp"
 #include "registry/registry.hpp"
 
@@ -27,12 +29,10 @@ ListOptions load_all() {
   return o;
 }
 
-std::string fake_dir(const std::string& kind) { return std::string(FAKE_PLUGIN_ROOT) + "/" + kind; }
-std::string fake_library(const std::string& kind) { return fake_dir(kind) + "/libballast-vulkan.so"; }
+using ballast::testing::fake_dir;
+using ballast::testing::fake_library;
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using ballast::testing::contains;
 
 // A fresh empty folder, removed again at the end of the test.
 struct TempDir {

@@ -4,6 +4,7 @@
 // constructor). Each would come straight back into the same call (a stack
 // overflow) or wait on its own load (a hang); the nested call is refused
 // as `unsupported` saying why, and the outer one goes on.
+#include "support/text.hpp"
 #include <ballast/backend_registry.hpp>
 #include <ballast/plugin_abi.hpp>
 
@@ -16,9 +17,7 @@ using namespace ballast;
 
 namespace {
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using ballast::testing::contains;
 
 // devices() lists the backends, or open() opens its own name, and keeps
 // what the nested call answered.

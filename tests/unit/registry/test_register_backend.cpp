@@ -2,6 +2,7 @@
 // through the public hook (the way libballast's own CPU backend is). Every
 // registration here lasts until the process exits, so each test case uses
 // names of its own.
+#include "support/text.hpp"
 #include <ballast/backend_registry.hpp>
 #include <ballast/plugin_abi.hpp>
 
@@ -24,9 +25,7 @@ namespace {
 
 std::string fake_dir(const std::string& kind) { return std::string(FAKE_PLUGIN_ROOT) + "/" + kind; }
 
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using ballast::testing::contains;
 
 // A backend with one device of its own that opens the CPU backend, and
 // remembers what it was asked for.

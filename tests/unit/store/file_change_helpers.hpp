@@ -2,6 +2,7 @@
 // truncating it, rewriting it at the same size, renaming a new file over it.
 #pragma once
 
+#include "support/text.hpp"
 #include <ballast/weight_store.hpp>
 
 #include "unit/store/scratch_dir.hpp"
@@ -128,8 +129,6 @@ struct MappedWeight {
   }
 };
 
-inline bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
+using ballast::testing::contains;
 
 }  // namespace ballast::testing
