@@ -418,7 +418,9 @@ class Residency final : public ModelResource<GpuBackend> {
   // hold at all fails at once (out_of_memory), not at its deadline. Refused, with the budget and everything resident
   // left as they were: invalid_argument for a budget below the minimum
   // create() would refuse (the largest pin beside what stays, named), or
-  // for a residency created without a budget; out_of_memory when what
+  // for a residency created without a budget (no budget_bytes and nothing
+  // paged; an explicit kUnlimitedBudget is a budget, which a later call
+  // may bound); out_of_memory when what
   // cannot be evicted now (pinned, being loaded, kept for the model's
   // life) is above it (decided before anything is evicted; only a free the
   // backend refuses on the way can leave values evicted and the budget as

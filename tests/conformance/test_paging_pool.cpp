@@ -500,3 +500,43 @@ TEST_CASE("paging_pool: set_budget lowered and raised while threads pin, unpin a
   CHECK(paged->release(counting).status.ok());
   CHECK(counting.counters().live_bytes == base);
 }
+
+// An engine that starts unbounded and bounds its weights later (a KV cache
+// that grows): an explicit kUnlimitedBudget at create() is a budget
+// set_budget() may change, as one it lifted itself is.
+TEST_CASE("paging_pool: a residency created with kUnlimitedBudget takes a bound from set_budget") {
+  conformance::LeakCheck leaks;
+  PoolFixture f;
+  FaultInjectingBackend counting(conformance::gpu());
+  const std::uint64_t base = counting.counters().live_bytes;
+  auto paged = f.open(counting, ResidencyStrategy::paged, kUnlimitedBudget);
+  CHECK(paged->budget() == kUnlimitedBudget);
+  for (ValueId id : f.layers) pin_and_check(f, *paged, counting, id);
+  REQUIRE(paged->stats().device_bytes == Uniform::kLayers * kLayer);
+  // The minimum create() would have refused holds as for any budget.
+  CHECK(paged->set_budget(kLayer - 1).code() == ErrorCode::invalid_argument);
+  CHECK(paged->budget() == kUnlimitedBudget);
+  const Status bounded = paged->set_budget(3 * kLayer);
+  REQUIRE_MESSAGE(bounded.ok(), bounded.to_string());
+  CHECK(paged->budget() == 3 * kLayer);
+  CHECK(paged->stats().device_bytes == 3 * kLayer);
+  CHECK(paged->stats().device_bytes == counting.counters().live_bytes - base);
+  for (ValueId id : f.layers) pin_and_check(f, *paged, counting, id);
+  CHECK(paged->stats().device_bytes <= 3 * kLayer);
+  CHECK(paged->release(counting).status.ok());
+
+  // Upload with an explicit unlimited budget: sized too, so a bound below
+  // what stays (every weight) is refused as create() would refuse it, and
+  // the whole footprint is taken.
+  auto uploaded = f.open(counting, ResidencyStrategy::upload, kUnlimitedBudget);
+  for (ValueId id : f.layers) pin_and_check(f, *uploaded, counting, id);
+  const Status below = uploaded->set_budget(4 * kLayer);
+  CHECK(below.code() == ErrorCode::invalid_argument);
+  CHECK_MESSAGE(below.to_string().find("stay on the device once placed") != std::string::npos, below.to_string());
+  std::uint64_t all = 0;
+  for (const auto& [id, w] : f.model.store().weights()) all += w.byte_length();
+  const Status whole = uploaded->set_budget(all);
+  CHECK_MESSAGE(whole.ok(), whole.to_string());
+  CHECK(uploaded->budget() == all);
+  CHECK(uploaded->release(counting).status.ok());
+}
