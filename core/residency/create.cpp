@@ -168,7 +168,14 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
     m->budget = b->total;
   }
 
-  if (m->budget != kUnlimitedBudget) {
+  // Sized whenever a budget was asked for, an unlimited one too (an
+  // explicit kUnlimitedBudget, paged or not): set_budget() may bound it
+  // later, as it may bound one it lifted. The minimum and what stays are
+  // the same whatever the budget; only a bounded one is checked against
+  // them here, and only a bounded one fails create() when they cannot be
+  // sized (a derivation whose size overflows: its pin fails then).
+  const bool unlimited = m->budget == kUnlimitedBudget;
+  auto size_minimum = [&]() -> Status {
     // The largest set of bytes one pin holds at once must fit on its own.
     Need largest;
     for (const auto& [id, w] : model.store().weights())
@@ -216,7 +223,15 @@ Result<std::unique_ptr<Residency>> Residency::create(GpuBackend& backend, const 
     }
     m->minimum = {largest.bytes, std::move(largest.what), kept, any_paged};
     m->sized = true;
-    BALLAST_RETURN_IF_ERROR(m->check_budget(m->budget));
+    return m->check_budget(m->budget);
+  };
+  if (options.budget_bytes || any_paged) {
+    Status sized = size_minimum();
+    if (!sized.ok() && !unlimited) return std::move(sized.error());
+    if (!sized.ok()) {  // unlimited, as before: nothing to change it from
+      m->kept_bytes.clear();
+      m->sized = false;
+    }
   }
   return std::unique_ptr<Residency>(new Residency(std::move(m)));
 }

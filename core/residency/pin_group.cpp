@@ -48,15 +48,19 @@ Result<PinnedSet> Residency::Impl::pin_group(const ResidencyGroup& group, std::c
   std::uint64_t group_bytes = 0;
   for (const Entry* e : members) group_bytes += e->bytes();
   const std::size_t count = group.derivations.size() + group.weights.size();
-  std::uint64_t budget_now;
-  {
-    std::lock_guard lock(mutex);  // set_budget() may change it
-    budget_now = budget;
-  }
-  if (group_bytes > budget_now)
+  // Larger than the whole budget: no wait can let it in. Asked before
+  // every attempt, and by the wait, since set_budget() may lower the
+  // budget under a group that is waiting (it wakes the waiters).
+  const auto too_large = [&] { return group_bytes > budget; };  // under `mutex`
+  const auto larger_than_budget = [&] {
     return make_error(ErrorCode::out_of_memory, what + " needs " + bytes_text(group_bytes) + " pinned at once (" +
                                                     std::to_string(count) + " members), more than the budget of " +
-                                                    bytes_text(budget_now));
+                                                    bytes_text(budget));
+  };
+  {
+    std::lock_guard lock(mutex);
+    if (too_large()) return larger_than_budget();
+  }
 
   std::unique_lock admitted(group_admission);
   Status refused;  // the last member refusal, for the final error
@@ -65,6 +69,7 @@ Result<PinnedSet> Residency::Impl::pin_group(const ResidencyGroup& group, std::c
     bool short_of_room = false;
     {
       std::lock_guard lock(mutex);
+      if (too_large()) return larger_than_budget();
       seen_unpins = unpins;
       own_before = unpins_by_this_thread;
       // What the members not pinned already add to the pins: above the
@@ -115,9 +120,10 @@ Result<PinnedSet> Residency::Impl::pin_group(const ResidencyGroup& group, std::c
     // keeps releasing and pinning again would otherwise hold a 0 ms wait in
     // this loop for as long as it runs. (The last attempt may start just
     // before the deadline and end after it, by one attempt's time.)
+    const auto woken = [&] { return others_released() || too_large(); };
     const bool room_came =
-        Clock::now() < deadline &&
-        (others_released() || (others_may_release && changed.wait_until(lock, deadline, others_released)));
+        Clock::now() < deadline && (woken() || (others_may_release && changed.wait_until(lock, deadline, woken)));
+    if (too_large()) return larger_than_budget();
     if (!room_came) {
       std::string message = "budget of " + bytes_text(budget) + " cannot take " + what + " (" +
                             bytes_text(group_bytes) + " in " + std::to_string(count) + " members) beside " +

@@ -65,14 +65,14 @@ Status Residency::Impl::set_budget(std::uint64_t bytes) {
           .with_context(context);
   }
   const bool raised = bytes > m.budget;
+  const bool changed = bytes != m.budget;
   m.budget = bytes;
-  if (raised) {
-    // Room for the pins that wait for it (pin(group, wait) counts it as an
-    // unpin of another caller's), and for a demand load waiting on
-    // prefetches.
-    ++m.unpins;
-    m.changed.notify_all();
-  }
+  // Raised: room for the pins that wait for it (pin(group, wait) counts it
+  // as an unpin of another caller's), and for a demand load waiting on
+  // prefetches. Lowered: a waiting group the budget can no longer hold
+  // fails at once instead of at its deadline.
+  if (raised) ++m.unpins;
+  if (changed) m.changed.notify_all();
   return Status();
 }
 

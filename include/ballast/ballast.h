@@ -443,11 +443,15 @@ BALLAST_C_API ballast_status* ballast_model_note(const ballast_model* model, siz
 /* Changes a live residency's budget (docs/residency.md, "Changing the budget
  * of a live residency"): raised, pins waiting for room try again at once;
  * lowered below what is held, pooled blocks and unpinned evictable values
- * go in the policy's order until it fits. Refused, changing nothing:
- * INVALID_ARGUMENT below the minimum create would refuse (the largest pin
- * beside what stays), for a residency created without a budget (budget_bytes
- * 0 and not paged), or after release; OUT_OF_MEMORY when what cannot be
- * evicted now (pinned, being loaded, kept for the model's life) is above it. */
+ * go in the policy's order until it fits, and a group pin waiting for room
+ * that the new budget cannot hold fails at once. `bytes` is the budget
+ * itself: UINT64_MAX lifts the bound, and 0 is a budget of 0 bytes (not
+ * create's "auto"). Refused, changing nothing: INVALID_ARGUMENT below the
+ * minimum create would refuse (the largest pin beside what stays), for a
+ * residency created without a budget (budget_bytes 0 and not paged;
+ * UINT64_MAX is a budget, unlimited, which this may bound), or after
+ * release; OUT_OF_MEMORY when what cannot be evicted now (pinned, being
+ * loaded, kept for the model's life) is above it. */
 BALLAST_C_API ballast_status* ballast_residency_set_budget(ballast_residency* residency, uint64_t bytes);
 
 /* ---------------------------------------------------- the function table */

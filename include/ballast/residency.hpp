@@ -351,7 +351,8 @@ class Residency final : public ModelResource<GpuBackend> {
   // then fails with out_of_memory naming the budget, the bytes pinned and
   // the group's bytes (milliseconds::max(): no deadline). No attempt starts
   // past the deadline: a wait of 0 is one attempt. A group larger than the
-  // whole budget fails at once.
+  // whole budget fails at once, and so does a waiting one when
+  // set_budget() lowers the budget under its size.
   // Pins the caller itself holds count as others' pins: it may wait on
   // itself until the deadline.
   Result<PinnedSet> pin(const ResidencyGroup& group, std::chrono::milliseconds wait_for_room = {});
@@ -413,10 +414,13 @@ class Residency final : public ModelResource<GpuBackend> {
   // to a growing KV cache, or taking it back. Raised, pins waiting for room
   // (pin(group, wait)) try again at once. Lowered below what is held, the
   // pool and unpinned evictable values go, in the policy's order, until
-  // what is held fits. Refused, with the budget and everything resident
+  // what is held fits; a group waiting for room that the new budget cannot
+  // hold at all fails at once (out_of_memory), not at its deadline. Refused, with the budget and everything resident
   // left as they were: invalid_argument for a budget below the minimum
   // create() would refuse (the largest pin beside what stays, named), or
-  // for a residency created without a budget; out_of_memory when what
+  // for a residency created without a budget (no budget_bytes and nothing
+  // paged; an explicit kUnlimitedBudget is a budget, which a later call
+  // may bound); out_of_memory when what
   // cannot be evicted now (pinned, being loaded, kept for the model's
   // life) is above it (decided before anything is evicted; only a free the
   // backend refuses on the way can leave values evicted and the budget as

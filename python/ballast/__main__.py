@@ -17,7 +17,12 @@ def _inspect(path, as_json):
     model = open_model(path)
     weights, acc, notes = model.weights, model.accounting, model.notes
     if as_json:
-        json.dump({"model": path, "format": model.format,
+        # The path as the other strings here are decoded (U+FFFD for each
+        # byte that is not UTF-8, as the command line's --json writes it):
+        # the str argv gives holds such bytes as lone surrogates, which
+        # json.dump wrote as "\udcff", an escape strict JSON readers refuse.
+        shown_path = os.fsencode(path).decode("utf-8", "replace")
+        json.dump({"model": shown_path, "format": model.format,
                    "weights": [dict({"name": w.name, "dtype": w.dtype, "dims": list(w.dims), "bytes": w.bytes,
                                      "file": w.file, "offset": w.offset},
                                     **({"gguf_type": w.gguf_type} if w.gguf_type else {})) for w in weights],

@@ -7,7 +7,8 @@
 // path's byte for byte; a failed copy leaves its block pooled, a failed
 // allocation with blocks pooled leaves everything consistent, and release
 // frees every pooled block. set_budget: lowered, it evicts down to the new
-// budget (or is refused, changing nothing); raised, a waiting group gets in.
+// budget (or is refused, changing nothing); raised, a waiting group gets in;
+// lowered under a waiting group's size, the group fails at once.
 // Model: tests/support/uniform_layers_model.hpp.
 #include "conformance/conformance.hpp"
 
@@ -410,4 +411,132 @@ TEST_CASE("paging_pool: set_budget with the backend refusing frees: refused, the
   CHECK(paged->stats().device_bytes == faulty.counters().live_bytes - base);
   CHECK(paged->release(faulty).status.ok());
   CHECK(faulty.counters().live_allocations == 0);
+}
+
+TEST_CASE("paging_pool: a budget lowered under a waiting group's size fails the group at once, not at its deadline") {
+  conformance::LeakCheck leaks;
+  PoolFixture f;
+  auto& gpu = conformance::gpu();
+  auto paged = f.open(gpu, ResidencyStrategy::paged, 4 * kLayer);
+  // Two layers pinned for the whole test: the group of three waits for room.
+  auto p0 = paged->pin(f.layers[0]);
+  auto p1 = paged->pin(f.layers[1]);
+  REQUIRE((p0.ok() && p1.ok()));
+  ResidencyGroup group;
+  group.name = "layers 2 to 4";
+  group.weights = {f.layers[2], f.layers[3], f.layers[4]};
+  std::atomic<bool> done{false};
+  Result<PinnedSet> waited = make_error(ErrorCode::internal, "not run");
+  std::thread waiter([&] {
+    waited = paged->pin(group, std::chrono::milliseconds(30000));
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK_FALSE(done.load());
+  // Two layers: the pins fit exactly, the group of three never can.
+  REQUIRE(paged->set_budget(2 * kLayer).ok());
+  const auto lowered = std::chrono::steady_clock::now();
+  while (!done.load() && std::chrono::steady_clock::now() - lowered < std::chrono::seconds(10))
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(done.load());  // woken by the lowering, the pins still held
+  p0->reset();
+  p1->reset();
+  waiter.join();
+  REQUIRE(waited.status().code() == ErrorCode::out_of_memory);
+  CHECK_MESSAGE(waited.status().to_string().find("more than the budget of 32768 bytes") != std::string::npos,
+                waited.status().to_string());
+  CHECK(paged->stats().pinned_bytes == 0);
+  CHECK(paged->release(gpu).status.ok());
+}
+
+TEST_CASE("paging_pool: set_budget lowered and raised while threads pin, unpin and prefetch: the accounting holds") {
+  conformance::LeakCheck leaks;
+  PoolFixture f;
+  FaultInjectingBackend counting(conformance::gpu());
+  const std::uint64_t base = counting.counters().live_bytes;
+  auto paged = f.open(counting, ResidencyStrategy::paged, 6 * kLayer);
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; !stop.load(); ++i) {
+        const ValueId id = f.layers[static_cast<std::size_t>((i + 3 * t) % Uniform::kLayers)];
+        if (i % 5 == 0) {
+          paged->prefetch(std::span(&id, 1));
+          continue;
+        }
+        auto p = paged->pin(id);
+        if (p.ok()) {
+          if (read(counting, *p) != f.file.at(id)) ++failures;
+        } else if (p.status().code() != ErrorCode::out_of_memory) {
+          ++failures;
+        }
+      }
+    });
+  const std::uint64_t budgets[] = {3 * kLayer, 6 * kLayer, kLayer * 4, kUnlimitedBudget, 3 * kLayer, 5 * kLayer};
+  for (int round = 0; round < 40; ++round) {
+    const std::uint64_t b = budgets[round % 6];
+    const Status s = paged->set_budget(b);
+    if (s.ok()) {
+      CHECK(paged->budget() == b);
+    } else {
+      CHECK_MESSAGE(s.code() == ErrorCode::out_of_memory, s.to_string());
+    }
+    const ResidencyStats st = paged->stats();
+    CHECK(st.device_bytes <= st.budget_bytes);
+    CHECK(st.pooled_bytes + st.pinned_bytes <= st.device_bytes);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  stop = true;
+  for (auto& t : threads) t.join();
+  paged->wait_for_prefetches();
+  CHECK(failures.load() == 0);
+  REQUIRE(paged->set_budget(2 * kLayer).ok());
+  const ResidencyStats st = paged->stats();
+  CHECK(st.device_bytes <= 2 * kLayer);
+  CHECK(st.pinned_bytes == 0);
+  CHECK(st.device_bytes == counting.counters().live_bytes - base);
+  CHECK(paged->release(counting).status.ok());
+  CHECK(counting.counters().live_bytes == base);
+}
+
+// An engine that starts unbounded and bounds its weights later (a KV cache
+// that grows): an explicit kUnlimitedBudget at create() is a budget
+// set_budget() may change, as one it lifted itself is.
+TEST_CASE("paging_pool: a residency created with kUnlimitedBudget takes a bound from set_budget") {
+  conformance::LeakCheck leaks;
+  PoolFixture f;
+  FaultInjectingBackend counting(conformance::gpu());
+  const std::uint64_t base = counting.counters().live_bytes;
+  auto paged = f.open(counting, ResidencyStrategy::paged, kUnlimitedBudget);
+  CHECK(paged->budget() == kUnlimitedBudget);
+  for (ValueId id : f.layers) pin_and_check(f, *paged, counting, id);
+  REQUIRE(paged->stats().device_bytes == Uniform::kLayers * kLayer);
+  // The minimum create() would have refused holds as for any budget.
+  CHECK(paged->set_budget(kLayer - 1).code() == ErrorCode::invalid_argument);
+  CHECK(paged->budget() == kUnlimitedBudget);
+  const Status bounded = paged->set_budget(3 * kLayer);
+  REQUIRE_MESSAGE(bounded.ok(), bounded.to_string());
+  CHECK(paged->budget() == 3 * kLayer);
+  CHECK(paged->stats().device_bytes == 3 * kLayer);
+  CHECK(paged->stats().device_bytes == counting.counters().live_bytes - base);
+  for (ValueId id : f.layers) pin_and_check(f, *paged, counting, id);
+  CHECK(paged->stats().device_bytes <= 3 * kLayer);
+  CHECK(paged->release(counting).status.ok());
+
+  // Upload with an explicit unlimited budget: sized too, so a bound below
+  // what stays (every weight) is refused as create() would refuse it, and
+  // the whole footprint is taken.
+  auto uploaded = f.open(counting, ResidencyStrategy::upload, kUnlimitedBudget);
+  for (ValueId id : f.layers) pin_and_check(f, *uploaded, counting, id);
+  const Status below = uploaded->set_budget(4 * kLayer);
+  CHECK(below.code() == ErrorCode::invalid_argument);
+  CHECK_MESSAGE(below.to_string().find("stay on the device once placed") != std::string::npos, below.to_string());
+  std::uint64_t all = 0;
+  for (const auto& [id, w] : f.model.store().weights()) all += w.byte_length();
+  const Status whole = uploaded->set_budget(all);
+  CHECK_MESSAGE(whole.ok(), whole.to_string());
+  CHECK(uploaded->budget() == all);
+  CHECK(uploaded->release(counting).status.ok());
 }

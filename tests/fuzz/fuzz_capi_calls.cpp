@@ -642,8 +642,9 @@ class Run {
   void set_budget() {
     ResidencySlot& r = pick(w_.residencies);
     ballast_residency_stats s = BALLAST_INIT(ballast_residency_stats);
-    if (r.live && CALL(ballast_residency_stats_get(r.handle, &s)) == BALLAST_OK && s.budget_bytes != 0 &&
-        s.budget_bytes != ~std::uint64_t{0})
+    // An unlimited budget counts too: one given at create() (UINT64_MAX) is
+    // sized, so this call may bound it under the peak reached without one.
+    if (r.live && CALL(ballast_residency_stats_get(r.handle, &s)) == BALLAST_OK && s.budget_bytes != 0)
       r.highest_budget = std::max(r.highest_budget, s.budget_bytes);
     const std::uint64_t bytes = in_.ConsumeBool() ? in_.ConsumeIntegral<std::uint64_t>()
                                                   : in_.ConsumeIntegralInRange<std::uint64_t>(0, 8u << 20);

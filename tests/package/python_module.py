@@ -964,6 +964,20 @@ elif step == "names":
                         capture_output=True, cwd="/")
     expect(py.returncode == 0 and b"/dead\\xff.bin [0, +32)" in py.stdout,
            "python -m ballast inspect hostile_dead.onnx: the dead range's file escaped (%r)" % py.stdout[-200:])
+    # --json of a model whose path is not UTF-8: the path decoded as the
+    # CLI's --json writes it (U+FFFD), not the lone surrogate ("\udcff")
+    # a str from argv holds, which strict JSON readers refuse.
+    odd_path = os.path.join(os.fsencode(hostile_dir), b"not\xffutf8.onnx")
+    if os.path.lexists(odd_path):
+        os.remove(odd_path)
+    os.symlink("hostile.onnx", odd_path)
+    py = subprocess.run([sys.executable, "-m", "ballast", "inspect", odd_path, "--json"], capture_output=True, cwd="/")
+    cli = subprocess.run([os.path.join(moved, "bin", "ballast"), "inspect", odd_path, "--json"], capture_output=True,
+                         cwd="/")
+    shown = json.loads(py.stdout)["model"] if py.returncode == 0 else None
+    expect(py.returncode == 0 and b"\\udc" not in py.stdout and shown == json.loads(cli.stdout)["model"]
+           and shown.endswith("/not\ufffdutf8.onnx"),
+           "python -m ballast inspect --json, a path that is not UTF-8: %r as the CLI's" % (shown,))
     done()
 
 elif step == "conformance":

@@ -1187,4 +1187,18 @@ TEST_CASE("version 8: a model's notes; a live residency's budget changed") {
   CAPI_OK(ballast_plan_free(plan));
   CAPI_OK(ballast_residency_free(res));
   CAPI_FAILS(ballast_residency_set_budget(res, minimum), BALLAST_E_INVALID_HANDLE);
+
+  // Created with UINT64_MAX (unlimited, not 0's auto): a budget, which a
+  // later call may bound.
+  opt.budget_bytes = UINT64_MAX;
+  CAPI_OK(ballast_residency_create(o.backend, o.model, &opt, &res));
+  CAPI_OK(ballast_residency_plan(res, &plan));
+  CAPI_OK(ballast_residency_derive_all(res, plan, nullptr, nullptr));
+  CAPI_FAILS(ballast_residency_set_budget(res, minimum - 1), BALLAST_E_INVALID_ARGUMENT);
+  CAPI_OK(ballast_residency_set_budget(res, minimum));
+  CAPI_OK(ballast_residency_stats_get(res, &st));
+  CHECK(st.budget_bytes == minimum);
+  CHECK(st.device_bytes <= minimum);
+  CAPI_OK(ballast_plan_free(plan));
+  CAPI_OK(ballast_residency_free(res));
 }
