@@ -160,6 +160,18 @@ std::shared_ptr<const std::vector<std::byte>> owned_int64_le(std::int64_t value)
   return owned_bytes(bytes, 8);
 }
 
+// "'a', 'b', 'c' and N more": the first three of `count` names, for a note
+// that stands for many (a note each would bury the others).
+template <class NameOf>
+std::string first_named(std::size_t count, NameOf name_of) {
+  constexpr std::size_t kNamed = 3;
+  std::string named;
+  for (std::size_t i = 0; i < count && i < kNamed; ++i)
+    named += std::string(i == 0 ? "'" : ", '") + std::string(name_of(i)) + "'";
+  if (count > kNamed) named += " and " + std::to_string(count - kNamed) + " more";
+  return named;
+}
+
 }  // namespace
 
 ModelDecoder::ModelDecoder(Model::Impl& model, std::string model_file, std::filesystem::path model_dir,
@@ -245,11 +257,7 @@ void ModelDecoder::note_functions() {
   const auto& functions = model_.functions;
   if (functions.empty()) return;
   auto shown = [](const ModelFunction& f) { return f.domain.empty() ? f.name : f.domain + ":" + f.name; };
-  std::string named;
-  constexpr std::size_t kNamed = 3;
-  for (std::size_t i = 0; i < functions.size() && i < kNamed; ++i)
-    named += std::string(i == 0 ? "'" : ", '") + shown(functions[i]) + "'";
-  if (functions.size() > kNamed) named += " and " + std::to_string(functions.size() - kNamed) + " more";
+  const std::string named = first_named(functions.size(), [&](std::size_t i) { return shown(functions[i]); });
   std::uint64_t nodes = 0;
   for (const ModelFunction& f : functions) nodes += f.nodes;
   model_.notes.push_back(
@@ -281,11 +289,7 @@ void ModelDecoder::note_overridable_initializers() {
     found.push_back(input);
   }
   if (found.empty()) return;
-  std::string named;
-  constexpr std::size_t kNamed = 3;
-  for (std::size_t i = 0; i < found.size() && i < kNamed; ++i)
-    named += std::string(i == 0 ? "'" : ", '") + std::string(found[i]) + "'";
-  if (found.size() > kNamed) named += " and " + std::to_string(found.size() - kNamed) + " more";
+  const std::string named = first_named(found.size(), [&](std::size_t i) { return found[i]; });
   model_.notes.push_back(
       {std::string(found.front()),
        found.size() == 1
